@@ -1,0 +1,74 @@
+// Closed-form counts of a GPT model: parameters, model FLOPs per iteration, memory per GPU.
+// Sources:
+//   FLOPs: Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
+//          SC'21, eq. (3): F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) with full recompute,
+//          72 B s l h^2 (1 + s/(6h) + V/(12 l h)) without.
+//   Activations: Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models", MLSys'23,
+//          Table 2: s b h (10 + 24/t + 5 a s/(h t)) bytes per layer with TP t; s b h (34 + 5 a s/h)/t with sequence
+//          parallelism; selective recompute drops the 5 a s/h term; full recompute keeps only the 2 s b h input.
+//   Model state: mixed-precision Adam, 20 bytes per parameter (below), ZeRO-1 (Rajbhandari et al., SC'20) shards the
+//          12 optimizer bytes across DP.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/scenario.hpp"
+
+namespace twin::model {
+
+struct ParameterCount {
+  double per_layer = 0;          // one transformer layer (unsharded)
+  double embedding = 0;          // word (padded vocab) + position embedding
+  double final_layer_norm = 0;
+  double lm_head = 0;            // 0 with tied embeddings (the head reuses the word embedding)
+  double total = 0;              // the model, counted once
+};
+ParameterCount count_parameters(const Scenario& scenario);
+
+// Parameters one GPU of `stage` holds (its shard under TP; the tied head's copy of the word embedding counts on the
+// last stage when pp > 1).
+double parameters_per_gpu(const Scenario& scenario, int stage);
+
+// Narayanan's model FLOPs per iteration. `with_recompute` selects the 96 (counting the recomputed forward) or the
+// 72 prefix. Papers quote TFLOP/s per GPU with the scenario's own recompute; MFU uses the 72 form.
+double model_flops_per_iteration(const Scenario& scenario, bool with_recompute);
+// The form papers use to quote TFLOP/s: 96 when the scenario recomputes fully, else 72.
+double reported_flops_per_iteration(const Scenario& scenario);
+
+// Bytes of model state per parameter under mixed precision (bf16/fp16): weights 2 (model dtype), gradients 6 (a
+// model-dtype gradient 2 plus Megatron's fp32 main-grad accumulation buffer 4), optimizer 12 (fp32 master weights,
+// Adam m and v) = 20. For fp32 training: weights 4, gradients 4, optimizer 8 (m and v) = 16.
+struct StateBytesPerParameter {
+  double weights = 0;
+  double gradients = 0;
+  double optimizer = 0;
+};
+StateBytesPerParameter state_bytes_per_parameter(DType dtype);
+
+struct StageMemory {
+  int stage = 0;
+  double parameters = 0;          // per GPU
+  double weights_bytes = 0;
+  double gradients_bytes = 0;
+  double optimizer_bytes = 0;     // divided by dp under ZeRO-1
+  double activations_bytes = 0;   // stashed activations at the schedule's peak, plus the working set
+  int in_flight_micro_batches = 0;  // most (micro-batch, chunk) pairs stashed at once
+  double peak_bytes = 0;          // sum of the above
+};
+
+struct MemoryEstimate {
+  std::vector<StageMemory> stages;
+  double capacity_bytes = 0;      // one GPU's memory
+  double peak_bytes = 0;          // largest stage
+  bool fits = false;              // peak_bytes <= capacity_bytes
+};
+MemoryEstimate estimate_memory(const Scenario& scenario);
+
+// Korthikanti's activation bytes of one transformer layer for one micro-batch as stashed between its forward and
+// backward, under the scenario's TP, sequence parallelism and recompute mode.
+double activation_bytes_per_layer(const Scenario& scenario);
+// Bytes one layer holds while it runs (what recompute rebuilds before a backward): the no-recompute formula.
+double layer_working_set_bytes(const Scenario& scenario);
+
+}  // namespace twin::model

@@ -1,0 +1,132 @@
+// Scenario: what to train (ModelSpec), how to split it (ParallelSpec), on what (ClusterSpec), with which framework's
+// habits (FrameworkSpec) and training hyper-parameters (TrainingSpec). Loaded from TOML, validated, immutable after.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace twin::model {
+
+enum class DType : std::uint8_t { BF16, FP16, FP32 };
+enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved };
+enum class Recompute : std::uint8_t { None, Selective, Full };
+enum class NodeKind : std::uint8_t { DgxA100, DgxH100, CpuHost };
+enum class Framework : std::uint8_t { Megatron, DeepSpeed };
+
+int dtype_bytes(DType dtype);
+std::string_view to_string(DType dtype);
+std::string_view to_string(ScheduleKind schedule);
+std::string_view to_string(Recompute recompute);
+std::string_view to_string(NodeKind node);
+std::string_view to_string(Framework framework);
+
+// GPUs per node and memory per GPU of the node kinds a scenario may name. The full performance specs (FLOP/s, HBM and
+// link bandwidths) live in topology/; these two numbers are all that validation and the memory check need.
+int default_gpus_per_node(NodeKind node);
+double gpu_memory_bytes(NodeKind node);
+
+struct ModelSpec {
+  std::string name = "gpt";
+  std::int64_t layers = 0;
+  std::int64_t hidden = 0;
+  std::int64_t heads = 0;
+  std::int64_t ffn_hidden = 0;  // 4 * hidden unless given
+  std::int64_t seq_len = 0;
+  std::int64_t vocab = 0;       // as given; see Scenario::padded_vocab()
+  DType dtype = DType::BF16;
+
+  std::int64_t head_dim() const { return hidden / heads; }
+};
+
+struct ParallelSpec {
+  std::int64_t tp = 1;
+  std::int64_t pp = 1;
+  std::int64_t dp = 1;                // defaults to the cluster's GPUs / (tp * pp)
+  std::int64_t micro_batch = 1;       // sequences per micro-batch
+  std::int64_t global_batch = 1;      // sequences per iteration
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  std::int64_t virtual_stages = 1;    // model chunks per stage (interleaved schedule)
+  Recompute recompute = Recompute::None;
+  bool sequence_parallel = false;
+  std::int64_t zero_stage = 0;        // 0 or 1 (optimizer state sharded across DP)
+  bool dp_overlap = false;            // reduce DP gradients under the backward pass
+  std::int64_t vocab_pad_multiple = 128;  // Megatron's make-vocab-size-divisible-by (times tp)
+
+  std::int64_t micro_batches() const { return global_batch / (dp * micro_batch); }  // m, per pipeline
+  std::int64_t world_size() const { return tp * pp * dp; }
+};
+
+struct ClusterSpec {
+  std::int64_t nodes = 1;
+  NodeKind node = NodeKind::DgxA100;
+  std::int64_t gpus_per_node = 8;
+
+  std::int64_t total_gpus() const { return nodes * gpus_per_node; }
+};
+
+struct FrameworkSpec {
+  Framework name = Framework::Megatron;
+  bool tied_embeddings = true;        // GPT-2 style: the LM head reuses the word embedding
+};
+
+// Hyper-parameters of real training (the executor); the simulator ignores them.
+struct TrainingSpec {
+  std::uint64_t seed = 1234;
+  double learning_rate = 1e-3;
+  double min_learning_rate = 0.0;     // cosine decay floor; equal to learning_rate for a constant rate
+  std::int64_t warmup_steps = 0;
+  std::int64_t decay_steps = 0;       // 0: no decay
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;             // global L2 norm; 0 disables clipping
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.95;
+  double adam_eps = 1e-8;
+  double init_std = 0.02;
+};
+
+struct Scenario {
+  std::string source = "<memory>";   // file it was loaded from, for messages
+  ModelSpec model;
+  ParallelSpec parallel;
+  ClusterSpec cluster;
+  FrameworkSpec framework;
+  TrainingSpec training;
+
+  std::int64_t ffn_hidden() const { return model.ffn_hidden > 0 ? model.ffn_hidden : 4 * model.hidden; }
+  // Vocabulary padded as Megatron does: up to a multiple of vocab_pad_multiple * tp.
+  std::int64_t padded_vocab() const;
+  std::int64_t layers_per_chunk() const { return model.layers / (parallel.pp * parallel.virtual_stages); }
+};
+
+// A scenario the user wrote is wrong: every problem is listed, each naming its field and values.
+class ScenarioError : public std::runtime_error {
+ public:
+  explicit ScenarioError(std::vector<std::string> problems);
+  const std::vector<std::string>& problems() const { return problems_; }
+
+ private:
+  std::vector<std::string> problems_;
+};
+
+// One `--set section.key=value` override, applied on top of the file before validation.
+struct Override {
+  std::string key;    // "parallel.pp"
+  std::string value;  // TOML value text ("35", "true", "\"1f1b\"") or a bare word taken as a string ("1f1b")
+};
+Override parse_override(std::string_view text);  // "parallel.pp=35"; throws ScenarioError when malformed
+
+Scenario load_scenario(const std::filesystem::path& path, const std::vector<Override>& overrides = {});
+Scenario parse_scenario(std::string_view toml_text, std::string_view source_name,
+                        const std::vector<Override>& overrides = {});
+
+// Every rule a valid scenario obeys; empty when valid. load_/parse_scenario throw ScenarioError with these.
+std::vector<std::string> validation_problems(const Scenario& scenario);
+
+// The scenario as TOML, in the documented schema (round-trips through parse_scenario).
+std::string to_toml(const Scenario& scenario);
+
+}  // namespace twin::model
