@@ -1,1 +1,133 @@
-// under construction
+#include "model/formulas.hpp"
+
+#include <algorithm>
+
+#include "model/schedule.hpp"
+
+namespace twin::model {
+namespace {
+
+double d(std::int64_t value) { return static_cast<double>(value); }
+
+// Parameters of one transformer layer held by one of `tp` tensor-parallel ranks: QKV and MLP-up are split by
+// columns (weights and biases), projection and MLP-down by rows (their biases and both layernorms replicated).
+double layer_parameters_per_rank(const Scenario& s, std::int64_t tp) {
+  const double h = d(s.model.hidden), f = d(s.ffn_hidden()), t = d(tp);
+  const double split = 3 * h * h + 3 * h  // QKV
+                       + h * h            // attention projection weight
+                       + h * f + f        // MLP up
+                       + f * h;           // MLP down weight
+  const double replicated = h             // attention projection bias
+                            + h           // MLP down bias
+                            + 4 * h;      // two layernorms (weight, bias)
+  return split / t + replicated;
+}
+
+}  // namespace
+
+ParameterCount count_parameters(const Scenario& s) {
+  ParameterCount count;
+  const double h = d(s.model.hidden), V = d(s.padded_vocab());
+  count.per_layer = layer_parameters_per_rank(s, 1);
+  count.embedding = V * h + d(s.model.seq_len) * h;
+  count.final_layer_norm = 2 * h;
+  count.lm_head = s.framework.tied_embeddings ? 0 : V * h;
+  count.total = d(s.model.layers) * count.per_layer + count.embedding + count.final_layer_norm + count.lm_head;
+  return count;
+}
+
+double layer_parameters_per_gpu(const Scenario& s) { return layer_parameters_per_rank(s, s.parallel.tp); }
+
+double parameters_per_gpu(const Scenario& s, int stage) {
+  const auto& p = s.parallel;
+  const double h = d(s.model.hidden), V = d(s.padded_vocab()), t = d(p.tp);
+  double params = d(s.model.layers / p.pp) * layer_parameters_per_rank(s, p.tp);
+  if (stage == 0) params += V * h / t + d(s.model.seq_len) * h;  // word embedding shard + position embedding
+  if (stage == p.pp - 1) {
+    params += 2 * h;  // final layernorm
+    // The LM head: its own weight when untied; with tied embeddings a copy of the word embedding on the last stage
+    // (Megatron keeps one and all-reduces its gradient with the first stage), none when both are the same stage.
+    if (!s.framework.tied_embeddings || p.pp > 1) params += V * h / t;
+  }
+  return params;
+}
+
+double model_flops_per_iteration(const Scenario& s, bool with_recompute) {
+  // Narayanan et al. (SC'21) eq. (3), written for any MLP width f: per token and layer, the forward pass does
+  // 2 * (3h^2 + h^2 + 2hf) GEMM FLOPs plus 4sh in attention; backward twice the forward; full recompute one more
+  // forward of the layers (not of the LM head, 2hV per token forward). With f = 4h this is exactly
+  // 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) with recompute and 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) without.
+  const double B = d(s.parallel.global_batch), seq = d(s.model.seq_len), l = d(s.model.layers);
+  const double h = d(s.model.hidden), f = d(s.ffn_hidden()), V = d(s.padded_vocab());
+  const double layer_forward_per_token = 8 * h * h + 4 * h * f + 4 * seq * h;
+  const double passes = with_recompute ? 4 : 3;
+  return passes * B * seq * l * layer_forward_per_token + 6 * B * seq * h * V;
+}
+
+double reported_flops_per_iteration(const Scenario& s) {
+  return model_flops_per_iteration(s, s.parallel.recompute == Recompute::Full);
+}
+
+StateBytesPerParameter state_bytes_per_parameter(DType dtype) {
+  if (dtype == DType::FP32) return {4, 4, 8};
+  return {2, 6, 12};
+}
+
+double activation_bytes_per_layer(const Scenario& s) {
+  // Korthikanti et al. (MLSys'23), Table 2; coefficients count 2-byte activations and 1-byte dropout masks, so
+  // fp32 training is scaled by 2.
+  const double seq = d(s.model.seq_len), b = d(s.parallel.micro_batch), h = d(s.model.hidden);
+  const double a = d(s.model.heads), t = d(s.parallel.tp);
+  const double scale = dtype_bytes(s.model.dtype) / 2.0;
+  const double sbh = seq * b * h;
+  const bool sp = s.parallel.sequence_parallel;
+  switch (s.parallel.recompute) {
+    case Recompute::None:
+      return scale * (sp ? sbh * (34 + 5 * a * seq / h) / t : sbh * (10 + 24 / t + 5 * a * seq / (h * t)));
+    case Recompute::Selective:
+      return scale * (sp ? sbh * 34 / t : sbh * (10 + 24 / t));
+    case Recompute::Full:
+      return scale * (sp ? 2 * sbh / t : 2 * sbh);
+  }
+  return 0;
+}
+
+double layer_working_set_bytes(const Scenario& s) {
+  Scenario none = s;
+  none.parallel.recompute = Recompute::None;
+  return activation_bytes_per_layer(none);
+}
+
+MemoryEstimate estimate_memory(const Scenario& s) {
+  const auto& p = s.parallel;
+  MemoryEstimate estimate;
+  estimate.capacity_bytes = gpu_memory_bytes(s.cluster.node);
+  const auto schedule = build_schedule(p.schedule, static_cast<int>(p.pp), static_cast<int>(p.micro_batches()),
+                                       static_cast<int>(p.virtual_stages));
+  const StateBytesPerParameter per_param = state_bytes_per_parameter(s.model.dtype);
+  const double layer_stash = activation_bytes_per_layer(s);
+  const double layers_per_chunk = d(s.layers_per_chunk());
+  for (int stage = 0; stage < p.pp; ++stage) {
+    StageMemory m;
+    m.stage = stage;
+    m.parameters = parameters_per_gpu(s, stage);
+    m.weights_bytes = m.parameters * per_param.weights;
+    m.gradients_bytes = m.parameters * per_param.gradients;
+    m.optimizer_bytes = m.parameters * per_param.optimizer / (p.zero_stage >= 1 ? d(p.dp) : 1.0);
+    m.in_flight_micro_batches = max_in_flight(schedule[stage]);
+    m.activations_bytes = m.in_flight_micro_batches * layers_per_chunk * layer_stash;
+    // Recompute rebuilds one layer's full activations before its backward.
+    if (p.recompute != Recompute::None) m.activations_bytes += layer_working_set_bytes(s);
+    // The last stage holds one micro-batch of fp32 logits for the cross-entropy (s b V/t floats).
+    if (stage == p.pp - 1) {
+      m.activations_bytes += 4.0 * d(s.model.seq_len) * d(p.micro_batch) * d(s.padded_vocab()) / d(p.tp);
+    }
+    m.peak_bytes = m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.activations_bytes;
+    estimate.peak_bytes = std::max(estimate.peak_bytes, m.peak_bytes);
+    estimate.stages.push_back(m);
+  }
+  estimate.fits = estimate.peak_bytes <= estimate.capacity_bytes;
+  return estimate;
+}
+
+}  // namespace twin::model

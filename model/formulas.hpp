@@ -26,6 +26,9 @@ struct ParameterCount {
 };
 ParameterCount count_parameters(const Scenario& scenario);
 
+// Parameters of one transformer layer held by one GPU (its TP shard plus the replicated layernorms and biases).
+double layer_parameters_per_gpu(const Scenario& scenario);
+
 // Parameters one GPU of `stage` holds (its shard under TP; the tied head's copy of the word embedding counts on the
 // last stage when pp > 1).
 double parameters_per_gpu(const Scenario& scenario, int stage);

@@ -1,1 +1,541 @@
-// under construction
+// build_program: the schedule of every stage, expanded into ops.
+//
+// Per stage, each schedule step (micro-batch, chunk, pass) becomes:
+//   forward:  [Recv activation] [embedding] layers... [final LN, LM head, cross-entropy] [Send activation]
+//   backward: [Recv gradient] [cross-entropy, LM head, final LN] (recompute, backward) per layer in reverse
+//             [embedding] [Send gradient]
+// and the iteration ends with gradient synchronisation (tied-embedding, sequence-parallel and DP reductions), the
+// gradient-norm all-reduce and the optimizer step (then the ZeRO-1 parameter all-gather).
+#include "model/program.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "model/formulas.hpp"
+
+namespace twin::model {
+namespace {
+
+double d(std::int64_t value) { return static_cast<double>(value); }
+
+// Sizes of one micro-batch on one rank.
+struct Shapes {
+  double seq, batch, tokens;  // tokens = micro_batch * seq_len
+  double tokens_sp;           // tokens a rank holds outside the TP region: tokens / t with sequence parallelism
+  double h, f, vocab_local, t, e;
+  double heads_local, head_dim;
+  bool sequence_parallel;
+  bool tensor_comm;  // tp > 1: TP collectives exist
+
+  explicit Shapes(const Scenario& s) {
+    seq = d(s.model.seq_len);
+    batch = d(s.parallel.micro_batch);
+    tokens = seq * batch;
+    t = d(s.parallel.tp);
+    sequence_parallel = s.parallel.sequence_parallel && s.parallel.tp > 1;
+    tokens_sp = sequence_parallel ? tokens / t : tokens;
+    h = d(s.model.hidden);
+    f = d(s.ffn_hidden());
+    vocab_local = d(s.padded_vocab()) / t;
+    e = dtype_bytes(s.model.dtype);
+    heads_local = d(s.model.heads) / t;
+    head_dim = d(s.model.head_dim());
+    tensor_comm = s.parallel.tp > 1;
+  }
+};
+
+Op compute(ComputeKind what, Phase phase, double bytes) {
+  Op op;
+  op.kind = OpKind::Compute;
+  op.what = what;
+  op.phase = phase;
+  op.bytes = bytes;
+  return op;
+}
+
+// A GEMM [m, k] x [k, n]: 2mnk FLOPs forward; backward runs the input- and weight-gradient GEMMs (twice the FLOPs).
+Op gemm(ComputeKind what, Phase phase, double m, double n, double k, double e) {
+  const bool backward = phase == Phase::Backward;
+  Op op = compute(what, phase, (backward ? 2 : 1) * e * (m * k + k * n + m * n));
+  op.flops = (backward ? 2 : 1) * 2 * m * n * k;
+  op.gemm = GemmShape{static_cast<std::int64_t>(m), static_cast<std::int64_t>(n), static_cast<std::int64_t>(k), 1};
+  return op;
+}
+
+Op tensor_collective(CollectiveKind kind, Payload payload, ComputeKind what, Phase phase, double bytes) {
+  Op op;
+  op.kind = OpKind::Collective;
+  op.collective = kind;
+  op.group = Group::Tensor;
+  op.payload = payload;
+  op.what = what;
+  op.phase = phase;
+  op.bytes = bytes;
+  return op;
+}
+
+// The TP collective after a row-parallel GEMM (forward) or a column-parallel GEMM's input gradient (backward):
+// an all-reduce, or a reduce-scatter back to sequence shards with sequence parallelism.
+void reduce_across_tensor(std::vector<Op>& ops, const Shapes& x, Payload payload, ComputeKind what, Phase phase) {
+  if (!x.tensor_comm) return;
+  const auto kind = x.sequence_parallel ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+  ops.push_back(tensor_collective(kind, payload, what, phase, x.tokens * x.h * x.e));
+}
+
+// Sequence parallelism: gather the sequence shards before a column-parallel GEMM (or a gradient before a
+// row-parallel GEMM's backward).
+void gather_sequence(std::vector<Op>& ops, const Shapes& x, Payload payload, ComputeKind what, Phase phase) {
+  if (!x.sequence_parallel) return;
+  ops.push_back(tensor_collective(CollectiveKind::AllGather, payload, what, phase, x.tokens * x.h * x.e));
+}
+
+Op attention_core(const Shapes& x, Phase phase) {
+  // Two batched GEMMs per head, Q K^T [s, d] x [d, s] and P V [s, s] x [s, d]: 4 b s^2 h / t FLOPs forward. Memory:
+  // Q, K, V read and the context written, plus the s x s scores written by the first GEMM, read and written by the
+  // softmax and read by the second GEMM (Megatron's unfused core with a fused softmax kernel).
+  const bool backward = phase == Phase::Backward;
+  const double gemms = 2 * x.batch * x.heads_local;
+  const double score_bytes = x.batch * x.heads_local * x.seq * x.seq * x.e;
+  Op op = compute(ComputeKind::AttentionCore, phase,
+                  (backward ? 2 : 1) * (4 * x.tokens * x.heads_local * x.head_dim * x.e + 4 * score_bytes));
+  op.flops = (backward ? 2 : 1) * gemms * 2 * x.seq * x.seq * x.head_dim;
+  op.gemm = GemmShape{static_cast<std::int64_t>(x.seq), static_cast<std::int64_t>(x.seq),
+                      static_cast<std::int64_t>(x.head_dim), static_cast<std::int64_t>(gemms)};
+  return op;
+}
+
+// Forward (or recomputed forward) of one transformer layer, op by op.
+std::vector<Op> layer_forward(const Shapes& x, Phase phase) {
+  std::vector<Op> ops;
+  const double attention_width = x.heads_local * x.head_dim;  // h / t
+  ops.push_back(compute(ComputeKind::LayerNormAttention, phase, 2 * x.tokens_sp * x.h * x.e));
+  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
+  ops.push_back(gemm(ComputeKind::QkvProjection, phase, x.tokens, 3 * attention_width, x.h, x.e));
+  ops.push_back(attention_core(x, phase));
+  ops.push_back(gemm(ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width, x.e));
+  reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::AttentionProjection, phase);
+  ops.push_back(compute(ComputeKind::AttentionResidual, phase, 3 * x.tokens_sp * x.h * x.e));
+  ops.push_back(compute(ComputeKind::LayerNormMlp, phase, 2 * x.tokens_sp * x.h * x.e));
+  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
+  ops.push_back(gemm(ComputeKind::MlpUp, phase, x.tokens, x.f / x.t, x.h, x.e));
+  ops.push_back(compute(ComputeKind::Gelu, phase, 2 * x.tokens * x.f / x.t * x.e));
+  ops.push_back(gemm(ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t, x.e));
+  reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::MlpDown, phase);
+  ops.push_back(compute(ComputeKind::MlpResidual, phase, 3 * x.tokens_sp * x.h * x.e));
+  return ops;
+}
+
+// Backward of one transformer layer: the forward's ops in reverse, each collective replaced by its adjoint
+// (all-reduce of the input gradient of a column-parallel GEMM; with sequence parallelism, all-gather of the output
+// gradient before a row-parallel GEMM, re-gather of a column-parallel GEMM's input for its weight gradient, and
+// reduce-scatter of its input gradient).
+std::vector<Op> layer_backward(const Shapes& x) {
+  const Phase phase = Phase::Backward;
+  std::vector<Op> ops;
+  const double attention_width = x.heads_local * x.head_dim;
+  ops.push_back(compute(ComputeKind::MlpResidual, phase, 2 * x.tokens_sp * x.h * x.e));
+  gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::MlpDown, phase);
+  ops.push_back(gemm(ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t, x.e));
+  ops.push_back(compute(ComputeKind::Gelu, phase, 3 * x.tokens * x.f / x.t * x.e));
+  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
+  ops.push_back(gemm(ComputeKind::MlpUp, phase, x.tokens, x.f / x.t, x.h, x.e));
+  reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::MlpUp, phase);
+  ops.push_back(compute(ComputeKind::LayerNormMlp, phase, 3 * x.tokens_sp * x.h * x.e));
+  ops.push_back(compute(ComputeKind::AttentionResidual, phase, 2 * x.tokens_sp * x.h * x.e));
+  gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::AttentionProjection, phase);
+  ops.push_back(gemm(ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width, x.e));
+  ops.push_back(attention_core(x, phase));
+  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
+  ops.push_back(gemm(ComputeKind::QkvProjection, phase, x.tokens, 3 * attention_width, x.h, x.e));
+  reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::QkvProjection, phase);
+  ops.push_back(compute(ComputeKind::LayerNormAttention, phase, 3 * x.tokens_sp * x.h * x.e));
+  return ops;
+}
+
+// All ops (compute and collectives) of one layer in one phase, op granularity, for one micro-batch.
+std::vector<Op> layer_ops(const Scenario& s, int layer, Phase phase) {
+  const Shapes x(s);
+  std::vector<Op> ops;
+  switch (phase) {
+    case Phase::Forward: ops = layer_forward(x, Phase::Forward); break;
+    case Phase::Backward: ops = layer_backward(x); break;
+    case Phase::Recompute:
+      if (s.parallel.recompute == Recompute::Full) ops = layer_forward(x, Phase::Recompute);
+      if (s.parallel.recompute == Recompute::Selective) ops.push_back(attention_core(x, Phase::Recompute));
+      break;
+    case Phase::Optimizer: throw std::invalid_argument("layer_ops: a layer has no optimizer phase");
+  }
+  for (Op& op : ops) op.layer = layer;
+  return ops;
+}
+
+// `layer` granularity: one TransformerLayer compute op carrying the sum of the layer's compute, then its collectives
+// in their original order.
+std::vector<Op> fuse_layer(const std::vector<Op>& ops) {
+  if (ops.empty()) return ops;
+  Op fused = compute(ComputeKind::TransformerLayer, ops.front().phase, 0);
+  fused.layer = ops.front().layer;
+  std::vector<Op> out{fused};
+  for (const Op& op : ops) {
+    if (op.kind == OpKind::Compute) {
+      out.front().flops += op.flops;
+      out.front().bytes += op.bytes;
+    } else {
+      out.push_back(op);
+    }
+  }
+  return out;
+}
+
+std::vector<Op> embedding_forward(const Shapes& x) {
+  // Vocab-parallel lookup (rows outside this rank's shard give zeros) plus position embedding, then summed across TP.
+  std::vector<Op> ops{compute(ComputeKind::Embedding, Phase::Forward, 2 * x.tokens * x.h * x.e)};
+  reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::Embedding, Phase::Forward);
+  return ops;
+}
+
+std::vector<Op> embedding_backward(const Shapes& x) {
+  std::vector<Op> ops;
+  gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::Embedding, Phase::Backward);
+  ops.push_back(compute(ComputeKind::Embedding, Phase::Backward, 2 * x.tokens * x.h * x.e));
+  return ops;
+}
+
+std::vector<Op> head_forward(const Shapes& x) {
+  std::vector<Op> ops;
+  ops.push_back(compute(ComputeKind::FinalLayerNorm, Phase::Forward, 2 * x.tokens_sp * x.h * x.e));
+  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::LmHead, Phase::Forward);
+  ops.push_back(gemm(ComputeKind::LmHead, Phase::Forward, x.tokens, x.vocab_local, x.h, x.e));
+  // Cross-entropy in fp32 over the rank's vocabulary shard; one all-gather of (max, sum of exp, target logit) per
+  // token combines the shards.
+  ops.push_back(compute(ComputeKind::CrossEntropy, Phase::Forward, x.tokens * x.vocab_local * (x.e + 4)));
+  if (x.tensor_comm) {
+    ops.push_back(tensor_collective(CollectiveKind::AllGather, Payload::CrossEntropyStats, ComputeKind::CrossEntropy,
+                                    Phase::Forward, x.t * x.tokens * 3 * 4));
+  }
+  return ops;
+}
+
+std::vector<Op> head_backward(const Shapes& x) {
+  std::vector<Op> ops;
+  ops.push_back(compute(ComputeKind::CrossEntropy, Phase::Backward, x.tokens * x.vocab_local * (4 + x.e)));
+  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::LmHead, Phase::Backward);
+  ops.push_back(gemm(ComputeKind::LmHead, Phase::Backward, x.tokens, x.vocab_local, x.h, x.e));
+  reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::LmHead, Phase::Backward);
+  ops.push_back(compute(ComputeKind::FinalLayerNorm, Phase::Backward, 3 * x.tokens_sp * x.h * x.e));
+  return ops;
+}
+
+class StageBuilder {
+ public:
+  StageBuilder(const Scenario& s, Granularity granularity, const StageSchedule& schedule, int stage)
+      : s_(s), x_(s), granularity_(granularity), schedule_(schedule), stage_(stage) {
+    stages_ = static_cast<int>(s.parallel.pp);
+    chunks_ = static_cast<int>(s.parallel.virtual_stages);
+    virtual_stages_ = stages_ * chunks_;
+    layers_per_chunk_ = static_cast<int>(s.layers_per_chunk());
+    dp_ = static_cast<int>(s.parallel.dp);
+    // Gradients are reduced in fp32 for bf16 training (Megatron-LM sets accumulate_allreduce_grads_in_fp32 with
+    // --bf16), in the model dtype otherwise.
+    grad_reduce_bytes_ = s.model.dtype == DType::FP16 ? 2.0 : 4.0;
+    last_backward_.assign(chunks_, -1);
+    for (int i = 0; i < static_cast<int>(schedule.size()); ++i) {
+      if (schedule[i].pass == Pass::Backward) last_backward_[schedule[i].chunk] = i;
+    }
+  }
+
+  std::vector<Op> build() {
+    for (int i = 0; i < static_cast<int>(schedule_.size()); ++i) {
+      const PipelineStep& step = schedule_[i];
+      if (step.pass == Pass::Forward) {
+        forward_step(step);
+      } else {
+        backward_step(step, i == last_backward_[step.chunk]);
+      }
+    }
+    finish_iteration();
+    return std::move(ops_);
+  }
+
+ private:
+  int emit(Op op) {
+    ops_.push_back(std::move(op));
+    return static_cast<int>(ops_.size()) - 1;
+  }
+
+  // Appends a sequence of ops for one step; the first one waits for `wait_for` (a Recv) when given.
+  void emit_all(std::vector<Op> ops, const PipelineStep& step, int& wait_for) {
+    for (Op& op : ops) {
+      op.micro_batch = step.micro_batch;
+      op.chunk = step.chunk;
+      if (wait_for >= 0) {
+        op.deps.push_back(wait_for);
+        wait_for = -1;
+      }
+      emit(std::move(op));
+    }
+  }
+
+  void emit_layer(int layer, Phase phase, const PipelineStep& step, int& wait_for) {
+    std::vector<Op> ops = layer_ops(s_, layer, phase);
+    if (granularity_ == Granularity::Layer) ops = fuse_layer(ops);
+    emit_all(std::move(ops), step, wait_for);
+  }
+
+  int recv(const PipelineStep& step, int from_virtual_stage, Phase phase) {
+    Op op;
+    op.kind = OpKind::Recv;
+    op.stream = Stream::Pipeline;
+    op.phase = phase;
+    op.micro_batch = step.micro_batch;
+    op.chunk = step.chunk;
+    op.peer_stage = from_virtual_stage % stages_;
+    op.tag_virtual_stage = from_virtual_stage;
+    op.bytes = x_.tokens_sp * x_.h * x_.e;
+    return emit(std::move(op));
+  }
+
+  void send(const PipelineStep& step, int my_virtual_stage, int to_virtual_stage, Phase phase) {
+    Op op;
+    op.kind = OpKind::Send;
+    op.stream = Stream::Pipeline;
+    op.phase = phase;
+    op.micro_batch = step.micro_batch;
+    op.chunk = step.chunk;
+    op.peer_stage = to_virtual_stage % stages_;
+    op.tag_virtual_stage = my_virtual_stage;
+    op.bytes = x_.tokens_sp * x_.h * x_.e;
+    op.deps.push_back(static_cast<int>(ops_.size()) - 1);  // the op that produced the tensor
+    emit(std::move(op));
+  }
+
+  int first_layer(int chunk) const { return virtual_stage(stage_, chunk, stages_) * layers_per_chunk_; }
+
+  void forward_step(const PipelineStep& step) {
+    const int vs = virtual_stage(stage_, step.chunk, stages_);
+    int wait_for = vs > 0 ? recv(step, vs - 1, Phase::Forward) : -1;
+    if (vs == 0) emit_all(embedding_forward(x_), step, wait_for);
+    for (int layer = first_layer(step.chunk); layer < first_layer(step.chunk) + layers_per_chunk_; ++layer) {
+      emit_layer(layer, Phase::Forward, step, wait_for);
+    }
+    if (vs == virtual_stages_ - 1) {
+      emit_all(head_forward(x_), step, wait_for);
+    } else {
+      send(step, vs, vs + 1, Phase::Forward);
+    }
+  }
+
+  void backward_step(const PipelineStep& step, bool last_backward_of_chunk) {
+    const int vs = virtual_stage(stage_, step.chunk, stages_);
+    int wait_for = vs < virtual_stages_ - 1 ? recv(step, vs + 1, Phase::Backward) : -1;
+    if (vs == virtual_stages_ - 1) emit_all(head_backward(x_), step, wait_for);
+    for (int layer = first_layer(step.chunk) + layers_per_chunk_ - 1; layer >= first_layer(step.chunk); --layer) {
+      emit_layer(layer, Phase::Recompute, step, wait_for);
+      emit_layer(layer, Phase::Backward, step, wait_for);
+      if (last_backward_of_chunk) {
+        if (s_.parallel.dp_overlap) {
+          synchronize_layer_gradients(layer);
+        } else {
+          deferred_layers_.push_back(layer);
+        }
+      }
+    }
+    if (vs == 0) emit_all(embedding_backward(x_), step, wait_for);
+    if (vs > 0) send(step, vs, vs - 1, Phase::Backward);
+  }
+
+  Op gradient_op(CollectiveKind kind, Group group, Payload payload, ComputeKind what, double bytes, Stream stream) {
+    Op op;
+    op.kind = OpKind::Collective;
+    op.collective = kind;
+    op.group = group;
+    op.payload = payload;
+    op.what = what;
+    op.phase = payload == Payload::Parameters ? Phase::Optimizer : Phase::Backward;
+    op.stream = stream;
+    op.bytes = bytes;
+    return op;
+  }
+
+  // A bucket's gradients are final: sum the sequence-parallel replicated parameters across TP, then reduce across
+  // DP (all-reduce, or reduce-scatter under ZeRO-1).
+  void synchronize_bucket(int layer, ComputeKind what, double parameters, double sequence_parallel_parameters) {
+    const bool overlapped = s_.parallel.dp_overlap;
+    const Stream dp_stream = overlapped ? Stream::DataParallel : Stream::Compute;
+    if (x_.sequence_parallel && sequence_parallel_parameters > 0) {
+      Op op = gradient_op(CollectiveKind::AllReduce, Group::Tensor, Payload::LayerNormGrads, what,
+                          sequence_parallel_parameters * 4, Stream::Compute);
+      op.layer = layer;
+      emit(std::move(op));
+    }
+    if (dp_ > 1) {
+      const auto kind = s_.parallel.zero_stage >= 1 ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+      Op op = gradient_op(kind, Group::Data, Payload::Gradients, what, parameters * grad_reduce_bytes_, dp_stream);
+      op.layer = layer;
+      if (overlapped) op.deps.push_back(static_cast<int>(ops_.size()) - 1);
+      buckets_.push_back({layer, what, parameters, emit(std::move(op))});
+    } else {
+      buckets_.push_back({layer, what, parameters, -1});
+    }
+  }
+
+  void synchronize_layer_gradients(int layer) {
+    // Sequence-parallel replicated parameters: 2 layernorms (weight, bias) and the 2 row-parallel biases.
+    synchronize_bucket(layer, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_), 6 * x_.h);
+  }
+
+  void finish_iteration() {
+    for (int layer : deferred_layers_) synchronize_layer_gradients(layer);
+    const bool first = stage_ == 0, last = stage_ == stages_ - 1;
+    const double word_embedding_shard = d(s_.padded_vocab()) / x_.t * x_.h;
+    const bool tied_copy = s_.framework.tied_embeddings && stages_ > 1;
+    if (tied_copy && (first || last)) {
+      emit(gradient_op(CollectiveKind::AllReduce, Group::Embedding, Payload::EmbeddingGrads,
+                       first ? ComputeKind::Embedding : ComputeKind::LmHead, word_embedding_shard * grad_reduce_bytes_,
+                       Stream::Compute));
+    }
+    if (first) synchronize_bucket(-1, ComputeKind::Embedding, word_embedding_shard + d(s_.model.seq_len) * x_.h, 0);
+    if (last) {
+      const bool own_head = !s_.framework.tied_embeddings || stages_ > 1;
+      synchronize_bucket(-1, ComputeKind::LmHead, 2 * x_.h + (own_head ? word_embedding_shard : 0), 2 * x_.h);
+    }
+
+    // Gradient clipping needs the global norm: every rank contributes its partial sum of squares.
+    Op norm = gradient_op(CollectiveKind::AllReduce, Group::World, Payload::GradNormSquared,
+                          ComputeKind::OptimizerStep, 4, Stream::Compute);
+    for (const auto& bucket : buckets_) {
+      if (bucket.op >= 0 && ops_[bucket.op].stream != Stream::Compute) norm.deps.push_back(bucket.op);
+    }
+    emit(std::move(norm));
+
+    double local_parameters = 0;
+    for (const auto& bucket : buckets_) local_parameters += bucket.parameters;
+    const bool zero = s_.parallel.zero_stage >= 1 && dp_ > 1;
+    // AdamW with fp32 master weights touches per parameter: grad, master, m, v read (16 B), master, m, v written
+    // (12 B) and the model-dtype copy written (2 B).
+    const double optimizer_bytes_per_parameter = s_.model.dtype == DType::FP32 ? 28 : 30;
+    Op step = compute(ComputeKind::OptimizerStep, Phase::Optimizer,
+                      local_parameters / (zero ? dp_ : 1) * optimizer_bytes_per_parameter);
+    const int step_index = emit(std::move(step));
+
+    if (zero) {
+      const Stream stream = s_.parallel.dp_overlap ? Stream::DataParallel : Stream::Compute;
+      for (const auto& bucket : buckets_) {
+        Op op = gradient_op(CollectiveKind::AllGather, Group::Data, Payload::Parameters, bucket.what,
+                            bucket.parameters * x_.e, stream);
+        op.layer = bucket.layer;
+        op.deps.push_back(step_index);
+        emit(std::move(op));
+      }
+    }
+  }
+
+  struct Bucket {
+    int layer;
+    ComputeKind what;
+    double parameters;
+    int op;  // index of its DP reduction, -1 without DP
+  };
+
+  const Scenario& s_;
+  Shapes x_;
+  Granularity granularity_;
+  const StageSchedule& schedule_;
+  int stage_;
+  int stages_ = 1, chunks_ = 1, virtual_stages_ = 1, layers_per_chunk_ = 1, dp_ = 1;
+  double grad_reduce_bytes_ = 4;
+  std::vector<int> last_backward_;  // per chunk: index in the schedule of its last backward step
+  std::vector<int> deferred_layers_;
+  std::vector<Bucket> buckets_;
+  std::vector<Op> ops_;
+};
+
+template <typename Enum, std::size_t N>
+std::string_view lookup(const char* const (&names)[N], Enum value) {
+  const auto index = static_cast<std::size_t>(value);
+  return index < N ? names[index] : "?";
+}
+
+}  // namespace
+
+std::vector<Op> layer_compute_ops(const Scenario& scenario, int layer, Phase phase) {
+  std::vector<Op> ops = layer_ops(scenario, layer, phase);
+  std::erase_if(ops, [](const Op& op) { return op.kind != OpKind::Compute; });
+  return ops;
+}
+
+Program build_program(const Scenario& scenario, Granularity granularity) {
+  if (auto problems = validation_problems(scenario); !problems.empty()) throw ScenarioError(problems);
+  const auto& p = scenario.parallel;
+  Program program;
+  program.scenario = scenario;
+  program.granularity = granularity;
+  program.layout = RankLayout(static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp));
+  program.schedule = build_schedule(p.schedule, static_cast<int>(p.pp), static_cast<int>(p.micro_batches()),
+                                    static_cast<int>(p.virtual_stages));
+  program.stage_ops.reserve(p.pp);
+  for (int stage = 0; stage < p.pp; ++stage) {
+    program.stage_ops.push_back(StageBuilder(scenario, granularity, program.schedule[stage], stage).build());
+  }
+  return program;
+}
+
+P2PTag p2p_tag(const Op& op) { return P2PTag{op.micro_batch, op.tag_virtual_stage, op.phase}; }
+
+std::size_t Program::total_ops() const {
+  std::size_t total = 0;
+  for (const auto& ops : stage_ops) total += ops.size();
+  return total * static_cast<std::size_t>(layout.tp() * layout.dp());
+}
+
+double Program::total_flops() const {
+  double total = 0;
+  for (const auto& ops : stage_ops) {
+    for (const auto& op : ops) total += op.flops;
+  }
+  return total * layout.tp() * layout.dp();
+}
+
+std::string_view to_string(OpKind value) {
+  static const char* const names[] = {"compute", "collective", "send", "recv"};
+  return lookup(names, value);
+}
+std::string_view to_string(Phase value) {
+  static const char* const names[] = {"forward", "backward", "recompute", "optimizer"};
+  return lookup(names, value);
+}
+std::string_view to_string(Stream value) {
+  static const char* const names[] = {"compute", "data_parallel", "pipeline"};
+  return lookup(names, value);
+}
+std::string_view to_string(ComputeKind value) {
+  static const char* const names[] = {
+      "embedding", "layernorm_attention", "qkv_projection", "attention_core", "attention_projection",
+      "attention_residual", "layernorm_mlp", "mlp_up", "gelu", "mlp_down", "mlp_residual", "final_layernorm",
+      "lm_head", "cross_entropy", "transformer_layer", "optimizer_step"};
+  return lookup(names, value);
+}
+std::string_view to_string(CollectiveKind value) {
+  static const char* const names[] = {"all_reduce", "reduce_scatter", "all_gather"};
+  return lookup(names, value);
+}
+std::string_view to_string(Group value) {
+  static const char* const names[] = {"tensor", "data", "embedding", "world"};
+  return lookup(names, value);
+}
+std::string_view to_string(Payload value) {
+  static const char* const names[] = {"layer_output", "layer_input", "input_grad", "output_grad",
+                                      "cross_entropy_stats", "layernorm_grads", "embedding_grads", "gradients",
+                                      "parameters", "grad_norm_squared"};
+  return lookup(names, value);
+}
+std::string_view to_string(Granularity value) {
+  static const char* const names[] = {"op", "layer"};
+  return lookup(names, value);
+}
+std::string_view to_string(Pass value) {
+  static const char* const names[] = {"forward", "backward"};
+  return lookup(names, value);
+}
+
+}  // namespace twin::model

@@ -64,7 +64,8 @@ enum class Payload : std::uint8_t {
   InputGrad,         // backward: partial input gradient of a column-parallel GEMM (AR, or RS with SP)
   OutputGrad,        // sequence parallel backward: gather the sharded output gradient of a row-parallel GEMM
   CrossEntropyStats, // per token (local max, local sum of exp, target logit) from each vocab shard (AG)
-  LayerNormGrads,    // sequence parallel: layernorm weight gradients summed across TP
+  LayerNormGrads,    // sequence parallel: gradients of the parameters replicated across TP but applied to a
+                     // sequence shard (layernorm weights and biases, row-parallel biases) summed across TP
   EmbeddingGrads,    // tied embedding: word-embedding gradient summed between the first and last stage
   Gradients,         // DP gradient reduction of one bucket (AR, or RS under ZeRO-1)
   Parameters,        // ZeRO-1: updated parameter shards gathered across DP (AG)

@@ -1,1 +1,530 @@
-// under construction
+// Scenario loading: TOML -> overrides -> typed fields (every unknown key and wrong type reported) -> defaults ->
+// validation (every violated rule reported, naming field and values).
+#include "model/scenario.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/core.h>
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+namespace twin::model {
+namespace {
+
+std::string lowercase(std::string_view text) {
+  std::string out(text);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+template <typename Enum>
+struct EnumName {
+  Enum value;
+  const char* name;
+};
+
+constexpr EnumName<DType> kDTypes[] = {{DType::BF16, "bf16"}, {DType::FP16, "fp16"}, {DType::FP32, "fp32"}};
+constexpr EnumName<ScheduleKind> kSchedules[] = {
+    {ScheduleKind::GPipe, "gpipe"}, {ScheduleKind::OneFOneB, "1f1b"}, {ScheduleKind::Interleaved, "interleaved"}};
+constexpr EnumName<Recompute> kRecomputes[] = {
+    {Recompute::None, "none"}, {Recompute::Selective, "selective"}, {Recompute::Full, "full"}};
+constexpr EnumName<NodeKind> kNodes[] = {
+    {NodeKind::DgxA100, "dgx-a100"}, {NodeKind::DgxH100, "dgx-h100"}, {NodeKind::CpuHost, "cpu-host"}};
+constexpr EnumName<Framework> kFrameworks[] = {{Framework::Megatron, "megatron"}, {Framework::DeepSpeed, "deepspeed"}};
+
+template <typename Enum, std::size_t N>
+std::string_view name_of(const EnumName<Enum> (&table)[N], Enum value) {
+  for (const auto& entry : table)
+    if (entry.value == value) return entry.name;
+  return "?";
+}
+
+template <typename Enum, std::size_t N>
+std::string allowed_names(const EnumName<Enum> (&table)[N]) {
+  std::string out;
+  for (const auto& entry : table) out += (out.empty() ? "" : ", ") + std::string(entry.name);
+  return out;
+}
+
+// Reads one [section] of the document into typed fields, collecting problems instead of stopping at the first.
+class SectionReader {
+ public:
+  SectionReader(const toml::table* table, std::string section, std::string source, std::vector<std::string>& problems)
+      : table_(table), section_(std::move(section)), source_(std::move(source)), problems_(problems) {}
+
+  bool has(std::string_view key) const { return table_ && table_->contains(key); }
+
+  void integer(std::string_view key, std::int64_t& out) {
+    const toml::node* node = take(key);
+    if (!node) return;
+    if (auto value = node->value_exact<std::int64_t>()) {
+      out = *value;
+    } else {
+      problem(*node, key, fmt::format("expected an integer, got {}", describe(*node)));
+    }
+  }
+
+  void number(std::string_view key, double& out) {
+    const toml::node* node = take(key);
+    if (!node) return;
+    if (node->is_floating_point() || node->is_integer()) {
+      out = node->value<double>().value_or(0.0);
+    } else {
+      problem(*node, key, fmt::format("expected a number, got {}", describe(*node)));
+    }
+  }
+
+  void boolean(std::string_view key, bool& out) {
+    const toml::node* node = take(key);
+    if (!node) return;
+    if (auto value = node->value_exact<bool>()) {
+      out = *value;
+    } else {
+      problem(*node, key, fmt::format("expected true or false, got {}", describe(*node)));
+    }
+  }
+
+  void text(std::string_view key, std::string& out) {
+    const toml::node* node = take(key);
+    if (!node) return;
+    if (auto value = node->value_exact<std::string>()) {
+      out = *value;
+    } else {
+      problem(*node, key, fmt::format("expected a string, got {}", describe(*node)));
+    }
+  }
+
+  void unsigned_integer(std::string_view key, std::uint64_t& out) {
+    std::int64_t value = static_cast<std::int64_t>(out);
+    const bool present = has(key);
+    integer(key, value);
+    if (present && value < 0) {
+      problems_.push_back(fmt::format("{}: {}.{} must be >= 0, got {}", source_, section_, key, value));
+    }
+    out = static_cast<std::uint64_t>(value);
+  }
+
+  template <typename Enum, std::size_t N>
+  void choice(std::string_view key, Enum& out, const EnumName<Enum> (&table)[N]) {
+    const toml::node* node = take(key);
+    if (!node) return;
+    auto value = node->value_exact<std::string>();
+    if (!value) {
+      problem(*node, key, fmt::format("expected one of {} (a string), got {}", allowed_names(table), describe(*node)));
+      return;
+    }
+    for (const auto& entry : table) {
+      if (lowercase(*value) == entry.name) {
+        out = entry.value;
+        return;
+      }
+    }
+    problem(*node, key, fmt::format("unknown value \"{}\" (expected one of {})", *value, allowed_names(table)));
+  }
+
+  // Call after every known key was read: whatever is left is unknown.
+  void reject_unknown_keys() {
+    if (!table_) return;
+    for (auto&& [key, node] : *table_) {
+      if (read_.count(std::string(key.str()))) continue;
+      problem(node, key.str(), "unknown key");
+    }
+  }
+
+  // Marks keys that are valid but read elsewhere.
+  void expect(std::string_view key) { read_.insert(std::string(key)); }
+
+ private:
+  const toml::node* take(std::string_view key) {
+    read_.insert(std::string(key));
+    if (!table_) return nullptr;
+    return table_->get(key);
+  }
+
+  static std::string describe(const toml::node& node) {
+    std::ostringstream out;
+    if (node.is_string()) {
+      out << "the string \"" << *node.value<std::string>() << "\"";
+    } else if (node.is_table()) {
+      out << "a table";
+    } else if (node.is_array()) {
+      out << "an array";
+    } else {
+      node.visit([&out](auto&& value) {
+        if constexpr (toml::is_value<decltype(value)>) out << *value;
+      });
+    }
+    return out.str();
+  }
+
+  void problem(const toml::node& node, std::string_view key, const std::string& what) {
+    const auto& begin = node.source().begin;
+    if (begin.line > 0) {
+      problems_.push_back(fmt::format("{}:{}:{}: {}.{}: {}", source_, begin.line, begin.column, section_, key, what));
+    } else {
+      problems_.push_back(fmt::format("{} (--set {}.{}): {}.{}: {}", source_, section_, key, section_, key, what));
+    }
+  }
+
+  const toml::table* table_;
+  std::string section_;
+  std::string source_;
+  std::vector<std::string>& problems_;
+  std::set<std::string> read_;
+};
+
+const toml::table* section_table(const toml::table& root, std::string_view name, const std::string& source,
+                                 std::vector<std::string>& problems) {
+  const toml::node* node = root.get(name);
+  if (!node) return nullptr;
+  if (!node->is_table()) {
+    problems.push_back(fmt::format("{}: [{}] must be a table", source, name));
+    return nullptr;
+  }
+  return node->as_table();
+}
+
+void apply_override(toml::table& root, const Override& item, const std::string& source,
+                    std::vector<std::string>& problems) {
+  const auto dot = item.key.find('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == item.key.size()) {
+    problems.push_back(fmt::format("--set {}: expected SECTION.KEY=VALUE (e.g. parallel.pp=35)", item.key));
+    return;
+  }
+  const std::string section = item.key.substr(0, dot);
+  const std::string key = item.key.substr(dot + 1);
+  // A value that parses as TOML keeps its type (35, true, "x"); anything else is taken as a bare string (1f1b).
+  toml::table holder;
+  try {
+    holder = toml::parse("value = " + item.value);
+  } catch (const toml::parse_error&) {
+    holder = toml::table{{"value", item.value}};
+  }
+  toml::table* target = root[section].as_table();
+  if (!target) {
+    if (root.contains(section)) {
+      problems.push_back(fmt::format("{}: --set {}: [{}] is not a table", source, item.key, section));
+      return;
+    }
+    root.insert(section, toml::table{});
+    target = root[section].as_table();
+  }
+  target->insert_or_assign(key, *holder.get("value"));
+}
+
+}  // namespace
+
+int dtype_bytes(DType dtype) { return dtype == DType::FP32 ? 4 : 2; }
+std::string_view to_string(DType value) { return name_of(kDTypes, value); }
+std::string_view to_string(ScheduleKind value) { return name_of(kSchedules, value); }
+std::string_view to_string(Recompute value) { return name_of(kRecomputes, value); }
+std::string_view to_string(NodeKind value) { return name_of(kNodes, value); }
+std::string_view to_string(Framework value) { return name_of(kFrameworks, value); }
+
+int default_gpus_per_node(NodeKind node) {
+  switch (node) {
+    case NodeKind::DgxA100: return 8;  // DGX A100 user guide: 8x A100-SXM4
+    case NodeKind::DgxH100: return 8;  // DGX H100 user guide: 8x H100-SXM5
+    case NodeKind::CpuHost: return 1;  // one worker per host unless gpus_per_node says otherwise
+  }
+  return 1;
+}
+
+double gpu_memory_bytes(NodeKind node) {
+  constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+  switch (node) {
+    case NodeKind::DgxA100: return 80 * GiB;  // A100-SXM4-80GB: 81920 MiB (NVIDIA A100 datasheet)
+    case NodeKind::DgxH100: return 80 * GiB;  // H100-SXM5 80GB (NVIDIA H100 datasheet)
+    case NodeKind::CpuHost: return 16 * GiB;  // nominal worker budget; the CPU backend checks real allocations
+  }
+  return 0;
+}
+
+std::int64_t Scenario::padded_vocab() const {
+  const std::int64_t multiple = std::max<std::int64_t>(1, parallel.vocab_pad_multiple) * std::max<std::int64_t>(1, parallel.tp);
+  return (model.vocab + multiple - 1) / multiple * multiple;
+}
+
+ScenarioError::ScenarioError(std::vector<std::string> problems)
+    : std::runtime_error(problems.empty() ? std::string("invalid scenario") : problems.front()),
+      problems_(std::move(problems)) {}
+
+Override parse_override(std::string_view text) {
+  const auto equals = text.find('=');
+  if (equals == std::string_view::npos || equals == 0) {
+    throw ScenarioError({fmt::format("--set '{}': expected SECTION.KEY=VALUE (e.g. parallel.pp=35)", text)});
+  }
+  return Override{std::string(text.substr(0, equals)), std::string(text.substr(equals + 1))};
+}
+
+Scenario load_scenario(const std::filesystem::path& path, const std::vector<Override>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ScenarioError({fmt::format("{}: cannot open scenario file", path.string())});
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return parse_scenario(buffer.str(), path.string(), overrides);
+}
+
+Scenario parse_scenario(std::string_view toml_text, std::string_view source_name,
+                        const std::vector<Override>& overrides) {
+  const std::string source(source_name);
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& error) {
+    const auto& begin = error.source().begin;
+    throw ScenarioError({fmt::format("{}:{}:{}: malformed TOML: {}", source, begin.line, begin.column,
+                                     error.description())});
+  }
+
+  std::vector<std::string> problems;
+  for (const auto& item : overrides) apply_override(root, item, source, problems);
+  if (!problems.empty()) throw ScenarioError(problems);
+
+  for (auto&& [key, node] : root) {
+    static const std::set<std::string> kSections = {"model", "parallel", "cluster", "framework", "training"};
+    if (!kSections.count(std::string(key.str()))) {
+      const auto& begin = node.source().begin;
+      problems.push_back(fmt::format("{}:{}:{}: unknown section [{}] (expected model, parallel, cluster, framework, "
+                                     "training)", source, begin.line, begin.column, key.str()));
+    }
+  }
+
+  Scenario scenario;
+  scenario.source = source;
+
+  SectionReader model(section_table(root, "model", source, problems), "model", source, problems);
+  if (!root.contains("model")) problems.push_back(fmt::format("{}: the [model] section is required", source));
+  model.text("name", scenario.model.name);
+  model.integer("layers", scenario.model.layers);
+  model.integer("hidden", scenario.model.hidden);
+  model.integer("heads", scenario.model.heads);
+  model.integer("ffn_hidden", scenario.model.ffn_hidden);
+  model.integer("seq_len", scenario.model.seq_len);
+  model.integer("vocab", scenario.model.vocab);
+  model.choice("dtype", scenario.model.dtype, kDTypes);
+  model.reject_unknown_keys();
+
+  SectionReader cluster(section_table(root, "cluster", source, problems), "cluster", source, problems);
+  const bool cluster_size_given = cluster.has("nodes") || cluster.has("gpus_per_node");
+  cluster.integer("nodes", scenario.cluster.nodes);
+  cluster.choice("node", scenario.cluster.node, kNodes);
+  scenario.cluster.gpus_per_node = default_gpus_per_node(scenario.cluster.node);
+  cluster.integer("gpus_per_node", scenario.cluster.gpus_per_node);
+  cluster.reject_unknown_keys();
+
+  SectionReader parallel(section_table(root, "parallel", source, problems), "parallel", source, problems);
+  parallel.integer("tp", scenario.parallel.tp);
+  parallel.integer("pp", scenario.parallel.pp);
+  const bool dp_given = parallel.has("dp");
+  parallel.integer("dp", scenario.parallel.dp);
+  parallel.integer("micro_batch", scenario.parallel.micro_batch);
+  const bool global_batch_given = parallel.has("global_batch");
+  parallel.integer("global_batch", scenario.parallel.global_batch);
+  parallel.choice("schedule", scenario.parallel.schedule, kSchedules);
+  parallel.integer("virtual_stages", scenario.parallel.virtual_stages);
+  parallel.choice("recompute", scenario.parallel.recompute, kRecomputes);
+  parallel.boolean("sequence_parallel", scenario.parallel.sequence_parallel);
+  parallel.integer("zero_stage", scenario.parallel.zero_stage);
+  parallel.boolean("dp_overlap", scenario.parallel.dp_overlap);
+  parallel.integer("vocab_pad_multiple", scenario.parallel.vocab_pad_multiple);
+  parallel.reject_unknown_keys();
+
+  SectionReader framework(section_table(root, "framework", source, problems), "framework", source, problems);
+  framework.choice("name", scenario.framework.name, kFrameworks);
+  framework.boolean("tied_embeddings", scenario.framework.tied_embeddings);
+  framework.reject_unknown_keys();
+
+  SectionReader training(section_table(root, "training", source, problems), "training", source, problems);
+  training.unsigned_integer("seed", scenario.training.seed);
+  training.number("learning_rate", scenario.training.learning_rate);
+  scenario.training.min_learning_rate = scenario.training.learning_rate;
+  training.number("min_learning_rate", scenario.training.min_learning_rate);
+  training.integer("warmup_steps", scenario.training.warmup_steps);
+  training.integer("decay_steps", scenario.training.decay_steps);
+  training.number("weight_decay", scenario.training.weight_decay);
+  training.number("grad_clip", scenario.training.grad_clip);
+  training.number("adam_beta1", scenario.training.adam_beta1);
+  training.number("adam_beta2", scenario.training.adam_beta2);
+  training.number("adam_eps", scenario.training.adam_eps);
+  training.number("init_std", scenario.training.init_std);
+  training.reject_unknown_keys();
+
+  // Defaults that depend on other fields.
+  auto& p = scenario.parallel;
+  if (scenario.cluster.node == NodeKind::CpuHost && !cluster_size_given) {
+    // A CPU run has as many workers as the plan needs: one host, tp * pp * dp workers (dp defaults to 1).
+    scenario.cluster.nodes = 1;
+    scenario.cluster.gpus_per_node = std::max<std::int64_t>(1, p.tp * p.pp * p.dp);
+  } else if (!dp_given && p.tp > 0 && p.pp > 0) {
+    const std::int64_t gpus = scenario.cluster.total_gpus();
+    if (gpus > 0 && gpus % (p.tp * p.pp) != 0) {
+      problems.push_back(fmt::format(
+          "{}: parallel.dp: cannot derive dp: the cluster's {} GPUs ({} nodes x {}) are not a multiple of tp*pp = {}",
+          source, gpus, scenario.cluster.nodes, scenario.cluster.gpus_per_node, p.tp * p.pp));
+    } else {
+      p.dp = std::max<std::int64_t>(1, gpus / (p.tp * p.pp));
+    }
+  }
+  if (!global_batch_given) p.global_batch = p.dp * p.micro_batch;
+
+  if (!problems.empty()) throw ScenarioError(problems);
+  problems = validation_problems(scenario);
+  if (!problems.empty()) throw ScenarioError(problems);
+  return scenario;
+}
+
+std::vector<std::string> validation_problems(const Scenario& scenario) {
+  std::vector<std::string> problems;
+  const std::string& src = scenario.source;
+  auto require_positive = [&](std::string_view field, std::int64_t value) {
+    if (value <= 0) problems.push_back(fmt::format("{}: {} must be a positive integer, got {}", src, field, value));
+    return value > 0;
+  };
+  const auto& m = scenario.model;
+  const auto& p = scenario.parallel;
+  const auto& c = scenario.cluster;
+  const auto& t = scenario.training;
+
+  const bool layers_ok = require_positive("model.layers", m.layers);
+  const bool hidden_ok = require_positive("model.hidden", m.hidden);
+  const bool heads_ok = require_positive("model.heads", m.heads);
+  const bool seq_ok = require_positive("model.seq_len", m.seq_len);
+  require_positive("model.vocab", m.vocab);
+  if (m.ffn_hidden < 0) problems.push_back(fmt::format("{}: model.ffn_hidden must be positive, got {}", src, m.ffn_hidden));
+  const bool tp_ok = require_positive("parallel.tp", p.tp);
+  const bool pp_ok = require_positive("parallel.pp", p.pp);
+  const bool dp_ok = require_positive("parallel.dp", p.dp);
+  const bool mb_ok = require_positive("parallel.micro_batch", p.micro_batch);
+  const bool gb_ok = require_positive("parallel.global_batch", p.global_batch);
+  const bool v_ok = require_positive("parallel.virtual_stages", p.virtual_stages);
+  require_positive("parallel.vocab_pad_multiple", p.vocab_pad_multiple);
+  const bool nodes_ok = require_positive("cluster.nodes", c.nodes);
+  const bool gpn_ok = require_positive("cluster.gpus_per_node", c.gpus_per_node);
+
+  if (hidden_ok && heads_ok && m.hidden % m.heads != 0) {
+    problems.push_back(fmt::format("{}: model.hidden ({}) must be divisible by model.heads ({})", src, m.hidden, m.heads));
+  }
+  if (heads_ok && tp_ok && m.heads % p.tp != 0) {
+    problems.push_back(fmt::format("{}: model.heads ({}) must be divisible by parallel.tp ({}): each TP rank holds "
+                                   "whole attention heads", src, m.heads, p.tp));
+  }
+  if (hidden_ok && tp_ok && m.ffn_hidden >= 0 && scenario.ffn_hidden() % p.tp != 0) {
+    problems.push_back(fmt::format("{}: model.ffn_hidden ({}) must be divisible by parallel.tp ({})", src,
+                                   scenario.ffn_hidden(), p.tp));
+  }
+  if (layers_ok && pp_ok && v_ok && m.layers % (p.pp * p.virtual_stages) != 0) {
+    problems.push_back(fmt::format("{}: model.layers ({}) must be divisible by parallel.pp * parallel.virtual_stages "
+                                   "({} * {} = {})", src, m.layers, p.pp, p.virtual_stages, p.pp * p.virtual_stages));
+  }
+  if (dp_ok && mb_ok && gb_ok && p.global_batch % (p.dp * p.micro_batch) != 0) {
+    problems.push_back(fmt::format("{}: parallel.global_batch ({}) must be divisible by parallel.dp * "
+                                   "parallel.micro_batch ({} * {} = {})", src, p.global_batch, p.dp, p.micro_batch,
+                                   p.dp * p.micro_batch));
+  }
+  if (tp_ok && pp_ok && dp_ok && nodes_ok && gpn_ok && p.world_size() != c.total_gpus()) {
+    problems.push_back(fmt::format("{}: parallel.tp * parallel.pp * parallel.dp = {} * {} * {} = {} does not match the "
+                                   "cluster's {} GPUs (cluster.nodes {} x cluster.gpus_per_node {})", src, p.tp, p.pp,
+                                   p.dp, p.world_size(), c.total_gpus(), c.nodes, c.gpus_per_node));
+  }
+  if (v_ok && p.virtual_stages > 1 && p.schedule != ScheduleKind::Interleaved) {
+    problems.push_back(fmt::format("{}: parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\" (got "
+                                   "\"{}\")", src, p.virtual_stages, to_string(p.schedule)));
+  }
+  if (p.schedule == ScheduleKind::Interleaved) {
+    if (v_ok && p.virtual_stages < 2) {
+      problems.push_back(fmt::format("{}: parallel.schedule = \"interleaved\" needs parallel.virtual_stages >= 2, "
+                                     "got {}", src, p.virtual_stages));
+    }
+    if (pp_ok && p.pp < 2) {
+      problems.push_back(fmt::format("{}: parallel.schedule = \"interleaved\" needs parallel.pp >= 2, got {}", src, p.pp));
+    }
+    if (dp_ok && mb_ok && gb_ok && pp_ok && p.global_batch % (p.dp * p.micro_batch) == 0 &&
+        p.micro_batches() % p.pp != 0) {
+      problems.push_back(fmt::format("{}: the interleaved schedule runs micro-batches in groups of parallel.pp: "
+                                     "micro-batches per pipeline (global_batch / (dp * micro_batch) = {}) must be "
+                                     "divisible by parallel.pp ({})", src, p.micro_batches(), p.pp));
+    }
+  }
+  if (p.zero_stage != 0 && p.zero_stage != 1) {
+    problems.push_back(fmt::format("{}: parallel.zero_stage must be 0 or 1, got {}", src, p.zero_stage));
+  }
+  if (p.sequence_parallel && seq_ok && tp_ok && m.seq_len % p.tp != 0) {
+    problems.push_back(fmt::format("{}: parallel.sequence_parallel needs model.seq_len ({}) divisible by parallel.tp "
+                                   "({})", src, m.seq_len, p.tp));
+  }
+  if (!(t.learning_rate > 0)) {
+    problems.push_back(fmt::format("{}: training.learning_rate must be > 0, got {}", src, t.learning_rate));
+  }
+  if (t.min_learning_rate < 0 || t.min_learning_rate > t.learning_rate) {
+    problems.push_back(fmt::format("{}: training.min_learning_rate must be in [0, learning_rate = {}], got {}", src,
+                                   t.learning_rate, t.min_learning_rate));
+  }
+  if (t.warmup_steps < 0) problems.push_back(fmt::format("{}: training.warmup_steps must be >= 0, got {}", src, t.warmup_steps));
+  if (t.decay_steps < 0) problems.push_back(fmt::format("{}: training.decay_steps must be >= 0, got {}", src, t.decay_steps));
+  if (t.weight_decay < 0) problems.push_back(fmt::format("{}: training.weight_decay must be >= 0, got {}", src, t.weight_decay));
+  if (t.grad_clip < 0) problems.push_back(fmt::format("{}: training.grad_clip must be >= 0 (0 disables), got {}", src, t.grad_clip));
+  if (!(t.adam_beta1 >= 0 && t.adam_beta1 < 1)) {
+    problems.push_back(fmt::format("{}: training.adam_beta1 must be in [0, 1), got {}", src, t.adam_beta1));
+  }
+  if (!(t.adam_beta2 >= 0 && t.adam_beta2 < 1)) {
+    problems.push_back(fmt::format("{}: training.adam_beta2 must be in [0, 1), got {}", src, t.adam_beta2));
+  }
+  if (!(t.adam_eps > 0)) problems.push_back(fmt::format("{}: training.adam_eps must be > 0, got {}", src, t.adam_eps));
+  if (!(t.init_std > 0)) problems.push_back(fmt::format("{}: training.init_std must be > 0, got {}", src, t.init_std));
+  return problems;
+}
+
+std::string to_toml(const Scenario& s) {
+  std::string out;
+  auto line = [&out](std::string text) { out += text + "\n"; };
+  line("[model]");
+  line(fmt::format("name = \"{}\"", s.model.name));
+  line(fmt::format("layers = {}", s.model.layers));
+  line(fmt::format("hidden = {}", s.model.hidden));
+  line(fmt::format("heads = {}", s.model.heads));
+  line(fmt::format("ffn_hidden = {}", s.ffn_hidden()));
+  line(fmt::format("seq_len = {}", s.model.seq_len));
+  line(fmt::format("vocab = {}", s.model.vocab));
+  line(fmt::format("dtype = \"{}\"", to_string(s.model.dtype)));
+  line("\n[parallel]");
+  line(fmt::format("tp = {}", s.parallel.tp));
+  line(fmt::format("pp = {}", s.parallel.pp));
+  line(fmt::format("dp = {}", s.parallel.dp));
+  line(fmt::format("micro_batch = {}", s.parallel.micro_batch));
+  line(fmt::format("global_batch = {}", s.parallel.global_batch));
+  line(fmt::format("schedule = \"{}\"", to_string(s.parallel.schedule)));
+  line(fmt::format("virtual_stages = {}", s.parallel.virtual_stages));
+  line(fmt::format("recompute = \"{}\"", to_string(s.parallel.recompute)));
+  line(fmt::format("sequence_parallel = {}", s.parallel.sequence_parallel));
+  line(fmt::format("zero_stage = {}", s.parallel.zero_stage));
+  line(fmt::format("dp_overlap = {}", s.parallel.dp_overlap));
+  line(fmt::format("vocab_pad_multiple = {}", s.parallel.vocab_pad_multiple));
+  line("\n[cluster]");
+  line(fmt::format("nodes = {}", s.cluster.nodes));
+  line(fmt::format("node = \"{}\"", to_string(s.cluster.node)));
+  line(fmt::format("gpus_per_node = {}", s.cluster.gpus_per_node));
+  line("\n[framework]");
+  line(fmt::format("name = \"{}\"", to_string(s.framework.name)));
+  line(fmt::format("tied_embeddings = {}", s.framework.tied_embeddings));
+  line("\n[training]");
+  line(fmt::format("seed = {}", s.training.seed));
+  line(fmt::format("learning_rate = {:.17g}", s.training.learning_rate));
+  line(fmt::format("min_learning_rate = {:.17g}", s.training.min_learning_rate));
+  line(fmt::format("warmup_steps = {}", s.training.warmup_steps));
+  line(fmt::format("decay_steps = {}", s.training.decay_steps));
+  line(fmt::format("weight_decay = {:.17g}", s.training.weight_decay));
+  line(fmt::format("grad_clip = {:.17g}", s.training.grad_clip));
+  line(fmt::format("adam_beta1 = {:.17g}", s.training.adam_beta1));
+  line(fmt::format("adam_beta2 = {:.17g}", s.training.adam_beta2));
+  line(fmt::format("adam_eps = {:.17g}", s.training.adam_eps));
+  line(fmt::format("init_std = {:.17g}", s.training.init_std));
+  return out;
+}
+
+}  // namespace twin::model

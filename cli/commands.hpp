@@ -1,0 +1,39 @@
+// The `twin` command line: one file per subcommand, each registering itself on the CLI11 app.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "model/scenario.hpp"
+
+namespace twin::cli {
+
+// A mistake in what the user typed (flag, file, value): printed as one line, exit status 2.
+class UserError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The scenario a command works on: a TOML file or a name under scenarios/, with `--set key=value` overrides and
+// Megatron-style aliases (--tensor-model-parallel-size 8 is --set parallel.tp=8).
+struct ScenarioOptions {
+  std::string scenario = "mtnlg-530b";
+  std::vector<std::string> sets;
+  std::vector<model::Override> aliases;  // filled by the alias flags
+};
+void add_scenario_options(CLI::App& command, ScenarioOptions& options);
+model::Scenario load_scenario(const ScenarioOptions& options);
+// Resolves "mtnlg-530b" or "scenarios/x.toml" or "/abs/x.toml" to an existing file; throws UserError if none.
+std::string resolve_scenario_path(const std::string& name_or_path);
+
+// A file written atomically: a temporary beside it, then rename, so a reader never sees half of it.
+void write_file_atomically(const std::string& path, const std::string& contents);
+
+void register_graph_command(CLI::App& app);
+void register_sim_command(CLI::App& app);  // cli/sim_command.cpp, built when SimGrid is present
+void register_run_command(CLI::App& app);  // cli/run_command.cpp
+
+}  // namespace twin::cli

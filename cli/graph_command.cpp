@@ -1,0 +1,99 @@
+// twin graph SCENARIO: the Program as a readable summary, and as JSON with --json.
+#include <algorithm>
+#include <map>
+
+#include <fmt/core.h>
+
+#include "cli/commands.hpp"
+#include "model/formulas.hpp"
+#include "model/program.hpp"
+#include "model/program_json.hpp"
+
+namespace twin::cli {
+namespace {
+
+struct GraphOptions {
+  ScenarioOptions scenario;
+  std::string granularity = "op";
+  std::string json_path;
+};
+
+std::string gib(double bytes) {
+  constexpr double KiB = 1024.0, MiB = KiB * 1024, GiB = MiB * 1024;
+  if (bytes >= GiB) return fmt::format("{:.1f} GiB", bytes / GiB);
+  if (bytes >= MiB) return fmt::format("{:.1f} MiB", bytes / MiB);
+  return fmt::format("{:.1f} KiB", bytes / KiB);
+}
+
+std::string human_count(double value) {
+  if (value >= 1e12) return fmt::format("{:.2f} T", value / 1e12);
+  if (value >= 1e9) return fmt::format("{:.2f} B", value / 1e9);
+  if (value >= 1e6) return fmt::format("{:.2f} M", value / 1e6);
+  if (value >= 1e3) return fmt::format("{:.2f} K", value / 1e3);
+  return fmt::format("{:.0f}", value);
+}
+
+void print_summary(const model::Program& program) {
+  const model::Scenario& s = program.scenario;
+  const auto& p = s.parallel;
+  const auto params = model::count_parameters(s);
+  fmt::print("scenario      {} ({})\n", s.model.name, s.source);
+  fmt::print("model         {} layers, hidden {}, {} heads, ffn {}, seq {}, vocab {} (padded {}), {}\n",
+             s.model.layers, s.model.hidden, s.model.heads, s.ffn_hidden(), s.model.seq_len, s.model.vocab,
+             s.padded_vocab(), model::to_string(s.model.dtype));
+  fmt::print("parameters    {} ({:.0f})\n", human_count(params.total), params.total);
+  fmt::print("plan          tp {} x pp {} x dp {} = {} ranks on {} x {} ({} per node)\n", p.tp, p.pp, p.dp,
+             p.world_size(), s.cluster.nodes, model::to_string(s.cluster.node), s.cluster.gpus_per_node);
+  fmt::print("schedule      {}{}, {} micro-batches of {} per pipeline, recompute {}, sequence parallel {}, ZeRO-{}\n",
+             model::to_string(p.schedule),
+             p.virtual_stages > 1 ? fmt::format(" (v = {})", p.virtual_stages) : std::string(), p.micro_batches(),
+             p.micro_batch, model::to_string(p.recompute), p.sequence_parallel ? "on" : "off", p.zero_stage);
+  const double program_flops = program.total_flops();
+  const double narayanan = model::model_flops_per_iteration(s, p.recompute == model::Recompute::Full);
+  fmt::print("FLOPs/iter    {:.4e} in the Program's GEMMs; Narayanan's formula {:.4e} ({:+.3f}%)\n", program_flops,
+             narayanan, 100.0 * (program_flops / narayanan - 1.0));
+
+  std::size_t fewest = SIZE_MAX, most = 0;
+  for (int stage = 0; stage < program.stages(); ++stage) {
+    fewest = std::min(fewest, program.ops_per_rank(stage));
+    most = std::max(most, program.ops_per_rank(stage));
+  }
+  fmt::print("ops           {} per rank ({} granularity), {} in all\n",
+             fewest == most ? fmt::format("{}", most) : fmt::format("{} to {}", fewest, most),
+             model::to_string(program.granularity), program.total_ops());
+
+  const auto memory = model::estimate_memory(s);
+  fmt::print("\nmemory per GPU (capacity {}):\n", gib(memory.capacity_bytes));
+  fmt::print("  stage  params    weights   grads     optimizer activ.    in-flight  peak\n");
+  for (const auto& m : memory.stages) {
+    fmt::print("  {:>5}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>8}{}\n", m.stage, human_count(m.parameters),
+               gib(m.weights_bytes), gib(m.gradients_bytes), gib(m.optimizer_bytes), gib(m.activations_bytes),
+               m.in_flight_micro_batches, gib(m.peak_bytes), m.peak_bytes > memory.capacity_bytes ? "  > capacity" : "");
+  }
+  fmt::print("fits          {} (peak {} of {})\n", memory.fits ? "yes" : "NO", gib(memory.peak_bytes),
+             gib(memory.capacity_bytes));
+}
+
+}  // namespace
+
+void register_graph_command(CLI::App& app) {
+  auto options = std::make_shared<GraphOptions>();
+  CLI::App* command = app.add_subcommand("graph", "build the Program of a scenario and summarise it (ranks, ops, "
+                                                  "FLOPs, parameters, memory per GPU)");
+  add_scenario_options(*command, options->scenario);
+  command->add_option("--granularity", options->granularity, "op (every kernel) or layer (one op per layer and phase)")
+      ->check(CLI::IsMember({"op", "layer"}));
+  command->add_option("--json", options->json_path, "write the Program (per stage: schedule and ops) as JSON");
+  command->callback([options] {
+    const model::Scenario scenario = load_scenario(options->scenario);
+    const auto granularity = options->granularity == "layer" ? model::Granularity::Layer : model::Granularity::Op;
+    const model::Program program = model::build_program(scenario, granularity);
+    print_summary(program);
+    if (!options->json_path.empty()) {
+      write_file_atomically(options->json_path, model::program_to_json(program).dump(1) + "\n");
+      fmt::print("\nProgram written to {}\n", options->json_path);
+    }
+  });
+}
+
+}  // namespace twin::cli

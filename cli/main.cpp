@@ -1,0 +1,40 @@
+// twin: a digital twin of large-scale Transformer training.
+//   twin graph SCENARIO   the Program: ranks, ops, FLOPs, parameters, memory
+//   twin sim SCENARIO     simulate one iteration on a model of the cluster (SimGrid)
+//   twin run SCENARIO     train for real (CPU threads or MPI ranks; CUDA)
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include "cli/commands.hpp"
+#include "model/scenario.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"twin: a digital twin of large-scale Transformer training (simulate or run one shared Program)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "twin 0.1.0");
+  twin::cli::register_graph_command(app);
+#ifdef TWIN_HAVE_SIMGRID
+  twin::cli::register_sim_command(app);
+#endif
+#ifdef TWIN_HAVE_RUN_COMMAND
+  twin::cli::register_run_command(app);
+#endif
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  } catch (const twin::model::ScenarioError& error) {
+    for (const auto& problem : error.problems()) fmt::print(stderr, "twin: error: {}\n", problem);
+    return 2;
+  } catch (const twin::cli::UserError& error) {
+    fmt::print(stderr, "twin: error: {}\n", error.what());
+    return 2;
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "twin: internal error: {}\n", error.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,108 @@
+// Scenario selection shared by every subcommand: positional SCENARIO, --set overrides, Megatron-style aliases.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+#include <fmt/core.h>
+
+#include "cli/commands.hpp"
+
+namespace twin::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path scenario_dir() {
+  if (const char* dir = std::getenv("TWIN_SCENARIOS")) return dir;
+  return TWIN_SCENARIO_DIR;
+}
+
+// Megatron-LM's flag names for the keys a scenario shares with its arguments.
+struct Alias {
+  const char* flag;
+  const char* key;
+  const char* help;
+};
+constexpr Alias kAliases[] = {
+    {"--tensor-model-parallel-size", "parallel.tp", "alias of --set parallel.tp=N"},
+    {"--pipeline-model-parallel-size", "parallel.pp", "alias of --set parallel.pp=N"},
+    {"--data-parallel-size", "parallel.dp", "alias of --set parallel.dp=N"},
+    {"--micro-batch-size", "parallel.micro_batch", "alias of --set parallel.micro_batch=N"},
+    {"--global-batch-size", "parallel.global_batch", "alias of --set parallel.global_batch=N"},
+    {"--num-layers", "model.layers", "alias of --set model.layers=N"},
+    {"--hidden-size", "model.hidden", "alias of --set model.hidden=N"},
+    {"--num-attention-heads", "model.heads", "alias of --set model.heads=N"},
+    {"--ffn-hidden-size", "model.ffn_hidden", "alias of --set model.ffn_hidden=N"},
+    {"--seq-length", "model.seq_len", "alias of --set model.seq_len=N"},
+    {"--nodes", "cluster.nodes", "alias of --set cluster.nodes=N"},
+};
+
+}  // namespace
+
+void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
+  command.add_option("scenario", options.scenario,
+                     "scenario TOML file, or a name under scenarios/ (default: mtnlg-530b)");
+  command.add_option("--set", options.sets, "override a scenario key, e.g. --set parallel.pp=35 (repeatable)")
+      ->type_name("KEY=VALUE");
+  for (const Alias& alias : kAliases) {
+    command.add_option_function<long long>(
+               alias.flag,
+               [&options, key = std::string(alias.key)](const long long& value) {
+                 options.aliases.push_back({key, std::to_string(value)});
+               },
+               alias.help)
+        ->type_name("N")
+        ->group("Megatron-style aliases");
+  }
+  command.add_option_function<std::string>(
+             "--recompute",
+             [&options](const std::string& value) { options.aliases.push_back({"parallel.recompute", value}); },
+             "alias of --set parallel.recompute=none|selective|full")
+      ->group("Megatron-style aliases");
+  command.add_option_function<long long>(
+             "--virtual-stages",
+             [&options](const long long& value) {
+               options.aliases.push_back({"parallel.virtual_stages", std::to_string(value)});
+               options.aliases.push_back({"parallel.schedule", "interleaved"});
+             },
+             "model chunks per stage; selects the interleaved schedule")
+      ->type_name("N")
+      ->group("Megatron-style aliases");
+}
+
+std::string resolve_scenario_path(const std::string& name_or_path) {
+  std::error_code ignored;
+  if (fs::is_regular_file(name_or_path, ignored)) return name_or_path;
+  const fs::path dir = scenario_dir();
+  for (const fs::path& candidate : {dir / name_or_path, dir / (name_or_path + ".toml"),
+                                   dir / "published" / name_or_path, dir / "published" / (name_or_path + ".toml")}) {
+    if (fs::is_regular_file(candidate, ignored)) return candidate.string();
+  }
+  throw UserError(fmt::format("scenario '{}': no such file, and no {}.toml under {}", name_or_path, name_or_path,
+                              dir.string()));
+}
+
+model::Scenario load_scenario(const ScenarioOptions& options) {
+  std::vector<model::Override> overrides;
+  for (const auto& text : options.sets) overrides.push_back(model::parse_override(text));
+  overrides.insert(overrides.end(), options.aliases.begin(), options.aliases.end());
+  return model::load_scenario(resolve_scenario_path(options.scenario), overrides);
+}
+
+void write_file_atomically(const std::string& path, const std::string& contents) {
+  const fs::path target(path);
+  const fs::path temporary = target.string() + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) throw UserError(fmt::format("cannot write '{}'", temporary.string()));
+    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+    out.flush();
+    if (!out) throw UserError(fmt::format("writing '{}' failed (disk full?)", temporary.string()));
+  }
+  std::error_code error;
+  fs::rename(temporary, target, error);
+  if (error) throw UserError(fmt::format("cannot rename '{}' to '{}': {}", temporary.string(), path, error.message()));
+}
+
+}  // namespace twin::cli
