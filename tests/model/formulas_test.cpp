@@ -1,1 +1,93 @@
 #include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/formulas.hpp"
+#include "test_scenarios.hpp"
+
+namespace twin::model {
+namespace {
+
+using testing::make_scenario;
+
+Scenario mtnlg() { return load_scenario(testing::source_dir() + "/scenarios/mtnlg-530b.toml"); }
+Scenario gpt3() { return load_scenario(testing::source_dir() + "/scenarios/gpt3-175b.toml"); }
+
+TEST(Formulas, ParameterCountsOfPublishedModels) {
+  EXPECT_NEAR(count_parameters(mtnlg()).total / 530e9, 1.0, 0.01);
+  EXPECT_NEAR(count_parameters(gpt3()).total / 175e9, 1.0, 0.01);
+  // 12 h^2 + 13 h per layer with f = 4h.
+  const Scenario s = make_scenario(2, 64, 4, 32, 100, 1, 1, 1, 1, 1);
+  EXPECT_DOUBLE_EQ(count_parameters(s).per_layer, 12.0 * 64 * 64 + 13 * 64);
+}
+
+TEST(Formulas, StageParametersAddUpToTheModel) {
+  Scenario s = make_scenario(8, 64, 4, 32, 256, 1, 1, 1, 1, 1);
+  EXPECT_DOUBLE_EQ(parameters_per_gpu(s, 0), count_parameters(s).total);
+  s = make_scenario(8, 64, 4, 32, 256, 1, 4, 1, 1, 4);
+  double sum = 0;
+  for (int stage = 0; stage < 4; ++stage) sum += parameters_per_gpu(s, stage);
+  // The last stage holds a copy of the tied word embedding.
+  EXPECT_DOUBLE_EQ(sum, count_parameters(s).total + 256.0 * 64);
+}
+
+TEST(Formulas, NarayananFlopsClosedForm) {
+  const Scenario s = mtnlg();
+  const double B = 1920, seq = 2048, l = 105, h = 20480, V = 51200;
+  const double with = 96 * B * seq * l * h * h * (1 + seq / (6 * h) + V / (16 * l * h));
+  const double without = 72 * B * seq * l * h * h * (1 + seq / (6 * h) + V / (12 * l * h));
+  EXPECT_NEAR(model_flops_per_iteration(s, true) / with, 1.0, 1e-12);
+  EXPECT_NEAR(model_flops_per_iteration(s, false) / without, 1.0, 1e-12);
+  EXPECT_DOUBLE_EQ(reported_flops_per_iteration(s), model_flops_per_iteration(s, true));
+  // 60.1 s on 2240 GPUs is the published 126 TFLOP/s per GPU.
+  EXPECT_NEAR(reported_flops_per_iteration(s) / (60.1 * 2240) / 1e12, 126, 1.0);
+}
+
+TEST(Formulas, TwentyBytesOfModelStatePerParameter) {
+  Scenario s = mtnlg();
+  s.parallel.zero_stage = 0;
+  const auto memory = estimate_memory(s);
+  const auto& stage = memory.stages[3];
+  EXPECT_DOUBLE_EQ((stage.weights_bytes + stage.gradients_bytes + stage.optimizer_bytes) / stage.parameters, 20.0);
+  s.parallel.zero_stage = 1;  // the 12 optimizer bytes shard across dp = 8
+  const auto& sharded = estimate_memory(s).stages[3];
+  EXPECT_DOUBLE_EQ((sharded.weights_bytes + sharded.gradients_bytes + sharded.optimizer_bytes) / sharded.parameters,
+                   8.0 + 12.0 / 8);
+}
+
+TEST(Formulas, KorthikantiActivationsPerLayer) {
+  Scenario s = mtnlg();  // s = 2048, b = 1, h = 20480, a = 128, t = 8
+  const double sbh = 2048.0 * 20480;
+  s.parallel.recompute = Recompute::None;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(s), sbh * (10 + 24.0 / 8 + 5.0 * 128 * 2048 / (20480 * 8)));
+  s.parallel.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(s), sbh * (34 + 5.0 * 128 * 2048 / 20480) / 8);
+  s.parallel.recompute = Recompute::Selective;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(s), sbh * 34 / 8);
+  s.parallel.recompute = Recompute::Full;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(s), 2 * sbh / 8);
+  s.parallel.sequence_parallel = false;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(s), 2 * sbh);
+}
+
+TEST(Formulas, InFlightMicroBatchesFollowTheSchedule) {
+  const auto memory = estimate_memory(mtnlg());
+  EXPECT_EQ(memory.stages.front().in_flight_micro_batches, 35);
+  EXPECT_EQ(memory.stages.back().in_flight_micro_batches, 1);
+  EXPECT_GT(memory.stages.front().activations_bytes, memory.stages[10].activations_bytes);
+  EXPECT_TRUE(memory.fits);
+}
+
+TEST(Formulas, AModelTooBigForItsGpusDoesNotFit) {
+  Scenario s = gpt3();
+  s.parallel.pp = 1;
+  s.parallel.dp = 1;
+  s.parallel.global_batch = 8;
+  s.cluster.nodes = 1;
+  const auto memory = estimate_memory(s);
+  EXPECT_FALSE(memory.fits);
+  EXPECT_GT(memory.peak_bytes, 20.0 * 174e9 / 8);  // 20 bytes per parameter over 8 GPUs alone
+}
+
+}  // namespace
+}  // namespace twin::model

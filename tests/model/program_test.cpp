@@ -1,1 +1,240 @@
 #include <gtest/gtest.h>
+
+#include <map>
+#include <tuple>
+
+#include "model/formulas.hpp"
+#include "model/program.hpp"
+#include "test_scenarios.hpp"
+
+namespace twin::model {
+namespace {
+
+using testing::make_scenario;
+
+struct Shape {
+  const char* name;
+  Scenario scenario;
+};
+
+Scenario with(Scenario s, ScheduleKind schedule, int chunks, bool sequence_parallel, int zero, bool overlap) {
+  s.parallel.schedule = schedule;
+  s.parallel.virtual_stages = chunks;
+  s.parallel.sequence_parallel = sequence_parallel;
+  s.parallel.zero_stage = zero;
+  s.parallel.dp_overlap = overlap;
+  return s;
+}
+
+// MT-NLG and five other shapes and plans (every schedule, SP, ZeRO-1, DP overlap, TP and PP of 1 and more).
+std::vector<Shape> shapes() {
+  const std::string dir = testing::source_dir() + "/scenarios/";
+  return {
+      {"mtnlg_530b", load_scenario(dir + "mtnlg-530b.toml")},
+      {"gpt3_175b", load_scenario(dir + "gpt3-175b.toml")},
+      {"gpt_1_3b", make_scenario(24, 2048, 16, 2048, 50257, 2, 2, 4, 2, 64)},
+      {"megatron_8_3b_interleaved",
+       with(make_scenario(72, 3072, 32, 1024, 50257, 8, 3, 2, 4, 96), ScheduleKind::Interleaved, 2, false, 0, true)},
+      {"tiny_sp_zero", with(make_scenario(8, 128, 4, 64, 256, 2, 2, 2, 2, 16), ScheduleKind::OneFOneB, 1, true, 1, true)},
+      {"gpt_39b_gpipe", with(make_scenario(48, 8192, 64, 2048, 51200, 8, 4, 2, 1, 64), ScheduleKind::GPipe, 1, false, 1,
+                             false)},
+      {"single_rank", make_scenario(4, 64, 4, 32, 300, 1, 1, 1, 2, 6)},
+  };
+}
+
+Scenario recompute(Scenario s, Recompute mode) {
+  s.parallel.recompute = mode;
+  return s;
+}
+
+double narayanan_closed_form(const Scenario& s, bool with_recompute) {
+  const double B = s.parallel.global_batch, seq = s.model.seq_len, l = s.model.layers, h = s.model.hidden;
+  const double V = s.padded_vocab();
+  return with_recompute ? 96 * B * seq * l * h * h * (1 + seq / (6 * h) + V / (16 * l * h))
+                        : 72 * B * seq * l * h * h * (1 + seq / (6 * h) + V / (12 * l * h));
+}
+
+void PrintTo(const Shape& shape, std::ostream* out) { *out << shape.name; }
+
+class EveryShape : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(EveryShape, GemmFlopsMatchNarayanan) {
+  const Scenario s = GetParam().scenario;
+  const double full = build_program(recompute(s, Recompute::Full), Granularity::Layer).total_flops();
+  const double none = build_program(recompute(s, Recompute::None), Granularity::Layer).total_flops();
+  EXPECT_NEAR(full / narayanan_closed_form(s, true), 1.0, 1e-3);
+  EXPECT_NEAR(none / narayanan_closed_form(s, false), 1.0, 1e-3);
+}
+
+TEST_P(EveryShape, SelectiveRecomputeAddsTheAttentionCoreForwardOnce) {
+  const Scenario s = GetParam().scenario;
+  const double none = build_program(recompute(s, Recompute::None), Granularity::Layer).total_flops();
+  const double selective = build_program(recompute(s, Recompute::Selective), Granularity::Layer).total_flops();
+  const double attention_forward = 4.0 * s.parallel.global_batch * s.model.seq_len * s.model.seq_len *
+                                   s.model.hidden * s.model.layers;  // Q K^T and P V: 2 * 2 b s^2 h per layer
+  EXPECT_NEAR((selective - none) / attention_forward, 1.0, 1e-9);
+}
+
+struct Totals {
+  double flops = 0, compute_bytes = 0, collective_bytes = 0, p2p_bytes = 0;
+  std::map<std::tuple<int, int, int>, int> collectives;  // (kind, group, payload) -> count
+};
+
+Totals totals(const Program& program) {
+  Totals t;
+  for (const auto& ops : program.stage_ops) {
+    for (const auto& op : ops) {
+      if (op.kind == OpKind::Compute) {
+        t.flops += op.flops;
+        t.compute_bytes += op.bytes;
+      } else if (op.kind == OpKind::Collective) {
+        t.collective_bytes += op.bytes;
+        ++t.collectives[{static_cast<int>(op.collective), static_cast<int>(op.group), static_cast<int>(op.payload)}];
+      } else {
+        t.p2p_bytes += op.bytes;
+      }
+    }
+  }
+  return t;
+}
+
+TEST_P(EveryShape, OpAndLayerGranularityCarryTheSameWork) {
+  const Scenario s = GetParam().scenario;
+  for (auto mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    const Totals op = totals(build_program(recompute(s, mode), Granularity::Op));
+    const Totals layer = totals(build_program(recompute(s, mode), Granularity::Layer));
+    EXPECT_NEAR(op.flops / layer.flops, 1.0, 1e-12);
+    EXPECT_NEAR(op.compute_bytes / layer.compute_bytes, 1.0, 1e-12);
+    EXPECT_DOUBLE_EQ(op.collective_bytes, layer.collective_bytes);
+    EXPECT_DOUBLE_EQ(op.p2p_bytes, layer.p2p_bytes);
+    EXPECT_EQ(op.collectives, layer.collectives);
+  }
+}
+
+TEST_P(EveryShape, EverySendHasExactlyOneMatchingRecvOfTheSameSize) {
+  const Program program = build_program(GetParam().scenario, Granularity::Layer);
+  // (from stage, to stage, micro-batch, sender virtual stage, phase) -> bytes
+  using Key = std::tuple<int, int, int, int, int>;
+  std::map<Key, double> sends, recvs;
+  for (int stage = 0; stage < program.stages(); ++stage) {
+    for (const auto& op : program.stage_ops[stage]) {
+      if (op.kind != OpKind::Send && op.kind != OpKind::Recv) continue;
+      EXPECT_NE(op.peer_stage, stage);
+      const bool send = op.kind == OpKind::Send;
+      const Key key{send ? stage : op.peer_stage, send ? op.peer_stage : stage, op.micro_batch, op.tag_virtual_stage,
+                    static_cast<int>(op.phase)};
+      auto& side = send ? sends : recvs;
+      EXPECT_TRUE(side.emplace(key, op.bytes).second) << "duplicate P2P tag";
+    }
+  }
+  EXPECT_EQ(sends, recvs);
+  const auto& p = GetParam().scenario.parallel;
+  const std::size_t boundaries = p.pp * p.virtual_stages - 1;
+  EXPECT_EQ(sends.size(), 2 * boundaries * p.micro_batches());  // activation forward, gradient backward
+}
+
+TEST_P(EveryShape, DependenciesPointBackwardsAndTheStepEndsTheIteration) {
+  const Program program = build_program(GetParam().scenario, Granularity::Layer);
+  for (const auto& ops : program.stage_ops) {
+    int optimizer_steps = 0;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      for (int dep : ops[i].deps) {
+        EXPECT_GE(dep, 0);
+        EXPECT_LT(static_cast<std::size_t>(dep), i);
+      }
+      if (ops[i].kind == OpKind::Compute && ops[i].what == ComputeKind::OptimizerStep) ++optimizer_steps;
+    }
+    EXPECT_EQ(optimizer_steps, 1);
+  }
+}
+
+TEST(Program, TensorParallelCollectivesPerLayer) {
+  Scenario s = make_scenario(2, 128, 4, 64, 256, 2, 1, 1, 1, 1);
+  auto count = [](const std::vector<Op>& ops, CollectiveKind kind, Phase phase) {
+    int n = 0;
+    for (const auto& op : ops) n += op.kind == OpKind::Collective && op.collective == kind && op.phase == phase;
+    return n;
+  };
+  const auto plain = layer_compute_ops(s, 0, Phase::Forward);
+  EXPECT_EQ(plain.size(), 10u);  // 2 LN, 4 GEMMs, attention core, GELU, 2 residuals
+  const Program program = build_program(s);
+  const auto& ops = program.stage_ops[0];
+  // Forward: 2 all-reduces per layer plus the embedding's; backward: 2 per layer plus the LM head's.
+  EXPECT_EQ(count(ops, CollectiveKind::AllReduce, Phase::Forward), 2 * 2 + 1);
+  EXPECT_EQ(count(ops, CollectiveKind::AllReduce, Phase::Backward), 2 * 2 + 1 + 1);  // + the gradient norm
+  s.parallel.sequence_parallel = true;
+  const Program sp_program = build_program(s);
+  const auto& sp = sp_program.stage_ops[0];
+  EXPECT_EQ(count(sp, CollectiveKind::AllReduce, Phase::Forward), 0);
+  EXPECT_EQ(count(sp, CollectiveKind::ReduceScatter, Phase::Forward), 2 * 2 + 1);
+  EXPECT_EQ(count(sp, CollectiveKind::AllGather, Phase::Forward), 2 * 2 + 1 + 1);  // + LM head input, CE stats
+}
+
+TEST(Program, NoTensorCollectivesWithoutTensorParallelism) {
+  const Program program = build_program(make_scenario(4, 64, 4, 32, 256, 1, 2, 1, 1, 4));
+  for (const auto& ops : program.stage_ops) {
+    for (const auto& op : ops) {
+      if (op.kind == OpKind::Collective) {
+        EXPECT_NE(op.group, Group::Tensor) << to_string(op.payload);
+      }
+    }
+  }
+}
+
+TEST(Program, DataParallelReductionFollowsZeroAndOverlap) {
+  Scenario s = make_scenario(4, 64, 4, 32, 256, 1, 2, 2, 1, 4);
+  auto dp_ops = [](const Program& program, int stage) {
+    std::vector<Op> out;
+    for (const auto& op : program.stage_ops[stage]) {
+      if (op.kind == OpKind::Collective && op.group == Group::Data) out.push_back(op);
+    }
+    return out;
+  };
+  const auto plain = dp_ops(build_program(s), 0);
+  ASSERT_EQ(plain.size(), 3u);  // two layers and the embedding
+  for (const auto& op : plain) {
+    EXPECT_EQ(op.collective, CollectiveKind::AllReduce);
+    EXPECT_EQ(op.stream, Stream::Compute);
+  }
+  s.parallel.zero_stage = 1;
+  s.parallel.dp_overlap = true;
+  const auto zero = dp_ops(build_program(s), 0);
+  ASSERT_EQ(zero.size(), 6u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(zero[i].collective, CollectiveKind::ReduceScatter);
+    EXPECT_EQ(zero[i].stream, Stream::DataParallel);
+    EXPECT_EQ(zero[i + 3].collective, CollectiveKind::AllGather);
+    EXPECT_EQ(zero[i + 3].payload, Payload::Parameters);
+  }
+  EXPECT_DOUBLE_EQ(zero[0].bytes, 4 * layer_parameters_per_gpu(s));  // fp32 gradients
+  EXPECT_TRUE(dp_ops(build_program(make_scenario(4, 64, 4, 32, 256, 1, 2, 1, 1, 4)), 0).empty());
+}
+
+TEST(Program, TiedEmbeddingGradientsMeetBetweenFirstAndLastStage) {
+  const Program program = build_program(make_scenario(4, 64, 4, 32, 256, 1, 4, 1, 1, 4));
+  for (int stage = 0; stage < 4; ++stage) {
+    int embedding_reductions = 0;
+    for (const auto& op : program.stage_ops[stage]) {
+      embedding_reductions += op.kind == OpKind::Collective && op.group == Group::Embedding;
+    }
+    EXPECT_EQ(embedding_reductions, stage == 0 || stage == 3 ? 1 : 0) << "stage " << stage;
+  }
+}
+
+TEST(Program, RankLayoutIsMegatronsOrder) {
+  const RankLayout layout(8, 35, 8);
+  EXPECT_EQ(layout.rank_of({1, 2, 3}), 3 + 8 * (1 + 8 * 2));
+  EXPECT_EQ(layout.coord_of(layout.rank_of({5, 34, 7})), (RankCoord{5, 34, 7}));
+  const auto tensor = layout.group_members(Group::Tensor, 19);
+  EXPECT_EQ(tensor, (std::vector<int>{16, 17, 18, 19, 20, 21, 22, 23}));  // one node
+  const auto data = layout.group_members(Group::Data, 3);
+  EXPECT_EQ(data.front(), 3);
+  EXPECT_EQ(data[1], 11);  // the next node
+  EXPECT_EQ(layout.group_members(Group::Embedding, 3), (std::vector<int>{3, 3 + 8 * 8 * 34}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, EveryShape, ::testing::ValuesIn(shapes()),
+                         [](const ::testing::TestParamInfo<Shape>& shape_info) { return std::string(shape_info.param.name); });
+
+}  // namespace
+}  // namespace twin::model

@@ -1,1 +1,196 @@
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "model/scenario.hpp"
+#include "test_scenarios.hpp"
+
+namespace twin::model {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr const char* kValid = R"(
+[model]
+name = "small"
+layers = 8
+hidden = 256
+heads = 8
+seq_len = 128
+vocab = 1000
+
+[parallel]
+tp = 2
+pp = 2
+micro_batch = 2
+global_batch = 16
+
+[cluster]
+nodes = 1
+node = "dgx-a100"
+)";
+
+// The problems a scenario text yields (none when it loads).
+std::vector<std::string> problems_of(const std::string& text, const std::vector<Override>& overrides = {}) {
+  try {
+    parse_scenario(text, "case.toml", overrides);
+  } catch (const ScenarioError& error) {
+    return error.problems();
+  }
+  return {};
+}
+
+std::string joined_problems(const std::string& text, const std::vector<Override>& overrides = {}) {
+  std::string out;
+  for (const auto& problem : problems_of(text, overrides)) out += problem + "\n";
+  return out;
+}
+
+std::string replace(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+TEST(Scenario, LoadsAValidTextAndDerivesDefaults) {
+  const Scenario s = parse_scenario(kValid, "case.toml");
+  EXPECT_EQ(s.model.name, "small");
+  EXPECT_EQ(s.ffn_hidden(), 4 * 256);
+  EXPECT_EQ(s.parallel.dp, 2);  // 8 GPUs / (tp 2 * pp 2)
+  EXPECT_EQ(s.parallel.micro_batches(), 4);
+  EXPECT_EQ(s.padded_vocab(), 1024);  // multiple of 128 * tp = 256
+  EXPECT_EQ(s.model.dtype, DType::BF16);
+  EXPECT_EQ(s.parallel.schedule, ScheduleKind::OneFOneB);
+}
+
+TEST(Scenario, ShippedScenariosLoad) {
+  const std::string dir = testing::source_dir() + "/scenarios/";
+  const Scenario mtnlg = load_scenario(dir + "mtnlg-530b.toml");
+  EXPECT_EQ(mtnlg.parallel.tp, 8);
+  EXPECT_EQ(mtnlg.parallel.pp, 35);
+  EXPECT_EQ(mtnlg.parallel.dp, 8);  // 280 nodes * 8 / 280
+  EXPECT_EQ(mtnlg.parallel.micro_batches(), 240);
+  EXPECT_EQ(mtnlg.padded_vocab(), 51200);
+  const Scenario gpt3 = load_scenario(dir + "gpt3-175b.toml");
+  EXPECT_EQ(gpt3.parallel.dp, 16);
+  const Scenario tiny = load_scenario(dir + "gpt-tiny.toml");
+  EXPECT_EQ(tiny.cluster.total_gpus(), 1);
+  EXPECT_EQ(tiny.model.dtype, DType::FP32);
+}
+
+TEST(Scenario, OverridesChangeTheDerivedPlan) {
+  const std::string dir = testing::source_dir() + "/scenarios/";
+  const Scenario s = load_scenario(dir + "mtnlg-530b.toml", {parse_override("cluster.nodes=420")});
+  EXPECT_EQ(s.parallel.dp, 12);
+  EXPECT_EQ(s.parallel.micro_batches(), 160);
+  // Bare words are strings; TOML values keep their type.
+  const Scenario t = load_scenario(dir + "gpt-tiny.toml", {parse_override("parallel.tp=2"),
+                                                           parse_override("parallel.pp=2"),
+                                                           parse_override("parallel.schedule=gpipe"),
+                                                           parse_override("parallel.sequence_parallel=true")});
+  EXPECT_EQ(t.parallel.schedule, ScheduleKind::GPipe);
+  EXPECT_TRUE(t.parallel.sequence_parallel);
+  EXPECT_EQ(t.cluster.total_gpus(), 4);  // a cpu-host cluster follows the plan
+}
+
+TEST(Scenario, TomlRoundTrips) {
+  Scenario s = parse_scenario(kValid, "case.toml", {parse_override("parallel.recompute=selective")});
+  const Scenario again = parse_scenario(to_toml(s), "again.toml");
+  EXPECT_EQ(to_toml(again), to_toml(s));
+  EXPECT_EQ(again.parallel.recompute, Recompute::Selective);
+}
+
+struct InvalidCase {
+  const char* name;
+  std::string text;
+  std::vector<Override> overrides;
+  const char* message;
+};
+
+void PrintTo(const InvalidCase& c, std::ostream* out) { *out << c.name; }
+
+class InvalidScenario : public ::testing::TestWithParam<InvalidCase> {};
+
+TEST_P(InvalidScenario, ReportsItsOwnMessage) {
+  const InvalidCase& c = GetParam();
+  EXPECT_THAT(joined_problems(c.text, c.overrides), HasSubstr(c.message));
+}
+
+const std::string kV = kValid;
+
+INSTANTIATE_TEST_SUITE_P(
+    Validation, InvalidScenario,
+    ::testing::Values(
+        InvalidCase{"malformed_toml", replace(kV, "layers = 8", "layers = = 8"), {}, "case.toml:4:10: malformed TOML"},
+        InvalidCase{"unknown_key", replace(kV, "layers = 8", "layrs = 8"), {}, "case.toml:4:9: model.layrs: unknown key"},
+        InvalidCase{"unknown_section", kV + "\n[optimizer]\nlr = 1\n", {}, "unknown section [optimizer]"},
+        InvalidCase{"string_for_integer", replace(kV, "tp = 2", "tp = \"2\""), {},
+                    "parallel.tp: expected an integer, got the string \"2\""},
+        InvalidCase{"float_for_integer", replace(kV, "hidden = 256", "hidden = 256.5"), {},
+                    "model.hidden: expected an integer, got 256.5"},
+        InvalidCase{"integer_for_bool", kV + "\n[framework]\ntied_embeddings = 1\n", {},
+                    "framework.tied_embeddings: expected true or false, got 1"},
+        InvalidCase{"negative_layers", replace(kV, "layers = 8", "layers = -8"), {},
+                    "model.layers must be a positive integer, got -8"},
+        InvalidCase{"zero_micro_batch", replace(kV, "micro_batch = 2", "micro_batch = 0"), {},
+                    "parallel.micro_batch must be a positive integer, got 0"},
+        InvalidCase{"missing_vocab", replace(kV, "vocab = 1000", ""), {},
+                    "model.vocab must be a positive integer, got 0"},
+        InvalidCase{"hidden_not_divisible_by_heads", replace(kV, "heads = 8", "heads = 6"), {},
+                    "model.hidden (256) must be divisible by model.heads (6)"},
+        InvalidCase{"heads_not_divisible_by_tp", replace(replace(kV, "heads = 8", "heads = 4"), "tp = 2", "tp = 8"),
+                    {parse_override("parallel.pp=1")}, "model.heads (4) must be divisible by parallel.tp (8)"},
+        InvalidCase{"layers_not_divisible", replace(kV, "layers = 8", "layers = 9"), {},
+                    "model.layers (9) must be divisible by parallel.pp * parallel.virtual_stages (2 * 1 = 2)"},
+        InvalidCase{"global_batch_not_divisible", replace(kV, "global_batch = 16", "global_batch = 18"), {},
+                    "parallel.global_batch (18) must be divisible by parallel.dp * parallel.micro_batch (2 * 2 = 4)"},
+        InvalidCase{"world_size_mismatch", kV, {parse_override("parallel.dp=3")},
+                    "parallel.tp * parallel.pp * parallel.dp = 2 * 2 * 3 = 12 does not match the cluster's 8 GPUs"},
+        InvalidCase{"cannot_derive_dp", replace(kV, "pp = 2", "pp = 3"), {},
+                    "cannot derive dp: the cluster's 8 GPUs (1 nodes x 8) are not a multiple of tp*pp = 6"},
+        InvalidCase{"unknown_schedule", replace(kV, "micro_batch = 2", "micro_batch = 2\nschedule = \"1f2b\""), {},
+                    "parallel.schedule: unknown value \"1f2b\" (expected one of gpipe, 1f1b, interleaved)"},
+        InvalidCase{"virtual_stages_without_interleaving", kV, {parse_override("parallel.virtual_stages=2")},
+                    "parallel.virtual_stages = 2 needs parallel.schedule = \"interleaved\""},
+        InvalidCase{"interleaved_without_chunks", kV, {parse_override("parallel.schedule=interleaved")},
+                    "parallel.schedule = \"interleaved\" needs parallel.virtual_stages >= 2"},
+        InvalidCase{"interleaved_groups_of_p", replace(kV, "global_batch = 16", "global_batch = 12"),
+                    {parse_override("parallel.schedule=interleaved"), parse_override("parallel.virtual_stages=2")},
+                    "micro-batches per pipeline (global_batch / (dp * micro_batch) = 3) must be divisible by "
+                    "parallel.pp (2)"},
+        InvalidCase{"zero_stage_3", kV, {parse_override("parallel.zero_stage=3")},
+                    "parallel.zero_stage must be 0 or 1, got 3"},
+        InvalidCase{"sequence_parallel_seq_len", replace(kV, "seq_len = 128", "seq_len = 129"),
+                    {parse_override("parallel.sequence_parallel=true")},
+                    "parallel.sequence_parallel needs model.seq_len (129) divisible by parallel.tp (2)"},
+        InvalidCase{"unknown_node", replace(kV, "node = \"dgx-a100\"", "node = \"dgx-b200\""), {},
+                    "cluster.node: unknown value \"dgx-b200\" (expected one of dgx-a100, dgx-h100, cpu-host)"},
+        InvalidCase{"override_of_unknown_key", kV, {parse_override("parallel.tpp=2")},
+                    "(--set parallel.tpp): parallel.tpp: unknown key"},
+        InvalidCase{"override_without_section", kV, {Override{"tp", "2"}}, "--set tp: expected SECTION.KEY=VALUE"},
+        InvalidCase{"learning_rate_zero", kV + "\n[training]\nlearning_rate = 0.0\n", {},
+                    "training.learning_rate must be > 0, got 0"},
+        InvalidCase{"missing_model", "[parallel]\ntp = 1\n", {}, "the [model] section is required"}),
+    [](const ::testing::TestParamInfo<InvalidCase>& case_info) { return std::string(case_info.param.name); });
+
+TEST(Scenario, EveryProblemIsReportedNotJustTheFirst) {
+  const std::string text = replace(replace(kV, "heads = 8", "heads = 6"), "layers = 8", "layers = 9");
+  EXPECT_GE(problems_of(text).size(), 2u);
+}
+
+TEST(Scenario, MalformedOverrideTextIsRejected) {
+  EXPECT_THROW(parse_override("parallel.pp"), ScenarioError);
+  EXPECT_THROW(parse_override("=3"), ScenarioError);
+}
+
+TEST(Scenario, MissingFileNamesThePath) {
+  try {
+    load_scenario("/nonexistent/x.toml");
+    FAIL() << "expected ScenarioError";
+  } catch (const ScenarioError& error) {
+    EXPECT_THAT(error.what(), HasSubstr("/nonexistent/x.toml: cannot open scenario file"));
+  }
+}
+
+}  // namespace
+}  // namespace twin::model

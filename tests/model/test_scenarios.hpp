@@ -1,0 +1,41 @@
+// Scenarios built in code for model tests.
+#pragma once
+
+#include <string>
+
+#include "model/scenario.hpp"
+
+namespace twin::model::testing {
+
+// A valid scenario: a GPT with the given shape and plan on a cpu-host cluster sized to the plan.
+inline Scenario make_scenario(int layers, int hidden, int heads, int seq, int vocab, int tp, int pp, int dp,
+                              int micro_batch, int global_batch) {
+  Scenario s;
+  s.source = "test";
+  s.model.layers = layers;
+  s.model.hidden = hidden;
+  s.model.heads = heads;
+  s.model.seq_len = seq;
+  s.model.vocab = vocab;
+  s.parallel.tp = tp;
+  s.parallel.pp = pp;
+  s.parallel.dp = dp;
+  s.parallel.micro_batch = micro_batch;
+  s.parallel.global_batch = global_batch;
+  s.cluster.node = NodeKind::DgxA100;
+  s.cluster.gpus_per_node = 8;
+  s.cluster.nodes = 1;
+  if ((tp * pp * dp) % 8 == 0) {
+    s.cluster.nodes = tp * pp * dp / 8;
+  } else {
+    s.cluster.gpus_per_node = tp * pp * dp;
+  }
+  return s;
+}
+
+inline std::string source_dir() {
+  const char* dir = std::getenv("TWIN_SOURCE_DIR");
+  return dir ? dir : TWIN_SOURCE_DIR_FALLBACK;
+}
+
+}  // namespace twin::model::testing
