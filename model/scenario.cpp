@@ -217,6 +217,8 @@ void apply_override(toml::table& root, const Override& item, const std::string& 
   target->insert_or_assign(key, *holder.get("value"));
 }
 
+std::vector<std::string> rule_violations(const Scenario& scenario, bool check_world_size);
+
 }  // namespace
 
 int dtype_bytes(DType dtype) { return dtype == DType::FP32 ? 4 : 2; }
@@ -357,6 +359,7 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
 
   // Defaults that depend on other fields.
   auto& p = scenario.parallel;
+  bool dp_underivable = false;
   if (scenario.cluster.node == NodeKind::CpuHost && !cluster_size_given) {
     // A CPU run has as many workers as the plan needs: one host, tp * pp * dp workers (dp defaults to 1).
     scenario.cluster.nodes = 1;
@@ -364,6 +367,7 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   } else if (!dp_given && p.tp > 0 && p.pp > 0) {
     const std::int64_t gpus = scenario.cluster.total_gpus();
     if (gpus > 0 && gpus % (p.tp * p.pp) != 0) {
+      dp_underivable = true;
       problems.push_back(fmt::format(
           "{}: parallel.dp: cannot derive dp: the cluster's {} GPUs ({} nodes x {}) are not a multiple of tp*pp = {}",
           source, gpus, scenario.cluster.nodes, scenario.cluster.gpus_per_node, p.tp * p.pp));
@@ -373,13 +377,20 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   }
   if (!global_batch_given) p.global_batch = p.dp * p.micro_batch;
 
-  if (!problems.empty()) throw ScenarioError(problems);
-  problems = validation_problems(scenario);
+  // Report the section problems together with every rule the typed fields break (but the world size, when dp
+  // could not be derived, was reported already).
+  for (auto& problem : rule_violations(scenario, /*check_world_size=*/!dp_underivable)) {
+    problems.push_back(std::move(problem));
+  }
   if (!problems.empty()) throw ScenarioError(problems);
   return scenario;
 }
 
-std::vector<std::string> validation_problems(const Scenario& scenario) {
+std::vector<std::string> validation_problems(const Scenario& scenario) { return rule_violations(scenario, true); }
+
+namespace {
+
+std::vector<std::string> rule_violations(const Scenario& scenario, bool check_world_size) {
   std::vector<std::string> problems;
   const std::string& src = scenario.source;
   auto require_positive = [&](std::string_view field, std::int64_t value) {
@@ -427,7 +438,7 @@ std::vector<std::string> validation_problems(const Scenario& scenario) {
                                    "parallel.micro_batch ({} * {} = {})", src, p.global_batch, p.dp, p.micro_batch,
                                    p.dp * p.micro_batch));
   }
-  if (tp_ok && pp_ok && dp_ok && nodes_ok && gpn_ok && p.world_size() != c.total_gpus()) {
+  if (check_world_size && tp_ok && pp_ok && dp_ok && nodes_ok && gpn_ok && p.world_size() != c.total_gpus()) {
     problems.push_back(fmt::format("{}: parallel.tp * parallel.pp * parallel.dp = {} * {} * {} = {} does not match the "
                                    "cluster's {} GPUs (cluster.nodes {} x cluster.gpus_per_node {})", src, p.tp, p.pp,
                                    p.dp, p.world_size(), c.total_gpus(), c.nodes, c.gpus_per_node));
@@ -479,6 +490,8 @@ std::vector<std::string> validation_problems(const Scenario& scenario) {
   if (!(t.init_std > 0)) problems.push_back(fmt::format("{}: training.init_std must be > 0, got {}", src, t.init_std));
   return problems;
 }
+
+}  // namespace
 
 std::string to_toml(const Scenario& s) {
   std::string out;
