@@ -295,7 +295,8 @@ class StageBuilder {
     return emit(std::move(op));
   }
 
-  void send(const PipelineStep& step, int my_virtual_stage, int to_virtual_stage, Phase phase) {
+  // `producer`: the op whose output is sent (the send waits for it and nothing else).
+  void send(const PipelineStep& step, int my_virtual_stage, int to_virtual_stage, Phase phase, int producer) {
     Op op;
     op.kind = OpKind::Send;
     op.stream = Stream::Pipeline;
@@ -305,9 +306,11 @@ class StageBuilder {
     op.peer_stage = to_virtual_stage % stages_;
     op.tag_virtual_stage = my_virtual_stage;
     op.bytes = x_.tokens_sp * x_.h * x_.e;
-    op.deps.push_back(static_cast<int>(ops_.size()) - 1);  // the op that produced the tensor
+    op.deps.push_back(producer);
     emit(std::move(op));
   }
+
+  int last_op() const { return static_cast<int>(ops_.size()) - 1; }
 
   int first_layer(int chunk) const { return virtual_stage(stage_, chunk, stages_) * layers_per_chunk_; }
 
@@ -321,7 +324,7 @@ class StageBuilder {
     if (vs == virtual_stages_ - 1) {
       emit_all(head_forward(x_), step, wait_for);
     } else {
-      send(step, vs, vs + 1, Phase::Forward);
+      send(step, vs, vs + 1, Phase::Forward, last_op());
     }
   }
 
@@ -329,9 +332,11 @@ class StageBuilder {
     const int vs = virtual_stage(stage_, step.chunk, stages_);
     int wait_for = vs < virtual_stages_ - 1 ? recv(step, vs + 1, Phase::Backward) : -1;
     if (vs == virtual_stages_ - 1) emit_all(head_backward(x_), step, wait_for);
+    int gradient_producer = last_op();
     for (int layer = first_layer(step.chunk) + layers_per_chunk_ - 1; layer >= first_layer(step.chunk); --layer) {
       emit_layer(layer, Phase::Recompute, step, wait_for);
       emit_layer(layer, Phase::Backward, step, wait_for);
+      gradient_producer = last_op();  // before any gradient-synchronisation op of this layer
       if (last_backward_of_chunk) {
         if (s_.parallel.dp_overlap) {
           synchronize_layer_gradients(layer);
@@ -341,7 +346,7 @@ class StageBuilder {
       }
     }
     if (vs == 0) emit_all(embedding_backward(x_), step, wait_for);
-    if (vs > 0) send(step, vs, vs - 1, Phase::Backward);
+    if (vs > 0) send(step, vs, vs - 1, Phase::Backward, gradient_producer);
   }
 
   Op gradient_op(CollectiveKind kind, Group group, Payload payload, ComputeKind what, double bytes, Stream stream) {

@@ -148,6 +148,25 @@ TEST_P(EveryShape, DependenciesPointBackwardsAndTheStepEndsTheIteration) {
   }
 }
 
+TEST_P(EveryShape, SendsWaitOnlyForTheTensorTheySend) {
+  // Gradient synchronisation (DP buckets, sequence-parallel layernorm sums) must never delay a pipeline send.
+  Scenario s = GetParam().scenario;
+  s.parallel.dp_overlap = true;
+  const Program program = build_program(s, Granularity::Layer);
+  for (const auto& ops : program.stage_ops) {
+    for (const auto& op : ops) {
+      if (op.kind != OpKind::Send) continue;
+      ASSERT_EQ(op.deps.size(), 1u);
+      const Op& producer = ops[op.deps[0]];
+      const bool layer_work = producer.kind == OpKind::Compute ||
+                              (producer.kind == OpKind::Collective && producer.group == Group::Tensor &&
+                               producer.payload != Payload::LayerNormGrads);
+      EXPECT_TRUE(layer_work) << to_string(producer.kind) << " " << to_string(producer.payload);
+      EXPECT_EQ(producer.micro_batch, op.micro_batch);
+    }
+  }
+}
+
 TEST(Program, TensorParallelCollectivesPerLayer) {
   Scenario s = make_scenario(2, 128, 4, 64, 256, 2, 1, 1, 1, 1);
   auto count = [](const std::vector<Op>& ops, CollectiveKind kind, Phase phase) {

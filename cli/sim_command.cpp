@@ -1,0 +1,142 @@
+// twin sim SCENARIO: simulate one training iteration on a SimGrid model of the cluster and report it.
+//   twin sim                                   MT-NLG 530B on 280 DGX A100 nodes
+//   twin sim mtnlg-530b --nodes 420 --json out.json --svg pipeline.svg --trace trace.json --trace-ranks 0-7
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <fmt/core.h>
+
+#include "cli/commands.hpp"
+#include "model/program.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/report/summary.hpp"
+#include "sim/report/svg.hpp"
+#include "sim/report/trace.hpp"
+#include "sim/simulate.hpp"
+#include "topology/hardware.hpp"
+
+namespace twin::cli {
+namespace {
+
+struct SimCommandOptions {
+  ScenarioOptions scenario;
+  std::string fidelity = "auto";
+  std::string granularity = "layer";
+  std::string gpu;
+  std::string placement = "tp-dp-pp";
+  std::string algorithm = "auto";
+  double oversubscription = 1.0;
+  bool rail_optimized = false;
+  bool ideal_network = false;
+  std::string json_path, trace_path, trace_ranks, svg_path;
+  bool quiet = false;
+};
+
+void run(const SimCommandOptions& o) {
+  const model::Scenario scenario = load_scenario(o.scenario);
+  const auto granularity = o.granularity == "op" ? model::Granularity::Op : model::Granularity::Layer;
+  const model::Program program = model::build_program(scenario, granularity);
+
+  sim::SimOptions options;
+  try {
+    options.fidelity = sim::parse_fidelity(o.fidelity);
+    options.algorithm = sim::parse_collective_algorithm(o.algorithm);
+    if (!o.gpu.empty()) options.node = topology::node_spec_by_gpu_name(o.gpu);
+    if (scenario.cluster.node == model::NodeKind::CpuHost) {
+      throw UserError("twin sim models GPU clusters; this scenario runs on CPU hosts (cluster.node = cpu-host)");
+    }
+    // The fabric of the node's generation: HDR for DGX A100, NDR for DGX H100/H200.
+    topology::FabricSpec fabric = o.gpu.empty()     ? topology::fabric_spec(scenario.cluster.node)
+                                  : o.gpu == "a100" ? topology::infiniband_hdr_fat_tree()
+                                                    : topology::infiniband_ndr_fat_tree();
+    if (o.oversubscription < 1) throw UserError("--oversubscription must be >= 1");
+    fabric.oversubscription = o.oversubscription;
+    fabric.rail_optimized = o.rail_optimized;
+    options.fabric = fabric;
+    if (!o.trace_ranks.empty()) {
+      options.record_ranks = report::parse_rank_list(o.trace_ranks, program.layout.world_size());
+    }
+  } catch (const std::invalid_argument& error) {
+    throw UserError(error.what());
+  }
+  options.placement = o.placement;
+  options.ideal_network = o.ideal_network;
+  options.progress = !o.quiet;
+  options.isolate = false;  // one simulation in this process
+
+  const topology::NodeSpec node = options.node ? *options.node : topology::node_spec(scenario.cluster.node);
+  const sim::AnalyticalCostModel cost(node.gpu);
+  sim::SimResult result;
+  try {
+    result = sim::simulate(program, cost, options);
+  } catch (const sim::SimulationError& error) {
+    throw UserError(error.what());
+  }
+
+  const std::string engine =
+      fmt::format("sim, {} fidelity, {} cost model, {}", sim::to_string(result.fidelity), cost.name(), result.hardware);
+  const report::Summary summary =
+      report::summarize(program, result.timeline, result.peak_flops_per_gpu, engine, result.gpu_memory_bytes);
+  fmt::print("{}", report::summary_table(summary));
+  const auto& stats = result.stats;
+  fmt::print(
+      "\n  simulated by {} actors: {} ops ({} over every rank), {} SimGrid activities in {:.2f} s wall "
+      "({:.2f} M activities/s), peak memory {:.0f} MB\n",
+      stats.actors, stats.ops, stats.rank_ops, stats.activities, stats.wall_s,
+      stats.wall_s > 0 ? static_cast<double>(stats.activities) / stats.wall_s / 1e6 : 0.0, stats.peak_rss_bytes / 1e6);
+
+  if (!o.json_path.empty()) {
+    nlohmann::json json = report::summary_to_json(summary);
+    json["fidelity"] = sim::to_string(result.fidelity);
+    json["hardware"] = result.hardware;
+    json["cost_model"] = cost.name();
+    json["granularity"] = model::to_string(program.granularity);
+    write_file_atomically(o.json_path, json.dump(2) + "\n");
+    fmt::print("  summary written to {}\n", o.json_path);
+  }
+  if (!o.trace_path.empty()) {
+    write_file_atomically(o.trace_path, report::chrome_trace(program, result.timeline, options.record_ranks));
+    fmt::print("  trace written to {} (open in https://ui.perfetto.dev)\n", o.trace_path);
+  }
+  if (!o.svg_path.empty()) {
+    write_file_atomically(o.svg_path, report::pipeline_svg(program, result.timeline));
+    fmt::print("  pipeline diagram written to {}\n", o.svg_path);
+  }
+}
+
+}  // namespace
+
+void register_sim_command(CLI::App& app) {
+  auto o = std::make_shared<SimCommandOptions>();
+  CLI::App* command = app.add_subcommand("sim", "simulate one training iteration on a model of the cluster (SimGrid)");
+  add_scenario_options(*command, o->scenario);
+  command
+      ->add_option("--fidelity", o->fidelity,
+                   "rank: one actor per GPU, every collective as flows; group: one actor per TP group, TP "
+                   "collectives analytical; auto: group above 1000 GPUs")
+      ->check(CLI::IsMember({"auto", "rank", "group"}));
+  command->add_option("--granularity", o->granularity, "layer (one op per layer and phase) or op (every kernel)")
+      ->check(CLI::IsMember({"op", "layer"}));
+  command->add_option("--gpu", o->gpu, "replace the scenario's GPU: a100, h100 or h200 (in its DGX node)")
+      ->check(CLI::IsMember({"a100", "h100", "h200"}));
+  command->add_option("--placement", o->placement,
+                      "rank to GPU order, innermost axis first (Megatron: tp-dp-pp; what-if: tp-pp-dp, dp-tp-pp, ...)");
+  command
+      ->add_option("--algorithm", o->algorithm,
+                   "collective algorithm: auto (as NCCL), ring, tree, hierarchical, "
+                   "analytical")
+      ->check(CLI::IsMember({"auto", "ring", "tree", "hierarchical", "analytical"}));
+  command->add_option("--oversubscription", o->oversubscription, "fat-tree leaf down:up ratio (1 = non-blocking)");
+  command->add_flag("--rail-optimized", o->rail_optimized, "rail-optimized fabric (a scalable unit under one leaf)");
+  command->add_flag("--ideal-network", o->ideal_network, "infinite bandwidth and zero latency (the schedule alone)");
+  command->add_option("--json", o->json_path, "write the summary as JSON");
+  command->add_option("--trace", o->trace_path, "write a Chrome trace (Perfetto) of the recorded ranks");
+  command->add_option("--trace-ranks", o->trace_ranks,
+                      "ranks to trace, e.g. 0,8,16-23 (default: dp 0, tp 0 of every stage)");
+  command->add_option("--svg", o->svg_path, "write a pipeline diagram of the iteration (SVG)");
+  command->add_flag("--quiet", o->quiet, "no progress line");
+  command->callback([o] { run(*o); });
+}
+
+}  // namespace twin::cli

@@ -1,0 +1,87 @@
+// CostModel: how long one rank spends on a compute op. The simulator asks it for every Compute op of the Program;
+// communication is timed by the flows on the platform (sim/collectives.hpp), not here.
+//
+// `analytical` (A100 / H100 / H200):
+//   GEMM      time = max(compute, memory) + launch. compute = waves x (one tile's FLOPs per SM) / (per-SM peak x
+//             gemm_efficiency), with the CTA tile cuBLAS would pick among `tiles` (tile quantization: partial tiles
+//             cost a whole tile; wave quantization: a partial last wave costs a whole wave of `sm_count` tiles).
+//             memory = operand bytes / (HBM x hbm_efficiency): small or skinny GEMMs become memory bound (a dimension
+//             narrower than every tile is not quantized: cuBLAS has GEMV-like kernels for it). A backward
+//             GEMM op runs the input-gradient GEMM [m,n]x[n,k] and the weight-gradient GEMM [k,m]x[m,n].
+//   attention the two batched GEMMs of each head (Q K^T [s,d]x[d,s], P V [s,s]x[s,d]) plus the softmax traffic
+//             (the op's bytes not read by the GEMMs) over HBM.
+//   other     memory bound: Op::bytes over HBM + launch.
+//   layer     a fused TransformerLayer op costs the sum of its parts (model::layer_compute_ops).
+// No constant is fitted to a published training run; each one cites its source in cost_model.cpp.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/program.hpp"
+#include "topology/hardware.hpp"
+
+namespace twin::sim {
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  virtual std::string name() const = 0;
+  // Seconds one rank spends on `op`, a Compute op of `scenario`'s Program.
+  virtual double compute_time_s(const model::Scenario& scenario, const model::Op& op) const = 0;
+};
+
+struct GemmTile {
+  int rows = 128;
+  int cols = 128;
+};
+
+struct AnalyticalParameters {
+  double gemm_efficiency = 1;  // of peak, for a GEMM with no tile or wave quantization loss
+  double hbm_efficiency = 1;   // of datasheet HBM bandwidth, for a streaming kernel
+  double kernel_launch_s = 0;  // per kernel
+  std::vector<GemmTile> tiles;
+};
+
+// The cited parameters for a GPU (by GpuSpec::name); throws std::invalid_argument for an unknown GPU.
+AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu);
+
+class AnalyticalCostModel : public CostModel {
+ public:
+  explicit AnalyticalCostModel(topology::GpuSpec gpu);
+  AnalyticalCostModel(topology::GpuSpec gpu, AnalyticalParameters parameters);
+
+  std::string name() const override { return "analytical"; }
+  double compute_time_s(const model::Scenario& scenario, const model::Op& op) const override;
+
+  // Pieces, for tests and for later refinements.
+  // `count` GEMMs [m, k] x [k, n] on one GPU (no launch overhead).
+  double gemm_time_s(double m, double n, double k, double count, model::DType dtype) const;
+  double memory_time_s(double bytes) const;
+  const topology::GpuSpec& gpu() const { return gpu_; }
+  const AnalyticalParameters& parameters() const { return parameters_; }
+
+ private:
+  double op_time_s(const model::Scenario& scenario, const model::Op& op) const;
+
+  topology::GpuSpec gpu_;
+  AnalyticalParameters parameters_;
+  mutable std::map<std::pair<int, int>, double> layer_cache_;  // (layer, phase) -> seconds of a fused layer op
+};
+
+// Fixed times per phase: what the ideal-pipeline tests need (a forward op costs `forward_s`, a recompute op
+// `recompute_s`, a backward op `backward_s`, the optimizer `optimizer_s`).
+class FixedCostModel : public CostModel {
+ public:
+  FixedCostModel(double forward_s, double backward_s, double recompute_s = 0, double optimizer_s = 0)
+      : forward_s_(forward_s), backward_s_(backward_s), recompute_s_(recompute_s), optimizer_s_(optimizer_s) {}
+  std::string name() const override { return "fixed"; }
+  double compute_time_s(const model::Scenario& scenario, const model::Op& op) const override;
+
+ private:
+  double forward_s_, backward_s_, recompute_s_, optimizer_s_;
+};
+
+}  // namespace twin::sim

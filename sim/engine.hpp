@@ -1,0 +1,207 @@
+// The replay engine's insides (not part of the public API; see simulate.hpp).
+//
+//   StagePlan           per stage, read-only, shared by every actor of the stage: op durations, dependency graph
+//                       (deps + ordered-stream predecessor), P2P tag lookup
+//   Replayer            one SimGrid actor (a rank, or a TP group): resolves its ops as soon as their times are
+//                       known; only ops that touch the network (Send, flow collectives) wait for the simulated clock
+//   CollectiveInstance  one collective call of a group: members register, the last to register owns it: it starts
+//                       the flows and, when they are done, resolves every member's op itself (all actors share one
+//                       OS thread); a member is woken (a zero-byte message to its doorbell) only when that gives it
+//                       something to start earlier than it planned to wake up
+//   Engine              everything shared: Program, placement, platform, plans, replayers, live collectives
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <queue>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <simgrid/forward.h>
+
+#include "sim/collectives.hpp"
+#include "sim/simulate.hpp"
+#include "topology/placement.hpp"
+#include "topology/platform.hpp"
+
+namespace twin::sim::detail {
+
+struct StagePlan {
+  int stage = 0;
+  const std::vector<model::Op>* ops = nullptr;
+  std::vector<double> duration;               // compute ops and local collectives: seconds
+  std::vector<std::uint8_t> local;            // 1: timed without the network (compute, analytical collective)
+  std::vector<std::int32_t> pending;          // predecessors: deps + stream predecessor (+1 arrival for a Recv)
+  std::vector<std::int32_t> successor_begin;  // CSR, size ops + 1
+  std::vector<std::int32_t> successors;
+  std::vector<std::int32_t> collective_seq;                     // k-th collective of its group kind on this stage
+  std::vector<std::int32_t> recv_slot;                          // index among the stage's Recv ops, or -1
+  std::vector<int> peer_stages;                                 // stages this stage receives from (inbox order)
+  std::unordered_map<std::uint64_t, std::int32_t> recv_by_tag;  // (from stage, P2PTag) -> Recv op
+  std::int32_t recv_count = 0;
+};
+
+std::uint64_t p2p_key(int from_stage, const model::P2PTag& tag);
+
+class Replayer;
+
+struct CollectiveInstance {
+  std::uint64_t key = 0;
+  CollectivePlan plan;
+  std::vector<int> members;             // replayer ids, in group order
+  std::vector<std::int32_t> member_op;  // each member's op
+  std::vector<double> arrival_s;        // when each member reached it
+  int arrived = 0;
+  std::size_t phase = 0;
+  int flows_left = 0;
+  double started_s = 0;  // when the last member arrived
+  double completion_s = 0;
+};
+
+class Engine;
+
+class Replayer {
+ public:
+  Replayer(Engine& engine, int id, int stage, simgrid::s4u::Host* host, bool record);
+  void run();  // the actor's body
+
+  int id() const { return id_; }
+  int stage() const { return stage_; }
+  simgrid::s4u::Host* host() const { return host_; }
+  bool finished() const { return resolved_ == static_cast<std::int64_t>(pending_.size()); }
+  std::int64_t resolved() const { return resolved_; }
+  double latest_end_s() const { return latest_end_s_; }
+  bool recorded() const { return !start_.empty(); }
+  const std::vector<double>& starts() const { return start_; }
+  const std::vector<double>& actives() const { return active_; }
+  const std::vector<double>& ends() const { return end_; }
+  std::string describe_unfinished() const;
+
+  // Used by the running actor on behalf of another replayer (the owner of a collective resolving its members).
+  void finish(std::int32_t op, double start_s, double active_s, double end_s);
+  void drain();
+  bool needs_wake() const;
+  void ring();
+  bool queued = false;  // in the engine's worklist
+
+  simgrid::s4u::Mailbox* inbox(int from_stage) const;
+  simgrid::s4u::Mailbox* doorbell() const { return doorbell_; }
+
+ private:
+  enum class Wait : std::uint8_t { Inbox, Doorbell, Send, CollectiveFlow };
+  struct Waiting {
+    Wait kind;
+    std::int32_t index;  // inbox slot, or op
+    double start_s;      // Send: its start
+    CollectiveInstance* instance;
+  };
+  enum class Due : std::uint8_t { Issue, StartPhase };
+  struct DueEvent {
+    double time_s;
+    std::uint64_t sequence;  // FIFO among equal times (determinism)
+    Due kind;
+    std::int32_t op;
+    CollectiveInstance* instance;
+    bool operator>(const DueEvent& other) const {
+      return time_s != other.time_s ? time_s > other.time_s : sequence > other.sequence;
+    }
+  };
+
+  void become_ready(std::int32_t op);
+  void schedule(double time_s, Due kind, std::int32_t op, CollectiveInstance* instance);
+  void issue_due();
+  void send(std::int32_t op);
+  void arrive(std::int32_t op);
+  void start_phase(CollectiveInstance* instance);
+  void complete_collective(CollectiveInstance* instance, double completion_s);
+  void handle(std::size_t index);
+  void post_inbox(int slot);
+  void post_doorbell();
+  void add_wait(simgrid::s4u::ActivityPtr activity, Waiting waiting);
+
+  Engine& engine_;
+  int id_;
+  int stage_;
+  const StagePlan& plan_;
+  simgrid::s4u::Host* host_;
+  std::vector<double> ready_;                         // latest end of the finished predecessors
+  std::vector<std::int32_t> pending_;                 // predecessors not finished
+  std::vector<double> start_, active_, end_;          // recorded replayers only
+  std::vector<double> arrival_s_, transfer_start_s_;  // per Recv slot
+  std::vector<std::int32_t> ready_list_;
+  std::int64_t resolved_ = 0;
+  double latest_end_s_ = 0;
+  int owned_collectives_ = 0;
+  std::uint64_t sequence_ = 0;
+  std::priority_queue<DueEvent, std::vector<DueEvent>, std::greater<>> due_;
+  std::vector<simgrid::s4u::ActivityPtr> waits_;
+  std::vector<Waiting> waiting_;
+  std::vector<simgrid::s4u::Mailbox*> inboxes_;  // per plan_.peer_stages
+  std::vector<void*> inbox_payload_;
+  simgrid::s4u::Mailbox* doorbell_ = nullptr;
+  void* doorbell_payload_ = nullptr;
+  bool doorbell_pending_ = false;
+  double wake_at_s_;  // when the current wait times out (infinity: only a message wakes it)
+};
+
+class Engine {
+ public:
+  Engine(const model::Program& program, const CostModel& cost, const SimOptions& options);
+  ~Engine();
+  SimResult run();  // once per process
+
+  // Shared with the replayers.
+  const model::Program& program() const { return program_; }
+  const StagePlan& plan(int stage) const { return plans_[stage]; }
+  Fidelity fidelity() const { return fidelity_; }
+  const CommunicationModel& communication() const { return communication_; }
+  const topology::Platform& platform() const { return *platform_; }
+  Replayer& replayer(int id) { return *replayers_[id]; }
+  int peer_replayer(const Replayer& from, int stage) const;  // same dp (and tp) on `stage`
+  double bytes_scale() const { return fidelity_ == Fidelity::Group ? program_.layout.tp() : 1.0; }
+  double p2p_latency_s(const Replayer& from, const Replayer& to) const;
+  CollectiveInstance* collective(const Replayer& member, std::int32_t op);
+  void forget(CollectiveInstance* instance) { collectives_.erase(instance->key); }
+  // settle(): the running actor drains itself and every replayer it touched, iteratively, and wakes those that
+  // must act earlier than they planned. Any SimGrid call lets other actors run: running() is only valid in drains.
+  Replayer& running() { return *running_; }
+  void touch(Replayer& replayer);
+  void settle(Replayer& running);
+  void count_activity() { ++activities_; }
+  void note_resolved();
+
+ private:
+  void build_plans();
+  StagePlan build_plan(int stage) const;
+  std::vector<int> group_members(model::Group group, int replayer) const;
+  int node_of(int replayer) const;
+  int representative_rank(int replayer) const;
+  void print_progress(bool final_line);
+
+  const model::Program& program_;
+  const CostModel& cost_;
+  SimOptions options_;
+  Fidelity fidelity_;
+  topology::NodeSpec node_;
+  topology::FabricSpec fabric_;
+  topology::Placement placement_;
+  CommunicationModel communication_;
+  std::unique_ptr<topology::Platform> platform_;
+  std::vector<StagePlan> plans_;
+  std::vector<std::unique_ptr<Replayer>> replayers_;
+  std::unordered_map<std::uint64_t, std::unique_ptr<CollectiveInstance>> collectives_;
+  std::vector<int> group_slot_;  // group fidelity: endpoint slot of each replayer in its node
+  Replayer* running_ = nullptr;
+  std::vector<Replayer*> worklist_;
+  std::int64_t activities_ = 0;
+  std::int64_t resolved_ = 0;
+  std::int64_t total_ops_ = 0;
+  std::chrono::steady_clock::time_point started_;
+  double last_progress_s_ = 0;
+  bool progress_printed_ = false;
+  std::string error_;  // the first error an actor threw
+};
+
+}  // namespace twin::sim::detail

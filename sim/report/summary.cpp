@@ -1,0 +1,243 @@
+#include "sim/report/summary.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "model/formulas.hpp"
+
+namespace twin::report {
+
+namespace {
+
+// What occupies a rank at some instant, in decreasing priority.
+enum Category : int { kCompute = 0, kTensor = 1, kDataBlocking = 2, kDataBackground = 3, kPipeline = 4, kCount = 5 };
+
+int category_of(const model::Op& op) {
+  if (op.kind == model::OpKind::Recv) return kPipeline;
+  if (op.kind == model::OpKind::Send) return -1;  // a Send never makes its own rank wait
+  if (op.stream == model::Stream::DataParallel) return kDataBackground;
+  if (op.kind == model::OpKind::Compute) return kCompute;
+  return op.group == model::Group::Tensor ? kTensor : kDataBlocking;
+}
+
+}  // namespace
+
+TimeSplit time_split(const model::Program& program, const RankTimeline& rank, double iteration_time_s) {
+  const auto& ops = program.stage_ops[rank.stage];
+  struct Event {
+    double time;
+    int category;
+    int delta;
+  };
+  std::vector<Event> events;
+  events.reserve(rank.spans.size() * 2);
+  for (const OpSpan& span : rank.spans) {
+    const int category = category_of(ops[span.op]);
+    // Before `active` a collective or a Recv only waits: that counts as bubble.
+    const double from = ops[span.op].kind == model::OpKind::Compute ? span.start_s : span.active_s;
+    if (category < 0 || !(span.end_s > from)) continue;
+    events.push_back({std::max(0.0, from), category, +1});
+    events.push_back({std::min(iteration_time_s, span.end_s), category, -1});
+  }
+  std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) { return a.time < b.time; });
+
+  std::array<int, kCount> active{};
+  std::array<double, kCount + 1> seconds{};  // last slot: bubble
+  double now = 0;
+  const auto account = [&](double until) {
+    if (until <= now) return;
+    int winner = kCount;
+    for (int category = 0; category < kCount; ++category) {
+      if (active[category] > 0) {
+        winner = category;
+        break;
+      }
+    }
+    seconds[winner] += until - now;
+    now = until;
+  };
+  for (const Event& event : events) {
+    account(std::min(event.time, iteration_time_s));
+    active[event.category] += event.delta;
+  }
+  account(iteration_time_s);
+
+  TimeSplit split;
+  split.compute_s = seconds[kCompute];
+  split.tp_s = seconds[kTensor];
+  split.dp_s = seconds[kDataBlocking] + seconds[kDataBackground];
+  split.pp_s = seconds[kPipeline];
+  split.bubble_s = seconds[kCount];
+  return split;
+}
+
+Summary summarize(const model::Program& program, const Timeline& timeline, double peak_flops_per_gpu,
+                  const std::string& engine, double gpu_memory_bytes) {
+  const model::Scenario& s = program.scenario;
+  Summary summary;
+  summary.scenario = s.model.name;
+  summary.engine = engine;
+  summary.gpus = program.layout.world_size();
+  summary.tp = program.layout.tp();
+  summary.pp = program.layout.pp();
+  summary.dp = program.layout.dp();
+  summary.micro_batches = static_cast<int>(s.parallel.micro_batches());
+  summary.iteration_time_s = timeline.iteration_time_s;
+  summary.peak_flops_per_gpu = peak_flops_per_gpu;
+  const double T = timeline.iteration_time_s;
+  summary.model_flops = model::reported_flops_per_iteration(s);
+  if (T > 0) {
+    summary.tflops_per_gpu = summary.model_flops / (T * summary.gpus) / 1e12;
+    if (peak_flops_per_gpu > 0) {
+      summary.mfu = model::model_flops_per_iteration(s, false) / (T * summary.gpus * peak_flops_per_gpu);
+    }
+  }
+
+  const model::MemoryEstimate memory = model::estimate_memory(s);
+  summary.memory.capacity_bytes = gpu_memory_bytes > 0 ? gpu_memory_bytes : memory.capacity_bytes;
+  summary.memory.peak_bytes = memory.peak_bytes;
+  summary.memory.fits = memory.peak_bytes <= summary.memory.capacity_bytes;
+  for (const model::StageMemory& stage : memory.stages) {
+    if (stage.peak_bytes >= memory.peak_bytes) {
+      summary.memory.weights_bytes = stage.weights_bytes;
+      summary.memory.gradients_bytes = stage.gradients_bytes;
+      summary.memory.optimizer_bytes = stage.optimizer_bytes;
+      summary.memory.activations_bytes = stage.activations_bytes;
+      break;
+    }
+  }
+
+  // One representative rank per stage: the first recorded one.
+  std::vector<const RankTimeline*> representative(program.stages(), nullptr);
+  for (const RankTimeline& rank : timeline.ranks) {
+    if (rank.stage >= 0 && rank.stage < program.stages() && representative[rank.stage] == nullptr) {
+      representative[rank.stage] = &rank;
+    }
+  }
+  double bubble_sum = 0;
+  for (int stage = 0; stage < program.stages(); ++stage) {
+    const RankTimeline* rank = representative[stage];
+    if (rank == nullptr) continue;
+    StageSummary entry;
+    entry.stage = stage;
+    entry.rank = rank->rank;
+    const auto& ops = program.stage_ops[stage];
+    for (const OpSpan& span : rank->spans) {
+      const model::Op& op = ops[span.op];
+      if (op.stream != model::Stream::Compute) continue;
+      entry.busy_s += span.end_s - (op.kind == model::OpKind::Compute ? span.start_s : span.active_s);
+    }
+    entry.idle_s = std::max(0.0, T - entry.busy_s);
+    entry.bubble_fraction = T > 0 ? entry.idle_s / T : 0;
+    entry.split = time_split(program, *rank, T);
+    bubble_sum += entry.bubble_fraction;
+    summary.split.compute_s += entry.split.compute_s;
+    summary.split.tp_s += entry.split.tp_s;
+    summary.split.dp_s += entry.split.dp_s;
+    summary.split.pp_s += entry.split.pp_s;
+    summary.split.bubble_s += entry.split.bubble_s;
+    summary.stages.push_back(entry);
+  }
+  if (!summary.stages.empty()) {
+    const double n = static_cast<double>(summary.stages.size());
+    summary.bubble_fraction = bubble_sum / n;
+    summary.split.compute_s /= n;
+    summary.split.tp_s /= n;
+    summary.split.dp_s /= n;
+    summary.split.pp_s /= n;
+    summary.split.bubble_s /= n;
+  }
+  return summary;
+}
+
+namespace {
+
+nlohmann::json split_to_json(const TimeSplit& split) {
+  return {{"compute_s", split.compute_s},
+          {"tp_s", split.tp_s},
+          {"pp_s", split.pp_s},
+          {"dp_s", split.dp_s},
+          {"bubble_s", split.bubble_s}};
+}
+
+}  // namespace
+
+nlohmann::json summary_to_json(const Summary& summary) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const StageSummary& stage : summary.stages) {
+    nlohmann::json entry = {{"stage", stage.stage},
+                            {"rank", stage.rank},
+                            {"busy_s", stage.busy_s},
+                            {"bubble_s", stage.idle_s},
+                            {"bubble_fraction", stage.bubble_fraction}};
+    entry["time_split"] = split_to_json(stage.split);
+    stages.push_back(std::move(entry));
+  }
+  const double T = summary.iteration_time_s;
+  const auto fraction = [T](double seconds) { return T > 0 ? seconds / T : 0.0; };
+  nlohmann::json json;
+  json["scenario"] = {{"name", summary.scenario}, {"gpus", summary.gpus}, {"tp", summary.tp},
+                      {"pp", summary.pp},         {"dp", summary.dp},     {"micro_batches", summary.micro_batches}};
+  json["engine"] = summary.engine;
+  json["iteration_time_s"] = T;
+  json["bubble_fraction"] = summary.bubble_fraction;
+  json["tflops_per_gpu"] = summary.tflops_per_gpu;
+  json["mfu"] = summary.mfu;
+  json["model_flops_per_iteration"] = summary.model_flops;
+  json["peak_flops_per_gpu"] = summary.peak_flops_per_gpu;
+  json["memory_per_gpu_bytes"] = summary.memory.peak_bytes;
+  json["memory"] = {{"weights_bytes", summary.memory.weights_bytes},
+                    {"gradients_bytes", summary.memory.gradients_bytes},
+                    {"optimizer_bytes", summary.memory.optimizer_bytes},
+                    {"activations_bytes", summary.memory.activations_bytes},
+                    {"peak_bytes", summary.memory.peak_bytes},
+                    {"capacity_bytes", summary.memory.capacity_bytes},
+                    {"fits", summary.memory.fits}};
+  json["time_split"] = {{"compute", fraction(summary.split.compute_s)},
+                        {"tp", fraction(summary.split.tp_s)},
+                        {"pp", fraction(summary.split.pp_s)},
+                        {"dp", fraction(summary.split.dp_s)},
+                        {"bubble", fraction(summary.split.bubble_s)}};
+  json["stages"] = std::move(stages);
+  return json;
+}
+
+std::string summary_table(const Summary& s) {
+  const double T = s.iteration_time_s;
+  const auto percent = [T](double seconds) { return T > 0 ? 100.0 * seconds / T : 0.0; };
+  const auto gb = [](double bytes) { return bytes / 1e9; };
+  std::string out;
+  auto line = std::back_inserter(out);
+  fmt::format_to(line, "{}: {} GPUs, TP {} x PP {} x DP {}, {} micro-batches per iteration  [{}]\n\n", s.scenario,
+                 s.gpus, s.tp, s.pp, s.dp, s.micro_batches, s.engine);
+  fmt::format_to(line, "  iteration time          {:10.3f} s\n", T);
+  fmt::format_to(line, "  model TFLOP/s per GPU   {:10.1f}     (Narayanan's count, as papers quote it)\n",
+                 s.tflops_per_gpu);
+  fmt::format_to(line, "  MFU                     {:10.1f} %   (72-form model FLOPs over {:.0f} TFLOP/s peak)\n",
+                 100 * s.mfu, s.peak_flops_per_gpu / 1e12);
+  fmt::format_to(line,
+                 "  memory per GPU          {:10.1f} GB  of {:.0f} GB{} (weights {:.1f}, gradients {:.1f}, optimizer "
+                 "{:.1f}, activations {:.1f})\n",
+                 gb(s.memory.peak_bytes), gb(s.memory.capacity_bytes), s.memory.fits ? "" : " - DOES NOT FIT",
+                 gb(s.memory.weights_bytes), gb(s.memory.gradients_bytes), gb(s.memory.optimizer_bytes),
+                 gb(s.memory.activations_bytes));
+  fmt::format_to(line, "  bubble (mean of stages) {:10.1f} %   (idle compute stream)\n\n", 100 * s.bubble_fraction);
+  fmt::format_to(line,
+                 "  time split (mean of stages): compute {:.1f} %, exposed TP {:.1f} %, PP {:.1f} %, DP {:.1f} %, "
+                 "bubble {:.1f} %\n\n",
+                 percent(s.split.compute_s), percent(s.split.tp_s), percent(s.split.pp_s), percent(s.split.dp_s),
+                 percent(s.split.bubble_s));
+  fmt::format_to(line, "  stage   rank    busy s  bubble %  compute %    TP %    PP %    DP %  bubble %\n");
+  for (const StageSummary& stage : s.stages) {
+    fmt::format_to(line, "  {:5d} {:6d} {:9.3f} {:9.1f} {:10.1f} {:7.1f} {:7.1f} {:7.1f} {:9.1f}\n", stage.stage,
+                   stage.rank, stage.busy_s, 100 * stage.bubble_fraction, percent(stage.split.compute_s),
+                   percent(stage.split.tp_s), percent(stage.split.pp_s), percent(stage.split.dp_s),
+                   percent(stage.split.bubble_s));
+  }
+  return out;
+}
+
+}  // namespace twin::report

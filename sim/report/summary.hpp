@@ -1,0 +1,87 @@
+// The numbers of one iteration, computed from a Program and a Timeline (any engine): iteration time, bubble per stage,
+// model TFLOP/s per GPU (Narayanan's count), MFU, memory per GPU, and where each stage's time went.
+//
+// Per-stage numbers come from the stage's representative rank: the first recorded rank of the stage (engines record
+// dp = 0, tp = 0 of every stage). The time split partitions [0, iteration time] of that rank's compute stream:
+//   compute  a compute op runs on the compute stream
+//   tp       a TP collective blocks the compute stream while it moves data (OpSpan::active_s to end_s)
+//   dp       a DP / embedding / world collective does, or the compute stream is idle while the DataParallel stream
+//            moves data (exposed gradient reduction)
+//   pp       the compute stream is idle while a Recv's bytes are arriving (exposed pipeline communication)
+//   bubble   the compute stream is idle or only waits (for a Recv whose data has not left, for the other members of
+//            a collective) and nothing of the above is happening: pipeline fill and drain, imbalance
+// The compute stream is busy while a compute op runs or a collective on it moves data; bubble_fraction (DESIGN.md)
+// is the rest over the iteration time: pp + bubble + exposed dp from the DataParallel stream.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/program.hpp"
+#include "sim/report/timeline.hpp"
+
+namespace twin::report {
+
+struct TimeSplit {
+  double compute_s = 0;
+  double tp_s = 0;
+  double dp_s = 0;
+  double pp_s = 0;
+  double bubble_s = 0;
+};
+
+struct StageSummary {
+  int stage = 0;
+  int rank = 0;                // the rank the numbers come from
+  double busy_s = 0;           // compute stream busy (compute ops, collectives on it moving data)
+  double idle_s = 0;           // iteration time - busy
+  double bubble_fraction = 0;  // idle / iteration time
+  TimeSplit split;
+};
+
+struct MemorySummary {
+  double weights_bytes = 0;  // of the stage with the highest peak
+  double gradients_bytes = 0;
+  double optimizer_bytes = 0;
+  double activations_bytes = 0;
+  double peak_bytes = 0;      // largest stage
+  double capacity_bytes = 0;  // one GPU
+  bool fits = false;
+};
+
+struct Summary {
+  std::string scenario;  // model name
+  std::string engine;    // "sim (group fidelity)", "exec (cuda)"
+  int gpus = 0;
+  int tp = 1, pp = 1, dp = 1;
+  int micro_batches = 0;
+  double iteration_time_s = 0;
+  double bubble_fraction = 0;  // mean over stages
+  double model_flops = 0;      // model::reported_flops_per_iteration
+  double tflops_per_gpu = 0;   // model_flops / (time * gpus) / 1e12
+  double mfu = 0;              // 72-form model FLOPs / (time * gpus * peak)
+  double peak_flops_per_gpu = 0;
+  MemorySummary memory;
+  TimeSplit split;  // mean over stages, seconds
+  std::vector<StageSummary> stages;
+};
+
+// `peak_flops_per_gpu`: the matrix-multiply peak of one GPU for the scenario's dtype (for MFU). `engine`: a label.
+// `gpu_memory_bytes`: capacity of one GPU when it differs from the scenario's node (0: the node's). Stages without a
+// recorded rank are skipped (their entries are absent).
+Summary summarize(const model::Program& program, const Timeline& timeline, double peak_flops_per_gpu,
+                  const std::string& engine, double gpu_memory_bytes = 0);
+
+// Time split of one recorded rank (see above).
+TimeSplit time_split(const model::Program& program, const RankTimeline& rank, double iteration_time_s);
+
+// The summary as JSON (deterministic: same Summary, same bytes). Keys: iteration_time_s, bubble_fraction,
+// tflops_per_gpu, mfu, memory_per_gpu_bytes, memory, time_split, stages, scenario, engine.
+nlohmann::json summary_to_json(const Summary& summary);
+
+// A readable table for the terminal.
+std::string summary_table(const Summary& summary);
+
+}  // namespace twin::report

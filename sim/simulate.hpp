@@ -1,0 +1,80 @@
+// simulate(): replay one iteration of a Program on a SimGrid model of the cluster and return its Timeline.
+//
+//   rank fidelity   one SimGrid actor per GPU replays its stage's op list with the Program's semantics (ops issued
+//                   in order; ordered Compute and DataParallel streams; unordered Send/Recv matched by P2PTag;
+//                   deps); every collective is decomposed into flows (sim/collectives.hpp).
+//   group fidelity  one actor per TP group (default above ~1000 GPUs): TP collectives are timed analytically on
+//                   NVLink (nothing else uses a node's NVLink in Megatron's placement), everything else is a flow of
+//                   the group over its bundled links (topology/platform.hpp).
+// Compute ops cost what the CostModel says. Communication latencies are paid by the replayers (NCCL's model plus
+// the route's hardware latency); SimGrid shares bandwidth.
+//
+// SimGrid allows one simulation per process; simulate() therefore runs it in a forked child process by default
+// (`isolate`), so that a program (or a test binary) may call it any number of times.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/program.hpp"
+#include "sim/collectives.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/report/timeline.hpp"
+#include "topology/hardware.hpp"
+
+namespace twin::sim {
+
+enum class Fidelity : unsigned char { Auto, Rank, Group };
+std::string_view to_string(Fidelity fidelity);
+Fidelity parse_fidelity(std::string_view text);  // "auto", "rank", "group"; throws std::invalid_argument
+
+struct SimOptions {
+  Fidelity fidelity = Fidelity::Auto;
+  int group_fidelity_above_gpus = 1000;        // auto: group fidelity above this many GPUs
+  std::string placement = "tp-dp-pp";          // topology::Placement order
+  std::optional<topology::NodeSpec> node;      // default: the scenario's cluster.node
+  std::optional<topology::FabricSpec> fabric;  // default: the node's InfiniBand fabric
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::Auto;
+  bool ideal_network = false;     // infinite bandwidth, zero latency: the pipeline schedule alone
+  std::vector<int> record_ranks;  // ranks whose full timeline is kept, besides dp = 0, tp = 0 of every stage
+  bool isolate = true;            // run SimGrid in a child process
+  double wall_limit_s = 0;        // isolated runs: stop the child after this long (0: no limit); throws SimulationError
+  bool progress = false;          // a progress line on stderr once a run takes more than two seconds
+};
+
+struct EngineStats {
+  double wall_s = 0;            // the simulation itself (platform, replay)
+  double peak_rss_bytes = 0;    // of the simulating process (the child when isolated)
+  std::int64_t activities = 0;  // SimGrid activities started: flows, messages, timed waits
+  std::int64_t ops = 0;         // ops the actors replayed
+  std::int64_t rank_ops = 0;    // ops of the Program over every rank (what the replayed ops stand for)
+  int actors = 0;
+};
+
+struct SimResult {
+  report::Timeline timeline;
+  Fidelity fidelity = Fidelity::Rank;  // the one used
+  std::string hardware;                // "DGX A100 (A100-SXM4-80GB), InfiniBand HDR fat-tree"
+  double peak_flops_per_gpu = 0;       // matrix peak for the scenario's dtype
+  double gpu_memory_bytes = 0;
+  EngineStats stats;
+};
+
+// A scenario the simulator cannot run (CPU cluster, group fidelity impossible, ...) or a replay that cannot finish
+// (deadlocked Program).
+class SimulationError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The fidelity `options` selects for `program` (resolving Auto); throws SimulationError when Group is requested but
+// impossible (TP groups not inside nodes).
+Fidelity choose_fidelity(const model::Program& program, const SimOptions& options);
+
+SimResult simulate(const model::Program& program, const CostModel& cost, const SimOptions& options = {});
+
+}  // namespace twin::sim

@@ -1,0 +1,120 @@
+// Collectives and point-to-point messages through the whole engine, against their closed forms.
+#include <gtest/gtest.h>
+
+#include "sim/simulate.hpp"
+#include "tests/sim/support.hpp"
+#include "topology/hardware.hpp"
+
+namespace twin::sim {
+namespace {
+
+using testing::collective;
+using testing::hand_program;
+using testing::make_scenario;
+using testing::Plan;
+
+const topology::NodeSpec kNode = topology::dgx_a100();
+const NcclLatencies kNccl;
+
+double run(const model::Program& program, Fidelity fidelity) {
+  SimOptions options;
+  options.fidelity = fidelity;
+  return simulate(program, FixedCostModel(0, 0), options).timeline.iteration_time_s;
+}
+
+// A DP all-reduce of S bytes over n nodes, one member per node: 2(n-1)/n S / B plus NCCL's ring latency. All eight TP
+// ranks run theirs at once, each over its own NIC, so they do not slow each other down.
+TEST(RingAllReduce, AcrossNodesMatchesTheClosedForm) {
+  const double S = 1e9;
+  for (const int n : {2, 4, 8}) {
+    Plan plan;
+    plan.tp = 8;
+    plan.dp = n;
+    plan.nodes = n;
+    plan.global_batch = n;
+    const auto program =
+        hand_program(make_scenario(plan), {{collective(model::CollectiveKind::AllReduce, model::Group::Data, S)}});
+    const double expected = 2.0 * (n - 1) / n * S / kNode.nic_effective_bytes_per_s + kNccl.ring_simple_base_s +
+                            2 * (n - 1) * kNccl.ring_simple_net_step_s;
+    EXPECT_NEAR(run(program, Fidelity::Rank), expected, 0.01 * expected) << "n = " << n;
+    EXPECT_NEAR(run(program, Fidelity::Group), expected, 0.01 * expected) << "n = " << n;
+  }
+}
+
+TEST(RingAllReduce, InsideANodeOnNvlink) {
+  const double S = 1e9;
+  Plan plan;
+  plan.tp = 8;
+  const auto program =
+      hand_program(make_scenario(plan), {{collective(model::CollectiveKind::AllReduce, model::Group::Tensor, S)}});
+  const double expected = 2.0 * 7 / 8 * S / kNode.nvlink_effective_bytes_per_s + kNccl.ring_simple_base_s +
+                          14 * kNccl.ring_simple_nvlink_step_s;
+  EXPECT_NEAR(run(program, Fidelity::Rank), expected, 0.01 * expected);   // flows on the NVLinks
+  EXPECT_NEAR(run(program, Fidelity::Group), expected, 0.01 * expected);  // analytical
+}
+
+TEST(RingAllReduce, HierarchicalWhenMembersShareNodes) {
+  // tp 2, dp 8 on two nodes: each DP group has 4 members per node. Reduce-scatter in the node, all-reduce of S/4
+  // across the two nodes (each member over its own NIC), all-gather in the node.
+  const double S = 1e9;
+  Plan plan;
+  plan.tp = 2;
+  plan.dp = 8;
+  plan.nodes = 2;
+  plan.global_batch = 8;
+  const auto program =
+      hand_program(make_scenario(plan), {{collective(model::CollectiveKind::AllReduce, model::Group::Data, S)}});
+  const double nvlink = kNode.nvlink_effective_bytes_per_s, nic = kNode.nic_effective_bytes_per_s;
+  const double expected = 2 * (0.75 * S / nvlink + 3 * kNccl.ring_simple_nvlink_step_s) +
+                          (S / 4 / nic + 2 * kNccl.ring_simple_net_step_s) + kNccl.ring_simple_base_s;
+  EXPECT_NEAR(run(program, Fidelity::Rank), expected, 0.01 * expected);
+}
+
+TEST(PointToPoint, OneMessageBetweenNodes) {
+  const double S = 2.4e8;  // 10 ms on one HDR NIC
+  Plan plan;
+  plan.tp = 8;
+  plan.pp = 2;
+  plan.layers = 2;
+  plan.nodes = 2;
+  model::Op send;
+  send.kind = model::OpKind::Send;
+  send.stream = model::Stream::Pipeline;
+  send.micro_batch = 0;
+  send.peer_stage = 1;
+  send.tag_virtual_stage = 0;
+  send.bytes = S;
+  model::Op recv = send;
+  recv.kind = model::OpKind::Recv;
+  recv.peer_stage = 0;
+  const auto program = hand_program(make_scenario(plan), {{send}, {recv}});
+  // Bandwidth, NCCL's network step latency, and two fabric links (both nodes under one leaf switch).
+  const double expected = S / kNode.nic_effective_bytes_per_s + kNccl.ring_simple_net_step_s + 2 * 130e-9;
+  EXPECT_NEAR(run(program, Fidelity::Rank), expected, 1e-9);
+  EXPECT_NEAR(run(program, Fidelity::Group), expected, 1e-9);
+}
+
+TEST(Collectives, WaitForTheLastMember) {
+  // Stage 0 computes 5 ms before the embedding all-reduce with the last stage: both finish together, after it.
+  Plan plan;
+  plan.tp = 4;
+  plan.pp = 2;
+  plan.layers = 2;
+  model::Op compute;
+  compute.what = model::ComputeKind::TransformerLayer;
+  compute.phase = model::Phase::Forward;
+  const auto ar = collective(model::CollectiveKind::AllReduce, model::Group::Embedding, 1e3);  // latency bound
+  const auto program = hand_program(make_scenario(plan), {{compute, ar}, {ar}});
+  SimOptions options;
+  options.fidelity = Fidelity::Rank;
+  const SimResult result = simulate(program, FixedCostModel(5e-3, 0), options);
+  const auto& stage1 = result.timeline.ranks.at(1);  // rank of (dp 0, pp 1, tp 0) is recorded second
+  EXPECT_EQ(stage1.stage, 1);
+  EXPECT_DOUBLE_EQ(stage1.spans[0].start_s, 0);
+  EXPECT_NEAR(stage1.spans[0].active_s, 5e-3, 1e-12);  // it only starts when stage 0 arrives
+  EXPECT_GT(stage1.spans[0].end_s, 5e-3);
+  EXPECT_DOUBLE_EQ(stage1.spans[0].end_s, result.timeline.ranks.at(0).spans[1].end_s);
+}
+
+}  // namespace
+}  // namespace twin::sim

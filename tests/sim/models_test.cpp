@@ -1,0 +1,141 @@
+// The analytical cost model and the collective planner, without SimGrid.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "sim/collectives.hpp"
+#include "sim/cost_model.hpp"
+#include "tests/sim/support.hpp"
+#include "topology/hardware.hpp"
+
+namespace twin::sim {
+namespace {
+
+TEST(CostModel, ReproducesTheMeasuredGemm) {
+  // At the shape mamf-finder measured, the model gives the measured 267.9 TFLOP/s on an A100.
+  const AnalyticalCostModel a100(topology::a100_sxm4_80gb());
+  const double m = 6912, n = 16384, k = 2048;
+  EXPECT_NEAR(2 * m * n * k / a100.gemm_time_s(m, n, k, 1, model::DType::BF16), 267.9e12, 1e9);
+  EXPECT_NEAR(a100.parameters().gemm_efficiency, 267.9 / 312, 1e-3);
+  const AnalyticalCostModel h100(topology::h100_sxm5_80gb());
+  EXPECT_NEAR(2 * 6144.0 * 17920 * 2816 / h100.gemm_time_s(6144, 17920, 2816, 1, model::DType::BF16), 792.1e12, 1e9);
+}
+
+TEST(CostModel, WaveQuantization) {
+  // 108 tiles of 128x128 fill the A100's 108 SMs once; one more tile costs a whole second wave.
+  const AnalyticalCostModel a100(topology::a100_sxm4_80gb());
+  const double k = 8192;
+  const double one_wave = a100.gemm_time_s(128 * 12, 128 * 9, k, 1, model::DType::BF16);
+  const double two_waves = a100.gemm_time_s(128 * 12 + 1, 128 * 9, k, 1, model::DType::BF16);
+  EXPECT_NEAR(two_waves / one_wave, 2.0, 0.15);
+  // A partial tile costs a whole tile: 129 rows cost what 256 do.
+  EXPECT_DOUBLE_EQ(a100.gemm_time_s(129, 128 * 108, k, 1, model::DType::BF16),
+                   a100.gemm_time_s(256, 128 * 108, k, 1, model::DType::BF16));
+}
+
+TEST(CostModel, SkinnyGemmsAreMemoryBound) {
+  const AnalyticalCostModel a100(topology::a100_sxm4_80gb());
+  // [16, 8192] x [8192, 8192]: 2 GFLOP but 134 MB of weights to read.
+  const double t = a100.gemm_time_s(16, 8192, 8192, 1, model::DType::BF16);
+  EXPECT_NEAR(t, a100.memory_time_s(2.0 * (16 * 8192 + 8192 * 8192 + 16 * 8192)), 1e-12);
+}
+
+TEST(CostModel, FusedLayerCostsTheSumOfItsParts) {
+  testing::Plan plan;
+  plan.tp = 8;
+  plan.hidden = 4096;
+  plan.heads = 32;
+  const model::Scenario scenario = testing::make_scenario(plan);
+  const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
+  for (model::Phase phase : {model::Phase::Forward, model::Phase::Backward}) {
+    double parts = 0;
+    for (const model::Op& op : model::layer_compute_ops(scenario, 3, phase)) parts += cost.compute_time_s(scenario, op);
+    model::Op layer;
+    layer.what = model::ComputeKind::TransformerLayer;
+    layer.phase = phase;
+    layer.layer = 3;
+    EXPECT_DOUBLE_EQ(cost.compute_time_s(scenario, layer), parts);
+    EXPECT_GT(parts, 0);
+  }
+}
+
+TEST(CostModel, BackwardCostsAboutTwiceTheForward) {
+  testing::Plan plan;
+  plan.tp = 8;
+  plan.hidden = 8192;
+  plan.heads = 64;
+  plan.seq = 2048;
+  const model::Scenario scenario = testing::make_scenario(plan);
+  const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
+  model::Op layer;
+  layer.what = model::ComputeKind::TransformerLayer;
+  layer.layer = 0;
+  layer.phase = model::Phase::Forward;
+  const double forward = cost.compute_time_s(scenario, layer);
+  layer.phase = model::Phase::Backward;
+  EXPECT_NEAR(cost.compute_time_s(scenario, layer) / forward, 2.0, 0.25);
+}
+
+const topology::NodeSpec kNode = topology::dgx_a100();
+
+CommunicationModel communication() {
+  CommunicationModel model;
+  model.node = kNode;
+  return model;
+}
+
+TEST(Collectives, RingFlowsCarryTheRingShare) {
+  const CollectivePlan plan =
+      plan_collective(model::CollectiveKind::AllReduce, 8e8, {0, 1, 2, 3}, communication(), CollectiveAlgorithm::Ring);
+  ASSERT_EQ(plan.phases.size(), 1u);
+  ASSERT_EQ(plan.phases[0].flows.size(), 4u);
+  for (const Flow& flow : plan.phases[0].flows) {
+    EXPECT_EQ(flow.to, (flow.from + 1) % 4);
+    EXPECT_DOUBLE_EQ(flow.bytes, 2.0 * 3 / 4 * 8e8);
+  }
+  const auto gather =
+      plan_collective(model::CollectiveKind::AllGather, 8e8, {0, 1, 2, 3}, communication(), CollectiveAlgorithm::Ring);
+  EXPECT_DOUBLE_EQ(gather.phases[0].flows[0].bytes, 3.0 / 4 * 8e8);
+}
+
+TEST(Collectives, AutoIsHierarchicalWhenMembersShareNodes) {
+  const CollectivePlan plan = plan_collective(model::CollectiveKind::AllReduce, 1e9, {0, 0, 1, 1, 2, 2},
+                                              communication(), CollectiveAlgorithm::Auto);
+  EXPECT_EQ(plan.algorithm, CollectiveAlgorithm::Hierarchical);
+  ASSERT_EQ(plan.phases.size(), 3u);
+  EXPECT_EQ(plan.phases[1].flows.size(), 6u);  // two rings (one per local index) of three nodes
+  EXPECT_DOUBLE_EQ(plan.phases[1].flows[0].bytes, 2.0 * 2 / 3 * 1e9 / 2);
+}
+
+TEST(Collectives, SmallMessagesAreLatencyBoundAndUseTheTree) {
+  // The 4-byte gradient-norm all-reduce over 420 nodes: NCCL's tree with LL, no flows.
+  std::vector<int> nodes;
+  for (int node = 0; node < 420; ++node) nodes.push_back(node);
+  const CollectivePlan plan =
+      plan_collective(model::CollectiveKind::AllReduce, 4, nodes, communication(), CollectiveAlgorithm::Auto);
+  EXPECT_EQ(plan.algorithm, CollectiveAlgorithm::Analytical);
+  EXPECT_TRUE(plan.phases.empty());
+  const NcclLatencies nccl;
+  EXPECT_NEAR(plan.estimate_s, nccl.tree_ll_base_s + 2 * 8 * nccl.tree_ll_net_step_s, 1e-7);
+}
+
+TEST(Collectives, TreeFlows) {
+  const CollectivePlan plan = plan_collective(model::CollectiveKind::AllReduce, 1e9, {0, 1, 2, 3, 4}, communication(),
+                                              CollectiveAlgorithm::Tree);
+  EXPECT_EQ(plan.algorithm, CollectiveAlgorithm::Tree);
+  ASSERT_EQ(plan.phases.size(), 1u);
+  EXPECT_EQ(plan.phases[0].flows.size(), 16u);  // two trees of 4 edges, both directions
+}
+
+TEST(Collectives, OneMemberOrIdealIsFree) {
+  EXPECT_TRUE(plan_collective(model::CollectiveKind::AllReduce, 1e9, {0}, communication(), CollectiveAlgorithm::Auto)
+                  .phases.empty());
+  CommunicationModel ideal = communication();
+  ideal.ideal = true;
+  const auto plan = plan_collective(model::CollectiveKind::AllReduce, 1e9, {0, 1}, ideal, CollectiveAlgorithm::Auto);
+  EXPECT_TRUE(plan.phases.empty());
+  EXPECT_EQ(plan.estimate_s, 0);
+}
+
+}  // namespace
+}  // namespace twin::sim

@@ -1,0 +1,100 @@
+// The engine-neutral writers: time split, JSON summary, Chrome trace, SVG, rank lists. No simulation needed.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/report/summary.hpp"
+#include "sim/report/svg.hpp"
+#include "sim/report/trace.hpp"
+#include "tests/sim/support.hpp"
+
+namespace twin::report {
+namespace {
+
+// One stage, one rank: compute [0,2], TP all-reduce issued at 2, active from 3 (waiting for peers), done at 4; a
+// Recv whose bytes arrive over [5,6]; compute [6,7]; DP-stream reduction [7,9].
+struct Fixture {
+  model::Program program;
+  Timeline timeline;
+  Fixture() {
+    testing::Plan plan;
+    plan.tp = 8;
+    std::vector<model::Op> ops(5);
+    ops[0].what = model::ComputeKind::TransformerLayer;
+    ops[0].micro_batch = 0;
+    ops[1] = testing::collective(model::CollectiveKind::AllReduce, model::Group::Tensor, 1e6);
+    ops[1].micro_batch = 0;
+    ops[2].kind = model::OpKind::Recv;
+    ops[2].stream = model::Stream::Pipeline;
+    ops[2].micro_batch = 1;
+    ops[3].what = model::ComputeKind::TransformerLayer;
+    ops[3].micro_batch = 1;
+    ops[4] = testing::collective(model::CollectiveKind::AllReduce, model::Group::Data, 1e6);
+    ops[4].stream = model::Stream::DataParallel;
+    program = testing::hand_program(testing::make_scenario(plan), {ops});
+    timeline.engine = "test";
+    timeline.iteration_time_s = 10;
+    timeline.ranks.push_back({0, 0, {{0, 0, 0, 2}, {1, 2, 3, 4}, {2, 0, 5, 6}, {3, 6, 6, 7}, {4, 7, 7, 9}}});
+  }
+};
+
+TEST(TimeSplit, PartitionsTheIteration) {
+  const Fixture f;
+  const TimeSplit split = time_split(f.program, f.timeline.ranks[0], 10);
+  EXPECT_DOUBLE_EQ(split.compute_s, 3);  // [0,2] + [6,7]
+  EXPECT_DOUBLE_EQ(split.tp_s, 1);       // [3,4]: the wait [2,3] is bubble
+  EXPECT_DOUBLE_EQ(split.pp_s, 1);       // [5,6]
+  EXPECT_DOUBLE_EQ(split.dp_s, 2);       // [7,9], compute stream idle
+  EXPECT_DOUBLE_EQ(split.bubble_s, 3);   // [2,3] + [4,5] + [9,10]
+}
+
+TEST(Summary, JsonHasTheDocumentedKeys) {
+  const Fixture f;
+  const Summary summary = summarize(f.program, f.timeline, 312e12, "test");
+  ASSERT_EQ(summary.stages.size(), 1u);
+  EXPECT_DOUBLE_EQ(summary.stages[0].busy_s, 4);  // compute 3 + TP 1 (its wait excluded)
+  EXPECT_DOUBLE_EQ(summary.bubble_fraction, 0.6);
+  const nlohmann::json json = summary_to_json(summary);
+  for (const char* key : {"iteration_time_s", "bubble_fraction", "tflops_per_gpu", "mfu", "memory_per_gpu_bytes",
+                          "stages", "time_split", "memory"}) {
+    EXPECT_TRUE(json.contains(key)) << key;
+  }
+  EXPECT_DOUBLE_EQ(json["iteration_time_s"].get<double>(), 10);
+  EXPECT_EQ(json["stages"].size(), 1u);
+  EXPECT_FALSE(summary_table(summary).empty());
+}
+
+TEST(Trace, IsChromeTraceJson) {
+  const Fixture f;
+  const nlohmann::json trace = nlohmann::json::parse(chrome_trace(f.program, f.timeline));
+  int complete = 0;
+  for (const auto& event : trace["traceEvents"]) complete += event["ph"] == "X";
+  EXPECT_EQ(complete, 5);
+  EXPECT_NE(trace.dump().find("rank 0 (stage 0, dp 0, tp 0)"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(chrome_trace(f.program, f.timeline, {3}))["traceEvents"].size(), 0u);
+}
+
+TEST(Svg, DrawsOneBoxPerMicroBatchAndPass) {
+  const Fixture f;
+  const std::string svg = pipeline_svg(f.program, f.timeline);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  std::size_t boxes = 0;
+  for (std::size_t at = svg.find("fill=\"#4e79a7\""); at != std::string::npos;
+       at = svg.find("fill=\"#4e79a7\"", at + 1)) {
+    ++boxes;
+  }
+  // Micro-batch 0: its compute, then (after the wait, which is bubble) its TP all-reduce; micro-batch 1.
+  EXPECT_EQ(boxes, 3u);
+}
+
+TEST(RankList, Parses) {
+  EXPECT_EQ(parse_rank_list("0,5,7-9", 16), (std::vector<int>{0, 5, 7, 8, 9}));
+  EXPECT_EQ(parse_rank_list("3,3,1", 16), (std::vector<int>{1, 3}));
+  EXPECT_THROW(parse_rank_list("16", 16), std::invalid_argument);
+  EXPECT_THROW(parse_rank_list("a", 16), std::invalid_argument);
+  EXPECT_THROW(parse_rank_list("5-2", 16), std::invalid_argument);
+  EXPECT_THROW(parse_rank_list("1,,2", 16), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace twin::report

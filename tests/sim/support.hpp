@@ -1,0 +1,74 @@
+// Helpers for the simulator tests: scenarios from TOML text, and hand-made Programs.
+#pragma once
+
+#include <string>
+
+#include <fmt/format.h>
+
+#include "model/program.hpp"
+#include "model/scenario.hpp"
+
+namespace twin::testing {
+
+// A small GPT on DGX A100 nodes; every argument is a scenario key.
+struct Plan {
+  int layers = 8, hidden = 1024, heads = 16, seq = 1024, vocab = 50257;
+  int tp = 1, pp = 1, dp = 1, micro_batch = 1, global_batch = 8, virtual_stages = 1, nodes = 1;
+  std::string schedule = "1f1b", recompute = "none", node = "dgx-a100";
+  bool dp_overlap = false, sequence_parallel = false;
+  int zero_stage = 0;
+};
+
+inline model::Scenario make_scenario(const Plan& p) {
+  const std::string toml = fmt::format(R"(
+[model]
+name = "test-gpt"
+layers = {}
+hidden = {}
+heads = {}
+seq_len = {}
+vocab = {}
+dtype = "bf16"
+[parallel]
+tp = {}
+pp = {}
+dp = {}
+micro_batch = {}
+global_batch = {}
+schedule = "{}"
+virtual_stages = {}
+recompute = "{}"
+dp_overlap = {}
+sequence_parallel = {}
+zero_stage = {}
+[cluster]
+nodes = {}
+node = "{}"
+)",
+                                       p.layers, p.hidden, p.heads, p.seq, p.vocab, p.tp, p.pp, p.dp, p.micro_batch,
+                                       p.global_batch, p.schedule, p.virtual_stages, p.recompute, p.dp_overlap,
+                                       p.sequence_parallel, p.zero_stage, p.nodes, p.node);
+  return model::parse_scenario(toml, "test");
+}
+
+// A Program whose every stage runs `ops` (hand-written), on the scenario's layout.
+inline model::Program hand_program(const model::Scenario& scenario, std::vector<std::vector<model::Op>> stage_ops) {
+  model::Program program;
+  program.scenario = scenario;
+  program.granularity = model::Granularity::Layer;
+  program.layout = model::RankLayout(static_cast<int>(scenario.parallel.tp), static_cast<int>(scenario.parallel.pp),
+                                     static_cast<int>(scenario.parallel.dp));
+  program.stage_ops = std::move(stage_ops);
+  return program;
+}
+
+inline model::Op collective(model::CollectiveKind kind, model::Group group, double bytes) {
+  model::Op op;
+  op.kind = model::OpKind::Collective;
+  op.collective = kind;
+  op.group = group;
+  op.bytes = bytes;
+  return op;
+}
+
+}  // namespace twin::testing

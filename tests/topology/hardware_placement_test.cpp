@@ -1,0 +1,95 @@
+// Hardware specs and rank placement: the numbers the rest of the simulator leans on.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "topology/hardware.hpp"
+#include "topology/placement.hpp"
+#include "topology/platform.hpp"
+
+namespace twin::topology {
+namespace {
+
+TEST(Hardware, DatasheetPeaks) {
+  EXPECT_DOUBLE_EQ(a100_sxm4_80gb().bf16_flops, 312e12);
+  EXPECT_DOUBLE_EQ(a100_sxm4_80gb().peak_flops(model::DType::FP32), 19.5e12);
+  EXPECT_EQ(a100_sxm4_80gb().sm_count, 108);
+  EXPECT_NEAR(h100_sxm5_80gb().bf16_flops, 989.5e12, 1e9);
+  EXPECT_DOUBLE_EQ(h200_sxm_141gb().hbm_bytes_per_s, 4.8e12);
+  EXPECT_DOUBLE_EQ(h200_sxm_141gb().bf16_flops, h100_sxm5_80gb().bf16_flops);  // same GH100 die
+}
+
+TEST(Hardware, DgxNodes) {
+  const NodeSpec a100 = dgx_a100();
+  EXPECT_EQ(a100.gpus, 8);
+  EXPECT_EQ(a100.compute_nics, 8);
+  EXPECT_DOUBLE_EQ(a100.nic_bytes_per_s, 25e9);      // HDR 200 Gb/s
+  EXPECT_DOUBLE_EQ(a100.nvlink_bytes_per_s, 300e9);  // 600 GB/s bidirectional
+  EXPECT_LT(a100.nic_effective_bytes_per_s, a100.nic_bytes_per_s);
+  EXPECT_LT(a100.nvlink_effective_bytes_per_s, a100.nvlink_bytes_per_s);
+  EXPECT_DOUBLE_EQ(dgx_h100().nic_bytes_per_s, 50e9);  // NDR 400 Gb/s
+  EXPECT_EQ(node_spec(model::NodeKind::DgxA100).name, "DGX A100");
+  EXPECT_EQ(node_spec_by_gpu_name("h200").gpu.name, "H200-SXM-141GB");
+  EXPECT_THROW(node_spec(model::NodeKind::CpuHost), std::invalid_argument);
+  EXPECT_THROW(node_spec_by_gpu_name("v100"), std::invalid_argument);
+}
+
+TEST(Placement, MegatronOrderIsIdentity) {
+  const model::RankLayout layout(8, 35, 8);
+  const Placement placement(layout, 8);
+  for (int rank = 0; rank < layout.world_size(); ++rank) EXPECT_EQ(placement.gpu_of(rank), rank);
+  EXPECT_TRUE(placement.tensor_groups_inside_nodes());
+  EXPECT_EQ(placement.nodes(), 280);
+  // DP peers of a rank sit in different nodes, one per node, all with the same local index (their own NIC).
+  const auto dp_group = layout.group_members(model::Group::Data, layout.rank_of({0, 3, 5}));
+  std::set<int> nodes;
+  for (int rank : dp_group) {
+    nodes.insert(placement.node_of_rank(rank));
+    EXPECT_EQ(placement.local_index_of_rank(rank), 5);
+  }
+  EXPECT_EQ(nodes.size(), dp_group.size());
+}
+
+TEST(Placement, OtherOrders) {
+  const model::RankLayout layout(4, 2, 4);  // 32 ranks
+  const Placement pp_inner(layout, 8, "tp-pp-dp");
+  // Pipeline neighbours (same dp, tp) share a node: rank of (dp 0, pp 1, tp 0) on GPU 4.
+  EXPECT_EQ(pp_inner.gpu_of(layout.rank_of({0, 1, 0})), 4);
+  EXPECT_TRUE(pp_inner.tensor_groups_inside_nodes());
+  const Placement spread(layout, 8, "dp-tp-pp");
+  EXPECT_FALSE(spread.tensor_groups_inside_nodes());
+  EXPECT_EQ(spread.order(), "dp-tp-pp");
+  std::set<int> gpus;
+  for (int rank = 0; rank < layout.world_size(); ++rank) gpus.insert(spread.gpu_of(rank));
+  EXPECT_EQ(gpus.size(), 32u);  // a bijection
+  EXPECT_THROW(Placement(layout, 8, "tp-tp-pp"), std::invalid_argument);
+  EXPECT_THROW(Placement(layout, 8, "tp-dp"), std::invalid_argument);
+}
+
+TEST(FatTreeShape, NonBlockingAndOptions) {
+  PlatformOptions options;
+  options.nodes = 560;
+  options.fabric.rail_optimized = true;
+  FatTreeShape shape = fat_tree_shape(options);
+  EXPECT_EQ(shape.levels, 2);
+  EXPECT_EQ(shape.nodes_per_leaf, 20);  // a DGX SuperPOD scalable unit
+  EXPECT_EQ(shape.leaves, 28);
+  EXPECT_EQ(shape.spines, 20);  // as many links up as down
+  EXPECT_DOUBLE_EQ(shape.link_bytes_per_s, 8 * 25e9);
+
+  options.fabric.oversubscription = 2;
+  EXPECT_EQ(fat_tree_shape(options).spines, 10);
+
+  options.fabric = infiniband_hdr_fat_tree();
+  options.nodes = 35;
+  shape = fat_tree_shape(options);
+  EXPECT_EQ(shape.nodes_per_leaf, 2);  // 40-port HDR leaf: 20 ports down = 2 nodes of 8 NICs
+  EXPECT_EQ(shape.leaves, 18);
+  EXPECT_EQ(shape.positions, 36);  // one empty port
+
+  options.nodes = 1;
+  EXPECT_EQ(fat_tree_shape(options).levels, 1);
+}
+
+}  // namespace
+}  // namespace twin::topology

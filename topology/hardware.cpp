@@ -1,0 +1,180 @@
+// Hardware specs. Every number names its source; "dense" peaks are the datasheet's sparsity figures halved where
+// the datasheet only prints the sparse one (marked *) .
+#include "topology/hardware.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace twin::topology {
+
+namespace {
+constexpr double kTera = 1e12;
+constexpr double kGiga = 1e9;
+constexpr double kGB = 1e9;  // datasheets count memory and bandwidth in powers of ten
+}  // namespace
+
+double GpuSpec::peak_flops(model::DType dtype) const {
+  switch (dtype) {
+    case model::DType::BF16:
+      return bf16_flops;
+    case model::DType::FP16:
+      return fp16_flops;
+    case model::DType::FP32:
+      return fp32_flops;
+  }
+  return bf16_flops;
+}
+
+// NVIDIA A100 Tensor Core GPU datasheet (2021, "A100 80GB SXM" column): FP32 19.5 TFLOPS, TF32 156 TFLOPS,
+// BF16 312 TFLOPS, FP16 312 TFLOPS, 80 GB HBM2e at 2,039 GB/s. SM count: NVIDIA A100 Tensor Core GPU Architecture
+// whitepaper (2020), "the A100 GPU ... 108 SMs".
+GpuSpec a100_sxm4_80gb() {
+  GpuSpec gpu;
+  gpu.name = "A100-SXM4-80GB";
+  gpu.bf16_flops = 312 * kTera;
+  gpu.fp16_flops = 312 * kTera;
+  gpu.tf32_flops = 156 * kTera;
+  gpu.fp32_flops = 19.5 * kTera;
+  gpu.hbm_bytes_per_s = 2039 * kGB;
+  gpu.hbm_bytes = 80 * kGB;
+  gpu.sm_count = 108;
+  return gpu;
+}
+
+// NVIDIA H100 Tensor Core GPU datasheet (2023, "H100 SXM" column): FP32 67 TFLOPS, TF32 989 TFLOPS*, BF16 1,979
+// TFLOPS*, FP16 1,979 TFLOPS* (* with sparsity: dense is half), 80 GB HBM3 at 3.35 TB/s. SM count: NVIDIA H100
+// Tensor Core GPU Architecture whitepaper (2022), "H100 SXM5 ... 132 SMs".
+GpuSpec h100_sxm5_80gb() {
+  GpuSpec gpu;
+  gpu.name = "H100-SXM5-80GB";
+  gpu.bf16_flops = 1979 * kTera / 2;
+  gpu.fp16_flops = 1979 * kTera / 2;
+  gpu.tf32_flops = 989 * kTera / 2;
+  gpu.fp32_flops = 67 * kTera;
+  gpu.hbm_bytes_per_s = 3350 * kGB;
+  gpu.hbm_bytes = 80 * kGB;
+  gpu.sm_count = 132;
+  return gpu;
+}
+
+// NVIDIA H200 Tensor Core GPU datasheet (2024, "H200 SXM" column): FP32 67 TFLOPS, TF32 989 TFLOPS*, BF16 1,979
+// TFLOPS*, FP16 1,979 TFLOPS*, 141 GB HBM3e at 4.8 TB/s. Same GH100 die as H100 SXM5, hence 132 SMs.
+GpuSpec h200_sxm_141gb() {
+  GpuSpec gpu;
+  gpu.name = "H200-SXM-141GB";
+  gpu.bf16_flops = 1979 * kTera / 2;
+  gpu.fp16_flops = 1979 * kTera / 2;
+  gpu.tf32_flops = 989 * kTera / 2;
+  gpu.fp32_flops = 67 * kTera;
+  gpu.hbm_bytes_per_s = 4800 * kGB;
+  gpu.hbm_bytes = 141 * kGB;
+  gpu.sm_count = 132;
+  return gpu;
+}
+
+// NVIDIA DGX A100 User Guide / datasheet: 8x A100 80GB, 6x NVSwitch giving 600 GB/s bidirectional GPU-to-GPU
+// bandwidth per GPU (300 GB/s per direction), 8x single-port ConnectX-6 VPI HDR InfiniBand 200 Gb/s for compute
+// (the two dual-port storage NICs are not modelled).
+// Effective rates (NCCL 2.8, src/graph/tuning.cc and src/graph/search.cc, contemporary with MT-NLG):
+//   NVLink: "if (compCap80) busBw = std::min(busBw, 235.0f)": NCCL models an A100's NVLink bus bandwidth as 235 GB/s;
+//   NIC: speedArrayInter = {..., 24.0, ...}: the fastest ring speed not above a 200 Gb/s (25 GB/s) NIC is 24 GB/s.
+NodeSpec dgx_a100() {
+  NodeSpec node;
+  node.name = "DGX A100";
+  node.gpu = a100_sxm4_80gb();
+  node.gpus = 8;
+  node.nvlink_bytes_per_s = 300 * kGB;
+  node.nvlink_effective_bytes_per_s = 235 * kGB;
+  node.compute_nics = 8;
+  node.nic_bytes_per_s = 200 * kGiga / 8;
+  node.nic_effective_bytes_per_s = 24 * kGB;
+  return node;
+}
+
+// NVIDIA DGX H100 User Guide: 8x H100 SXM5 80GB, 4x NVSwitch giving 900 GB/s bidirectional per GPU (450 GB/s per
+// direction), 8x ConnectX-7 NDR InfiniBand 400 Gb/s for compute (through four OSFP cages).
+// Effective rates (NCCL 2.18+, src/graph/tuning.cc and search.cc):
+//   NVLink: "if (compCapIndex == HOPPER_COMPCAP_IDX) busBw = std::min(busBw, 370.0f)";
+//   NIC: sm90SpeedArrayInter = {48.0, ...}: 48 GB/s for a 400 Gb/s (50 GB/s) NIC.
+NodeSpec dgx_h100() {
+  NodeSpec node;
+  node.name = "DGX H100";
+  node.gpu = h100_sxm5_80gb();
+  node.gpus = 8;
+  node.nvlink_bytes_per_s = 450 * kGB;
+  node.nvlink_effective_bytes_per_s = 370 * kGB;
+  node.compute_nics = 8;
+  node.nic_bytes_per_s = 400 * kGiga / 8;
+  node.nic_effective_bytes_per_s = 48 * kGB;
+  return node;
+}
+
+// NVIDIA DGX H200 datasheet: the DGX H100 chassis (4x NVSwitch, 900 GB/s per GPU, 8x ConnectX-7 400 Gb/s) with
+// 8x H200 141GB.
+NodeSpec dgx_h200() {
+  NodeSpec node = dgx_h100();
+  node.name = "DGX H200";
+  node.gpu = h200_sxm_141gb();
+  return node;
+}
+
+// InfiniBand HDR: 4x links at 50 Gb/s per lane = 200 Gb/s per port (InfiniBand Architecture Specification, Release
+// 1.4, HDR). Switch: NVIDIA (Mellanox) Quantum QM8700 datasheet: 40 HDR ports, 130 ns port-to-port latency.
+// DGX SuperPOD reference architecture (A100): scalable units of 20 nodes, NIC i of each node on leaf (rail) i.
+FabricSpec infiniband_hdr_fat_tree() {
+  FabricSpec fabric;
+  fabric.name = "InfiniBand HDR fat-tree";
+  fabric.link_bytes_per_s = 200 * kGiga / 8;
+  fabric.hop_latency_s = 130e-9;
+  fabric.switch_radix = 40;
+  fabric.scalable_unit_nodes = 20;
+  return fabric;
+}
+
+// InfiniBand NDR: 4x links at 100 Gb/s per lane = 400 Gb/s per port (IBTA specification, NDR). Switch: NVIDIA
+// Quantum-2 QM9700 datasheet: 64 NDR ports. Its brief gives no port-to-port latency; Quantum's 130 ns is reused.
+// DGX SuperPOD reference architecture (H100): scalable units of 32 nodes.
+FabricSpec infiniband_ndr_fat_tree() {
+  FabricSpec fabric;
+  fabric.name = "InfiniBand NDR fat-tree";
+  fabric.link_bytes_per_s = 400 * kGiga / 8;
+  fabric.hop_latency_s = 130e-9;
+  fabric.switch_radix = 64;
+  fabric.scalable_unit_nodes = 32;
+  return fabric;
+}
+
+NodeSpec node_spec(model::NodeKind kind) {
+  switch (kind) {
+    case model::NodeKind::DgxA100:
+      return dgx_a100();
+    case model::NodeKind::DgxH100:
+      return dgx_h100();
+    case model::NodeKind::CpuHost:
+      break;
+  }
+  throw std::invalid_argument(
+      "the simulator models GPU clusters: cluster.node must be a DGX node (dgx-a100 or "
+      "dgx-h100), not a CPU host");
+}
+
+FabricSpec fabric_spec(model::NodeKind kind) {
+  switch (kind) {
+    case model::NodeKind::DgxA100:
+      return infiniband_hdr_fat_tree();
+    case model::NodeKind::DgxH100:
+      return infiniband_ndr_fat_tree();
+    case model::NodeKind::CpuHost:
+      break;
+  }
+  throw std::invalid_argument("the simulator models GPU clusters: no fabric for a CPU host");
+}
+
+NodeSpec node_spec_by_gpu_name(std::string_view gpu) {
+  if (gpu == "a100") return dgx_a100();
+  if (gpu == "h100") return dgx_h100();
+  if (gpu == "h200") return dgx_h200();
+  throw std::invalid_argument("unknown GPU '" + std::string(gpu) + "' (expected a100, h100 or h200)");
+}
+
+}  // namespace twin::topology

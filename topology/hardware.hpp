@@ -1,0 +1,76 @@
+// Hardware as data: GPUs, DGX nodes and InfiniBand fabrics, each number with its source.
+//
+// Two kinds of numbers live here:
+//   - datasheet numbers (peak FLOP/s, HBM, link rates): what the vendor specifies;
+//   - "effective" link rates: what NCCL itself assumes a link delivers to a collective (its tuning model), used as
+//     the bandwidth of the simulated links. They are cited from NCCL's source, never fitted to a training run.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "model/scenario.hpp"
+
+namespace twin::topology {
+
+struct GpuSpec {
+  std::string name;
+  // Dense (no sparsity) tensor-core peaks, FLOP/s.
+  double bf16_flops = 0;
+  double fp16_flops = 0;
+  double tf32_flops = 0;
+  double fp32_flops = 0;  // CUDA cores (no tensor cores)
+  double hbm_bytes_per_s = 0;
+  double hbm_bytes = 0;
+  int sm_count = 0;  // for wave quantization of GEMMs
+
+  // The matrix-multiply peak a model of this dtype runs at (fp32 runs on CUDA cores, not TF32).
+  double peak_flops(model::DType dtype) const;
+};
+
+struct NodeSpec {
+  std::string name;
+  GpuSpec gpu;
+  int gpus = 8;
+  // NVLink through the NVSwitches, per GPU and per direction.
+  double nvlink_bytes_per_s = 0;            // datasheet
+  double nvlink_effective_bytes_per_s = 0;  // NCCL's bus-bandwidth model of it
+  // Compute NICs (one per GPU on DGX nodes), per NIC and per direction.
+  int compute_nics = 8;
+  double nic_bytes_per_s = 0;            // datasheet line rate
+  double nic_effective_bytes_per_s = 0;  // NCCL's per-channel network speed for this NIC
+};
+
+struct FabricSpec {
+  std::string name;
+  double link_bytes_per_s = 0;   // one cable, per direction
+  double hop_latency_s = 0;      // one switch traversal (port to port)
+  int switch_radix = 0;          // ports per switch
+  int scalable_unit_nodes = 20;  // nodes per rail group in a rail-optimized fabric (DGX SuperPOD scalable unit)
+  double oversubscription = 1;   // leaf down:up ratio; 1 = non-blocking
+  bool rail_optimized = false;   // NIC i of every node of a scalable unit on the same leaf (rail) switch
+};
+
+// GPUs (NVIDIA datasheets).
+GpuSpec a100_sxm4_80gb();
+GpuSpec h100_sxm5_80gb();
+GpuSpec h200_sxm_141gb();
+
+// Nodes (DGX user guides).
+NodeSpec dgx_a100();
+NodeSpec dgx_h100();
+NodeSpec dgx_h200();
+
+// Fabrics (InfiniBand specifications and switch datasheets).
+FabricSpec infiniband_hdr_fat_tree();
+FabricSpec infiniband_ndr_fat_tree();
+
+// The node and fabric a scenario's `cluster.node` names. Throws std::invalid_argument for kinds that have no GPU
+// (CpuHost): the simulator models GPU clusters only.
+NodeSpec node_spec(model::NodeKind kind);
+FabricSpec fabric_spec(model::NodeKind kind);
+
+// "a100", "h100", "h200" -> the DGX node of that GPU; throws std::invalid_argument otherwise.
+NodeSpec node_spec_by_gpu_name(std::string_view gpu);
+
+}  // namespace twin::topology

@@ -1,0 +1,98 @@
+// The SimGrid platform of a GPU cluster, built in code that reads like the hardware:
+//
+//   fat_tree(nodes)                      non-blocking InfiniBand fat-tree (D-mod-k routing), one leaf per DGX node
+//     └── dgx_node(n)                    a SimGrid zone per node:
+//           gpu0 .. gpu7                 one host per GPU
+//           nvlink_i (split-duplex)      GPU i's NVLink ports into the NVSwitches: intra-node traffic only
+//           nic_i (split-duplex)         GPU i's own HCA: its inter-node traffic leaves here, so one GPU alone never
+//                                        gets more than one NIC's bandwidth
+//           hca router (gateway)         where the node's eight NIC cables meet the fabric (not GPU 0)
+//
+// Links between a node and its leaf switch, and between switches, aggregate the node's eight cables (8 x 200 Gb/s
+// for HDR): in the DGX SuperPOD every NIC has its own cable, and Megatron's traffic is rail-aligned (rank tp=i talks
+// to tp=i), so the eight rails move side by side. Oversubscription divides the spine links; the rail-optimized
+// layout groups a scalable unit (20 nodes) under one leaf, otherwise a leaf switch serves half its ports' worth of
+// nodes. Cross-rail traffic inside a rail-optimized scalable unit is therefore modelled as crossing one switch (as if
+// NCCL's PXN moved it to the right rail over NVLink first).
+//
+// Flow model: SimGrid's CM02 max-min fair sharing with no TCP cross-traffic, no TCP window bound and no latency
+// weighting of the shares (InfiniBand and NVLink share a link fairly per flow, credit-based, unlike TCP's RTT
+// bias). Link latencies are recorded on the links but paid by the replay engine (`route_latency_s`), so that SimGrid
+// only shares bandwidth. Link bandwidths are the "effective" rates of hardware.hpp (NCCL's own model of each link).
+//
+// group fidelity uses instead, per node, one endpoint host per TP group slot whose NVLink and NIC links bundle the
+// group's links (t NVLinks, t NICs): a TP group's ranks move their bytes in lockstep, so one flow of t times the bytes
+// over the bundle stands for the t rail-parallel flows.
+#pragma once
+
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <simgrid/forward.h>
+
+#include "topology/hardware.hpp"
+
+namespace twin::topology {
+
+struct PlatformOptions {
+  int nodes = 1;
+  NodeSpec node = dgx_a100();
+  FabricSpec fabric = infiniband_hdr_fat_tree();
+  int group_size = 0;     // > 0: add gpus_per_node / group_size bundled endpoints per node (group fidelity)
+  bool gpu_hosts = true;  // false: only the group endpoints (group fidelity needs no per-GPU hosts)
+};
+
+// The fat-tree SimGrid builds: `levels` 1 (one switch) or 2 (leaves and spines).
+struct FatTreeShape {
+  int levels = 1;
+  int nodes_per_leaf = 1;
+  int leaves = 1;     // leaf switches
+  int spines = 0;     // spine switches (2 levels)
+  int positions = 1;  // nodes_per_leaf * leaves (>= nodes; the rest are empty routers)
+  double link_bytes_per_s = 0;
+};
+FatTreeShape fat_tree_shape(const PlatformOptions& options);
+
+// Configures SimGrid's flow model (see above). Call once, on a fresh engine, before building a Platform.
+void configure_flow_model();
+
+class Platform {
+ public:
+  // Builds the platform into the current s4u::Engine (there is one per process). Throws std::invalid_argument on
+  // impossible options (no nodes, group size not dividing the node).
+  explicit Platform(const PlatformOptions& options);
+
+  const PlatformOptions& options() const { return options_; }
+  const FatTreeShape& shape() const { return shape_; }
+  int nodes() const { return options_.nodes; }
+  int gpus_per_node() const { return options_.node.gpus; }
+  int gpus() const { return options_.nodes * options_.node.gpus; }
+
+  // Requires gpu_hosts.
+  simgrid::s4u::Host* gpu(int gpu_index) const { return gpus_.at(static_cast<std::size_t>(gpu_index)); }
+  // Bundled endpoint of TP group slot `slot` (0 .. gpus_per_node/group_size - 1) of `node`; requires group_size > 0.
+  simgrid::s4u::Host* group_endpoint(int node, int slot) const;
+  int node_of_gpu(int gpu_index) const { return gpu_index / gpus_per_node(); }
+
+  // Sum of the latencies of the links from `from` to `to` (hardware latency; SimGrid itself does not pay it).
+  double route_latency_s(const simgrid::s4u::Host* from, const simgrid::s4u::Host* to) const;
+  // The SimGrid links a flow from `from` to `to` crosses, in order.
+  std::vector<simgrid::s4u::Link*> route(const simgrid::s4u::Host* from, const simgrid::s4u::Host* to) const;
+
+ private:
+  void build();
+  std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoint*> dgx_node(
+      simgrid::s4u::NetZone* fabric, int node);
+
+  PlatformOptions options_;
+  FatTreeShape shape_;
+  std::vector<simgrid::s4u::Host*> gpus_;
+  std::vector<simgrid::s4u::Host*> endpoints_;  // node * slots + slot
+  struct PairHash {
+    std::size_t operator()(const std::pair<const void*, const void*>& key) const noexcept;
+  };
+  mutable std::unordered_map<std::pair<const void*, const void*>, double, PairHash> latency_cache_;
+};
+
+}  // namespace twin::topology
