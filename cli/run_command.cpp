@@ -1,0 +1,293 @@
+// `twin run SCENARIO`: train for real with the executor (exec/): the same Program the simulator replays.
+//   --launcher threads   every rank is a thread of this process (default)
+//   --launcher mpi       re-executes this command under `mpirun -np WORLD`; each process joins as its rank
+//   (started by mpirun or srun: OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID set) joins the job as its rank
+// Rank 0 prints a progress line (step, loss, tokens/s, ETA) on stderr and writes --json / --trace at the end.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+#include <fmt/format.h>
+
+#include "cli/commands.hpp"
+#include "exec/comm/mpi_communicator.hpp"
+#include "exec/errors.hpp"
+#include "exec/run_report.hpp"
+#include "exec/trainer.hpp"
+#include "model/program.hpp"
+
+namespace twin::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunOptions {
+  ScenarioOptions scenario;
+  std::string backend = "cpu";
+  std::string launcher = "threads";
+  int steps = 50;
+  std::string data;
+  std::string checkpoint;
+  int checkpoint_every = 0;
+  int keep_checkpoints = 2;
+  bool no_resume = false;
+  std::string json;
+  std::string trace;
+  int trace_step = -1;
+  double timeout_s = 60;
+  int threads = 0;
+  double peak_gflops = 0;
+  bool quiet = false;
+};
+
+// The rank this process has in a job started by mpirun / srun, if any.
+bool started_by_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+int ranks_on_this_host(int world) {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    if (const char* value = std::getenv(name)) return std::max(1, std::atoi(value));
+  }
+  return world;
+}
+
+std::string default_data_path() {
+  return (fs::path(TWIN_SCENARIO_DIR).parent_path() / "data" / "corpus.txt").string();
+}
+
+std::string duration(double seconds) {
+  if (!(seconds >= 0) || !std::isfinite(seconds)) return "?";
+  const long s = std::lround(seconds);
+  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60);
+  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+std::string rate(double tokens_per_s) {
+  return tokens_per_s >= 1e3 ? fmt::format("{:.1f}k tok/s", tokens_per_s / 1e3)
+                             : fmt::format("{:.0f} tok/s", tokens_per_s);
+}
+
+// The progress line of rank 0: redrawn in place on a terminal, one line every few steps otherwise.
+class Progress {
+ public:
+  explicit Progress(bool quiet) : quiet_(quiet), tty_(isatty(2) != 0) {}
+  void step(const exec::StepReport& r) {
+    if (quiet_) return;
+    recent_.push_back(r.iteration_time_s);
+    if (recent_.size() > 10) recent_.erase(recent_.begin());
+    double mean = 0;
+    for (double t : recent_) mean += t;
+    mean /= static_cast<double>(recent_.size());
+    const int done = r.step + 1;
+    const std::string line =
+        fmt::format("step {}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {}  ETA {}", done, r.steps, r.loss,
+                    r.grad_norm, r.learning_rate, rate(r.tokens_per_s), duration(mean * (r.steps - done)));
+    if (tty_) {
+      fmt::print(stderr, "\r{:<100}", line);
+      if (done == r.steps) fmt::print(stderr, "\n");
+    } else if (done == r.steps || done % std::max(1, r.steps / 20) == 0 || done <= 1) {
+      fmt::print(stderr, "{}\n", line);
+    }
+    std::fflush(stderr);
+  }
+  void note(const std::string& text) {
+    if (!quiet_) fmt::print(stderr, "{}\n", text);
+  }
+
+ private:
+  bool quiet_, tty_;
+  std::vector<double> recent_;
+};
+
+// argv of this process, from /proc/self/cmdline (CLI11 does not keep it).
+std::vector<std::string> own_arguments() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  std::string current;
+  for (char c : all) {
+    if (c == '\0') {
+      args.push_back(current);
+      current.clear();
+    } else {
+      current.push_back(c);
+    }
+  }
+  return args;
+}
+
+[[noreturn]] void relaunch_under_mpirun(int world) {
+  std::vector<std::string> args = {"mpirun", "-np", std::to_string(world), "--bind-to", "none", "--oversubscribe"};
+  if (geteuid() == 0) args.emplace_back("--allow-run-as-root");
+  std::error_code error;
+  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  const std::vector<std::string> mine = own_arguments();
+  args.push_back(error ? mine.at(0) : self.string());
+  args.insert(args.end(), mine.begin() + 1, mine.end());
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  fmt::print(stderr, "twin run: launching {} ranks: {}\n", world, fmt::join(args.begin(), args.begin() + 6, " "));
+  std::fflush(stderr);
+  execvp("mpirun", argv.data());
+  throw UserError(fmt::format("--launcher mpi: cannot run mpirun ({}); install openmpi-bin or use --launcher threads",
+                              std::strerror(errno)));
+}
+
+void write_outputs(const RunOptions& o, const model::Program& program, const exec::TrainResult& result,
+                   const std::string& engine) {
+  if (!o.json.empty()) {
+    write_file_atomically(o.json, exec::run_json(program, result, engine, o.peak_gflops * 1e9).dump(2) + "\n");
+  }
+  if (!o.trace.empty()) write_file_atomically(o.trace, exec::run_trace(program, result));
+}
+
+void print_summary(const exec::TrainResult& r, const std::string& engine, double elapsed_s) {
+  if (r.losses.empty()) {
+    fmt::print(stderr, "nothing to do: the checkpoint is already at step {} of {}\n", r.first_step, r.steps);
+    return;
+  }
+  double mean_time = 0;
+  for (double t : r.iteration_time_s) mean_time += t;
+  mean_time /= static_cast<double>(r.iteration_time_s.size());
+  fmt::print(stderr, "trained steps {}..{} ({}) in {}: loss {:.4f} -> {:.4f}, {:.3f} s per step, {}\n",
+             r.first_step + 1, r.steps, engine, duration(elapsed_s), r.losses.front(), r.losses.back(), mean_time,
+             rate(r.tokens_per_s));
+  if (!r.last_checkpoint.empty()) fmt::print(stderr, "checkpoint: {}\n", r.last_checkpoint);
+}
+
+[[noreturn]] void fail(const std::string& message) {
+  fmt::print(stderr, "twin: error: {}\n", message);
+  throw CLI::RuntimeError(1);
+}
+
+void run(const RunOptions& o) {
+  const model::Scenario scenario = load_scenario(o.scenario);
+  const model::Program program = model::build_program(scenario, model::Granularity::Op);
+  const int world = program.layout.world_size();
+  const bool joined = started_by_launcher();
+  if (!joined && o.launcher == "mpi") relaunch_under_mpirun(world);
+
+  exec::TrainOptions options;
+  options.backend = o.backend;
+  options.steps = o.steps;
+  options.checkpoint_dir = o.checkpoint;
+  options.checkpoint_every = o.checkpoint_every;
+  options.keep_checkpoints = o.keep_checkpoints;
+  options.resume = !o.no_resume;
+  options.comm_timeout_s = o.timeout_s;
+  options.trace_step = o.trace_step;
+  Progress progress(o.quiet);
+  options.on_step = [&progress](const exec::StepReport& r) { progress.step(r); };
+  options.on_note = [&progress](const std::string& text) { progress.note(text); };
+
+  if (scenario.model.dtype != model::DType::FP32 && o.backend == "cpu") {
+    progress.note(
+        fmt::format("note: the cpu backend trains in fp32 (model.dtype = \"{}\" sets what the simulator "
+                    "counts)",
+                    model::to_string(scenario.model.dtype)));
+  }
+  const std::string data_path = o.data.empty() ? default_data_path() : o.data;
+  const auto wall_start = std::chrono::steady_clock::now();
+  try {
+    const exec::TextDataset data = exec::load_text(data_path, static_cast<std::size_t>(scenario.model.seq_len) + 2);
+    if (!joined) {
+      options.threads_per_rank = o.threads;
+      progress.note(
+          fmt::format("twin run: {} on {} rank{} as threads (tp {} x pp {} x dp {}), {} backend, data {} "
+                      "({} tokens)",
+                      scenario.model.name, world, world > 1 ? "s" : "", program.layout.tp(), program.layout.pp(),
+                      program.layout.dp(), o.backend, data.path, data.bytes.size()));
+      const exec::TrainResult result = exec::train_threads(program, data, options);
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+      if (!o.quiet) print_summary(result, "threads", elapsed);
+      write_outputs(o, program, result, fmt::format("exec ({}, threads)", o.backend));
+      return;
+    }
+    // One rank of an MPI job.
+    auto comm = exec::make_mpi_communicator(exec::CommOptions{o.timeout_s});
+    const int threads = o.threads > 0 ? o.threads : exec::default_threads_per_rank(ranks_on_this_host(world));
+    try {
+      if (comm->rank() != 0) {
+        options.on_step = nullptr;
+        options.on_note = nullptr;
+      }
+      if (comm->rank() == 0) {
+        progress.note(
+            fmt::format("twin run: {} on {} MPI ranks (tp {} x pp {} x dp {}), {} backend, data {} ({} "
+                        "tokens)",
+                        scenario.model.name, comm->world_size(), program.layout.tp(), program.layout.pp(),
+                        program.layout.dp(), o.backend, data.path, data.bytes.size()));
+      }
+      const exec::TrainResult result = exec::train_rank(program, data, options, *comm, threads);
+      if (comm->rank() == 0) {
+        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+        if (!o.quiet) print_summary(result, "mpi", elapsed);
+        write_outputs(o, program, result, fmt::format("exec ({}, mpi)", o.backend));
+      }
+    } catch (const std::exception& error) {
+      if (comm->world_size() > 1) comm->abort(error.what());  // ends the whole job
+      throw;
+    }
+  } catch (const exec::RunError& error) {
+    throw UserError(error.what());
+  } catch (const exec::CommError& error) {
+    fail(error.what());
+  }
+}
+
+}  // namespace
+
+void register_run_command(CLI::App& app) {
+  auto options = std::make_shared<RunOptions>();
+  CLI::App* command = app.add_subcommand(
+      "run", "train for real: the scenario's Program executed by the CPU backend, ranks as threads or MPI processes");
+  add_scenario_options(*command, options->scenario);
+  command->add_option("--backend", options->backend, "compute backend: cpu (fp32), cuda (bf16, when built with CUDA)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  command->add_option("--launcher", options->launcher, "threads: ranks as threads of this process; mpi: under mpirun")
+      ->check(CLI::IsMember({"threads", "mpi"}));
+  command->add_option("--steps", options->steps, "train until this many steps are done (default 50)")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--data", options->data, "text file to train on (default: data/corpus.txt)");
+  command->add_option("--checkpoint", options->checkpoint,
+                      "checkpoint directory: resumes from its newest checkpoint, writes new ones");
+  command
+      ->add_option("--checkpoint-every", options->checkpoint_every,
+                   "steps between checkpoints (default: only after the last step)")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--keep-checkpoints", options->keep_checkpoints, "complete checkpoints to keep (default 2)")
+      ->check(CLI::PositiveNumber);
+  command->add_flag("--no-resume", options->no_resume, "start from step 0 even if --checkpoint holds a checkpoint");
+  command->add_option("--json", options->json, "write losses, per-step times, tokens/s and the summary as JSON");
+  command->add_option("--trace", options->trace, "write the Chrome trace (Perfetto) of the traced step");
+  command->add_option("--trace-step", options->trace_step, "step to time op by op (default: the last)");
+  command
+      ->add_option("--timeout", options->timeout_s,
+                   "seconds a collective or receive waits for its peers before failing (default 60)")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--threads", options->threads, "compute threads per rank (default: cores / ranks)")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--peak-gflops", options->peak_gflops, "one rank's peak GFLOP/s, for the summary's MFU");
+  command->add_flag("--quiet", options->quiet, "no progress line");
+  command->callback([options] { run(*options); });
+}
+
+}  // namespace twin::cli

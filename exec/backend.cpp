@@ -1,0 +1,30 @@
+#include "exec/backend.hpp"
+
+#include <string>
+
+#include "exec/cpu/cpu_backend.hpp"
+#include "exec/errors.hpp"
+#ifdef TWIN_HAVE_CUDA
+#include "exec/cuda/cuda_exec.hpp"
+#endif
+
+namespace twin::exec {
+
+Tensor Backend::zeros(std::size_t numel, DType dtype) {
+  Tensor t = allocate(numel, dtype);
+  if (numel > 0) fill(t, 0.0f);
+  return t;
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOptions& options) {
+  if (name == "cpu") return std::make_unique<cpu::CpuBackend>(options);
+#ifdef TWIN_HAVE_CUDA
+  if (name == "cuda") return cuda::make_cuda_backend(options);
+  throw RunError("unknown backend '" + std::string(name) + "' (this build has: cpu, cuda)");
+#else
+  if (name == "cuda") throw RunError("--backend cuda: this twin was built without the CUDA toolkit");
+  throw RunError("unknown backend '" + std::string(name) + "' (this build has: cpu)");
+#endif
+}
+
+}  // namespace twin::exec

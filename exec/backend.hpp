@@ -1,0 +1,134 @@
+// Backend: the seam between the interpreter and a device. It owns memory (allocate, host copies) and runs every kernel
+// of a GPT on Tensors. The interpreter (exec/interpreter*.cpp) only ever calls these methods, so a new device plugs in
+// by implementing this class; nothing in the interpreter changes.
+//
+//   cpu   exec/cpu/cpu_backend.cpp: fp32 everywhere, kernels/cpu (OpenBLAS sgemm)
+//   cuda  (issue 6) bf16 activations and working weights, fp32 gradients, fp32 master weights and Adam state,
+//         cuBLASLt GEMMs, kernels/cuda; the collectives go to an NCCL Communicator on device pointers.
+//
+// Conventions, the same as kernels/cpu/kernels.hpp: outputs first; shapes in comments; parameter gradients ACCUMULATE
+// (+=); activation gradients are OVERWRITTEN except layernorm_backward's dinp (the residual stream's gradient).
+// Dtypes: activations, weights and activation gradients are in activation_dtype(); parameter gradients, Adam state,
+// master weights, layernorm statistics, attention lse, cross-entropy statistics and losses are fp32; token ids int32.
+// Every call may be asynchronous on its device; synchronize() waits for all of them (the timeline calls it when it
+// times ops; host copies synchronize by themselves).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "exec/tensor.hpp"
+
+namespace twin::exec {
+
+// One AdamW step's hyper-parameters (kernels/cpu/adamw.hpp has the formulas).
+struct AdamWStep {
+  float learning_rate = 0;
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float weight_decay = 0;
+  int step = 1;          // 1-based: the bias corrections use it
+  float grad_scale = 1;  // global-norm clipping factor
+};
+
+struct BackendOptions {
+  int threads = 1;              // CPU: compute threads of this rank
+  bool shares_process = false;  // CPU: other ranks run as threads of this process (process-wide settings, such as
+                                // OpenBLAS's thread count, are then left at one thread per caller)
+  int device = 0;               // CUDA: the GPU ordinal
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string_view name() const = 0;
+  virtual Device device() const = 0;
+  virtual DType activation_dtype() const = 0;
+  // true when weights are stored in a lower precision than fp32: the optimizer then keeps an fp32 master copy of the
+  // rank's (ZeRO) shard and writes the rounded weights back.
+  virtual bool keeps_master_weights() const = 0;
+
+  // --- memory ---------------------------------------------------------------------------------------------------
+  virtual Tensor allocate(std::size_t numel, DType dtype) = 0;  // contents undefined
+  Tensor zeros(std::size_t numel, DType dtype);
+  // dst (n) <- host values (n), converted from fp32 to dst.dtype (weights, master weights, Adam state)
+  virtual void upload_f32(const Tensor& dst, const float* host) = 0;
+  // host (n) <- src (n), converted to fp32
+  virtual void download_f32(float* host, const Tensor& src) = 0;
+  // dst (n) <- host int32 values (token ids)
+  virtual void upload_i32(const Tensor& dst, const int* host) = 0;
+  virtual void synchronize() = 0;
+
+  // --- element-wise helpers -------------------------------------------------------------------------------------
+  virtual void fill(const Tensor& x, float value) = 0;            // x (n) = value
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;    // dst (n) = src (n), same dtype
+  virtual void accumulate(const Tensor& y, const Tensor& x) = 0;  // y (n) += x (n)
+  virtual void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) = 0;  // out = a + b
+  virtual void bias_add(const Tensor& out, const Tensor& bias, int rows,
+                        int channels) = 0;  // out (rows, C) += bias (C)
+  virtual void bias_backward(const Tensor& dbias, const Tensor& dout, int rows, int channels) = 0;  // dbias += sum_r
+  virtual double squared_norm(const Tensor& x) = 0;  // sum x^2 in double, to the host
+  virtual double sum(const Tensor& x) = 0;           // sum x in double, to the host
+
+  // --- embeddings -------------------------------------------------------------------------------------------------
+  // out (rows, C) = wte_local[token - vocab_start] or 0 outside the shard;  tokens (rows) int32
+  virtual void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte_local, int rows,
+                                 int channels, int vocab_start, int vocab_local) = 0;
+  virtual void embedding_backward(const Tensor& dwte_local, const Tensor& dout, const Tensor& tokens, int rows,
+                                  int channels, int vocab_start, int vocab_local) = 0;
+  // out (B, T, C) += wpe (>= T, C);  dwpe (>= T, C) += sum_b dout (B, T, C)
+  virtual void position_embedding_forward(const Tensor& out, const Tensor& wpe, int batch, int seq, int channels) = 0;
+  virtual void position_embedding_backward(const Tensor& dwpe, const Tensor& dout, int batch, int seq,
+                                           int channels) = 0;
+
+  // --- layernorm, linear, attention, GELU ---------------------------------------------------------------------------
+  // out (rows, C), mean (rows), rstd (rows) <- inp (rows, C), weight (C), bias (C)
+  virtual void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                                 const Tensor& weight, const Tensor& bias, int rows, int channels) = 0;
+  // dinp (rows, C) +=, dweight (C) +=, dbias (C) += <- dout (rows, C), inp, weight, mean, rstd
+  virtual void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                                  const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                  int rows, int channels) = 0;
+  // out (rows, out_f) = inp (rows, in_f) @ weight^T (weight (out_f, in_f)) + bias (out_f, or empty)
+  virtual void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, int rows,
+                              int in_features, int out_features) = 0;
+  // dinp (rows, in_f) = dout @ weight (empty: skipped); dweight (out_f, in_f) += dout^T @ inp; dbias += sum_r dout
+  virtual void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                               const Tensor& inp, const Tensor& weight, int rows, int in_features,
+                               int out_features) = 0;
+  // out (B, T, H*D), lse (B, H, T) fp32 <- qkv (B, T, 3*H*D); causal, H = the rank's heads
+  virtual void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq, int heads,
+                                 int head_dim) = 0;
+  // dqkv (B, T, 3*H*D) = ... <- dout (B, T, H*D), qkv, lse
+  virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
+                                  int batch, int seq, int heads, int head_dim) = 0;
+  virtual void gelu_forward(const Tensor& out, const Tensor& inp) = 0;                        // out (n) = gelu(inp)
+  virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;  // dinp = gelu'(inp) dout
+
+  // --- vocab-parallel cross-entropy (kernels/cpu/cross_entropy.hpp) -----------------------------------------------
+  // stats (rows, 3) fp32 <- logits (rows, V_local), targets (rows) int32
+  virtual void cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,
+                                         int vocab_start, int vocab_local, int valid_vocab) = 0;
+  // losses (rows), lse (rows) fp32 <- gathered stats (shards, rows, 3)
+  virtual void cross_entropy_combine(const Tensor& losses, const Tensor& lse, const Tensor& gathered_stats, int rows,
+                                     int shards) = 0;
+  // dlogits (rows, V_local) = scale * (softmax - onehot); may alias logits
+  virtual void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& lse,
+                                      const Tensor& targets, int rows, int vocab_start, int vocab_local,
+                                      int valid_vocab, float scale) = 0;
+
+  // --- optimizer
+  // ------------------------------------------------------------------------------------------------------ AdamW on n
+  // elements: param (n, activation dtype), master (n fp32; empty unless keeps_master_weights()), grad, m, v (n fp32).
+  // With a master copy the update runs on it and param receives it rounded.
+  virtual void adamw_update(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m,
+                            const Tensor& v, const AdamWStep& step) = 0;
+};
+
+// "cpu" (always); "cuda" when built with the CUDA toolkit (exec/cuda/). Throws RunError naming the known backends
+// otherwise.
+std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOptions& options = {});
+
+}  // namespace twin::exec

@@ -1,0 +1,375 @@
+#include "exec/checkpoint.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "exec/errors.hpp"
+
+namespace twin::exec {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kShardMagic[8] = {'T', 'W', 'I', 'N', 'S', 'H', 'R', 'D'};
+constexpr std::uint32_t kShardVersion = 1;
+constexpr const char* kManifestFormat = "twin-checkpoint";
+constexpr int kManifestVersion = 1;
+
+std::uint64_t fnv1a(const char* data, std::size_t n) {
+  std::uint64_t hash = 0xcbf29ce484222325ull;
+  for (std::size_t i = 0; i < n; ++i) {
+    hash ^= static_cast<unsigned char>(data[i]);
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+std::string hex(std::uint64_t value) {
+  return fmt::format("{:016x}", value);
+}
+
+std::uint64_t parse_hex(const std::string& text) {
+  return std::stoull(text, nullptr, 16);
+}
+
+// temp file + fsync + rename: a reader (or a resumed run after SIGKILL) sees the old file or the new one, never half.
+void write_atomically(const fs::path& path, const std::string& bytes) {
+  const fs::path temporary = path.string() + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0)
+    throw RunError(fmt::format("checkpoint: cannot create '{}': {}", temporary.string(), std::strerror(errno)));
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      throw RunError(fmt::format("checkpoint: writing '{}' failed: {}", temporary.string(), std::strerror(error)));
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  ::fsync(fd);
+  ::close(fd);
+  std::error_code error;
+  fs::rename(temporary, path, error);
+  if (error) {
+    throw RunError(
+        fmt::format("checkpoint: cannot rename '{}' to '{}': {}", temporary.string(), path.string(), error.message()));
+  }
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw RunError(fmt::format("checkpoint file '{}' is missing or unreadable", path.string()));
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+template <typename T>
+void put(std::string& out, const T& value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+// Reads a shard file's bytes in order; running past the end is a truncated (or foreign) file.
+class Reader {
+ public:
+  Reader(const std::string& bytes, const fs::path& path) : bytes_(bytes), path_(path) {}
+  template <typename T>
+  T get() {
+    T value;
+    take(&value, sizeof(T));
+    return value;
+  }
+  void take(void* out, std::size_t n) {
+    if (position_ + n > bytes_.size()) {
+      throw RunError(fmt::format("checkpoint shard '{}' is truncated: it ends at byte {}, its contents need {}",
+                                 path_.string(), bytes_.size(), position_ + n));
+    }
+    std::memcpy(out, bytes_.data() + position_, n);
+    position_ += n;
+  }
+  bool at_end() const { return position_ == bytes_.size(); }
+
+ private:
+  const std::string& bytes_;
+  const fs::path& path_;
+  std::size_t position_ = 0;
+};
+
+std::vector<float> download(Backend& backend, const Tensor& t) {
+  std::vector<float> host(t.numel);
+  if (t.numel > 0) backend.download_f32(host.data(), t);
+  return host;
+}
+
+}  // namespace
+
+fs::path step_directory(const fs::path& dir, int step) {
+  return dir / fmt::format("step-{:08d}", step);
+}
+
+std::string shard_file_name(int rank) {
+  return fmt::format("rank-{:05d}.bin", rank);
+}
+
+ShardRecord write_shard(const fs::path& step_dir, int rank, int world_size, int step, const ModelShard& shard,
+                        Backend& backend) {
+  std::error_code error;
+  fs::create_directories(step_dir, error);
+  if (error) throw RunError(fmt::format("checkpoint: cannot create '{}': {}", step_dir.string(), error.message()));
+  std::string out(kShardMagic, sizeof(kShardMagic));
+  put(out, kShardVersion);
+  put(out, static_cast<std::uint32_t>(rank));
+  put(out, static_cast<std::uint32_t>(world_size));
+  put(out, static_cast<std::uint32_t>(shard.buckets().size()));
+  put(out, static_cast<std::uint64_t>(step));
+  for (const Bucket& b : shard.buckets()) {
+    put(out, static_cast<std::uint32_t>(b.name.size()));
+    out += b.name;
+    put(out, static_cast<std::uint64_t>(b.padded_numel));
+    put(out, static_cast<std::uint64_t>(b.shard_offset));
+    put(out, static_cast<std::uint64_t>(b.shard_numel));
+    put(out, static_cast<std::uint32_t>(b.master.empty() ? 0 : 1));
+    for (const Tensor* t : {&b.params, &b.adam_m, &b.adam_v, &b.master}) {
+      if (t->empty()) continue;
+      const std::vector<float> host = download(backend, *t);
+      out.append(reinterpret_cast<const char*>(host.data()), host.size() * sizeof(float));
+    }
+  }
+  ShardRecord record;
+  record.rank = rank;
+  record.file = shard_file_name(rank);
+  record.bytes = out.size();
+  record.checksum = fnv1a(out.data(), out.size());
+  write_atomically(step_dir / record.file, out);
+  return record;
+}
+
+void write_manifest(const fs::path& step_dir, const Manifest& m) {
+  nlohmann::json json;
+  json["format"] = kManifestFormat;
+  json["version"] = kManifestVersion;
+  json["step"] = m.step;
+  json["world_size"] = m.world_size;
+  json["scenario_toml"] = m.scenario_toml;
+  json["data"] = {{"path", m.data_path}, {"bytes", m.data_bytes}, {"fnv1a64", hex(m.data_fingerprint)}};
+  json["data_position"] = {{"next_step", m.step}};
+  json["rng"] = {{"seed", m.seed}, {"kind", "counter-based (seed, stream, index): the step is the whole state"}};
+  json["losses"] = m.losses;
+  nlohmann::json shards = nlohmann::json::array();
+  for (const ShardRecord& s : m.shards) {
+    shards.push_back({{"rank", s.rank}, {"file", s.file}, {"bytes", s.bytes}, {"fnv1a64", hex(s.checksum)}});
+  }
+  json["shards"] = std::move(shards);
+  write_atomically(step_dir / "manifest.json", json.dump(2) + "\n");
+}
+
+std::optional<fs::path> latest_checkpoint(const fs::path& dir) {
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return std::nullopt;
+  std::optional<fs::path> best;
+  std::string best_name;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || !fs::exists(entry.path() / "manifest.json")) continue;
+    if (!best || name > best_name) {
+      best = entry.path();
+      best_name = name;
+    }
+  }
+  return best;
+}
+
+void prune_checkpoints(const fs::path& dir, int keep) {
+  std::error_code error;
+  std::vector<fs::path> complete, incomplete;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) != 0) continue;
+    (fs::exists(entry.path() / "manifest.json") ? complete : incomplete).push_back(entry.path());
+  }
+  std::sort(complete.begin(), complete.end());
+  if (complete.empty()) return;
+  for (std::size_t i = 0; i + static_cast<std::size_t>(std::max(keep, 1)) < complete.size(); ++i) {
+    fs::remove_all(complete[i], error);
+  }
+  for (const fs::path& path : incomplete) {
+    if (path.filename() < complete.back().filename()) fs::remove_all(path, error);
+  }
+}
+
+Manifest read_manifest(const fs::path& step_dir) {
+  const fs::path path = step_dir / "manifest.json";
+  const std::string text = read_file(path);
+  Manifest m;
+  try {
+    const nlohmann::json json = nlohmann::json::parse(text);
+    if (json.value("format", std::string()) != kManifestFormat) {
+      throw RunError(fmt::format("'{}' is not a twin checkpoint manifest (format '{}')", path.string(),
+                                 json.value("format", std::string("?"))));
+    }
+    if (json.at("version").get<int>() != kManifestVersion) {
+      throw RunError(fmt::format("checkpoint manifest '{}' has version {}, this twin reads version {}", path.string(),
+                                 json.at("version").get<int>(), kManifestVersion));
+    }
+    m.step = json.at("step").get<int>();
+    m.world_size = json.at("world_size").get<int>();
+    m.scenario_toml = json.at("scenario_toml").get<std::string>();
+    m.data_path = json.at("data").at("path").get<std::string>();
+    m.data_bytes = json.at("data").at("bytes").get<std::uint64_t>();
+    m.data_fingerprint = parse_hex(json.at("data").at("fnv1a64").get<std::string>());
+    m.seed = json.at("rng").at("seed").get<std::uint64_t>();
+    m.losses = json.value("losses", std::vector<double>{});
+    for (const auto& s : json.at("shards")) {
+      m.shards.push_back(ShardRecord{s.at("rank").get<int>(), s.at("file").get<std::string>(),
+                                     s.at("bytes").get<std::uint64_t>(),
+                                     parse_hex(s.at("fnv1a64").get<std::string>())});
+    }
+  } catch (const RunError&) {
+    throw;
+  } catch (const std::exception& error) {
+    throw RunError(fmt::format("checkpoint manifest '{}' is corrupt or truncated: {}", path.string(), error.what()));
+  }
+  if (static_cast<int>(m.shards.size()) != m.world_size) {
+    throw RunError(fmt::format("checkpoint manifest '{}' lists {} shards for a world of {} ranks", path.string(),
+                               m.shards.size(), m.world_size));
+  }
+  return m;
+}
+
+std::vector<std::string> check_compatible(const Manifest& m, const fs::path& step_dir, const model::Scenario& now,
+                                          const std::string& data_path, std::uint64_t data_fingerprint) {
+  const fs::path manifest_path = step_dir / "manifest.json";
+  model::Scenario then;
+  try {
+    then = model::parse_scenario(m.scenario_toml, manifest_path.string());
+  } catch (const model::ScenarioError& error) {
+    throw RunError(
+        fmt::format("checkpoint manifest '{}': its scenario does not load: {}", manifest_path.string(), error.what()));
+  }
+  std::vector<std::string> refused, notes;
+  auto compare = [](std::vector<std::string>& into, std::string_view key, const auto& before, const auto& after) {
+    if (before != after) into.push_back(fmt::format("{}: {} in the checkpoint, {} now", key, before, after));
+  };
+  compare(refused, "model.layers", then.model.layers, now.model.layers);
+  compare(refused, "model.hidden", then.model.hidden, now.model.hidden);
+  compare(refused, "model.heads", then.model.heads, now.model.heads);
+  compare(refused, "model.ffn_hidden", then.ffn_hidden(), now.ffn_hidden());
+  compare(refused, "model.seq_len", then.model.seq_len, now.model.seq_len);
+  compare(refused, "model.vocab", then.model.vocab, now.model.vocab);
+  compare(refused, "model.dtype", model::to_string(then.model.dtype), model::to_string(now.model.dtype));
+  compare(refused, "parallel.tp", then.parallel.tp, now.parallel.tp);
+  compare(refused, "parallel.pp", then.parallel.pp, now.parallel.pp);
+  compare(refused, "parallel.dp", then.parallel.dp, now.parallel.dp);
+  compare(refused, "parallel.virtual_stages", then.parallel.virtual_stages, now.parallel.virtual_stages);
+  compare(refused, "parallel.zero_stage", then.parallel.zero_stage, now.parallel.zero_stage);
+  compare(refused, "padded vocabulary (parallel.vocab_pad_multiple)", then.padded_vocab(), now.padded_vocab());
+  compare(refused, "parallel.micro_batch", then.parallel.micro_batch, now.parallel.micro_batch);
+  compare(refused, "parallel.global_batch", then.parallel.global_batch, now.parallel.global_batch);
+  compare(refused, "framework.tied_embeddings", then.framework.tied_embeddings, now.framework.tied_embeddings);
+  compare(refused, "training.seed", then.training.seed, now.training.seed);
+  if (m.data_fingerprint != data_fingerprint) {
+    refused.push_back(
+        fmt::format("data: the checkpoint was trained on '{}' (fnv1a64 {}), this run reads '{}' "
+                    "(fnv1a64 {})",
+                    m.data_path, hex(m.data_fingerprint), data_path, hex(data_fingerprint)));
+  }
+  if (!refused.empty()) {
+    std::string message = fmt::format(
+        "checkpoint '{}' was written by another model, plan or data set and cannot be resumed here (re-sharding "
+        "across plans is not supported; use another --checkpoint directory):",
+        step_dir.string());
+    for (const auto& line : refused) message += "\n  " + line;
+    throw RunError(message);
+  }
+  compare(notes, "parallel.schedule", model::to_string(then.parallel.schedule),
+          model::to_string(now.parallel.schedule));
+  compare(notes, "parallel.recompute", model::to_string(then.parallel.recompute),
+          model::to_string(now.parallel.recompute));
+  compare(notes, "parallel.sequence_parallel", then.parallel.sequence_parallel, now.parallel.sequence_parallel);
+  compare(notes, "training.learning_rate", then.training.learning_rate, now.training.learning_rate);
+  compare(notes, "training.min_learning_rate", then.training.min_learning_rate, now.training.min_learning_rate);
+  compare(notes, "training.warmup_steps", then.training.warmup_steps, now.training.warmup_steps);
+  compare(notes, "training.decay_steps", then.training.decay_steps, now.training.decay_steps);
+  compare(notes, "training.weight_decay", then.training.weight_decay, now.training.weight_decay);
+  compare(notes, "training.grad_clip", then.training.grad_clip, now.training.grad_clip);
+  return notes;
+}
+
+void read_shard(const fs::path& step_dir, const Manifest& m, int rank, ModelShard& shard, Backend& backend) {
+  const ShardRecord* record = nullptr;
+  for (const ShardRecord& s : m.shards) {
+    if (s.rank == rank) record = &s;
+  }
+  const fs::path manifest_path = step_dir / "manifest.json";
+  if (record == nullptr) {
+    throw RunError(fmt::format("checkpoint manifest '{}' has no shard for rank {}", manifest_path.string(), rank));
+  }
+  const fs::path path = step_dir / record->file;
+  const std::string bytes = read_file(path);
+  if (bytes.size() < record->bytes) {
+    throw RunError(fmt::format("checkpoint shard '{}' is truncated: {} bytes, the manifest says {}", path.string(),
+                               bytes.size(), record->bytes));
+  }
+  if (bytes.size() != record->bytes || fnv1a(bytes.data(), bytes.size()) != record->checksum) {
+    throw RunError(fmt::format(
+        "checkpoint shard '{}' is corrupt: {} bytes with checksum {}, the manifest says {} bytes "
+        "with checksum {}",
+        path.string(), bytes.size(), hex(fnv1a(bytes.data(), bytes.size())), record->bytes, hex(record->checksum)));
+  }
+  Reader in(bytes, path);
+  char magic[sizeof(kShardMagic)];
+  in.take(magic, sizeof(magic));
+  if (std::memcmp(magic, kShardMagic, sizeof(magic)) != 0 || in.get<std::uint32_t>() != kShardVersion) {
+    throw RunError(fmt::format("'{}' is not a twin checkpoint shard (version {})", path.string(), kShardVersion));
+  }
+  const auto file_rank = in.get<std::uint32_t>();
+  const auto file_world = in.get<std::uint32_t>();
+  const auto buckets = in.get<std::uint32_t>();
+  const auto step = in.get<std::uint64_t>();
+  if (static_cast<int>(file_rank) != rank || static_cast<int>(file_world) != m.world_size ||
+      static_cast<int>(step) != m.step) {
+    throw RunError(
+        fmt::format("checkpoint shard '{}' belongs to rank {} of {} at step {}, expected rank {} of {} at "
+                    "step {}",
+                    path.string(), file_rank, file_world, step, rank, m.world_size, m.step));
+  }
+  if (buckets != shard.buckets().size()) {
+    throw RunError(fmt::format("checkpoint shard '{}' holds {} parameter buckets, rank {} of this plan has {}",
+                               path.string(), buckets, rank, shard.buckets().size()));
+  }
+  for (Bucket& b : shard.buckets()) {
+    std::string name(in.get<std::uint32_t>(), '\0');
+    in.take(name.data(), name.size());
+    const auto padded = in.get<std::uint64_t>(), offset = in.get<std::uint64_t>(), numel = in.get<std::uint64_t>();
+    const bool has_master = in.get<std::uint32_t>() != 0;
+    if (name != b.name || padded != b.padded_numel || offset != b.shard_offset || numel != b.shard_numel) {
+      throw RunError(fmt::format(
+          "checkpoint shard '{}': bucket '{}' ({} parameters, shard {}+{}) does not match this "
+          "plan's '{}' ({} parameters, shard {}+{})",
+          path.string(), name, padded, offset, numel, b.name, b.padded_numel, b.shard_offset, b.shard_numel));
+    }
+    for (Tensor* t : {&b.params, &b.adam_m, &b.adam_v}) {
+      std::vector<float> host(t->numel);
+      in.take(host.data(), host.size() * sizeof(float));
+      backend.upload_f32(*t, host.data());
+    }
+    if (has_master) {
+      std::vector<float> host(b.shard_numel);
+      in.take(host.data(), host.size() * sizeof(float));
+      if (!b.master.empty()) backend.upload_f32(b.master, host.data());
+    }
+  }
+  if (!in.at_end()) throw RunError(fmt::format("checkpoint shard '{}' has trailing bytes", path.string()));
+}
+
+}  // namespace twin::exec

@@ -1,0 +1,67 @@
+// Checkpoints: DIR/step-NNNNNNNN/ holds one shard file per rank (rank-RRRRR.bin: its parameters, Adam state and
+// master weights, bucket by bucket) and manifest.json (the scenario as TOML, the step, the data position and
+// fingerprint, the RNG state, each shard's size and checksum). Every file is written to a temporary and renamed; the
+// manifest is written last, by rank 0, once every rank has renamed its shard: a step directory with a manifest is
+// complete, one without is ignored.
+//
+// Loading checks, each failure a RunError naming the file: the manifest parses; the scenario matches this run's
+// (model and every layout-defining plan field: a checkpoint of another model or plan is refused with the list of
+// differences; re-sharding is not supported); the data is the same; each shard exists, has the manifest's size
+// (else "truncated") and checksum (else "corrupt"), and holds this rank's buckets with their sizes.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "exec/backend.hpp"
+#include "exec/model_shard.hpp"
+#include "model/scenario.hpp"
+
+namespace twin::exec {
+
+struct ShardRecord {
+  int rank = 0;
+  std::string file;  // relative to the step directory
+  std::uint64_t bytes = 0;
+  std::uint64_t checksum = 0;  // FNV-1a 64 of the whole file
+};
+
+struct Manifest {
+  int step = 0;  // iterations done: the run resumes with step `step` (0-based)
+  int world_size = 1;
+  std::string scenario_toml;
+  std::string data_path;
+  std::uint64_t data_bytes = 0, data_fingerprint = 0;
+  std::uint64_t seed = 0;      // the counter-based RNG's whole state with `step` (no other random state exists)
+  std::vector<double> losses;  // per step so far (for the run's record)
+  std::vector<ShardRecord> shards;
+};
+
+std::filesystem::path step_directory(const std::filesystem::path& dir, int step);
+std::string shard_file_name(int rank);
+
+// Writes this rank's shard into `step_dir` atomically; returns its record (size and checksum).
+ShardRecord write_shard(const std::filesystem::path& step_dir, int rank, int world_size, int step,
+                        const ModelShard& shard, Backend& backend);
+// Writes the manifest atomically (last: it makes the checkpoint complete).
+void write_manifest(const std::filesystem::path& step_dir, const Manifest& manifest);
+
+// The newest complete checkpoint under `dir` (highest step with a manifest), if any.
+std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& dir);
+// Removes all but the newest `keep` complete checkpoints (and incomplete ones older than the newest).
+void prune_checkpoints(const std::filesystem::path& dir, int keep);
+
+Manifest read_manifest(const std::filesystem::path& step_dir);
+// Throws RunError listing every difference that forbids resuming `now` from `manifest`; returns notes about
+// differences that are allowed (schedule, recompute, learning rate...).
+std::vector<std::string> check_compatible(const Manifest& manifest, const std::filesystem::path& step_dir,
+                                          const model::Scenario& now, const std::string& data_path,
+                                          std::uint64_t data_fingerprint);
+// Restores this rank's shard (parameters, Adam state, master weights).
+void read_shard(const std::filesystem::path& step_dir, const Manifest& manifest, int rank, ModelShard& shard,
+                Backend& backend);
+
+}  // namespace twin::exec

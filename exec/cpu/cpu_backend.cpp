@@ -1,0 +1,353 @@
+#include "exec/cpu/cpu_backend.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "exec/check.hpp"
+#include "exec/cpu/attention_gemm.hpp"
+#include "exec/cpu/thread_pool.hpp"
+#include "kernels/cpu/kernels.hpp"
+
+namespace twin::exec::cpu {
+
+namespace k = twin::kernels::cpu;
+
+// Freed blocks by size, reused by the next allocation of that size (a training step repeats the same shapes).
+struct BlockCache {
+  static constexpr std::size_t kAlignment = 64;
+  std::mutex mutex;
+  std::map<std::size_t, std::vector<void*>> free_blocks;
+
+  void* take(std::size_t bytes) {
+    {
+      std::lock_guard lock(mutex);
+      auto it = free_blocks.find(bytes);
+      if (it != free_blocks.end() && !it->second.empty()) {
+        void* block = it->second.back();
+        it->second.pop_back();
+        return block;
+      }
+    }
+    void* block = std::aligned_alloc(kAlignment, bytes);
+    if (block == nullptr) throw std::bad_alloc();
+    return block;
+  }
+  void give_back(void* block, std::size_t bytes) {
+    std::lock_guard lock(mutex);
+    free_blocks[bytes].push_back(block);
+  }
+  ~BlockCache() {
+    for (auto& [bytes, blocks] : free_blocks) {
+      for (void* block : blocks) std::free(block);
+    }
+  }
+};
+
+namespace {
+
+constexpr int kMinRowsPerTask = 8;
+constexpr std::size_t kMinElementsPerTask = 1 << 15;
+
+int as_int(std::size_t n) {
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const BackendOptions& options)
+    : threads_(std::max(1, options.threads)),
+      owns_blas_(!options.shares_process),
+      cache_(std::make_shared<BlockCache>()) {
+  k::set_blas_threads(owns_blas_ ? threads_ : 1);  // ranks sharing a process all ask for 1: same value, no race
+  if (threads_ > 1) pool_ = std::make_unique<ThreadPool>(threads_);
+}
+
+CpuBackend::~CpuBackend() = default;
+
+Tensor CpuBackend::allocate(std::size_t numel, DType dtype) {
+  Tensor t;
+  t.dtype = dtype;
+  t.device = Device::Host;
+  t.numel = numel;
+  if (numel == 0) return t;
+  const std::size_t bytes =
+      (numel * dtype_bytes(dtype) + BlockCache::kAlignment - 1) / BlockCache::kAlignment * BlockCache::kAlignment;
+  void* block = cache_->take(bytes);
+  t.storage = std::shared_ptr<void>(block, [cache = cache_, bytes](void* p) { cache->give_back(p, bytes); });
+  t.data = block;
+  return t;
+}
+
+void CpuBackend::upload_f32(const Tensor& dst, const float* host) {
+  std::memcpy(dst.f32(), host, dst.bytes());
+}
+void CpuBackend::download_f32(float* host, const Tensor& src) {
+  std::memcpy(host, src.f32(), src.bytes());
+}
+void CpuBackend::upload_i32(const Tensor& dst, const int* host) {
+  std::memcpy(dst.i32(), host, dst.bytes());
+}
+
+void CpuBackend::for_rows(int rows, const std::function<void(int, int)>& fn) {
+  const int tasks = pool_ ? std::min(pool_->size() * 4, rows / kMinRowsPerTask) : 1;
+  if (tasks <= 1) {
+    fn(0, rows);
+    return;
+  }
+  pool_->parallel_for(tasks, [&](int i) {
+    const int begin = static_cast<int>(static_cast<long long>(rows) * i / tasks);
+    const int end = static_cast<int>(static_cast<long long>(rows) * (i + 1) / tasks);
+    if (end > begin) fn(begin, end);
+  });
+}
+
+template <typename Fn>
+void CpuBackend::with_single_threaded_blas(Fn&& fn) {
+  if (!pool_) {
+    fn(static_cast<ThreadPool*>(nullptr));
+    return;
+  }
+  if (!owns_blas_) {  // already 1
+    fn(pool_.get());
+    return;
+  }
+  k::set_blas_threads(1);
+  try {
+    fn(pool_.get());
+  } catch (...) {
+    k::set_blas_threads(threads_);
+    throw;
+  }
+  k::set_blas_threads(threads_);
+}
+
+// --- element-wise --------------------------------------------------------------------------------------------------
+
+void CpuBackend::fill(const Tensor& x, float value) {
+  k::fill(x.f32(), x.numel, value);
+}
+
+void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
+  TWIN_EXEC_CHECK(dst.numel == src.numel && dst.dtype == src.dtype, "copy: {} {} into {} {}", src.numel,
+                  to_string(src.dtype), dst.numel, to_string(dst.dtype));
+  std::memcpy(dst.data, src.data, src.bytes());
+}
+
+void CpuBackend::accumulate(const Tensor& y, const Tensor& x) {
+  TWIN_EXEC_CHECK(y.numel == x.numel, "accumulate: {} += {} elements", y.numel, x.numel);
+  k::accumulate(y.f32(), x.f32(), y.numel);
+}
+
+void CpuBackend::residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
+  TWIN_EXEC_CHECK(out.numel == a.numel && a.numel == b.numel, "residual: {} = {} + {}", out.numel, a.numel, b.numel);
+  k::residual_forward(out.f32(), a.f32(), b.f32(), out.numel);
+}
+
+void CpuBackend::bias_add(const Tensor& out, const Tensor& bias, int rows, int channels) {
+  TWIN_EXEC_CHECK(out.numel == static_cast<std::size_t>(rows) * channels && bias.numel == std::size_t(channels),
+                  "bias_add: out {} bias {} for ({}, {})", out.numel, bias.numel, rows, channels);
+  k::bias_add(out.f32(), bias.f32(), rows, channels);
+}
+
+void CpuBackend::bias_backward(const Tensor& dbias, const Tensor& dout, int rows, int channels) {
+  TWIN_EXEC_CHECK(dout.numel == static_cast<std::size_t>(rows) * channels && dbias.numel == std::size_t(channels),
+                  "bias_backward: dout {} dbias {} for ({}, {})", dout.numel, dbias.numel, rows, channels);
+  k::bias_backward(dbias.f32(), dout.f32(), rows, channels);
+}
+
+double CpuBackend::squared_norm(const Tensor& x) {
+  return k::squared_norm(x.f32(), x.numel);
+}
+
+double CpuBackend::sum(const Tensor& x) {
+  const float* p = x.f32();
+  double total = 0;
+  for (std::size_t i = 0; i < x.numel; ++i) total += p[i];
+  return total;
+}
+
+// --- embeddings ----------------------------------------------------------------------------------------------------
+
+void CpuBackend::embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte_local, int rows,
+                                   int channels, int vocab_start, int vocab_local) {
+  TWIN_EXEC_CHECK(out.numel == std::size_t(rows) * channels && tokens.numel == std::size_t(rows) &&
+                      wte_local.numel == std::size_t(vocab_local) * channels,
+                  "embedding_forward: out {} tokens {} wte {} for rows {} channels {} vocab_local {}", out.numel,
+                  tokens.numel, wte_local.numel, rows, channels, vocab_local);
+  k::embedding_forward(out.f32(), tokens.i32(), wte_local.f32(), rows, channels, vocab_start, vocab_local);
+}
+
+void CpuBackend::embedding_backward(const Tensor& dwte_local, const Tensor& dout, const Tensor& tokens, int rows,
+                                    int channels, int vocab_start, int vocab_local) {
+  TWIN_EXEC_CHECK(dout.numel == std::size_t(rows) * channels && dwte_local.numel == std::size_t(vocab_local) * channels,
+                  "embedding_backward: dout {} dwte {}", dout.numel, dwte_local.numel);
+  k::embedding_backward(dwte_local.f32(), dout.f32(), tokens.i32(), rows, channels, vocab_start, vocab_local);
+}
+
+void CpuBackend::position_embedding_forward(const Tensor& out, const Tensor& wpe, int batch, int seq, int channels) {
+  TWIN_EXEC_CHECK(out.numel == std::size_t(batch) * seq * channels && wpe.numel >= std::size_t(seq) * channels,
+                  "position_embedding_forward: out {} wpe {}", out.numel, wpe.numel);
+  k::position_embedding_forward(out.f32(), wpe.f32(), batch, seq, channels);
+}
+
+void CpuBackend::position_embedding_backward(const Tensor& dwpe, const Tensor& dout, int batch, int seq, int channels) {
+  TWIN_EXEC_CHECK(dout.numel == std::size_t(batch) * seq * channels && dwpe.numel >= std::size_t(seq) * channels,
+                  "position_embedding_backward: dout {} dwpe {}", dout.numel, dwpe.numel);
+  k::position_embedding_backward(dwpe.f32(), dout.f32(), batch, seq, channels);
+}
+
+// --- layernorm, linear, attention, GELU ------------------------------------------------------------------------------
+
+void CpuBackend::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                                   const Tensor& weight, const Tensor& bias, int rows, int channels) {
+  const std::size_t n = std::size_t(rows) * channels;
+  TWIN_EXEC_CHECK(out.numel == n && inp.numel == n && mean.numel == std::size_t(rows) &&
+                      rstd.numel == std::size_t(rows) && weight.numel == std::size_t(channels),
+                  "layernorm_forward: out {} inp {} mean {} for ({}, {})", out.numel, inp.numel, mean.numel, rows,
+                  channels);
+  float *o = out.f32(), *m = mean.f32(), *r = rstd.f32();
+  const float *x = inp.f32(), *w = weight.f32(), *b = bias.f32();
+  for_rows(rows, [&](int begin, int end) {
+    const std::size_t offset = std::size_t(begin) * channels;
+    k::layernorm_forward(o + offset, m + begin, r + begin, x + offset, w, b, end - begin, channels);
+  });
+}
+
+void CpuBackend::layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                                    const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                    int rows, int channels) {
+  const std::size_t n = std::size_t(rows) * channels;
+  TWIN_EXEC_CHECK(dinp.numel == n && dout.numel == n && inp.numel == n && dweight.numel == std::size_t(channels),
+                  "layernorm_backward: dinp {} dout {} inp {} for ({}, {})", dinp.numel, dout.numel, inp.numel, rows,
+                  channels);
+  k::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(), weight.f32(), mean.f32(),
+                        rstd.f32(), rows, channels);
+}
+
+void CpuBackend::matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                                int rows, int in_features, int out_features) {
+  TWIN_EXEC_CHECK(out.numel == std::size_t(rows) * out_features && inp.numel == std::size_t(rows) * in_features &&
+                      weight.numel == std::size_t(out_features) * in_features &&
+                      (bias.empty() || bias.numel == std::size_t(out_features)),
+                  "matmul_forward: out {} inp {} weight {} bias {} for rows {} in {} out {}", out.numel, inp.numel,
+                  weight.numel, bias.numel, rows, in_features, out_features);
+  k::matmul_forward(out.f32(), inp.f32(), weight.f32(), bias.f32(), rows, in_features, out_features);
+}
+
+void CpuBackend::matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                                 const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features) {
+  TWIN_EXEC_CHECK(dout.numel == std::size_t(rows) * out_features && inp.numel == std::size_t(rows) * in_features &&
+                      weight.numel == std::size_t(out_features) * in_features && dweight.numel == weight.numel &&
+                      (dinp.empty() || dinp.numel == inp.numel) &&
+                      (dbias.empty() || dbias.numel == std::size_t(out_features)),
+                  "matmul_backward: dinp {} dweight {} dbias {} dout {} inp {} for rows {} in {} out {}", dinp.numel,
+                  dweight.numel, dbias.numel, dout.numel, inp.numel, rows, in_features, out_features);
+  k::matmul_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(), weight.f32(), rows, in_features,
+                     out_features);
+}
+
+void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
+                                   int heads, int head_dim) {
+  const std::size_t tokens = std::size_t(batch) * seq, width = std::size_t(heads) * head_dim;
+  TWIN_EXEC_CHECK(
+      out.numel == tokens * width && qkv.numel == 3 * tokens * width && lse.numel == std::size_t(batch) * heads * seq,
+      "attention_forward: out {} qkv {} lse {}", out.numel, qkv.numel, lse.numel);
+  with_single_threaded_blas([&](ThreadPool* pool) {
+    attention_forward_gemm(out.f32(), lse.f32(), qkv.f32(), batch, seq, heads, head_dim, pool);
+  });
+}
+
+void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
+                                    int batch, int seq, int heads, int head_dim) {
+  const std::size_t tokens = std::size_t(batch) * seq, width = std::size_t(heads) * head_dim;
+  TWIN_EXEC_CHECK(dout.numel == tokens * width && qkv.numel == 3 * tokens * width && dqkv.numel == qkv.numel &&
+                      lse.numel == std::size_t(batch) * heads * seq,
+                  "attention_backward: dqkv {} dout {} qkv {} lse {}", dqkv.numel, dout.numel, qkv.numel, lse.numel);
+  with_single_threaded_blas([&](ThreadPool* pool) {
+    attention_backward_gemm(dqkv.f32(), dout.f32(), qkv.f32(), lse.f32(), batch, seq, heads, head_dim, pool);
+  });
+}
+
+void CpuBackend::gelu_forward(const Tensor& out, const Tensor& inp) {
+  TWIN_EXEC_CHECK(out.numel == inp.numel, "gelu_forward: out {} inp {}", out.numel, inp.numel);
+  float* o = out.f32();
+  const float* x = inp.f32();
+  const int chunks = as_int(std::min<std::size_t>(64, std::max<std::size_t>(1, out.numel / kMinElementsPerTask)));
+  for_rows(chunks * kMinRowsPerTask, [&](int begin, int end) {
+    const std::size_t lo = out.numel * std::size_t(begin) / (std::size_t(chunks) * kMinRowsPerTask);
+    const std::size_t hi = out.numel * std::size_t(end) / (std::size_t(chunks) * kMinRowsPerTask);
+    k::gelu_forward(o + lo, x + lo, hi - lo);
+  });
+}
+
+void CpuBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
+  TWIN_EXEC_CHECK(dinp.numel == inp.numel && dout.numel == inp.numel, "gelu_backward: dinp {} inp {} dout {}",
+                  dinp.numel, inp.numel, dout.numel);
+  float* d = dinp.f32();
+  const float *x = inp.f32(), *dy = dout.f32();
+  const int chunks = as_int(std::min<std::size_t>(64, std::max<std::size_t>(1, inp.numel / kMinElementsPerTask)));
+  for_rows(chunks * kMinRowsPerTask, [&](int begin, int end) {
+    const std::size_t lo = inp.numel * std::size_t(begin) / (std::size_t(chunks) * kMinRowsPerTask);
+    const std::size_t hi = inp.numel * std::size_t(end) / (std::size_t(chunks) * kMinRowsPerTask);
+    k::gelu_backward(d + lo, x + lo, dy + lo, hi - lo);
+  });
+}
+
+// --- cross-entropy -------------------------------------------------------------------------------------------------
+
+void CpuBackend::cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,
+                                           int vocab_start, int vocab_local, int valid_vocab) {
+  TWIN_EXEC_CHECK(stats.numel == std::size_t(rows) * k::kCrossEntropyStats &&
+                      logits.numel == std::size_t(rows) * vocab_local && targets.numel == std::size_t(rows),
+                  "cross_entropy_local_stats: stats {} logits {} targets {}", stats.numel, logits.numel, targets.numel);
+  float* s = stats.f32();
+  const float* x = logits.f32();
+  const int* t = targets.i32();
+  for_rows(rows, [&](int begin, int end) {
+    k::cross_entropy_local_stats(s + std::size_t(begin) * k::kCrossEntropyStats, x + std::size_t(begin) * vocab_local,
+                                 t + begin, end - begin, vocab_start, vocab_local, valid_vocab);
+  });
+}
+
+void CpuBackend::cross_entropy_combine(const Tensor& losses, const Tensor& lse, const Tensor& gathered_stats, int rows,
+                                       int shards) {
+  TWIN_EXEC_CHECK(losses.numel == std::size_t(rows) && lse.numel == std::size_t(rows) &&
+                      gathered_stats.numel == std::size_t(rows) * shards * k::kCrossEntropyStats,
+                  "cross_entropy_combine: losses {} lse {} stats {} for {} rows x {} shards", losses.numel, lse.numel,
+                  gathered_stats.numel, rows, shards);
+  k::cross_entropy_combine(losses.f32(), lse.f32(), gathered_stats.f32(), rows, shards);
+}
+
+void CpuBackend::cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& lse,
+                                        const Tensor& targets, int rows, int vocab_start, int vocab_local,
+                                        int valid_vocab, float scale) {
+  TWIN_EXEC_CHECK(dlogits.numel == logits.numel && logits.numel == std::size_t(rows) * vocab_local &&
+                      lse.numel == std::size_t(rows),
+                  "cross_entropy_backward: dlogits {} logits {} lse {}", dlogits.numel, logits.numel, lse.numel);
+  float* d = dlogits.f32();
+  const float *x = logits.f32(), *l = lse.f32();
+  const int* t = targets.i32();
+  for_rows(rows, [&](int begin, int end) {
+    const std::size_t offset = std::size_t(begin) * vocab_local;
+    k::cross_entropy_backward(d + offset, x + offset, l + begin, t + begin, end - begin, vocab_start, vocab_local,
+                              valid_vocab, scale);
+  });
+}
+
+// --- optimizer -----------------------------------------------------------------------------------------------------
+
+void CpuBackend::adamw_update(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m,
+                              const Tensor& v, const AdamWStep& s) {
+  TWIN_EXEC_CHECK(master.empty(), "adamw_update: the cpu backend keeps no master copy (its weights are fp32)");
+  TWIN_EXEC_CHECK(param.numel == grad.numel && m.numel == grad.numel && v.numel == grad.numel,
+                  "adamw_update: param {} grad {} m {} v {}", param.numel, grad.numel, m.numel, v.numel);
+  k::adamw_update(param.f32(), grad.f32(), m.f32(), v.f32(), param.numel, s.learning_rate, s.beta1, s.beta2, s.eps,
+                  s.weight_decay, s.step, s.grad_scale);
+}
+
+}  // namespace twin::exec::cpu

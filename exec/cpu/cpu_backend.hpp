@@ -1,0 +1,90 @@
+// The CPU backend: fp32 activations, weights, gradients and Adam state in host memory; kernels/cpu for every kernel
+// (OpenBLAS sgemm for the linear layers) except the attention core, which runs as GEMMs (attention_gemm.hpp).
+// Allocations come from a per-backend cache of 64-byte aligned blocks, so a training step maps no new pages.
+// Threads: row-independent kernels (attention heads, GELU, layernorm and cross-entropy rows) run on a pool of
+// options.threads. OpenBLAS's thread count is process-wide: a rank alone in its process sets it to options.threads
+// (and to 1 while the attention heads run in parallel); ranks sharing a process all leave it at 1.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "exec/backend.hpp"
+
+namespace twin::exec::cpu {
+
+class ThreadPool;
+struct BlockCache;
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& options = {});
+  ~CpuBackend() override;
+
+  std::string_view name() const override { return "cpu"; }
+  Device device() const override { return Device::Host; }
+  DType activation_dtype() const override { return DType::F32; }
+  bool keeps_master_weights() const override { return false; }
+
+  Tensor allocate(std::size_t numel, DType dtype) override;
+  void upload_f32(const Tensor& dst, const float* host) override;
+  void download_f32(float* host, const Tensor& src) override;
+  void upload_i32(const Tensor& dst, const int* host) override;
+  void synchronize() override {}
+
+  void fill(const Tensor& x, float value) override;
+  void copy(const Tensor& dst, const Tensor& src) override;
+  void accumulate(const Tensor& y, const Tensor& x) override;
+  void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void bias_add(const Tensor& out, const Tensor& bias, int rows, int channels) override;
+  void bias_backward(const Tensor& dbias, const Tensor& dout, int rows, int channels) override;
+  double squared_norm(const Tensor& x) override;
+  double sum(const Tensor& x) override;
+
+  void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte_local, int rows, int channels,
+                         int vocab_start, int vocab_local) override;
+  void embedding_backward(const Tensor& dwte_local, const Tensor& dout, const Tensor& tokens, int rows, int channels,
+                          int vocab_start, int vocab_local) override;
+  void position_embedding_forward(const Tensor& out, const Tensor& wpe, int batch, int seq, int channels) override;
+  void position_embedding_backward(const Tensor& dwpe, const Tensor& dout, int batch, int seq, int channels) override;
+
+  void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                         const Tensor& weight, const Tensor& bias, int rows, int channels) override;
+  void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                          const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd, int rows,
+                          int channels) override;
+  void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, int rows,
+                      int in_features, int out_features) override;
+  void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                       const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features) override;
+  void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq, int heads,
+                         int head_dim) override;
+  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse, int batch,
+                          int seq, int heads, int head_dim) override;
+  void gelu_forward(const Tensor& out, const Tensor& inp) override;
+  void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
+
+  void cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,
+                                 int vocab_start, int vocab_local, int valid_vocab) override;
+  void cross_entropy_combine(const Tensor& losses, const Tensor& lse, const Tensor& gathered_stats, int rows,
+                             int shards) override;
+  void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                              int rows, int vocab_start, int vocab_local, int valid_vocab, float scale) override;
+
+  void adamw_update(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+                    const AdamWStep& step) override;
+
+ private:
+  // fn(begin, end) over [0, rows) in a few contiguous ranges, on the pool when there is one
+  void for_rows(int rows, const std::function<void(int, int)>& fn);
+  // the attention GEMMs run one head per pool thread, each GEMM on one BLAS thread
+  template <typename Fn>
+  void with_single_threaded_blas(Fn&& fn);
+
+  int threads_ = 1;
+  bool owns_blas_ = false;  // alone in the process: may set OpenBLAS's thread count
+  std::unique_ptr<ThreadPool> pool_;
+  std::shared_ptr<BlockCache> cache_;
+};
+
+}  // namespace twin::exec::cpu

@@ -1,0 +1,396 @@
+#include "exec/cuda/cuda_backend.hpp"
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "exec/check.hpp"
+#include "kernels/cpu/cast.hpp"
+#include "kernels/cuda/kernels.cuh"
+
+namespace twin::exec::cuda {
+
+namespace k = twin::kernels::cuda;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+// The device pointer of a tensor that must be on this backend's device, with this dtype, and not empty.
+template <class T>
+T* device_pointer(const Tensor& t, DType dtype, const char* kernel, const char* tensor) {
+  TWIN_EXEC_CHECK(!t.empty(), "cuda {}: {} is empty", kernel, tensor);
+  TWIN_EXEC_CHECK(t.device == Device::Cuda && t.dtype == dtype,
+                  "cuda {}: {} must be a {} tensor on the GPU, not {} on "
+                  "the {}",
+                  kernel, tensor, to_string(dtype), to_string(t.dtype), t.device == Device::Cuda ? "GPU" : "host");
+  return static_cast<T*>(t.data);
+}
+bf16* b16(const Tensor& t, const char* kernel, const char* tensor) {
+  return device_pointer<bf16>(t, DType::BF16, kernel, tensor);
+}
+float* f32(const Tensor& t, const char* kernel, const char* tensor) {
+  return device_pointer<float>(t, DType::F32, kernel, tensor);
+}
+int* i32(const Tensor& t, const char* kernel, const char* tensor) {
+  return device_pointer<int>(t, DType::I32, kernel, tensor);
+}
+// nullptr for an empty (optional) tensor
+bf16* optional_b16(const Tensor& t, const char* kernel, const char* tensor) {
+  return t.empty() ? nullptr : b16(t, kernel, tensor);
+}
+float* optional_f32(const Tensor& t, const char* kernel, const char* tensor) {
+  return t.empty() ? nullptr : f32(t, kernel, tensor);
+}
+
+std::size_t n(int rows, int columns) {
+  return static_cast<std::size_t>(rows) * static_cast<std::size_t>(columns);
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(const BackendOptions& options)
+    : context_(std::make_shared<DeviceContext>(options.device)), blas_(std::make_unique<k::Cublas>()) {
+  // keep freed blocks in the device's pool across steps (the default threshold returns them at every synchronize)
+  cudaMemPool_t pool = nullptr;
+  TWIN_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, context_->device()));
+  std::uint64_t threshold = std::numeric_limits<std::uint64_t>::max();
+  TWIN_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  result_ = allocate(1, DType::F64);
+}
+
+CudaBackend::~CudaBackend() = default;
+
+// --- memory ----------------------------------------------------------------------------------------------------------
+
+Tensor CudaBackend::allocate(std::size_t numel, DType dtype) {
+  Tensor t;
+  t.dtype = dtype;
+  t.device = Device::Cuda;
+  t.numel = numel;
+  if (numel == 0) return t;
+  // whole 256-byte units: every tensor starts 256-byte aligned (cuBLASLt's fastest kernels want 16)
+  const std::size_t bytes = (numel * dtype_bytes(dtype) + 255) / 256 * 256;
+  void* block = nullptr;
+  TWIN_CUDA_CHECK(cudaMallocAsync(&block, bytes, context_->compute()));
+  t.storage = std::shared_ptr<void>(block, [context = context_](void* p) {
+    cudaFreeAsync(p, context->compute());  // stream-ordered: after every kernel already issued that may use it
+  });
+  t.data = block;
+  return t;
+}
+
+void CudaBackend::upload_f32(const Tensor& dst, const float* host) {
+  if (dst.numel == 0) return;
+  std::vector<std::uint16_t> bits;  // bf16: rounded on the host exactly as kernels/cpu rounds
+  if (dst.dtype == DType::F32) {
+    TWIN_CUDA_CHECK(
+        cudaMemcpyAsync(f32(dst, "upload_f32", "dst"), host, dst.bytes(), cudaMemcpyHostToDevice, context_->compute()));
+  } else {
+    bits.resize(dst.numel);
+    kernels::cpu::cast_float_to_bf16(bits.data(), host, dst.numel);
+    TWIN_CUDA_CHECK(cudaMemcpyAsync(b16(dst, "upload_f32", "dst"), bits.data(), dst.bytes(), cudaMemcpyHostToDevice,
+                                    context_->compute()));
+  }
+  synchronize();  // before `bits` (and the caller's host buffer) may go
+}
+
+void CudaBackend::download_f32(float* host, const Tensor& src) {
+  if (src.numel == 0) return;
+  context_->wait_deferred();
+  if (src.dtype == DType::F32) {
+    TWIN_CUDA_CHECK(cudaMemcpyAsync(host, f32(src, "download_f32", "src"), src.bytes(), cudaMemcpyDeviceToHost,
+                                    context_->compute()));
+    synchronize();
+    return;
+  }
+  std::vector<std::uint16_t> bits(src.numel);
+  TWIN_CUDA_CHECK(cudaMemcpyAsync(bits.data(), b16(src, "download_f32", "src"), src.bytes(), cudaMemcpyDeviceToHost,
+                                  context_->compute()));
+  synchronize();
+  kernels::cpu::cast_bf16_to_float(host, bits.data(), src.numel);
+}
+
+void CudaBackend::upload_i32(const Tensor& dst, const int* host) {
+  if (dst.numel == 0) return;
+  TWIN_CUDA_CHECK(
+      cudaMemcpyAsync(i32(dst, "upload_i32", "dst"), host, dst.bytes(), cudaMemcpyHostToDevice, context_->compute()));
+  synchronize();  // the caller may reuse its host buffer at once
+}
+
+void CudaBackend::synchronize() {
+  context_->wait_deferred();
+  TWIN_CUDA_CHECK(cudaStreamSynchronize(context_->compute()));
+}
+
+double CudaBackend::read_result() {
+  double value = 0;
+  TWIN_CUDA_CHECK(cudaMemcpyAsync(&value, result_.data, sizeof(double), cudaMemcpyDeviceToHost, context_->compute()));
+  synchronize();
+  return value;
+}
+
+// --- element-wise ----------------------------------------------------------------------------------------------------
+
+void CudaBackend::fill(const Tensor& x, float value) {
+  if (x.numel == 0) return;
+  switch (x.dtype) {
+    case DType::F32:
+      k::fill(f32(x, "fill", "x"), x.numel, value, context_->compute());
+      return;
+    case DType::BF16:
+      k::fill(b16(x, "fill", "x"), x.numel, value, context_->compute());
+      return;
+    case DType::F64:
+    case DType::I32:
+      TWIN_EXEC_CHECK(value == 0.0f, "cuda fill: {} tensors can only be zeroed", to_string(x.dtype));
+      TWIN_CUDA_CHECK(cudaMemsetAsync(x.data, 0, x.bytes(), context_->compute()));
+      return;
+  }
+}
+
+void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
+  TWIN_EXEC_CHECK(
+      dst.numel == src.numel && dst.dtype == src.dtype && dst.device == Device::Cuda && src.device == Device::Cuda,
+      "cuda copy: {} {} into {} {}", src.numel, to_string(src.dtype), dst.numel, to_string(dst.dtype));
+  if (src.numel == 0) return;
+  TWIN_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, context_->compute()));
+}
+
+void CudaBackend::accumulate(const Tensor& y, const Tensor& x) {
+  TWIN_EXEC_CHECK(y.numel == x.numel && y.dtype == x.dtype, "cuda accumulate: {} {} += {} {}", y.numel,
+                  to_string(y.dtype), x.numel, to_string(x.dtype));
+  if (y.numel == 0) return;
+  if (y.dtype == DType::F32) {
+    k::accumulate(f32(y, "accumulate", "y"), f32(x, "accumulate", "x"), y.numel, context_->compute());
+  } else {
+    k::accumulate(b16(y, "accumulate", "y"), b16(x, "accumulate", "x"), y.numel, context_->compute());
+  }
+}
+
+void CudaBackend::residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
+  TWIN_EXEC_CHECK(out.numel == a.numel && a.numel == b.numel, "cuda residual: {} = {} + {}", out.numel, a.numel,
+                  b.numel);
+  k::residual_forward(b16(out, "residual_forward", "out"), b16(a, "residual_forward", "a"),
+                      b16(b, "residual_forward", "b"), out.numel, context_->compute());
+}
+
+void CudaBackend::bias_add(const Tensor& out, const Tensor& bias, int rows, int channels) {
+  TWIN_EXEC_CHECK(out.numel == n(rows, channels) && bias.numel == std::size_t(channels),
+                  "cuda bias_add: out {} bias {} for ({}, {})", out.numel, bias.numel, rows, channels);
+  k::bias_add(b16(out, "bias_add", "out"), b16(bias, "bias_add", "bias"), rows, channels, context_->compute());
+}
+
+void CudaBackend::bias_backward(const Tensor& dbias, const Tensor& dout, int rows, int channels) {
+  TWIN_EXEC_CHECK(dout.numel == n(rows, channels) && dbias.numel == std::size_t(channels),
+                  "cuda bias_backward: dout {} dbias {} for ({}, {})", dout.numel, dbias.numel, rows, channels);
+  k::bias_backward(f32(dbias, "bias_backward", "dbias"), b16(dout, "bias_backward", "dout"), rows, channels,
+                   context_->compute());
+}
+
+double CudaBackend::squared_norm(const Tensor& x) {
+  context_->wait_deferred();  // gradients under an overlapped DP reduction
+  k::squared_norm(static_cast<double*>(result_.data), x.numel == 0 ? nullptr : f32(x, "squared_norm", "x"), x.numel,
+                  context_->compute());
+  return read_result();
+}
+
+double CudaBackend::sum(const Tensor& x) {
+  context_->wait_deferred();
+  k::sum(static_cast<double*>(result_.data), x.numel == 0 ? nullptr : f32(x, "sum", "x"), x.numel, context_->compute());
+  return read_result();
+}
+
+// --- embeddings ----------------------------------------------------------------------------------------------------
+
+void CudaBackend::embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte_local, int rows,
+                                    int channels, int vocab_start, int vocab_local) {
+  TWIN_EXEC_CHECK(out.numel == n(rows, channels) && tokens.numel == std::size_t(rows) &&
+                      wte_local.numel == n(vocab_local, channels),
+                  "cuda embedding_forward: out {} tokens {} wte {} for rows {} channels {} vocab_local {}", out.numel,
+                  tokens.numel, wte_local.numel, rows, channels, vocab_local);
+  k::embedding_forward(b16(out, "embedding_forward", "out"), i32(tokens, "embedding_forward", "tokens"),
+                       b16(wte_local, "embedding_forward", "wte_local"), rows, channels, vocab_start, vocab_local,
+                       context_->compute());
+}
+
+void CudaBackend::embedding_backward(const Tensor& dwte_local, const Tensor& dout, const Tensor& tokens, int rows,
+                                     int channels, int vocab_start, int vocab_local) {
+  TWIN_EXEC_CHECK(dout.numel == n(rows, channels) && dwte_local.numel == n(vocab_local, channels) &&
+                      tokens.numel == std::size_t(rows),
+                  "cuda embedding_backward: dout {} dwte {} tokens {}", dout.numel, dwte_local.numel, tokens.numel);
+  k::embedding_backward(f32(dwte_local, "embedding_backward", "dwte_local"), b16(dout, "embedding_backward", "dout"),
+                        i32(tokens, "embedding_backward", "tokens"), rows, channels, vocab_start, vocab_local,
+                        context_->compute());
+}
+
+void CudaBackend::position_embedding_forward(const Tensor& out, const Tensor& wpe, int batch, int seq, int channels) {
+  TWIN_EXEC_CHECK(out.numel == n(batch, seq) * channels && wpe.numel >= n(seq, channels),
+                  "cuda position_embedding_forward: out {} wpe {}", out.numel, wpe.numel);
+  k::position_embedding_forward(b16(out, "position_embedding_forward", "out"),
+                                b16(wpe, "position_embedding_forward", "wpe"), batch, seq, channels,
+                                context_->compute());
+}
+
+void CudaBackend::position_embedding_backward(const Tensor& dwpe, const Tensor& dout, int batch, int seq,
+                                              int channels) {
+  TWIN_EXEC_CHECK(dout.numel == n(batch, seq) * channels && dwpe.numel >= n(seq, channels),
+                  "cuda position_embedding_backward: dout {} dwpe {}", dout.numel, dwpe.numel);
+  k::position_embedding_backward(f32(dwpe, "position_embedding_backward", "dwpe"),
+                                 b16(dout, "position_embedding_backward", "dout"), batch, seq, channels,
+                                 context_->compute());
+}
+
+// --- layernorm, linear, attention, GELU ------------------------------------------------------------------------------
+
+void CudaBackend::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                                    const Tensor& weight, const Tensor& bias, int rows, int channels) {
+  TWIN_EXEC_CHECK(out.numel == n(rows, channels) && inp.numel == n(rows, channels) && mean.numel == std::size_t(rows) &&
+                      rstd.numel == std::size_t(rows) && weight.numel == std::size_t(channels) &&
+                      bias.numel == std::size_t(channels),
+                  "cuda layernorm_forward: out {} inp {} mean {} weight {} for ({}, {})", out.numel, inp.numel,
+                  mean.numel, weight.numel, rows, channels);
+  const char* kernel = "layernorm_forward";
+  k::layernorm_forward(b16(out, kernel, "out"), f32(mean, kernel, "mean"), f32(rstd, kernel, "rstd"),
+                       b16(inp, kernel, "inp"), b16(weight, kernel, "weight"), b16(bias, kernel, "bias"), rows,
+                       channels, context_->compute());
+}
+
+void CudaBackend::layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                                     const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                     int rows, int channels) {
+  TWIN_EXEC_CHECK(dinp.numel == n(rows, channels) && dout.numel == n(rows, channels) &&
+                      inp.numel == n(rows, channels) && dweight.numel == std::size_t(channels) &&
+                      dbias.numel == std::size_t(channels) && mean.numel == std::size_t(rows),
+                  "cuda layernorm_backward: dinp {} dout {} inp {} dweight {} for ({}, {})", dinp.numel, dout.numel,
+                  inp.numel, dweight.numel, rows, channels);
+  const char* kernel = "layernorm_backward";
+  k::layernorm_backward(b16(dinp, kernel, "dinp"), f32(dweight, kernel, "dweight"), f32(dbias, kernel, "dbias"),
+                        b16(dout, kernel, "dout"), b16(inp, kernel, "inp"), b16(weight, kernel, "weight"),
+                        f32(mean, kernel, "mean"), f32(rstd, kernel, "rstd"), rows, channels, context_->compute());
+}
+
+void CudaBackend::matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                                 int rows, int in_features, int out_features) {
+  TWIN_EXEC_CHECK(out.numel == n(rows, out_features) && inp.numel == n(rows, in_features) &&
+                      weight.numel == n(out_features, in_features) &&
+                      (bias.empty() || bias.numel == std::size_t(out_features)),
+                  "cuda matmul_forward: out {} inp {} weight {} bias {} for ({}, {} -> {})", out.numel, inp.numel,
+                  weight.numel, bias.numel, rows, in_features, out_features);
+  const char* kernel = "matmul_forward";
+  k::matmul_forward(b16(out, kernel, "out"), b16(inp, kernel, "inp"), b16(weight, kernel, "weight"),
+                    optional_b16(bias, kernel, "bias"), rows, in_features, out_features, *blas_, context_->compute());
+}
+
+void CudaBackend::matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                                  const Tensor& inp, const Tensor& weight, int rows, int in_features,
+                                  int out_features) {
+  TWIN_EXEC_CHECK((dinp.empty() || dinp.numel == n(rows, in_features)) && dout.numel == n(rows, out_features) &&
+                      inp.numel == n(rows, in_features) && weight.numel == n(out_features, in_features) &&
+                      dweight.numel == n(out_features, in_features) &&
+                      (dbias.empty() || dbias.numel == std::size_t(out_features)),
+                  "cuda matmul_backward: dinp {} dout {} inp {} weight {} dweight {} for ({}, {} -> {})", dinp.numel,
+                  dout.numel, inp.numel, weight.numel, dweight.numel, rows, in_features, out_features);
+  const char* kernel = "matmul_backward";
+  k::matmul_backward(optional_b16(dinp, kernel, "dinp"), f32(dweight, kernel, "dweight"),
+                     optional_f32(dbias, kernel, "dbias"), b16(dout, kernel, "dout"), b16(inp, kernel, "inp"),
+                     b16(weight, kernel, "weight"), rows, in_features, out_features, *blas_, context_->compute());
+}
+
+void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
+                                    int heads, int head_dim) {
+  const std::size_t tokens = n(batch, seq), hidden = n(heads, head_dim);
+  TWIN_EXEC_CHECK(qkv.numel == tokens * 3 * hidden && out.numel == tokens * hidden && lse.numel == tokens * heads,
+                  "cuda attention_forward: qkv {} out {} lse {} for B {} T {} H {} D {}", qkv.numel, out.numel,
+                  lse.numel, batch, seq, heads, head_dim);
+  const char* kernel = "attention_forward";
+  k::attention_forward(b16(out, kernel, "out"), f32(lse, kernel, "lse"), b16(qkv, kernel, "qkv"), batch, seq, heads,
+                       head_dim, *blas_, context_->compute());
+}
+
+void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
+                                     int batch, int seq, int heads, int head_dim) {
+  const std::size_t tokens = n(batch, seq), hidden = n(heads, head_dim);
+  TWIN_EXEC_CHECK(qkv.numel == tokens * 3 * hidden && dqkv.numel == qkv.numel && dout.numel == tokens * hidden &&
+                      lse.numel == tokens * heads,
+                  "cuda attention_backward: dqkv {} dout {} qkv {} lse {} for B {} T {} H {} D {}", dqkv.numel,
+                  dout.numel, qkv.numel, lse.numel, batch, seq, heads, head_dim);
+  const char* kernel = "attention_backward";
+  k::attention_backward(b16(dqkv, kernel, "dqkv"), b16(dout, kernel, "dout"), b16(qkv, kernel, "qkv"),
+                        f32(lse, kernel, "lse"), batch, seq, heads, head_dim, *blas_, context_->compute());
+}
+
+void CudaBackend::gelu_forward(const Tensor& out, const Tensor& inp) {
+  TWIN_EXEC_CHECK(out.numel == inp.numel, "cuda gelu_forward: out {} inp {}", out.numel, inp.numel);
+  if (out.numel == 0) return;
+  k::gelu_forward(b16(out, "gelu_forward", "out"), b16(inp, "gelu_forward", "inp"), out.numel, context_->compute());
+}
+
+void CudaBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
+  TWIN_EXEC_CHECK(dinp.numel == inp.numel && dout.numel == inp.numel, "cuda gelu_backward: dinp {} inp {} dout {}",
+                  dinp.numel, inp.numel, dout.numel);
+  if (dinp.numel == 0) return;
+  k::gelu_backward(b16(dinp, "gelu_backward", "dinp"), b16(inp, "gelu_backward", "inp"),
+                   b16(dout, "gelu_backward", "dout"), dinp.numel, context_->compute());
+}
+
+// --- vocab-parallel cross-entropy ----------------------------------------------------------------------------------
+
+void CudaBackend::cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,
+                                            int vocab_start, int vocab_local, int valid_vocab) {
+  TWIN_EXEC_CHECK(stats.numel == n(rows, k::kCrossEntropyStats) && logits.numel == n(rows, vocab_local) &&
+                      targets.numel == std::size_t(rows),
+                  "cuda cross_entropy_local_stats: stats {} logits {} targets {} for rows {} vocab_local {}",
+                  stats.numel, logits.numel, targets.numel, rows, vocab_local);
+  const char* kernel = "cross_entropy_local_stats";
+  k::cross_entropy_local_stats(f32(stats, kernel, "stats"), b16(logits, kernel, "logits"),
+                               i32(targets, kernel, "targets"), rows, vocab_start, vocab_local, valid_vocab,
+                               context_->compute());
+}
+
+void CudaBackend::cross_entropy_combine(const Tensor& losses, const Tensor& lse, const Tensor& gathered_stats, int rows,
+                                        int shards) {
+  TWIN_EXEC_CHECK(losses.numel == std::size_t(rows) && lse.numel == std::size_t(rows) &&
+                      gathered_stats.numel == n(shards, rows) * k::kCrossEntropyStats,
+                  "cuda cross_entropy_combine: losses {} lse {} stats {} for rows {} shards {}", losses.numel,
+                  lse.numel, gathered_stats.numel, rows, shards);
+  const char* kernel = "cross_entropy_combine";
+  k::cross_entropy_combine(f32(losses, kernel, "losses"), f32(lse, kernel, "lse"),
+                           f32(gathered_stats, kernel, "gathered_stats"), rows, shards, context_->compute());
+}
+
+void CudaBackend::cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& lse,
+                                         const Tensor& targets, int rows, int vocab_start, int vocab_local,
+                                         int valid_vocab, float scale) {
+  TWIN_EXEC_CHECK(dlogits.numel == n(rows, vocab_local) && logits.numel == dlogits.numel &&
+                      lse.numel == std::size_t(rows) && targets.numel == std::size_t(rows),
+                  "cuda cross_entropy_backward: dlogits {} logits {} lse {} for rows {} vocab_local {}", dlogits.numel,
+                  logits.numel, lse.numel, rows, vocab_local);
+  const char* kernel = "cross_entropy_backward";
+  k::cross_entropy_backward(b16(dlogits, kernel, "dlogits"), b16(logits, kernel, "logits"), f32(lse, kernel, "lse"),
+                            i32(targets, kernel, "targets"), rows, vocab_start, vocab_local, valid_vocab, scale,
+                            context_->compute());
+}
+
+// --- optimizer ------------------------------------------------------------------------------------------------------
+
+void CudaBackend::adamw_update(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m,
+                               const Tensor& v, const AdamWStep& step) {
+  TWIN_EXEC_CHECK(grad.numel == param.numel && m.numel == param.numel && v.numel == param.numel &&
+                      (master.empty() || master.numel == param.numel),
+                  "cuda adamw_update: param {} master {} grad {} m {} v {}", param.numel, master.numel, grad.numel,
+                  m.numel, v.numel);
+  if (param.numel == 0) return;
+  context_->wait_deferred();  // gradients under an overlapped DP reduction
+  const char* kernel = "adamw_update";
+  if (param.dtype == DType::F32 && master.empty()) {
+    k::adamw_update(f32(param, kernel, "param"), f32(grad, kernel, "grad"), f32(m, kernel, "m"), f32(v, kernel, "v"),
+                    param.numel, step.learning_rate, step.beta1, step.beta2, step.eps, step.weight_decay, step.step,
+                    step.grad_scale, context_->compute());
+    return;
+  }
+  k::adamw_update(b16(param, kernel, "param"), f32(master, kernel, "master"), f32(grad, kernel, "grad"),
+                  f32(m, kernel, "m"), f32(v, kernel, "v"), param.numel, step.learning_rate, step.beta1, step.beta2,
+                  step.eps, step.weight_decay, step.step, step.grad_scale, context_->compute());
+}
+
+}  // namespace twin::exec::cuda

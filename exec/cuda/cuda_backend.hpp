@@ -1,0 +1,96 @@
+// The CUDA backend: one GPU per backend (several backends, one per rank thread, may share a GPU). bf16 activations,
+// working weights and activation gradients; fp32 parameter gradients, Adam state and master weights (the optimizer
+// updates the fp32 master copy and writes the weights back rounded, keeps_master_weights() = true); kernels/cuda for
+// every kernel, cuBLASLt for the GEMMs. Every kernel runs on the backend's compute stream, asynchronously; host copies
+// and the reductions that return a value to the host (squared_norm, sum) synchronize that stream.
+//
+// Memory: stream-ordered (cudaMallocAsync / cudaFreeAsync on the compute stream, pool kept across steps), so a
+// training step allocates from the pool without device synchronization; a Tensor's storage keeps the stream alive.
+//
+// Communication: the interpreter hands tensors' device pointers to its Communicator; make_device_communicator
+// (cuda_exec.hpp) wraps the host communicator so that it accepts them, ordered with this compute stream
+// (device_context()).
+#pragma once
+
+#include <memory>
+
+#include "exec/backend.hpp"
+#include "exec/cuda/device_context.hpp"
+
+namespace twin::kernels::cuda {
+class Cublas;
+}
+
+namespace twin::exec::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  // options.device: the GPU ordinal (cudaSetDevice on the calling thread).
+  explicit CudaBackend(const BackendOptions& options = {});
+  ~CudaBackend() override;
+
+  std::string_view name() const override { return "cuda"; }
+  Device device() const override { return Device::Cuda; }
+  DType activation_dtype() const override { return DType::BF16; }
+  bool keeps_master_weights() const override { return true; }
+
+  Tensor allocate(std::size_t numel, DType dtype) override;
+  void upload_f32(const Tensor& dst, const float* host) override;
+  void download_f32(float* host, const Tensor& src) override;
+  void upload_i32(const Tensor& dst, const int* host) override;
+  void synchronize() override;
+
+  void fill(const Tensor& x, float value) override;
+  void copy(const Tensor& dst, const Tensor& src) override;
+  void accumulate(const Tensor& y, const Tensor& x) override;
+  void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void bias_add(const Tensor& out, const Tensor& bias, int rows, int channels) override;
+  void bias_backward(const Tensor& dbias, const Tensor& dout, int rows, int channels) override;
+  double squared_norm(const Tensor& x) override;
+  double sum(const Tensor& x) override;
+
+  void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte_local, int rows, int channels,
+                         int vocab_start, int vocab_local) override;
+  void embedding_backward(const Tensor& dwte_local, const Tensor& dout, const Tensor& tokens, int rows, int channels,
+                          int vocab_start, int vocab_local) override;
+  void position_embedding_forward(const Tensor& out, const Tensor& wpe, int batch, int seq, int channels) override;
+  void position_embedding_backward(const Tensor& dwpe, const Tensor& dout, int batch, int seq, int channels) override;
+
+  void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                         const Tensor& weight, const Tensor& bias, int rows, int channels) override;
+  void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                          const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd, int rows,
+                          int channels) override;
+  void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, int rows,
+                      int in_features, int out_features) override;
+  void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                       const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features) override;
+  void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq, int heads,
+                         int head_dim) override;
+  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse, int batch,
+                          int seq, int heads, int head_dim) override;
+  void gelu_forward(const Tensor& out, const Tensor& inp) override;
+  void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
+
+  void cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,
+                                 int vocab_start, int vocab_local, int valid_vocab) override;
+  void cross_entropy_combine(const Tensor& losses, const Tensor& lse, const Tensor& gathered_stats, int rows,
+                             int shards) override;
+  void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                              int rows, int vocab_start, int vocab_local, int valid_vocab, float scale) override;
+
+  void adamw_update(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+                    const AdamWStep& step) override;
+
+  // The device and compute stream of this rank, for the communicators (and deferred waits, see device_context.hpp).
+  DeviceContext& device_context() { return *context_; }
+
+ private:
+  double read_result();  // the device double of squared_norm / sum, after synchronizing
+
+  std::shared_ptr<DeviceContext> context_;  // shared with every Tensor's deleter: the stream outlives the memory
+  std::unique_ptr<kernels::cuda::Cublas> blas_;
+  Tensor result_;  // (1) f64 on the device
+};
+
+}  // namespace twin::exec::cuda

@@ -1,0 +1,238 @@
+// The loop and the dispatch tables. Every op of the rank's list goes through execute(): a compute op to the handler
+// of its (what, phase), a collective to the handler of its payload, a Send/Recv to the pipeline handlers.
+#include "exec/interpreter.hpp"
+
+#include <chrono>
+#include <exception>
+
+#include <fmt/core.h>
+
+#include "exec/check.hpp"
+#include "exec/comm/mpi_communicator.hpp"
+
+namespace twin::exec {
+
+using model::CollectiveKind;
+using model::ComputeKind;
+using model::Op;
+using model::OpKind;
+using model::Payload;
+using model::Phase;
+
+namespace {
+
+std::string op_label(std::size_t index, const Op& op) {
+  std::string text = fmt::format("op #{} ", index);
+  switch (op.kind) {
+    case OpKind::Compute:
+      text += fmt::format("{} {}", model::to_string(op.phase), model::to_string(op.what));
+      break;
+    case OpKind::Collective:
+      text += fmt::format("{} {} ({} {})", model::to_string(op.collective), model::to_string(op.payload),
+                          model::to_string(op.phase), model::to_string(op.what));
+      break;
+    case OpKind::Send:
+    case OpKind::Recv:
+      text += fmt::format("{} {} {} stage {}", model::to_string(op.kind), model::to_string(op.phase),
+                          op.kind == OpKind::Send ? "to" : "from", op.peer_stage);
+      break;
+  }
+  if (op.layer >= 0) text += fmt::format(" layer {}", op.layer);
+  if (op.micro_batch >= 0) text += fmt::format(" micro-batch {}", op.micro_batch);
+  if (op.chunk > 0) text += fmt::format(" chunk {}", op.chunk);
+  return text;
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+std::uint64_t p2p_message_tag(const Op& op) {
+  const model::P2PTag tag = model::p2p_tag(op);
+  TWIN_EXEC_CHECK(tag.micro_batch >= 0 && tag.micro_batch < (1 << 18) && tag.sender_virtual_stage >= 0 &&
+                      tag.sender_virtual_stage < (1 << 11),
+                  "p2p tag out of range: micro-batch {} virtual stage {}", tag.micro_batch, tag.sender_virtual_stage);
+  const std::uint64_t backward = tag.phase == Phase::Backward ? 1 : 0;
+  return backward << 29 | static_cast<std::uint64_t>(tag.sender_virtual_stage) << 18 |
+         static_cast<std::uint64_t>(tag.micro_batch);
+}
+
+Interpreter::Interpreter(const model::Program& program, int rank, Backend& backend, Communicator& comm,
+                         ModelShard& shard)
+    : program_(program),
+      scenario_(program.scenario),
+      rank_(rank),
+      coord_(program.layout.coord_of(rank)),
+      backend_(backend),
+      comm_(comm),
+      shard_(shard),
+      dims_(shard.dims()),
+      ops_(program.ops_of_rank(rank)) {
+  if (program.granularity != model::Granularity::Op) {
+    throw std::invalid_argument("the executor runs op-granularity Programs (build_program(scenario, Granularity::Op))");
+  }
+  virtual_stages_ = static_cast<int>(scenario_.parallel.pp * scenario_.parallel.virtual_stages);
+  for (model::Group g : {model::Group::Tensor, model::Group::Data, model::Group::Embedding, model::Group::World}) {
+    groups_[static_cast<int>(g)] = CommGroup{model::to_string(g), program.layout.group_members(g, rank)};
+  }
+  labels_.reserve(ops_.size());
+  std::map<std::pair<int, int>, std::size_t> last_op;
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    labels_.push_back(op_label(i, ops_[i]));
+    if (ops_[i].micro_batch >= 0 && ops_[i].chunk >= 0) last_op[{ops_[i].micro_batch, ops_[i].chunk}] = i;
+  }
+  release_after_.assign(ops_.size(), false);
+  for (const auto& [key, index] : last_op) release_after_[index] = true;
+  build_dispatch_tables();
+}
+
+// ---- dispatch tables ------------------------------------------------------------------------------------------------
+
+void Interpreter::build_dispatch_tables() {
+  using I = Interpreter;
+  struct ComputeRoute {
+    ComputeKind what;
+    Handler forward;  // also runs the Recompute phase (the handler reads op.phase)
+    Handler backward;
+  };
+  // clang-format off
+  const ComputeRoute compute_routes[] = {
+      {ComputeKind::Embedding,           &I::embedding_forward,             &I::embedding_backward},
+      {ComputeKind::LayerNormAttention,  &I::layernorm_attention_forward,   &I::layernorm_attention_backward},
+      {ComputeKind::QkvProjection,       &I::qkv_forward,                   &I::qkv_backward},
+      {ComputeKind::AttentionCore,       &I::attention_core_forward,        &I::attention_core_backward},
+      {ComputeKind::AttentionProjection, &I::attention_projection_forward,  &I::attention_projection_backward},
+      {ComputeKind::AttentionResidual,   &I::attention_residual_forward,    &I::attention_residual_backward},
+      {ComputeKind::LayerNormMlp,        &I::layernorm_mlp_forward,         &I::layernorm_mlp_backward},
+      {ComputeKind::MlpUp,               &I::mlp_up_forward,                &I::mlp_up_backward},
+      {ComputeKind::Gelu,                &I::gelu_forward,                  &I::gelu_backward},
+      {ComputeKind::MlpDown,             &I::mlp_down_forward,              &I::mlp_down_backward},
+      {ComputeKind::MlpResidual,         &I::mlp_residual_forward,          &I::mlp_residual_backward},
+      {ComputeKind::FinalLayerNorm,      &I::final_layernorm_forward,       &I::final_layernorm_backward},
+      {ComputeKind::LmHead,              &I::lm_head_forward,               &I::lm_head_backward},
+      {ComputeKind::CrossEntropy,        &I::cross_entropy_forward,         &I::cross_entropy_backward},
+  };
+  // clang-format on
+  for (const ComputeRoute& route : compute_routes) {
+    auto& row = compute_handlers_[static_cast<int>(route.what)];
+    row[static_cast<int>(Phase::Forward)] = route.forward;
+    row[static_cast<int>(Phase::Recompute)] = route.forward;
+    row[static_cast<int>(Phase::Backward)] = route.backward;
+  }
+  compute_handlers_[static_cast<int>(ComputeKind::OptimizerStep)][static_cast<int>(Phase::Optimizer)] =
+      &Interpreter::optimizer_step;
+
+  auto route = [this](Payload payload, Handler handler) { collective_handlers_[static_cast<int>(payload)] = handler; };
+  route(Payload::LayerOutput, &Interpreter::reduce_tensor_parallel);            // row-parallel output: AR, or RS (SP)
+  route(Payload::InputGrad, &Interpreter::reduce_tensor_parallel);              // column-parallel dinput: AR, or RS
+  route(Payload::LayerInput, &Interpreter::gather_layer_input);                 // SP: gather a GEMM's input
+  route(Payload::OutputGrad, &Interpreter::gather_output_grad);                 // SP: gather a GEMM's dout
+  route(Payload::CrossEntropyStats, &Interpreter::gather_cross_entropy_stats);  // vocab-parallel CE statistics
+  route(Payload::LayerNormGrads, &Interpreter::reduce_layernorm_grads);         // SP: replicated params' grads
+  route(Payload::EmbeddingGrads, &Interpreter::reduce_embedding_grads);         // tied embedding, first + last stage
+  route(Payload::Gradients, &Interpreter::reduce_data_parallel_grads);          // DP: AR, or RS under ZeRO-1
+  route(Payload::GradNormSquared, &Interpreter::gradient_norm);                 // global norm for clipping
+  route(Payload::Parameters, &Interpreter::gather_parameters);                  // ZeRO-1: updated shards
+}
+
+// ---- the loop -------------------------------------------------------------------------------------------------------
+
+IterationOutput Interpreter::run_iteration(const IterationInput& input, std::vector<OpTiming>* timings,
+                                           double epoch_s) {
+  const auto micro_batches = static_cast<std::size_t>(scenario_.parallel.micro_batches());
+  TWIN_EXEC_CHECK(input.micro_batches.size() == micro_batches, "rank {} got {} micro-batches, the plan has {}", rank_,
+                  input.micro_batches.size(), micro_batches);
+  input_ = &input;
+  output_ = IterationOutput{};
+  chunks_.clear();
+  shard_.zero_grads();
+  if (timings != nullptr) timings->reserve(timings->size() + ops_.size());
+
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    current_op_ = i;
+    const double start = timings ? now_s() : 0;
+    execute(i);
+    if (timings != nullptr) {
+      backend_.synchronize();
+      timings->push_back(OpTiming{static_cast<int>(i), start - epoch_s, now_s() - epoch_s});
+    }
+    if (release_after_[i]) chunks_.erase({ops_[i].micro_batch, ops_[i].chunk});
+  }
+  TWIN_EXEC_CHECK(chunks_.empty(), "rank {}: {} micro-batch states left after the iteration", rank_, chunks_.size());
+  input_ = nullptr;
+  return output_;
+}
+
+void Interpreter::execute(std::size_t index) {
+  const Op& op = ops_[index];
+  Handler handler = nullptr;
+  switch (op.kind) {
+    case OpKind::Compute:
+      handler = compute_handlers_[static_cast<int>(op.what)][static_cast<int>(op.phase)];
+      break;
+    case OpKind::Collective:
+      handler = collective_handlers_[static_cast<int>(op.payload)];
+      break;
+    case OpKind::Send:
+      handler = &Interpreter::send;
+      break;
+    case OpKind::Recv:
+      handler = &Interpreter::recv;
+      break;
+  }
+  if (handler == nullptr) {
+    throw InternalError(fmt::format("rank {}: {}: the executor has no handler for it", rank_, labels_[index]));
+  }
+  try {
+    (this->*handler)(op);
+  } catch (const CommError&) {
+    throw;  // already names the rank, the op and the group
+  } catch (const std::exception& error) {
+    throw std::runtime_error(fmt::format("rank {}: {}: {}", rank_, labels_[index], error.what()));
+  }
+}
+
+Interpreter::ChunkState& Interpreter::chunk(const Op& op) {
+  const auto key = std::make_pair(op.micro_batch, op.chunk);
+  auto it = chunks_.find(key);
+  if (it != chunks_.end()) return it->second;
+  TWIN_EXEC_CHECK(op.phase == Phase::Forward, "rank {}: {} finds no state of its micro-batch (no forward ran)", rank_,
+                  labels_[current_op_]);
+  TWIN_EXEC_CHECK(op.micro_batch >= 0 && static_cast<std::size_t>(op.micro_batch) < input_->micro_batches.size(),
+                  "micro-batch {} out of range", op.micro_batch);
+  ChunkState& state = chunks_[key];
+  const MicroBatch& data = input_->micro_batches[static_cast<std::size_t>(op.micro_batch)];
+  const int vs = model::virtual_stage(coord_.pp, op.chunk, static_cast<int>(scenario_.parallel.pp));
+  if (vs == 0) {
+    state.tokens = backend_.allocate(static_cast<std::size_t>(dims_.tokens), DType::I32);
+    backend_.upload_i32(state.tokens, data.tokens.data());
+  }
+  if (vs == virtual_stages_ - 1) {
+    state.targets = backend_.allocate(static_cast<std::size_t>(dims_.tokens), DType::I32);
+    backend_.upload_i32(state.targets, data.targets.data());
+  }
+  return state;
+}
+
+Interpreter::LayerStash& Interpreter::stash(const Op& op) {
+  ChunkState& state = chunk(op);
+  auto it = state.layers.find(op.layer);
+  if (it != state.layers.end()) return it->second;
+  TWIN_EXEC_CHECK(op.phase == Phase::Forward && shard_.has_layer(op.layer), "rank {}: {} finds no stash of layer {}",
+                  rank_, labels_[current_op_], op.layer);
+  return state.layers[op.layer];
+}
+
+Tensor Interpreter::take_grad_full(ChunkState& state) {
+  Tensor full = state.work.grad_full.empty() ? state.grad : state.work.grad_full;
+  state.work.grad_full = Tensor{};
+  return full;
+}
+
+const CommGroup& Interpreter::group(model::Group g) const {
+  return groups_[static_cast<int>(g)];
+}
+
+}  // namespace twin::exec

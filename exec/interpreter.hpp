@@ -1,0 +1,202 @@
+// The interpreter: runs one rank's op list of a Program (op granularity) in order, dispatching every op by
+// (kind, what, phase, payload) to a Backend kernel or a Communicator call. The Program says what happens and when;
+// this class only knows how to do each op. The list may be run in order because its ops are issued in an order
+// every rank agrees on (model/program.hpp, execution semantics).
+//
+// Sections, one file each:
+//   interpreter.cpp            the loop, the dispatch tables, the per-(micro-batch, chunk) state
+//   interpreter_layers.cpp     transformer layer: forward, recompute, backward
+//   interpreter_ends.cpp       embedding, final layernorm, LM head, cross-entropy
+//   interpreter_comm.cpp       tensor-parallel collectives and pipeline sends/receives
+//   interpreter_optimizer.cpp  gradient reductions (TP, tied embedding, DP / ZeRO-1), global norm, AdamW, ZeRO-1 gather
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "exec/backend.hpp"
+#include "exec/comm/communicator.hpp"
+#include "exec/model_shard.hpp"
+#include "model/program.hpp"
+
+namespace twin::exec {
+
+// One micro-batch of this DP rank: token ids and next-token targets, (batch * seq) each.
+struct MicroBatch {
+  std::vector<int> tokens, targets;
+};
+
+struct IterationInput {
+  int step = 0;                           // 0-based iteration index (learning-rate schedule, Adam step = step + 1)
+  std::vector<MicroBatch> micro_batches;  // this DP rank's m micro-batches
+};
+
+struct IterationOutput {
+  double loss_sum = 0;     // sum of the per-token losses this rank counts (last stage, tp rank 0), else 0
+  double loss_tokens = 0;  // how many tokens that sum covers
+  double grad_norm = 0;    // global gradient norm before clipping
+  double learning_rate = 0;
+};
+
+// Measured start and end of one op (seconds since the run's epoch).
+struct OpTiming {
+  int op_index;
+  double start_s, end_s;
+};
+
+class Interpreter {
+ public:
+  Interpreter(const model::Program& program, int rank, Backend& backend, Communicator& comm, ModelShard& shard);
+
+  // Runs the rank's whole op list once. `timings`, when given, receives one entry per op (clock: seconds since
+  // `epoch`).
+  IterationOutput run_iteration(const IterationInput& input, std::vector<OpTiming>* timings = nullptr,
+                                double epoch_s = 0);
+
+  const std::vector<model::Op>& ops() const { return ops_; }
+  // "op #12 forward qkv_projection layer 3 micro-batch 1": how messages name op i
+  const std::string& label(std::size_t op_index) const { return labels_[op_index]; }
+
+ private:
+  // ---- per (micro-batch, chunk) state --------------------------------------------------------------------------
+  // Forward tensors one layer keeps for its backward (what is dropped depends on the recompute mode). Shapes are
+  // this rank's: tokens = B*T, tokens_sp = tokens / tp under sequence parallelism.
+  struct LayerStash {
+    Tensor x;                        // (tokens_sp, C) layer input, kept under every recompute mode
+    Tensor ln1, ln1_mean, ln1_rstd;  // (tokens_sp, C), (tokens_sp), (tokens_sp)
+    Tensor ln1_full;                 // (tokens, C) ln1 gathered across TP (sequence parallel), else ln1
+    Tensor qkv;                      // (tokens, 3C/t) as (B, T, 3, H/t, D)
+    Tensor attn, attn_lse;           // (tokens, C/t), (B, H/t, T)
+    Tensor proj;                     // (tokens, C) partial sums; (tokens_sp, C) after the TP reduction
+    Tensor x2;                       // (tokens_sp, C) residual stream after attention
+    Tensor ln2, ln2_mean, ln2_rstd;  // (tokens_sp, C), (tokens_sp), (tokens_sp)
+    Tensor ln2_full;                 // (tokens, C)
+    Tensor fc;                       // (tokens, F/t) before GELU
+    Tensor gelu;                     // (tokens, F/t)
+    Tensor fc_proj;                  // (tokens, C) partial sums; (tokens_sp, C) after the TP reduction
+  };
+  struct HeadStash {
+    Tensor x;                        // (tokens_sp, C) input of the final layernorm
+    Tensor lnf, lnf_mean, lnf_rstd;  // (tokens_sp, C), (tokens_sp), (tokens_sp)
+    Tensor lnf_full;                 // (tokens, C)
+    Tensor logits;                   // (tokens, V/t); the backward overwrites it with dlogits
+    Tensor stats;                    // (tokens, 3) this shard's cross-entropy statistics
+    Tensor losses, lse;              // (tokens), (tokens)
+  };
+  // Working tensors of a backward pass, alive from one op to the next.
+  struct BackwardWork {
+    Tensor grad_full;  // (tokens, C) output gradient gathered across TP (sequence parallel)
+    Tensor d_hidden;   // (tokens, F/t) gradient of the MLP hidden activation
+    Tensor d_attn;     // (tokens, C/t)
+    Tensor d_qkv;      // (tokens, 3C/t)
+    Tensor d_ln;       // (tokens, C) partial input gradient of a column-parallel GEMM; (tokens_sp, C)
+                       // after the TP reduction
+  };
+  struct ChunkState {
+    Tensor tokens, targets;            // (tokens) int32: on the first / last virtual stage
+    Tensor hidden;                     // (tokens_sp, C) residual stream between layers (and stages)
+    Tensor grad;                       // (tokens_sp, C) its gradient during the backward
+    Tensor embedding;                  // (tokens, C) embedding output before the TP reduction
+    std::map<int, LayerStash> layers;  // by global layer index
+    HeadStash head;
+    BackwardWork work;
+  };
+
+  using Handler = void (Interpreter::*)(const model::Op&);
+
+  void build_dispatch_tables();
+  void execute(std::size_t index);
+  ChunkState& chunk(const model::Op& op);
+  LayerStash& stash(const model::Op& op);
+  bool recomputing(const model::Op& op) const { return op.phase == model::Phase::Recompute; }
+  // The output gradient a backward GEMM reads: gathered across TP if an OutputGrad all-gather just ran, else the
+  // stream's gradient itself.
+  Tensor take_grad_full(ChunkState& state);
+  const CommGroup& group(model::Group group) const;
+
+  // interpreter_layers.cpp
+  void layernorm_attention_forward(const model::Op& op);
+  void qkv_forward(const model::Op& op);
+  void attention_core_forward(const model::Op& op);
+  void attention_projection_forward(const model::Op& op);
+  void attention_residual_forward(const model::Op& op);
+  void layernorm_mlp_forward(const model::Op& op);
+  void mlp_up_forward(const model::Op& op);
+  void gelu_forward(const model::Op& op);
+  void mlp_down_forward(const model::Op& op);
+  void mlp_residual_forward(const model::Op& op);
+  void finish_layer_forward(const model::Op& op, LayerStash& s);
+  void mlp_residual_backward(const model::Op& op);
+  void mlp_down_backward(const model::Op& op);
+  void gelu_backward(const model::Op& op);
+  void mlp_up_backward(const model::Op& op);
+  void layernorm_mlp_backward(const model::Op& op);
+  void attention_residual_backward(const model::Op& op);
+  void attention_projection_backward(const model::Op& op);
+  void attention_core_backward(const model::Op& op);
+  void qkv_backward(const model::Op& op);
+  void layernorm_attention_backward(const model::Op& op);
+
+  // interpreter_ends.cpp
+  void embedding_forward(const model::Op& op);
+  void embedding_backward(const model::Op& op);
+  void final_layernorm_forward(const model::Op& op);
+  void lm_head_forward(const model::Op& op);
+  void cross_entropy_forward(const model::Op& op);
+  void combine_cross_entropy(ChunkState& state, const Tensor& gathered_stats, int shards);
+  void cross_entropy_backward(const model::Op& op);
+  void lm_head_backward(const model::Op& op);
+  void final_layernorm_backward(const model::Op& op);
+
+  // interpreter_comm.cpp
+  Tensor& tensor_parallel_buffer(const model::Op& op);
+  void reduce_tensor_parallel(const model::Op& op);  // LayerOutput, InputGrad: all-reduce or reduce-scatter
+  void gather_layer_input(const model::Op& op);      // LayerInput: all-gather of a sequence-sharded input
+  void gather_output_grad(const model::Op& op);      // OutputGrad: all-gather of a sequence-sharded gradient
+  void gather_cross_entropy_stats(const model::Op& op);
+  void send(const model::Op& op);
+  void recv(const model::Op& op);
+  void all_gather_sequence(const model::Op& op, const Tensor& shard, Tensor& full);
+
+  // interpreter_optimizer.cpp
+  void reduce_layernorm_grads(const model::Op& op);
+  void reduce_embedding_grads(const model::Op& op);
+  void reduce_data_parallel_grads(const model::Op& op);
+  void gradient_norm(const model::Op& op);
+  void optimizer_step(const model::Op& op);
+  void gather_parameters(const model::Op& op);
+  double learning_rate(int step) const;
+
+  const model::Program& program_;
+  const model::Scenario& scenario_;
+  int rank_;
+  model::RankCoord coord_;
+  Backend& backend_;
+  Communicator& comm_;
+  ModelShard& shard_;
+  const Dims& dims_;
+  const std::vector<model::Op>& ops_;
+  std::vector<std::string> labels_;
+  std::vector<bool> release_after_;  // op i is the last op of its (micro-batch, chunk): drop the state after it
+  int virtual_stages_ = 1;
+  std::array<CommGroup, 4> groups_;  // by model::Group
+
+  static constexpr int kComputeKinds = 16, kPhases = 4, kPayloads = 10;
+  std::array<std::array<Handler, kPhases>, kComputeKinds> compute_handlers_{};
+  std::array<Handler, kPayloads> collective_handlers_{};
+
+  // iteration state
+  const IterationInput* input_ = nullptr;
+  std::map<std::pair<int, int>, ChunkState> chunks_;  // by (micro-batch, chunk)
+  std::size_t current_op_ = 0;
+  IterationOutput output_;
+  double grad_norm_squared_ = 0;
+};
+
+// The tag of a pipeline message (model::P2PTag) packed below kMaxP2PTag.
+std::uint64_t p2p_message_tag(const model::Op& op);
+
+}  // namespace twin::exec

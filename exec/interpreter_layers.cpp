@@ -1,0 +1,239 @@
+// Transformer layer ops (pre-LN GPT-2 block), forward / recompute / backward, one handler per op of the Program:
+//
+//   x ─ LN1 ─[AG]─ QKV ─ attention core ─ proj ─[AR|RS]─ +bias +x = x2
+//   x2 ─ LN2 ─[AG]─ fc ─ GELU ─ fc_proj ─[AR|RS]─ +bias +x2 = y
+//
+// [AG] and [AR|RS] are the Program's TP collectives (interpreter_comm.cpp); each compute op writes the tensor its
+// collective (if any) transforms, so with tp = 1 the same handlers run without them. Shapes per rank: T = B*S tokens,
+// T_sp = T/tp under sequence parallelism, C hidden, C/t and F/t the rank's attention and MLP widths.
+// Recompute: `full` keeps only x after the forward and the Recompute ops rebuild the rest; `selective` drops the
+// attention core's output and statistics, which its Recompute op rebuilds from qkv.
+#include <fmt/core.h>
+
+#include "exec/check.hpp"
+#include "exec/interpreter.hpp"
+
+namespace twin::exec {
+
+using model::Op;
+using model::Recompute;
+
+namespace {
+std::size_t n(int a, int b) {
+  return static_cast<std::size_t>(a) * static_cast<std::size_t>(b);
+}
+}  // namespace
+
+// ---- forward (and recompute) ----------------------------------------------------------------------------------------
+
+void Interpreter::layernorm_attention_forward(const Op& op) {
+  ChunkState& state = chunk(op);
+  LayerStash& s = stash(op);
+  const LayerTensors& w = shard_.layer_params(op.layer);
+  if (!recomputing(op)) s.x = state.hidden;  // (T_sp, C)
+  TWIN_EXEC_CHECK(!s.x.empty(), "layer {} has no input", op.layer);
+  s.ln1 = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
+  s.ln1_mean = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
+  s.ln1_rstd = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
+  backend_.layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.x, w.ln1_weight, w.ln1_bias, dims_.tokens_sp,
+                             dims_.hidden);
+  s.ln1_full = s.ln1;  // a LayerInput all-gather replaces it under sequence parallelism
+}
+
+void Interpreter::qkv_forward(const Op& op) {
+  LayerStash& s = stash(op);
+  const LayerTensors& w = shard_.layer_params(op.layer);
+  const int width = 3 * dims_.heads_local * dims_.head_dim;  // 3C/t
+  s.qkv = backend_.allocate(n(dims_.tokens, width), backend_.activation_dtype());
+  backend_.matmul_forward(s.qkv, s.ln1_full, w.qkv_weight, w.qkv_bias, dims_.tokens, dims_.hidden, width);
+}
+
+void Interpreter::attention_core_forward(const Op& op) {
+  LayerStash& s = stash(op);
+  s.attn = backend_.allocate(n(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
+  s.attn_lse = backend_.allocate(n(dims_.batch * dims_.heads_local, dims_.seq), DType::F32);
+  backend_.attention_forward(s.attn, s.attn_lse, s.qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.head_dim);
+}
+
+void Interpreter::attention_projection_forward(const Op& op) {
+  LayerStash& s = stash(op);
+  const LayerTensors& w = shard_.layer_params(op.layer);
+  s.proj = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums over TP
+  backend_.matmul_forward(s.proj, s.attn, w.proj_weight, Tensor{}, dims_.tokens, dims_.heads_local * dims_.head_dim,
+                          dims_.hidden);
+}
+
+void Interpreter::attention_residual_forward(const Op& op) {
+  LayerStash& s = stash(op);
+  const LayerTensors& w = shard_.layer_params(op.layer);
+  s.x2 = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
+  backend_.residual_forward(s.x2, s.x, s.proj);  // proj is (T_sp, C) after its TP reduction
+  backend_.bias_add(s.x2, w.proj_bias, dims_.tokens_sp, dims_.hidden);
+  s.proj = Tensor{};
+}
+
+void Interpreter::layernorm_mlp_forward(const Op& op) {
+  LayerStash& s = stash(op);
+  const LayerTensors& w = shard_.layer_params(op.layer);
+  s.ln2 = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
+  s.ln2_mean = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
+  s.ln2_rstd = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
+  backend_.layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.x2, w.ln2_weight, w.ln2_bias, dims_.tokens_sp,
+                             dims_.hidden);
+  s.ln2_full = s.ln2;
+}
+
+void Interpreter::mlp_up_forward(const Op& op) {
+  LayerStash& s = stash(op);
+  const LayerTensors& w = shard_.layer_params(op.layer);
+  s.fc = backend_.allocate(n(dims_.tokens, dims_.ffn_local), backend_.activation_dtype());
+  backend_.matmul_forward(s.fc, s.ln2_full, w.fc_weight, w.fc_bias, dims_.tokens, dims_.hidden, dims_.ffn_local);
+}
+
+void Interpreter::gelu_forward(const Op& op) {
+  LayerStash& s = stash(op);
+  s.gelu = backend_.allocate(s.fc.numel, backend_.activation_dtype());
+  backend_.gelu_forward(s.gelu, s.fc);
+}
+
+void Interpreter::mlp_down_forward(const Op& op) {
+  LayerStash& s = stash(op);
+  const LayerTensors& w = shard_.layer_params(op.layer);
+  s.fc_proj = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
+  backend_.matmul_forward(s.fc_proj, s.gelu, w.fc_proj_weight, Tensor{}, dims_.tokens, dims_.ffn_local, dims_.hidden);
+}
+
+void Interpreter::mlp_residual_forward(const Op& op) {
+  ChunkState& state = chunk(op);
+  LayerStash& s = stash(op);
+  const LayerTensors& w = shard_.layer_params(op.layer);
+  Tensor y = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());  // (T_sp, C)
+  backend_.residual_forward(y, s.x2, s.fc_proj);
+  backend_.bias_add(y, w.fc_proj_bias, dims_.tokens_sp, dims_.hidden);
+  if (!recomputing(op)) state.hidden = y;  // the next layer's input (a recomputed output is not needed)
+  finish_layer_forward(op, s);
+}
+
+// What a layer keeps once its forward (or recompute) is done.
+void Interpreter::finish_layer_forward(const Op& op, LayerStash& s) {
+  s.fc_proj = Tensor{};
+  if (dims_.sequence_parallel) {  // the backward re-gathers them (its LayerInput all-gathers)
+    s.ln1_full = Tensor{};
+    s.ln2_full = Tensor{};
+  }
+  if (recomputing(op)) return;
+  switch (scenario_.parallel.recompute) {
+    case Recompute::None:
+      break;
+    case Recompute::Full:
+      s = LayerStash{.x = s.x};
+      break;
+    case Recompute::Selective:
+      s.attn = Tensor{};
+      s.attn_lse = Tensor{};
+      break;
+  }
+}
+
+// ---- backward -------------------------------------------------------------------------------------------------------
+// state.grad (T_sp, C) is the residual stream's gradient: dy on entry to the layer, dx when it leaves.
+
+void Interpreter::mlp_residual_backward(const Op& op) {
+  ChunkState& state = chunk(op);
+  const LayerTensors& g = shard_.layer_grads(op.layer);
+  backend_.bias_backward(g.fc_proj_bias, state.grad, dims_.tokens_sp, dims_.hidden);
+}
+
+void Interpreter::mlp_down_backward(const Op& op) {
+  ChunkState& state = chunk(op);
+  LayerStash& s = stash(op);
+  const LayerTensors& w = shard_.layer_params(op.layer);
+  const LayerTensors& g = shard_.layer_grads(op.layer);
+  const Tensor d_out = take_grad_full(state);  // (T, C)
+  state.work.d_hidden = backend_.allocate(n(dims_.tokens, dims_.ffn_local), backend_.activation_dtype());
+  backend_.matmul_backward(state.work.d_hidden, g.fc_proj_weight, Tensor{}, d_out, s.gelu, w.fc_proj_weight,
+                           dims_.tokens, dims_.ffn_local, dims_.hidden);
+}
+
+void Interpreter::gelu_backward(const Op& op) {
+  ChunkState& state = chunk(op);
+  LayerStash& s = stash(op);
+  backend_.gelu_backward(state.work.d_hidden, s.fc, state.work.d_hidden);  // in place: (T, F/t)
+}
+
+void Interpreter::mlp_up_backward(const Op& op) {
+  ChunkState& state = chunk(op);
+  LayerStash& s = stash(op);
+  const LayerTensors& w = shard_.layer_params(op.layer);
+  const LayerTensors& g = shard_.layer_grads(op.layer);
+  TWIN_EXEC_CHECK(!s.ln2_full.empty(), "layer {}: the MLP input was not gathered", op.layer);
+  state.work.d_ln = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
+  backend_.matmul_backward(state.work.d_ln, g.fc_weight, g.fc_bias, state.work.d_hidden, s.ln2_full, w.fc_weight,
+                           dims_.tokens, dims_.hidden, dims_.ffn_local);
+  state.work.d_hidden = Tensor{};
+}
+
+void Interpreter::layernorm_mlp_backward(const Op& op) {
+  ChunkState& state = chunk(op);
+  LayerStash& s = stash(op);
+  const LayerTensors& w = shard_.layer_params(op.layer);
+  const LayerTensors& g = shard_.layer_grads(op.layer);
+  // grad (T_sp, C) += LN2 backward of d_ln (T_sp, C after its TP reduction): dy becomes d(x2)
+  backend_.layernorm_backward(state.grad, g.ln2_weight, g.ln2_bias, state.work.d_ln, s.x2, w.ln2_weight, s.ln2_mean,
+                              s.ln2_rstd, dims_.tokens_sp, dims_.hidden);
+  state.work.d_ln = Tensor{};
+}
+
+void Interpreter::attention_residual_backward(const Op& op) {
+  ChunkState& state = chunk(op);
+  const LayerTensors& g = shard_.layer_grads(op.layer);
+  backend_.bias_backward(g.proj_bias, state.grad, dims_.tokens_sp, dims_.hidden);
+}
+
+void Interpreter::attention_projection_backward(const Op& op) {
+  ChunkState& state = chunk(op);
+  LayerStash& s = stash(op);
+  const LayerTensors& w = shard_.layer_params(op.layer);
+  const LayerTensors& g = shard_.layer_grads(op.layer);
+  const Tensor d_out = take_grad_full(state);  // (T, C)
+  const int width = dims_.heads_local * dims_.head_dim;
+  TWIN_EXEC_CHECK(!s.attn.empty(), "layer {}: the attention output is neither stashed nor recomputed", op.layer);
+  state.work.d_attn = backend_.allocate(n(dims_.tokens, width), backend_.activation_dtype());
+  backend_.matmul_backward(state.work.d_attn, g.proj_weight, Tensor{}, d_out, s.attn, w.proj_weight, dims_.tokens,
+                           width, dims_.hidden);
+}
+
+void Interpreter::attention_core_backward(const Op& op) {
+  ChunkState& state = chunk(op);
+  LayerStash& s = stash(op);
+  state.work.d_qkv = backend_.allocate(s.qkv.numel, backend_.activation_dtype());
+  backend_.attention_backward(state.work.d_qkv, state.work.d_attn, s.qkv, s.attn_lse, dims_.batch, dims_.seq,
+                              dims_.heads_local, dims_.head_dim);
+  state.work.d_attn = Tensor{};
+}
+
+void Interpreter::qkv_backward(const Op& op) {
+  ChunkState& state = chunk(op);
+  LayerStash& s = stash(op);
+  const LayerTensors& w = shard_.layer_params(op.layer);
+  const LayerTensors& g = shard_.layer_grads(op.layer);
+  TWIN_EXEC_CHECK(!s.ln1_full.empty(), "layer {}: the attention input was not gathered", op.layer);
+  state.work.d_ln = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());
+  backend_.matmul_backward(state.work.d_ln, g.qkv_weight, g.qkv_bias, state.work.d_qkv, s.ln1_full, w.qkv_weight,
+                           dims_.tokens, dims_.hidden, 3 * dims_.heads_local * dims_.head_dim);
+  state.work.d_qkv = Tensor{};
+}
+
+void Interpreter::layernorm_attention_backward(const Op& op) {
+  ChunkState& state = chunk(op);
+  LayerStash& s = stash(op);
+  const LayerTensors& w = shard_.layer_params(op.layer);
+  const LayerTensors& g = shard_.layer_grads(op.layer);
+  // grad += LN1 backward: d(x2) becomes dx, the previous layer's dy
+  backend_.layernorm_backward(state.grad, g.ln1_weight, g.ln1_bias, state.work.d_ln, s.x, w.ln1_weight, s.ln1_mean,
+                              s.ln1_rstd, dims_.tokens_sp, dims_.hidden);
+  state.work.d_ln = Tensor{};
+  state.layers.erase(op.layer);  // this micro-batch is done with the layer
+}
+
+}  // namespace twin::exec

@@ -1,0 +1,315 @@
+#include "exec/model_shard.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/core.h>
+
+#include "exec/check.hpp"
+#include "exec/rng.hpp"
+
+namespace twin::exec {
+
+using model::ComputeKind;
+
+Dims::Dims(const model::Scenario& s, int rank_in_tp) {
+  tp = static_cast<int>(s.parallel.tp);
+  tp_rank = rank_in_tp;
+  batch = static_cast<int>(s.parallel.micro_batch);
+  seq = static_cast<int>(s.model.seq_len);
+  tokens = batch * seq;
+  sequence_parallel = s.parallel.sequence_parallel && tp > 1;
+  tokens_sp = sequence_parallel ? tokens / tp : tokens;
+  hidden = static_cast<int>(s.model.hidden);
+  heads_local = static_cast<int>(s.model.heads) / tp;
+  head_dim = static_cast<int>(s.model.head_dim());
+  ffn_local = static_cast<int>(s.ffn_hidden()) / tp;
+  vocab = static_cast<int>(s.model.vocab);
+  vocab_local = static_cast<int>(s.padded_vocab()) / tp;
+  vocab_start = tp_rank * vocab_local;
+}
+
+namespace {
+
+// Local shape of a tensor on TP rank `tp_rank`, and where its local (row, col) sits in the full tensor.
+struct ShardMap {
+  const ParamTensor& t;
+  const Dims& d;
+  std::int64_t local_rows() const {
+    switch (t.sharding) {
+      case Sharding::Replicated:
+      case Sharding::Columns:
+        return t.rows;
+      case Sharding::Rows:
+      case Sharding::QkvHeads:
+        return t.rows / d.tp;
+      case Sharding::VocabRows:
+        return d.vocab_local;
+    }
+    return 0;
+  }
+  std::int64_t local_cols() const { return t.sharding == Sharding::Columns ? t.cols / d.tp : t.cols; }
+  // full row of a local row; -1 for a padded vocabulary row (outside the real vocabulary)
+  std::int64_t full_row(std::int64_t r) const {
+    switch (t.sharding) {
+      case Sharding::Replicated:
+      case Sharding::Columns:
+        return r;
+      case Sharding::Rows:
+        return d.tp_rank * local_rows() + r;
+      case Sharding::QkvHeads: {
+        // local rows (3, H/t, D) -> full rows (3, H, D)
+        const std::int64_t per_part = static_cast<std::int64_t>(d.heads_local) * d.head_dim;
+        const std::int64_t which = r / per_part, within = r % per_part;
+        return which * per_part * d.tp + d.tp_rank * per_part + within;
+      }
+      case Sharding::VocabRows: {
+        const std::int64_t row = static_cast<std::int64_t>(d.vocab_start) + r;
+        return row < t.rows ? row : -1;
+      }
+    }
+    return -1;
+  }
+  std::int64_t full_col(std::int64_t c) const {
+    return t.sharding == Sharding::Columns ? d.tp_rank * local_cols() + c : c;
+  }
+};
+
+}  // namespace
+
+ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, Backend& backend)
+    : scenario_(scenario), coord_(coord), backend_(backend), dims_(scenario, coord.tp) {
+  const auto& p = scenario.parallel;
+  const int stages = static_cast<int>(p.pp), chunks = static_cast<int>(p.virtual_stages);
+  const int per_chunk = static_cast<int>(scenario.layers_per_chunk());
+  first_stage_ = coord.pp == 0;
+  last_stage_ = coord.pp == stages - 1;
+  const std::int64_t C = dims_.hidden, F = scenario.ffn_hidden(), V = scenario.model.vocab;
+  const std::int64_t T = scenario.model.seq_len;
+  const bool tied = scenario.framework.tied_embeddings;
+
+  auto tensor = [](std::string name, std::int64_t rows, std::int64_t cols, Sharding sharding, Init init, bool decay,
+                   bool tp_replicated) {
+    ParamTensor t;
+    t.name = std::move(name);
+    t.rows = rows;
+    t.cols = cols;
+    t.sharding = sharding;
+    t.init = init;
+    t.decay = decay;
+    t.tp_replicated = tp_replicated;
+    return t;
+  };
+
+  // One bucket per layer, in the order of the rank's chunks.
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    const int first = model::virtual_stage(coord.pp, chunk, stages) * per_chunk;
+    for (int layer = first; layer < first + per_chunk; ++layer) {
+      const std::string n = fmt::format("layers.{}.", layer);
+      Bucket b;
+      b.name = fmt::format("layer {}", layer);
+      b.layer = layer;
+      b.what = ComputeKind::TransformerLayer;
+      // replicated across TP (summed across TP under sequence parallelism) first
+      b.tensors.push_back(tensor(n + "ln1.weight", C, 1, Sharding::Replicated, Init::Ones, false, true));
+      b.tensors.push_back(tensor(n + "ln1.bias", C, 1, Sharding::Replicated, Init::Zeros, false, true));
+      b.tensors.push_back(tensor(n + "attn.proj.bias", C, 1, Sharding::Replicated, Init::Zeros, false, true));
+      b.tensors.push_back(tensor(n + "ln2.weight", C, 1, Sharding::Replicated, Init::Ones, false, true));
+      b.tensors.push_back(tensor(n + "ln2.bias", C, 1, Sharding::Replicated, Init::Zeros, false, true));
+      b.tensors.push_back(tensor(n + "mlp.fc_proj.bias", C, 1, Sharding::Replicated, Init::Zeros, false, true));
+      b.replicated_prefix = static_cast<std::size_t>(6 * C);
+      b.tensors.push_back(tensor(n + "attn.qkv.weight", 3 * C, C, Sharding::QkvHeads, Init::Normal, true, false));
+      b.tensors.push_back(tensor(n + "attn.qkv.bias", 3 * C, 1, Sharding::QkvHeads, Init::Zeros, false, false));
+      b.tensors.push_back(tensor(n + "attn.proj.weight", C, C, Sharding::Columns, Init::ResidualNormal, true, false));
+      b.tensors.push_back(tensor(n + "mlp.fc.weight", F, C, Sharding::Rows, Init::Normal, true, false));
+      b.tensors.push_back(tensor(n + "mlp.fc.bias", F, 1, Sharding::Rows, Init::Zeros, false, false));
+      b.tensors.push_back(tensor(n + "mlp.fc_proj.weight", C, F, Sharding::Columns, Init::ResidualNormal, true, false));
+      add_bucket(std::move(b));
+      layers_.push_back(layer);
+    }
+  }
+  if (first_stage_) {
+    Bucket b;
+    b.name = "embedding";
+    b.what = ComputeKind::Embedding;
+    b.tensors.push_back(tensor("wpe", T, C, Sharding::Replicated, Init::Normal, true, true));
+    b.tensors.push_back(tensor("wte", V, C, Sharding::VocabRows, Init::Normal, true, false));
+    add_bucket(std::move(b));
+  }
+  if (last_stage_) {
+    Bucket b;
+    b.name = "head";
+    b.what = ComputeKind::LmHead;
+    b.tensors.push_back(tensor("lnf.weight", C, 1, Sharding::Replicated, Init::Ones, false, true));
+    b.tensors.push_back(tensor("lnf.bias", C, 1, Sharding::Replicated, Init::Zeros, false, true));
+    b.replicated_prefix = static_cast<std::size_t>(2 * C);
+    if (!tied) {
+      b.tensors.push_back(tensor("lm_head.weight", V, C, Sharding::VocabRows, Init::Normal, true, false));
+    } else if (stages > 1) {
+      // Megatron's copy of the word embedding on the last stage: same values (same name, same draws), gradients
+      // all-reduced with the first stage's (EmbeddingGrads); counted once, on the first stage, in the norm.
+      ParamTensor copy = tensor("wte", V, C, Sharding::VocabRows, Init::Normal, true, false);
+      copy.copy = true;
+      b.tensors.push_back(copy);
+    }
+    add_bucket(std::move(b));
+  }
+  bind_views();
+}
+
+void ModelShard::add_bucket(Bucket b) {
+  const auto& p = scenario_.parallel;
+  for (ParamTensor& t : b.tensors) {
+    const ShardMap map{t, dims_};
+    t.offset = b.numel;
+    t.numel = static_cast<std::size_t>(map.local_rows() * map.local_cols());
+    b.numel += t.numel;
+  }
+  const bool zero = p.zero_stage >= 1 && p.dp > 1;
+  const std::size_t dp = static_cast<std::size_t>(p.dp);
+  b.padded_numel = zero ? (b.numel + dp - 1) / dp * dp : b.numel;
+  b.shard_offset = zero ? b.padded_numel / dp * static_cast<std::size_t>(coord_.dp) : 0;
+  b.shard_numel = zero ? b.padded_numel / dp : b.numel;
+  b.params = backend_.zeros(b.padded_numel, backend_.activation_dtype());
+  b.grads = backend_.zeros(b.padded_numel, DType::F32);
+  b.adam_m = backend_.zeros(b.shard_numel, DType::F32);
+  b.adam_v = backend_.zeros(b.shard_numel, DType::F32);
+  if (backend_.keeps_master_weights()) b.master = backend_.zeros(b.shard_numel, DType::F32);
+  for (ParamTensor& t : b.tensors) {
+    t.value = b.params.slice(t.offset, t.numel);
+    t.grad = b.grads.slice(t.offset, t.numel);
+  }
+  buckets_.push_back(std::move(b));
+}
+
+void ModelShard::bind_views() {
+  auto find = [](Bucket& b, std::string_view suffix) -> ParamTensor& {
+    for (ParamTensor& t : b.tensors) {
+      if (t.name.size() >= suffix.size() && t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+        return t;
+    }
+    throw InternalError(fmt::format("bucket {} has no tensor {}", b.name, suffix));
+  };
+  for (Bucket& b : buckets_) {
+    if (b.what == ComputeKind::TransformerLayer) {
+      LayerTensors values, grads;
+      auto bind = [&](Tensor LayerTensors::*field, std::string_view suffix) {
+        ParamTensor& t = find(b, suffix);
+        values.*field = t.value;
+        grads.*field = t.grad;
+      };
+      bind(&LayerTensors::ln1_weight, "ln1.weight");
+      bind(&LayerTensors::ln1_bias, "ln1.bias");
+      bind(&LayerTensors::proj_bias, "attn.proj.bias");
+      bind(&LayerTensors::ln2_weight, "ln2.weight");
+      bind(&LayerTensors::ln2_bias, "ln2.bias");
+      bind(&LayerTensors::fc_proj_bias, "mlp.fc_proj.bias");
+      bind(&LayerTensors::qkv_weight, "attn.qkv.weight");
+      bind(&LayerTensors::qkv_bias, "attn.qkv.bias");
+      bind(&LayerTensors::proj_weight, "attn.proj.weight");
+      bind(&LayerTensors::fc_weight, "mlp.fc.weight");
+      bind(&LayerTensors::fc_bias, "mlp.fc.bias");
+      bind(&LayerTensors::fc_proj_weight, "mlp.fc_proj.weight");
+      layer_params_.push_back(values);
+      layer_grads_.push_back(grads);
+    } else if (b.what == ComputeKind::Embedding) {
+      wpe = find(b, "wpe").value;
+      wpe_grad = find(b, "wpe").grad;
+      wte = find(b, "wte").value;
+      wte_grad = find(b, "wte").grad;
+    } else {
+      lnf_weight = find(b, "lnf.weight").value;
+      lnf_bias = find(b, "lnf.bias").value;
+      lnf_weight_grad = find(b, "lnf.weight").grad;
+      lnf_bias_grad = find(b, "lnf.bias").grad;
+    }
+  }
+  if (last_stage_) {
+    Bucket& head = bucket(-1, ComputeKind::LmHead);
+    if (head.tensors.size() > 2) {
+      head_weight = head.tensors.back().value;
+      head_grad = head.tensors.back().grad;
+    } else {  // tied, one stage: the head is the word embedding itself
+      head_weight = wte;
+      head_grad = wte_grad;
+    }
+  }
+}
+
+void ModelShard::initialize(std::uint64_t seed) {
+  const double std_dev = scenario_.training.init_std;
+  const double residual_std = std_dev / std::sqrt(2.0 * static_cast<double>(scenario_.model.layers));
+  for (Bucket& b : buckets_) {
+    std::vector<float> host(b.padded_numel, 0.0f);
+    for (const ParamTensor& t : b.tensors) {
+      const ShardMap map{t, dims_};
+      const std::uint64_t stream = fnv1a64(t.name);
+      const std::int64_t rows = map.local_rows(), cols = map.local_cols();
+      float* out = host.data() + t.offset;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t full_row = map.full_row(r);
+        for (std::int64_t c = 0; c < cols; ++c) {
+          float value = 0.0f;
+          if (full_row >= 0) {
+            const auto index = static_cast<std::uint64_t>(full_row * t.cols + map.full_col(c));
+            switch (t.init) {
+              case Init::Zeros:
+                value = 0.0f;
+                break;
+              case Init::Ones:
+                value = 1.0f;
+                break;
+              case Init::Normal:
+                value = static_cast<float>(std_dev * random_normal(seed, stream, index));
+                break;
+              case Init::ResidualNormal:
+                value = static_cast<float>(residual_std * random_normal(seed, stream, index));
+                break;
+            }
+          }
+          out[r * cols + c] = value;
+        }
+      }
+    }
+    backend_.upload_f32(b.params, host.data());
+    if (!b.master.empty()) backend_.upload_f32(b.master, host.data() + b.shard_offset);
+    backend_.fill(b.adam_m, 0.0f);
+    backend_.fill(b.adam_v, 0.0f);
+  }
+  zero_grads();
+}
+
+void ModelShard::zero_grads() {
+  for (Bucket& b : buckets_) backend_.fill(b.grads, 0.0f);
+}
+
+Bucket& ModelShard::bucket(int layer, ComputeKind what) {
+  for (Bucket& b : buckets_) {
+    if (layer >= 0 ? b.layer == layer : (b.layer < 0 && b.what == what)) return b;
+  }
+  throw InternalError(fmt::format("rank (pp {}, tp {}, dp {}) holds no bucket for layer {} / {}", coord_.pp, coord_.tp,
+                                  coord_.dp, layer, model::to_string(what)));
+}
+
+bool ModelShard::has_layer(int layer) const {
+  for (int l : layers_) {
+    if (l == layer) return true;
+  }
+  return false;
+}
+
+const LayerTensors& ModelShard::layer_params(int layer) const {
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i] == layer) return layer_params_[i];
+  }
+  throw InternalError(fmt::format("layer {} is not on stage {}", layer, coord_.pp));
+}
+
+const LayerTensors& ModelShard::layer_grads(int layer) const {
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i] == layer) return layer_grads_[i];
+  }
+  throw InternalError(fmt::format("layer {} is not on stage {}", layer, coord_.pp));
+}
+
+}  // namespace twin::exec

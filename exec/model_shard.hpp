@@ -1,0 +1,133 @@
+// The parameters one rank holds: its (pp, tp) shard of a GPT-2 model, exactly as Megatron-LM splits it.
+//
+//   word embedding wte (V, C)      vocab-parallel: rows [tp * V_local, (tp + 1) * V_local) of the padded vocabulary
+//   position embedding wpe (T, C)  replicated across TP (first stage)
+//   per layer:  ln1, ln2 (C)                replicated
+//               qkv (3C, C) + bias (3C)     column-parallel, whole heads: each of q, k, v keeps heads
+//                                           [tp * H/t, (tp + 1) * H/t), so the local rows are (3, H/t, D)
+//               proj (C, C)                 row-parallel: columns [tp * C/t, ...); its bias (C) replicated
+//               fc (F, C) + bias (F)        column-parallel rows
+//               fc_proj (C, F)              row-parallel columns; its bias (C) replicated
+//   final layernorm lnf (C)        replicated (last stage)
+//   LM head                        the tied wte (pp = 1), or the last stage's copy of it (pp > 1; Megatron keeps one
+//                                  on each end and all-reduces their gradients), or its own weight (untied)
+//
+// Initialisation does not depend on the plan: element (r, c) of a full tensor named N is
+// std * normal(seed, fnv1a(N), r * cols + c) (exec/rng.hpp), so each shard draws exactly its own elements. Padded
+// vocabulary rows are zero (their logits are masked and never get a gradient). Biases 0, layernorm weights 1,
+// matrices and embeddings N(0, init_std), the residual projections (proj, fc_proj) N(0, init_std / sqrt(2 layers))
+// as GPT-2.
+//
+// Storage: parameters live in buckets, one flat buffer per bucket (a layer; the embedding; the head), so that a DP
+// reduction or a ZeRO-1 shard is one contiguous range. Each bucket starts with the parameters that are replicated
+// across TP but see only a sequence shard under sequence parallelism (layernorms, row-parallel biases): that prefix is
+// what a LayerNormGrads all-reduce sums.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "exec/backend.hpp"
+#include "model/program.hpp"
+
+namespace twin::exec {
+
+// Sizes of one rank's micro-batch and shard.
+struct Dims {
+  int batch = 0, seq = 0;  // sequences per micro-batch, tokens per sequence
+  int tokens = 0;          // batch * seq
+  int tokens_sp = 0;       // tokens a rank holds outside the TP region: tokens / tp with sequence parallelism
+  int hidden = 0, heads_local = 0, head_dim = 0, ffn_local = 0;
+  int vocab = 0;                         // the real vocabulary (valid columns)
+  int vocab_local = 0, vocab_start = 0;  // this rank's shard of the padded vocabulary
+  int tp = 1, tp_rank = 0;
+  bool sequence_parallel = false;
+
+  Dims(const model::Scenario& scenario, int tp_rank);
+};
+
+enum class Sharding : std::uint8_t { Replicated, Rows, Columns, QkvHeads, VocabRows };
+enum class Init : std::uint8_t { Normal, ResidualNormal, Zeros, Ones };
+
+struct ParamTensor {
+  std::string name;                 // unique in the full model (its random stream), e.g. "layers.3.attn.qkv.weight"
+  std::int64_t rows = 0, cols = 1;  // the full tensor; vectors have cols = 1
+  Sharding sharding = Sharding::Replicated;
+  Init init = Init::Zeros;
+  bool decay = false;                 // AdamW weight decay: matrices and embeddings only
+  bool tp_replicated = false;         // the same on every TP rank: counted in the gradient norm on tp rank 0 only
+  bool copy = false;                  // a copy counted elsewhere (the tied word embedding on the last stage)
+  std::size_t offset = 0, numel = 0;  // local shard, inside the bucket's flat buffers
+  Tensor value, grad;                 // views of the bucket's buffers
+};
+
+struct Bucket {
+  std::string name;  // "layer 3", "embedding", "head": for messages and checkpoints
+  int layer = -1;    // as the Program's Gradients / Parameters ops name it
+  model::ComputeKind what = model::ComputeKind::TransformerLayer;
+  std::vector<ParamTensor> tensors;
+  std::size_t numel = 0;              // sum of the tensors
+  std::size_t padded_numel = 0;       // a multiple of dp under ZeRO-1 (the tail is zero padding)
+  std::size_t replicated_prefix = 0;  // elements summed across TP under sequence parallelism
+  Tensor params, grads;               // (padded_numel)
+  // Adam state (and the master copy) for [shard_offset, shard_offset + shard_numel): this rank's DP shard under
+  // ZeRO-1, the whole bucket otherwise.
+  std::size_t shard_offset = 0, shard_numel = 0;
+  Tensor master, adam_m, adam_v;
+};
+
+// Views of one layer's parameters (or of their gradients), shapes local to this rank.
+struct LayerTensors {
+  Tensor ln1_weight, ln1_bias;  // (C)
+  Tensor proj_bias;             // (C)
+  Tensor ln2_weight, ln2_bias;  // (C)
+  Tensor fc_proj_bias;          // (C)
+  Tensor qkv_weight;            // (3 * C/t, C)
+  Tensor qkv_bias;              // (3 * C/t)
+  Tensor proj_weight;           // (C, C/t)
+  Tensor fc_weight;             // (F/t, C)
+  Tensor fc_bias;               // (F/t)
+  Tensor fc_proj_weight;        // (C, F/t)
+};
+
+class ModelShard {
+ public:
+  ModelShard(const model::Scenario& scenario, model::RankCoord coord, Backend& backend);
+
+  // Draws every parameter from `seed` (plan-independent, see above) and zeroes the optimizer state.
+  void initialize(std::uint64_t seed);
+  void zero_grads();
+
+  const Dims& dims() const { return dims_; }
+  std::vector<Bucket>& buckets() { return buckets_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  // The bucket a Gradients / Parameters / LayerNormGrads op names (layer >= 0: that layer; else Embedding or LmHead).
+  Bucket& bucket(int layer, model::ComputeKind what);
+
+  bool has_layer(int layer) const;
+  const LayerTensors& layer_params(int layer) const;
+  const LayerTensors& layer_grads(int layer) const;
+
+  bool first_stage() const { return first_stage_; }
+  bool last_stage() const { return last_stage_; }
+  // first stage: word embedding (V_local, C) and position embedding (T, C)
+  Tensor wte, wpe, wte_grad, wpe_grad;
+  // last stage: final layernorm (C) and the LM head weight (V_local, C) with its gradient
+  Tensor lnf_weight, lnf_bias, lnf_weight_grad, lnf_bias_grad, head_weight, head_grad;
+
+ private:
+  void add_bucket(Bucket bucket);
+  void bind_views();
+
+  const model::Scenario& scenario_;
+  model::RankCoord coord_;
+  Backend& backend_;
+  Dims dims_;
+  bool first_stage_ = false, last_stage_ = false;
+  std::vector<Bucket> buckets_;
+  std::vector<int> layers_;                               // global indices of this rank's layers
+  std::vector<LayerTensors> layer_params_, layer_grads_;  // parallel to layers_
+};
+
+}  // namespace twin::exec

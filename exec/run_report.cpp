@@ -1,0 +1,35 @@
+#include "exec/run_report.hpp"
+
+#include "sim/report/summary.hpp"
+#include "sim/report/trace.hpp"
+
+namespace twin::exec {
+
+nlohmann::json run_json(const model::Program& program, const TrainResult& result, const std::string& engine,
+                        double peak_flops_per_rank) {
+  nlohmann::json json;
+  json["engine"] = engine;
+  json["steps"] = result.steps;
+  json["first_step"] = result.first_step;
+  json["losses"] = result.losses;
+  json["iteration_time_s"] = result.iteration_time_s;
+  json["tokens_per_s"] = result.tokens_per_s;
+  json["grad_norms"] = result.grad_norms;
+  json["learning_rates"] = result.learning_rates;
+  if (!result.earlier_losses.empty()) json["earlier_losses"] = result.earlier_losses;
+  if (!result.resumed_from.empty()) json["resumed_from"] = result.resumed_from;
+  if (!result.last_checkpoint.empty()) json["last_checkpoint"] = result.last_checkpoint;
+  if (result.timeline) {
+    const report::Summary summary = report::summarize(program, *result.timeline, peak_flops_per_rank, engine);
+    json["summary"] = report::summary_to_json(summary);
+    json["summary"]["traced_step"] = result.traced_step;
+  }
+  return json;
+}
+
+std::string run_trace(const model::Program& program, const TrainResult& result) {
+  if (!result.timeline) return {};
+  return report::chrome_trace(program, *result.timeline);
+}
+
+}  // namespace twin::exec

@@ -1,0 +1,80 @@
+// The trainer: runs a Program for N steps on every rank, with data, checkpoints, the loss all-reduce for reporting,
+// and the measured timeline of one step.
+//
+//   train_threads  every rank is a thread of this process (ThreadsWorld): what CI and a laptop run
+//   train_rank     this process is one rank of an MPI job (or any Communicator); call it on every rank
+//
+// Per rank and step: the DataLoader's micro-batches for (step, dp rank) -> Interpreter::run_iteration -> one world
+// all-reduce of (loss sum, tokens) so that every rank (rank 0 prints) knows the global mean loss. That all-reduce is
+// the executor's own bookkeeping, outside the Program (as Megatron's loss averaging for logging is). Failures: in
+// train_threads, a rank that throws aborts the world (its peers fail fast with a PeerFailure) and the first failing
+// rank's exception is rethrown; in an MPI job the failing rank prints its error and aborts the job.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "exec/comm/communicator.hpp"
+#include "exec/data.hpp"
+#include "model/program.hpp"
+#include "sim/report/timeline.hpp"
+
+namespace twin::exec {
+
+struct StepReport {
+  int step = 0;   // 0-based step just finished
+  int steps = 0;  // the run's target
+  double loss = 0;
+  double grad_norm = 0;
+  double learning_rate = 0;
+  double iteration_time_s = 0;
+  double tokens_per_s = 0;  // this step's
+};
+
+// Test hook: make one rank fail at the start of one step.
+struct FaultInjection {
+  enum class Mode { None, Throw, Vanish };  // Vanish: the rank stops without a word (a dead rank)
+  Mode mode = Mode::None;
+  int rank = -1;
+  int step = -1;
+};
+
+struct TrainOptions {
+  std::string backend = "cpu";
+  int steps = 1;               // train until this many steps are done (a resumed run continues up to it)
+  std::string checkpoint_dir;  // empty: no checkpoints
+  int checkpoint_every = 0;    // steps between checkpoints; 0: only after the last step
+  int keep_checkpoints = 2;    // complete checkpoints kept (older ones are removed)
+  bool resume = true;          // continue from the newest complete checkpoint in checkpoint_dir
+  double comm_timeout_s = 60;  // a collective or recv waiting longer fails, naming the missing ranks
+  int threads_per_rank = 0;    // CPU compute threads of each rank; 0: the cores / ranks on this host
+  int trace_step = -1;         // step whose ops are timed for the timeline; -1: the run's last step; -2: none
+  std::function<void(const StepReport&)> on_step;   // rank 0, after every step
+  std::function<void(const std::string&)> on_note;  // rank 0: what resuming found
+  FaultInjection fault;
+};
+
+struct TrainResult {                   // complete on rank 0
+  int first_step = 0;                  // steps before it came from a checkpoint
+  int steps = 0;                       // the target
+  std::vector<double> earlier_losses;  // the checkpoint's record of steps [0, first_step)
+  std::vector<double> losses;          // steps [first_step, steps)
+  std::vector<double> iteration_time_s, grad_norms, learning_rates;
+  double tokens_per_s = 0;                   // over the run's steps, the first one excluded when there are several
+  std::optional<report::Timeline> timeline;  // every rank's ops of the traced step
+  int traced_step = -1;
+  std::string resumed_from;     // step directory, or empty
+  std::string last_checkpoint;  // step directory written last, or empty
+};
+
+TrainResult train_threads(const model::Program& program, const TextDataset& data, const TrainOptions& options);
+// `threads_per_rank`: compute threads of this rank (this process holds no other rank).
+TrainResult train_rank(const model::Program& program, const TextDataset& data, const TrainOptions& options,
+                       Communicator& comm, int threads_per_rank);
+
+// Cores of this host divided among `ranks_on_host` ranks (at least 1).
+int default_threads_per_rank(int ranks_on_host);
+
+}  // namespace twin::exec

@@ -1,0 +1,87 @@
+// `twin run` as a user runs it: the threads and mpi launchers give the same bits; user mistakes are one clear line.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "exec_test_util.hpp"
+
+namespace twin::exec {
+namespace {
+
+namespace fs = std::filesystem;
+
+#ifdef TWIN_BINARY
+
+struct ExecRunFixture : ::testing::Test {
+  void SetUp() override {
+    dir = testing::temp_dir("cli");
+    scenario_file = dir + "/small.toml";
+    std::ofstream(scenario_file) << testing::small_toml();
+    data = testing::source_dir() + "/data/corpus.txt";
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  std::vector<std::string> twin_run(std::vector<std::string> extra) const {
+    std::vector<std::string> args = {TWIN_BINARY, "run", scenario_file, "--data", data, "--threads", "1", "--quiet"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+  std::string dir, scenario_file, data;
+};
+
+TEST_F(ExecRunFixture, MpiRanksGiveTheLossesOfThreads) {
+  if (!testing::on_path("mpirun"))
+    GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): MPI launcher not tested";
+  const std::vector<std::string> plan = {"--set", "parallel.tp=2", "--set", "parallel.pp=2", "--steps", "3"};
+  auto args = twin_run(plan);
+  args.insert(args.end(), {"--launcher", "mpi", "--json", dir + "/mpi.json"});
+  ASSERT_EQ(testing::run_command(args, dir + "/mpi.log"), 0) << testing::read_text(dir + "/mpi.log");
+  const auto mpi = nlohmann::json::parse(testing::read_text(dir + "/mpi.json"));
+
+  TrainOptions options;
+  options.steps = 3;
+  const auto threads =
+      testing::train(testing::scenario(testing::small_toml(), {"parallel.tp=2", "parallel.pp=2"}), options);
+  EXPECT_EQ(mpi["losses"].get<std::vector<double>>(), threads.losses);  // bit for bit
+  EXPECT_EQ(mpi["engine"], "exec (cpu, mpi)");
+}
+
+TEST_F(ExecRunFixture, AnMpiJobOfTheWrongSizeIsRefused) {
+  if (!testing::on_path("mpirun"))
+    GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): MPI launcher not tested";
+  std::vector<std::string> args = {"mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"};
+  if (geteuid() == 0) args.emplace_back("--allow-run-as-root");
+  const auto run = twin_run({"--set", "parallel.tp=2", "--set", "parallel.pp=2", "--steps", "1"});
+  args.insert(args.end(), run.begin(), run.end());
+  EXPECT_NE(testing::run_command(args, dir + "/wrong.log"), 0);
+  const std::string log = testing::read_text(dir + "/wrong.log");
+  EXPECT_NE(log.find("the job has 2 ranks but the plan needs tp * pp * dp = 2 * 2 * 1 = 4"), std::string::npos) << log;
+}
+
+TEST_F(ExecRunFixture, WritesJsonWithLossesTimesAndSummary) {
+  ASSERT_EQ(
+      testing::run_command(twin_run({"--steps", "2", "--json", dir + "/run.json", "--trace", dir + "/trace.json"}),
+                           dir + "/run.log"),
+      0)
+      << testing::read_text(dir + "/run.log");
+  const auto json = nlohmann::json::parse(testing::read_text(dir + "/run.json"));
+  EXPECT_EQ(json["losses"].size(), 2u);
+  EXPECT_EQ(json["iteration_time_s"].size(), 2u);
+  EXPECT_GT(json["tokens_per_s"].get<double>(), 0);
+  EXPECT_TRUE(json["summary"].contains("bubble_fraction"));
+  EXPECT_NO_THROW(nlohmann::json::parse(testing::read_text(dir + "/trace.json")));
+}
+
+TEST_F(ExecRunFixture, AMissingDataFileIsOneClearLine) {
+  const auto args = std::vector<std::string>{TWIN_BINARY, "run", scenario_file, "--data", dir + "/nope.txt"};
+  EXPECT_EQ(testing::run_command(args, dir + "/missing.log"), 2);
+  EXPECT_EQ(testing::read_text(dir + "/missing.log"),
+            "twin: error: --data '" + dir + "/nope.txt': cannot open the file\n");
+}
+
+#endif
+
+}  // namespace
+}  // namespace twin::exec

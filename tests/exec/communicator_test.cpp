@@ -1,0 +1,186 @@
+// The threads communicator: deterministic sums in group order, in-place variants, matching by tag, and failures
+// that name the ranks (timeouts, a failed peer, mismatched calls).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "exec/comm/threads_communicator.hpp"
+
+namespace twin::exec {
+namespace {
+
+// Runs fn(rank, comm) on `world` threads; returns each rank's error message ("" if none).
+std::vector<std::string> run_ranks(ThreadsWorld& world, const std::function<void(int, Communicator&)>& fn) {
+  std::vector<std::string> errors(static_cast<std::size_t>(world.world_size()));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world.world_size(); ++rank) {
+    threads.emplace_back([&, rank] {
+      auto comm = world.communicator(rank);
+      try {
+        fn(rank, *comm);
+      } catch (const std::exception& error) {
+        errors[static_cast<std::size_t>(rank)] = error.what();
+        if (dynamic_cast<const PeerFailure*>(&error) == nullptr) world.abort(rank, error.what());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return errors;
+}
+
+CommGroup everyone(int n) {
+  CommGroup g{"world", {}};
+  for (int r = 0; r < n; ++r) g.members.push_back(r);
+  return g;
+}
+
+// Values whose float sum depends on the order: 1e8, 1, -1e8, ...
+float value(int rank, int k) {
+  return (rank % 3 == 0 ? 1e8f : rank % 3 == 1 ? 1.0f + k : -1e8f) * (k % 2 ? 1 : -1);
+}
+
+TEST(ExecThreadsCommunicator, AllReduceSumsInGroupOrderWhateverTheTiming) {
+  const int n = 5, count = 37;
+  std::vector<float> expected(count);
+  for (int k = 0; k < count; ++k) {
+    float sum = value(0, k);
+    for (int r = 1; r < n; ++r) sum += value(r, k);
+    expected[static_cast<std::size_t>(k)] = sum;
+  }
+  for (int trial = 0; trial < 5; ++trial) {
+    ThreadsWorld world(n);
+    std::vector<std::vector<float>> results(n);
+    const auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
+      std::this_thread::sleep_for(std::chrono::microseconds((rank * 7919 + trial * 104729) % 3000));
+      std::vector<float> data(count);
+      for (int k = 0; k < count; ++k) data[static_cast<std::size_t>(k)] = value(rank, k);
+      comm.all_reduce(everyone(n), data.data(), count, DType::F32, "test");
+      results[static_cast<std::size_t>(rank)] = data;
+    });
+    for (int rank = 0; rank < n; ++rank) {
+      EXPECT_EQ(errors[static_cast<std::size_t>(rank)], "");
+      EXPECT_EQ(results[static_cast<std::size_t>(rank)], expected) << "rank " << rank << " trial " << trial;
+    }
+  }
+}
+
+TEST(ExecThreadsCommunicator, ReduceScatterAndAllGatherInPlace) {
+  const int n = 3, count = 4;  // per rank
+  ThreadsWorld world(n);
+  std::vector<std::vector<double>> scattered(n), gathered(n);
+  const auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
+    std::vector<double> data(n * count);
+    for (int i = 0; i < n * count; ++i) data[static_cast<std::size_t>(i)] = 100.0 * rank + i;
+    // reduce-scatter in place: my chunk of the sum lands in my chunk of the input
+    comm.reduce_scatter(everyone(n), data.data(), data.data() + rank * count, count, DType::F64, "rs");
+    scattered[static_cast<std::size_t>(rank)].assign(data.begin() + rank * count, data.begin() + (rank + 1) * count);
+    // all-gather in place from my chunk
+    comm.all_gather(everyone(n), data.data() + rank * count, data.data(), count, DType::F64, "ag");
+    gathered[static_cast<std::size_t>(rank)] = data;
+  });
+  for (int rank = 0; rank < n; ++rank) {
+    ASSERT_EQ(errors[static_cast<std::size_t>(rank)], "");
+    for (int k = 0; k < count; ++k) {
+      const int i = rank * count + k;
+      EXPECT_EQ(scattered[static_cast<std::size_t>(rank)][static_cast<std::size_t>(k)], 0.0 + 100.0 + 200.0 + 3.0 * i);
+    }
+    EXPECT_EQ(gathered[static_cast<std::size_t>(rank)], gathered[0]);
+  }
+}
+
+TEST(ExecThreadsCommunicator, BroadcastBarrierAndSubgroups) {
+  ThreadsWorld world(4);
+  std::vector<int> seen(4, 0);
+  const auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
+    int data = rank == 2 ? 42 : -1;
+    comm.broadcast(everyone(4), &data, 1, DType::I32, 2, "bcast");
+    CommGroup pair{"tensor", {rank & ~1, rank | 1}};  // {0,1} and {2,3}
+    float x = static_cast<float>(rank);
+    comm.all_reduce(pair, &x, 1, DType::F32, "pair");
+    comm.barrier(everyone(4), "barrier");
+    seen[static_cast<std::size_t>(rank)] = data * 100 + static_cast<int>(x);
+  });
+  EXPECT_EQ(seen, (std::vector<int>{4201, 4201, 4205, 4205}));
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
+TEST(ExecThreadsCommunicator, MessagesMatchByTagNotOrder) {
+  ThreadsWorld world(2);
+  std::vector<int> got;
+  const auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
+    if (rank == 0) {
+      for (int tag : {3, 1, 2}) comm.send(1, static_cast<std::uint64_t>(tag), &tag, sizeof(tag));
+    } else {
+      for (int tag : {1, 2, 3}) {
+        int value = 0;
+        comm.recv(0, static_cast<std::uint64_t>(tag), &value, sizeof(value), "recv");
+        got.push_back(value);
+      }
+    }
+  });
+  EXPECT_EQ(got, (std::vector<int>{1, 2, 3}));
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
+TEST(ExecThreadsCommunicator, ACollectiveTimesOutNamingTheMissingRanks) {
+  ThreadsWorld world(4, CommOptions{0.3});
+  const auto start = std::chrono::steady_clock::now();
+  const auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
+    if (rank == 1 || rank == 3) return;  // dead ranks: never arrive
+    float x = 1;
+    comm.all_reduce(everyone(4), &x, 1, DType::F32, "all_reduce gradients (layer 3)");
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 5.0);
+  const std::string& e = errors[0].empty() ? errors[2] : errors[0];
+  EXPECT_NE(e.find("timed out after 0.3 s"), std::string::npos) << e;
+  EXPECT_NE(e.find("ranks 1, 3 did not arrive"), std::string::npos) << e;
+  EXPECT_NE(e.find("all_reduce gradients (layer 3) on the world group"), std::string::npos) << e;
+}
+
+TEST(ExecThreadsCommunicator, ARecvTimesOutNamingTheSender) {
+  ThreadsWorld world(2, CommOptions{0.2});
+  const auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
+    if (rank == 0) return;
+    float x;
+    comm.recv(0, 7, &x, sizeof(x), "recv forward activation");
+  });
+  EXPECT_NE(errors[1].find("rank 1: recv recv forward activation from rank 0 timed out"), std::string::npos)
+      << errors[1];
+  EXPECT_NE(errors[1].find("rank 0 never sent it"), std::string::npos) << errors[1];
+}
+
+TEST(ExecThreadsCommunicator, AFailedRankMakesItsPeersFailFast) {
+  ThreadsWorld world(3, CommOptions{60});
+  const auto start = std::chrono::steady_clock::now();
+  const auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
+    if (rank == 2) throw std::runtime_error("out of memory in the MLP");
+    float x = 1;
+    comm.all_reduce(everyone(3), &x, 1, DType::F32, "all_reduce");
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 5.0);  // not the 60 s timeout
+  EXPECT_NE(errors[0].find("rank 2 failed: out of memory in the MLP"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("rank 2 failed"), std::string::npos) << errors[1];
+}
+
+TEST(ExecThreadsCommunicator, MismatchedCollectivesAreReported) {
+  ThreadsWorld world(2, CommOptions{5});
+  const auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
+    float x[4] = {};
+    if (rank == 0) {
+      comm.all_reduce(everyone(2), x, 4, DType::F32, "a");
+    } else {
+      comm.all_gather(everyone(2), x, x, 2, DType::F32, "b");
+    }
+  });
+  const std::string both = errors[0] + errors[1];
+  EXPECT_NE(both.find("where another member called"), std::string::npos) << both;
+}
+
+}  // namespace
+}  // namespace twin::exec

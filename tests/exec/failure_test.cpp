@@ -1,0 +1,53 @@
+// Failures end a run quickly with an error naming the rank: a rank that throws (its peers fail fast, not after the
+// timeout), and a rank that silently disappears (its peers time out naming it).
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "exec/comm/communicator.hpp"
+#include "exec_test_util.hpp"
+
+namespace twin::exec {
+namespace {
+
+const std::vector<std::string> kFourRanks = {"parallel.tp=2", "parallel.pp=2"};
+
+std::string failure_of(const TrainOptions& options, double& seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string message;
+  try {
+    testing::train(testing::scenario(testing::small_toml(), kFourRanks), options);
+  } catch (const std::exception& error) {
+    message = error.what();
+  }
+  seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return message;
+}
+
+TEST(ExecFailure, ARankThatThrowsStopsEveryRankAtOnce) {
+  TrainOptions options;
+  options.steps = 3;
+  options.comm_timeout_s = 60;
+  options.fault = FaultInjection{FaultInjection::Mode::Throw, 2, 1};
+  double seconds = 0;
+  const std::string message = failure_of(options, seconds);
+  EXPECT_EQ(message, "rank 2: injected failure at step 1");
+  EXPECT_LT(seconds, 20.0);  // far from the 60 s timeout
+}
+
+TEST(ExecFailure, ADeadRankIsNamedWhenItsPeersTimeOut) {
+  TrainOptions options;
+  options.steps = 3;
+  options.comm_timeout_s = 1.0;
+  options.fault = FaultInjection{FaultInjection::Mode::Vanish, 3, 1};
+  double seconds = 0;
+  const std::string message = failure_of(options, seconds);
+  EXPECT_NE(message.find("timed out after 1 s"), std::string::npos) << message;
+  const bool named = message.find("rank 3 did not arrive") != std::string::npos ||
+                     message.find("from rank 3 timed out") != std::string::npos;
+  EXPECT_TRUE(named) << message;
+  EXPECT_LT(seconds, 20.0);
+}
+
+}  // namespace
+}  // namespace twin::exec

@@ -1,0 +1,144 @@
+// Parameter shards: every plan draws the same full model from the same seed (Megatron's splits reassembled give the
+// single-rank tensors bit for bit), padded vocabulary rows are zero, buckets are laid out as the Program expects.
+#include <gtest/gtest.h>
+
+#include "exec/cpu/cpu_backend.hpp"
+#include "exec/model_shard.hpp"
+#include "exec_test_util.hpp"
+#include "model/formulas.hpp"
+
+namespace twin::exec {
+namespace {
+
+using model::RankCoord;
+
+std::vector<float> values(ModelShard& shard, Backend& backend, const std::string& name) {
+  for (Bucket& b : shard.buckets()) {
+    for (ParamTensor& t : b.tensors) {
+      if (t.name == name && !t.copy) {
+        std::vector<float> host(t.numel);
+        backend.download_f32(host.data(), t.value);
+        return host;
+      }
+    }
+  }
+  ADD_FAILURE() << "no tensor " << name;
+  return {};
+}
+
+struct Shards {
+  model::Scenario scenario;
+  cpu::CpuBackend backend;
+  std::vector<std::unique_ptr<ModelShard>> ranks;  // by tp rank, pp stage 0 and 1 as asked
+  Shards(const std::vector<std::string>& sets, int stage) : scenario(testing::scenario(testing::parity_toml(), sets)) {
+    for (int tp = 0; tp < scenario.parallel.tp; ++tp) {
+      ranks.push_back(std::make_unique<ModelShard>(scenario, RankCoord{0, stage, tp}, backend));
+      ranks.back()->initialize(scenario.training.seed);
+    }
+  }
+};
+
+TEST(ExecModelShard, TensorParallelShardsReassembleTheSingleRankModel) {
+  Shards one({}, 0), two({"parallel.tp=2"}, 0);
+  const int C = 128, F = 512, H = 4, D = 32, t = 2;
+  // qkv: local rows (3, H/t, D) of full rows (3, H, D)
+  const auto full_qkv = values(*one.ranks[0], one.backend, "layers.2.attn.qkv.weight");
+  for (int r = 0; r < t; ++r) {
+    const auto local = values(*two.ranks[r], two.backend, "layers.2.attn.qkv.weight");
+    ASSERT_EQ(local.size(), full_qkv.size() / t);
+    for (int which = 0; which < 3; ++which)
+      for (int h = 0; h < H / t; ++h)
+        for (int d = 0; d < D; ++d)
+          for (int c = 0; c < C; ++c) {
+            const std::size_t local_row = (which * (H / t) + h) * D + d,
+                              full_row = (which * H + r * (H / t) + h) * D + d;
+            ASSERT_EQ(local[local_row * C + c], full_qkv[full_row * C + c]);
+          }
+  }
+  // row-parallel projection: columns; column-parallel fc: rows
+  const auto full_proj = values(*one.ranks[0], one.backend, "layers.2.attn.proj.weight");
+  const auto full_fc = values(*one.ranks[0], one.backend, "layers.2.mlp.fc.weight");
+  const auto full_fc_proj = values(*one.ranks[0], one.backend, "layers.2.mlp.fc_proj.weight");
+  for (int r = 0; r < t; ++r) {
+    const auto proj = values(*two.ranks[r], two.backend, "layers.2.attn.proj.weight");
+    for (int o = 0; o < C; ++o)
+      for (int i = 0; i < C / t; ++i) ASSERT_EQ(proj[o * (C / t) + i], full_proj[o * C + r * (C / t) + i]);
+    const auto fc = values(*two.ranks[r], two.backend, "layers.2.mlp.fc.weight");
+    for (std::size_t k = 0; k < fc.size(); ++k) ASSERT_EQ(fc[k], full_fc[r * fc.size() + k]);
+    const auto fc_proj = values(*two.ranks[r], two.backend, "layers.2.mlp.fc_proj.weight");
+    for (int o = 0; o < C; ++o)
+      for (int i = 0; i < F / t; ++i) ASSERT_EQ(fc_proj[o * (F / t) + i], full_fc_proj[o * F + r * (F / t) + i]);
+    // replicated: identical
+    EXPECT_EQ(values(*two.ranks[r], two.backend, "wpe"), values(*one.ranks[0], one.backend, "wpe"));
+    // vocab-parallel embedding rows
+    const auto wte = values(*two.ranks[r], two.backend, "wte");
+    const auto full_wte = values(*one.ranks[0], one.backend, "wte");
+    for (std::size_t k = 0; k < wte.size(); ++k) ASSERT_EQ(wte[k], full_wte[r * wte.size() + k]);
+  }
+}
+
+TEST(ExecModelShard, PipelineStagesHoldTheSameLayersAsOneStage) {
+  Shards one({}, 0), later({"parallel.pp=2"}, 1);
+  EXPECT_TRUE(later.ranks[0]->has_layer(5));
+  EXPECT_FALSE(later.ranks[0]->has_layer(2));
+  EXPECT_EQ(values(*later.ranks[0], later.backend, "layers.5.mlp.fc.weight"),
+            values(*one.ranks[0], one.backend, "layers.5.mlp.fc.weight"));
+  // the last stage's copy of the tied word embedding equals the first stage's embedding
+  std::vector<float> copy;
+  for (Bucket& b : later.ranks[0]->buckets()) {
+    for (ParamTensor& t : b.tensors) {
+      if (t.name == "wte" && t.copy) {
+        copy.resize(t.numel);
+        later.backend.download_f32(copy.data(), t.value);
+      }
+    }
+  }
+  EXPECT_EQ(copy, values(*one.ranks[0], one.backend, "wte"));
+}
+
+TEST(ExecModelShard, PaddedVocabularyRowsAreZero) {
+  Shards shards({"model.vocab=300", "parallel.tp=2"}, 0);  // padded to 512: 256 rows per rank
+  const auto last = values(*shards.ranks[1], shards.backend, "wte");
+  const int C = 128;
+  ASSERT_EQ(last.size(), 256u * C);
+  for (int row = 0; row < 256; ++row) {
+    const bool padding = 256 + row >= 300;
+    bool all_zero = true;
+    for (int c = 0; c < C; ++c) all_zero = all_zero && last[row * C + c] == 0.0f;
+    EXPECT_EQ(all_zero, padding) << "row " << 256 + row;
+  }
+}
+
+TEST(ExecModelShard, BucketsHoldWhatTheProgramCounts) {
+  const auto s = testing::scenario(testing::parity_toml(), {"parallel.tp=2", "parallel.pp=2"});
+  cpu::CpuBackend backend;
+  ModelShard shard(s, RankCoord{0, 0, 1}, backend);
+  EXPECT_EQ(static_cast<double>(shard.bucket(0, model::ComputeKind::TransformerLayer).numel),
+            model::layer_parameters_per_gpu(s));
+  double total = 0;
+  for (const Bucket& b : shard.buckets()) total += static_cast<double>(b.numel);
+  EXPECT_EQ(total, model::parameters_per_gpu(s, 0));
+  ModelShard last(s, RankCoord{0, 1, 1}, backend);
+  total = 0;
+  for (const Bucket& b : last.buckets()) total += static_cast<double>(b.numel);
+  EXPECT_EQ(total, model::parameters_per_gpu(s, 1));
+}
+
+TEST(ExecModelShard, ZeroOneShardsPartitionEachBucket) {
+  const auto s = testing::scenario(testing::parity_toml(), {"parallel.dp=3", "parallel.zero_stage=1",
+                                                            "parallel.global_batch=9", "parallel.micro_batch=3"});
+  cpu::CpuBackend backend;
+  std::size_t covered = 0, padded = 0;
+  for (int dp = 0; dp < 3; ++dp) {
+    ModelShard shard(s, RankCoord{dp, 0, 0}, backend);
+    const Bucket& b = shard.bucket(-1, model::ComputeKind::Embedding);
+    EXPECT_EQ(b.shard_offset, b.shard_numel * static_cast<std::size_t>(dp));
+    EXPECT_EQ(b.adam_m.numel, b.shard_numel);
+    covered += b.shard_numel;
+    padded = b.padded_numel;
+  }
+  EXPECT_EQ(covered, padded);
+}
+
+}  // namespace
+}  // namespace twin::exec

@@ -1,0 +1,49 @@
+// The measured timeline in the simulator's formats: summary keys and a Chrome trace with one process per rank.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "exec/run_report.hpp"
+#include "exec_test_util.hpp"
+
+namespace twin::exec {
+namespace {
+
+TEST(ExecRunReport, JsonAndTraceOfAPipelinedRun) {
+  const auto s = testing::scenario(testing::small_toml(), {"parallel.tp=2", "parallel.pp=2"});
+  TrainOptions options;
+  options.steps = 2;
+  options.trace_step = -1;
+  const model::Program program = model::build_program(s, model::Granularity::Op);
+  options.threads_per_rank = 1;
+  const TrainResult result = train_threads(program, testing::corpus(), options);
+  ASSERT_TRUE(result.timeline.has_value());
+  EXPECT_EQ(result.traced_step, 1);
+  EXPECT_EQ(result.timeline->ranks.size(), 4u);
+  for (const auto& rank : result.timeline->ranks) {
+    ASSERT_EQ(rank.spans.size(), program.ops_per_rank(rank.stage));
+    for (const auto& span : rank.spans) {
+      EXPECT_GE(span.start_s, 0.0);
+      EXPECT_GE(span.end_s, span.start_s);
+      EXPECT_LE(span.end_s, result.timeline->iteration_time_s);
+    }
+  }
+  const nlohmann::json json = run_json(program, result, "exec (cpu, threads)");
+  EXPECT_EQ(json["losses"].size(), 2u);
+  EXPECT_EQ(json["iteration_time_s"].size(), 2u);
+  EXPECT_GT(json["tokens_per_s"].get<double>(), 0.0);
+  for (const char* key : {"iteration_time_s", "bubble_fraction", "tflops_per_gpu", "time_split", "stages"}) {
+    EXPECT_TRUE(json["summary"].contains(key)) << key;
+  }
+  EXPECT_EQ(json["summary"]["stages"].size(), 2u);
+
+  const nlohmann::json trace = nlohmann::json::parse(run_trace(program, result));
+  std::set<int> pids;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] == "X") pids.insert(event["pid"].get<int>());
+  }
+  EXPECT_EQ(pids, (std::set<int>{0, 1, 2, 3}));
+}
+
+}  // namespace
+}  // namespace twin::exec
