@@ -1,0 +1,114 @@
+// twin_gemm_peak: the bf16 GEMM rate this GPU reaches through cuBLASLt (kernels/cuda's gemm), the ceiling the GPT's
+// MFU is measured against. Random data (never zeros: they run faster than real data), inputs larger than the L2,
+// 3 warm-up runs, then the median of 20 timed with CUDA events. Prints one line per shape and "peak_tflops X" last.
+//
+//   twin_gemm_peak                      squares 4096 and 8192, and the ~1B GPT's linear layers at 16384 rows
+//   twin_gemm_peak M N K [M N K ...]    the given shapes (out (M, N) = inp (M, K) @ weight (N, K)^T)
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "kernels/cuda/kernels.cuh"
+
+namespace {
+
+using twin::kernels::cuda::Cublas;
+
+struct Shape {
+  int m, n, k;  // out (m, n) = inp (m, k) @ weight (n, k)^T
+};
+
+// n bf16 values uniform in [-1, 1), from a per-thread LCG (fast; any values but zeros will do)
+std::vector<__nv_bfloat16> random_bf16(std::size_t n, std::uint32_t seed) {
+  std::vector<__nv_bfloat16> x(n);
+  const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> workers;
+  for (unsigned w = 0; w < threads; ++w) {
+    workers.emplace_back([&, w] {
+      std::uint32_t state = seed * 2654435761u + w * 40503u + 1u;
+      for (std::size_t i = w; i < n; i += threads) {
+        state = state * 1664525u + 1013904223u;
+        x[i] = __float2bfloat16_rn(static_cast<float>(state >> 8) / 8388608.0f - 1.0f);
+      }
+    });
+  }
+  for (auto& worker : workers) worker.join();
+  return x;
+}
+
+double time_shape(const Shape& s, Cublas& blas, cudaStream_t stream) {
+  const std::size_t a_count = static_cast<std::size_t>(s.m) * s.k, b_count = static_cast<std::size_t>(s.n) * s.k;
+  const std::size_t c_count = static_cast<std::size_t>(s.m) * s.n;
+  __nv_bfloat16 *inp = nullptr, *weight = nullptr, *out = nullptr;
+  TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&inp), a_count * 2));
+  TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&weight), b_count * 2));
+  TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), c_count * 2));
+  const auto host_a = random_bf16(a_count, 1), host_b = random_bf16(b_count, 2);
+  TWIN_CUDA_CHECK(cudaMemcpy(inp, host_a.data(), a_count * 2, cudaMemcpyHostToDevice));
+  TWIN_CUDA_CHECK(cudaMemcpy(weight, host_b.data(), b_count * 2, cudaMemcpyHostToDevice));
+  cudaEvent_t start, stop;
+  TWIN_CUDA_CHECK(cudaEventCreate(&start));
+  TWIN_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int run = 0; run < 23; ++run) {
+    TWIN_CUDA_CHECK(cudaEventRecord(start, stream));
+    twin::kernels::cuda::matmul_forward(out, inp, weight, nullptr, s.m, s.k, s.n, blas, stream);
+    TWIN_CUDA_CHECK(cudaEventRecord(stop, stream));
+    TWIN_CUDA_CHECK(cudaEventSynchronize(stop));
+    float elapsed = 0.0f;
+    TWIN_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
+    if (run >= 3) ms.push_back(elapsed);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double median_s = ms[ms.size() / 2] / 1e3;
+  const double tflops = 2.0 * s.m * s.n * static_cast<double>(s.k) / median_s / 1e12;
+  std::printf("gemm bf16 m %d n %d k %d: median %.3f ms (min %.3f), %.1f TFLOP/s\n", s.m, s.n, s.k, median_s * 1e3,
+              ms.front(), tflops);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(inp);
+  cudaFree(weight);
+  cudaFree(out);
+  return tflops;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::vector<Shape> shapes;
+    if (argc > 1) {
+      if ((argc - 1) % 3 != 0) {
+        std::fprintf(stderr, "usage: twin_gemm_peak [M N K]...\n");
+        return 2;
+      }
+      for (int i = 1; i + 2 < argc; i += 3)
+        shapes.push_back({std::atoi(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2])});
+    } else {
+      shapes = {{4096, 4096, 4096},  {8192, 8192, 8192},                                             // squares
+                {16384, 6144, 2048}, {16384, 2048, 2048}, {16384, 8192, 2048}, {16384, 2048, 8192},  // 1B GPT layers
+                {16384, 50304, 2048}};                                                               // its LM head
+    }
+    cudaDeviceProp properties{};
+    TWIN_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
+    std::printf("device %s, %d SMs, %.0f MiB\n", properties.name, properties.multiProcessorCount,
+                properties.totalGlobalMem / 1048576.0);
+    cudaStream_t stream;
+    TWIN_CUDA_CHECK(cudaStreamCreate(&stream));
+    Cublas blas;
+    double peak = 0.0;
+    for (const Shape& s : shapes) peak = std::max(peak, time_shape(s, blas, stream));
+    std::printf("peak_tflops %.1f\n", peak);
+    cudaStreamDestroy(stream);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "twin_gemm_peak: %s\n", e.what());
+    return 1;
+  }
+}

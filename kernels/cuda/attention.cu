@@ -1,0 +1,124 @@
+#include "kernels/cuda/attention.cuh"
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/device.cuh"
+#include "kernels/cuda/gemm_plan.hpp"
+#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/reduce.cuh"
+
+namespace twin::kernels::cuda {
+
+using device::bf16;
+using device::warp_max;
+using device::warp_sum;
+
+namespace {
+
+// One warp per score row i = h * seq + t of one sequence (rows = heads * seq), scores (heads, seq, seq) fp32:
+//   lse[i] = log sum_{t2 <= t} exp(s[t2]),  probs[i, t2] = exp(s[t2] - lse[i]) for t2 <= t, 0 after (the mask)
+__global__ void causal_softmax_forward_kernel(bf16* probs, float* lse, const float* scores, int rows, int seq) {
+  const int i = blockIdx.x * launch::kWarpsPerRowBlock + threadIdx.x / 32;
+  if (i >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const int t = i % seq;
+  const float* s = scores + static_cast<std::size_t>(i) * seq;
+  bf16* p = probs + static_cast<std::size_t>(i) * seq;
+  float max_score = -INFINITY;
+  for (int t2 = lane; t2 <= t; t2 += 32) max_score = fmaxf(max_score, s[t2]);
+  max_score = warp_max(max_score);  // finite: t2 = 0 is always there
+  float sum = 0.0f;
+  for (int t2 = lane; t2 <= t; t2 += 32) sum += expf(s[t2] - max_score);
+  const float row_lse = max_score + logf(warp_sum(sum));
+  for (int t2 = lane; t2 < seq; t2 += 32) {
+    p[t2] = __float2bfloat16_rn(t2 <= t ? expf(s[t2] - row_lse) : 0.0f);
+  }
+  if (lane == 0) lse[i] = row_lse;
+}
+
+// One warp per score row, given S (recomputed) and dP = dout v^T:
+//   p = exp(s - lse),  ds = scale p (dp - sum_t2 p dp)   for t2 <= t;  probs, dscores = 0 after t
+__global__ void causal_softmax_backward_kernel(bf16* probs, bf16* dscores, const float* scores, const float* dprobs,
+                                               const float* lse, int rows, int seq, float scale) {
+  const int i = blockIdx.x * launch::kWarpsPerRowBlock + threadIdx.x / 32;
+  if (i >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const int t = i % seq;
+  const std::size_t offset = static_cast<std::size_t>(i) * seq;
+  const float* s = scores + offset;
+  const float* dp = dprobs + offset;
+  const float row_lse = lse[i];
+  float p_dp = 0.0f;
+  for (int t2 = lane; t2 <= t; t2 += 32) p_dp += expf(s[t2] - row_lse) * dp[t2];
+  p_dp = warp_sum(p_dp);
+  for (int t2 = lane; t2 < seq; t2 += 32) {
+    float p = 0.0f;
+    float ds = 0.0f;
+    if (t2 <= t) {
+      p = expf(s[t2] - row_lse);
+      ds = scale * p * (dp[t2] - p_dp);
+    }
+    probs[offset + t2] = __float2bfloat16_rn(p);
+    dscores[offset + t2] = __float2bfloat16_rn(ds);
+  }
+}
+
+}  // namespace
+
+void attention_forward(bf16* out, float* lse, const bf16* qkv, int batch, int seq, int heads, int head_dim,
+                       Cublas& blas, cudaStream_t stream) {
+  TWIN_CUDA_REQUIRE(batch > 0 && seq > 0 && heads > 0 && head_dim > 0);
+  TWIN_CUDA_REQUIRE(static_cast<std::int64_t>(heads) * seq <= INT32_MAX);  // score rows of one sequence: int
+  TWIN_CUDA_REQUIRE(out != nullptr && lse != nullptr && qkv != nullptr);
+  TWIN_CUDA_REQUIRE(static_cast<const void*>(out) != static_cast<const void*>(qkv));
+  const AttentionShape shape{seq, heads, head_dim};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const std::size_t score_count = static_cast<std::size_t>(heads) * shape.scores_per_head();
+  device::Scratch scores(score_count * sizeof(float), stream);  // (heads, seq, seq)
+  device::Scratch probs(score_count * sizeof(bf16), stream);    // (heads, seq, seq)
+  const int rows = heads * seq;
+  for (int b = 0; b < batch; ++b) {
+    const bf16* qkv_b = qkv + static_cast<std::size_t>(b) * seq * shape.qkv_row();
+    bf16* out_b = out + static_cast<std::size_t>(b) * seq * shape.hidden();
+    float* lse_b = lse + static_cast<std::size_t>(b) * rows;
+    gemm(blas, plan_attention_scores(shape, scale), qkv_b, qkv_b, scores.as<float>(), CUDA_R_32F, stream);
+    causal_softmax_forward_kernel<<<launch::row_blocks(rows), 32 * launch::kWarpsPerRowBlock, 0, stream>>>(
+        probs.as<bf16>(), lse_b, scores.as<float>(), rows, seq);
+    TWIN_CUDA_CHECK_LAUNCH();
+    gemm(blas, plan_attention_output(shape), qkv_b, probs.as<bf16>(), out_b, CUDA_R_16BF, stream);
+  }
+}
+
+void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, int batch, int seq, int heads,
+                        int head_dim, Cublas& blas, cudaStream_t stream) {
+  TWIN_CUDA_REQUIRE(batch > 0 && seq > 0 && heads > 0 && head_dim > 0);
+  TWIN_CUDA_REQUIRE(static_cast<std::int64_t>(heads) * seq <= INT32_MAX);  // score rows of one sequence: int
+  TWIN_CUDA_REQUIRE(dqkv != nullptr && dout != nullptr && qkv != nullptr && lse != nullptr);
+  TWIN_CUDA_REQUIRE(dqkv != dout && dqkv != qkv);
+  const AttentionShape shape{seq, heads, head_dim};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const std::size_t score_count = static_cast<std::size_t>(heads) * shape.scores_per_head();
+  device::Scratch scores(score_count * sizeof(float), stream);  // (heads, seq, seq) S
+  device::Scratch dprobs(score_count * sizeof(float), stream);  // dP
+  device::Scratch probs(score_count * sizeof(bf16), stream);    // P
+  device::Scratch dscores(score_count * sizeof(bf16), stream);  // dS, times the scale
+  const int rows = heads * seq;
+  for (int b = 0; b < batch; ++b) {
+    const bf16* qkv_b = qkv + static_cast<std::size_t>(b) * seq * shape.qkv_row();
+    const bf16* dout_b = dout + static_cast<std::size_t>(b) * seq * shape.hidden();
+    bf16* dqkv_b = dqkv + static_cast<std::size_t>(b) * seq * shape.qkv_row();
+    const float* lse_b = lse + static_cast<std::size_t>(b) * rows;
+    gemm(blas, plan_attention_scores(shape, scale), qkv_b, qkv_b, scores.as<float>(), CUDA_R_32F, stream);
+    gemm(blas, plan_attention_dprobs(shape), qkv_b, dout_b, dprobs.as<float>(), CUDA_R_32F, stream);
+    causal_softmax_backward_kernel<<<launch::row_blocks(rows), 32 * launch::kWarpsPerRowBlock, 0, stream>>>(
+        probs.as<bf16>(), dscores.as<bf16>(), scores.as<float>(), dprobs.as<float>(), lse_b, rows, seq, scale);
+    TWIN_CUDA_CHECK_LAUNCH();
+    gemm(blas, plan_attention_dvalue(shape), dout_b, probs.as<bf16>(), dqkv_b, CUDA_R_16BF, stream);
+    gemm(blas, plan_attention_dquery(shape), qkv_b, dscores.as<bf16>(), dqkv_b, CUDA_R_16BF, stream);
+    gemm(blas, plan_attention_dkey(shape), qkv_b, dscores.as<bf16>(), dqkv_b, CUDA_R_16BF, stream);
+  }
+}
+
+}  // namespace twin::kernels::cuda

@@ -1,0 +1,99 @@
+// Launch configurations of the CUDA kernels, as plain host arithmetic (no CUDA header): the tests check them on any
+// machine (tests/kernels_cuda/launch_test.cpp). Every size that reaches a kernel is computed here, so that an
+// overflowing grid or a row count past a kernel's limit is caught before a launch, not inside one.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace twin::kernels::cuda::launch {
+
+// Threads per block of the element-wise kernels (grid-stride loops).
+inline constexpr int kElementwiseThreads = 256;
+// Blocks of a grid-stride loop never exceed this: 4 waves of 2048-thread SMs on a 132-SM H100 are ~2200 blocks of
+// 256; more blocks only add scheduling.
+inline constexpr std::size_t kMaxGridStrideBlocks = 4096;
+// CUDA's limit on gridDim.y and gridDim.z.
+inline constexpr std::size_t kMaxGridY = 65535;
+
+// ceil(a / b) for b > 0
+constexpr std::size_t ceil_div(std::size_t a, std::size_t b) {
+  return (a + b - 1) / b;
+}
+
+// Blocks of a grid-stride loop over n items with `threads` threads per block: enough to give every thread one item,
+// at most kMaxGridStrideBlocks, at least 1 (a launch with n = 0 is skipped by the caller).
+constexpr unsigned grid_stride_blocks(std::size_t n, int threads = kElementwiseThreads) {
+  return static_cast<unsigned>(
+      std::clamp<std::size_t>(ceil_div(n, static_cast<std::size_t>(threads)), 1, kMaxGridStrideBlocks));
+}
+
+// --- rows handled one warp each (layernorm, softmax of attention) ---------------------------------------------------
+inline constexpr int kWarpsPerRowBlock = 8;  // 256 threads: one row per warp
+constexpr unsigned row_blocks(std::size_t rows) {
+  return static_cast<unsigned>(ceil_div(rows, kWarpsPerRowBlock));
+}
+
+// --- column sums over rows (bias and LayerNorm weight gradients), deterministic ------------------------------------
+// Stage 1: blocks of (32 columns x kColumnLanes rows-lanes) each sum kRowsPerChunk consecutive rows of 32 columns
+// into partial (chunks, channels); stage 2 sums the chunks of each column in order into the output. The order of
+// every addition depends on rows and channels alone.
+inline constexpr int kColumnTile = 32;
+inline constexpr int kColumnLanes = 8;
+inline constexpr int kRowsPerChunk = 64;
+
+struct ColumnSumShape {
+  unsigned column_tiles = 0;  // gridDim.x of stage 1
+  unsigned chunks = 0;        // gridDim.y of stage 1 = rows of the partial sums
+  std::size_t columns = 0;    // channels
+  // floats of scratch for `outputs` sums per column: (outputs, chunks, columns)
+  std::size_t partial_floats(int outputs) const { return static_cast<std::size_t>(outputs) * chunks * columns; }
+};
+
+inline ColumnSumShape column_sum_shape(int rows, int channels) {
+  if (rows <= 0 || channels <= 0) throw std::invalid_argument("column_sum_shape: rows and channels must be positive");
+  ColumnSumShape shape;
+  shape.column_tiles = static_cast<unsigned>(ceil_div(static_cast<std::size_t>(channels), kColumnTile));
+  const std::size_t chunks = ceil_div(static_cast<std::size_t>(rows), kRowsPerChunk);
+  if (chunks > kMaxGridY) {
+    throw std::invalid_argument("column_sum_shape: " + std::to_string(rows) + " rows exceed the limit of " +
+                                std::to_string(kMaxGridY * kRowsPerChunk));
+  }
+  shape.chunks = static_cast<unsigned>(chunks);
+  shape.columns = static_cast<std::size_t>(channels);
+  return shape;
+}
+
+// --- embedding backward: blocks own (channel tile, vocabulary range) and scan all rows in order ---------------------
+inline constexpr int kEmbeddingChannelsPerBlock = 128;  // threads per block, one channel each
+inline constexpr int kEmbeddingVocabPerBlock = 1024;    // local vocabulary rows owned by one block
+inline constexpr int kEmbeddingTokenTile = 1024;        // token ids staged in shared memory at a time
+
+struct EmbeddingBackwardShape {
+  unsigned channel_tiles = 0;  // gridDim.x
+  unsigned vocab_ranges = 0;   // gridDim.y
+};
+
+inline EmbeddingBackwardShape embedding_backward_shape(int channels, int vocab_local) {
+  if (channels <= 0 || vocab_local <= 0)
+    throw std::invalid_argument("embedding_backward_shape: sizes must be positive");
+  const std::size_t ranges = ceil_div(static_cast<std::size_t>(vocab_local), kEmbeddingVocabPerBlock);
+  if (ranges > kMaxGridY) throw std::invalid_argument("embedding_backward_shape: vocabulary shard too large");
+  return {static_cast<unsigned>(ceil_div(static_cast<std::size_t>(channels), kEmbeddingChannelsPerBlock)),
+          static_cast<unsigned>(ranges)};
+}
+
+// --- full reductions to one double (squared_norm, sum): stage 1 per-block partials, stage 2 one block --------------
+inline constexpr int kReduceThreads = 256;
+inline constexpr std::size_t kMaxReduceBlocks = 1024;
+constexpr unsigned reduce_blocks(std::size_t n) {
+  return static_cast<unsigned>(std::clamp<std::size_t>(ceil_div(n, 4 * kReduceThreads), 1, kMaxReduceBlocks));
+}
+
+// --- cross-entropy: one block per row ------------------------------------------------------------------------------
+inline constexpr int kCrossEntropyThreads = 512;
+
+}  // namespace twin::kernels::cuda::launch
