@@ -224,15 +224,16 @@ std::string summary_table(const Summary& s) {
                  gb(s.memory.peak_bytes), gb(s.memory.capacity_bytes), s.memory.fits ? "" : " - DOES NOT FIT",
                  gb(s.memory.weights_bytes), gb(s.memory.gradients_bytes), gb(s.memory.optimizer_bytes),
                  gb(s.memory.activations_bytes));
-  fmt::format_to(line, "  bubble (mean of stages) {:10.1f} %   (idle compute stream)\n\n", 100 * s.bubble_fraction);
+  fmt::format_to(line, "  bubble (mean of stages) {:10.1f} %   (idle compute stream: exposed PP and DP + fill/drain)\n\n",
+                 100 * s.bubble_fraction);
   fmt::format_to(line,
                  "  time split (mean of stages): compute {:.1f} %, exposed TP {:.1f} %, PP {:.1f} %, DP {:.1f} %, "
-                 "bubble {:.1f} %\n\n",
+                 "fill/drain {:.1f} %\n\n",
                  percent(s.split.compute_s), percent(s.split.tp_s), percent(s.split.pp_s), percent(s.split.dp_s),
                  percent(s.split.bubble_s));
-  fmt::format_to(line, "  stage   rank    busy s  bubble %  compute %    TP %    PP %    DP %  bubble %\n");
+  fmt::format_to(line, "  stage   rank    busy s  bubble %  compute %    TP %    PP %    DP %  fill/drain %\n");
   for (const StageSummary& stage : s.stages) {
-    fmt::format_to(line, "  {:5d} {:6d} {:9.3f} {:9.1f} {:10.1f} {:7.1f} {:7.1f} {:7.1f} {:9.1f}\n", stage.stage,
+    fmt::format_to(line, "  {:5d} {:6d} {:9.3f} {:9.1f} {:10.1f} {:7.1f} {:7.1f} {:7.1f} {:12.1f}\n", stage.stage,
                    stage.rank, stage.busy_s, 100 * stage.bubble_fraction, percent(stage.split.compute_s),
                    percent(stage.split.tp_s), percent(stage.split.pp_s), percent(stage.split.dp_s),
                    percent(stage.split.bubble_s));
