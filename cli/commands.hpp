@@ -35,5 +35,6 @@ void write_file_atomically(const std::string& path, const std::string& contents)
 void register_graph_command(CLI::App& app);
 void register_sim_command(CLI::App& app);  // cli/sim_command.cpp, built when SimGrid is present
 void register_run_command(CLI::App& app);  // cli/run_command.cpp
+void register_compare_command(CLI::App& app);
 
 }  // namespace twin::cli

@@ -2,6 +2,7 @@
 //   twin graph SCENARIO   the Program: ranks, ops, FLOPs, parameters, memory
 //   twin sim SCENARIO     simulate one iteration on a model of the cluster (SimGrid)
 //   twin run SCENARIO     train for real (CPU threads or MPI ranks; CUDA)
+//   twin compare P M      a prediction next to a measurement
 #include <cstdio>
 #include <exception>
 
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
 #ifdef TWIN_HAVE_RUN_COMMAND
   twin::cli::register_run_command(app);
 #endif
+  twin::cli::register_compare_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -1,0 +1,71 @@
+// twin compare PREDICTED MEASURED: a prediction next to a measurement of the same plan.
+//   twin sim mtnlg-530b --json predicted.json && twin compare predicted.json 60.1
+//   twin compare predicted.json measured.json       (measured.json from `twin run --json`, or another `twin sim`)
+#include <charconv>
+#include <fstream>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "sim/report/compare.hpp"
+
+namespace twin::cli {
+namespace {
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UserError(fmt::format("cannot open '{}'", path));
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& error) {
+    throw UserError(fmt::format("'{}' is not valid JSON: {}", path, error.what()));
+  }
+}
+
+// "60.1" -> 60.1 seconds; anything else is a file.
+std::optional<double> as_seconds(const std::string& text) {
+  double value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  if (!(value > 0)) throw UserError(fmt::format("measured iteration time must be > 0 seconds, got {}", text));
+  return value;
+}
+
+}  // namespace
+
+void register_compare_command(CLI::App& app) {
+  auto predicted_path = std::make_shared<std::string>();
+  auto measured = std::make_shared<std::string>();
+  CLI::App* command = app.add_subcommand(
+      "compare", "compare a prediction (twin sim --json) with a measurement (twin run --json, or an iteration time in "
+                 "seconds): iteration time, TFLOP/s, bubble, time split, per stage");
+  command->add_option("predicted", *predicted_path, "summary JSON of the prediction")->required();
+  command->add_option("measured", *measured, "summary JSON of the measurement, or its iteration time in seconds")
+      ->required();
+  command->callback([predicted_path, measured] {
+    try {
+      const nlohmann::json predicted_document = read_json(*predicted_path);
+      const nlohmann::json& predicted = report::find_summary(predicted_document, *predicted_path);
+      if (const auto seconds = as_seconds(*measured)) {
+        const double t = predicted.at("iteration_time_s").get<double>();
+        const double tflops = predicted.at("tflops_per_gpu").get<double>();
+        report::Comparison c;
+        c.candidate_engine = predicted.value("engine", "?");
+        c.reference_engine = "published";
+        c.totals.push_back({"iteration time (s)", *seconds, t});
+        c.totals.push_back({"model TFLOP/s per GPU", tflops * t / *seconds, tflops});
+        fmt::print("{}", report::comparison_table(c));
+        return;
+      }
+      const nlohmann::json measured_document = read_json(*measured);
+      const auto comparison =
+          report::compare_summaries(report::find_summary(measured_document, *measured), predicted);
+      fmt::print("{}", report::comparison_table(comparison));
+    } catch (const report::CompareError& error) {
+      throw UserError(error.what());
+    }
+  });
+}
+
+}  // namespace twin::cli

@@ -1,0 +1,50 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "sim/report/compare.hpp"
+
+namespace twin::report {
+namespace {
+
+using ::testing::HasSubstr;
+
+nlohmann::json summary(double time, double tflops, int dp, double stage0_busy) {
+  return {{"scenario", {{"tp", 8}, {"pp", 2}, {"dp", dp}, {"micro_batches", 16}}},
+          {"engine", "sim"},
+          {"iteration_time_s", time},
+          {"tflops_per_gpu", tflops},
+          {"bubble_fraction", 0.1},
+          {"time_split", {{"compute", 0.7}, {"tp", 0.1}, {"pp", 0.05}, {"dp", 0.05}, {"bubble", 0.1}}},
+          {"stages", {{{"stage", 0}, {"busy_s", stage0_busy}}, {{"stage", 1}, {"busy_s", 9.0}}}}};
+}
+
+TEST(Compare, ErrorsAreRelativeToTheMeasurement) {
+  const Comparison c = compare_summaries(summary(10.0, 100, 4, 8.0), summary(12.0, 83.3, 4, 10.0));
+  ASSERT_GE(c.totals.size(), 3u);
+  EXPECT_EQ(c.totals[0].name, "iteration time (s)");
+  EXPECT_NEAR(c.totals[0].error(), 0.2, 1e-12);
+  ASSERT_EQ(c.stages.size(), 2u);
+  EXPECT_NEAR(c.stages[0].error(), 0.25, 1e-12);
+  // The time split is in seconds: compute 0.7 * 10 measured against 0.7 * 12 predicted.
+  EXPECT_DOUBLE_EQ(c.totals[3].reference, 7.0);
+  EXPECT_DOUBLE_EQ(c.totals[3].candidate, 8.4);
+  EXPECT_THAT(comparison_table(c), HasSubstr("+20.0%"));
+}
+
+TEST(Compare, RefusesDifferentPlans) {
+  try {
+    compare_summaries(summary(10.0, 100, 4, 8.0), summary(10.0, 100, 8, 8.0));
+    FAIL() << "expected CompareError";
+  } catch (const CompareError& error) {
+    EXPECT_THAT(error.what(), HasSubstr("dp is 4 in the measurement and 8 in the prediction"));
+  }
+}
+
+TEST(Compare, FindsTheSummaryOfARunDocument) {
+  const nlohmann::json run = {{"losses", {5.5, 5.0}}, {"summary", summary(1.0, 1.0, 1, 1.0)}};
+  EXPECT_EQ(&find_summary(run, "run.json"), &run["summary"]);
+  EXPECT_THROW(find_summary(nlohmann::json{{"losses", 1}}, "x.json"), CompareError);
+}
+
+}  // namespace
+}  // namespace twin::report
