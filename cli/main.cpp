@@ -3,6 +3,7 @@
 //   twin sim SCENARIO     simulate one iteration on a model of the cluster (SimGrid)
 //   twin run SCENARIO     train for real (CPU threads or MPI ranks; CUDA)
 //   twin compare P M      a prediction next to a measurement
+//   twin search SCENARIO  simulate every parallel plan that fits and rank them
 #include <cstdio>
 #include <exception>
 
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   twin::cli::register_graph_command(app);
 #ifdef TWIN_HAVE_SIMGRID
   twin::cli::register_sim_command(app);
+  twin::cli::register_search_command(app);
 #endif
 #ifdef TWIN_HAVE_RUN_COMMAND
   twin::cli::register_run_command(app);

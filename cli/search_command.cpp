@@ -1,0 +1,262 @@
+// twin search SCENARIO: which parallel plan trains this model fastest on this cluster?
+// Enumerates the plans that are valid and fit in GPU memory (tp, pp, micro-batch, schedule and chunks; the model,
+// cluster and global batch stay), simulates each with `twin sim` in its own process (--jobs at a time: SimGrid is
+// sequential, so a search fans out over cores), and ranks them by iteration time.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "model/formulas.hpp"
+
+extern char** environ;
+
+namespace twin::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct SearchOptions {
+  ScenarioOptions scenario;
+  int max_plans = 48;
+  int jobs = 0;  // 0: hardware threads
+  bool vary_recompute = false;
+  std::string json_path;
+};
+
+struct Plan {
+  std::int64_t tp, pp, dp, micro_batch, chunks;
+  model::ScheduleKind schedule;
+  model::Recompute recompute;
+  double ideal_bubble = 0;
+  double peak_memory_bytes = 0;
+  // Filled by the simulation.
+  bool simulated = false;
+  std::string error;
+  double iteration_time_s = 0, tflops_per_gpu = 0, bubble_fraction = 0;
+
+  std::vector<std::string> overrides() const {
+    return {fmt::format("parallel.tp={}", tp),
+            fmt::format("parallel.pp={}", pp),
+            fmt::format("parallel.dp={}", dp),
+            fmt::format("parallel.micro_batch={}", micro_batch),
+            fmt::format("parallel.schedule={}", model::to_string(schedule)),
+            fmt::format("parallel.virtual_stages={}", chunks),
+            fmt::format("parallel.recompute={}", model::to_string(recompute))};
+  }
+  std::string label() const {
+    return fmt::format("tp {} pp {} dp {} mb {} {}{} recompute {}", tp, pp, dp, micro_batch, model::to_string(schedule),
+                       chunks > 1 ? fmt::format(" v{}", chunks) : "", model::to_string(recompute));
+  }
+};
+
+std::vector<std::int64_t> divisors(std::int64_t n) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+// Every valid plan that fits, ordered by its ideal bubble (then less tensor parallelism): the order in which they are
+// simulated when there are more than --max.
+std::vector<Plan> enumerate_plans(const model::Scenario& base, bool vary_recompute, int& rejected_for_memory) {
+  std::vector<model::Recompute> recomputes{base.parallel.recompute};
+  if (vary_recompute) recomputes = {model::Recompute::None, model::Recompute::Selective, model::Recompute::Full};
+  const std::int64_t gpus = base.cluster.total_gpus();
+  std::vector<Plan> plans;
+  rejected_for_memory = 0;
+  for (std::int64_t tp = 1; tp <= base.cluster.gpus_per_node; tp *= 2) {
+    for (std::int64_t pp : divisors(base.model.layers)) {
+      if (gpus % (tp * pp) != 0) continue;
+      const std::int64_t dp = gpus / (tp * pp);
+      for (std::int64_t micro_batch : {1, 2, 4, 8}) {
+        for (std::int64_t chunks = 1; chunks <= 4; ++chunks) {
+          for (model::Recompute recompute : recomputes) {
+            model::Scenario s = base;
+            s.parallel.tp = tp;
+            s.parallel.pp = pp;
+            s.parallel.dp = dp;
+            s.parallel.micro_batch = micro_batch;
+            s.parallel.virtual_stages = chunks;
+            s.parallel.schedule = chunks > 1 ? model::ScheduleKind::Interleaved
+                                  : base.parallel.schedule == model::ScheduleKind::Interleaved
+                                      ? model::ScheduleKind::OneFOneB
+                                      : base.parallel.schedule;
+            s.parallel.recompute = recompute;
+            if (tp == 1) s.parallel.sequence_parallel = false;
+            if (!model::validation_problems(s).empty()) continue;
+            const auto memory = model::estimate_memory(s);
+            if (!memory.fits) {
+              ++rejected_for_memory;
+              continue;
+            }
+            const double m = static_cast<double>(s.parallel.micro_batches());
+            Plan plan{tp, pp, dp, micro_batch, chunks, s.parallel.schedule, recompute};
+            plan.ideal_bubble = (pp - 1) / (chunks * m + pp - 1);
+            plan.peak_memory_bytes = memory.peak_bytes;
+            plans.push_back(plan);
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {
+    if (a.ideal_bubble != b.ideal_bubble) return a.ideal_bubble < b.ideal_bubble;
+    return a.tp < b.tp;
+  });
+  return plans;
+}
+
+// `twin sim` on one plan in a child process; returns its pid.
+pid_t start_simulation(const std::string& scenario_path, const std::vector<std::string>& user_sets, const Plan& plan,
+                       const fs::path& json_path, const fs::path& log_path) {
+  std::vector<std::string> args{"/proc/self/exe", "sim", scenario_path, "--quiet", "--json", json_path.string()};
+  for (const auto& set : user_sets) args.insert(args.end(), {"--set", set});
+  for (const auto& set : plan.overrides()) args.insert(args.end(), {"--set", set});
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  const int error = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (error != 0) throw std::runtime_error(fmt::format("twin search: cannot start a simulation: {}", strerror(error)));
+  return pid;
+}
+
+void read_result(Plan& plan, const fs::path& json_path, const fs::path& log_path, int status) {
+  plan.simulated = true;
+  std::ifstream in(json_path);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !in) {
+    std::ifstream log(log_path);
+    std::string line, last;
+    while (std::getline(log, line)) {
+      if (!line.empty()) last = line;
+    }
+    plan.error = last.empty() ? "simulation failed" : last;
+    return;
+  }
+  const auto json = nlohmann::json::parse(in);
+  plan.iteration_time_s = json.at("iteration_time_s").get<double>();
+  plan.tflops_per_gpu = json.at("tflops_per_gpu").get<double>();
+  plan.bubble_fraction = json.at("bubble_fraction").get<double>();
+}
+
+void run_search(const SearchOptions& o) {
+  const model::Scenario base = load_scenario(o.scenario);
+  if (base.cluster.node == model::NodeKind::CpuHost) {
+    throw UserError("twin search simulates GPU clusters; this scenario runs on CPU hosts (cluster.node = cpu-host)");
+  }
+  if (o.max_plans < 1) throw UserError("--max must be >= 1");
+  int rejected_for_memory = 0;
+  std::vector<Plan> plans = enumerate_plans(base, o.vary_recompute, rejected_for_memory);
+  const std::size_t found = plans.size();
+  if (plans.empty()) {
+    throw UserError(fmt::format("no valid plan of {} fits {} x {} GPUs ({} rejected for memory)", base.model.name,
+                                base.cluster.nodes, base.cluster.gpus_per_node, rejected_for_memory));
+  }
+  if (plans.size() > static_cast<std::size_t>(o.max_plans)) plans.resize(o.max_plans);
+  const int jobs = o.jobs > 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
+  fmt::print(stderr, "twin search: {} plans of {} fit {} GPUs ({} rejected for memory); simulating {} with {} jobs\n",
+             found, base.model.name, base.cluster.total_gpus(), rejected_for_memory, plans.size(), jobs);
+
+  const fs::path scratch = fs::temp_directory_path() / fmt::format("twin-search-{}", getpid());
+  fs::create_directories(scratch);
+  const std::string scenario_path = resolve_scenario_path(o.scenario.scenario);
+  std::vector<std::string> user_sets = o.scenario.sets;
+  for (const auto& alias : o.scenario.aliases) user_sets.push_back(alias.key + "=" + alias.value);
+
+  std::map<pid_t, std::size_t> running;
+  std::size_t next = 0, done = 0;
+  const auto started = std::chrono::steady_clock::now();
+  const bool on_terminal = isatty(STDERR_FILENO) != 0;
+  auto paths = [&scratch](std::size_t i) {
+    return std::pair{scratch / fmt::format("plan-{}.json", i), scratch / fmt::format("plan-{}.log", i)};
+  };
+  while (done < plans.size()) {
+    while (next < plans.size() && running.size() < static_cast<std::size_t>(jobs)) {
+      const auto [json, log] = paths(next);
+      running[start_simulation(scenario_path, user_sets, plans[next], json, log)] = next;
+      ++next;
+    }
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) break;
+    const auto it = running.find(pid);
+    if (it == running.end()) continue;
+    const auto [json, log] = paths(it->second);
+    read_result(plans[it->second], json, log, status);
+    running.erase(it);
+    ++done;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    fmt::print(stderr, "{}[twin search] {}/{} simulated, {:.0f} s{}", on_terminal ? "\r" : "", done, plans.size(),
+               elapsed, on_terminal ? "" : "\n");
+  }
+  if (on_terminal) fmt::print(stderr, "\n");
+  fs::remove_all(scratch);
+
+  std::stable_sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {
+    if (a.error.empty() != b.error.empty()) return a.error.empty();
+    return a.iteration_time_s < b.iteration_time_s;
+  });
+  fmt::print("{} on {} x {} ({} GPUs), global batch {}: {} plans simulated, fastest first\n\n", base.model.name,
+             base.cluster.nodes, model::to_string(base.cluster.node), base.cluster.total_gpus(),
+             base.parallel.global_batch, plans.size());
+  fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:>10} {:>9} {:>8} {:>9}\n", "tp", "pp", "dp", "mb", "schedule",
+             "recompute", "iter s", "TFLOP/s", "bubble", "mem GiB");
+  nlohmann::json results = nlohmann::json::array();
+  for (const Plan& plan : plans) {
+    const std::string schedule =
+        fmt::format("{}{}", model::to_string(plan.schedule), plan.chunks > 1 ? fmt::format(" v={}", plan.chunks) : "");
+    const double gib = plan.peak_memory_bytes / (1024.0 * 1024 * 1024);
+    if (plan.error.empty()) {
+      fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f}\n", plan.tp, plan.pp,
+                 plan.dp, plan.micro_batch, schedule, model::to_string(plan.recompute), plan.iteration_time_s,
+                 plan.tflops_per_gpu, 100 * plan.bubble_fraction, gib);
+    } else {
+      fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} failed: {}\n", plan.tp, plan.pp, plan.dp, plan.micro_batch,
+                 schedule, model::to_string(plan.recompute), plan.error);
+    }
+    results.push_back({{"tp", plan.tp}, {"pp", plan.pp}, {"dp", plan.dp}, {"micro_batch", plan.micro_batch},
+                       {"schedule", model::to_string(plan.schedule)}, {"virtual_stages", plan.chunks},
+                       {"recompute", model::to_string(plan.recompute)}, {"memory_per_gpu_bytes", plan.peak_memory_bytes},
+                       {"iteration_time_s", plan.iteration_time_s}, {"tflops_per_gpu", plan.tflops_per_gpu},
+                       {"bubble_fraction", plan.bubble_fraction}, {"error", plan.error}});
+  }
+  if (!o.json_path.empty()) {
+    write_file_atomically(o.json_path, nlohmann::json{{"scenario", base.model.name}, {"plans", results}}.dump(1) + "\n");
+  }
+}
+
+}  // namespace
+
+void register_search_command(CLI::App& app) {
+  auto o = std::make_shared<SearchOptions>();
+  CLI::App* command = app.add_subcommand(
+      "search", "simulate every parallel plan (tp, pp, micro-batch, schedule) that fits and rank them by iteration time");
+  add_scenario_options(*command, o->scenario);
+  command->add_option("--max", o->max_plans, "simulate at most this many plans (smallest ideal bubble first)");
+  command->add_option("--jobs", o->jobs, "simulations at a time (default: one per core)");
+  command->add_flag("--vary-recompute", o->vary_recompute, "also try recompute none, selective and full");
+  command->add_option("--json", o->json_path, "write every plan and its result as JSON");
+  command->callback([o] { run_search(*o); });
+}
+
+}  // namespace twin::cli

@@ -1,0 +1,109 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct Result {
+  int status = -1;
+  std::string output;  // stdout and stderr
+};
+
+Result twin(const std::string& arguments) {
+  Result result;
+  const std::string command = std::string(TWIN_BINARY) + " " + arguments + " 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  std::array<char, 4096> buffer{};
+  while (std::fgets(buffer.data(), buffer.size(), pipe.get())) result.output += buffer.data();
+  const int status = pclose(pipe.release());
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+fs::path scratch_dir() { return fs::temp_directory_path() / ("twin-cli-test-" + std::to_string(getpid())); }
+
+fs::path scratch(const std::string& name) {
+  fs::create_directories(scratch_dir());
+  return scratch_dir() / name;
+}
+
+struct RemoveScratch : ::testing::Environment {
+  void TearDown() override { fs::remove_all(scratch_dir()); }
+};
+const auto* const kRemoveScratch = ::testing::AddGlobalTestEnvironment(new RemoveScratch);
+
+// A 1.3B GPT on two DGX A100 nodes: small enough to simulate in a fraction of a second.
+fs::path small_cluster_scenario() {
+  const fs::path path = scratch("gpt-1.3b.toml");
+  std::ofstream(path) << "[model]\nname = \"gpt-1.3b\"\nlayers = 24\nhidden = 2048\nheads = 16\nseq_len = 2048\n"
+                         "vocab = 50257\n[parallel]\ntp = 2\npp = 2\nglobal_batch = 32\nrecompute = \"full\"\n"
+                         "[cluster]\nnodes = 2\nnode = \"dgx-a100\"\n";
+  return path;
+}
+
+TEST(Cli, UserErrorsAreOneLineAndExitTwo) {
+  const Result missing = twin("graph no-such-scenario");
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_THAT(missing.output, HasSubstr("twin: error: scenario 'no-such-scenario': no such file"));
+  const Result bad_plan = twin("graph mtnlg-530b --set parallel.tp=3 --set parallel.pp=5");
+  EXPECT_EQ(bad_plan.status, 2);
+  EXPECT_THAT(bad_plan.output, HasSubstr("model.heads (128) must be divisible by parallel.tp (3)"));
+  EXPECT_THAT(bad_plan.output, ::testing::Not(HasSubstr("terminate")));
+  const Result bad_set = twin("graph gpt-tiny --set parallel.tp");
+  EXPECT_EQ(bad_set.status, 2);
+  EXPECT_THAT(bad_set.output, HasSubstr("expected SECTION.KEY=VALUE"));
+}
+
+TEST(Cli, GraphWritesTheProgramAsJson) {
+  const fs::path json_path = scratch("program.json");
+  const Result r = twin("graph gpt-tiny --set parallel.pp=2 --json " + json_path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("Narayanan's formula"));
+  std::ifstream in(json_path);
+  const auto program = nlohmann::json::parse(in);
+  ASSERT_EQ(program["stages"].size(), 2u);
+  EXPECT_FALSE(program["stages"][0]["ops"].empty());
+}
+
+TEST(Cli, CompareAgainstAPublishedTime) {
+  const fs::path summary = scratch("summary.json");
+  std::ofstream(summary) << R"({"scenario": {"tp": 1, "pp": 1, "dp": 1, "micro_batches": 1}, "engine": "sim",
+    "iteration_time_s": 50.0, "tflops_per_gpu": 120.0, "bubble_fraction": 0.1, "stages": []})";
+  const Result r = twin("compare " + summary.string() + " 40");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("+25.0%"));  // 50 s predicted against 40 s measured
+  const Result bad = twin("compare " + summary.string() + " -3");
+  EXPECT_EQ(bad.status, 2);
+}
+
+#ifdef TWIN_HAVE_SIMGRID
+TEST(Cli, SearchRanksValidPlansByIterationTime) {
+  const fs::path json_path = scratch("search.json");
+  const Result r = twin("search " + small_cluster_scenario().string() + " --max 5 --jobs 2 --json " + json_path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream in(json_path);
+  const auto plans = nlohmann::json::parse(in)["plans"];
+  ASSERT_EQ(plans.size(), 5u);
+  double previous = 0;
+  for (const auto& plan : plans) {
+    EXPECT_EQ(plan["error"], "");
+    EXPECT_EQ(plan["tp"].get<int>() * plan["pp"].get<int>() * plan["dp"].get<int>(), 16);
+    EXPECT_GE(plan["iteration_time_s"].get<double>(), previous);
+    previous = plan["iteration_time_s"].get<double>();
+  }
+}
+#endif
+
+}  // namespace
