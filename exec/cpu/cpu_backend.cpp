@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "exec/check.hpp"
-#include "exec/cpu/attention_gemm.hpp"
 #include "exec/cpu/thread_pool.hpp"
 #include "kernels/cpu/kernels.hpp"
 
@@ -55,6 +54,18 @@ constexpr std::size_t kMinElementsPerTask = 1 << 15;
 
 int as_int(std::size_t n) {
   return static_cast<int>(n);
+}
+
+// Attention: fn(begin, end) runs the kernel on batch elements [begin, end), one call for the whole batch without a
+// pool, else one task per element on it. The kernel's tensors all lead with the batch dimension and its (batch, head)
+// slices are independent, so the bits do not depend on the split.
+template <typename Fn>
+void for_each_batch(int batch, ThreadPool* pool, Fn&& fn) {
+  if (pool == nullptr) {
+    fn(0, batch);
+    return;
+  }
+  pool->parallel_for(batch, [&](int b) { fn(b, b + 1); });
 }
 
 }  // namespace
@@ -257,9 +268,15 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const T
   TWIN_EXEC_CHECK(
       out.numel == tokens * width && qkv.numel == 3 * tokens * width && lse.numel == std::size_t(batch) * heads * seq,
       "attention_forward: out {} qkv {} lse {}", out.numel, qkv.numel, lse.numel);
-  with_single_threaded_blas([&](ThreadPool* pool) {
-    attention_forward_gemm(out.f32(), lse.f32(), qkv.f32(), batch, seq, heads, head_dim, pool);
-  });
+  auto slice = [&](int begin, int end) {
+    k::attention_forward(out.f32() + begin * std::size_t(seq) * width, lse.f32() + begin * std::size_t(heads) * seq,
+                         qkv.f32() + begin * std::size_t(seq) * 3 * width, end - begin, seq, heads, head_dim);
+  };
+  if (batch == 1) {  // one element: the kernel's GEMMs on BLAS's threads
+    slice(0, 1);
+    return;
+  }
+  with_single_threaded_blas([&](ThreadPool* pool) { for_each_batch(batch, pool, slice); });
 }
 
 void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
@@ -268,9 +285,17 @@ void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, cons
   TWIN_EXEC_CHECK(dout.numel == tokens * width && qkv.numel == 3 * tokens * width && dqkv.numel == qkv.numel &&
                       lse.numel == std::size_t(batch) * heads * seq,
                   "attention_backward: dqkv {} dout {} qkv {} lse {}", dqkv.numel, dout.numel, qkv.numel, lse.numel);
-  with_single_threaded_blas([&](ThreadPool* pool) {
-    attention_backward_gemm(dqkv.f32(), dout.f32(), qkv.f32(), lse.f32(), batch, seq, heads, head_dim, pool);
-  });
+  auto slice = [&](int begin, int end) {
+    const std::size_t qkv_offset = begin * std::size_t(seq) * 3 * width;
+    k::attention_backward(dqkv.f32() + qkv_offset, dout.f32() + begin * std::size_t(seq) * width,
+                          qkv.f32() + qkv_offset, lse.f32() + begin * std::size_t(heads) * seq, end - begin, seq, heads,
+                          head_dim);
+  };
+  if (batch == 1) {
+    slice(0, 1);
+    return;
+  }
+  with_single_threaded_blas([&](ThreadPool* pool) { for_each_batch(batch, pool, slice); });
 }
 
 void CpuBackend::gelu_forward(const Tensor& out, const Tensor& inp) {

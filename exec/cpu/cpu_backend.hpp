@@ -1,9 +1,9 @@
 // The CPU backend: fp32 activations, weights, gradients and Adam state in host memory; kernels/cpu for every kernel
-// (OpenBLAS sgemm for the linear layers) except the attention core, which runs as GEMMs (attention_gemm.hpp).
+// (OpenBLAS sgemm for the linear layers and the blocked causal attention).
 // Allocations come from a per-backend cache of 64-byte aligned blocks, so a training step maps no new pages.
-// Threads: row-independent kernels (attention heads, GELU, layernorm and cross-entropy rows) run on a pool of
+// Threads: row-independent kernels (attention per sequence, GELU, layernorm and cross-entropy rows) run on a pool of
 // options.threads. OpenBLAS's thread count is process-wide: a rank alone in its process sets it to options.threads
-// (and to 1 while the attention heads run in parallel); ranks sharing a process all leave it at 1.
+// (and to 1 while sequences run in parallel); ranks sharing a process all leave it at 1.
 #pragma once
 
 #include <functional>

@@ -1,11 +1,15 @@
 // Causal multi-head self-attention over the rank's local heads (Megatron: heads/tp per rank), no dropout:
 //   for each batch b, head h, query position t:
-//     s[t2] = (q_t . k_t2) / sqrt(head_dim)   for t2 <= t (causal mask: later keys are never read)
+//     s[t2] = (q_t . k_t2) / sqrt(head_dim)   for t2 <= t (causal mask: later keys never contribute)
 //     out_t = sum_t2 softmax(s)[t2] v_t2
 // Layout as llm.c: qkv (batch, seq, 3, heads, head_dim), i.e. each token's row of 3*heads*head_dim holds all of q,
 // then all of k, then all of v; out (batch, seq, heads, head_dim). The forward saves only the log-sum-exp of each
 // score row, lse (batch, heads, seq), and the backward recomputes the probabilities from it (FlashAttention's
 // bookkeeping: B*H*T floats saved instead of B*H*T*T).
+// Computed per (batch, head) with GEMMs (detail::gemm: cblas_sgemm, or the portable GEMM without BLAS) over blocks of
+// query rows, each against the keys up to its last row only: the blocks above the diagonal are skipped, and inside a
+// diagonal block the masked probabilities are exact zeros (qkv must be finite: 0 * inf would leak across the mask).
+// Scratch is O(seq * (head_dim + block)) floats per call, never (seq, seq).
 #pragma once
 
 namespace twin::kernels::cpu {

@@ -82,8 +82,11 @@ void gemm_portable(bool trans_a, bool trans_b, int M, int N, int K, const float*
   TWIN_KERNEL_CHECK(beta == 0.0f || beta == 1.0f);
   if (beta == 0.0f) std::fill(C, C + static_cast<std::size_t>(M) * N, 0.0f);
 
-  std::vector<float> Ap(static_cast<std::size_t>(kMc) * kKc);
-  std::vector<float> Bp(static_cast<std::size_t>(kKc) * (kNc + kNr));
+  // packed blocks sized for this product (at most (kMc, kKc) and (kKc, kNc + kNr)): small GEMMs, such as attention's
+  // per-head blocks, do not clear a full-size buffer on every call
+  const int kc_max = std::min(kKc, K);
+  std::vector<float> Ap(static_cast<std::size_t>((std::min(kMc, M) + kMr - 1) / kMr * kMr) * kc_max);
+  std::vector<float> Bp(static_cast<std::size_t>(kc_max) * (std::min(kNc, N) + kNr));
   for (int j0 = 0; j0 < N; j0 += kNc) {
     const int nc = std::min(kNc, N - j0);
     for (int p0 = 0; p0 < K; p0 += kKc) {
@@ -104,21 +107,18 @@ void gemm_portable(bool trans_a, bool trans_b, int M, int N, int K, const float*
   }
 }
 
-}  // namespace detail
-
-namespace {
-
-// C (M, N) = beta * C + op(A) @ op(B), through BLAS when present (see detail::gemm_portable for the layout).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, const float* A, const float* B, float beta, float* C) {
 #ifdef TWIN_HAVE_BLAS
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A,
               trans_a ? M : K, B, trans_b ? K : N, beta, C, N);
 #else
-  detail::gemm_portable(trans_a, trans_b, M, N, K, A, B, beta, C);
+  gemm_portable(trans_a, trans_b, M, N, K, A, B, beta, C);
 #endif
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::gemm;
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int rows, int in_features,
                     int out_features) {
@@ -137,8 +137,9 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int rows, int in_features, int out_features) {
   TWIN_KERNEL_CHECK(rows > 0 && in_features > 0 && out_features > 0);
-  TWIN_KERNEL_CHECK(dweight != nullptr && dout != nullptr && inp != nullptr && weight != nullptr);
-  TWIN_KERNEL_CHECK(dinp != dout && dinp != weight && dinp != inp);
+  TWIN_KERNEL_CHECK(dweight != nullptr && dout != nullptr && inp != nullptr);
+  TWIN_KERNEL_CHECK(dinp == nullptr || weight != nullptr);  // weight is read only for dinp
+  TWIN_KERNEL_CHECK(dinp == nullptr || (dinp != dout && dinp != weight && dinp != inp));
   // dinp (rows, in_features) = dout (rows, out_features) @ weight (out_features, in_features)
   if (dinp != nullptr) gemm(false, false, rows, in_features, out_features, dout, weight, 0.0f, dinp);
   // dweight (out_features, in_features) += dout^T (out_features, rows) @ inp (rows, in_features)

@@ -18,7 +18,8 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 //   dinp    (rows, in_features)         =  dout @ weight            OVERWRITTEN (nullptr: not computed)
 //   dweight (out_features, in_features) += dout^T @ inp             ACCUMULATED (micro-batch gradient accumulation)
 //   dbias   (out_features)              += sum over rows of dout    ACCUMULATED (nullptr: the layer has no bias)
-// Under column parallelism dinp is a partial sum the caller all-reduces over the TP group.
+// weight is read only for dinp: it may be nullptr when dinp is. Under column parallelism dinp is a partial sum the
+// caller all-reduces over the TP group.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int rows, int in_features, int out_features);
 
@@ -35,6 +36,10 @@ namespace detail {
 // NaN) or 1. The portable, single-threaded GEMM behind matmul_* without BLAS; public so that tests compare it.
 void gemm_portable(bool trans_a, bool trans_b, int M, int N, int K, const float* A, const float* B, float beta,
                    float* C);
+
+// The same contract through cblas_sgemm when built with BLAS (TWIN_HAVE_BLAS), else through gemm_portable: the one
+// GEMM of the CPU kernels (matmul_*, attention_*).
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, const float* A, const float* B, float beta, float* C);
 }  // namespace detail
 
 }  // namespace twin::kernels::cpu

@@ -196,8 +196,9 @@ void matmul_forward_gelu(bf16* out, bf16* pre_gelu, const bf16* inp, const bf16*
 void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp, const bf16* weight,
                      int rows, int in_features, int out_features, Cublas& blas, cudaStream_t stream) {
   TWIN_CUDA_REQUIRE(rows > 0 && in_features > 0 && out_features > 0);
-  TWIN_CUDA_REQUIRE(dweight != nullptr && dout != nullptr && inp != nullptr && weight != nullptr);
-  TWIN_CUDA_REQUIRE(dinp != dout && dinp != weight && dinp != inp);
+  // The weight is read only for the input gradient (as in the CPU twin, dinp == nullptr skips it).
+  TWIN_CUDA_REQUIRE(dweight != nullptr && dout != nullptr && inp != nullptr && (dinp == nullptr || weight != nullptr));
+  TWIN_CUDA_REQUIRE(dinp == nullptr || (dinp != dout && dinp != weight && dinp != inp));
   // dinp: A = weight, B = dout
   if (dinp != nullptr) {
     gemm(blas, plan_linear_backward_input(rows, in_features, out_features), weight, dout, dinp, CUDA_R_16BF, stream);

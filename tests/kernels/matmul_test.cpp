@@ -103,6 +103,25 @@ TEST(CpuMatmul, BackwardSkipsNullInputGradientAndBias) {
   EXPECT_TRUE(all_close(dweight, want, 1e-6, 1e-5));
 }
 
+TEST(CpuMatmul, BackwardNeedsWeightOnlyForTheInputGradient) {
+  const int rows = 4, in_features = 5, out_features = 3;
+  const auto inp = random_vector(rows * in_features, 24);
+  const auto weight = random_vector(out_features * in_features, 25);
+  const auto dout = random_vector(rows * out_features, 26);
+  std::vector<float> with_weight(out_features * in_features, 0.5f), without_weight(with_weight);
+  std::vector<float> dbias_with(out_features, 0.0f), dbias_without(dbias_with);
+  matmul_backward(nullptr, with_weight.data(), dbias_with.data(), dout.data(), inp.data(), weight.data(), rows,
+                  in_features, out_features);
+  matmul_backward(nullptr, without_weight.data(), dbias_without.data(), dout.data(), inp.data(), nullptr, rows,
+                  in_features, out_features);
+  EXPECT_TRUE(testing::same_bits(with_weight, without_weight));
+  EXPECT_TRUE(testing::same_bits(dbias_with, dbias_without));
+  std::vector<float> dinp(rows * in_features);
+  EXPECT_THROW(matmul_backward(dinp.data(), without_weight.data(), nullptr, dout.data(), inp.data(), nullptr, rows,
+                               in_features, out_features),
+               std::invalid_argument);
+}
+
 TEST(CpuMatmul, IsDeterministic) {
   const int rows = 64, in_features = 96, out_features = 80;
   const auto inp = random_vector(rows * in_features, 31);
@@ -123,32 +142,39 @@ TEST(CpuMatmul, IsDeterministic) {
 }
 
 // The portable GEMM, every transpose and both betas, at sizes that cross its block edges (4 x 8 tiles, 64 x 256 x 512
-// blocks), against a naive double loop.
+// blocks), against a naive double loop; and detail::gemm (BLAS when built with it), which the attention kernels call
+// with every transpose.
 TEST(CpuMatmul, PortableGemmMatchesNaiveLoop) {
   const int M = 70, N = 530, K = 261;
-  for (bool trans_a : {false, true}) {
-    for (bool trans_b : {false, true}) {
-      for (float beta : {0.0f, 1.0f}) {
-        const auto A = random_vector(M * K, 41);
-        const auto B = random_vector(K * N, 42);
-        const auto C0 = random_vector(M * N, 43);
-        std::vector<float> C = C0;
-        if (beta == 0.0f) std::fill(C.begin(), C.end(), std::numeric_limits<float>::quiet_NaN());
-        detail::gemm_portable(trans_a, trans_b, M, N, K, A.data(), B.data(), beta, C.data());
-        std::vector<double> want(M * N);
-        for (int i = 0; i < M; ++i) {
-          for (int j = 0; j < N; ++j) {
-            double sum = beta == 1.0f ? C0[i * N + j] : 0.0;
-            for (int p = 0; p < K; ++p) {
-              const double a = trans_a ? A[p * M + i] : A[i * K + p];
-              const double b = trans_b ? B[j * K + p] : B[p * N + j];
-              sum += a * b;
-            }
-            want[i * N + j] = sum;
+  for (bool portable : {true, false}) {
+    for (bool trans_a : {false, true}) {
+      for (bool trans_b : {false, true}) {
+        for (float beta : {0.0f, 1.0f}) {
+          const auto A = random_vector(M * K, 41);
+          const auto B = random_vector(K * N, 42);
+          const auto C0 = random_vector(M * N, 43);
+          std::vector<float> C = C0;
+          if (beta == 0.0f) std::fill(C.begin(), C.end(), std::numeric_limits<float>::quiet_NaN());
+          if (portable) {
+            detail::gemm_portable(trans_a, trans_b, M, N, K, A.data(), B.data(), beta, C.data());
+          } else {
+            detail::gemm(trans_a, trans_b, M, N, K, A.data(), B.data(), beta, C.data());
           }
+          std::vector<double> want(M * N);
+          for (int i = 0; i < M; ++i) {
+            for (int j = 0; j < N; ++j) {
+              double sum = beta == 1.0f ? C0[i * N + j] : 0.0;
+              for (int p = 0; p < K; ++p) {
+                const double a = trans_a ? A[p * M + i] : A[i * K + p];
+                const double b = trans_b ? B[j * K + p] : B[p * N + j];
+                sum += a * b;
+              }
+              want[i * N + j] = sum;
+            }
+          }
+          EXPECT_TRUE(all_close(C, want, 1e-4, 1e-5))
+              << "portable " << portable << " trans_a " << trans_a << " trans_b " << trans_b << " beta " << beta;
         }
-        EXPECT_TRUE(all_close(C, want, 1e-4, 1e-5))
-            << "trans_a " << trans_a << " trans_b " << trans_b << " beta " << beta;
       }
     }
   }
