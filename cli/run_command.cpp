@@ -26,6 +26,7 @@
 #include "exec/errors.hpp"
 #include "exec/run_report.hpp"
 #include "exec/trainer.hpp"
+#include "model/formulas.hpp"
 #include "model/program.hpp"
 
 namespace twin::cli {
@@ -178,11 +179,48 @@ void print_summary(const exec::TrainResult& r, const std::string& engine, double
   throw CLI::RuntimeError(1);
 }
 
+// Bytes of host memory (MemAvailable), or 0 when unknown.
+double available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+// Refuses a run whose ranks in this process cannot fit in host memory, before allocating anything: fp32 weights,
+// gradients and Adam state (16 bytes per parameter) plus the schedule's stashed activations, per rank.
+void check_host_memory(const model::Scenario& scenario, int ranks_here) {
+  model::Scenario fp32 = scenario;
+  fp32.model.dtype = model::DType::FP32;
+  const auto memory = model::estimate_memory(fp32);
+  double needed = 0;
+  for (const auto& stage : memory.stages) {
+    needed += stage.peak_bytes * static_cast<double>(scenario.parallel.tp * scenario.parallel.dp);
+  }
+  needed *= static_cast<double>(ranks_here) / static_cast<double>(scenario.parallel.world_size());
+  const double available = available_memory_bytes();
+  constexpr double GiB = 1024.0 * 1024 * 1024;
+  if (available > 0 && needed > available) {
+    throw UserError(fmt::format(
+        "{} needs about {:.1f} GiB for its {} rank{} in this process (fp32 weights, gradients, Adam state and "
+        "activations) but this machine has {:.1f} GiB available: train a smaller model (e.g. twin run gpt-tiny), or "
+        "simulate this one with twin sim",
+        scenario.model.name, needed / GiB, ranks_here, ranks_here > 1 ? "s" : "", available / GiB));
+  }
+}
+
 void run(const RunOptions& o) {
   const model::Scenario scenario = load_scenario(o.scenario);
+  const bool joined = started_by_launcher();
+  const int world_size = static_cast<int>(scenario.parallel.world_size());
+  // Every rank runs on this host unless a launcher spread them (mpirun's own --launcher mpi stays on this host).
+  check_host_memory(scenario, joined ? ranks_on_this_host(world_size) : world_size);
   const model::Program program = model::build_program(scenario, model::Granularity::Op);
   const int world = program.layout.world_size();
-  const bool joined = started_by_launcher();
   if (!joined && o.launcher == "mpi") relaunch_under_mpirun(world);
 
   exec::TrainOptions options;
@@ -257,6 +295,7 @@ void run(const RunOptions& o) {
 
 void register_run_command(CLI::App& app) {
   auto options = std::make_shared<RunOptions>();
+  options->scenario.scenario = "gpt-tiny";  // a model that trains here; mtnlg-530b is for the simulator
   CLI::App* command = app.add_subcommand(
       "run", "train for real: the scenario's Program executed by the CPU backend, ranks as threads or MPI processes");
   add_scenario_options(*command, options->scenario);

@@ -42,7 +42,7 @@ constexpr Alias kAliases[] = {
 
 void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
   command.add_option("scenario", options.scenario,
-                     "scenario TOML file, or a name under scenarios/ (default: mtnlg-530b)");
+                     fmt::format("scenario TOML file, or a name under scenarios/ (default: {})", options.scenario));
   command.add_option("--set", options.sets, "override a scenario key, e.g. --set parallel.pp=35 (repeatable)")
       ->type_name("KEY=VALUE");
   for (const Alias& alias : kAliases) {

@@ -66,6 +66,13 @@ TEST(Cli, UserErrorsAreOneLineAndExitTwo) {
   EXPECT_THAT(bad_set.output, HasSubstr("expected SECTION.KEY=VALUE"));
 }
 
+TEST(Cli, RunRefusesAModelThatCannotFitInHostMemory) {
+  const Result r = twin("run mtnlg-530b --steps 1 --quiet");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.output, HasSubstr("mt-nlg-530b needs about"));
+  EXPECT_THAT(r.output, HasSubstr("GiB available"));
+}
+
 TEST(Cli, GraphWritesTheProgramAsJson) {
   const fs::path json_path = scratch("program.json");
   const Result r = twin("graph gpt-tiny --set parallel.pp=2 --json " + json_path.string());
