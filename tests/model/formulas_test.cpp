@@ -50,7 +50,8 @@ TEST(Formulas, TwentyBytesOfModelStatePerParameter) {
   const auto& stage = memory.stages[3];
   EXPECT_DOUBLE_EQ((stage.weights_bytes + stage.gradients_bytes + stage.optimizer_bytes) / stage.parameters, 20.0);
   s.parallel.zero_stage = 1;  // the 12 optimizer bytes shard across dp = 8
-  const auto& sharded = estimate_memory(s).stages[3];
+  const MemoryEstimate sharded_memory = estimate_memory(s);
+  const auto& sharded = sharded_memory.stages[3];
   EXPECT_DOUBLE_EQ((sharded.weights_bytes + sharded.gradients_bytes + sharded.optimizer_bytes) / sharded.parameters,
                    8.0 + 12.0 / 8);
 }
