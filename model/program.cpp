@@ -26,6 +26,8 @@ struct Shapes {
   double heads_local, head_dim;
   bool sequence_parallel;
   bool tensor_comm;  // tp > 1: TP collectives exist
+  bool dropout;      // framework.dropout: dropout kernels run and write 1-byte (torch.bool) masks
+  bool fused;        // framework.fused_kernels: Megatron's fused elementwise kernels
 
   explicit Shapes(const Scenario& s) {
     seq = d(s.model.seq_len);
@@ -41,7 +43,28 @@ struct Shapes {
     heads_local = d(s.model.heads) / t;
     head_dim = d(s.model.head_dim());
     tensor_comm = s.parallel.tp > 1;
+    dropout = s.framework.dropout;
+    fused = s.framework.fused_kernels;
   }
+
+  // Memory traffic per element of the elementwise kernels (framework.fused_kernels, framework.dropout), in bytes. A
+  // dropout mask is a torch.bool tensor: one byte per element. Megatron-LM (megatron/model/transformer.py,
+  // fused_bias_gelu.py, fused_softmax.py) fuses bias + dropout + residual add (read x and residual, write out
+  // [+ mask]), bias + GeLU (read, write) and scale + causal mask + softmax (read, write); unfused, each operation is
+  // its own pass.
+  double residual_forward() const {  // bias + dropout + residual add
+    const double mask = dropout ? 1 : 0;
+    return fused ? 3 * e + mask : 2 * e + (dropout ? 2 * e + mask : 0) + 3 * e;
+  }
+  double residual_backward() const {  // dropout backward (read dy and mask, write dx) + bias gradient (read dx)
+    return dropout ? 3 * e + 1 : e;
+  }
+  double gelu_forward() const { return fused ? 2 * e : 4 * e; }  // unfused: bias add, then GeLU
+  double gelu_backward() const { return 4 * e; }                 // read dy and x, write dx, bias gradient
+  // Attention scores (b * heads/t * s^2 elements) beyond what the two batched GEMMs read and write: softmax (fused:
+  // one pass; unfused: scale, mask, softmax), then attention dropout (read, write, mask); backward likewise.
+  double scores_forward() const { return (fused ? 2 * e : 6 * e) + (dropout ? 2 * e + 1 : 0); }
+  double scores_backward() const { return (fused ? 3 * e : 7 * e) + (dropout ? 2 * e + 1 : 0); }
 };
 
 Op compute(ComputeKind what, Phase phase, double bytes) {
@@ -95,9 +118,13 @@ Op attention_core(const Shapes& x, Phase phase) {
   // softmax and read by the second GEMM (Megatron's unfused core with a fused softmax kernel).
   const bool backward = phase == Phase::Backward;
   const double gemms = 2 * x.batch * x.heads_local;
-  const double score_bytes = x.batch * x.heads_local * x.seq * x.seq * x.e;
+  const double scores = x.batch * x.heads_local * x.seq * x.seq;  // elements
+  // The GEMMs' own operands (Q, K, V, context and the scores written by Q K^T and read by P V; backward: their four
+  // gradient GEMMs), then the softmax and dropout passes over the scores.
+  const double gemm_operands =
+      (backward ? 2 : 1) * (4 * x.tokens * x.heads_local * x.head_dim * x.e + 2 * scores * x.e);
   Op op = compute(ComputeKind::AttentionCore, phase,
-                  (backward ? 2 : 1) * (4 * x.tokens * x.heads_local * x.head_dim * x.e + 4 * score_bytes));
+                  gemm_operands + scores * (backward ? x.scores_backward() : x.scores_forward()));
   op.flops = (backward ? 2 : 1) * gemms * 2 * x.seq * x.seq * x.head_dim;
   op.gemm = GemmShape{static_cast<std::int64_t>(x.seq), static_cast<std::int64_t>(x.seq),
                       static_cast<std::int64_t>(x.head_dim), static_cast<std::int64_t>(gemms)};
@@ -114,14 +141,14 @@ std::vector<Op> layer_forward(const Shapes& x, Phase phase) {
   ops.push_back(attention_core(x, phase));
   ops.push_back(gemm(ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width, x.e));
   reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::AttentionProjection, phase);
-  ops.push_back(compute(ComputeKind::AttentionResidual, phase, 3 * x.tokens_sp * x.h * x.e));
+  ops.push_back(compute(ComputeKind::AttentionResidual, phase, x.residual_forward() * x.tokens_sp * x.h));
   ops.push_back(compute(ComputeKind::LayerNormMlp, phase, 2 * x.tokens_sp * x.h * x.e));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
   ops.push_back(gemm(ComputeKind::MlpUp, phase, x.tokens, x.f / x.t, x.h, x.e));
-  ops.push_back(compute(ComputeKind::Gelu, phase, 2 * x.tokens * x.f / x.t * x.e));
+  ops.push_back(compute(ComputeKind::Gelu, phase, x.gelu_forward() * x.tokens * x.f / x.t));
   ops.push_back(gemm(ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t, x.e));
   reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::MlpDown, phase);
-  ops.push_back(compute(ComputeKind::MlpResidual, phase, 3 * x.tokens_sp * x.h * x.e));
+  ops.push_back(compute(ComputeKind::MlpResidual, phase, x.residual_forward() * x.tokens_sp * x.h));
   return ops;
 }
 
@@ -133,15 +160,15 @@ std::vector<Op> layer_backward(const Shapes& x) {
   const Phase phase = Phase::Backward;
   std::vector<Op> ops;
   const double attention_width = x.heads_local * x.head_dim;
-  ops.push_back(compute(ComputeKind::MlpResidual, phase, 2 * x.tokens_sp * x.h * x.e));
+  ops.push_back(compute(ComputeKind::MlpResidual, phase, x.residual_backward() * x.tokens_sp * x.h));
   gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::MlpDown, phase);
   ops.push_back(gemm(ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t, x.e));
-  ops.push_back(compute(ComputeKind::Gelu, phase, 3 * x.tokens * x.f / x.t * x.e));
+  ops.push_back(compute(ComputeKind::Gelu, phase, x.gelu_backward() * x.tokens * x.f / x.t));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
   ops.push_back(gemm(ComputeKind::MlpUp, phase, x.tokens, x.f / x.t, x.h, x.e));
   reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::MlpUp, phase);
   ops.push_back(compute(ComputeKind::LayerNormMlp, phase, 3 * x.tokens_sp * x.h * x.e));
-  ops.push_back(compute(ComputeKind::AttentionResidual, phase, 2 * x.tokens_sp * x.h * x.e));
+  ops.push_back(compute(ComputeKind::AttentionResidual, phase, x.residual_backward() * x.tokens_sp * x.h));
   gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::AttentionProjection, phase);
   ops.push_back(gemm(ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width, x.e));
   ops.push_back(attention_core(x, phase));
@@ -188,8 +215,10 @@ std::vector<Op> fuse_layer(const std::vector<Op>& ops) {
 }
 
 std::vector<Op> embedding_forward(const Shapes& x) {
-  // Vocab-parallel lookup (rows outside this rank's shard give zeros) plus position embedding, then summed across TP.
-  std::vector<Op> ops{compute(ComputeKind::Embedding, Phase::Forward, 2 * x.tokens * x.h * x.e)};
+  // Vocab-parallel lookup (rows outside this rank's shard give zeros) plus position embedding, then summed across TP;
+  // Megatron's embedding dropout follows (read, write, mask).
+  const double dropout = x.dropout ? 2 * x.e + 1 : 0;
+  std::vector<Op> ops{compute(ComputeKind::Embedding, Phase::Forward, (2 * x.e + dropout) * x.tokens * x.h)};
   reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::Embedding, Phase::Forward);
   return ops;
 }
@@ -416,11 +445,7 @@ class StageBuilder {
     double local_parameters = 0;
     for (const auto& bucket : buckets_) local_parameters += bucket.parameters;
     const bool zero = s_.parallel.zero_stage >= 1 && dp_ > 1;
-    // AdamW with fp32 master weights touches per parameter: grad, master, m, v read (16 B), master, m, v written
-    // (12 B) and the model-dtype copy written (2 B).
-    const double optimizer_bytes_per_parameter = s_.model.dtype == DType::FP32 ? 28 : 30;
-    Op step = compute(ComputeKind::OptimizerStep, Phase::Optimizer,
-                      local_parameters / (zero ? dp_ : 1) * optimizer_bytes_per_parameter);
+    Op step = compute(ComputeKind::OptimizerStep, Phase::Optimizer, optimizer_bytes(local_parameters, zero));
     const int step_index = emit(std::move(step));
 
     if (zero) {
@@ -433,6 +458,30 @@ class StageBuilder {
         emit(std::move(op));
       }
     }
+  }
+
+  // Memory traffic of the optimizer step, in bytes, for `local_parameters` on this rank (`shard` of them updated
+  // here: all, or 1/dp under ZeRO-1).
+  //   Megatron-LM (megatron/optimizer/optimizer.py, Float16OptimizerWithFloat16Params with apex FusedAdam, and
+  //   megatron/model/distributed.py, 2021): with fp16, gradients accumulate in the model dtype; the local DDP
+  //   flattens them around its all-reduce and copies them back (read + write twice: 4 e B) and the optimizer makes
+  //   fp32 copies (grad.float(): e + 4 B), unscales them and checks for inf/NaN (8 B). With bf16 they accumulate in a
+  //   contiguous fp32 main-gradient buffer, zeroed every iteration (4 B), used in place. Then on the shard: the L2
+  //   norm for clipping (read, 4 B), Adam (read parameter, gradient, m, v: 16 B; write parameter, m, v: 12 B) and the
+  //   copy of the fp32 parameter into the model dtype (4 + e B).
+  //   DeepSpeed (runtime/zero/stage2.py, ZeRO-1): gradients stay in the model dtype: overflow check and zeroing
+  //   (2 e B per local parameter); its shard is converted to fp32 (e + 4 B), unscaled and clipped (8 B), normed
+  //   (4 B), updated by Adam (28 B) and copied back (4 + e B).
+  double optimizer_bytes(double local_parameters, bool zero) const {
+    const double e = x_.e, shard = local_parameters / (zero ? dp_ : 1);
+    const double adam = 28, norm = 4, copy_back = 4 + e;
+    if (s_.model.dtype == DType::FP32) return shard * (norm + adam) + local_parameters * 4;
+    const double unscale = s_.model.dtype == DType::FP16 ? 8 : 0;
+    if (s_.framework.name == Framework::DeepSpeed) {
+      return shard * ((e + 4) + unscale + norm + adam + copy_back) + local_parameters * 2 * e;
+    }
+    if (s_.model.dtype == DType::BF16) return shard * (norm + adam + copy_back) + local_parameters * 4;
+    return local_parameters * (4 * e + (e + 4)) + shard * (unscale + norm + adam + copy_back);
   }
 
   struct Bucket {

@@ -340,6 +340,10 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   SectionReader framework(section_table(root, "framework", source, problems), "framework", source, problems);
   framework.choice("name", scenario.framework.name, kFrameworks);
   framework.boolean("tied_embeddings", scenario.framework.tied_embeddings);
+  framework.boolean("dropout", scenario.framework.dropout);
+  framework.boolean("fused_kernels", scenario.framework.fused_kernels);
+  framework.boolean("tp_comm_overlap", scenario.framework.tp_comm_overlap);
+  framework.boolean("gradient_accumulation_fusion", scenario.framework.gradient_accumulation_fusion);
   framework.reject_unknown_keys();
 
   SectionReader training(section_table(root, "training", source, problems), "training", source, problems);
@@ -525,6 +529,10 @@ std::string to_toml(const Scenario& s) {
   line("\n[framework]");
   line(fmt::format("name = \"{}\"", to_string(s.framework.name)));
   line(fmt::format("tied_embeddings = {}", s.framework.tied_embeddings));
+  line(fmt::format("dropout = {}", s.framework.dropout));
+  line(fmt::format("fused_kernels = {}", s.framework.fused_kernels));
+  line(fmt::format("tp_comm_overlap = {}", s.framework.tp_comm_overlap));
+  line(fmt::format("gradient_accumulation_fusion = {}", s.framework.gradient_accumulation_fusion));
   line("\n[training]");
   line(fmt::format("seed = {}", s.training.seed));
   line(fmt::format("learning_rate = {:.17g}", s.training.learning_rate));

@@ -68,9 +68,20 @@ struct ClusterSpec {
   std::int64_t total_gpus() const { return nodes * gpus_per_node; }
 };
 
+// The framework's habits that change what work is done (kernels, masks, accumulation, communication overlap).
+// Defaults are Megatron-LM as of 2021 (Narayanan et al., SC'21); docs/accuracy.md describes each effect.
 struct FrameworkSpec {
   Framework name = Framework::Megatron;
   bool tied_embeddings = true;        // GPT-2 style: the LM head reuses the word embedding
+  bool dropout = true;                // hidden and attention dropout (Megatron's default p = 0.1): dropout kernels
+                                      // run and write their masks; false: p = 0, no dropout kernels
+  bool fused_kernels = true;          // Megatron's fused bias+GeLU, bias+dropout+add and scale+mask+softmax kernels;
+                                      // false: one kernel (one memory pass) per elementwise operation
+  bool tp_comm_overlap = false;       // backward TP communication overlapped with the independent GEMM (Megatron's
+                                      // --async-tensor-model-parallel-allreduce and its sequence-parallel twin, 2022)
+  bool gradient_accumulation_fusion = false;  // weight-gradient GEMMs accumulate into the fp32 main gradient
+                                              // (Megatron's --gradient-accumulation-fusion, 2022); false: a
+                                              // separate accumulation kernel per weight and micro-batch
 };
 
 // Hyper-parameters of real training (the executor); the simulator ignores them.

@@ -42,6 +42,48 @@ double base_efficiency(const topology::GpuSpec& gpu, const GemmMeasurement& meas
   return std::min(1.0, quantized / achieved);
 }
 
+bool has_weight(model::ComputeKind what) {
+  using model::ComputeKind;
+  return what == ComputeKind::QkvProjection || what == ComputeKind::AttentionProjection || what == ComputeKind::MlpUp ||
+         what == ComputeKind::MlpDown || what == ComputeKind::LmHead;
+}
+
+// Bytes per weight element the framework moves to accumulate one micro-batch's weight gradient, averaged over the
+// iteration's micro-batches:
+//   Megatron accumulating in fp32 (bf16 forces --accumulate-allreduce-grads-in-fp32 and contiguous buffers,
+//     megatron/arguments.py): a gradient hook adds the model-dtype gradient into the fp32 main-gradient buffer,
+//     param.main_grad.add_(param.grad.data) (megatron/model/distributed.py, 2021): read e and 4 bytes, write 4, every
+//     micro-batch; nothing with framework.gradient_accumulation_fusion, where the weight-gradient GEMM accumulates
+//     into main_grad itself (megatron/mpu/layers.py with fused_weight_gradient_mlp_cuda, 2022);
+//   Megatron with fp16, PyTorch DDP and DeepSpeed (ZeRO-1 keeps gradients in .grad until the accumulation boundary,
+//     deepspeed/runtime/zero/stage2.py): autograd accumulates into .grad in the model dtype (read two, write one:
+//     3 e bytes) from the second micro-batch of the iteration on.
+double gradient_accumulation_bytes(const model::Scenario& s) {
+  const double e = model::dtype_bytes(s.model.dtype);
+  const double m = static_cast<double>(std::max<std::int64_t>(1, s.parallel.micro_batches()));
+  if (s.framework.name == model::Framework::Megatron && s.model.dtype == model::DType::BF16) {
+    return s.framework.gradient_accumulation_fusion ? 0 : e + 8;
+  }
+  return 3 * e * (m - 1) / m;
+}
+
+// Kernels an elementwise op launches (framework.fused_kernels, framework.dropout), matching the passes that
+// model/program.cpp counts in Op::bytes.
+int elementwise_kernels(const model::Scenario& s, const model::Op& op) {
+  using model::ComputeKind;
+  const bool fused = s.framework.fused_kernels, forward = op.phase != model::Phase::Backward;
+  if (op.what == ComputeKind::AttentionResidual || op.what == ComputeKind::MlpResidual) {
+    return fused || !forward ? 1 : (s.framework.dropout ? 3 : 2);  // bias add, dropout, residual add
+  }
+  if (op.what == ComputeKind::Gelu) return fused || !forward ? 1 : 2;  // bias add, GeLU
+  return 1;
+}
+
+// Kernels of the attention core besides its GEMMs: softmax (fused scale+mask+softmax, or three passes) and dropout.
+int attention_kernels(const model::Scenario& s) {
+  return (s.framework.fused_kernels ? 1 : 3) + (s.framework.dropout ? 1 : 0);
+}
+
 }  // namespace
 
 AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu) {
@@ -50,18 +92,29 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu) {
   // cuBLAS's most efficient tiles are 256x128 and 128x256, then 128x128; smaller ones are used for small GEMMs and
   // are less efficient, so only these three are considered.
   p.tiles = {{256, 128}, {128, 256}, {128, 128}};
-  // HBM: STREAM-style copy kernels reach about 90% of the datasheet bandwidth on HBM2e/HBM3 GPUs. An assumption,
-  // not a measurement of ours: the first number to replace when a GPU measurement lands in bench/.
-  p.hbm_efficiency = 0.90;
+  // HBM: the fraction of the datasheet bandwidth a streaming elementwise kernel reaches.
+  //   A100 80GB: 0.79, measured: PyTorch `a * 1.2` on 4M fp32 elements runs at 0.202 TFLOP/s, i.e. 1616 GB/s of
+  //   reads and writes (8 bytes per FLOP) of the datasheet's 2039 GB/s (M. Li, github.com/mli/transformers-benchmarks,
+  //   README "Micro-Benchmarking Summary", VectorMul, micro_bench.ipynb, NGC PyTorch 22.07).
+  //   H100 / H200: 0.90, an assumption (STREAM-style kernels reach about 90%); the first number to replace when a
+  //   measurement lands in bench/.
+  p.hbm_efficiency = gpu.name.rfind("A100", 0) == 0 ? 1616.0 / 2039.0 : 0.90;
   // Launch: back-to-back dependent kernels leave a gap of a few microseconds (NVIDIA Technical Blog, "Getting Started
   // with CUDA Graphs", 2019, measures ~2-4 us per kernel of launch overhead); 2 us per kernel.
   p.kernel_launch_s = 2e-6;
-  // Large-GEMM efficiency: the maximum achievable matmul FLOPs measured by mamf-finder.py (S. Bekman, "Machine
-  // Learning Engineering Open Book", compute/accelerator/README.md, MAMF table, bf16, CUDA 12.x), divided by the
-  // peak and by our model's own quantization loss at the measured shape.
+  // Large-GEMM efficiency: a measured large GEMM, divided by the peak and by our model's own quantization loss at
+  // the measured shape.
+  //   A100: 230 TFLOP/s for a 8192 x 8192 x 8192 fp16 matmul in PyTorch (M. Li, github.com/mli/transformers-
+  //   benchmarks, README "Micro-Benchmarking Summary", MatMul FP16 on an A100 80GB, NGC PyTorch 22.07: CUDA 11.7,
+  //   cuBLAS 11.10), the CUDA 11 generation every published A100 run of scenarios/published/ used (NGC 20.12 for
+  //   Narayanan et al. 2021, 2021-2022 containers for MT-NLG and Korthikanti et al.). Today's CUDA 12 cuBLAS reaches
+  //   267.9 TFLOP/s at its best shape (mamf-finder.py, S. Bekman, "Machine Learning Engineering Open Book",
+  //   compute/accelerator/README.md, MAMF table: 6912 x 16384 x 2048, bf16); pass that in AnalyticalParameters to
+  //   model a current software stack.
+  //   H100 / H200: maximum achievable matmul FLOPs of the same MAMF table (bf16, CUDA 12.x).
   GemmMeasurement measured{};
   if (gpu.name.rfind("A100", 0) == 0) {
-    measured = {267.9e12, 6912, 16384, 2048};  // A100 SXM: 267.9 TFLOPS (85.9% of 312)
+    measured = {230e12, 8192, 8192, 8192};  // A100 SXM 80GB, CUDA 11.7: 230 TFLOPS (73.7% of 312)
   } else if (gpu.name.rfind("H100", 0) == 0) {
     measured = {792.1e12, 6144, 17920, 2816};  // H100 SXM: 792.1 TFLOPS (80.1% of 989)
   } else if (gpu.name.rfind("H200", 0) == 0) {
@@ -109,12 +162,18 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
     const double gemms = backward ? score_like + 3 * value_like : score_like + value_like;
     const double operand_bytes = (backward ? 2 : 1) * model::dtype_bytes(dtype) * count * (m * k + k * n + m * n);
     const double softmax = memory_time_s(std::max(0.0, op.bytes - operand_bytes));
-    return gemms + softmax + (backward ? 6 : 3) * launch;
+    return gemms + softmax + ((backward ? 4 : 2) + attention_kernels(scenario)) * launch;
   }
   if (count > 0) {
     if (backward) {
-      // Input gradient dX = dY W^T: [m,n]x[n,k]; weight gradient dW = X^T dY: [k,m]x[m,n].
-      return gemm_time_s(m, k, n, count, dtype) + gemm_time_s(k, n, m, count, dtype) + 2 * launch;
+      // Input gradient dX = dY W^T: [m,n]x[n,k]; weight gradient dW = X^T dY: [k,m]x[m,n]; then the framework's
+      // accumulation of dW (a [k,n] weight) across micro-batches.
+      double accumulate = 0;
+      if (has_weight(op.what)) {
+        const double bytes = gradient_accumulation_bytes(scenario) * k * n * count;
+        if (bytes > 0) accumulate = memory_time_s(bytes) + launch;
+      }
+      return gemm_time_s(m, k, n, count, dtype) + gemm_time_s(k, n, m, count, dtype) + 2 * launch + accumulate;
     }
     return gemm_time_s(m, n, k, count, dtype) + launch;
   }
@@ -123,7 +182,26 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
     const double compute = op.flops / (gpu_.peak_flops(dtype) * parameters_.gemm_efficiency);
     return std::max(compute, memory_time_s(op.bytes)) + launch;
   }
-  return memory_time_s(op.bytes) + launch;
+  return memory_time_s(op.bytes) + elementwise_kernels(scenario, op) * launch;
+}
+
+double AnalyticalCostModel::gemm_half_s(const model::Scenario& scenario, model::ComputeKind what,
+                                        bool weight_gradient) const {
+  model::GemmShape shape;
+  if (what == model::ComputeKind::LmHead) {
+    const auto t = scenario.parallel.tp;
+    shape = {scenario.model.seq_len * scenario.parallel.micro_batch, scenario.padded_vocab() / t, scenario.model.hidden,
+             1};
+  } else {
+    for (const model::Op& op : model::layer_compute_ops(scenario, 0, model::Phase::Backward)) {
+      if (op.what == what && op.gemm.count > 0) shape = op.gemm;
+    }
+  }
+  const double m = static_cast<double>(shape.m), n = static_cast<double>(shape.n), k = static_cast<double>(shape.k);
+  const double count = static_cast<double>(shape.count);
+  if (count <= 0) return 0;
+  const model::DType dtype = scenario.model.dtype;
+  return weight_gradient ? gemm_time_s(k, n, m, count, dtype) : gemm_time_s(m, k, n, count, dtype);
 }
 
 double AnalyticalCostModel::compute_time_s(const model::Scenario& scenario, const model::Op& op) const {

@@ -8,9 +8,11 @@
 //             memory = operand bytes / (HBM x hbm_efficiency): small or skinny GEMMs become memory bound (a dimension
 //             narrower than every tile is not quantized: cuBLAS has GEMV-like kernels for it). A backward
 //             GEMM op runs the input-gradient GEMM [m,n]x[n,k] and the weight-gradient GEMM [k,m]x[m,n].
-//   attention the two batched GEMMs of each head (Q K^T [s,d]x[d,s], P V [s,s]x[s,d]) plus the softmax traffic
-//             (the op's bytes not read by the GEMMs) over HBM.
+//   attention the two batched GEMMs of each head (Q K^T [s,d]x[d,s], P V [s,s]x[s,d]) plus the softmax and dropout
+//             traffic (the op's bytes not read by the GEMMs) over HBM.
 //   other     memory bound: Op::bytes over HBM + launch.
+//   gradient  a backward GEMM with a weight also accumulates the weight gradient across micro-batches, as the
+//   accumul.  framework does (see gradient_accumulation_bytes in cost_model.cpp): a memory-bound kernel.
 //   layer     a fused TransformerLayer op costs the sum of its parts (model::layer_compute_ops).
 // No constant is fitted to a published training run; each one cites its source in cost_model.cpp.
 #pragma once
@@ -31,6 +33,13 @@ class CostModel {
   virtual std::string name() const = 0;
   // Seconds one rank spends on `op`, a Compute op of `scenario`'s Program.
   virtual double compute_time_s(const model::Scenario& scenario, const model::Op& op) const = 0;
+  // Seconds of one half of the backward of the GEMM `what` (QkvProjection, AttentionProjection, MlpUp, MlpDown,
+  // LmHead) for one micro-batch: its weight-gradient GEMM, or its input-gradient GEMM. What a backward TP collective
+  // can hide under (framework.tp_comm_overlap); 0 when the model does not know.
+  virtual double gemm_half_s(const model::Scenario& /*scenario*/, model::ComputeKind /*what*/,
+                             bool /*weight_gradient*/) const {
+    return 0;
+  }
 };
 
 struct GemmTile {
@@ -60,6 +69,7 @@ class AnalyticalCostModel : public CostModel {
   // `count` GEMMs [m, k] x [k, n] on one GPU (no launch overhead).
   double gemm_time_s(double m, double n, double k, double count, model::DType dtype) const;
   double memory_time_s(double bytes) const;
+  double gemm_half_s(const model::Scenario& scenario, model::ComputeKind what, bool weight_gradient) const override;
   const topology::GpuSpec& gpu() const { return gpu_; }
   const AnalyticalParameters& parameters() const { return parameters_; }
 

@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <simgrid/s4u.hpp>
 
+#include "sim/framework.hpp"
+
 namespace twin::sim::detail {
 
 namespace sg4 = simgrid::s4u;
@@ -75,8 +77,82 @@ std::vector<int> Engine::group_members(model::Group group, int replayer) const {
   return groups;
 }
 
+namespace {
+
+// framework.tp_comm_overlap: a collective that ran for `hidden_s` beside a GEMM has only the rest left once the GEMM
+// is done; its flows carry that share of the bytes (the NVLinks it uses carry nothing else), so that the replay stays
+// behind the simulated clock at every fidelity.
+void hide_under_gemm(CollectivePlan& plan, double hidden_s) {
+  if (hidden_s <= 0) return;
+  const double left_s = plan.estimate_s - hidden_s;
+  if (left_s <= 0) {
+    plan.phases.clear();
+    plan.estimate_s = 0;
+    return;
+  }
+  double latency_s = 0;
+  for (const FlowPhase& phase : plan.phases) latency_s += phase.latency_s;
+  const double transfer_s = plan.estimate_s - latency_s;
+  const double keep = transfer_s > 0 ? std::max(0.0, left_s - latency_s) / transfer_s : 0;
+  for (FlowPhase& phase : plan.phases) {
+    for (Flow& flow : phase.flows) flow.bytes *= keep;
+    if (keep <= 0) phase.flows.clear();  // latency only: no zero-byte flows
+    if (left_s < latency_s) phase.latency_s *= left_s / latency_s;
+  }
+  plan.estimate_s = left_s;
+}
+
+}  // namespace
+
+double Engine::tensor_gather_s(double bytes) const {
+  auto [it, created] = gather_estimates_.try_emplace(bytes, 0.0);
+  if (created && program_.layout.tp() > 1) {
+    // The TP group shares a node (Megatron's placement): NCCL's all-gather on NVLink, as for TP collectives.
+    const std::vector<int> one_node(static_cast<std::size_t>(program_.layout.tp()), 0);
+    it->second = plan_collective(model::CollectiveKind::AllGather, bytes, one_node, communication_, options_.algorithm)
+                     .estimate_s;
+  }
+  return it->second;
+}
+
+// A blocking Send/Recv pair (sim/framework.hpp) as a two-member instance: sender and receiver register when they
+// post; the transfer starts once both have; the receiver then all-gathers a scattered tensor across its TP group.
+CollectiveInstance* Engine::point_to_point(const Replayer& member, std::int32_t op) {
+  const model::Op& o = program_.stage_ops[member.stage()][op];
+  const bool sending = o.kind == model::OpKind::Send;
+  const int peer = peer_replayer(member, o.peer_stage);
+  const int sender = sending ? member.id() : peer, receiver = sending ? peer : member.id();
+  const model::P2PTag tag = model::p2p_tag(o);
+  // Bit 63 marks point-to-point keys (collective keys use bits 60-61 for their group).
+  const std::uint64_t key = (std::uint64_t{1} << 63) | (static_cast<std::uint64_t>(sender & 0xFFFFF) << 40) |
+                            (static_cast<std::uint64_t>(tag.micro_batch & 0xFFFFFF) << 16) |
+                            (static_cast<std::uint64_t>(tag.sender_virtual_stage & 0x3FFF) << 2) |
+                            static_cast<std::uint64_t>(tag.phase);
+  auto [it, created] = collectives_.try_emplace(key);
+  if (created) {
+    auto instance = std::make_unique<CollectiveInstance>();
+    instance->key = key;
+    instance->members = {sender, receiver};
+    instance->member_op.assign(2, -1);
+    instance->arrival_s.assign(2, 0.0);
+    instance->extra_s.assign(2, 0.0);
+    instance->plan.algorithm = CollectiveAlgorithm::Ring;
+    if (!communication_.ideal) {
+      const PipelineTransfer transfer = pipeline_transfer(program_.scenario, o);
+      FlowPhase phase;
+      if (transfer.wire_bytes > 0) phase.flows.push_back({0, 1, transfer.wire_bytes * bytes_scale()});
+      phase.latency_s = transfer.messages * p2p_latency_s(*replayers_[sender], *replayers_[receiver]);
+      instance->plan.phases.push_back(std::move(phase));
+      if (transfer.gather_on_receipt) instance->extra_s[1] = tensor_gather_s(transfer.full_bytes);
+    }
+    it->second = std::move(instance);
+  }
+  return it->second.get();
+}
+
 CollectiveInstance* Engine::collective(const Replayer& member, std::int32_t op) {
   const model::Op& o = program_.stage_ops[member.stage()][op];
+  if (o.kind == model::OpKind::Send || o.kind == model::OpKind::Recv) return point_to_point(member, op);
   std::vector<int> members = group_members(o.group, member.id());
   const std::uint64_t key = (static_cast<std::uint64_t>(o.group) << 60) |
                             (static_cast<std::uint64_t>(members.front()) << 32) |
@@ -88,8 +164,10 @@ CollectiveInstance* Engine::collective(const Replayer& member, std::int32_t op) 
     std::vector<int> nodes;
     for (int m : members) nodes.push_back(node_of(m));
     instance->plan = plan_collective(o.collective, o.bytes, nodes, communication_, options_.algorithm, bytes_scale());
+    hide_under_gemm(instance->plan, plans_[member.stage()].lead[op]);
     instance->member_op.assign(members.size(), -1);
     instance->arrival_s.assign(members.size(), 0.0);
+    instance->extra_s.assign(members.size(), 0.0);
     instance->members = std::move(members);
     it->second = std::move(instance);
   }
@@ -130,6 +208,9 @@ StagePlan Engine::build_plan(int stage) const {
   plan.ops = &ops;
   plan.duration.assign(n, 0.0);
   plan.local.assign(n, 0);
+  plan.rendezvous.assign(n, 0);
+  plan.lead.assign(n, 0.0);
+  plan.receipt_s.assign(n, 0.0);
   plan.pending.assign(n, 0);
   plan.collective_seq.assign(n, -1);
   plan.recv_slot.assign(n, -1);
@@ -153,7 +234,52 @@ StagePlan Engine::build_plan(int stage) const {
   }
   std::map<std::tuple<int, int, double>, double> estimates;
 
-  // Predecessors: deps plus the previous op of the same ordered stream.
+  // Blocking pipeline exchanges (sim/framework.hpp): the compute op after the Send/Recv ops that separate it from
+  // the previous compute op waits for all of them. With 1F1B and GPipe they also rendezvous: they are posted when
+  // the previous compute op ends (serialized exchanges: one after the other, in the framework's order) and a
+  // transfer starts once both sides have posted. The interleaved schedule's Program order pairs sends and receives
+  // differently from Megatron's combined calls, so there its messages leave eagerly (a send still blocks its sender
+  // until the bytes have arrived).
+  const bool blocking = options_.blocking_p2p;
+  const bool rendezvous = blocking && scenario.parallel.schedule != model::ScheduleKind::Interleaved;
+  std::vector<std::vector<std::int32_t>> extra(n);
+  if (blocking) {
+    std::int32_t last_compute = -1;
+    std::vector<std::int32_t> exchange;
+    const bool serialized = serialized_exchanges(scenario);
+    const auto close = [&](std::int32_t next_compute) {
+      if (exchange.empty()) return;
+      const std::vector<std::int32_t> order = exchange_order(scenario, ops, exchange);
+      for (std::size_t k = 0; k < order.size(); ++k) {
+        if (rendezvous && last_compute >= 0) extra[order[k]].push_back(last_compute);
+        if (rendezvous && serialized && k > 0) extra[order[k]].push_back(order[k - 1]);
+        if (next_compute >= 0) extra[next_compute].push_back(order[k]);
+      }
+      exchange.clear();
+    };
+    for (std::int32_t i = 0; i < n; ++i) {
+      if (ops[i].stream == model::Stream::Pipeline) {
+        exchange.push_back(i);
+        plan.rendezvous[i] = rendezvous ? 1 : 0;
+      } else if (ops[i].stream == model::Stream::Compute) {
+        close(i);
+        last_compute = i;
+      }
+    }
+    close(-1);
+  }
+  // framework.tp_comm_overlap: how long a backward TP collective can hide under the GEMM half beside it.
+  std::map<std::pair<int, int>, double> hidden;
+  const auto lead_of = [&](const model::Op& op) {
+    const HiddenUnder under = tp_overlap(scenario, op);
+    if (under == HiddenUnder::Nothing) return 0.0;
+    const auto key = std::make_pair(static_cast<int>(op.what), static_cast<int>(under));
+    auto [it, created] = hidden.try_emplace(key, 0.0);
+    if (created) it->second = cost_.gemm_half_s(scenario, op.what, under == HiddenUnder::WeightGradient);
+    return it->second;
+  };
+
+  // Predecessors: deps plus the previous op of the same ordered stream (plus the exchange rules above).
   std::vector<std::int32_t> predecessor_begin(n + 1, 0), predecessors;
   std::int32_t last_on_stream[3] = {-1, -1, -1};
   int collectives_seen[4] = {0, 0, 0, 0};
@@ -166,6 +292,7 @@ StagePlan Engine::build_plan(int stage) const {
       }
       predecessors.push_back(dep);
     }
+    for (std::int32_t before : extra[i]) predecessors.push_back(before);
     const auto stream = static_cast<int>(op.stream);
     if (ordered(op.stream) && last_on_stream[stream] >= 0) predecessors.push_back(last_on_stream[stream]);
     std::sort(predecessors.begin() + static_cast<std::ptrdiff_t>(first), predecessors.end());
@@ -183,6 +310,7 @@ StagePlan Engine::build_plan(int stage) const {
       case model::OpKind::Collective: {
         const auto group = static_cast<int>(op.group);
         plan.collective_seq[i] = collectives_seen[group]++;
+        plan.lead[i] = lead_of(op);
         if (group_kind[group] == GroupKind::Single) {
           plan.local[i] = 1;  // a group of one: nothing to do
         } else if (group_kind[group] == GroupKind::InsideTensorGroup) {
@@ -196,19 +324,24 @@ StagePlan Engine::build_plan(int stage) const {
                 plan_collective(op.collective, op.bytes, group_nodes[group], communication_, options_.algorithm)
                     .estimate_s;
           }
-          plan.duration[i] = it->second;
+          plan.duration[i] = std::max(0.0, it->second - plan.lead[i]);  // only what the GEMM does not hide
         }
         break;
       }
       case model::OpKind::Recv: {
-        plan.pending[i] += 1;  // the message itself
-        plan.recv_slot[i] = plan.recv_count++;
         const int from = op.peer_stage;
-        if (std::find(plan.peer_stages.begin(), plan.peer_stages.end(), from) == plan.peer_stages.end()) {
-          plan.peer_stages.push_back(from);
-        }
         if (!plan.recv_by_tag.emplace(p2p_key(from, model::p2p_tag(op)), i).second) {
           throw SimulationError(fmt::format("stage {}: two Recv ops share the tag of op {}", stage, i));
+        }
+        if (rendezvous) break;  // matched as a two-member instance, not through an inbox
+        plan.pending[i] += 1;   // the eager message itself
+        if (!communication_.ideal) {
+          const PipelineTransfer transfer = pipeline_transfer(scenario, op);
+          if (transfer.gather_on_receipt) plan.receipt_s[i] = tensor_gather_s(transfer.full_bytes);
+        }
+        plan.recv_slot[i] = plan.recv_count++;
+        if (std::find(plan.peer_stages.begin(), plan.peer_stages.end(), from) == plan.peer_stages.end()) {
+          plan.peer_stages.push_back(from);
         }
         break;
       }

@@ -33,6 +33,9 @@ struct StagePlan {
   const std::vector<model::Op>* ops = nullptr;
   std::vector<double> duration;               // compute ops and local collectives: seconds
   std::vector<std::uint8_t> local;            // 1: timed without the network (compute, analytical collective)
+  std::vector<std::uint8_t> rendezvous;       // 1: a Send/Recv replayed as a blocking two-member exchange
+  std::vector<double> lead;                   // a TP collective hidden under a GEMM: seconds of it the GEMM hides
+  std::vector<double> receipt_s;              // an eager Recv: seconds after its bytes arrive (TP all-gather)
   std::vector<std::int32_t> pending;          // predecessors: deps + stream predecessor (+1 arrival for a Recv)
   std::vector<std::int32_t> successor_begin;  // CSR, size ops + 1
   std::vector<std::int32_t> successors;
@@ -53,6 +56,7 @@ struct CollectiveInstance {
   std::vector<int> members;             // replayer ids, in group order
   std::vector<std::int32_t> member_op;  // each member's op
   std::vector<double> arrival_s;        // when each member reached it
+  std::vector<double> extra_s;          // per member, seconds after completion (a receiver's TP all-gather)
   int arrived = 0;
   std::size_t phase = 0;
   int flows_left = 0;
@@ -162,7 +166,7 @@ class Engine {
   int peer_replayer(const Replayer& from, int stage) const;  // same dp (and tp) on `stage`
   double bytes_scale() const { return fidelity_ == Fidelity::Group ? program_.layout.tp() : 1.0; }
   double p2p_latency_s(const Replayer& from, const Replayer& to) const;
-  CollectiveInstance* collective(const Replayer& member, std::int32_t op);
+  CollectiveInstance* collective(const Replayer& member, std::int32_t op);  // or a rendezvous Send/Recv pair
   void forget(CollectiveInstance* instance) { collectives_.erase(instance->key); }
   // settle(): the running actor drains itself and every replayer it touched, iteratively, and wakes those that
   // must act earlier than they planned. Any SimGrid call lets other actors run: running() is only valid in drains.
@@ -176,6 +180,8 @@ class Engine {
   void build_plans();
   StagePlan build_plan(int stage) const;
   std::vector<int> group_members(model::Group group, int replayer) const;
+  CollectiveInstance* point_to_point(const Replayer& member, std::int32_t op);
+  double tensor_gather_s(double bytes) const;
   int node_of(int replayer) const;
   int representative_rank(int replayer) const;
   void print_progress(bool final_line);
@@ -193,6 +199,7 @@ class Engine {
   std::vector<std::unique_ptr<Replayer>> replayers_;
   std::unordered_map<std::uint64_t, std::unique_ptr<CollectiveInstance>> collectives_;
   std::vector<int> group_slot_;  // group fidelity: endpoint slot of each replayer in its node
+  mutable std::unordered_map<double, double> gather_estimates_;  // TP all-gather of a pipeline tensor: bytes -> seconds
   Replayer* running_ = nullptr;
   std::vector<Replayer*> worklist_;
   std::int64_t activities_ = 0;

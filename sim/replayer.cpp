@@ -15,6 +15,7 @@
 #include <simgrid/s4u.hpp>
 
 #include "sim/engine.hpp"
+#include "sim/framework.hpp"
 
 namespace twin::sim::detail {
 
@@ -138,6 +139,8 @@ void Replayer::become_ready(std::int32_t op) {
   const double ready = ready_[op];
   if (plan_.local[op]) {
     finish(op, ready, ready, ready + plan_.duration[op]);
+  } else if (plan_.rendezvous[op]) {
+    arrive(op);  // a blocking Send/Recv: a two-member instance with its peer
   } else if (o.kind == model::OpKind::Recv) {
     const std::int32_t slot = plan_.recv_slot[op];
     finish(op, ready, std::max(ready, transfer_start_s_[slot]), std::max(ready, arrival_s_[slot]));
@@ -168,7 +171,9 @@ void Replayer::issue_due() {
 void Replayer::send(std::int32_t op) {
   const model::Op& o = (*plan_.ops)[op];
   Replayer& peer = engine_.replayer(engine_.peer_replayer(*this, o.peer_stage));
-  const double bytes = engine_.communication().ideal ? 0 : o.bytes * engine_.bytes_scale();
+  const double bytes = engine_.communication().ideal
+                           ? 0
+                           : pipeline_transfer(engine_.program().scenario, o).wire_bytes * engine_.bytes_scale();
   // The payload names the op; the receiver finds the matching Recv from its tag.
   void* payload = reinterpret_cast<void*>(static_cast<std::uintptr_t>(op) + 1);
   engine_.count_activity();
@@ -216,7 +221,9 @@ void Replayer::complete_collective(CollectiveInstance* instance, double completi
   --owned_collectives_;
   for (std::size_t i = 0; i < instance->members.size(); ++i) {
     Replayer& member = engine_.replayer(instance->members[i]);
-    member.finish(instance->member_op[i], instance->arrival_s[i], instance->started_s, completion_s);
+    // extra_s: what a member does after the flows (a pipeline receiver's all-gather of a scattered tensor).
+    member.finish(instance->member_op[i], instance->arrival_s[i], instance->started_s,
+                  completion_s + instance->extra_s[i]);
     engine_.touch(member);
   }
   engine_.forget(instance);
@@ -245,7 +252,8 @@ void Replayer::handle(std::size_t index) {
       const Replayer& sender = engine_.replayer(engine_.peer_replayer(*this, from_stage));
       const std::int32_t slot = plan_.recv_slot[op];
       transfer_start_s_[slot] = activity->get_start_time();
-      arrival_s_[slot] = now + engine_.p2p_latency_s(sender, *this);
+      const int messages = pipeline_transfer(engine_.program().scenario, sent).messages;
+      arrival_s_[slot] = now + messages * engine_.p2p_latency_s(sender, *this) + plan_.receipt_s[op];
       if (--pending_[op] == 0) ready_list_.push_back(op);
       post_inbox(waiting.index);
       break;
@@ -258,7 +266,8 @@ void Replayer::handle(std::size_t index) {
     case Wait::Send: {
       const model::Op& o = (*plan_.ops)[waiting.index];
       const Replayer& peer = engine_.replayer(engine_.peer_replayer(*this, o.peer_stage));
-      finish(waiting.index, waiting.start_s, waiting.start_s, now + engine_.p2p_latency_s(*this, peer));
+      const int messages = pipeline_transfer(engine_.program().scenario, o).messages;
+      finish(waiting.index, waiting.start_s, waiting.start_s, now + messages * engine_.p2p_latency_s(*this, peer));
       break;
     }
     case Wait::CollectiveFlow: {

@@ -16,8 +16,8 @@ namespace {
 enum Category : int { kCompute = 0, kTensor = 1, kDataBlocking = 2, kDataBackground = 3, kPipeline = 4, kCount = 5 };
 
 int category_of(const model::Op& op) {
-  if (op.kind == model::OpKind::Recv) return kPipeline;
-  if (op.kind == model::OpKind::Send) return -1;  // a Send never makes its own rank wait
+  // Both frameworks block on their sends as on their receives (sim/framework.hpp): from the moment its bytes move.
+  if (op.kind == model::OpKind::Recv || op.kind == model::OpKind::Send) return kPipeline;
   if (op.stream == model::Stream::DataParallel) return kDataBackground;
   if (op.kind == model::OpKind::Compute) return kCompute;
   return op.group == model::Group::Tensor ? kTensor : kDataBlocking;

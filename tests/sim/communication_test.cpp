@@ -71,7 +71,7 @@ TEST(RingAllReduce, HierarchicalWhenMembersShareNodes) {
 }
 
 TEST(PointToPoint, OneMessageBetweenNodes) {
-  const double S = 2.4e8;  // 10 ms on one HDR NIC
+  const double S = 2.4e8;  // 10 ms on one HDR NIC (1.25 ms once scattered over eight)
   Plan plan;
   plan.tp = 8;
   plan.pp = 2;
@@ -88,8 +88,12 @@ TEST(PointToPoint, OneMessageBetweenNodes) {
   recv.kind = model::OpKind::Recv;
   recv.peer_stage = 0;
   const auto program = hand_program(make_scenario(plan), {{send}, {recv}});
-  // Bandwidth, NCCL's network step latency, and two fabric links (both nodes under one leaf switch).
-  const double expected = S / kNode.nic_effective_bytes_per_s + kNccl.ring_simple_net_step_s + 2 * 130e-9;
+  // Megatron's scatter/gather (sim/framework.hpp): each TP rank sends 1/8 of the tensor over its own NIC (bandwidth,
+  // NCCL's network step latency, two fabric links: both nodes under one leaf switch), then the receivers all-gather
+  // it on NVLink.
+  const double gather = kNccl.ring_simple_base_s + 7 * kNccl.ring_simple_nvlink_step_s +
+                        7.0 / 8 * S / kNode.nvlink_effective_bytes_per_s;
+  const double expected = S / 8 / kNode.nic_effective_bytes_per_s + kNccl.ring_simple_net_step_s + 2 * 130e-9 + gather;
   EXPECT_NEAR(run(program, Fidelity::Rank), expected, 1e-9);
   EXPECT_NEAR(run(program, Fidelity::Group), expected, 1e-9);
 }

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Predicted against published: simulate every run of scenarios/published/published.toml with `twin sim` and print
+the iteration time twin predicts, the published one, the error and the mean absolute percentage error (MAPE).
+
+    bench/accuracy/run.py                           # finds build*/cli/twin
+    bench/accuracy/run.py --twin build/cli/twin --markdown --json accuracy.json
+    bench/accuracy/run.py --only mtnlg              # runs whose name matches a regular expression
+
+Published TFLOP/s per GPU are turned into seconds with the paper's own count, Narayanan et al.'s
+F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), so that every error is an error on the iteration time:
+error = predicted / published - 1 (negative: twin is too fast). No build step: it needs Python 3.11+ (tomllib) and a
+built `twin`.
+"""
+import argparse
+import concurrent.futures
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import tomllib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PUBLISHED = os.path.join(ROOT, "scenarios", "published")
+# Framework keys this bench's scenarios use that a twin older than docs/accuracy.md does not know (--legacy).
+NEW_FRAMEWORK_KEYS = ("dropout", "fused_kernels", "tp_comm_overlap", "gradient_accumulation_fusion")
+
+
+def find_twin():
+    candidates = [p for p in glob.glob(os.path.join(ROOT, "build*", "cli", "twin")) if os.access(p, os.X_OK)]
+    if not candidates:
+        sys.exit("bench/accuracy: no built twin under build*/cli/twin; pass --twin PATH")
+    return max(candidates, key=os.path.getmtime)
+
+
+def scenario_with_overrides(path, overrides):
+    with open(path, "rb") as f:
+        scenario = tomllib.load(f)
+    for item in overrides:
+        key, value = item.split("=", 1)
+        section, name = key.split(".", 1)
+        try:
+            value = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            pass
+        scenario.setdefault(section, {})[name] = value
+    return scenario
+
+
+def published_seconds(run, scenario):
+    if "iteration_time_s" in run:
+        return float(run["iteration_time_s"])
+    m, p, c = scenario["model"], scenario["parallel"], scenario["cluster"]
+    B, s, l, h = p["global_batch"], m["seq_len"], m["layers"], m["hidden"]
+    V = run["flops_vocab"]
+    flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    gpus = c["nodes"] * c.get("gpus_per_node", 8)
+    return flops / (gpus * run["tflops_per_gpu"] * 1e12)
+
+
+def simulate(twin, run, legacy, fidelity):
+    path = os.path.join(PUBLISHED, run["scenario"])
+    with tempfile.TemporaryDirectory() as tmp:
+        if legacy:  # drop the keys an older twin rejects
+            lines = [line for line in open(path) if line.split("=")[0].strip() not in NEW_FRAMEWORK_KEYS]
+            path = os.path.join(tmp, run["scenario"])
+            with open(path, "w") as f:
+                f.writelines(lines)
+        out = os.path.join(tmp, "summary.json")
+        command = [twin, "sim", path, "--quiet", "--json", out, "--fidelity", fidelity]
+        for item in run.get("set", []):
+            command += ["--set", item]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            return {"error": (done.stderr or done.stdout).strip().splitlines()[-1]}
+        with open(out) as f:
+            summary = json.load(f)
+    return {"iteration_time_s": summary["iteration_time_s"], "tflops_per_gpu": summary["tflops_per_gpu"],
+            "bubble": summary["bubble_fraction"]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--twin", help="twin binary (default: the newest build*/cli/twin)")
+    parser.add_argument("--only", default="", help="regular expression on run names")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--json", help="write the rows as JSON")
+    parser.add_argument("--legacy", action="store_true", help="strip framework keys an older twin does not know")
+    parser.add_argument("--fidelity", default="group",
+                        help="group (default: one actor per TP group) or rank (the same times, slower)")
+    args = parser.parse_args()
+    twin = args.twin or find_twin()
+
+    with open(os.path.join(PUBLISHED, "published.toml"), "rb") as f:
+        runs = [r for r in tomllib.load(f)["run"] if re.search(args.only, r["name"])]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        results = list(pool.map(lambda r: simulate(twin, r, args.legacy, args.fidelity), runs))
+
+    rows = []
+    for run, result in zip(runs, results):
+        scenario = scenario_with_overrides(os.path.join(PUBLISHED, run["scenario"]), run.get("set", []))
+        row = {"name": run["name"], "group": run["group"], "published_s": published_seconds(run, scenario),
+               "source": run["source"]}
+        row.update(result)
+        if "iteration_time_s" in result:
+            row["error"] = result["iteration_time_s"] / row["published_s"] - 1
+        rows.append(row)
+
+    if args.markdown:
+        print("| run | group | published s | twin s | error |")
+        print("|---|---|---:|---:|---:|")
+        for r in rows:
+            predicted = f"{r['iteration_time_s']:.2f}" if "error" in r else r.get("error", "?")
+            error = f"{100 * r['error']:+.1f} %" if "error" in r else "failed"
+            print(f"| {r['name']} | {r['group']} | {r['published_s']:.2f} | {predicted} | {error} |")
+    else:
+        print(f"{'run':32} {'group':15} {'published s':>12} {'twin s':>10} {'error':>8}")
+        for r in rows:
+            if "error" in r and isinstance(r["error"], float):
+                print(f"{r['name']:32} {r['group']:15} {r['published_s']:12.2f} {r['iteration_time_s']:10.2f} "
+                      f"{100 * r['error']:+7.1f}%")
+            else:
+                print(f"{r['name']:32} {r['group']:15} {r['published_s']:12.2f}   failed: {r.get('error')}")
+    ok = [r for r in rows if isinstance(r.get("error"), float)]
+    print()
+    for group in sorted({r["group"] for r in ok}) + ["all"]:
+        members = [r for r in ok if group == "all" or r["group"] == group]
+        mape = 100 * sum(abs(r["error"]) for r in members) / len(members)
+        bias = 100 * sum(r["error"] for r in members) / len(members)
+        print(f"MAPE {group:15} {mape:5.1f} %  (mean error {bias:+.1f} %, {len(members)} runs)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0 if len(ok) == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+#include "sim/framework.hpp"
+
+#include <algorithm>
+
+namespace twin::sim {
+
+PipelineTransfer pipeline_transfer(const model::Scenario& scenario, const model::Op& p2p) {
+  PipelineTransfer transfer;
+  transfer.full_bytes = p2p.bytes;
+  transfer.wire_bytes = p2p.bytes;
+  const double t = static_cast<double>(scenario.parallel.tp);
+  // With sequence parallelism the tensor is already a 1/t shard (Program::bytes): nothing to scatter or gather.
+  const bool split = scenario.parallel.tp > 1 && !scenario.parallel.sequence_parallel;
+  if (!split) return transfer;
+  const bool gradient = p2p.phase == model::Phase::Backward;
+  switch (scenario.framework.name) {
+    case model::Framework::Megatron:
+      // split_tensor_into_1d_equal_chunks / gather_split_1d_tensor, both directions.
+      transfer.wire_bytes = p2p.bytes / t;
+      transfer.gather_on_receipt = true;
+      break;
+    case model::Framework::DeepSpeed:
+      if (gradient) {
+        // Whole gradient on the wire; the receiver restores its own partitioned output first (an all-gather).
+        transfer.gather_on_receipt = true;
+      } else {
+        // PartitionedTensor: its meta tensor, then 1/t of the data; the receiver calls .full() (an all-gather).
+        transfer.wire_bytes = p2p.bytes / t;
+        transfer.messages = 2;
+        transfer.gather_on_receipt = true;
+      }
+      break;
+  }
+  return transfer;
+}
+
+bool serialized_exchanges(const model::Scenario& scenario) {
+  // DeepSpeed's PipelineEngine has no interleaved schedule; an interleaved DeepSpeed scenario is replayed with
+  // batched exchanges (serialized ones in Program order could deadlock there).
+  return scenario.framework.name == model::Framework::DeepSpeed &&
+         scenario.parallel.schedule != model::ScheduleKind::Interleaved;
+}
+
+std::vector<std::int32_t> exchange_order(const model::Scenario& scenario, const std::vector<model::Op>& ops,
+                                         std::vector<std::int32_t> exchange) {
+  if (!serialized_exchanges(scenario)) return exchange;
+  // DeepSpeed's TrainSchedule.steps(): a forward step issues SendGrad then RecvActivation, a backward step RecvGrad
+  // then SendActivation; in both, the gradient comes first.
+  std::stable_sort(exchange.begin(), exchange.end(), [&](std::int32_t a, std::int32_t b) {
+    const bool a_gradient = ops[a].phase == model::Phase::Backward, b_gradient = ops[b].phase == model::Phase::Backward;
+    return a_gradient && !b_gradient;
+  });
+  return exchange;
+}
+
+HiddenUnder tp_overlap(const model::Scenario& scenario, const model::Op& collective) {
+  if (!scenario.framework.tp_comm_overlap || collective.kind != model::OpKind::Collective) return HiddenUnder::Nothing;
+  if (collective.group != model::Group::Tensor || collective.phase != model::Phase::Backward)
+    return HiddenUnder::Nothing;
+  const bool column_parallel = collective.what == model::ComputeKind::QkvProjection ||
+                               collective.what == model::ComputeKind::MlpUp ||
+                               collective.what == model::ComputeKind::LmHead;
+  if (!column_parallel) return HiddenUnder::Nothing;
+  // The input gradient's all-reduce (or reduce-scatter) runs while the weight gradient is computed ...
+  if (collective.payload == model::Payload::InputGrad) return HiddenUnder::WeightGradient;
+  // ... and the sequence-parallel re-gather of the input while the input gradient is computed.
+  if (collective.payload == model::Payload::LayerInput && collective.collective == model::CollectiveKind::AllGather) {
+    return HiddenUnder::InputGradient;
+  }
+  return HiddenUnder::Nothing;
+}
+
+}  // namespace twin::sim

@@ -1,0 +1,53 @@
+// How the training framework moves pipeline tensors and overlaps communication: replay details the Program leaves
+// to the engine (docs/accuracy.md has the sources).
+//
+//   pipeline exchanges  Megatron-LM and DeepSpeed both block on their point-to-point calls: the ops of one exchange
+//                       (the Send/Recv ops between two compute ops) are posted when the compute before them ends, a
+//                       transfer starts once both sides have posted (NCCL send/recv and broadcast are rendezvous),
+//                       and the compute after the exchange waits for every op of it, sends included.
+//                         Megatron (megatron/p2p_communication.py, 2021-2022): one batch_isend_irecv per exchange
+//                         (its sends and receives move at once), then torch.cuda.synchronize(); with TP and without
+//                         sequence parallelism, each rank sends 1/t of the tensor and the receiver all-gathers it
+//                         over NVLink (--scatter-gather-tensors-in-pipeline, on by default).
+//                         DeepSpeed (deepspeed/runtime/pipe/engine.py and p2p.py, v0.5): one blocking broadcast in a
+//                         two-rank group per tensor, in the TrainSchedule's order (a stage entering a backward step
+//                         receives the gradient before it sends the activation; entering a forward step it sends the
+//                         gradient before it receives the activation). Activations are partitioned across the TP
+//                         group (is_pipe_partitioned: a meta tensor and 1/t of the data, all-gathered on receipt);
+//                         gradients are sent whole (is_grad_partitioned = False), and receiving one first all-gathers
+//                         the stage's own partitioned output to run the backward.
+//   TP overlap          framework.tp_comm_overlap: in the backward pass, the input-gradient all-reduce (reduce-
+//                       scatter with sequence parallelism) of a column-parallel GEMM runs under its weight-gradient
+//                       GEMM, and the sequence-parallel all-gather of its input under its input-gradient GEMM
+//                       (Megatron's LinearWithGradAccumulationAndAsyncCommunication).
+#pragma once
+
+#include <vector>
+
+#include "model/program.hpp"
+
+namespace twin::sim {
+
+// One Send/Recv pair of the Program as the framework performs it.
+struct PipelineTransfer {
+  double wire_bytes = 0;           // per rank, over the link between the two stages
+  int messages = 1;                // NCCL calls, each paying the point-to-point latency
+  bool gather_on_receipt = false;  // the receiver all-gathers `full_bytes` across its TP group (NVLink)
+  double full_bytes = 0;           // the tensor's full size per rank (Op::bytes)
+};
+PipelineTransfer pipeline_transfer(const model::Scenario& scenario, const model::Op& p2p);
+
+// Serialized exchanges (DeepSpeed's non-interleaved pipeline engine) or batched ones (Megatron, and any interleaved
+// schedule).
+bool serialized_exchanges(const model::Scenario& scenario);
+
+// The order of one exchange's ops (indices into `ops`, in Program order) as the framework issues them: batched
+// exchanges keep Program order; serialized ones put gradient ops (Phase::Backward) before activation ops.
+std::vector<std::int32_t> exchange_order(const model::Scenario& scenario, const std::vector<model::Op>& ops,
+                                         std::vector<std::int32_t> exchange);
+
+// framework.tp_comm_overlap: whether this TP collective of the backward pass runs under an independent GEMM.
+enum class HiddenUnder : unsigned char { Nothing, WeightGradient, InputGradient };
+HiddenUnder tp_overlap(const model::Scenario& scenario, const model::Op& collective);
+
+}  // namespace twin::sim

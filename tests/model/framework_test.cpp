@@ -1,0 +1,152 @@
+// The [framework] keys that change what work is done (dropout, kernel fusion, TP overlap, gradient accumulation
+// fusion), their effect on the Program's bytes, and the published scenarios (scenarios/published/) loading.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "model/program.hpp"
+#include "test_scenarios.hpp"
+
+namespace twin::model {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr const char* kBase = R"(
+[model]
+name = "small"
+layers = 4
+hidden = 1024
+heads = 16
+seq_len = 1024
+vocab = 1000
+dtype = "fp16"
+
+[parallel]
+tp = 2
+pp = 2
+micro_batch = 2
+global_batch = 16
+
+[cluster]
+nodes = 1
+node = "dgx-a100"
+)";
+
+std::vector<std::string> problems_of(const std::string& text) {
+  try {
+    parse_scenario(text, "case.toml");
+  } catch (const ScenarioError& error) {
+    return error.problems();
+  }
+  return {};
+}
+
+double bytes_of(const Scenario& s, Phase phase, ComputeKind what) {
+  double bytes = 0;
+  for (const Op& op : layer_compute_ops(s, 0, phase)) {
+    if (op.what == what) bytes += op.bytes;
+  }
+  return bytes;
+}
+
+TEST(FrameworkKeys, DefaultsAreMegatronOf2021) {
+  const Scenario s = parse_scenario(kBase, "case.toml");
+  EXPECT_TRUE(s.framework.dropout);
+  EXPECT_TRUE(s.framework.fused_kernels);
+  EXPECT_FALSE(s.framework.tp_comm_overlap);
+  EXPECT_FALSE(s.framework.gradient_accumulation_fusion);
+}
+
+TEST(FrameworkKeys, ParseAndRoundTrip) {
+  const Scenario s = parse_scenario(std::string(kBase) + R"(
+[framework]
+name = "deepspeed"
+dropout = false
+fused_kernels = false
+tp_comm_overlap = true
+gradient_accumulation_fusion = true
+)",
+                                    "case.toml");
+  EXPECT_FALSE(s.framework.dropout);
+  EXPECT_FALSE(s.framework.fused_kernels);
+  EXPECT_TRUE(s.framework.tp_comm_overlap);
+  EXPECT_TRUE(s.framework.gradient_accumulation_fusion);
+  const Scenario again = parse_scenario(to_toml(s), "again.toml");
+  EXPECT_EQ(to_toml(again), to_toml(s));
+  EXPECT_TRUE(again.framework.tp_comm_overlap);
+}
+
+TEST(FrameworkKeys, WrongTypesNameTheField) {
+  for (const char* key : {"dropout", "fused_kernels", "tp_comm_overlap", "gradient_accumulation_fusion"}) {
+    const auto problems = problems_of(std::string(kBase) + "[framework]\n" + key + " = \"yes\"\n");
+    ASSERT_EQ(problems.size(), 1u) << key;
+    EXPECT_THAT(problems[0], HasSubstr(std::string("framework.") + key + ": expected true or false"));
+  }
+}
+
+TEST(FrameworkKeys, DropoutWritesMasksAndRunsItsPasses) {
+  Scenario with = parse_scenario(kBase, "case.toml");
+  Scenario without = with;
+  without.framework.dropout = false;
+  // Attention dropout over b * heads/t * s^2 scores: read, write (2 bytes each in fp16) and a 1-byte mask.
+  const double scores = 2.0 * (16 / 2) * 1024 * 1024;
+  EXPECT_DOUBLE_EQ(bytes_of(with, Phase::Forward, ComputeKind::AttentionCore) -
+                       bytes_of(without, Phase::Forward, ComputeKind::AttentionCore),
+                   scores * (2 * 2 + 1));
+  // Bias + dropout + residual add writes a 1-byte mask per element of [tokens, h].
+  EXPECT_DOUBLE_EQ(bytes_of(with, Phase::Forward, ComputeKind::MlpResidual) -
+                       bytes_of(without, Phase::Forward, ComputeKind::MlpResidual),
+                   2.0 * 1024 * 1024);
+}
+
+TEST(FrameworkKeys, FusedKernelsMoveFewerBytes) {
+  const Scenario fused = parse_scenario(kBase, "case.toml");
+  Scenario unfused = fused;
+  unfused.framework.fused_kernels = false;
+  for (ComputeKind what : {ComputeKind::AttentionCore, ComputeKind::AttentionResidual, ComputeKind::Gelu}) {
+    EXPECT_LT(bytes_of(fused, Phase::Forward, what), bytes_of(unfused, Phase::Forward, what)) << to_string(what);
+  }
+  // GEMMs do the same work either way.
+  EXPECT_DOUBLE_EQ(bytes_of(fused, Phase::Forward, ComputeKind::MlpUp),
+                   bytes_of(unfused, Phase::Forward, ComputeKind::MlpUp));
+}
+
+double optimizer_bytes(const Scenario& s) {
+  const Program program = build_program(s, Granularity::Layer);
+  for (const Op& op : program.stage_ops[0]) {
+    if (op.kind == OpKind::Compute && op.what == ComputeKind::OptimizerStep) return op.bytes;
+  }
+  return 0;
+}
+
+TEST(FrameworkKeys, OptimizerTrafficFollowsTheFramework) {
+  Scenario fp16 = parse_scenario(kBase, "case.toml");
+  Scenario bf16 = fp16;
+  bf16.model.dtype = DType::BF16;
+  // Megatron with fp16 copies, unscales and checks its gradients; bf16 uses the fp32 main gradients in place.
+  EXPECT_GT(optimizer_bytes(fp16), optimizer_bytes(bf16));
+  // ZeRO-1 updates 1/dp of the parameters here (dp = 2 on this 8-GPU node).
+  Scenario zero = bf16;
+  zero.parallel.zero_stage = 1;
+  EXPECT_LT(optimizer_bytes(zero), optimizer_bytes(bf16));
+  Scenario deepspeed = fp16;
+  deepspeed.framework.name = Framework::DeepSpeed;
+  EXPECT_NE(optimizer_bytes(deepspeed), optimizer_bytes(fp16));
+}
+
+TEST(PublishedScenarios, EveryOneLoads) {
+  const std::filesystem::path dir = testing::source_dir() + "/scenarios/published";
+  int loaded = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.path().extension() != ".toml" || name == "published.toml") continue;
+    EXPECT_NO_THROW(load_scenario(entry.path())) << name;
+    ++loaded;
+  }
+  EXPECT_GE(loaded, 16);
+}
+
+}  // namespace
+}  // namespace twin::model

@@ -1,0 +1,250 @@
+// The accuracy refinements (docs/accuracy.md): GEMM quantization, fused kernels, gradient accumulation, and the
+// frameworks' pipeline exchanges and TP overlap, each through the cost model or the whole engine.
+#include <gtest/gtest.h>
+
+#include "sim/framework.hpp"
+#include "sim/report/summary.hpp"
+#include "sim/simulate.hpp"
+#include "tests/sim/support.hpp"
+#include "topology/hardware.hpp"
+
+namespace twin::sim {
+namespace {
+
+using testing::make_scenario;
+using testing::Plan;
+
+const topology::NodeSpec kNode = topology::dgx_a100();
+const NcclLatencies kNccl;
+
+model::Op gemm_op(model::ComputeKind what, model::Phase phase, double m, double n, double k) {
+  model::Op op;
+  op.what = what;
+  op.phase = phase;
+  op.gemm = {static_cast<std::int64_t>(m), static_cast<std::int64_t>(n), static_cast<std::int64_t>(k), 1};
+  op.flops = (phase == model::Phase::Backward ? 4 : 2) * m * n * k;
+  return op;
+}
+
+TEST(GemmModel, AQuantizedGemmCostsMoreThanItsFlopsSay) {
+  const AnalyticalCostModel a100(topology::a100_sxm4_80gb());
+  const double m = 2048, k = 8192;
+  // 108 columns of 128: every SM busy for whole waves. One more column: 1/108 more FLOPs, a partial extra wave.
+  const double full = a100.gemm_time_s(m, 128 * 108, k, 1, model::DType::FP16);
+  const double ragged = a100.gemm_time_s(m, 128 * 108 + 1, k, 1, model::DType::FP16);
+  EXPECT_GT(ragged / full, 1.05);
+  const double rate_full = 2 * m * 128 * 108 * k / full, rate_ragged = 2 * m * (128 * 108 + 1) * k / ragged;
+  EXPECT_LT(rate_ragged, 0.95 * rate_full);
+}
+
+TEST(GemmModel, ReproducesTheEraMeasurement) {
+  // A100, CUDA 11.7: 230 TFLOP/s on 8192^3 fp16 (mli/transformers-benchmarks); H100 keeps the MAMF value.
+  const AnalyticalCostModel a100(topology::a100_sxm4_80gb());
+  EXPECT_NEAR(2 * 8192.0 * 8192 * 8192 / a100.gemm_time_s(8192, 8192, 8192, 1, model::DType::FP16), 230e12, 1e9);
+  EXPECT_NEAR(a100.parameters().hbm_efficiency, 1616.0 / 2039, 1e-9);
+}
+
+TEST(KernelModel, FusedElementwiseKernelsAreFaster) {
+  Plan plan;
+  plan.tp = 8;
+  plan.hidden = 4096;
+  plan.heads = 32;
+  plan.seq = 2048;
+  model::Scenario fused = make_scenario(plan);
+  model::Scenario unfused = fused;
+  unfused.framework.fused_kernels = false;
+  const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
+  model::Op layer;
+  layer.what = model::ComputeKind::TransformerLayer;
+  layer.phase = model::Phase::Forward;
+  layer.layer = 0;
+  const double t_fused = cost.compute_time_s(fused, layer);
+  const double t_unfused = AnalyticalCostModel(topology::a100_sxm4_80gb()).compute_time_s(unfused, layer);
+  EXPECT_GT(t_unfused, 1.02 * t_fused);
+}
+
+TEST(KernelModel, GradientAccumulationFusionSavesAMemoryPass) {
+  Plan plan;
+  plan.tp = 8;
+  plan.hidden = 8192;
+  plan.heads = 64;
+  plan.global_batch = 8;                           // 8 micro-batches
+  model::Scenario separate = make_scenario(plan);  // bf16 Megatron: fp32 main_grad.add_() per micro-batch
+  model::Scenario fusion = separate;
+  fusion.framework.gradient_accumulation_fusion = true;
+  const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
+  const double m = 1024, n = 4 * 8192 / 8, k = 8192;  // MLP up on one TP rank
+  const auto op = gemm_op(model::ComputeKind::MlpUp, model::Phase::Backward, m, n, k);
+  const double saved = cost.compute_time_s(separate, op) - cost.compute_time_s(fusion, op);
+  EXPECT_NEAR(saved, cost.memory_time_s(k * n * (2 + 8)) + cost.parameters().kernel_launch_s, 1e-12);
+  // Autograd accumulation (DeepSpeed) costs nothing with a single micro-batch.
+  model::Scenario single = separate;
+  single.framework.name = model::Framework::DeepSpeed;
+  single.parallel.global_batch = 1;
+  EXPECT_DOUBLE_EQ(cost.compute_time_s(single, op), cost.compute_time_s(fusion, op));
+}
+
+TEST(Framework, PipelineTransfers) {
+  Plan plan;
+  plan.tp = 8;
+  plan.pp = 2;
+  plan.layers = 2;
+  plan.nodes = 2;
+  model::Scenario s = make_scenario(plan);
+  model::Op activation;
+  activation.kind = model::OpKind::Send;
+  activation.phase = model::Phase::Forward;
+  activation.bytes = 8e6;
+  model::Op gradient = activation;
+  gradient.phase = model::Phase::Backward;
+  // Megatron: scatter/gather both ways.
+  EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).wire_bytes, 1e6);
+  EXPECT_TRUE(pipeline_transfer(s, gradient).gather_on_receipt);
+  // DeepSpeed: partitioned activations (meta + data), whole gradients.
+  s.framework.name = model::Framework::DeepSpeed;
+  EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).wire_bytes, 1e6);
+  EXPECT_EQ(pipeline_transfer(s, activation).messages, 2);
+  EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).wire_bytes, 8e6);
+  // Sequence parallelism already sends a shard.
+  s.parallel.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).wire_bytes, 8e6);
+  EXPECT_FALSE(pipeline_transfer(s, gradient).gather_on_receipt);
+}
+
+TEST(Framework, DeepSpeedMovesTheGradientFirst) {
+  Plan plan;
+  plan.tp = 4;
+  plan.pp = 2;
+  plan.layers = 2;
+  model::Scenario s = make_scenario(plan);
+  std::vector<model::Op> ops(2);
+  ops[0].kind = model::OpKind::Send;  // the activation of the forward just done
+  ops[0].phase = model::Phase::Forward;
+  ops[1].kind = model::OpKind::Recv;  // the gradient for the backward to come
+  ops[1].phase = model::Phase::Backward;
+  EXPECT_EQ(exchange_order(s, ops, {0, 1}), (std::vector<std::int32_t>{0, 1}));  // Megatron: batched, as listed
+  s.framework.name = model::Framework::DeepSpeed;
+  EXPECT_EQ(exchange_order(s, ops, {0, 1}), (std::vector<std::int32_t>{1, 0}));  // RecvGrad, then SendActivation
+}
+
+// One message between two nodes with TP 8: 1/8 of the bytes on the NIC, then the receiver's all-gather on NVLink.
+double one_message_s(model::Framework framework, model::Phase phase, double bytes, Fidelity fidelity) {
+  Plan plan;
+  plan.tp = 8;
+  plan.pp = 2;
+  plan.layers = 2;
+  plan.nodes = 2;
+  model::Scenario scenario = make_scenario(plan);
+  scenario.framework.name = framework;
+  model::Op send;
+  send.kind = model::OpKind::Send;
+  send.stream = model::Stream::Pipeline;
+  send.phase = phase;
+  send.micro_batch = 0;
+  send.peer_stage = 1;
+  send.tag_virtual_stage = 0;
+  send.bytes = bytes;
+  model::Op recv = send;
+  recv.kind = model::OpKind::Recv;
+  recv.peer_stage = 0;
+  SimOptions options;
+  options.fidelity = fidelity;
+  return simulate(testing::hand_program(scenario, {{send}, {recv}}), FixedCostModel(0, 0), options)
+      .timeline.iteration_time_s;
+}
+
+TEST(PipelineExchange, ScatterGatherAndPartitionedMessages) {
+  const double S = 2.4e8;
+  const double gather =
+      kNccl.ring_simple_base_s + 7 * kNccl.ring_simple_nvlink_step_s + 7.0 / 8 * S / kNode.nvlink_effective_bytes_per_s;
+  const double hops = 2 * 130e-9, step = kNccl.ring_simple_net_step_s + hops;
+  const double megatron = S / 8 / kNode.nic_effective_bytes_per_s + step + gather;
+  const double deepspeed_activation = S / 8 / kNode.nic_effective_bytes_per_s + 2 * step + gather;
+  const double deepspeed_gradient = S / kNode.nic_effective_bytes_per_s + step + gather;
+  for (Fidelity fidelity : {Fidelity::Rank, Fidelity::Group}) {
+    EXPECT_NEAR(one_message_s(model::Framework::Megatron, model::Phase::Forward, S, fidelity), megatron, 1e-9);
+    EXPECT_NEAR(one_message_s(model::Framework::DeepSpeed, model::Phase::Forward, S, fidelity), deepspeed_activation,
+                1e-9);
+    EXPECT_NEAR(one_message_s(model::Framework::DeepSpeed, model::Phase::Backward, S, fidelity), deepspeed_gradient,
+                1e-9);
+  }
+}
+
+TEST(PipelineExchange, ABlockingSendHoldsItsSenderUntilTheReceiverPosts) {
+  // Stage 0 sends, then computes; stage 1 computes 5 ms before it posts its receive. Blocking (both frameworks):
+  // stage 0 computes only once the receive is posted and the bytes have moved. Eager: it computes at once.
+  Plan plan;
+  plan.tp = 4;
+  plan.pp = 2;
+  plan.layers = 2;
+  const model::Scenario scenario = make_scenario(plan);
+  model::Op send;
+  send.kind = model::OpKind::Send;
+  send.stream = model::Stream::Pipeline;
+  send.micro_batch = 0;
+  send.peer_stage = 1;
+  send.tag_virtual_stage = 0;
+  send.bytes = 1e6;
+  model::Op recv = send;
+  recv.kind = model::OpKind::Recv;
+  recv.peer_stage = 0;
+  model::Op compute;
+  compute.what = model::ComputeKind::TransformerLayer;
+  compute.phase = model::Phase::Forward;
+  const auto program = testing::hand_program(scenario, {{send, compute}, {compute, recv}});
+  SimOptions options;
+  options.fidelity = Fidelity::Rank;
+  const FixedCostModel cost(5e-3, 0);
+  const SimResult blocking = simulate(program, cost, options);
+  const auto stage0 = [](const SimResult& r) { return r.timeline.ranks.at(0).spans.at(1); };  // stage 0's compute
+  EXPECT_GT(stage0(blocking).start_s, 5e-3);
+  options.blocking_p2p = false;
+  EXPECT_DOUBLE_EQ(stage0(simulate(program, cost, options)).start_s, 0);
+}
+
+TEST(TpOverlap, HidesBackwardCollectivesUnderTheirGemms) {
+  Plan plan;
+  plan.tp = 8;
+  plan.layers = 4;
+  plan.hidden = 4096;
+  plan.heads = 32;
+  plan.seq = 2048;
+  plan.global_batch = 4;
+  for (const bool sequence_parallel : {false, true}) {
+    plan.sequence_parallel = sequence_parallel;
+    model::Scenario scenario = make_scenario(plan);
+    const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
+    const auto run = [&](bool overlap, Fidelity fidelity) {
+      scenario.framework.tp_comm_overlap = overlap;
+      SimOptions options;
+      options.fidelity = fidelity;
+      return simulate(model::build_program(scenario, model::Granularity::Layer), cost, options)
+          .timeline.iteration_time_s;
+    };
+    const double exposed = run(false, Fidelity::Rank), hidden = run(true, Fidelity::Rank);
+    EXPECT_LT(hidden, 0.99 * exposed) << "sequence parallel " << sequence_parallel;
+    EXPECT_NEAR(run(true, Fidelity::Group), hidden, 1e-9 * hidden);  // both fidelities hide the same time
+  }
+}
+
+TEST(Pipeline, ThroughputPerGpuFallsAsDataParallelismShrinksTheMicroBatches) {
+  // Fixed global batch, more pipelines: fewer micro-batches each, a larger bubble (p-1)/(m+p-1).
+  double previous = 1e30;
+  for (const int dp : {1, 2, 4}) {
+    Plan plan;
+    plan.tp = 2;
+    plan.pp = 4;
+    plan.dp = dp;
+    plan.layers = 8;
+    plan.nodes = dp;
+    plan.global_batch = 32;
+    const model::Program program = model::build_program(make_scenario(plan), model::Granularity::Layer);
+    const SimResult result = simulate(program, AnalyticalCostModel(topology::a100_sxm4_80gb()));
+    const report::Summary summary = report::summarize(program, result.timeline, result.peak_flops_per_gpu, "sim");
+    EXPECT_LT(summary.tflops_per_gpu, previous) << "dp = " << dp;
+    previous = summary.tflops_per_gpu;
+  }
+}
+
+}  // namespace
+}  // namespace twin::sim
