@@ -88,6 +88,8 @@ def main():
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument("--json", help="write the rows as JSON")
+    parser.add_argument("--max-mape", type=float, default=None,
+                        help="exit 1 when the MAPE over all runs exceeds this many percent (a regression guard)")
     parser.add_argument("--legacy", action="store_true", help="strip framework keys an older twin does not know")
     parser.add_argument("--fidelity", default="group",
                         help="group (default: one actor per TP group) or rank (the same times, slower)")
@@ -134,7 +136,13 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
-    return 0 if len(ok) == len(rows) else 1
+    if len(ok) != len(rows):
+        return 1
+    overall = 100 * sum(abs(r["error"]) for r in ok) / len(ok)
+    if args.max_mape is not None and overall > args.max_mape:
+        print(f"bench/accuracy: MAPE {overall:.1f} % exceeds --max-mape {args.max_mape} %")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
