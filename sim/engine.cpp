@@ -396,10 +396,13 @@ SimResult Engine::run() {
   }
   // SimGrid: one engine per process; small actor stacks (our actors never recurse), no chatter.
   // A deadlocked Program is reported by us (below), not by SimGrid's own message.
-  std::string name = "twin-sim", stack = "--cfg=contexts/stack-size:256", log = "--log=root.thres:critical",
-              quiet = "--log=ker_engine.add:off", sink = "--log=ker_engine.app:file:/dev/null";
-  std::vector<char*> argv{name.data(), stack.data(), log.data(), quiet.data(), sink.data(), nullptr};
-  int argc = 5;
+  std::vector<std::string> args{"twin-sim", "--cfg=contexts/stack-size:256", "--log=root.thres:critical",
+                                "--log=ker_engine.add:off", "--log=ker_engine.app:file:/dev/null"};
+  for (std::string& option : topology::sanitizer_engine_options()) args.push_back(std::move(option));
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  int argc = static_cast<int>(args.size());
   sg4::Engine engine(&argc, argv.data());
   topology::configure_flow_model();
   topology::PlatformOptions platform_options;

@@ -8,6 +8,15 @@
 
 #include <simgrid/s4u.hpp>
 
+// GCC says __SANITIZE_ADDRESS__, Clang __has_feature(address_sanitizer).
+#if defined(__SANITIZE_ADDRESS__)
+#define TWIN_ADDRESS_SANITIZER
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TWIN_ADDRESS_SANITIZER
+#endif
+#endif
+
 namespace twin::topology {
 
 namespace sg4 = simgrid::s4u;
@@ -62,6 +71,14 @@ void configure_flow_model() {
   sg4::Engine::set_config("network/weight-S:0");          // no RTT-dependent share
   sg4::Engine::set_config("network/latency-factor:0");    // latencies are paid by the engine (shares stay equal)
   sg4::Engine::set_config("network/bandwidth-factor:1");  // link rates are already the effective ones
+}
+
+std::vector<std::string> sanitizer_engine_options() {
+#if defined(TWIN_ADDRESS_SANITIZER)
+  return {"--cfg=contexts/factory:thread"};
+#else
+  return {};
+#endif
 }
 
 Platform::Platform(const PlatformOptions& options) : options_(options), shape_(fat_tree_shape(options)) {

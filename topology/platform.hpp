@@ -25,6 +25,7 @@
 // over the bundle stands for the t rail-parallel flows.
 #pragma once
 
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -56,6 +57,12 @@ FatTreeShape fat_tree_shape(const PlatformOptions& options);
 
 // Configures SimGrid's flow model (see above). Call once, on a fresh engine, before building a Platform.
 void configure_flow_model();
+
+// SimGrid command-line options that a sanitizer build adds to every engine's (empty in any other build). Under
+// AddressSanitizer actors run on threads: SimGrid's default raw contexts switch stacks by hand and end each actor by
+// throwing ForcefulKillException on its stack, which ASan cannot follow ("ASan is ignoring requested
+// __asan_handle_no_return ... False positive error reports may follow").
+std::vector<std::string> sanitizer_engine_options();
 
 class Platform {
  public:

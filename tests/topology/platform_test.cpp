@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <simgrid/s4u.hpp>
 
@@ -15,12 +17,21 @@ namespace {
 namespace sg4 = simgrid::s4u;
 using testing::in_child;
 
-// A fresh engine with our flow model; `argv` keeps SimGrid quiet.
+// A fresh engine with our flow model; `args` keep SimGrid quiet (and add what a sanitizer build needs).
 sg4::Engine make_engine() {
-  static char name[] = "test", log[] = "--log=root.thres:critical";
-  static char* argv[] = {name, log, nullptr};
-  int argc = 2;
-  return sg4::Engine(&argc, argv);
+  static std::vector<std::string> args = [] {
+    std::vector<std::string> list{"test", "--log=root.thres:critical"};
+    for (std::string& option : sanitizer_engine_options()) list.push_back(std::move(option));
+    return list;
+  }();
+  static std::vector<char*> argv = [] {
+    std::vector<char*> pointers;
+    for (std::string& arg : args) pointers.push_back(arg.data());
+    pointers.push_back(nullptr);
+    return pointers;
+  }();
+  int argc = static_cast<int>(args.size());
+  return sg4::Engine(&argc, argv.data());
 }
 
 std::vector<double> route_facts(int nodes, bool rail_optimized) {
