@@ -249,7 +249,7 @@ StagePlan Engine::build_plan(int stage) const {
     const bool serialized = serialized_exchanges(scenario);
     const auto close = [&](std::int32_t next_compute) {
       if (exchange.empty()) return;
-      const std::vector<std::int32_t> order = exchange_order(scenario, ops, exchange);
+      const std::vector<std::int32_t> order = exchange_order(scenario, ops, exchange, stage);
       for (std::size_t k = 0; k < order.size(); ++k) {
         if (rendezvous && last_compute >= 0) extra[order[k]].push_back(last_compute);
         if (rendezvous && serialized && k > 0) extra[order[k]].push_back(order[k - 1]);

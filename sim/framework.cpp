@@ -35,18 +35,27 @@ PipelineTransfer pipeline_transfer(const model::Scenario& scenario, const model:
 }
 
 bool serialized_exchanges(const model::Scenario& scenario) {
-  // DeepSpeed's PipelineEngine has no interleaved schedule; an interleaved DeepSpeed scenario is replayed with
-  // batched exchanges (serialized ones in Program order could deadlock there).
+  // DeepSpeed's PipelineEngine trains with TrainSchedule (1F1B) only; a GPipe or interleaved DeepSpeed scenario is
+  // replayed with batched exchanges (TrainSchedule's order does not fit those op orders and would deadlock).
   return scenario.framework.name == model::Framework::DeepSpeed &&
-         scenario.parallel.schedule != model::ScheduleKind::Interleaved;
+         scenario.parallel.schedule == model::ScheduleKind::OneFOneB;
+}
+
+std::int64_t deepspeed_step(const model::Op& p2p, int stage, int stages) {
+  const std::int64_t k = p2p.micro_batch;
+  const std::int64_t pass_step = p2p.phase == model::Phase::Backward ? 2 * k + 2 * stages - 1 - stage : 2 * k + stage;
+  return pass_step + (p2p.kind == model::OpKind::Send ? 1 : 0);
 }
 
 std::vector<std::int32_t> exchange_order(const model::Scenario& scenario, const std::vector<model::Op>& ops,
-                                         std::vector<std::int32_t> exchange) {
+                                         std::vector<std::int32_t> exchange, int stage) {
   if (!serialized_exchanges(scenario)) return exchange;
-  // DeepSpeed's TrainSchedule.steps(): a forward step issues SendGrad then RecvActivation, a backward step RecvGrad
-  // then SendActivation; in both, the gradient comes first.
+  // TrainSchedule.steps(): a forward step issues SendGrad then RecvActivation, a backward step RecvGrad then
+  // SendActivation; in both, the gradient comes first.
+  const int stages = scenario.parallel.pp;
   std::stable_sort(exchange.begin(), exchange.end(), [&](std::int32_t a, std::int32_t b) {
+    const std::int64_t a_step = deepspeed_step(ops[a], stage, stages), b_step = deepspeed_step(ops[b], stage, stages);
+    if (a_step != b_step) return a_step < b_step;
     const bool a_gradient = ops[a].phase == model::Phase::Backward, b_gradient = ops[b].phase == model::Phase::Backward;
     return a_gradient && !b_gradient;
   });

@@ -12,7 +12,8 @@
 //                         DeepSpeed (deepspeed/runtime/pipe/engine.py and p2p.py, v0.5): one blocking broadcast in a
 //                         two-rank group per tensor, in the TrainSchedule's order (a stage entering a backward step
 //                         receives the gradient before it sends the activation; entering a forward step it sends the
-//                         gradient before it receives the activation). Activations are partitioned across the TP
+//                         gradient before it receives the activation; messages of different steps go in step
+//                         order, see exchange_order). Activations are partitioned across the TP
 //                         group (is_pipe_partitioned: a meta tensor and 1/t of the data, all-gathered on receipt);
 //                         gradients are sent whole (is_grad_partitioned = False), and receiving one first all-gathers
 //                         the stage's own partitioned output to run the backward.
@@ -37,14 +38,21 @@ struct PipelineTransfer {
 };
 PipelineTransfer pipeline_transfer(const model::Scenario& scenario, const model::Op& p2p);
 
-// Serialized exchanges (DeepSpeed's non-interleaved pipeline engine) or batched ones (Megatron, and any interleaved
-// schedule).
+// Serialized exchanges (DeepSpeed's pipeline engine, whose only training schedule is 1F1B) or batched ones
+// (Megatron; and GPipe or interleaved scenarios of either framework).
 bool serialized_exchanges(const model::Scenario& scenario);
 
-// The order of one exchange's ops (indices into `ops`, in Program order) as the framework issues them: batched
-// exchanges keep Program order; serialized ones put gradient ops (Phase::Backward) before activation ops.
+// The TrainSchedule step (deepspeed/runtime/pipe/schedule.py) in which `stage` of `stages` issues pipeline op `p2p`:
+// the forward of micro-batch k runs at step 2k + stage, its backward at step 2k + 2 stages - 1 - stage; a receive
+// belongs to the step of the pass that consumes it, a send to the step after the pass that produced it.
+std::int64_t deepspeed_step(const model::Op& p2p, int stage, int stages);
+
+// The order of one exchange's ops on `stage` (indices into `ops`, in Program order) as the framework issues them:
+// batched exchanges keep Program order; serialized ones go by DeepSpeed step, gradient ops (Phase::Backward) before
+// activation ops within a step. (With fewer micro-batches than stages ahead, the last warm-up activation leaves in
+// an earlier step than the first gradient arrives in: gradient-first there would deadlock.)
 std::vector<std::int32_t> exchange_order(const model::Scenario& scenario, const std::vector<model::Op>& ops,
-                                         std::vector<std::int32_t> exchange);
+                                         std::vector<std::int32_t> exchange, int stage);
 
 // framework.tp_comm_overlap: whether this TP collective of the backward pass runs under an independent GEMM.
 enum class HiddenUnder : unsigned char { Nothing, WeightGradient, InputGradient };

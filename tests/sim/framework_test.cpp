@@ -2,6 +2,9 @@
 // frameworks' pipeline exchanges and TP overlap, each through the cost model or the whole engine.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "sim/framework.hpp"
 #include "sim/report/summary.hpp"
 #include "sim/simulate.hpp"
@@ -111,20 +114,89 @@ TEST(Framework, PipelineTransfers) {
   EXPECT_FALSE(pipeline_transfer(s, gradient).gather_on_receipt);
 }
 
-TEST(Framework, DeepSpeedMovesTheGradientFirst) {
+TEST(Framework, DeepSpeedMovesTheGradientFirstWithinAStep) {
   Plan plan;
   plan.tp = 4;
   plan.pp = 2;
   plan.layers = 2;
   model::Scenario s = make_scenario(plan);
+  // Stage 0 of 2 between its forward of micro-batch 1 and its backward of micro-batch 0: both messages belong to
+  // TrainSchedule step 3.
   std::vector<model::Op> ops(2);
   ops[0].kind = model::OpKind::Send;  // the activation of the forward just done
   ops[0].phase = model::Phase::Forward;
+  ops[0].micro_batch = 1;
   ops[1].kind = model::OpKind::Recv;  // the gradient for the backward to come
   ops[1].phase = model::Phase::Backward;
-  EXPECT_EQ(exchange_order(s, ops, {0, 1}), (std::vector<std::int32_t>{0, 1}));  // Megatron: batched, as listed
+  ops[1].micro_batch = 0;
+  EXPECT_EQ(deepspeed_step(ops[0], 0, 2), 3);
+  EXPECT_EQ(deepspeed_step(ops[1], 0, 2), 3);
+  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{0, 1}));  // Megatron: batched, as listed
   s.framework.name = model::Framework::DeepSpeed;
-  EXPECT_EQ(exchange_order(s, ops, {0, 1}), (std::vector<std::int32_t>{1, 0}));  // RecvGrad, then SendActivation
+  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{1, 0}));  // RecvGrad, then SendActivation
+  // Stage 1 of 2 between its backward of micro-batch 0 and its forward of micro-batch 1 (step 3): SendGrad first.
+  ops[0] = {};
+  ops[0].kind = model::OpKind::Recv;
+  ops[0].phase = model::Phase::Forward;
+  ops[0].micro_batch = 1;
+  ops[1].kind = model::OpKind::Send;
+  ops[1].micro_batch = 0;
+  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 1), (std::vector<std::int32_t>{1, 0}));
+  // GPipe is not a DeepSpeed training schedule: batched, as listed.
+  s.parallel.schedule = model::ScheduleKind::GPipe;
+  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 1), (std::vector<std::int32_t>{0, 1}));
+}
+
+TEST(Framework, DeepSpeedSendsTheLastWarmupActivationBeforeAGradientOfALaterStep) {
+  // Stage 0 of 4 with 2 micro-batches: forwards at steps 0 and 2, the activation of micro-batch 1 leaves in step 3,
+  // the gradient of micro-batch 0 arrives in step 7. Gradient first would wait for a gradient that needs this very
+  // activation (stage 1 runs both forwards before its first backward).
+  Plan plan;
+  plan.tp = 2;
+  plan.pp = 4;
+  plan.layers = 4;
+  model::Scenario s = make_scenario(plan);
+  s.framework.name = model::Framework::DeepSpeed;
+  std::vector<model::Op> ops(2);
+  ops[0].kind = model::OpKind::Send;
+  ops[0].phase = model::Phase::Forward;
+  ops[0].micro_batch = 1;
+  ops[1].kind = model::OpKind::Recv;
+  ops[1].phase = model::Phase::Backward;
+  ops[1].micro_batch = 0;
+  EXPECT_EQ(deepspeed_step(ops[0], 0, 4), 3);
+  EXPECT_EQ(deepspeed_step(ops[1], 0, 4), 7);
+  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{0, 1}));
+}
+
+TEST(Framework, DeepSpeedReplaysFewAndManyMicroBatchesWithEverySchedule) {
+  // Regression: with fewer micro-batches than stages (m < p), and with GPipe, the serialized DeepSpeed order used to
+  // deadlock the replay. Every plan must finish, at both fidelities.
+  for (const std::string schedule : {"1f1b", "gpipe"}) {
+    for (const int micro_batches : {1, 2, 3, 5, 8}) {
+      Plan plan;
+      plan.tp = 2;
+      plan.pp = 4;
+      plan.layers = 4;
+      plan.hidden = 256;
+      plan.heads = 4;
+      plan.seq = 256;
+      plan.global_batch = micro_batches;
+      plan.schedule = schedule;
+      model::Scenario scenario = make_scenario(plan);
+      scenario.framework.name = model::Framework::DeepSpeed;
+      const model::Program program = model::build_program(scenario, model::Granularity::Layer);
+      const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
+      for (const Fidelity fidelity : {Fidelity::Rank, Fidelity::Group}) {
+        SimOptions options;
+        options.fidelity = fidelity;
+        double seconds = 0;
+        ASSERT_NO_THROW(seconds = simulate(program, cost, options).timeline.iteration_time_s)
+            << schedule << ", m = " << micro_batches;
+        EXPECT_GT(seconds, 0) << schedule << ", m = " << micro_batches;
+      }
+    }
+  }
 }
 
 // One message between two nodes with TP 8: 1/8 of the bytes on the NIC, then the receiver's all-gather on NVLink.
