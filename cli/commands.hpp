@@ -29,6 +29,9 @@ model::Scenario load_scenario(const ScenarioOptions& options);
 // Resolves "mtnlg-530b" or "scenarios/x.toml" or "/abs/x.toml" to an existing file; throws UserError if none.
 std::string resolve_scenario_path(const std::string& name_or_path);
 
+// A numeric option's lower bound, with a message a person can read ("must be at least 1, got 0").
+CLI::Validator at_least(double minimum);
+
 // A file written atomically: a temporary beside it, then rename, so a reader never sees half of it.
 void write_file_atomically(const std::string& path, const std::string& contents);
 

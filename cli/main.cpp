@@ -28,8 +28,11 @@ int main(int argc, char** argv) {
   twin::cli::register_compare_command(app);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& error) {  // a command that failed after reporting why (a failed run: 1)
+    return error.get_exit_code();
   } catch (const CLI::ParseError& error) {
-    return app.exit(error);
+    const int status = app.exit(error);  // prints the help, the version or the mistake
+    return status == 0 ? 0 : 2;          // every mistake in what was typed exits 2, as the errors below
   } catch (const twin::model::ScenarioError& error) {
     for (const auto& problem : error.problems()) fmt::print(stderr, "twin: error: {}\n", problem);
     return 2;

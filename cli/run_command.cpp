@@ -231,7 +231,10 @@ void run(const RunOptions& o) {
   options.keep_checkpoints = o.keep_checkpoints;
   options.resume = !o.no_resume;
   options.comm_timeout_s = o.timeout_s;
-  options.trace_step = o.trace_step;
+  if (o.trace_step > o.steps) {
+    throw UserError(fmt::format("--trace-step {} is past the last step (--steps {})", o.trace_step, o.steps));
+  }
+  options.trace_step = o.trace_step == -1 ? -1 : o.trace_step - 1;  // the trainer counts steps from 0
   Progress progress(o.quiet);
   options.on_step = [&progress](const exec::StepReport& r) { progress.step(r); };
   options.on_note = [&progress](const std::string& text) { progress.note(text); };
@@ -304,26 +307,27 @@ void register_run_command(CLI::App& app) {
   command->add_option("--launcher", options->launcher, "threads: ranks as threads of this process; mpi: under mpirun")
       ->check(CLI::IsMember({"threads", "mpi"}));
   command->add_option("--steps", options->steps, "train until this many steps are done (default 50)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   command->add_option("--data", options->data, "text file to train on (default: data/corpus.txt)");
   command->add_option("--checkpoint", options->checkpoint,
                       "checkpoint directory: resumes from its newest checkpoint, writes new ones");
   command
       ->add_option("--checkpoint-every", options->checkpoint_every,
                    "steps between checkpoints (default: only after the last step)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   command->add_option("--keep-checkpoints", options->keep_checkpoints, "complete checkpoints to keep (default 2)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   command->add_flag("--no-resume", options->no_resume, "start from step 0 even if --checkpoint holds a checkpoint");
   command->add_option("--json", options->json, "write losses, per-step times, tokens/s and the summary as JSON");
   command->add_option("--trace", options->trace, "write the Chrome trace (Perfetto) of the traced step");
-  command->add_option("--trace-step", options->trace_step, "step to time op by op (default: the last)");
+  command->add_option("--trace-step", options->trace_step, "step to time op by op, 1..--steps (default: the last)")
+      ->check(at_least(1));
   command
       ->add_option("--timeout", options->timeout_s,
                    "seconds a collective or receive waits for its peers before failing (default 60)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(0.001));
   command->add_option("--threads", options->threads, "compute threads per rank (default: cores / ranks)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   command->add_option("--peak-gflops", options->peak_gflops, "one rank's peak GFLOP/s, for the summary's MFU");
   command->add_flag("--quiet", options->quiet, "no progress line");
   command->callback([options] { run(*options); });

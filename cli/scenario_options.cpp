@@ -1,7 +1,10 @@
 // Scenario selection shared by every subcommand: positional SCENARIO, --set overrides, Megatron-style aliases.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <system_error>
 
 #include <fmt/core.h>
@@ -90,12 +93,29 @@ model::Scenario load_scenario(const ScenarioOptions& options) {
   return model::load_scenario(resolve_scenario_path(options.scenario), overrides);
 }
 
+CLI::Validator at_least(double minimum) {
+  return CLI::Validator(
+      [minimum](std::string& text) -> std::string {
+        double value = 0;
+        std::size_t used = 0;
+        try {
+          value = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size()) return fmt::format("expected a number, got '{}'", text);
+        if (value < minimum) return fmt::format("must be at least {}, got {}", minimum, text);
+        return {};
+      },
+      fmt::format(">={}", minimum));
+}
+
 void write_file_atomically(const std::string& path, const std::string& contents) {
   const fs::path target(path);
   const fs::path temporary = target.string() + ".tmp";
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw UserError(fmt::format("cannot write '{}'", temporary.string()));
+    if (!out) throw UserError(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
     out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
     out.flush();
     if (!out) throw UserError(fmt::format("writing '{}' failed (disk full?)", temporary.string()));

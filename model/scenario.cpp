@@ -292,8 +292,10 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
     static const std::set<std::string> kSections = {"model", "parallel", "cluster", "framework", "training"};
     if (!kSections.count(std::string(key.str()))) {
       const auto& begin = node.source().begin;
-      problems.push_back(fmt::format("{}:{}:{}: unknown section [{}] (expected model, parallel, cluster, framework, "
-                                     "training)", source, begin.line, begin.column, key.str()));
+      const std::string where = begin.line > 0 ? fmt::format("{}:{}:{}", source, begin.line, begin.column)
+                                               : fmt::format("{} (--set {}.*)", source, key.str());
+      problems.push_back(fmt::format("{}: unknown section [{}] (expected model, parallel, cluster, framework, "
+                                     "training)", where, key.str()));
     }
   }
 

@@ -64,6 +64,28 @@ TEST(Cli, UserErrorsAreOneLineAndExitTwo) {
   const Result bad_set = twin("graph gpt-tiny --set parallel.tp");
   EXPECT_EQ(bad_set.status, 2);
   EXPECT_THAT(bad_set.output, HasSubstr("expected SECTION.KEY=VALUE"));
+  const Result unknown_section = twin("graph gpt-tiny --set foo.bar=1");
+  EXPECT_EQ(unknown_section.status, 2);
+  EXPECT_THAT(unknown_section.output, HasSubstr("(--set foo.*): unknown section [foo]"));
+  const Result unwritable = twin("graph gpt-tiny --json /nonexistent-twin-dir/program.json");
+  EXPECT_EQ(unwritable.status, 2);
+  EXPECT_THAT(unwritable.output, HasSubstr("cannot write '/nonexistent-twin-dir/program.json': No such file"));
+}
+
+TEST(Cli, FlagMistakesNameTheFlagAndExitTwo) {
+  const Result bad_choice = twin("graph gpt-tiny --granularity kernel");
+  EXPECT_EQ(bad_choice.status, 2);
+  EXPECT_THAT(bad_choice.output, HasSubstr("--granularity"));
+  EXPECT_EQ(twin("--version").status, 0);
+  EXPECT_EQ(twin("graph --help").status, 0);
+#ifdef TWIN_HAVE_RUN_COMMAND
+  const Result zero_steps = twin("run gpt-tiny --steps 0");
+  EXPECT_EQ(zero_steps.status, 2);
+  EXPECT_THAT(zero_steps.output, HasSubstr("--steps: must be at least 1, got 0"));
+  const Result late_trace = twin("run gpt-tiny --steps 2 --trace-step 3");
+  EXPECT_EQ(late_trace.status, 2);
+  EXPECT_THAT(late_trace.output, HasSubstr("--trace-step 3 is past the last step (--steps 2)"));
+#endif
 }
 
 TEST(Cli, RunRefusesAModelThatCannotFitInHostMemory) {
