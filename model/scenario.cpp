@@ -344,6 +344,11 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   framework.boolean("tied_embeddings", scenario.framework.tied_embeddings);
   framework.boolean("dropout", scenario.framework.dropout);
   framework.boolean("fused_kernels", scenario.framework.fused_kernels);
+  // Unset, both follow sequence parallelism: the Megatron-LM versions that have it (2022 on) overlap its backward
+  // all-gather and reduce-scatter inside LinearWithGradAccumulationAndAsyncCommunication whatever the flags say, and
+  // fuse gradient accumulation by default (--no-gradient-accumulation-fusion turns it off); 2021's had neither.
+  scenario.framework.tp_comm_overlap = scenario.parallel.sequence_parallel;
+  scenario.framework.gradient_accumulation_fusion = scenario.parallel.sequence_parallel;
   framework.boolean("tp_comm_overlap", scenario.framework.tp_comm_overlap);
   framework.boolean("gradient_accumulation_fusion", scenario.framework.gradient_accumulation_fusion);
   framework.reject_unknown_keys();

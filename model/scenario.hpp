@@ -79,9 +79,11 @@ struct FrameworkSpec {
                                       // false: one kernel (one memory pass) per elementwise operation
   bool tp_comm_overlap = false;       // backward TP communication overlapped with the independent GEMM (Megatron's
                                       // --async-tensor-model-parallel-allreduce and its sequence-parallel twin, 2022)
+                                      // (a scenario that leaves it unset gets parallel.sequence_parallel)
   bool gradient_accumulation_fusion = false;  // weight-gradient GEMMs accumulate into the fp32 main gradient
                                               // (Megatron's --gradient-accumulation-fusion, 2022); false: a
-                                              // separate accumulation kernel per weight and micro-batch
+                                              // separate accumulation kernel per weight and micro-batch (a
+                                              // scenario that leaves it unset gets parallel.sequence_parallel)
 };
 
 // Hyper-parameters of real training (the executor); the simulator ignores them.

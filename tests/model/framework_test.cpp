@@ -59,6 +59,24 @@ TEST(FrameworkKeys, DefaultsAreMegatronOf2021) {
   EXPECT_FALSE(s.framework.gradient_accumulation_fusion);
 }
 
+TEST(FrameworkKeys, SequenceParallelismBringsMegatron2022Defaults) {
+  // The key goes in [parallel], before kBase's [cluster].
+  std::string text = kBase;
+  text.insert(text.find("[cluster]"), "sequence_parallel = true\n");
+  const Scenario s = parse_scenario(text, "case.toml");
+  EXPECT_TRUE(s.parallel.sequence_parallel);
+  EXPECT_TRUE(s.framework.tp_comm_overlap);
+  EXPECT_TRUE(s.framework.gradient_accumulation_fusion);
+  // A key the scenario sets wins, whatever the order of the sections.
+  const Scenario explicit_off = parse_scenario(
+      "[framework]\ntp_comm_overlap = false\ngradient_accumulation_fusion = false\n" + text, "case.toml");
+  EXPECT_FALSE(explicit_off.framework.tp_comm_overlap);
+  EXPECT_FALSE(explicit_off.framework.gradient_accumulation_fusion);
+  // And --set turns sequence parallelism on with the same defaults.
+  const Scenario overridden = parse_scenario(kBase, "case.toml", {parse_override("parallel.sequence_parallel=true")});
+  EXPECT_TRUE(overridden.framework.tp_comm_overlap);
+}
+
 TEST(FrameworkKeys, ParseAndRoundTrip) {
   const Scenario s = parse_scenario(std::string(kBase) + R"(
 [framework]
