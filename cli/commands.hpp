@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "model/program.hpp"
 #include "model/scenario.hpp"
 
 namespace twin::cli {
@@ -28,6 +29,13 @@ void add_scenario_options(CLI::App& command, ScenarioOptions& options);
 model::Scenario load_scenario(const ScenarioOptions& options);
 // Resolves "mtnlg-530b" or "scenarios/x.toml" or "/abs/x.toml" to an existing file; throws UserError if none.
 std::string resolve_scenario_path(const std::string& name_or_path);
+
+// Bytes of host memory available (MemAvailable), or 0 when unknown.
+double available_memory_bytes();
+
+// build_program, after checking that the Program fits in the memory this host has left: a scenario with absurd
+// sizes (a million layers) gets a UserError naming its sizes instead of exhausting memory.
+model::Program build_program_within_memory(const model::Scenario& scenario, model::Granularity granularity);
 
 // A numeric option's lower bound, with a message a person can read ("must be at least 1, got 0").
 CLI::Validator at_least(double minimum);

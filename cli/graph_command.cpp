@@ -87,7 +87,7 @@ void register_graph_command(CLI::App& app) {
   command->callback([options] {
     const model::Scenario scenario = load_scenario(options->scenario);
     const auto granularity = options->granularity == "layer" ? model::Granularity::Layer : model::Granularity::Op;
-    const model::Program program = model::build_program(scenario, granularity);
+    const model::Program program = build_program_within_memory(scenario, granularity);
     print_summary(program);
     if (!options->json_path.empty()) {
       write_file_atomically(options->json_path, model::program_to_json(program).dump(1) + "\n");

@@ -179,18 +179,6 @@ void print_summary(const exec::TrainResult& r, const std::string& engine, double
   throw CLI::RuntimeError(1);
 }
 
-// Bytes of host memory (MemAvailable), or 0 when unknown.
-double available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  double kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
-}
-
 // Refuses a run whose ranks in this process cannot fit in host memory, before allocating anything: fp32 weights,
 // gradients and Adam state (16 bytes per parameter) plus the schedule's stashed activations, per rank.
 void check_host_memory(const model::Scenario& scenario, int ranks_here) {
@@ -219,7 +207,7 @@ void run(const RunOptions& o) {
   const int world_size = static_cast<int>(scenario.parallel.world_size());
   // Every rank runs on this host unless a launcher spread them (mpirun's own --launcher mpi stays on this host).
   check_host_memory(scenario, joined ? ranks_on_this_host(world_size) : world_size);
-  const model::Program program = model::build_program(scenario, model::Granularity::Op);
+  const model::Program program = build_program_within_memory(scenario, model::Granularity::Op);
   const int world = program.layout.world_size();
   if (!joined && o.launcher == "mpi") relaunch_under_mpirun(world);
 

@@ -1,4 +1,5 @@
 // Scenario selection shared by every subcommand: positional SCENARIO, --set overrides, Megatron-style aliases.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -91,6 +92,34 @@ model::Scenario load_scenario(const ScenarioOptions& options) {
   for (const auto& text : options.sets) overrides.push_back(model::parse_override(text));
   overrides.insert(overrides.end(), options.aliases.begin(), options.aliases.end());
   return model::load_scenario(resolve_scenario_path(options.scenario), overrides);
+}
+
+double available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+model::Program build_program_within_memory(const model::Scenario& scenario, model::Granularity granularity) {
+  const double ops = model::estimated_stage_ops(scenario, granularity);
+  const double needed = ops * model::kProgramBytesPerOp, available = available_memory_bytes();
+  if (available > 0 && needed > 0.8 * available) {
+    constexpr double GiB = 1024.0 * 1024 * 1024;
+    const auto& p = scenario.parallel;
+    throw UserError(fmt::format(
+        "the Program of {} would hold about {:.3g} ops ({:.1f} GiB; this machine has {:.1f} GiB available): "
+        "{} layers over {} stages, {} micro-batches per pipeline, at {} granularity. Check model.layers and "
+        "parallel.global_batch{}",
+        scenario.model.name, ops, needed / GiB, available / GiB, scenario.model.layers, p.pp,
+        p.global_batch / std::max<std::int64_t>(1, p.dp * p.micro_batch), model::to_string(granularity),
+        granularity == model::Granularity::Op ? ", or use --granularity layer" : ""));
+  }
+  return model::build_program(scenario, granularity);
 }
 
 CLI::Validator at_least(double minimum) {

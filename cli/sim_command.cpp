@@ -36,7 +36,7 @@ struct SimCommandOptions {
 void run(const SimCommandOptions& o) {
   const model::Scenario scenario = load_scenario(o.scenario);
   const auto granularity = o.granularity == "op" ? model::Granularity::Op : model::Granularity::Layer;
-  const model::Program program = model::build_program(scenario, granularity);
+  const model::Program program = build_program_within_memory(scenario, granularity);
 
   sim::SimOptions options;
   try {

@@ -534,6 +534,23 @@ Program build_program(const Scenario& scenario, Granularity granularity) {
   return program;
 }
 
+double estimated_stage_ops(const Scenario& scenario, Granularity granularity) {
+  const auto count = [&](Phase phase) {
+    const std::vector<Op> ops = layer_ops(scenario, 0, phase);
+    return static_cast<double>(granularity == Granularity::Layer ? fuse_layer(ops).size() : ops.size());
+  };
+  // Per layer and micro-batch: forward, recompute, backward; plus a layer's worth for the micro-batch's P2P,
+  // embedding and head ops. Per iteration: gradient reduction and optimizer ops, a few per layer. In double: the
+  // point is to catch sizes whose product overflows.
+  const double per_layer = count(Phase::Forward) + count(Phase::Recompute) + count(Phase::Backward);
+  const auto& p = scenario.parallel;
+  const double stages = static_cast<double>(std::max<std::int64_t>(1, p.pp));
+  const double layers_per_stage = static_cast<double>(scenario.model.layers) / stages;
+  const double micro_batches = static_cast<double>(p.global_batch) /
+                               static_cast<double>(std::max<std::int64_t>(1, p.dp * p.micro_batch));
+  return stages * (micro_batches * (layers_per_stage + 1) * per_layer + 8 * (layers_per_stage + 1));
+}
+
 P2PTag p2p_tag(const Op& op) { return P2PTag{op.micro_batch, op.tag_virtual_stage, op.phase}; }
 
 std::size_t Program::total_ops() const {

@@ -130,6 +130,13 @@ struct Program {
 
 Program build_program(const Scenario& scenario, Granularity granularity = Granularity::Op);
 
+// Ops build_program would put in the stage lists (one rank per stage), from one layer's op count times the layers
+// and micro-batches each stage runs, without building anything: what a caller checks against the memory it has
+// before building a Program (about kProgramBytesPerOp each) for a scenario with absurd sizes.
+double estimated_stage_ops(const Scenario& scenario, Granularity granularity);
+// Measured: `twin graph mtnlg-530b` (0.94 M stage ops at op granularity) peaks at 290 MB resident.
+inline constexpr double kProgramBytesPerOp = 300;
+
 // The op-granularity compute ops of one transformer layer (global index `layer`) in one phase, for one micro-batch:
 // what a `TransformerLayer` op fuses. Used by build_program and by cost models that time fused ops.
 std::vector<Op> layer_compute_ops(const Scenario& scenario, int layer, Phase phase);

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -63,6 +65,12 @@ class SectionReader {
     const toml::node* node = take(key);
     if (!node) return;
     if (auto value = node->value_exact<std::int64_t>()) {
+      // Every size fits in 31 bits; beyond, products of sizes (tp * pp * dp, nodes * GPUs) could overflow.
+      constexpr std::int64_t kLargest = std::numeric_limits<std::int32_t>::max();
+      if (*value > kLargest || *value < -kLargest) {
+        problem(*node, key, fmt::format("{} is too large (at most {})", *value, kLargest));
+        return;
+      }
       out = *value;
     } else {
       problem(*node, key, fmt::format("expected an integer, got {}", describe(*node)));
@@ -154,6 +162,8 @@ class SectionReader {
       out << "a table";
     } else if (node.is_array()) {
       out << "an array";
+    } else if (node.is_floating_point()) {
+      out << "the float " << fmt::format("{:#}", *node.value<double>());  // 8.0, not 8
     } else {
       node.visit([&out](auto&& value) {
         if constexpr (toml::is_value<decltype(value)>) out << *value;
@@ -367,6 +377,9 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   training.number("adam_eps", scenario.training.adam_eps);
   training.number("init_std", scenario.training.init_std);
   training.reject_unknown_keys();
+  // A field that could not be read keeps its default, and rules about it would only mislead ("layers must be
+  // positive, got 0" after "layers: expected an integer"): what could not be read is reported alone.
+  if (!problems.empty()) throw ScenarioError(problems);
 
   // Defaults that depend on other fields.
   auto& p = scenario.parallel;
@@ -388,8 +401,7 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   }
   if (!global_batch_given) p.global_batch = p.dp * p.micro_batch;
 
-  // Report the section problems together with every rule the typed fields break (but the world size, when dp
-  // could not be derived, was reported already).
+  // Every rule the fields break, together (but the world size, when dp could not be derived, was reported already).
   for (auto& problem : rule_violations(scenario, /*check_world_size=*/!dp_underivable)) {
     problems.push_back(std::move(problem));
   }

@@ -72,6 +72,14 @@ TEST(Cli, UserErrorsAreOneLineAndExitTwo) {
   EXPECT_THAT(unwritable.output, HasSubstr("cannot write '/nonexistent-twin-dir/program.json': No such file"));
 }
 
+TEST(Cli, AnAbsurdlyLargeProgramIsRefusedBeforeItIsBuilt) {
+  // 10.5 M layers: about 9e10 ops, terabytes; refused from the estimate, in well under a second.
+  const Result r = twin("graph mtnlg-530b --set model.layers=10500000");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.output, HasSubstr("the Program of mt-nlg-530b would hold about"));
+  EXPECT_THAT(r.output, HasSubstr("10500000 layers over 35 stages, 240 micro-batches per pipeline"));
+}
+
 TEST(Cli, FlagMistakesNameTheFlagAndExitTwo) {
   const Result bad_choice = twin("graph gpt-tiny --granularity kernel");
   EXPECT_EQ(bad_choice.status, 2);

@@ -66,6 +66,19 @@ TEST_P(EveryShape, GemmFlopsMatchNarayanan) {
   EXPECT_NEAR(none / narayanan_closed_form(s, false), 1.0, 1e-3);
 }
 
+TEST_P(EveryShape, OpCountEstimateIsCloseToTheBuiltProgram) {
+  // The estimate guards memory before a build (cli: build_program_within_memory); it must track the real count.
+  for (const Granularity granularity : {Granularity::Op, Granularity::Layer}) {
+    const Scenario s = GetParam().scenario;
+    const Program program = build_program(s, granularity);
+    double built = 0;
+    for (const auto& ops : program.stage_ops) built += static_cast<double>(ops.size());
+    const double estimate = estimated_stage_ops(s, granularity);
+    EXPECT_GT(estimate, 0.75 * built) << to_string(granularity);
+    EXPECT_LT(estimate, 1.6 * built) << to_string(granularity);
+  }
+}
+
 TEST_P(EveryShape, SelectiveRecomputeAddsTheAttentionCoreForwardOnce) {
   const Scenario s = GetParam().scenario;
   const double none = build_program(recompute(s, Recompute::None), Granularity::Layer).total_flops();

@@ -111,6 +111,15 @@ void PrintTo(const InvalidCase& c, std::ostream* out) { *out << c.name; }
 
 class InvalidScenario : public ::testing::TestWithParam<InvalidCase> {};
 
+TEST(Scenario, AFieldThatCannotBeReadIsReportedWithoutTheRulesAboutIt) {
+  // Not also "model.layers must be a positive integer, got 0" (its default) or a world size from default nodes.
+  const auto layers = problems_of(replace(kValid, "layers = 8", "layers = 8.0"));
+  ASSERT_EQ(layers.size(), 1u) << joined_problems(replace(kValid, "layers = 8", "layers = 8.0"));
+  EXPECT_THAT(layers.front(), HasSubstr("model.layers: expected an integer, got the float 8.0"));
+  const auto nodes = problems_of(kValid, {parse_override("cluster.nodes=9223372036854775807")});
+  EXPECT_EQ(nodes.size(), 1u);
+}
+
 TEST_P(InvalidScenario, ReportsItsOwnMessage) {
   const InvalidCase& c = GetParam();
   EXPECT_THAT(joined_problems(c.text, c.overrides), HasSubstr(c.message));
@@ -127,7 +136,9 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"string_for_integer", replace(kV, "tp = 2", "tp = \"2\""), {},
                     "parallel.tp: expected an integer, got the string \"2\""},
         InvalidCase{"float_for_integer", replace(kV, "hidden = 256", "hidden = 256.5"), {},
-                    "model.hidden: expected an integer, got 256.5"},
+                    "model.hidden: expected an integer, got the float 256.5"},
+        InvalidCase{"integer_too_large", kV, {parse_override("cluster.nodes=9223372036854775807")},
+                    "cluster.nodes: 9223372036854775807 is too large (at most 2147483647)"},
         InvalidCase{"integer_for_bool", kV + "\n[framework]\ntied_embeddings = 1\n", {},
                     "framework.tied_embeddings: expected true or false, got 1"},
         InvalidCase{"negative_layers", replace(kV, "layers = 8", "layers = -8"), {},
