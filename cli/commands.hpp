@@ -40,6 +40,9 @@ model::Program build_program_within_memory(const model::Scenario& scenario, mode
 // A numeric option's lower bound, with a message a person can read ("must be at least 1, got 0").
 CLI::Validator at_least(double minimum);
 
+// An output file flag's check at parse time, before any work: not a directory, in a directory that exists.
+CLI::Validator output_file();
+
 // A file written atomically: a temporary beside it, then rename, so a reader never sees half of it.
 void write_file_atomically(const std::string& path, const std::string& contents);
 

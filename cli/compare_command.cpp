@@ -2,7 +2,10 @@
 //   twin sim mtnlg-530b --json predicted.json && twin compare predicted.json 60.1
 //   twin compare predicted.json measured.json       (measured.json from `twin run --json`, or another `twin sim`)
 #include <charconv>
+#include <filesystem>
 #include <fstream>
+#include <string>
+#include <system_error>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -14,6 +17,10 @@ namespace twin::cli {
 namespace {
 
 nlohmann::json read_json(const std::string& path) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) {
+    throw UserError(fmt::format("'{}' is a directory, not a JSON file", path));
+  }
   std::ifstream in(path);
   if (!in) throw UserError(fmt::format("cannot open '{}'", path));
   try {

@@ -83,7 +83,8 @@ void register_graph_command(CLI::App& app) {
   add_scenario_options(*command, options->scenario);
   command->add_option("--granularity", options->granularity, "op (every kernel) or layer (one op per layer and phase)")
       ->check(CLI::IsMember({"op", "layer"}));
-  command->add_option("--json", options->json_path, "write the Program (per stage: schedule and ops) as JSON");
+  command->add_option("--json", options->json_path, "write the Program (per stage: schedule and ops) as JSON")
+      ->check(output_file());
   command->callback([options] {
     const model::Scenario scenario = load_scenario(options->scenario);
     const auto granularity = options->granularity == "layer" ? model::Granularity::Layer : model::Granularity::Op;

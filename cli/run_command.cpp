@@ -297,8 +297,19 @@ void register_run_command(CLI::App& app) {
   command->add_option("--steps", options->steps, "train until this many steps are done (default 50)")
       ->check(at_least(1));
   command->add_option("--data", options->data, "text file to train on (default: data/corpus.txt)");
-  command->add_option("--checkpoint", options->checkpoint,
-                      "checkpoint directory: resumes from its newest checkpoint, writes new ones");
+  command
+      ->add_option("--checkpoint", options->checkpoint,
+                   "checkpoint directory: resumes from its newest checkpoint, writes new ones")
+      ->check(CLI::Validator(
+          [](std::string& path) -> std::string {
+            std::error_code error;
+            const bool exists = std::filesystem::exists(path, error);
+            if (exists && !std::filesystem::is_directory(path, error)) {
+              return fmt::format("'{}' exists and is not a directory", path);
+            }
+            return {};
+          },
+          "DIR"));
   command
       ->add_option("--checkpoint-every", options->checkpoint_every,
                    "steps between checkpoints (default: only after the last step)")
@@ -306,8 +317,10 @@ void register_run_command(CLI::App& app) {
   command->add_option("--keep-checkpoints", options->keep_checkpoints, "complete checkpoints to keep (default 2)")
       ->check(at_least(1));
   command->add_flag("--no-resume", options->no_resume, "start from step 0 even if --checkpoint holds a checkpoint");
-  command->add_option("--json", options->json, "write losses, per-step times, tokens/s and the summary as JSON");
-  command->add_option("--trace", options->trace, "write the Chrome trace (Perfetto) of the traced step");
+  command->add_option("--json", options->json, "write losses, per-step times, tokens/s and the summary as JSON")
+      ->check(output_file());
+  command->add_option("--trace", options->trace, "write the Chrome trace (Perfetto) of the traced step")
+      ->check(output_file());
   command->add_option("--trace-step", options->trace_step, "step to time op by op, 1..--steps (default: the last)")
       ->check(at_least(1));
   command

@@ -122,6 +122,20 @@ model::Program build_program_within_memory(const model::Scenario& scenario, mode
   return model::build_program(scenario, granularity);
 }
 
+CLI::Validator output_file() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        std::error_code error;
+        if (fs::is_directory(path, error)) return fmt::format("'{}' is a directory: give a file name", path);
+        const fs::path parent = fs::path(path).parent_path();
+        if (!parent.empty() && !fs::is_directory(parent, error)) {
+          return fmt::format("'{}': there is no directory '{}'", path, parent.string());
+        }
+        return {};
+      },
+      "FILE");
+}
+
 CLI::Validator at_least(double minimum) {
   return CLI::Validator(
       [minimum](std::string& text) -> std::string {
@@ -147,11 +161,20 @@ void write_file_atomically(const std::string& path, const std::string& contents)
     if (!out) throw UserError(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
     out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
     out.flush();
-    if (!out) throw UserError(fmt::format("writing '{}' failed (disk full?)", temporary.string()));
+    if (!out) {
+      out.close();
+      std::error_code ignored;
+      fs::remove(temporary, ignored);
+      throw UserError(fmt::format("writing '{}' failed (disk full?)", path));
+    }
   }
   std::error_code error;
   fs::rename(temporary, target, error);
-  if (error) throw UserError(fmt::format("cannot rename '{}' to '{}': {}", temporary.string(), path, error.message()));
+  if (error) {
+    std::error_code ignored;
+    fs::remove(temporary, ignored);  // leave nothing half-done behind
+    throw UserError(fmt::format("cannot rename '{}' to '{}': {}", temporary.string(), path, error.message()));
+  }
 }
 
 }  // namespace twin::cli

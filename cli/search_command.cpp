@@ -255,7 +255,7 @@ void register_search_command(CLI::App& app) {
   command->add_option("--max", o->max_plans, "simulate at most this many plans (smallest ideal bubble first)");
   command->add_option("--jobs", o->jobs, "simulations at a time (default: one per core)");
   command->add_flag("--vary-recompute", o->vary_recompute, "also try recompute none, selective and full");
-  command->add_option("--json", o->json_path, "write every plan and its result as JSON");
+  command->add_option("--json", o->json_path, "write every plan and its result as JSON")->check(output_file());
   command->callback([o] { run_search(*o); });
 }
 

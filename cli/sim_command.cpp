@@ -130,11 +130,12 @@ void register_sim_command(CLI::App& app) {
   command->add_option("--oversubscription", o->oversubscription, "fat-tree leaf down:up ratio (1 = non-blocking)");
   command->add_flag("--rail-optimized", o->rail_optimized, "rail-optimized fabric (a scalable unit under one leaf)");
   command->add_flag("--ideal-network", o->ideal_network, "infinite bandwidth and zero latency (the schedule alone)");
-  command->add_option("--json", o->json_path, "write the summary as JSON");
-  command->add_option("--trace", o->trace_path, "write a Chrome trace (Perfetto) of the recorded ranks");
+  command->add_option("--json", o->json_path, "write the summary as JSON")->check(output_file());
+  command->add_option("--trace", o->trace_path, "write a Chrome trace (Perfetto) of the recorded ranks")
+      ->check(output_file());
   command->add_option("--trace-ranks", o->trace_ranks,
                       "ranks to trace, e.g. 0,8,16-23 (default: dp 0, tp 0 of every stage)");
-  command->add_option("--svg", o->svg_path, "write a pipeline diagram of the iteration (SVG)");
+  command->add_option("--svg", o->svg_path, "write a pipeline diagram of the iteration (SVG)")->check(output_file());
   command->add_flag("--quiet", o->quiet, "no progress line");
   command->callback([o] { run(*o); });
 }

@@ -1,7 +1,9 @@
 #include "exec/data.hpp"
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <system_error>
 
 #include <fmt/core.h>
 
@@ -36,6 +38,10 @@ std::uint64_t fingerprint_of(const std::vector<std::uint8_t>& bytes) {
 }  // namespace
 
 TextDataset load_text(const std::string& path, std::size_t min_tokens) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw RunError(fmt::format("--data '{}' is a directory: give a text file", path));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw RunError(fmt::format("--data '{}': cannot open the file", path));
   TextDataset data;

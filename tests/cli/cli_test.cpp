@@ -69,7 +69,15 @@ TEST(Cli, UserErrorsAreOneLineAndExitTwo) {
   EXPECT_THAT(unknown_section.output, HasSubstr("(--set foo.*): unknown section [foo]"));
   const Result unwritable = twin("graph gpt-tiny --json /nonexistent-twin-dir/program.json");
   EXPECT_EQ(unwritable.status, 2);
-  EXPECT_THAT(unwritable.output, HasSubstr("cannot write '/nonexistent-twin-dir/program.json': No such file"));
+  EXPECT_THAT(unwritable.output, HasSubstr("there is no directory '/nonexistent-twin-dir'"));
+  const std::string a_directory = fs::temp_directory_path().string();
+  const Result directory = twin("graph gpt-tiny --json " + a_directory);  // checked before any work
+  EXPECT_EQ(directory.status, 2);
+  EXPECT_THAT(directory.output, HasSubstr("is a directory: give a file name"));
+  EXPECT_FALSE(fs::exists(a_directory + ".tmp"));
+  const Result compare_directory = twin("compare " + a_directory + " 60");
+  EXPECT_EQ(compare_directory.status, 2);
+  EXPECT_THAT(compare_directory.output, HasSubstr("is a directory, not a JSON file"));
 }
 
 TEST(Cli, AnAbsurdlyLargeProgramIsRefusedBeforeItIsBuilt) {

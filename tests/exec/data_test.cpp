@@ -50,6 +50,12 @@ TEST(ExecDataLoader, RefusesTextsShorterThanASequenceAndSmallVocabularies) {
   const auto small_vocab = testing::scenario(testing::small_toml(), {"model.vocab=100"});
   EXPECT_THROW(DataLoader(testing::corpus(), small_vocab), RunError);
   EXPECT_THROW(load_text("/no/such/file.txt", 10), RunError);
+  try {
+    load_text(testing::source_dir() + "/data", 10);  // a directory
+    ADD_FAILURE() << "a directory was read as text";
+  } catch (const RunError& error) {
+    EXPECT_NE(std::string(error.what()).find("is a directory"), std::string::npos) << error.what();
+  }
 }
 
 }  // namespace
