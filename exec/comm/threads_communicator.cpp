@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -72,6 +73,7 @@ struct ThreadsWorld::State {
   std::map<std::pair<std::string, std::vector<int>>, GroupState> groups;
   std::map<std::tuple<int, int, std::uint64_t>, std::deque<Message>> mailboxes;  // (to, from, tag)
   std::optional<std::string> failure;  // set by abort(): the first failing rank's story
+  std::vector<std::vector<int>> waiting_for;  // per rank: whom it is blocked on now (empty: not communicating)
 
   GroupState& group(const CommGroup& g) {
     auto [it, inserted] = groups.try_emplace({std::string(g.kind), g.members});
@@ -127,6 +129,7 @@ class ThreadsCommunicator final : public Communicator {
     std::unique_lock lock(s_->mutex);
     const auto key = std::make_tuple(rank_, peer, tag);
     const auto deadline = Clock::now() + timeout();
+    const Waiting waiting(*s_, rank_, {peer});
     while (true) {
       throw_if_failed(label);
       auto it = s_->mailboxes.find(key);
@@ -145,8 +148,8 @@ class ThreadsCommunicator final : public Communicator {
         throw_if_failed(label);
         throw CommError(
             fmt::format("rank {}: recv {} from rank {} timed out after {} s: rank {} never sent it "
-                        "(dead, stuck or out of step)",
-                        rank_, label, peer, s_->options.timeout_s, peer));
+                        "(dead, stuck or out of step){}",
+                        rank_, label, peer, s_->options.timeout_s, peer, blocked_chain({peer})));
       }
     }
   }
@@ -164,6 +167,55 @@ class ThreadsCommunicator final : public Communicator {
  private:
   std::chrono::nanoseconds timeout() const {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s_->options.timeout_s));
+  }
+
+  // Marks `rank` as blocked on `ranks` while it lives (constructed and destroyed under the state's mutex).
+  class Waiting {
+   public:
+    Waiting(ThreadsWorld::State& state, int rank, std::vector<int> ranks) : state_(state), rank_(rank) {
+      state_.waiting_for[rank_] = std::move(ranks);
+    }
+    ~Waiting() { state_.waiting_for[rank_].clear(); }
+    Waiting(const Waiting&) = delete;
+    Waiting& operator=(const Waiting&) = delete;
+
+   private:
+    ThreadsWorld::State& state_;
+    int rank_;
+  };
+
+  // Why `late` have not come, when they are blocked themselves: follows who waits for whom (under the mutex) to the
+  // ranks that wait for nobody, the dead or stuck ones a user should look at. Empty when `late` wait for nobody.
+  std::string blocked_chain(const std::vector<int>& late) const {
+    std::vector<bool> seen(static_cast<std::size_t>(s_->world_size), false);
+    std::vector<int> frontier = late, blocked, idle;
+    for (int r : late) seen[r] = true;
+    seen[rank_] = true;
+    while (!frontier.empty()) {
+      std::vector<int> next;
+      for (int r : frontier) {
+        const std::vector<int>& targets = s_->waiting_for[r];
+        if (targets.empty()) {
+          idle.push_back(r);
+          continue;
+        }
+        blocked.push_back(r);
+        for (int t : targets) {
+          if (!seen[t]) {
+            seen[t] = true;
+            next.push_back(t);
+          }
+        }
+      }
+      frontier = std::move(next);
+    }
+    if (blocked.empty()) return {};
+    std::sort(blocked.begin(), blocked.end());
+    std::sort(idle.begin(), idle.end());
+    return fmt::format("; {} {} blocked in turn, on a chain that ends at {}", format_ranks(blocked),
+                       blocked.size() == 1 ? "is" : "are",
+                       idle.empty() ? std::string("ranks waiting for each other")
+                                    : format_ranks(idle) + " (in no communication: dead, or stuck)");
   }
 
   void throw_if_failed(std::string_view label) const {
@@ -194,8 +246,9 @@ class ThreadsCommunicator final : public Communicator {
       throw_if_failed(what);
       if (s_->changed.wait_until(lock, deadline) == std::cv_status::timeout && !done()) {
         throw_if_failed(what);
-        throw CommError(fmt::format("rank {}: {} timed out after {} s: {} did not {}", rank_, what,
-                                    s_->options.timeout_s, format_ranks(missing()), verb));
+        const std::vector<int> late = missing();
+        throw CommError(fmt::format("rank {}: {} timed out after {} s: {} did not {}{}", rank_, what,
+                                    s_->options.timeout_s, format_ranks(late), verb, blocked_chain(late)));
       }
     }
   }
@@ -240,6 +293,14 @@ class ThreadsCommunicator final : public Communicator {
 
     const std::string what = describe(group, kind, label);
     const auto deadline = Clock::now() + timeout();
+    std::optional<Waiting> waiting;
+    if (slot.arrived < size) {
+      std::vector<int> others;
+      for (int i = 0; i < size; ++i) {
+        if (!slot.arrived_member[i]) others.push_back(group.members[i]);
+      }
+      waiting.emplace(*s_, rank_, std::move(others));
+    }
     wait(
         lock, deadline, [&] { return slot.arrived == size; },
         [&] {
@@ -250,16 +311,29 @@ class ThreadsCommunicator final : public Communicator {
           return missing;
         },
         what, "arrive");
+    waiting.reset();
 
     lock.unlock();
-    work(slot, me, size);
+    std::exception_ptr work_error;
+    try {
+      work(slot, me, size);
+    } catch (...) {  // still finish below: the others must not wait for this member forever
+      work_error = std::current_exception();
+    }
     lock.lock();
     ++slot.finished;
     if (slot.finished == size) s_->changed.notify_all();
-    wait(
-        lock, deadline + timeout(), [&] { return slot.finished == size; }, [&] { return std::vector<int>{}; }, what,
-        "finish");
+    // In work() every member reads and writes the others' buffers: none may leave (unwinding, freeing its buffers)
+    // before all have finished, even when another rank has failed meanwhile. work() never blocks, so this is short.
+    const auto finish_deadline = deadline + timeout();
+    while (slot.finished != size) {
+      if (s_->changed.wait_until(lock, finish_deadline) == std::cv_status::timeout && slot.finished != size) {
+        throw CommError(fmt::format("rank {}: {} timed out after {} s: not every member finished its share", rank_,
+                                    what, s_->options.timeout_s));
+      }
+    }
     if (++slot.left == size) g.slots.erase(call);
+    if (work_error) std::rethrow_exception(work_error);
   }
 
   // This member's share of the collective, with every member's buffers posted in `slot`.
@@ -331,6 +405,7 @@ class ThreadsCommunicator final : public Communicator {
 ThreadsWorld::ThreadsWorld(int world_size, CommOptions options) : state_(std::make_shared<State>()) {
   state_->world_size = world_size;
   state_->options = options;
+  state_->waiting_for.assign(static_cast<std::size_t>(world_size), {});
 }
 
 ThreadsWorld::~ThreadsWorld() = default;

@@ -154,6 +154,38 @@ TEST(ExecThreadsCommunicator, ARecvTimesOutNamingTheSender) {
   EXPECT_NE(errors[1].find("rank 0 never sent it"), std::string::npos) << errors[1];
 }
 
+TEST(ExecThreadsCommunicator, ATimeoutFollowsTheChainOfBlockedRanksToTheDeadOne) {
+  // Rank 2 is dead; rank 1 waits for it; rank 0 waits for rank 1 and times out first: its message must lead to rank 2,
+  // not stop at rank 1, which is only a victim.
+  ThreadsWorld world(3, CommOptions{2.0});
+  const auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
+    float x;
+    if (rank == 0) comm.recv(1, 7, &x, sizeof(x), "recv backward gradient");
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // rank 0's deadline comes first
+      comm.recv(2, 7, &x, sizeof(x), "recv backward gradient");
+    }
+  });
+  EXPECT_NE(errors[0].find("rank 1 never sent it"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("rank 1 is blocked in turn, on a chain that ends at rank 2 (in no communication"),
+            std::string::npos)
+      << errors[0];
+  // A collective names its missing member's chain too.
+  ThreadsWorld collective_world(3, CommOptions{2.0});
+  const auto collective_errors = run_ranks(collective_world, [&](int rank, Communicator& comm) {
+    float x = 1;
+    if (rank == 0) comm.all_reduce(CommGroup{"pair", {0, 1}}, &x, 1, DType::F32, "all_reduce");
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      comm.recv(2, 7, &x, sizeof(x), "recv forward activation");
+    }
+  });
+  EXPECT_NE(collective_errors[0].find("rank 1 did not arrive; rank 1 is blocked in turn, on a chain that ends at "
+                                      "rank 2"),
+            std::string::npos)
+      << collective_errors[0];
+}
+
 TEST(ExecThreadsCommunicator, AFailedRankMakesItsPeersFailFast) {
   ThreadsWorld world(3, CommOptions{60});
   const auto start = std::chrono::steady_clock::now();
