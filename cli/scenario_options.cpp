@@ -1,5 +1,4 @@
 // Scenario selection shared by every subcommand: positional SCENARIO, --set overrides, Megatron-style aliases.
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -116,7 +115,7 @@ model::Program build_program_within_memory(const model::Scenario& scenario, mode
         "{} layers over {} stages, {} micro-batches per pipeline, at {} granularity. Check model.layers and "
         "parallel.global_batch{}",
         scenario.model.name, ops, needed / GiB, available / GiB, scenario.model.layers, p.pp,
-        p.global_batch / std::max<std::int64_t>(1, p.dp * p.micro_batch), model::to_string(granularity),
+        p.micro_batches(), model::to_string(granularity),
         granularity == model::Granularity::Op ? ", or use --granularity layer" : ""));
   }
   return model::build_program(scenario, granularity);

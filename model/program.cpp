@@ -546,8 +546,7 @@ double estimated_stage_ops(const Scenario& scenario, Granularity granularity) {
   const auto& p = scenario.parallel;
   const double stages = static_cast<double>(std::max<std::int64_t>(1, p.pp));
   const double layers_per_stage = static_cast<double>(scenario.model.layers) / stages;
-  const double micro_batches = static_cast<double>(p.global_batch) /
-                               static_cast<double>(std::max<std::int64_t>(1, p.dp * p.micro_batch));
+  const double micro_batches = static_cast<double>(p.micro_batches());  // sizes are validated: no division by 0
   return stages * (micro_batches * (layers_per_stage + 1) * per_layer + 8 * (layers_per_stage + 1));
 }
 
