@@ -6,6 +6,9 @@ the iteration time twin predicts, the published one, the error and the mean abso
     bench/accuracy/run.py --twin build/cli/twin --markdown --json accuracy.json
     bench/accuracy/run.py --only mtnlg              # runs whose name matches a regular expression
 
+Runs of one `series` (same model and plan, only the data-parallel degree varies) are also split into a time per
+sequence and a fixed time per iteration, for the published and the predicted times alike (split_series).
+
 Published TFLOP/s per GPU are turned into seconds with the paper's own count, Narayanan et al.'s
 F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), so that every error is an error on the iteration time:
 error = predicted / published - 1 (negative: twin is too fast). No build step: it needs Python 3.11+ (tomllib) and a
@@ -78,7 +81,42 @@ def simulate(twin, run, legacy, fidelity):
         with open(out) as f:
             summary = json.load(f)
     return {"iteration_time_s": summary["iteration_time_s"], "tflops_per_gpu": summary["tflops_per_gpu"],
-            "bubble": summary["bubble_fraction"]}
+            "bubble": summary["bubble_fraction"], "dp": summary["scenario"]["dp"]}
+
+
+def fit_line(xs, ys):
+    """Least squares y = fixed + slope x; returns (fixed, slope, largest |residual|)."""
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sxx
+    fixed = mean_y - slope * mean_x
+    return fixed, slope, max(abs(y - fixed - slope * x) for x, y in zip(xs, ys))
+
+
+def split_series(rows):
+    """Runs of one series share model and plan and differ only in the data-parallel degree DP, so each replica
+    processes B / DP sequences. Their iteration times lie on T = fixed + per_sequence x B / DP: per_sequence is the
+    steady pipeline's time per sequence (compute, exposed TP and PP), fixed what does not shrink with B / DP (the
+    pipeline's fill and drain, (p - 1) micro-batches' worth, the gradient reduction, the optimizer step). Fitting the
+    published and the predicted times separately says which of the two parts an error is in; it needs no constant."""
+    series = {}
+    for r in rows:
+        if r.get("series") and isinstance(r.get("error"), float):
+            series.setdefault(r["series"], []).append(r)
+    out = []
+    for name, members in series.items():
+        if len({r["sequences_per_replica"] for r in members}) < 3:
+            continue  # two points always lie on a line: nothing to check
+        xs = [r["sequences_per_replica"] for r in members]
+        published = fit_line(xs, [r["published_s"] for r in members])
+        predicted = fit_line(xs, [r["iteration_time_s"] for r in members])
+        out.append({"series": name, "runs": len(members),
+                    "published_per_sequence_s": published[1], "published_fixed_s": published[0],
+                    "published_worst_residual_s": published[2],
+                    "twin_per_sequence_s": predicted[1], "twin_fixed_s": predicted[0],
+                    "twin_worst_residual_s": predicted[2]})
+    return out
 
 
 def main():
@@ -88,6 +126,7 @@ def main():
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument("--json", help="write the rows as JSON")
+    parser.add_argument("--series-json", help="write each series' split (per sequence, fixed) as JSON")
     parser.add_argument("--max-mape", type=float, default=None,
                         help="exit 1 when the MAPE over all runs exceeds this many percent (a regression guard)")
     parser.add_argument("--legacy", action="store_true", help="strip framework keys an older twin does not know")
@@ -106,7 +145,11 @@ def main():
         scenario = scenario_with_overrides(os.path.join(PUBLISHED, run["scenario"]), run.get("set", []))
         row = {"name": run["name"], "group": run["group"], "published_s": published_seconds(run, scenario),
                "source": run["source"]}
+        if "series" in run:
+            row["series"] = run["series"]
         row.update(result)
+        if "dp" in result:
+            row["sequences_per_replica"] = scenario["parallel"]["global_batch"] / result["dp"]
         if "iteration_time_s" in result:
             row["error"] = result["iteration_time_s"] / row["published_s"] - 1
         rows.append(row)
@@ -133,9 +176,32 @@ def main():
         mape = 100 * sum(abs(r["error"]) for r in members) / len(members)
         bias = 100 * sum(r["error"] for r in members) / len(members)
         print(f"MAPE {group:15} {mape:5.1f} %  (mean error {bias:+.1f} %, {len(members)} runs)")
+    series = split_series(rows)
+    if series and args.markdown:
+        print("\n| series | published s per sequence | published fixed s | twin s per sequence | twin fixed s "
+              "| error per sequence | error fixed |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+    elif series:
+        print("\nSeries (same model and plan, only DP varies): T = fixed + per_sequence x B/DP, least squares")
+        print(f"{'series':20} {'published: per sequence':>24} {'fixed':>8}   {'twin: per sequence':>19} {'fixed':>8}"
+              f"   {'error: per sequence':>19} {'fixed':>8}")
+    for f_ in series:
+        per_sequence_error = f_["twin_per_sequence_s"] / f_["published_per_sequence_s"] - 1
+        fixed_error = f_["twin_fixed_s"] - f_["published_fixed_s"]
+        if args.markdown:
+            print(f"| {f_['series']} | {f_['published_per_sequence_s']:.4f} | {f_['published_fixed_s']:.2f} "
+                  f"| {f_['twin_per_sequence_s']:.4f} | {f_['twin_fixed_s']:.2f} | {100 * per_sequence_error:+.1f} % "
+                  f"| {fixed_error:+.2f} s |")
+        else:
+            print(f"{f_['series']:20} {f_['published_per_sequence_s']:22.4f} s {f_['published_fixed_s']:6.2f} s"
+                  f"   {f_['twin_per_sequence_s']:17.4f} s {f_['twin_fixed_s']:6.2f} s"
+                  f"   {100 * per_sequence_error:+17.1f} % {fixed_error:+6.2f} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
+    if args.series_json:
+        with open(args.series_json, "w") as f:
+            json.dump(series, f, indent=2)
     if len(ok) != len(rows):
         return 1
     overall = 100 * sum(abs(r["error"]) for r in ok) / len(ok)

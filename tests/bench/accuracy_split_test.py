@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""bench/accuracy/run.py's split of a series into time per sequence and fixed time: exact on points of a line,
+skipped below three distinct points, and the residual reported when the points are not on a line."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "accuracy"))
+import run  # noqa: E402
+
+
+def row(series, sequences, published_s, predicted_s):
+    return {"series": series, "sequences_per_replica": sequences, "published_s": published_s,
+            "iteration_time_s": predicted_s, "error": predicted_s / published_s - 1}
+
+
+class SplitSeries(unittest.TestCase):
+    def test_points_on_a_line_give_its_slope_and_intercept(self):
+        # published: 12 s fixed + 0.2 s per sequence; predicted: 6 s + 0.18 s
+        rows = [row("s", n, 12 + 0.2 * n, 6 + 0.18 * n) for n in (240, 192, 160)]
+        (split,) = run.split_series(rows)
+        self.assertAlmostEqual(split["published_per_sequence_s"], 0.2)
+        self.assertAlmostEqual(split["published_fixed_s"], 12.0)
+        self.assertAlmostEqual(split["twin_per_sequence_s"], 0.18)
+        self.assertAlmostEqual(split["twin_fixed_s"], 6.0)
+        self.assertAlmostEqual(split["published_worst_residual_s"], 0.0)
+
+    def test_fewer_than_three_distinct_points_are_not_split(self):
+        rows = [row("s", 240, 60, 50), row("s", 160, 44, 35), row("s", 160, 44.5, 35.5), row(None, 100, 1, 1)]
+        self.assertEqual(run.split_series(rows), [])
+
+    def test_failed_runs_are_left_out(self):
+        rows = [row("s", n, 12 + 0.2 * n, 6 + 0.18 * n) for n in (240, 192, 160)]
+        rows[0]["error"] = "twin failed"
+        self.assertEqual(run.split_series(rows), [])
+
+    def test_points_off_a_line_report_their_residual(self):
+        rows = [row("s", 240, 60.1, 50), row("s", 192, 50.2, 41), row("s", 160, 44.4, 35)]
+        (split,) = run.split_series(rows)
+        self.assertGreater(split["published_worst_residual_s"], 0.1)
+        self.assertLess(split["published_worst_residual_s"], 0.5)
+
+
+if __name__ == "__main__":
+    unittest.main()
