@@ -61,6 +61,12 @@ struct Shapes {
   }
   double gelu_forward() const { return fused ? 2 * e : 4 * e; }  // unfused: bias add, then GeLU
   double gelu_backward() const { return 4 * e; }                 // read dy and x, write dx, bias gradient
+  // Megatron's fused layer norm (megatron/fused_kernels/layer_norm_cuda_kernel.cu, also what Megatron-DeepSpeed
+  // runs): the forward reads x and writes y (its second pass over a row hits the cache); the backward
+  // (HostLayerNormGradient) reads dy and x in cuComputePartGradGammaBeta for the weight gradients, and again in
+  // cuComputeGradInput, which writes dx: 5 e bytes per element, in 3 kernels.
+  double layer_norm_forward() const { return 2 * e; }
+  double layer_norm_backward() const { return 5 * e; }
   // Attention scores (b * heads/t * s^2 elements) beyond what the two batched GEMMs read and write: softmax (fused:
   // one pass; unfused: scale, mask, softmax), then attention dropout (read, write, mask); backward likewise.
   double scores_forward() const { return (fused ? 2 * e : 6 * e) + (dropout ? 2 * e + 1 : 0); }
@@ -135,14 +141,14 @@ Op attention_core(const Shapes& x, Phase phase) {
 std::vector<Op> layer_forward(const Shapes& x, Phase phase) {
   std::vector<Op> ops;
   const double attention_width = x.heads_local * x.head_dim;  // h / t
-  ops.push_back(compute(ComputeKind::LayerNormAttention, phase, 2 * x.tokens_sp * x.h * x.e));
+  ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_forward() * x.tokens_sp * x.h));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
   ops.push_back(gemm(ComputeKind::QkvProjection, phase, x.tokens, 3 * attention_width, x.h, x.e));
   ops.push_back(attention_core(x, phase));
   ops.push_back(gemm(ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width, x.e));
   reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::AttentionProjection, phase);
   ops.push_back(compute(ComputeKind::AttentionResidual, phase, x.residual_forward() * x.tokens_sp * x.h));
-  ops.push_back(compute(ComputeKind::LayerNormMlp, phase, 2 * x.tokens_sp * x.h * x.e));
+  ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_forward() * x.tokens_sp * x.h));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
   ops.push_back(gemm(ComputeKind::MlpUp, phase, x.tokens, x.f / x.t, x.h, x.e));
   ops.push_back(compute(ComputeKind::Gelu, phase, x.gelu_forward() * x.tokens * x.f / x.t));
@@ -167,7 +173,7 @@ std::vector<Op> layer_backward(const Shapes& x) {
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
   ops.push_back(gemm(ComputeKind::MlpUp, phase, x.tokens, x.f / x.t, x.h, x.e));
   reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::MlpUp, phase);
-  ops.push_back(compute(ComputeKind::LayerNormMlp, phase, 3 * x.tokens_sp * x.h * x.e));
+  ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_backward() * x.tokens_sp * x.h));
   ops.push_back(compute(ComputeKind::AttentionResidual, phase, x.residual_backward() * x.tokens_sp * x.h));
   gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::AttentionProjection, phase);
   ops.push_back(gemm(ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width, x.e));
@@ -175,7 +181,7 @@ std::vector<Op> layer_backward(const Shapes& x) {
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
   ops.push_back(gemm(ComputeKind::QkvProjection, phase, x.tokens, 3 * attention_width, x.h, x.e));
   reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::QkvProjection, phase);
-  ops.push_back(compute(ComputeKind::LayerNormAttention, phase, 3 * x.tokens_sp * x.h * x.e));
+  ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_backward() * x.tokens_sp * x.h));
   return ops;
 }
 
@@ -232,7 +238,7 @@ std::vector<Op> embedding_backward(const Shapes& x) {
 
 std::vector<Op> head_forward(const Shapes& x) {
   std::vector<Op> ops;
-  ops.push_back(compute(ComputeKind::FinalLayerNorm, Phase::Forward, 2 * x.tokens_sp * x.h * x.e));
+  ops.push_back(compute(ComputeKind::FinalLayerNorm, Phase::Forward, x.layer_norm_forward() * x.tokens_sp * x.h));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::LmHead, Phase::Forward);
   ops.push_back(gemm(ComputeKind::LmHead, Phase::Forward, x.tokens, x.vocab_local, x.h, x.e));
   // Cross-entropy in fp32 over the rank's vocabulary shard; one all-gather of (max, sum of exp, target logit) per
@@ -251,7 +257,7 @@ std::vector<Op> head_backward(const Shapes& x) {
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::LmHead, Phase::Backward);
   ops.push_back(gemm(ComputeKind::LmHead, Phase::Backward, x.tokens, x.vocab_local, x.h, x.e));
   reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::LmHead, Phase::Backward);
-  ops.push_back(compute(ComputeKind::FinalLayerNorm, Phase::Backward, 3 * x.tokens_sp * x.h * x.e));
+  ops.push_back(compute(ComputeKind::FinalLayerNorm, Phase::Backward, x.layer_norm_backward() * x.tokens_sp * x.h));
   return ops;
 }
 

@@ -76,6 +76,9 @@ int elementwise_kernels(const model::Scenario& s, const model::Op& op) {
     return fused || !forward ? 1 : (s.framework.dropout ? 3 : 2);  // bias add, dropout, residual add
   }
   if (op.what == ComputeKind::Gelu) return fused || !forward ? 1 : 2;  // bias add, GeLU
+  const bool layer_norm = op.what == ComputeKind::LayerNormAttention || op.what == ComputeKind::LayerNormMlp ||
+                          op.what == ComputeKind::FinalLayerNorm;
+  if (layer_norm && !forward) return 3;  // partial weight gradients, their sum, input gradient
   return 1;
 }
 

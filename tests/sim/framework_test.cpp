@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "model/program.hpp"
 #include "sim/framework.hpp"
 #include "sim/report/summary.hpp"
 #include "sim/simulate.hpp"
@@ -85,6 +86,39 @@ TEST(KernelModel, GradientAccumulationFusionSavesAMemoryPass) {
   single.framework.name = model::Framework::DeepSpeed;
   single.parallel.global_batch = 1;
   EXPECT_DOUBLE_EQ(cost.compute_time_s(single, op), cost.compute_time_s(fusion, op));
+}
+
+TEST(KernelModel, LayerNormBackwardReadsItsInputsTwiceInThreeKernels) {
+  // megatron/fused_kernels/layer_norm_cuda_kernel.cu: the weight-gradient partial sums read dy and x, the input
+  // gradient reads them again and writes dx; the forward reads x and writes y.
+  Plan plan;
+  plan.tp = 8;
+  plan.hidden = 4096;
+  plan.heads = 32;
+  plan.seq = 2048;
+  const model::Scenario s = make_scenario(plan);
+  const double elements = 2048.0 * 4096, e = 2;  // micro-batch 1, bf16; no sequence parallelism: x is replicated
+  double forward_bytes = -1, backward_bytes = -1;
+  for (const model::Op& op : model::layer_compute_ops(s, 0, model::Phase::Forward)) {
+    if (op.what == model::ComputeKind::LayerNormMlp) forward_bytes = op.bytes;
+  }
+  for (const model::Op& op : model::layer_compute_ops(s, 0, model::Phase::Backward)) {
+    if (op.what == model::ComputeKind::LayerNormMlp) backward_bytes = op.bytes;
+  }
+  EXPECT_DOUBLE_EQ(forward_bytes, 2 * e * elements);
+  EXPECT_DOUBLE_EQ(backward_bytes, 5 * e * elements);
+
+  const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
+  model::Op backward;
+  backward.what = model::ComputeKind::LayerNormMlp;
+  backward.phase = model::Phase::Backward;
+  backward.bytes = backward_bytes;
+  model::Op forward = backward;
+  forward.phase = model::Phase::Forward;
+  forward.bytes = forward_bytes;
+  const double launch = cost.parameters().kernel_launch_s;
+  EXPECT_NEAR(cost.compute_time_s(s, backward), cost.memory_time_s(backward_bytes) + 3 * launch, 1e-12);
+  EXPECT_NEAR(cost.compute_time_s(s, forward), cost.memory_time_s(forward_bytes) + launch, 1e-12);
 }
 
 TEST(Framework, PipelineTransfers) {
