@@ -30,6 +30,16 @@ model::Op gemm_op(model::ComputeKind what, model::Phase phase, double m, double 
   return op;
 }
 
+// One layer of h 4096 on 8 tensor-parallel ranks, sequence 2048.
+Plan tensor_parallel_layer() {
+  Plan plan;
+  plan.tp = 8;
+  plan.hidden = 4096;
+  plan.heads = 32;
+  plan.seq = 2048;
+  return plan;
+}
+
 TEST(GemmModel, AQuantizedGemmCostsMoreThanItsFlopsSay) {
   const AnalyticalCostModel a100(topology::a100_sxm4_80gb());
   const double m = 2048, k = 8192;
@@ -49,12 +59,7 @@ TEST(GemmModel, ReproducesTheEraMeasurement) {
 }
 
 TEST(KernelModel, FusedElementwiseKernelsAreFaster) {
-  Plan plan;
-  plan.tp = 8;
-  plan.hidden = 4096;
-  plan.heads = 32;
-  plan.seq = 2048;
-  model::Scenario fused = make_scenario(plan);
+  model::Scenario fused = make_scenario(tensor_parallel_layer());
   model::Scenario unfused = fused;
   unfused.framework.fused_kernels = false;
   const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
@@ -91,12 +96,7 @@ TEST(KernelModel, GradientAccumulationFusionSavesAMemoryPass) {
 TEST(KernelModel, LayerNormBackwardReadsItsInputsTwiceInThreeKernels) {
   // megatron/fused_kernels/layer_norm_cuda_kernel.cu: the weight-gradient partial sums read dy and x, the input
   // gradient reads them again and writes dx; the forward reads x and writes y.
-  Plan plan;
-  plan.tp = 8;
-  plan.hidden = 4096;
-  plan.heads = 32;
-  plan.seq = 2048;
-  const model::Scenario s = make_scenario(plan);
+  const model::Scenario s = make_scenario(tensor_parallel_layer());
   const double elements = 2048.0 * 4096, e = 2;  // micro-batch 1, bf16; no sequence parallelism: x is replicated
   double forward_bytes = -1, backward_bytes = -1;
   for (const model::Op& op : model::layer_compute_ops(s, 0, model::Phase::Forward)) {
