@@ -35,8 +35,11 @@ constexpr EnumName<ScheduleKind> kSchedules[] = {
     {ScheduleKind::GPipe, "gpipe"}, {ScheduleKind::OneFOneB, "1f1b"}, {ScheduleKind::Interleaved, "interleaved"}};
 constexpr EnumName<Recompute> kRecomputes[] = {
     {Recompute::None, "none"}, {Recompute::Selective, "selective"}, {Recompute::Full, "full"}};
-constexpr EnumName<NodeKind> kNodes[] = {
-    {NodeKind::DgxA100, "dgx-a100"}, {NodeKind::DgxH100, "dgx-h100"}, {NodeKind::CpuHost, "cpu-host"}};
+constexpr EnumName<NodeKind> kNodes[] = {{NodeKind::DgxA100, "dgx-a100"},
+                                         {NodeKind::DgxA100_40GB, "dgx-a100-40gb"},
+                                         {NodeKind::DgxH100, "dgx-h100"},
+                                         {NodeKind::DgxH200, "dgx-h200"},
+                                         {NodeKind::CpuHost, "cpu-host"}};
 constexpr EnumName<Framework> kFrameworks[] = {{Framework::Megatron, "megatron"}, {Framework::DeepSpeed, "deepspeed"}};
 
 template <typename Enum, std::size_t N>
@@ -240,8 +243,10 @@ std::string_view to_string(Framework value) { return name_of(kFrameworks, value)
 
 int default_gpus_per_node(NodeKind node) {
   switch (node) {
-    case NodeKind::DgxA100: return 8;  // DGX A100 user guide: 8x A100-SXM4
-    case NodeKind::DgxH100: return 8;  // DGX H100 user guide: 8x H100-SXM5
+    case NodeKind::DgxA100: return 8;       // DGX A100 user guide: 8x A100-SXM4
+    case NodeKind::DgxA100_40GB: return 8;  // the same chassis (DGX A100 320GB)
+    case NodeKind::DgxH100: return 8;       // DGX H100 user guide: 8x H100-SXM5
+    case NodeKind::DgxH200: return 8;       // DGX H200 datasheet: 8x H200-SXM
     case NodeKind::CpuHost: return 1;  // one worker per host unless gpus_per_node says otherwise
   }
   return 1;
@@ -250,8 +255,10 @@ int default_gpus_per_node(NodeKind node) {
 double gpu_memory_bytes(NodeKind node) {
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
   switch (node) {
-    case NodeKind::DgxA100: return 80 * GiB;  // A100-SXM4-80GB: 81920 MiB (NVIDIA A100 datasheet)
-    case NodeKind::DgxH100: return 80 * GiB;  // H100-SXM5 80GB (NVIDIA H100 datasheet)
+    case NodeKind::DgxA100: return 80 * GiB;       // A100-SXM4-80GB: 81920 MiB (NVIDIA A100 datasheet)
+    case NodeKind::DgxA100_40GB: return 40 * GiB;  // A100-SXM4-40GB: 40960 MiB (NVIDIA A100 datasheet)
+    case NodeKind::DgxH100: return 80 * GiB;       // H100-SXM5 80GB (NVIDIA H100 datasheet)
+    case NodeKind::DgxH200: return 141e9;          // H200-SXM: 141 GB (NVIDIA H200 datasheet)
     case NodeKind::CpuHost: return 16 * GiB;  // nominal worker budget; the CPU backend checks real allocations
   }
   return 0;

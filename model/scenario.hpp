@@ -14,7 +14,7 @@ namespace twin::model {
 enum class DType : std::uint8_t { BF16, FP16, FP32 };
 enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved };
 enum class Recompute : std::uint8_t { None, Selective, Full };
-enum class NodeKind : std::uint8_t { DgxA100, DgxH100, CpuHost };
+enum class NodeKind : std::uint8_t { DgxA100, DgxA100_40GB, DgxH100, DgxH200, CpuHost };
 enum class Framework : std::uint8_t { Megatron, DeepSpeed };
 
 int dtype_bytes(DType dtype);

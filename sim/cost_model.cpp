@@ -99,6 +99,7 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu) {
   //   A100 80GB: 0.79, measured: PyTorch `a * 1.2` on 4M fp32 elements runs at 0.202 TFLOP/s, i.e. 1616 GB/s of
   //   reads and writes (8 bytes per FLOP) of the datasheet's 2039 GB/s (M. Li, github.com/mli/transformers-benchmarks,
   //   README "Micro-Benchmarking Summary", VectorMul, micro_bench.ipynb, NGC PyTorch 22.07).
+  //   A100 40GB (HBM2 at 1555 GB/s): the same fraction, assumed.
   //   H100 / H200: 0.90, an assumption (STREAM-style kernels reach about 90%); the first number to replace when a
   //   measurement lands in bench/.
   p.hbm_efficiency = gpu.name.rfind("A100", 0) == 0 ? 1616.0 / 2039.0 : 0.90;
@@ -117,7 +118,8 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu) {
   //   H100 / H200: maximum achievable matmul FLOPs of the same MAMF table (bf16, CUDA 12.x).
   GemmMeasurement measured{};
   if (gpu.name.rfind("A100", 0) == 0) {
-    measured = {230e12, 8192, 8192, 8192};  // A100 SXM 80GB, CUDA 11.7: 230 TFLOPS (73.7% of 312)
+    // A100 SXM 80GB, CUDA 11.7: 230 TFLOPS (73.7% of 312); the 40GB part has the same SMs and clocks.
+    measured = {230e12, 8192, 8192, 8192};
   } else if (gpu.name.rfind("H100", 0) == 0) {
     measured = {792.1e12, 6144, 17920, 2816};  // H100 SXM: 792.1 TFLOPS (80.1% of 989)
   } else if (gpu.name.rfind("H200", 0) == 0) {

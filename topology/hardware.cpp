@@ -41,6 +41,15 @@ GpuSpec a100_sxm4_80gb() {
   return gpu;
 }
 
+// The same datasheet's "A100 40GB SXM" column: the same peaks and SMs, 40 GB of HBM2 at 1,555 GB/s.
+GpuSpec a100_sxm4_40gb() {
+  GpuSpec gpu = a100_sxm4_80gb();
+  gpu.name = "A100-SXM4-40GB";
+  gpu.hbm_bytes_per_s = 1555 * kGB;
+  gpu.hbm_bytes = 40 * kGB;
+  return gpu;
+}
+
 // NVIDIA H100 Tensor Core GPU datasheet (2023, "H100 SXM" column): FP32 67 TFLOPS, TF32 989 TFLOPS*, BF16 1,979
 // TFLOPS*, FP16 1,979 TFLOPS* (* with sparsity: dense is half), 80 GB HBM3 at 3.35 TB/s. SM count: NVIDIA H100
 // Tensor Core GPU Architecture whitepaper (2022), "H100 SXM5 ... 132 SMs".
@@ -88,6 +97,15 @@ NodeSpec dgx_a100() {
   node.compute_nics = 8;
   node.nic_bytes_per_s = 200 * kGiga / 8;
   node.nic_effective_bytes_per_s = 24 * kGB;
+  return node;
+}
+
+// DGX A100 320GB (the first DGX A100, as Selene was built in 2020): the same chassis, NVSwitches and compute NICs
+// with 8x A100 40GB (NVIDIA DGX A100 datasheet, 320GB and 640GB systems).
+NodeSpec dgx_a100_40gb() {
+  NodeSpec node = dgx_a100();
+  node.name = "DGX A100 320GB";
+  node.gpu = a100_sxm4_40gb();
   return node;
 }
 
@@ -148,21 +166,27 @@ NodeSpec node_spec(model::NodeKind kind) {
   switch (kind) {
     case model::NodeKind::DgxA100:
       return dgx_a100();
+    case model::NodeKind::DgxA100_40GB:
+      return dgx_a100_40gb();
     case model::NodeKind::DgxH100:
       return dgx_h100();
+    case model::NodeKind::DgxH200:
+      return dgx_h200();
     case model::NodeKind::CpuHost:
       break;
   }
   throw std::invalid_argument(
-      "the simulator models GPU clusters: cluster.node must be a DGX node (dgx-a100 or "
-      "dgx-h100), not a CPU host");
+      "the simulator models GPU clusters: cluster.node must be a DGX node (dgx-a100, dgx-a100-40gb, dgx-h100 or "
+      "dgx-h200), not a CPU host");
 }
 
 FabricSpec fabric_spec(model::NodeKind kind) {
   switch (kind) {
     case model::NodeKind::DgxA100:
+    case model::NodeKind::DgxA100_40GB:
       return infiniband_hdr_fat_tree();
     case model::NodeKind::DgxH100:
+    case model::NodeKind::DgxH200:
       return infiniband_ndr_fat_tree();
     case model::NodeKind::CpuHost:
       break;

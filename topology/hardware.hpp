@@ -53,11 +53,13 @@ struct FabricSpec {
 
 // GPUs (NVIDIA datasheets).
 GpuSpec a100_sxm4_80gb();
+GpuSpec a100_sxm4_40gb();
 GpuSpec h100_sxm5_80gb();
 GpuSpec h200_sxm_141gb();
 
 // Nodes (DGX user guides).
 NodeSpec dgx_a100();
+NodeSpec dgx_a100_40gb();
 NodeSpec dgx_h100();
 NodeSpec dgx_h200();
 

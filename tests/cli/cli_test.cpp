@@ -149,6 +149,27 @@ TEST(Cli, SearchRanksValidPlansByIterationTime) {
     previous = plan["iteration_time_s"].get<double>();
   }
 }
+
+TEST(Cli, SimRunsOnEveryDgxNodeKind) {
+  // A100 40GB: same tensor cores, slower HBM, half the memory; H200: H100's tensor cores, faster HBM.
+  auto simulate = [](const std::string& node) {
+    const fs::path json_path = scratch("summary-" + node + ".json");
+    const Result r = twin("sim " + small_cluster_scenario().string() + " --quiet --set cluster.node=" + node +
+                          " --json " + json_path.string());
+    EXPECT_EQ(r.status, 0) << r.output;
+    std::ifstream in(json_path);
+    return nlohmann::json::parse(in);
+  };
+  const auto a100 = simulate("dgx-a100"), a100_40gb = simulate("dgx-a100-40gb");
+  const auto h100 = simulate("dgx-h100"), h200 = simulate("dgx-h200");
+  EXPECT_THAT(a100_40gb["hardware"].get<std::string>(), HasSubstr("A100-SXM4-40GB"));
+  EXPECT_DOUBLE_EQ(a100_40gb["memory"]["capacity_bytes"].get<double>(),
+                   a100["memory"]["capacity_bytes"].get<double>() / 2);
+  EXPECT_GT(a100_40gb["iteration_time_s"].get<double>(), a100["iteration_time_s"].get<double>());
+  EXPECT_THAT(h200["hardware"].get<std::string>(), HasSubstr("H200"));
+  EXPECT_LT(h200["iteration_time_s"].get<double>(), h100["iteration_time_s"].get<double>());
+  EXPECT_LT(h100["iteration_time_s"].get<double>(), a100["iteration_time_s"].get<double>());
+}
 #endif
 
 }  // namespace

@@ -175,7 +175,7 @@ INSTANTIATE_TEST_SUITE_P(
                     {parse_override("parallel.sequence_parallel=true")},
                     "parallel.sequence_parallel needs model.seq_len (129) divisible by parallel.tp (2)"},
         InvalidCase{"unknown_node", replace(kV, "node = \"dgx-a100\"", "node = \"dgx-b200\""), {},
-                    "cluster.node: unknown value \"dgx-b200\" (expected one of dgx-a100, dgx-h100, cpu-host)"},
+                    "cluster.node: unknown value \"dgx-b200\" (expected one of dgx-a100, dgx-a100-40gb, dgx-h100, dgx-h200, cpu-host)"},
         InvalidCase{"override_of_unknown_key", kV, {parse_override("parallel.tpp=2")},
                     "(--set parallel.tpp): parallel.tpp: unknown key"},
         InvalidCase{"override_without_section", kV, {Override{"tp", "2"}}, "--set tp: expected SECTION.KEY=VALUE"},

@@ -34,6 +34,23 @@ TEST(Hardware, DgxNodes) {
   EXPECT_THROW(node_spec_by_gpu_name("v100"), std::invalid_argument);
 }
 
+TEST(Hardware, EveryDgxKindAScenarioNamesHasItsGpuAndFabric) {
+  // A100 40GB: the 80GB part's peaks and SMs, HBM2 at 1555 GB/s, on the same HDR fabric as DGX A100.
+  const NodeSpec a100_40 = node_spec(model::NodeKind::DgxA100_40GB);
+  EXPECT_EQ(a100_40.gpu.name, "A100-SXM4-40GB");
+  EXPECT_DOUBLE_EQ(a100_40.gpu.hbm_bytes_per_s, 1555e9);
+  EXPECT_DOUBLE_EQ(a100_40.gpu.bf16_flops, dgx_a100().gpu.bf16_flops);
+  EXPECT_DOUBLE_EQ(a100_40.nic_bytes_per_s, dgx_a100().nic_bytes_per_s);
+  EXPECT_EQ(fabric_spec(model::NodeKind::DgxA100_40GB).name, fabric_spec(model::NodeKind::DgxA100).name);
+  const NodeSpec h200 = node_spec(model::NodeKind::DgxH200);
+  EXPECT_EQ(h200.gpu.name, "H200-SXM-141GB");
+  EXPECT_EQ(fabric_spec(model::NodeKind::DgxH200).name, fabric_spec(model::NodeKind::DgxH100).name);
+  // What validation and the memory check use agrees with the specs.
+  EXPECT_NEAR(model::gpu_memory_bytes(model::NodeKind::DgxA100_40GB), a100_40.gpu.hbm_bytes, 0.1 * a100_40.gpu.hbm_bytes);
+  EXPECT_NEAR(model::gpu_memory_bytes(model::NodeKind::DgxH200), h200.gpu.hbm_bytes, 1e6);
+  EXPECT_EQ(model::default_gpus_per_node(model::NodeKind::DgxH200), h200.gpus);
+}
+
 TEST(Placement, MegatronOrderIsIdentity) {
   const model::RankLayout layout(8, 35, 8);
   const Placement placement(layout, 8);
