@@ -69,8 +69,16 @@ struct Shapes {
   double layer_norm_backward() const { return 5 * e; }
   // Attention scores (b * heads/t * s^2 elements) beyond what the two batched GEMMs read and write: softmax (fused:
   // one pass; unfused: scale, mask, softmax), then attention dropout (read, write, mask); backward likewise.
-  double scores_forward() const { return (fused ? 2 * e : 6 * e) + (dropout ? 2 * e + 1 : 0); }
-  double scores_backward() const { return (fused ? 3 * e : 7 * e) + (dropout ? 2 * e + 1 : 0); }
+  // Megatron's fused causal softmax (megatron/fused_kernels/scaled_upper_triang_masked_softmax.h) reads only the
+  // row's unmasked elements, the lower triangle with its diagonal ((s + 1) / 2s of them), and writes the whole row
+  // (zeros above the diagonal); its backward reads dy and y in the lower triangle and writes the whole dx.
+  double causal_fraction() const { return (seq + 1) / (2 * seq); }
+  double scores_forward() const {
+    return (fused ? (causal_fraction() + 1) * e : 6 * e) + (dropout ? 2 * e + 1 : 0);
+  }
+  double scores_backward() const {
+    return (fused ? (2 * causal_fraction() + 1) * e : 7 * e) + (dropout ? 2 * e + 1 : 0);
+  }
 };
 
 Op compute(ComputeKind what, Phase phase, double bytes) {

@@ -121,6 +121,27 @@ TEST(KernelModel, LayerNormBackwardReadsItsInputsTwiceInThreeKernels) {
   EXPECT_NEAR(cost.compute_time_s(s, forward), cost.memory_time_s(forward_bytes) + launch, 1e-12);
 }
 
+TEST(KernelModel, FusedCausalSoftmaxReadsTheLowerTriangleOnly) {
+  // megatron/fused_kernels/scaled_upper_triang_masked_softmax.h: row i reads its i + 1 unmasked scores and writes the
+  // whole row; the backward reads dy and y below the diagonal and writes the whole dx. Unfused: scale, mask and
+  // softmax, each a full pass (6 e forward, 7 e backward).
+  model::Scenario fused = make_scenario(tensor_parallel_layer());
+  fused.framework.dropout = false;
+  model::Scenario unfused = fused;
+  unfused.framework.fused_kernels = false;
+  auto attention_bytes = [](const model::Scenario& s, model::Phase phase) {
+    for (const model::Op& op : model::layer_compute_ops(s, 0, phase)) {
+      if (op.what == model::ComputeKind::AttentionCore) return op.bytes;
+    }
+    return -1.0;
+  };
+  const double seq = 2048, scores = 1 * (32 / 8) * seq * seq, e = 2, lower = (seq + 1) / (2 * seq);
+  EXPECT_DOUBLE_EQ(attention_bytes(unfused, model::Phase::Forward) - attention_bytes(fused, model::Phase::Forward),
+                   scores * e * (6 - (1 + lower)));
+  EXPECT_DOUBLE_EQ(attention_bytes(unfused, model::Phase::Backward) - attention_bytes(fused, model::Phase::Backward),
+                   scores * e * (7 - (1 + 2 * lower)));
+}
+
 TEST(Framework, PipelineTransfers) {
   Plan plan;
   plan.tp = 8;
