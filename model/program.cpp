@@ -79,6 +79,14 @@ struct Shapes {
   double scores_backward() const {
     return (fused ? (2 * causal_fraction() + 1) * e : 7 * e) + (dropout ? 2 * e + 1 : 0);
   }
+  // Vocab-parallel cross-entropy per logit, as megatron/mpu/cross_entropy.py runs it (2019-2022, also in
+  // Megatron-DeepSpeed) on output.float() (gpt_model.py: fp16_lm_cross_entropy is off by default). Forward: the
+  // cast (read e, write 4; none in fp32), max (read 4), sub_ (read 4, write 4), exp (read 4, write 4), sum (read 4),
+  // div_ into the saved softmax (read 4, write 4). Backward: mul_ by the loss gradient (read 4, write 4), then the
+  // cast's backward to the model dtype (read 4, write e). The per-token gathers and masks are negligible.
+  double cast_to_fp32() const { return e == 4 ? 0 : e + 4; }
+  double cross_entropy_forward() const { return cast_to_fp32() + 4 + 8 + 8 + 4 + 8; }
+  double cross_entropy_backward() const { return 8 + (e == 4 ? 0 : 4 + e); }
 };
 
 Op compute(ComputeKind what, Phase phase, double bytes) {
@@ -251,7 +259,8 @@ std::vector<Op> head_forward(const Shapes& x) {
   ops.push_back(gemm(ComputeKind::LmHead, Phase::Forward, x.tokens, x.vocab_local, x.h, x.e));
   // Cross-entropy in fp32 over the rank's vocabulary shard; one all-gather of (max, sum of exp, target logit) per
   // token combines the shards.
-  ops.push_back(compute(ComputeKind::CrossEntropy, Phase::Forward, x.tokens * x.vocab_local * (x.e + 4)));
+  ops.push_back(
+      compute(ComputeKind::CrossEntropy, Phase::Forward, x.tokens * x.vocab_local * x.cross_entropy_forward()));
   if (x.tensor_comm) {
     ops.push_back(tensor_collective(CollectiveKind::AllGather, Payload::CrossEntropyStats, ComputeKind::CrossEntropy,
                                     Phase::Forward, x.t * x.tokens * 3 * 4));
@@ -261,7 +270,8 @@ std::vector<Op> head_forward(const Shapes& x) {
 
 std::vector<Op> head_backward(const Shapes& x) {
   std::vector<Op> ops;
-  ops.push_back(compute(ComputeKind::CrossEntropy, Phase::Backward, x.tokens * x.vocab_local * (4 + x.e)));
+  ops.push_back(
+      compute(ComputeKind::CrossEntropy, Phase::Backward, x.tokens * x.vocab_local * x.cross_entropy_backward()));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::LmHead, Phase::Backward);
   ops.push_back(gemm(ComputeKind::LmHead, Phase::Backward, x.tokens, x.vocab_local, x.h, x.e));
   reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::LmHead, Phase::Backward);

@@ -79,6 +79,11 @@ int elementwise_kernels(const model::Scenario& s, const model::Op& op) {
   const bool layer_norm = op.what == ComputeKind::LayerNormAttention || op.what == ComputeKind::LayerNormMlp ||
                           op.what == ComputeKind::FinalLayerNorm;
   if (layer_norm && !forward) return 3;  // partial weight gradients, their sum, input gradient
+  if (op.what == ComputeKind::CrossEntropy) {
+    // model/program.cpp Shapes::cross_entropy_*: cast, max, sub, exp, sum, div; backward mul, cast (none in fp32).
+    const bool cast = s.model.dtype != model::DType::FP32;
+    return forward ? 5 + (cast ? 1 : 0) : 1 + (cast ? 1 : 0);
+  }
   return 1;
 }
 

@@ -142,6 +142,35 @@ TEST(KernelModel, FusedCausalSoftmaxReadsTheLowerTriangleOnly) {
                    scores * e * (7 - (1 + 2 * lower)));
 }
 
+TEST(KernelModel, CrossEntropyPassesOverFp32LogitsAsMegatronRunsThem) {
+  // megatron/mpu/cross_entropy.py on output.float(): forward cast, max, sub_, exp, sum, div_ (e + 36 bytes per logit
+  // in 6 kernels), backward mul_ and the cast back (12 + e bytes in 2 kernels); in fp32 there is no cast.
+  Plan plan = tensor_parallel_layer();
+  plan.vocab = 51200;
+  const model::Scenario half = make_scenario(plan);  // bf16
+  model::Scenario full = half;
+  full.model.dtype = model::DType::FP32;
+  auto head = [](const model::Scenario& s, model::Phase phase) {
+    model::Program program = model::build_program(s, model::Granularity::Op);
+    for (const model::Op& op : program.stage_ops.front()) {
+      if (op.what == model::ComputeKind::CrossEntropy && op.kind == model::OpKind::Compute && op.phase == phase)
+        return op;
+    }
+    return model::Op{};
+  };
+  const double logits = 2048.0 * 51200 / 8;
+  const model::Op forward = head(half, model::Phase::Forward), backward = head(half, model::Phase::Backward);
+  EXPECT_DOUBLE_EQ(forward.bytes, logits * (2 + 36));
+  EXPECT_DOUBLE_EQ(backward.bytes, logits * (12 + 2));
+  EXPECT_DOUBLE_EQ(head(full, model::Phase::Forward).bytes, logits * 32);
+  EXPECT_DOUBLE_EQ(head(full, model::Phase::Backward).bytes, logits * 8);
+
+  const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
+  const double launch = cost.parameters().kernel_launch_s;
+  EXPECT_NEAR(cost.compute_time_s(half, forward), cost.memory_time_s(forward.bytes) + 6 * launch, 1e-12);
+  EXPECT_NEAR(cost.compute_time_s(half, backward), cost.memory_time_s(backward.bytes) + 2 * launch, 1e-12);
+}
+
 TEST(Framework, PipelineTransfers) {
   Plan plan;
   plan.tp = 8;
