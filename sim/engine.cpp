@@ -79,12 +79,13 @@ std::vector<int> Engine::group_members(model::Group group, int replayer) const {
 
 namespace {
 
-// framework.tp_comm_overlap: a collective that ran for `hidden_s` beside a GEMM has only the rest left once the GEMM
-// is done; its flows carry that share of the bytes (the NVLinks it uses carry nothing else), so that the replay stays
-// behind the simulated clock at every fidelity.
-void hide_under_gemm(CollectivePlan& plan, double hidden_s) {
-  if (hidden_s <= 0) return;
-  const double left_s = plan.estimate_s - hidden_s;
+// framework.tp_comm_overlap: a collective that ran beside a GEMM of `gemm_s` has only what the GEMM did not hide
+// left once the GEMM is done (exposed_beside_gemm_s, with the SMs its blocks took from the GEMM); its flows carry
+// that share of the bytes (the NVLinks it uses carry nothing else), so that the replay stays behind the simulated
+// clock at every fidelity.
+void hide_under_gemm(CollectivePlan& plan, double gemm_s, double sm_share) {
+  if (gemm_s <= 0) return;
+  const double left_s = exposed_beside_gemm_s(plan.estimate_s, gemm_s, sm_share);
   if (left_s <= 0) {
     plan.phases.clear();
     plan.estimate_s = 0;
@@ -103,6 +104,11 @@ void hide_under_gemm(CollectivePlan& plan, double hidden_s) {
 }
 
 }  // namespace
+
+double Engine::collective_sm_share() const {
+  const topology::NodeSpec& node = communication_.node;
+  return node.gpu.sm_count > 0 ? static_cast<double>(node.nccl_nvlink_channels) / node.gpu.sm_count : 0.0;
+}
 
 double Engine::tensor_gather_s(double bytes) const {
   auto [it, created] = gather_estimates_.try_emplace(bytes, 0.0);
@@ -164,7 +170,7 @@ CollectiveInstance* Engine::collective(const Replayer& member, std::int32_t op) 
     std::vector<int> nodes;
     for (int m : members) nodes.push_back(node_of(m));
     instance->plan = plan_collective(o.collective, o.bytes, nodes, communication_, options_.algorithm, bytes_scale());
-    hide_under_gemm(instance->plan, plans_[member.stage()].lead[op]);
+    hide_under_gemm(instance->plan, plans_[member.stage()].lead[op], collective_sm_share());
     instance->member_op.assign(members.size(), -1);
     instance->arrival_s.assign(members.size(), 0.0);
     instance->extra_s.assign(members.size(), 0.0);
@@ -324,7 +330,8 @@ StagePlan Engine::build_plan(int stage) const {
                 plan_collective(op.collective, op.bytes, group_nodes[group], communication_, options_.algorithm)
                     .estimate_s;
           }
-          plan.duration[i] = std::max(0.0, it->second - plan.lead[i]);  // only what the GEMM does not hide
+          // Only what the GEMM does not hide, and the SMs the collective took from it.
+          plan.duration[i] = exposed_beside_gemm_s(it->second, plan.lead[i], collective_sm_share());
         }
         break;
       }

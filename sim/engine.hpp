@@ -182,6 +182,8 @@ class Engine {
   std::vector<int> group_members(model::Group group, int replayer) const;
   CollectiveInstance* point_to_point(const Replayer& member, std::int32_t op);
   double tensor_gather_s(double bytes) const;
+  // Share of a GPU's SMs an NCCL collective inside the node holds while it runs (one block per channel).
+  double collective_sm_share() const;
   int node_of(int replayer) const;
   int representative_rank(int replayer) const;
   void print_progress(bool final_line);

@@ -79,4 +79,10 @@ HiddenUnder tp_overlap(const model::Scenario& scenario, const model::Op& collect
   return HiddenUnder::Nothing;
 }
 
+double exposed_beside_gemm_s(double collective_s, double gemm_s, double sm_share) {
+  if (collective_s <= 0) return 0;
+  if (gemm_s <= 0) return collective_s;
+  return std::max(collective_s - gemm_s, std::clamp(sm_share, 0.0, 1.0) * collective_s);
+}
+
 }  // namespace twin::sim

@@ -20,7 +20,9 @@
 //   TP overlap          framework.tp_comm_overlap: in the backward pass, the input-gradient all-reduce (reduce-
 //                       scatter with sequence parallelism) of a column-parallel GEMM runs under its weight-gradient
 //                       GEMM, and the sequence-parallel all-gather of its input under its input-gradient GEMM
-//                       (Megatron's LinearWithGradAccumulationAndAsyncCommunication).
+//                       (Megatron's LinearWithGradAccumulationAndAsyncCommunication). The collective's kernel
+//                       holds one SM per NCCL channel while it runs, so the GEMM beside it runs on the others
+//                       (exposed_beside_gemm_s).
 #pragma once
 
 #include <vector>
@@ -57,5 +59,14 @@ std::vector<std::int32_t> exchange_order(const model::Scenario& scenario, const 
 // framework.tp_comm_overlap: whether this TP collective of the backward pass runs under an independent GEMM.
 enum class HiddenUnder : unsigned char { Nothing, WeightGradient, InputGradient };
 HiddenUnder tp_overlap(const model::Scenario& scenario, const model::Op& collective);
+
+// The time a collective of `collective_s` adds to a GEMM of `gemm_s` it runs beside, when the collective's thread
+// blocks hold `sm_share` of the SMs meanwhile (NCCL launches one block per channel, and a cuBLAS GEMM block does not
+// fit beside one: NVIDIA Developer Forums, "Compute-Communication Overlap Causes Severe GEMM Performance Degradation
+// because of Tail Effect", 2025, profiles an all-gather's 24 blocks pushing a 132-block GEMM into a second wave on
+// an H100): the GEMM advances at 1 - sm_share while the collective runs, so the pair takes
+// max(collective, gemm + sm_share x collective), i.e. max(collective - gemm, sm_share x collective) past the GEMM.
+// The GEMM's wave quantization on the SMs left is not modelled.
+double exposed_beside_gemm_s(double collective_s, double gemm_s, double sm_share);
 
 }  // namespace twin::sim

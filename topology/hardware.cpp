@@ -87,6 +87,11 @@ GpuSpec h200_sxm_141gb() {
 // Effective rates (NCCL 2.8, src/graph/tuning.cc and src/graph/search.cc, contemporary with MT-NLG):
 //   NVLink: "if (compCap80) busBw = std::min(busBw, 235.0f)": NCCL models an A100's NVLink bus bandwidth as 235 GB/s;
 //   NIC: speedArrayInter = {..., 24.0, ...}: the fastest ring speed not above a 200 Gb/s (25 GB/s) NIC is 24 GB/s.
+//   Channels inside the node (src/graph/topo.h, search.cc, connect.cc, init.cc): each GPU reaches the NVSwitches
+//   over 12 links of SM80_NVLINK_WIDTH 21 GB/s, 252 GB/s; the ring search fits 6 rings at the top speed 42 GB/s
+//   (6 x 42 = 252, the total: search done), doubles them because that speed is >= 25 (12 channels), and
+//   ncclTopoPostset doubles the channels again ("nChannels*2", MAXCHANNELS 32): 24, NCCL's "24 coll channels" on a
+//   DGX A100.
 NodeSpec dgx_a100() {
   NodeSpec node;
   node.name = "DGX A100";
@@ -97,6 +102,7 @@ NodeSpec dgx_a100() {
   node.compute_nics = 8;
   node.nic_bytes_per_s = 200 * kGiga / 8;
   node.nic_effective_bytes_per_s = 24 * kGB;
+  node.nccl_nvlink_channels = 24;
   return node;
 }
 
@@ -114,6 +120,10 @@ NodeSpec dgx_a100_40gb() {
 // Effective rates (NCCL 2.18+, src/graph/tuning.cc and search.cc):
 //   NVLink: "if (compCapIndex == HOPPER_COMPCAP_IDX) busBw = std::min(busBw, 370.0f)";
 //   NIC: sm90SpeedArrayInter = {48.0, ...}: 48 GB/s for a 400 Gb/s (50 GB/s) NIC.
+//   Channels inside the node: 18 links of SM90_NVLINK_BW 20.6 GB/s (370.8 GB/s); the ring search fits 6 rings at
+//   sm90SpeedArrayIntra's top 60 GB/s (no slower speed fits more bandwidth), ncclTopoDupChannels doubles them (60 >=
+//   50) and ncclTopoPostset doubles again: 24 for ring and tree. NVLink SHARP (NVLS, NCCL >= 2.17), which NCCL may
+//   prefer for all-reduce on NVSwitch systems, is not modelled.
 NodeSpec dgx_h100() {
   NodeSpec node;
   node.name = "DGX H100";
@@ -124,6 +134,7 @@ NodeSpec dgx_h100() {
   node.compute_nics = 8;
   node.nic_bytes_per_s = 400 * kGiga / 8;
   node.nic_effective_bytes_per_s = 48 * kGB;
+  node.nccl_nvlink_channels = 24;
   return node;
 }
 

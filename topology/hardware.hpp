@@ -39,6 +39,9 @@ struct NodeSpec {
   int compute_nics = 8;
   double nic_bytes_per_s = 0;            // datasheet line rate
   double nic_effective_bytes_per_s = 0;  // NCCL's per-channel network speed for this NIC
+  // Channels of an NCCL collective inside the node: its kernel runs one thread block per channel, each holding an
+  // SM while the collective runs.
+  int nccl_nvlink_channels = 0;
 };
 
 struct FabricSpec {

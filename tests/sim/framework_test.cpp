@@ -383,6 +383,43 @@ TEST(TpOverlap, HidesBackwardCollectivesUnderTheirGemms) {
   }
 }
 
+TEST(TpOverlap, ACollectiveHoldsItsChannelsSmsBesideTheGemm) {
+  // One NCCL block per channel: 24 channels inside a DGX A100 (NCCL 2.8's ring search), of 108 SMs.
+  const topology::NodeSpec node = topology::dgx_a100();
+  EXPECT_EQ(node.nccl_nvlink_channels, 24);
+  const double share = 24.0 / 108;
+  // A collective well inside its GEMM: the GEMM loses the collective's SMs for as long as it runs.
+  EXPECT_DOUBLE_EQ(exposed_beside_gemm_s(1e-3, 4e-3, share), share * 1e-3);
+  // Longer than its GEMM: the collective's own rest is what shows.
+  EXPECT_DOUBLE_EQ(exposed_beside_gemm_s(4e-3, 1e-3, share), 3e-3);
+  // No GEMM beside it, or a share of nothing: the old rule.
+  EXPECT_DOUBLE_EQ(exposed_beside_gemm_s(1e-3, 0, share), 1e-3);
+  EXPECT_DOUBLE_EQ(exposed_beside_gemm_s(1e-3, 4e-3, 0), 0);
+
+  // Through the engine: holding SMs costs time, yet less than not overlapping at all.
+  Plan plan;
+  plan.tp = 8;
+  plan.layers = 4;
+  plan.hidden = 8192;
+  plan.heads = 64;
+  plan.seq = 2048;
+  plan.micro_batch = 4;
+  plan.global_batch = 4;
+  model::Scenario scenario = make_scenario(plan);
+  const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
+  const auto run = [&](bool overlap, int channels) {
+    scenario.framework.tp_comm_overlap = overlap;
+    SimOptions options;
+    options.node = node;
+    options.node->nccl_nvlink_channels = channels;
+    return simulate(model::build_program(scenario, model::Granularity::Layer), cost, options)
+        .timeline.iteration_time_s;
+  };
+  const double free_sms = run(true, 0), held_sms = run(true, 24), serial = run(false, 24);
+  EXPECT_GT(held_sms, free_sms * (1 + 1e-4));
+  EXPECT_LT(held_sms, serial);
+}
+
 TEST(Pipeline, ThroughputPerGpuFallsAsDataParallelismShrinksTheMicroBatches) {
   // Fixed global batch, more pipelines: fewer micro-batches each, a larger bubble (p-1)/(m+p-1).
   double previous = 1e30;
