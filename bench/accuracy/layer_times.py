@@ -5,6 +5,7 @@ on a DGX A100), for five ways of recomputing and sharding activations.
 
     bench/accuracy/layer_times.py                     # finds build*/cli/twin
     bench/accuracy/layer_times.py --twin build/cli/twin --markdown
+    bench/accuracy/layer_times.py --max-error 8      # exit 1 beyond 8 % (the test Accuracy.Table4LayerTimes)
 
 twin simulates scenarios/published/megatron-mlsys23-22b.toml at op granularity with a Chrome trace; a layer's
 forward time is the start of layer L+1's first forward op minus the start of layer L's (its TP collectives
@@ -75,6 +76,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--twin", help="twin binary (default: the newest build*/cli/twin)")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--max-error", type=float,
+                        help="exit 1 when a forward or backward time is off by more than this many percent")
     args = parser.parse_args()
     twin = args.twin or find_twin()
 
@@ -94,6 +97,13 @@ def main():
               f"{'error':>7s}")
         for name, mf, f, mb, b in rows:
             print(f"{name:24s} {mf:11.1f} {f:7.2f} {f / mf - 1:+7.1%} {mb:12.1f} {b:7.2f} {b / mb - 1:+7.1%}")
+
+    if args.max_error is not None:
+        worst = max(abs(twin_ms / measured_ms - 1) for _, mf, f, mb, b in rows for measured_ms, twin_ms in ((mf, f), (mb, b)))
+        if worst * 100 > args.max_error:
+            print(f"layer_times: a layer time is off by {worst:.1%}, more than --max-error {args.max_error} %",
+                  file=sys.stderr)
+            sys.exit(1)
 
 
 if __name__ == "__main__":
