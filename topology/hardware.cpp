@@ -89,9 +89,9 @@ GpuSpec h200_sxm_141gb() {
 //   NIC: speedArrayInter = {..., 24.0, ...}: the fastest ring speed not above a 200 Gb/s (25 GB/s) NIC is 24 GB/s.
 //   Channels inside the node (src/graph/topo.h, search.cc, connect.cc, init.cc): each GPU reaches the NVSwitches
 //   over 12 links of SM80_NVLINK_WIDTH 21 GB/s, 252 GB/s; the ring search fits 6 rings at the top speed 42 GB/s
-//   (6 x 42 = 252, the total: search done), doubles them because that speed is >= 25 (12 channels), and
-//   ncclTopoPostset doubles the channels again ("nChannels*2", MAXCHANNELS 32): 24, NCCL's "24 coll channels" on a
-//   DGX A100.
+//   (6 x 42 = 252, the total: search done), doubles them because that speed is >= 25 (12 channels, within init.cc's
+//   ring maxChannels MAXCHANNELS/2 = 16), and ncclTopoPostset doubles the channels again ("nChannels*2", MAXCHANNELS
+//   32): 24 (NCCL 2.12 gets 24 too: 12 x 22 GB/s, 6 rings at 44).
 NodeSpec dgx_a100() {
   NodeSpec node;
   node.name = "DGX A100";
