@@ -21,6 +21,7 @@ constexpr int kStats = 3;  // (local max, local sum of exp, target logit) per to
 
 // ---- embedding ------------------------------------------------------------------------------------------------------
 
+// Also the recompute of DeepSpeed's checkpointed embedding before its backward: `hidden` is not needed by then.
 void Interpreter::embedding_forward(const Op& op) {
   ChunkState& state = chunk(op);
   Tensor out = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // (T, C)
@@ -55,10 +56,13 @@ void Interpreter::final_layernorm_forward(const Op& op) {
 
 void Interpreter::lm_head_forward(const Op& op) {
   HeadStash& h = chunk(op).head;
-  h.logits = backend_.allocate(n(dims_.tokens, dims_.vocab_local), backend_.activation_dtype());  // (T, V/t)
-  backend_.matmul_forward(h.logits, h.lnf_full, shard_.head_weight, Tensor{}, dims_.tokens, dims_.hidden,
+  const Tensor logits = backend_.allocate(n(dims_.tokens, dims_.vocab_local), backend_.activation_dtype());  // (T, V/t)
+  backend_.matmul_forward(logits, h.lnf_full, shard_.head_weight, Tensor{}, dims_.tokens, dims_.hidden,
                           dims_.vocab_local);
   if (dims_.sequence_parallel) h.lnf_full = Tensor{};  // re-gathered for the backward
+  // Recomputed (DeepSpeed's checkpointed head) after the loss's backward: h.logits holds the logits' gradient by now,
+  // and the recomputed logits are what a checkpoint rebuilds and discards, the gradient having been taken.
+  if (!recomputing(op)) h.logits = logits;
 }
 
 void Interpreter::cross_entropy_forward(const Op& op) {

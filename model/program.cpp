@@ -236,12 +236,13 @@ std::vector<Op> fuse_layer(const std::vector<Op>& ops) {
   return out;
 }
 
-std::vector<Op> embedding_forward(const Shapes& x) {
+// The embedding's forward, or its recomputation before its backward (DeepSpeed, below).
+std::vector<Op> embedding_forward(const Shapes& x, Phase phase = Phase::Forward) {
   // Vocab-parallel lookup (rows outside this rank's shard give zeros) plus position embedding, then summed across TP;
   // Megatron's embedding dropout follows (read, write, mask).
   const double dropout = x.dropout ? 2 * x.e + 1 : 0;
-  std::vector<Op> ops{compute(ComputeKind::Embedding, Phase::Forward, (2 * x.e + dropout) * x.tokens * x.h)};
-  reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::Embedding, Phase::Forward);
+  std::vector<Op> ops{compute(ComputeKind::Embedding, phase, (2 * x.e + dropout) * x.tokens * x.h)};
+  reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::Embedding, phase);
   return ops;
 }
 
@@ -252,11 +253,17 @@ std::vector<Op> embedding_backward(const Shapes& x) {
   return ops;
 }
 
-std::vector<Op> head_forward(const Shapes& x) {
+// The final layer norm and the LM head's logits: their forward, or their recomputation before their backward.
+std::vector<Op> head_logits(const Shapes& x, Phase phase) {
   std::vector<Op> ops;
-  ops.push_back(compute(ComputeKind::FinalLayerNorm, Phase::Forward, x.layer_norm_forward() * x.tokens_sp * x.h));
-  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::LmHead, Phase::Forward);
-  ops.push_back(gemm(ComputeKind::LmHead, Phase::Forward, x.tokens, x.vocab_local, x.h, x.e));
+  ops.push_back(compute(ComputeKind::FinalLayerNorm, phase, x.layer_norm_forward() * x.tokens_sp * x.h));
+  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::LmHead, phase);
+  ops.push_back(gemm(ComputeKind::LmHead, phase, x.tokens, x.vocab_local, x.h, x.e));
+  return ops;
+}
+
+std::vector<Op> head_forward(const Shapes& x) {
+  std::vector<Op> ops = head_logits(x, Phase::Forward);
   // Cross-entropy in fp32 over the rank's vocabulary shard; one all-gather of (max, sum of exp, target logit) per
   // token combines the shards.
   ops.push_back(
@@ -268,15 +275,30 @@ std::vector<Op> head_forward(const Shapes& x) {
   return ops;
 }
 
-std::vector<Op> head_backward(const Shapes& x) {
+// `recompute_logits`: the final layer norm and LM head run again between the loss's backward and theirs.
+std::vector<Op> head_backward(const Shapes& x, bool recompute_logits) {
   std::vector<Op> ops;
   ops.push_back(
       compute(ComputeKind::CrossEntropy, Phase::Backward, x.tokens * x.vocab_local * x.cross_entropy_backward()));
+  if (recompute_logits) {
+    for (Op& op : head_logits(x, Phase::Recompute)) ops.push_back(std::move(op));
+  }
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::LmHead, Phase::Backward);
   ops.push_back(gemm(ComputeKind::LmHead, Phase::Backward, x.tokens, x.vocab_local, x.h, x.e));
   reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::LmHead, Phase::Backward);
   ops.push_back(compute(ComputeKind::FinalLayerNorm, Phase::Backward, x.layer_norm_backward() * x.tokens_sp * x.h));
   return ops;
+}
+
+// Full recompute in DeepSpeed's pipeline engine also recomputes the model's ends. PipelineModule.forward wraps every
+// `activation_checkpoint_interval` consecutive layers of the stage in a checkpoint when _is_checkpointable says so,
+// and that test (deepspeed/runtime/pipe/module.py, v0.5) keeps to transformer layers only for a model class named
+// 'GPT2ModelPipe'; for any other it checkpoints every layer that has parameters. Megatron-DeepSpeed's model is
+// 'GPTModelPipe' (megatron/model/gpt_model.py, June 2021, interval = --checkpoint-num-layers, 1 by default), so the
+// embedding on the first stage and the final layer norm and tied LM head on the last are recomputed before their
+// backward, as the transformer layers are. Megatron-LM checkpoints only its transformer layers.
+bool recompute_model_ends(const Scenario& s) {
+  return s.framework.name == Framework::DeepSpeed && s.parallel.recompute == Recompute::Full;
 }
 
 class StageBuilder {
@@ -384,7 +406,7 @@ class StageBuilder {
   void backward_step(const PipelineStep& step, bool last_backward_of_chunk) {
     const int vs = virtual_stage(stage_, step.chunk, stages_);
     int wait_for = vs < virtual_stages_ - 1 ? recv(step, vs + 1, Phase::Backward) : -1;
-    if (vs == virtual_stages_ - 1) emit_all(head_backward(x_), step, wait_for);
+    if (vs == virtual_stages_ - 1) emit_all(head_backward(x_, recompute_model_ends(s_)), step, wait_for);
     int gradient_producer = last_op();
     for (int layer = first_layer(step.chunk) + layers_per_chunk_ - 1; layer >= first_layer(step.chunk); --layer) {
       emit_layer(layer, Phase::Recompute, step, wait_for);
@@ -398,7 +420,10 @@ class StageBuilder {
         }
       }
     }
-    if (vs == 0) emit_all(embedding_backward(x_), step, wait_for);
+    if (vs == 0) {
+      if (recompute_model_ends(s_)) emit_all(embedding_forward(x_, Phase::Recompute), step, wait_for);
+      emit_all(embedding_backward(x_), step, wait_for);
+    }
     if (vs > 0) send(step, vs, vs - 1, Phase::Backward, gradient_producer);
   }
 

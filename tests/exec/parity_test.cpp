@@ -67,6 +67,9 @@ INSTANTIATE_TEST_SUITE_P(
         Plan{"tp2_sequence_parallel", {"parallel.tp=2", "parallel.sequence_parallel=true"}},
         Plan{"recompute_full", {"parallel.recompute=\"full\""}},
         Plan{"recompute_selective", {"parallel.recompute=\"selective\""}},
+        // DeepSpeed's full recompute also runs the embedding, final layer norm and LM head again before their backward
+        Plan{"deepspeed_tp2_pp2_recompute_full",
+             {"framework.name=\"deepspeed\"", "parallel.tp=2", "parallel.pp=2", "parallel.recompute=\"full\""}},
         Plan{"pp2_gpipe", {"parallel.pp=2", "parallel.schedule=\"gpipe\""}},
         Plan{"micro_batch4", {"parallel.micro_batch=4"}},
         Plan{"everything_at_once",

@@ -154,6 +154,48 @@ TEST(FrameworkKeys, OptimizerTrafficFollowsTheFramework) {
   EXPECT_NE(optimizer_bytes(deepspeed), optimizer_bytes(fp16));
 }
 
+// Recompute ops of kind `what` on `stage`, one micro-batch's worth (m micro-batches per iteration).
+int recomputed(const Program& program, int stage, ComputeKind what) {
+  int count = 0;
+  for (const Op& op : program.stage_ops[stage]) {
+    if (op.kind == OpKind::Compute && op.phase == Phase::Recompute && op.what == what) ++count;
+  }
+  return count;
+}
+
+TEST(FrameworkKeys, DeepSpeedFullRecomputeAlsoRecomputesTheModelEnds) {
+  // DeepSpeed's PipelineModule checkpoints every layer with parameters of Megatron-DeepSpeed's GPTModelPipe, not
+  // only the transformer layers: the embedding, the final layer norm and the LM head run again before their backward.
+  Scenario megatron = parse_scenario(kBase, "case.toml");
+  megatron.parallel.recompute = Recompute::Full;
+  Scenario deepspeed = megatron;
+  deepspeed.framework.name = Framework::DeepSpeed;
+  const std::int64_t m = megatron.parallel.micro_batches();
+  const Program ds = build_program(deepspeed, Granularity::Op);
+  const Program mg = build_program(megatron, Granularity::Op);
+  const int first = 0, last = static_cast<int>(deepspeed.parallel.pp) - 1;
+  EXPECT_EQ(recomputed(ds, first, ComputeKind::Embedding), m);
+  EXPECT_EQ(recomputed(ds, last, ComputeKind::FinalLayerNorm), m);
+  EXPECT_EQ(recomputed(ds, last, ComputeKind::LmHead), m);
+  EXPECT_EQ(recomputed(ds, last, ComputeKind::CrossEntropy), 0);  // the loss is outside the checkpoints
+  for (ComputeKind what : {ComputeKind::Embedding, ComputeKind::FinalLayerNorm, ComputeKind::LmHead}) {
+    EXPECT_EQ(recomputed(mg, first, what) + recomputed(mg, last, what), 0) << to_string(what);
+  }
+  // The recomputed LM head comes after the loss's backward and before the head's own backward.
+  const auto& ops = ds.stage_ops[last];
+  const auto position = [&](Phase phase, ComputeKind what) {
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].kind == OpKind::Compute && ops[i].phase == phase && ops[i].what == what) return i;
+    }
+    return ops.size();
+  };
+  EXPECT_LT(position(Phase::Backward, ComputeKind::CrossEntropy), position(Phase::Recompute, ComputeKind::LmHead));
+  EXPECT_LT(position(Phase::Recompute, ComputeKind::LmHead), position(Phase::Backward, ComputeKind::LmHead));
+  // Without recompute DeepSpeed checkpoints nothing.
+  deepspeed.parallel.recompute = Recompute::None;
+  EXPECT_EQ(recomputed(build_program(deepspeed, Granularity::Op), last, ComputeKind::LmHead), 0);
+}
+
 TEST(PublishedScenarios, EveryOneLoads) {
   const std::filesystem::path dir = testing::source_dir() + "/scenarios/published";
   int loaded = 0;
