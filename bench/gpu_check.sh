@@ -3,7 +3,8 @@
 #   1. build the CUDA targets (CUDA toolkit + header-only .deps/, no Debian -dev packages, no network)
 #   2. every CUDA kernel against its CPU twin on random inputs (tests/kernels_cuda: none may be skipped here)
 #   3. the tiny GPT trained 300 steps on kernels/cpu (fp32, in the background) and kernels/cuda (bf16): loss curves
-#   4. the cuBLASLt bf16 GEMM peak of this GPU
+#   4. the cuBLASLt bf16 GEMM peak and the HBM bandwidth of this GPU, as the scenario keys cluster.gemm_tflops,
+#      cluster.gemm_shape and cluster.hbm_gb_per_s
 #   5. a ~1.1B-parameter GPT at seq 2048 on one GPU: tokens/s, model TFLOP/s, MFU against the measured GEMM peak
 #   6. the executor on the CUDA backend, when exec/cuda is wired into the build: its tests, then `twin run gpt-tiny`
 #      on cpu, cuda, and cuda with tp=2 pp=2 (4 ranks sharing the GPU): the loss curves
@@ -116,9 +117,9 @@ if ! run_logged "$gpt_train" --backend cuda "${tiny[@]}" --losses "$results/loss
   fail "tiny GPT on cuda"
 fi
 
-section "4. cuBLASLt bf16 GEMM peak"
+section "4. cuBLASLt bf16 GEMM peak and HBM bandwidth (the [cluster] keys twin sim takes)"
 peak=0
-if run_logged "$gemm_peak" | grep -E "^(device|gemm|peak)" | tee -a "$report"; then
+if run_logged "$gemm_peak" | grep -E "^(device|gemm|peak|hbm|#)" | tee -a "$report"; then
   peak=$(grep "^peak_tflops" "$log" | tail -1 | awk '{print $2}')
 else
   fail "GEMM peak"

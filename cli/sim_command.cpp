@@ -33,6 +33,25 @@ struct SimCommandOptions {
   bool quiet = false;
 };
 
+// The two measured GPU constants the cost model rests on, and whose they are.
+std::string gpu_constants_line(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu) {
+  const auto& shape = p.gemm_measured_shape;
+  const bool any_cited = !p.gemm_measured_here || !p.hbm_measured_here;
+  return fmt::format("GPU constants: GEMM {:.1f} TFLOP/s at {:g}x{:g}x{:g} ({}), HBM {:.0f} GB/s ({}){}",
+                     p.gemm_measured_flops_per_s / 1e12, shape[0], shape[1], shape[2],
+                     p.gemm_measured_here ? "cluster.gemm_tflops" : "cited", gpu.hbm_bytes_per_s * p.hbm_efficiency / 1e9,
+                     p.hbm_measured_here ? "cluster.hbm_gb_per_s" : "cited",
+                     any_cited ? "; your own: bench/gpu twin_gemm_peak" : "");
+}
+
+nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu) {
+  return {{"gemm_tflops", p.gemm_measured_flops_per_s / 1e12},
+          {"gemm_shape", p.gemm_measured_shape},
+          {"gemm_source", p.gemm_measured_here ? "cluster.gemm_tflops" : "cited"},
+          {"hbm_gb_per_s", gpu.hbm_bytes_per_s * p.hbm_efficiency / 1e9},
+          {"hbm_source", p.hbm_measured_here ? "cluster.hbm_gb_per_s" : "cited"}};
+}
+
 void run(const SimCommandOptions& o) {
   const model::Scenario scenario = load_scenario(o.scenario);
   const auto granularity = o.granularity == "op" ? model::Granularity::Op : model::Granularity::Layer;
@@ -66,7 +85,17 @@ void run(const SimCommandOptions& o) {
   options.isolate = false;  // one simulation in this process
 
   const topology::NodeSpec node = options.node ? *options.node : topology::node_spec(scenario.cluster.node);
-  const sim::AnalyticalCostModel cost(node.gpu);
+  // The cluster's own GPU measurements describe the scenario's GPU: a --gpu what-if on another GPU uses its cited
+  // values instead (and says so).
+  const bool same_gpu = node.gpu.name == topology::node_spec(scenario.cluster.node).gpu.name;
+  const bool measured = scenario.cluster.gemm_tflops > 0 || scenario.cluster.hbm_gb_per_s > 0;
+  sim::AnalyticalParameters parameters;
+  try {
+    parameters = same_gpu ? sim::analytical_parameters(node.gpu, scenario.cluster) : sim::analytical_parameters(node.gpu);
+  } catch (const std::invalid_argument& error) {
+    throw UserError(fmt::format("{}: {}", scenario.source, error.what()));
+  }
+  const sim::AnalyticalCostModel cost(node.gpu, parameters);
   sim::SimResult result;
   try {
     result = sim::simulate(program, cost, options);
@@ -79,6 +108,12 @@ void run(const SimCommandOptions& o) {
   const report::Summary summary =
       report::summarize(program, result.timeline, result.peak_flops_per_gpu, engine, result.gpu_memory_bytes);
   fmt::print("{}", report::summary_table(summary));
+  fmt::print("\n  {}\n", gpu_constants_line(parameters, node.gpu));
+  if (measured && !same_gpu) {
+    fmt::print("  note: cluster.gemm_tflops / cluster.hbm_gb_per_s measure the scenario's {}; --gpu {} uses the "
+               "cited {} values\n",
+               topology::node_spec(scenario.cluster.node).gpu.name, o.gpu, node.gpu.name);
+  }
   const auto& stats = result.stats;
   fmt::print(
       "\n  simulated by {} actors: {} ops ({} over every rank), {} SimGrid activities in {:.2f} s wall "
@@ -91,6 +126,7 @@ void run(const SimCommandOptions& o) {
     json["fidelity"] = sim::to_string(result.fidelity);
     json["hardware"] = result.hardware;
     json["cost_model"] = cost.name();
+    json["gpu_constants"] = gpu_constants_json(parameters, node.gpu);
     json["granularity"] = model::to_string(program.granularity);
     write_file_atomically(o.json_path, json.dump(2) + "\n");
     fmt::print("  summary written to {}\n", o.json_path);

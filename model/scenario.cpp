@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <limits>
@@ -88,6 +89,26 @@ class SectionReader {
     } else {
       problem(*node, key, fmt::format("expected a number, got {}", describe(*node)));
     }
+  }
+
+  // An array of exactly N integers, each in 1..2^31-1 (a shape).
+  template <std::size_t N>
+  void positive_integers(std::string_view key, std::array<std::int64_t, N>& out) {
+    const toml::node* node = take(key);
+    if (!node) return;
+    const toml::array* array = node->as_array();
+    std::array<std::int64_t, N> values{};
+    bool ok = array && array->size() == N;
+    for (std::size_t i = 0; ok && i < N; ++i) {
+      const auto value = (*array)[i].value_exact<std::int64_t>();
+      ok = value && *value > 0 && *value <= std::numeric_limits<std::int32_t>::max();
+      if (ok) values[i] = *value;
+    }
+    if (!ok) {
+      problem(*node, key, fmt::format("expected an array of {} positive integers, got {}", N, describe(*node)));
+      return;
+    }
+    out = values;
   }
 
   void boolean(std::string_view key, bool& out) {
@@ -337,6 +358,13 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   cluster.choice("node", scenario.cluster.node, kNodes);
   scenario.cluster.gpus_per_node = default_gpus_per_node(scenario.cluster.node);
   cluster.integer("gpus_per_node", scenario.cluster.gpus_per_node);
+  cluster.number("gemm_tflops", scenario.cluster.gemm_tflops);
+  if (cluster.has("gemm_shape") && !cluster.has("gemm_tflops")) {
+    problems.push_back(fmt::format("{}: cluster.gemm_shape is the shape of a measurement: give its rate too "
+                                   "(cluster.gemm_tflops)", source));
+  }
+  cluster.positive_integers("gemm_shape", scenario.cluster.gemm_shape);
+  cluster.number("hbm_gb_per_s", scenario.cluster.hbm_gb_per_s);
   cluster.reject_unknown_keys();
 
   SectionReader parallel(section_table(root, "parallel", source, problems), "parallel", source, problems);
@@ -492,6 +520,16 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
                                      "divisible by parallel.pp ({})", src, p.micro_batches(), p.pp));
     }
   }
+  // 0 means "not measured"; anything else must be a real rate (the GPU's own ceiling is checked by the simulator,
+  // which knows the GPU).
+  if (!(c.gemm_tflops >= 0 && std::isfinite(c.gemm_tflops))) {
+    problems.push_back(fmt::format("{}: cluster.gemm_tflops must be a measured rate in TFLOP/s (> 0), or 0 for the "
+                                   "cited value; got {}", src, c.gemm_tflops));
+  }
+  if (!(c.hbm_gb_per_s >= 0 && std::isfinite(c.hbm_gb_per_s))) {
+    problems.push_back(fmt::format("{}: cluster.hbm_gb_per_s must be a measured bandwidth in GB/s (> 0), or 0 for "
+                                   "the cited value; got {}", src, c.hbm_gb_per_s));
+  }
   if (p.zero_stage != 0 && p.zero_stage != 1) {
     problems.push_back(fmt::format("{}: parallel.zero_stage must be 0 or 1, got {}", src, p.zero_stage));
   }
@@ -552,6 +590,12 @@ std::string to_toml(const Scenario& s) {
   line(fmt::format("nodes = {}", s.cluster.nodes));
   line(fmt::format("node = \"{}\"", to_string(s.cluster.node)));
   line(fmt::format("gpus_per_node = {}", s.cluster.gpus_per_node));
+  if (s.cluster.gemm_tflops > 0) {
+    line(fmt::format("gemm_tflops = {:.17g}", s.cluster.gemm_tflops));
+    line(fmt::format("gemm_shape = [{}, {}, {}]", s.cluster.gemm_shape[0], s.cluster.gemm_shape[1],
+                     s.cluster.gemm_shape[2]));
+  }
+  if (s.cluster.hbm_gb_per_s > 0) line(fmt::format("hbm_gb_per_s = {:.17g}", s.cluster.hbm_gb_per_s));
   line("\n[framework]");
   line(fmt::format("name = \"{}\"", to_string(s.framework.name)));
   line(fmt::format("tied_embeddings = {}", s.framework.tied_embeddings));

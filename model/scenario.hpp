@@ -2,6 +2,7 @@
 // habits (FrameworkSpec) and training hyper-parameters (TrainingSpec). Loaded from TOML, validated, immutable after.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <stdexcept>
@@ -64,6 +65,11 @@ struct ClusterSpec {
   std::int64_t nodes = 1;
   NodeKind node = NodeKind::DgxA100;
   std::int64_t gpus_per_node = 8;
+  // This cluster's own GPU measurements (bench/gpu: twin_gemm_peak prints them), in place of the cited values of
+  // sim/cost_model.cpp (which describe the software the published runs used); 0: not measured, use the cited value.
+  double gemm_tflops = 0;                                    // a large 16-bit GEMM's achieved rate ...
+  std::array<std::int64_t, 3> gemm_shape{8192, 8192, 8192};  // ... at this m, n, k
+  double hbm_gb_per_s = 0;                                   // a streaming kernel's reads + writes per second
 
   std::int64_t total_gpus() const { return nodes * gpus_per_node; }
 };

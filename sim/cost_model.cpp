@@ -5,6 +5,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include <fmt/core.h>
+
 namespace twin::sim {
 
 namespace {
@@ -134,6 +136,38 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu) {
     throw std::invalid_argument("analytical cost model: no parameters for GPU '" + gpu.name + "'");
   }
   p.gemm_efficiency = base_efficiency(gpu, measured, p.tiles);
+  p.gemm_measured_flops_per_s = measured.flops_per_s;
+  p.gemm_measured_shape = {measured.m, measured.n, measured.k};
+  return p;
+}
+
+AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu, const model::ClusterSpec& cluster) {
+  AnalyticalParameters p = analytical_parameters(gpu);
+  if (cluster.gemm_tflops > 0) {
+    const double peak_tflops = gpu.bf16_flops / 1e12;
+    if (cluster.gemm_tflops > peak_tflops) {
+      throw std::invalid_argument(fmt::format(
+          "cluster.gemm_tflops = {:g} exceeds the {}'s 16-bit tensor-core peak of {:g} TFLOP/s; a measured rate "
+          "cannot (is it the scenario's GPU?)", cluster.gemm_tflops, gpu.name, peak_tflops));
+    }
+    const GemmMeasurement measured{cluster.gemm_tflops * 1e12, static_cast<double>(cluster.gemm_shape[0]),
+                                   static_cast<double>(cluster.gemm_shape[1]),
+                                   static_cast<double>(cluster.gemm_shape[2])};
+    p.gemm_efficiency = base_efficiency(gpu, measured, p.tiles);
+    p.gemm_measured_flops_per_s = measured.flops_per_s;
+    p.gemm_measured_shape = {measured.m, measured.n, measured.k};
+    p.gemm_measured_here = true;
+  }
+  if (cluster.hbm_gb_per_s > 0) {
+    const double datasheet_gb_per_s = gpu.hbm_bytes_per_s / 1e9;
+    if (cluster.hbm_gb_per_s > datasheet_gb_per_s) {
+      throw std::invalid_argument(fmt::format(
+          "cluster.hbm_gb_per_s = {:g} exceeds the {}'s datasheet HBM bandwidth of {:g} GB/s; a measured one "
+          "cannot (is it the scenario's GPU?)", cluster.hbm_gb_per_s, gpu.name, datasheet_gb_per_s));
+    }
+    p.hbm_efficiency = cluster.hbm_gb_per_s / datasheet_gb_per_s;
+    p.hbm_measured_here = true;
+  }
   return p;
 }
 

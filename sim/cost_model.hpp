@@ -17,6 +17,7 @@
 // No constant is fitted to a published training run; each one cites its source in cost_model.cpp.
 #pragma once
 
+#include <array>
 #include <map>
 #include <string>
 #include <utility>
@@ -52,10 +53,20 @@ struct AnalyticalParameters {
   double hbm_efficiency = 1;   // of datasheet HBM bandwidth, for a streaming kernel
   double kernel_launch_s = 0;  // per kernel
   std::vector<GemmTile> tiles;
+  // Where the two efficiencies come from, for reports: the GEMM measurement they were derived from, and whether it
+  // (and the HBM bandwidth) is this cluster's own (cluster.gemm_tflops, cluster.hbm_gb_per_s) or a cited one.
+  double gemm_measured_flops_per_s = 0;
+  std::array<double, 3> gemm_measured_shape{};  // m, n, k
+  bool gemm_measured_here = false;
+  bool hbm_measured_here = false;
 };
 
 // The cited parameters for a GPU (by GpuSpec::name); throws std::invalid_argument for an unknown GPU.
 AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu);
+// The same, with the cluster's own measurements (cluster.gemm_tflops / gemm_shape, cluster.hbm_gb_per_s) in place of
+// the cited ones where given; throws std::invalid_argument naming the field when a measurement exceeds what the GPU
+// can do (its datasheet peak or HBM bandwidth).
+AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu, const model::ClusterSpec& cluster);
 
 class AnalyticalCostModel : public CostModel {
  public:

@@ -5,6 +5,9 @@ the iteration time twin predicts, the published one, the error and the mean abso
     bench/accuracy/run.py                           # finds build*/cli/twin
     bench/accuracy/run.py --twin build/cli/twin --markdown --json accuracy.json
     bench/accuracy/run.py --only mtnlg              # runs whose name matches a regular expression
+    bench/accuracy/run.py --set cluster.gemm_tflops=267.9 --set 'cluster.gemm_shape=[6912,16384,2048]'
+                                                    # a sensitivity: every run with one more override (here
+                                                    # today's CUDA 12 GEMM instead of the runs' CUDA 11)
 
 Runs of one `series` (same model and plan, only the data-parallel degree varies) are also split into a time per
 sequence and a fixed time per iteration, for the published and the predicted times alike (split_series).
@@ -63,7 +66,7 @@ def published_seconds(run, scenario):
     return flops / (gpus * run["tflops_per_gpu"] * 1e12)
 
 
-def simulate(twin, run, legacy, fidelity):
+def simulate(twin, run, legacy, fidelity, extra_sets=()):
     path = os.path.join(PUBLISHED, run["scenario"])
     with tempfile.TemporaryDirectory() as tmp:
         if legacy:  # drop the keys an older twin rejects
@@ -73,7 +76,7 @@ def simulate(twin, run, legacy, fidelity):
                 f.writelines(lines)
         out = os.path.join(tmp, "summary.json")
         command = [twin, "sim", path, "--quiet", "--json", out, "--fidelity", fidelity]
-        for item in run.get("set", []):
+        for item in [*run.get("set", []), *extra_sets]:
             command += ["--set", item]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
@@ -132,13 +135,16 @@ def main():
     parser.add_argument("--legacy", action="store_true", help="strip framework keys an older twin does not know")
     parser.add_argument("--fidelity", default="group",
                         help="group (default: one actor per TP group) or rank (the same times, slower)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="one more scenario override for every run, after its own (a sensitivity study; the "
+                             "published seconds stay as published)")
     args = parser.parse_args()
     twin = args.twin or find_twin()
 
     with open(os.path.join(PUBLISHED, "published.toml"), "rb") as f:
         runs = [r for r in tomllib.load(f)["run"] if re.search(args.only, r["name"])]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        results = list(pool.map(lambda r: simulate(twin, r, args.legacy, args.fidelity), runs))
+        results = list(pool.map(lambda r: simulate(twin, r, args.legacy, args.fidelity, args.set), runs))
 
     rows = []
     for run, result in zip(runs, results):

@@ -1,6 +1,8 @@
 // twin_gemm_peak: the bf16 GEMM rate this GPU reaches through cuBLASLt (kernels/cuda's gemm), the ceiling the GPT's
-// MFU is measured against. Random data (never zeros: they run faster than real data), inputs larger than the L2,
-// 3 warm-up runs, then the median of 20 timed with CUDA events. Prints one line per shape and "peak_tflops X" last.
+// MFU is measured against, and the HBM bandwidth of a streaming kernel. Random data (never zeros: they run faster
+// than real data), inputs larger than the L2, 3 warm-up runs, then the median of 20 timed with CUDA events. Prints
+// one line per shape, "peak_tflops X", "hbm_gb_per_s Y", and last the three [cluster] keys with which `twin sim`
+// models this GPU and software stack instead of the cited ones (README, "Scenarios"; sim/cost_model.cpp).
 //
 //   twin_gemm_peak                      squares 4096 and 8192, and the ~1B GPT's linear layers at 16384 rows
 //   twin_gemm_peak M N K [M N K ...]    the given shapes (out (M, N) = inp (M, K) @ weight (N, K)^T)
@@ -78,6 +80,37 @@ double time_shape(const Shape& s, Cublas& blas, cudaStream_t stream) {
   return tflops;
 }
 
+// Read + write bandwidth of an in-place scale x *= 1.2 over 1 GiB of fp32: the kind of streaming kernel the cited
+// A100 figure measured (PyTorch `a * 1.2`, 8 bytes per element), and what the cost model's memory-bound ops assume.
+double time_hbm_gb_per_s(cudaStream_t stream) {
+  const std::size_t n = std::size_t{1} << 28;  // 256 Mi floats
+  float* x = nullptr;
+  TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&x), n * sizeof(float)));
+  twin::kernels::cuda::fill(x, n, 1.0f, stream);
+  cudaEvent_t start, stop;
+  TWIN_CUDA_CHECK(cudaEventCreate(&start));
+  TWIN_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int run = 0; run < 23; ++run) {
+    TWIN_CUDA_CHECK(cudaEventRecord(start, stream));
+    twin::kernels::cuda::scale(x, n, 1.2f, stream);
+    TWIN_CUDA_CHECK(cudaEventRecord(stop, stream));
+    TWIN_CUDA_CHECK(cudaEventSynchronize(stop));
+    float elapsed = 0.0f;
+    TWIN_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
+    if (run >= 3) ms.push_back(elapsed);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double median_s = ms[ms.size() / 2] / 1e3;
+  const double gb_per_s = 2.0 * n * sizeof(float) / median_s / 1e9;
+  std::printf("hbm scale fp32 %zu MiB in place: median %.3f ms, %.0f GB/s read + write\n", n * sizeof(float) >> 20,
+              median_s * 1e3, gb_per_s);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(x);
+  return gb_per_s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,8 +136,20 @@ int main(int argc, char** argv) {
     TWIN_CUDA_CHECK(cudaStreamCreate(&stream));
     Cublas blas;
     double peak = 0.0;
-    for (const Shape& s : shapes) peak = std::max(peak, time_shape(s, blas, stream));
+    Shape peak_shape{};
+    for (const Shape& s : shapes) {
+      const double tflops = time_shape(s, blas, stream);
+      if (tflops > peak) {
+        peak = tflops;
+        peak_shape = s;
+      }
+    }
     std::printf("peak_tflops %.1f\n", peak);
+    const double hbm = time_hbm_gb_per_s(stream);
+    std::printf("hbm_gb_per_s %.0f\n", hbm);
+    std::printf("# [cluster] keys for this GPU and software stack (twin sim uses them instead of the cited values):\n");
+    std::printf("gemm_tflops = %.1f\ngemm_shape = [%d, %d, %d]\nhbm_gb_per_s = %.0f\n", peak, peak_shape.m,
+                peak_shape.n, peak_shape.k, hbm);
     cudaStreamDestroy(stream);
     return 0;
   } catch (const std::exception& e) {

@@ -150,6 +150,39 @@ TEST(Cli, SearchRanksValidPlansByIterationTime) {
   }
 }
 
+TEST(Cli, SimTakesTheClustersOwnGpuMeasurements) {
+  auto simulate = [](const std::string& sets, const std::string& name) {
+    const fs::path json_path = scratch("summary-" + name + ".json");
+    const Result r = twin("sim " + small_cluster_scenario().string() + " --quiet " + sets + " --json " +
+                          json_path.string());
+    EXPECT_EQ(r.status, 0) << r.output;
+    std::ifstream in(json_path);
+    return std::make_pair(r.output, nlohmann::json::parse(in));
+  };
+  const auto [cited_text, cited] = simulate("", "cited");
+  EXPECT_THAT(cited_text, HasSubstr("GPU constants: GEMM 230.0 TFLOP/s at 8192x8192x8192 (cited), HBM 1616 GB/s "
+                                    "(cited)"));
+  EXPECT_EQ(cited["gpu_constants"]["gemm_source"], "cited");
+  const auto [measured_text, measured] =
+      simulate("--set cluster.gemm_tflops=267.9 --set 'cluster.gemm_shape=[6912,16384,2048]' "
+               "--set cluster.hbm_gb_per_s=1800",
+               "measured");
+  EXPECT_THAT(measured_text, HasSubstr("GEMM 267.9 TFLOP/s at 6912x16384x2048 (cluster.gemm_tflops), HBM 1800 GB/s "
+                                       "(cluster.hbm_gb_per_s)"));
+  EXPECT_EQ(measured["gpu_constants"]["gemm_source"], "cluster.gemm_tflops");
+  EXPECT_DOUBLE_EQ(measured["gpu_constants"]["hbm_gb_per_s"].get<double>(), 1800);
+  EXPECT_LT(measured["iteration_time_s"].get<double>(), cited["iteration_time_s"].get<double>());
+  // A --gpu what-if on another GPU does not carry the A100's measurements over.
+  const auto [what_if_text, what_if] = simulate("--set cluster.gemm_tflops=267.9 --gpu h100", "what-if");
+  EXPECT_THAT(what_if_text, HasSubstr("--gpu h100 uses the cited H100-SXM5-80GB values"));
+  EXPECT_EQ(what_if["gpu_constants"]["gemm_source"], "cited");
+  // A rate the GPU cannot reach is a user error naming the field.
+  const Result beyond = twin("sim " + small_cluster_scenario().string() + " --quiet --set cluster.gemm_tflops=400");
+  EXPECT_EQ(beyond.status, 2);
+  EXPECT_THAT(beyond.output, HasSubstr("cluster.gemm_tflops = 400 exceeds the A100-SXM4-80GB's 16-bit tensor-core "
+                                       "peak of 312 TFLOP/s"));
+}
+
 TEST(Cli, SimRunsOnEveryDgxNodeKind) {
   // A100 40GB: same tensor cores, slower HBM, half the memory; H200: H100's tensor cores, faster HBM.
   auto simulate = [](const std::string& node) {

@@ -100,6 +100,26 @@ TEST(Scenario, TomlRoundTrips) {
   EXPECT_EQ(again.parallel.recompute, Recompute::Selective);
 }
 
+TEST(Scenario, MeasuredGpuConstantsAreReadAndRoundTrip) {
+  // Unset: 0, the simulator's cited values; the shape defaults to the 8192^3 GEMM most measurements use.
+  const Scenario cited = parse_scenario(kValid, "case.toml");
+  EXPECT_EQ(cited.cluster.gemm_tflops, 0);
+  EXPECT_EQ(cited.cluster.hbm_gb_per_s, 0);
+  EXPECT_THAT(to_toml(cited), ::testing::Not(HasSubstr("gemm_tflops")));
+  const Scenario measured =
+      parse_scenario(replace(kValid, "node = \"dgx-a100\"",
+                             "node = \"dgx-a100\"\ngemm_tflops = 267.9\ngemm_shape = [6912, 16384, 2048]"),
+                     "case.toml", {parse_override("cluster.hbm_gb_per_s=1850")});
+  EXPECT_DOUBLE_EQ(measured.cluster.gemm_tflops, 267.9);
+  EXPECT_EQ(measured.cluster.gemm_shape, (std::array<std::int64_t, 3>{6912, 16384, 2048}));
+  EXPECT_DOUBLE_EQ(measured.cluster.hbm_gb_per_s, 1850);
+  const Scenario again = parse_scenario(to_toml(measured), "again.toml");
+  EXPECT_EQ(to_toml(again), to_toml(measured));
+  EXPECT_DOUBLE_EQ(again.cluster.gemm_tflops, 267.9);
+  EXPECT_EQ(again.cluster.gemm_shape, measured.cluster.gemm_shape);
+  EXPECT_DOUBLE_EQ(again.cluster.hbm_gb_per_s, 1850);
+}
+
 struct InvalidCase {
   const char* name;
   std::string text;
@@ -176,6 +196,18 @@ INSTANTIATE_TEST_SUITE_P(
                     "parallel.sequence_parallel needs model.seq_len (129) divisible by parallel.tp (2)"},
         InvalidCase{"unknown_node", replace(kV, "node = \"dgx-a100\"", "node = \"dgx-b200\""), {},
                     "cluster.node: unknown value \"dgx-b200\" (expected one of dgx-a100, dgx-a100-40gb, dgx-h100, dgx-h200, cpu-host)"},
+        InvalidCase{"negative_gemm_rate", kV, {parse_override("cluster.gemm_tflops=-230")},
+                    "cluster.gemm_tflops must be a measured rate in TFLOP/s (> 0), or 0 for the cited value; got -230"},
+        InvalidCase{"infinite_hbm", kV, {parse_override("cluster.hbm_gb_per_s=inf")},
+                    "cluster.hbm_gb_per_s must be a measured bandwidth in GB/s (> 0), or 0 for the cited value; got inf"},
+        InvalidCase{"gemm_shape_of_two", kV, {parse_override("cluster.gemm_tflops=230"),
+                                               parse_override("cluster.gemm_shape=[8192, 8192]")},
+                    "cluster.gemm_shape: expected an array of 3 positive integers, got an array"},
+        InvalidCase{"gemm_shape_with_zero", kV, {parse_override("cluster.gemm_tflops=230"),
+                                                  parse_override("cluster.gemm_shape=[8192, 0, 8192]")},
+                    "cluster.gemm_shape: expected an array of 3 positive integers"},
+        InvalidCase{"gemm_shape_without_rate", kV, {parse_override("cluster.gemm_shape=[8192, 8192, 8192]")},
+                    "cluster.gemm_shape is the shape of a measurement: give its rate too (cluster.gemm_tflops)"},
         InvalidCase{"override_of_unknown_key", kV, {parse_override("parallel.tpp=2")},
                     "(--set parallel.tpp): parallel.tpp: unknown key"},
         InvalidCase{"override_without_section", kV, {Override{"tp", "2"}}, "--set tp: expected SECTION.KEY=VALUE"},

@@ -22,6 +22,52 @@ TEST(CostModel, ReproducesTheMeasuredGemm) {
   EXPECT_NEAR(2 * 6144.0 * 17920 * 2816 / h100.gemm_time_s(6144, 17920, 2816, 1, model::DType::BF16), 792.1e12, 1e9);
 }
 
+TEST(CostModel, TheClustersOwnMeasurementsReplaceTheCitedOnes) {
+  const topology::GpuSpec gpu = topology::a100_sxm4_80gb();
+  const AnalyticalParameters cited = analytical_parameters(gpu);
+  EXPECT_FALSE(cited.gemm_measured_here);
+  EXPECT_FALSE(cited.hbm_measured_here);
+  // The cited measurement given as the cluster's own changes nothing.
+  model::ClusterSpec cluster;
+  cluster.gemm_tflops = 230;
+  cluster.hbm_gb_per_s = 1616;
+  const AnalyticalParameters same = analytical_parameters(gpu, cluster);
+  EXPECT_DOUBLE_EQ(same.gemm_efficiency, cited.gemm_efficiency);
+  EXPECT_NEAR(same.hbm_efficiency, cited.hbm_efficiency, 1e-12);
+  EXPECT_TRUE(same.gemm_measured_here);
+  EXPECT_TRUE(same.hbm_measured_here);
+  // A CUDA 12 stack (mamf-finder: 267.9 TFLOP/s at 6912 x 16384 x 2048) and a faster HBM: the model reproduces the
+  // measurement at its own shape, and a memory-bound op runs at the measured bandwidth.
+  cluster.gemm_tflops = 267.9;
+  cluster.gemm_shape = {6912, 16384, 2048};
+  cluster.hbm_gb_per_s = 1800;
+  const AnalyticalCostModel measured(gpu, analytical_parameters(gpu, cluster));
+  EXPECT_NEAR(2 * 6912.0 * 16384 * 2048 / measured.gemm_time_s(6912, 16384, 2048, 1, model::DType::BF16), 267.9e12,
+              1e9);
+  EXPECT_NEAR(measured.memory_time_s(1.8e9), 1e-3, 1e-12);
+  const AnalyticalCostModel default_model(gpu);
+  EXPECT_LT(measured.gemm_time_s(8192, 8192, 8192, 1, model::DType::BF16),
+            default_model.gemm_time_s(8192, 8192, 8192, 1, model::DType::BF16));
+}
+
+TEST(CostModel, AMeasurementBeyondTheGpuIsRefusedByName) {
+  const topology::GpuSpec gpu = topology::a100_sxm4_80gb();
+  model::ClusterSpec cluster;
+  cluster.gemm_tflops = 400;  // an H100's rate on an A100
+  try {
+    analytical_parameters(gpu, cluster);
+    FAIL() << "a GEMM rate above the peak was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("cluster.gemm_tflops = 400 exceeds the A100-SXM4-80GB's 16-bit "
+                                             "tensor-core peak of 312 TFLOP/s"),
+              std::string::npos)
+        << error.what();
+  }
+  cluster.gemm_tflops = 0;
+  cluster.hbm_gb_per_s = 3350;  // an H100's datasheet bandwidth
+  EXPECT_THROW(analytical_parameters(gpu, cluster), std::invalid_argument);
+}
+
 TEST(CostModel, WaveQuantization) {
   // 108 tiles of 128x128 fill the A100's 108 SMs once; one more tile costs a whole second wave.
   const AnalyticalCostModel a100(topology::a100_sxm4_80gb());
