@@ -107,6 +107,21 @@ Op gemm(ComputeKind what, Phase phase, double m, double n, double k, double e) {
   return op;
 }
 
+// The QKV projection: the one linear layer whose bias is not fused into a following elementwise kernel (the
+// attention output and MLP biases go into bias-dropout-add and bias-GeLU: skip_bias_add). Megatron-LM's
+// ColumnParallelLinear adds it after the GEMM in a kernel of its own: F.linear on a 3-D input is matmul then
+// `output += bias` (PyTorch of 2021-2022: functional.py, then aten/src/ATen/native/Linear.cpp; Megatron-LM and
+// Megatron-DeepSpeed of 2021), and LinearWithGradAccumulationAndAsyncCommunication's `output = output + bias`
+// (2022); the backward sums the output
+// gradient into the bias gradient (`grad_output.sum(dim=0)`). Those passes ride on the GEMM op as bytes beyond its
+// operands: forward read and write the output, backward read its gradient.
+Op qkv_projection(const Shapes& x, Phase phase, double attention_width) {
+  const double width = 3 * attention_width;
+  Op op = gemm(ComputeKind::QkvProjection, phase, x.tokens, width, x.h, x.e);
+  op.bytes += (phase == Phase::Backward ? 1 : 2) * x.e * x.tokens * width;
+  return op;
+}
+
 Op tensor_collective(CollectiveKind kind, Payload payload, ComputeKind what, Phase phase, double bytes) {
   Op op;
   op.kind = OpKind::Collective;
@@ -159,7 +174,7 @@ std::vector<Op> layer_forward(const Shapes& x, Phase phase) {
   const double attention_width = x.heads_local * x.head_dim;  // h / t
   ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_forward() * x.tokens_sp * x.h));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
-  ops.push_back(gemm(ComputeKind::QkvProjection, phase, x.tokens, 3 * attention_width, x.h, x.e));
+  ops.push_back(qkv_projection(x, phase, attention_width));
   ops.push_back(attention_core(x, phase));
   ops.push_back(gemm(ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width, x.e));
   reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::AttentionProjection, phase);
@@ -195,7 +210,7 @@ std::vector<Op> layer_backward(const Shapes& x) {
   ops.push_back(gemm(ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width, x.e));
   ops.push_back(attention_core(x, phase));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
-  ops.push_back(gemm(ComputeKind::QkvProjection, phase, x.tokens, 3 * attention_width, x.h, x.e));
+  ops.push_back(qkv_projection(x, phase, attention_width));
   reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::QkvProjection, phase);
   ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_backward() * x.tokens_sp * x.h));
   return ops;

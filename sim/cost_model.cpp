@@ -209,6 +209,10 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
     return gemms + softmax + ((backward ? 4 : 2) + attention_kernels(scenario)) * launch;
   }
   if (count > 0) {
+    // Traffic the Program puts on a GEMM op beyond its operands (the QKV projection's unfused bias add, or its
+    // gradient's reduction): one more memory-bound kernel.
+    const double operand_bytes = (backward ? 2 : 1) * model::dtype_bytes(dtype) * count * (m * k + k * n + m * n);
+    const double beyond_operands = op.bytes - operand_bytes > 1 ? memory_time_s(op.bytes - operand_bytes) + launch : 0;
     if (backward) {
       // Input gradient dX = dY W^T: [m,n]x[n,k]; weight gradient dW = X^T dY: [k,m]x[m,n]; then the framework's
       // accumulation of dW (a [k,n] weight) across micro-batches.
@@ -217,9 +221,10 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
         const double bytes = gradient_accumulation_bytes(scenario) * k * n * count;
         if (bytes > 0) accumulate = memory_time_s(bytes) + launch;
       }
-      return gemm_time_s(m, k, n, count, dtype) + gemm_time_s(k, n, m, count, dtype) + 2 * launch + accumulate;
+      return gemm_time_s(m, k, n, count, dtype) + gemm_time_s(k, n, m, count, dtype) + 2 * launch + accumulate +
+             beyond_operands;
     }
-    return gemm_time_s(m, n, k, count, dtype) + launch;
+    return gemm_time_s(m, n, k, count, dtype) + launch + beyond_operands;
   }
   if (op.flops > 0) {
     // Matrix FLOPs without a shape: no quantization known.

@@ -7,7 +7,9 @@
 //             cost a whole tile; wave quantization: a partial last wave costs a whole wave of `sm_count` tiles).
 //             memory = operand bytes / (HBM x hbm_efficiency): small or skinny GEMMs become memory bound (a dimension
 //             narrower than every tile is not quantized: cuBLAS has GEMV-like kernels for it). A backward
-//             GEMM op runs the input-gradient GEMM [m,n]x[n,k] and the weight-gradient GEMM [k,m]x[m,n].
+//             GEMM op runs the input-gradient GEMM [m,n]x[n,k] and the weight-gradient GEMM [k,m]x[m,n]. Bytes the
+//             Program puts on a GEMM op beyond its operands (the QKV bias's own add and reduction) are one more
+//             memory-bound kernel.
 //   attention the two batched GEMMs of each head (Q K^T [s,d]x[d,s], P V [s,s]x[s,d]) plus the softmax and dropout
 //             traffic (the op's bytes not read by the GEMMs) over HBM.
 //   other     memory bound: Op::bytes over HBM + launch.
