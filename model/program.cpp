@@ -160,8 +160,13 @@ Op attention_core(const Shapes& x, Phase phase) {
   // gradient GEMMs), then the softmax and dropout passes over the scores.
   const double gemm_operands =
       (backward ? 2 : 1) * (4 * x.tokens * x.heads_local * x.head_dim * x.e + 2 * scores * x.e);
+  // Layout copies around the core (megatron/model/transformer.py, ParallelAttention / CoreAttention, 2021-2022; also
+  // Megatron-DeepSpeed): forward, the context [b, np, s, hn] -> [s, b, np, hn] by permute(...).contiguous() (read and
+  // write it); backward, Q, K and V come from split_tensor_along_last_dim views of the QKV output, whose backward
+  // (split_backward) concatenates their three gradients into one tensor (read and write 3 h/t per token).
+  const double layout_copies = (backward ? 6 : 2) * x.e * x.tokens * x.heads_local * x.head_dim;
   Op op = compute(ComputeKind::AttentionCore, phase,
-                  gemm_operands + scores * (backward ? x.scores_backward() : x.scores_forward()));
+                  gemm_operands + layout_copies + scores * (backward ? x.scores_backward() : x.scores_forward()));
   op.flops = (backward ? 2 : 1) * gemms * 2 * x.seq * x.seq * x.head_dim;
   op.gemm = GemmShape{static_cast<std::int64_t>(x.seq), static_cast<std::int64_t>(x.seq),
                       static_cast<std::int64_t>(x.head_dim), static_cast<std::int64_t>(gemms)};

@@ -89,9 +89,10 @@ int elementwise_kernels(const model::Scenario& s, const model::Op& op) {
   return 1;
 }
 
-// Kernels of the attention core besides its GEMMs: softmax (fused scale+mask+softmax, or three passes) and dropout.
+// Kernels of the attention core besides its GEMMs: softmax (fused scale+mask+softmax, or three passes), dropout,
+// and one layout copy (the context's permute forward, the Q/K/V gradients' concatenation backward).
 int attention_kernels(const model::Scenario& s) {
-  return (s.framework.fused_kernels ? 1 : 3) + (s.framework.dropout ? 1 : 0);
+  return (s.framework.fused_kernels ? 1 : 3) + (s.framework.dropout ? 1 : 0) + 1;
 }
 
 }  // namespace
@@ -205,8 +206,9 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
     const double value_like = gemm_time_s(m, k, n, half, dtype);
     const double gemms = backward ? score_like + 3 * value_like : score_like + value_like;
     const double operand_bytes = (backward ? 2 : 1) * model::dtype_bytes(dtype) * count * (m * k + k * n + m * n);
-    const double softmax = memory_time_s(std::max(0.0, op.bytes - operand_bytes));
-    return gemms + softmax + ((backward ? 4 : 2) + attention_kernels(scenario)) * launch;
+    // The rest of the op's bytes: softmax and dropout over the scores, the layout copies (model/program.cpp).
+    const double beyond_gemms = memory_time_s(std::max(0.0, op.bytes - operand_bytes));
+    return gemms + beyond_gemms + ((backward ? 4 : 2) + attention_kernels(scenario)) * launch;
   }
   if (count > 0) {
     // Traffic the Program puts on a GEMM op beyond its operands (the QKV projection's unfused bias add, or its

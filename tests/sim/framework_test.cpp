@@ -171,6 +171,27 @@ TEST(KernelModel, FusedCausalSoftmaxReadsTheLowerTriangleOnly) {
                    scores * e * (7 - (1 + 2 * lower)));
 }
 
+TEST(KernelModel, TheAttentionCoreCountsItsLayoutCopies) {
+  // Everything the core moves, written out: Q, K, V read and the context written by the two batched GEMMs, the
+  // scores written, passed over by the fused causal softmax (no dropout here) and read; forward the context's
+  // permute(...).contiguous() copy; backward every GEMM operand twice (four gradient GEMMs), the softmax backward,
+  // and split_backward's concatenation of the Q, K and V gradients (read and write 3 h/t per token).
+  model::Scenario s = make_scenario(tensor_parallel_layer());
+  s.framework.dropout = false;
+  const double seq = 2048, heads = 32 / 8, head_dim = 128, e = 2, lower = (seq + 1) / (2 * seq);
+  const double scores = heads * seq * seq, context = seq * heads * head_dim;  // elements, micro-batch 1
+  double forward = -1, backward = -1;
+  for (const model::Op& op : model::layer_compute_ops(s, 0, model::Phase::Forward)) {
+    if (op.what == model::ComputeKind::AttentionCore) forward = op.bytes;
+  }
+  for (const model::Op& op : model::layer_compute_ops(s, 0, model::Phase::Backward)) {
+    if (op.what == model::ComputeKind::AttentionCore) backward = op.bytes;
+  }
+  const double operands = e * (4 * context + 2 * scores);
+  EXPECT_DOUBLE_EQ(forward, operands + e * scores * (1 + lower) + 2 * e * context);
+  EXPECT_DOUBLE_EQ(backward, 2 * operands + e * scores * (1 + 2 * lower) + 6 * e * context);
+}
+
 TEST(KernelModel, CrossEntropyPassesOverFp32LogitsAsMegatronRunsThem) {
   // megatron/mpu/cross_entropy.py on output.float(): forward cast, max, sub_, exp, sum, div_ (e + 36 bytes per logit
   // in 6 kernels), backward mul_ and the cast back (12 + e bytes in 2 kernels); in fp32 there is no cast.
