@@ -255,6 +255,10 @@ double AnalyticalCostModel::gemm_half_s(const model::Scenario& scenario, model::
   return weight_gradient ? gemm_time_s(k, n, m, count, dtype) : gemm_time_s(m, k, n, count, dtype);
 }
 
+double AnalyticalCostModel::memory_copy_s(double bytes, int kernels) const {
+  return bytes > 0 ? memory_time_s(bytes) + kernels * parameters_.kernel_launch_s : 0;
+}
+
 double AnalyticalCostModel::compute_time_s(const model::Scenario& scenario, const model::Op& op) const {
   if (op.what != model::ComputeKind::TransformerLayer) return op_time_s(scenario, op);
   const auto key = std::make_pair(op.layer, static_cast<int>(op.phase));

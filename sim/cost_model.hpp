@@ -43,6 +43,10 @@ class CostModel {
                              bool /*weight_gradient*/) const {
     return 0;
   }
+  // Seconds of copies the framework makes outside the Program's ops: `bytes` through HBM in `kernels` memory-bound
+  // kernels (DeepSpeed's PartitionedTensor.full() on a pipeline receipt, sim/framework.hpp); 0 when the model does
+  // not know.
+  virtual double memory_copy_s(double /*bytes*/, int /*kernels*/) const { return 0; }
 };
 
 struct GemmTile {
@@ -83,6 +87,7 @@ class AnalyticalCostModel : public CostModel {
   double gemm_time_s(double m, double n, double k, double count, model::DType dtype) const;
   double memory_time_s(double bytes) const;
   double gemm_half_s(const model::Scenario& scenario, model::ComputeKind what, bool weight_gradient) const override;
+  double memory_copy_s(double bytes, int kernels) const override;
   const topology::GpuSpec& gpu() const { return gpu_; }
   const AnalyticalParameters& parameters() const { return parameters_; }
 

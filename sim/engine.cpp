@@ -121,6 +121,11 @@ double Engine::tensor_gather_s(double bytes) const {
   return it->second;
 }
 
+double Engine::receipt_s(const PipelineTransfer& transfer) const {
+  const double gather = transfer.gather_on_receipt ? tensor_gather_s(transfer.full_bytes) : 0;
+  return gather + cost_.memory_copy_s(transfer.receipt_copy_bytes, transfer.receipt_copy_kernels);
+}
+
 // A blocking Send/Recv pair (sim/framework.hpp) as a two-member instance: sender and receiver register when they
 // post; the transfer starts once both have; the receiver then all-gathers a scattered tensor across its TP group.
 CollectiveInstance* Engine::point_to_point(const Replayer& member, std::int32_t op) {
@@ -149,7 +154,7 @@ CollectiveInstance* Engine::point_to_point(const Replayer& member, std::int32_t 
       if (transfer.wire_bytes > 0) phase.flows.push_back({0, 1, transfer.wire_bytes * bytes_scale()});
       phase.latency_s = transfer.messages * p2p_latency_s(*replayers_[sender], *replayers_[receiver]);
       instance->plan.phases.push_back(std::move(phase));
-      if (transfer.gather_on_receipt) instance->extra_s[1] = tensor_gather_s(transfer.full_bytes);
+      instance->extra_s[1] = receipt_s(transfer);
     }
     it->second = std::move(instance);
   }
@@ -343,8 +348,7 @@ StagePlan Engine::build_plan(int stage) const {
         if (rendezvous) break;  // matched as a two-member instance, not through an inbox
         plan.pending[i] += 1;   // the eager message itself
         if (!communication_.ideal) {
-          const PipelineTransfer transfer = pipeline_transfer(scenario, op);
-          if (transfer.gather_on_receipt) plan.receipt_s[i] = tensor_gather_s(transfer.full_bytes);
+          plan.receipt_s[i] = receipt_s(pipeline_transfer(scenario, op));
         }
         plan.recv_slot[i] = plan.recv_count++;
         if (std::find(plan.peer_stages.begin(), plan.peer_stages.end(), from) == plan.peer_stages.end()) {

@@ -22,6 +22,7 @@
 #include <simgrid/forward.h>
 
 #include "sim/collectives.hpp"
+#include "sim/framework.hpp"
 #include "sim/simulate.hpp"
 #include "topology/placement.hpp"
 #include "topology/platform.hpp"
@@ -182,6 +183,9 @@ class Engine {
   std::vector<int> group_members(model::Group group, int replayer) const;
   CollectiveInstance* point_to_point(const Replayer& member, std::int32_t op);
   double tensor_gather_s(double bytes) const;
+  // What the receiver of a pipeline message does on its compute stream once the bytes are in: the TP all-gather of
+  // a scattered tensor and the framework's copies around it (sim/framework.hpp).
+  double receipt_s(const PipelineTransfer& transfer) const;
   // Share of a GPU's SMs an NCCL collective inside the node holds while it runs (one block per channel).
   double collective_sm_share() const;
   int node_of(int replayer) const;

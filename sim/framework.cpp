@@ -20,14 +20,21 @@ PipelineTransfer pipeline_transfer(const model::Scenario& scenario, const model:
       transfer.gather_on_receipt = true;
       break;
     case model::Framework::DeepSpeed:
+      // PartitionedTensor.full(): zero-fill (write), NCCL's copy-out of the list all-gather (read, write) and the
+      // returned clone (read, write): 5 full tensors in 3 kernels.
+      transfer.receipt_copy_bytes = 5 * p2p.bytes;
+      transfer.receipt_copy_kernels = 3;
       if (gradient) {
         // Whole gradient on the wire; the receiver restores its own partitioned output first (an all-gather).
         transfer.gather_on_receipt = true;
       } else {
-        // PartitionedTensor: its meta tensor, then 1/t of the data; the receiver calls .full() (an all-gather).
+        // PartitionedTensor: its meta tensor, then 1/t of the data; the receiver clones the partition it received
+        // (_exec_forward_pass) and calls .full() (an all-gather).
         transfer.wire_bytes = p2p.bytes / t;
         transfer.messages = 2;
         transfer.gather_on_receipt = true;
+        transfer.receipt_copy_bytes += 2 * p2p.bytes / t;
+        transfer.receipt_copy_kernels += 1;
       }
       break;
   }

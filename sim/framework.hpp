@@ -16,7 +16,11 @@
 //                         order, see exchange_order). Activations are partitioned across the TP
 //                         group (is_pipe_partitioned: a meta tensor and 1/t of the data, all-gathered on receipt);
 //                         gradients are sent whole (is_grad_partitioned = False), and receiving one first all-gathers
-//                         the stage's own partitioned output to run the backward.
+//                         the stage's own partitioned output to run the backward. Each such gather is
+//                         PartitionedTensor.full() (runtime/utils.py): it zero-fills the full tensor, all-gathers
+//                         into a list of its slices (PyTorch's NCCL group gathers into a flat buffer and copies
+//                         out) and returns a clone: 5 full tensors through HBM in 3 kernels; the forward also
+//                         clones the received 1/t partition (_exec_forward_pass).
 //   TP overlap          framework.tp_comm_overlap: in the backward pass, the input-gradient all-reduce (reduce-
 //                       scatter with sequence parallelism) of a column-parallel GEMM runs under its weight-gradient
 //                       GEMM, and the sequence-parallel all-gather of its input under its input-gradient GEMM
@@ -37,6 +41,10 @@ struct PipelineTransfer {
   int messages = 1;                // NCCL calls, each paying the point-to-point latency
   bool gather_on_receipt = false;  // the receiver all-gathers `full_bytes` across its TP group (NVLink)
   double full_bytes = 0;           // the tensor's full size per rank (Op::bytes)
+  // The receiver's copies around that gather, through HBM on its compute stream (DeepSpeed's
+  // PartitionedTensor.full(): zero-fill, the list all-gather's copy-out, a clone).
+  double receipt_copy_bytes = 0;
+  int receipt_copy_kernels = 0;
 };
 PipelineTransfer pipeline_transfer(const model::Scenario& scenario, const model::Op& p2p);
 
