@@ -461,7 +461,9 @@ class StageBuilder {
   }
 
   // A bucket's gradients are final: sum the sequence-parallel replicated parameters across TP, then reduce across
-  // DP (all-reduce, or reduce-scatter under ZeRO-1).
+  // DP: all-reduce, or reduce-scatter under ZeRO-1. DeepSpeed's ZeRO-1 (v0.5: stage 1 runs runtime/zero/stage2.py
+  // with contiguous_gradients forced off, so reduce_ipg_grads takes buffered_reduce_fallback, and allreduce_bucket
+  // sets rank = None) all-reduces the whole gradient and each rank then updates its own partition.
   void synchronize_bucket(int layer, ComputeKind what, double parameters, double sequence_parallel_parameters) {
     const bool overlapped = s_.parallel.dp_overlap;
     const Stream dp_stream = overlapped ? Stream::DataParallel : Stream::Compute;
@@ -472,7 +474,8 @@ class StageBuilder {
       emit(std::move(op));
     }
     if (dp_ > 1) {
-      const auto kind = s_.parallel.zero_stage >= 1 ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+      const bool scatter = s_.parallel.zero_stage >= 1 && s_.framework.name != Framework::DeepSpeed;
+      const auto kind = scatter ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
       Op op = gradient_op(kind, Group::Data, Payload::Gradients, what, parameters * grad_reduce_bytes_, dp_stream);
       op.layer = layer;
       if (overlapped) op.deps.push_back(static_cast<int>(ops_.size()) - 1);
@@ -538,16 +541,23 @@ class StageBuilder {
   //   contiguous fp32 main-gradient buffer, zeroed every iteration (4 B), used in place. Then on the shard: the L2
   //   norm for clipping (read, 4 B), Adam (read parameter, gradient, m, v: 16 B; write parameter, m, v: 12 B) and the
   //   copy of the fp32 parameter into the model dtype (4 + e B).
-  //   DeepSpeed (runtime/zero/stage2.py, ZeRO-1): gradients stay in the model dtype: overflow check and zeroing
-  //   (2 e B per local parameter); its shard is converted to fp32 (e + 4 B), unscaled and clipped (8 B), normed
-  //   (4 B), updated by Adam (28 B) and copied back (4 + e B).
+  //   DeepSpeed (runtime/zero/stage2.py of v0.5, ZeRO-1; its fp16 optimizer without ZeRO moves about as much):
+  //   gradients stay in the model dtype. Per local parameter, with DP: every bucket of 500M elements is flattened,
+  //   divided by the DP size and copied back around its all-reduce (allreduce_bucket / allreduce_and_copy: 6 e B);
+  //   under ZeRO-1 the list all-gather of the updated partitions copies out of NCCL's flat buffer (2 e B). Per
+  //   parameter of its shard: the overflow check x.float().sum() (e + 8 B), the norm g.double().norm(2) (e + 16 B),
+  //   flattening and conversion to fp32 (2 e + e + 4 B), unscale and clip, a mul_ even at scale 1 (8 B), Adam
+  //   (28 B) and the copy into the model dtype (4 + e B).
   double optimizer_bytes(double local_parameters, bool zero) const {
     const double e = x_.e, shard = local_parameters / (zero ? dp_ : 1);
     const double adam = 28, norm = 4, copy_back = 4 + e;
     if (s_.model.dtype == DType::FP32) return shard * (norm + adam) + local_parameters * 4;
     const double unscale = s_.model.dtype == DType::FP16 ? 8 : 0;
     if (s_.framework.name == Framework::DeepSpeed) {
-      return shard * ((e + 4) + unscale + norm + adam + copy_back) + local_parameters * 2 * e;
+      const double reduce_copies = dp_ > 1 ? 6 * e : 0, gather_copy_out = zero ? 2 * e : 0;
+      const double overflow_check = e + 8, double_norm = e + 16, to_fp32 = 3 * e + 4, unscale_and_clip = 8;
+      return local_parameters * (reduce_copies + gather_copy_out) +
+             shard * (overflow_check + double_norm + to_fp32 + unscale_and_clip + adam + copy_back);
     }
     if (s_.model.dtype == DType::BF16) return shard * (norm + adam + copy_back) + local_parameters * 4;
     return local_parameters * (4 * e + (e + 4)) + shard * (unscale + norm + adam + copy_back);

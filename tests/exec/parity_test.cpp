@@ -70,6 +70,10 @@ INSTANTIATE_TEST_SUITE_P(
         // DeepSpeed's full recompute also runs the embedding, final layer norm and LM head again before their backward
         Plan{"deepspeed_tp2_pp2_recompute_full",
              {"framework.name=\"deepspeed\"", "parallel.tp=2", "parallel.pp=2", "parallel.recompute=\"full\""}},
+        // DeepSpeed's ZeRO-1 all-reduces the whole gradient, then each rank updates its partition
+        Plan{"deepspeed_tp2_pp2_dp2_zero1",
+             {"framework.name=\"deepspeed\"", "parallel.tp=2", "parallel.pp=2", "parallel.dp=2",
+              "parallel.zero_stage=1"}},
         Plan{"pp2_gpipe", {"parallel.pp=2", "parallel.schedule=\"gpipe\""}},
         Plan{"micro_batch4", {"parallel.micro_batch=4"}},
         Plan{"everything_at_once",

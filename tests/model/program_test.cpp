@@ -240,6 +240,15 @@ TEST(Program, DataParallelReductionFollowsZeroAndOverlap) {
   }
   EXPECT_DOUBLE_EQ(zero[0].bytes, 4 * layer_parameters_per_gpu(s));  // fp32 gradients
   EXPECT_TRUE(dp_ops(build_program(make_scenario(4, 64, 4, 32, 256, 1, 2, 1, 1, 4)), 0).empty());
+  // DeepSpeed's ZeRO-1 (v0.5, stage2.py with contiguous gradients off) all-reduces the whole gradient, then gathers
+  // the updated partitions.
+  s.framework.name = Framework::DeepSpeed;
+  const auto deepspeed = dp_ops(build_program(s), 0);
+  ASSERT_EQ(deepspeed.size(), 6u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(deepspeed[i].collective, CollectiveKind::AllReduce);
+    EXPECT_EQ(deepspeed[i + 3].collective, CollectiveKind::AllGather);
+  }
 }
 
 TEST(Program, TiedEmbeddingGradientsMeetBetweenFirstAndLastStage) {
