@@ -29,12 +29,12 @@ PipelineTransfer pipeline_transfer(const model::Scenario& scenario, const model:
         transfer.gather_on_receipt = true;
       } else {
         // PartitionedTensor: its meta tensor, then 1/t of the data; the receiver clones the partition it received
-        // (_exec_forward_pass) and calls .full() (an all-gather).
+        // twice (_exec_recv_activations, then _exec_forward_pass) and calls .full() (an all-gather).
         transfer.wire_bytes = p2p.bytes / t;
         transfer.messages = 2;
         transfer.gather_on_receipt = true;
-        transfer.receipt_copy_bytes += 2 * p2p.bytes / t;
-        transfer.receipt_copy_kernels += 1;
+        transfer.receipt_copy_bytes += 2 * 2 * p2p.bytes / t;
+        transfer.receipt_copy_kernels += 2;
       }
       break;
   }

@@ -19,8 +19,8 @@
 //                         the stage's own partitioned output to run the backward. Each such gather is
 //                         PartitionedTensor.full() (runtime/utils.py): it zero-fills the full tensor, all-gathers
 //                         into a list of its slices (PyTorch's NCCL group gathers into a flat buffer and copies
-//                         out) and returns a clone: 5 full tensors through HBM in 3 kernels; the forward also
-//                         clones the received 1/t partition (_exec_forward_pass).
+//                         out) and returns a clone: 5 full tensors through HBM in 3 kernels; the received 1/t
+//                         partition is also cloned twice (_exec_recv_activations, _exec_forward_pass).
 //   TP overlap          framework.tp_comm_overlap: in the backward pass, the input-gradient all-reduce (reduce-
 //                       scatter with sequence parallelism) of a column-parallel GEMM runs under its weight-gradient
 //                       GEMM, and the sequence-parallel all-gather of its input under its input-gradient GEMM

@@ -239,12 +239,12 @@ TEST(Framework, PipelineTransfers) {
   EXPECT_TRUE(pipeline_transfer(s, gradient).gather_on_receipt);
   EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).receipt_copy_bytes, 0);
   // DeepSpeed: partitioned activations (meta + data), whole gradients; every gather is PartitionedTensor.full()
-  // (zero-fill, copy-out, clone: 5 full tensors), and the forward also clones the received partition.
+  // (zero-fill, copy-out, clone: 5 full tensors), and the received partition is cloned twice (receive, forward).
   s.framework.name = model::Framework::DeepSpeed;
   EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).wire_bytes, 1e6);
   EXPECT_EQ(pipeline_transfer(s, activation).messages, 2);
   EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).wire_bytes, 8e6);
-  EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).receipt_copy_bytes, 5 * 8e6 + 2 * 1e6);
+  EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).receipt_copy_bytes, 5 * 8e6 + 2 * 2 * 1e6);
   EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).receipt_copy_bytes, 5 * 8e6);
   const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
   EXPECT_NEAR(cost.memory_copy_s(4e7, 3), cost.memory_time_s(4e7) + 3 * cost.parameters().kernel_launch_s, 1e-15);
