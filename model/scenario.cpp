@@ -396,6 +396,7 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   scenario.framework.gradient_accumulation_fusion = scenario.parallel.sequence_parallel;
   framework.boolean("tp_comm_overlap", scenario.framework.tp_comm_overlap);
   framework.boolean("gradient_accumulation_fusion", scenario.framework.gradient_accumulation_fusion);
+  framework.boolean("pipeline_gather_copies", scenario.framework.pipeline_gather_copies);
   framework.reject_unknown_keys();
 
   SectionReader training(section_table(root, "training", source, problems), "training", source, problems);
@@ -603,6 +604,7 @@ std::string to_toml(const Scenario& s) {
   line(fmt::format("fused_kernels = {}", s.framework.fused_kernels));
   line(fmt::format("tp_comm_overlap = {}", s.framework.tp_comm_overlap));
   line(fmt::format("gradient_accumulation_fusion = {}", s.framework.gradient_accumulation_fusion));
+  line(fmt::format("pipeline_gather_copies = {}", s.framework.pipeline_gather_copies));
   line("\n[training]");
   line(fmt::format("seed = {}", s.training.seed));
   line(fmt::format("learning_rate = {:.17g}", s.training.learning_rate));

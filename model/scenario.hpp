@@ -90,6 +90,9 @@ struct FrameworkSpec {
                                               // (Megatron's --gradient-accumulation-fusion, 2022); false: a
                                               // separate accumulation kernel per weight and micro-batch (a
                                               // scenario that leaves it unset gets parallel.sequence_parallel)
+  bool pipeline_gather_copies = true;  // the receiver's all-gather of a pipeline tensor scattered across TP copies it
+                                       // out of NCCL's flat buffer (PyTorch's list all_gather: Megatron-LM until
+                                       // February 2022); false: _all_gather_base, no copy (Megatron-LM after)
 };
 
 // Hyper-parameters of real training (the executor); the simulator ignores them.

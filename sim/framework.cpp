@@ -15,9 +15,16 @@ PipelineTransfer pipeline_transfer(const model::Scenario& scenario, const model:
   const bool gradient = p2p.phase == model::Phase::Backward;
   switch (scenario.framework.name) {
     case model::Framework::Megatron:
-      // split_tensor_into_1d_equal_chunks / gather_split_1d_tensor, both directions.
+      // split_tensor_into_1d_equal_chunks / gather_split_1d_tensor, both directions. Until February 2022 the gather
+      // was torch.distributed.all_gather into a list of t chunks of the output, which PyTorch's NCCL process group
+      // gathers into a flat buffer and copies out chunk by chunk (read and write the tensor, t kernels); after, one
+      // _all_gather_base into the output ("versus the former does internal copies", megatron/mpu/utils.py).
       transfer.wire_bytes = p2p.bytes / t;
       transfer.gather_on_receipt = true;
+      if (scenario.framework.pipeline_gather_copies) {
+        transfer.receipt_copy_bytes = 2 * p2p.bytes;
+        transfer.receipt_copy_kernels = scenario.parallel.tp;
+      }
       break;
     case model::Framework::DeepSpeed:
       // PartitionedTensor.full(): zero-fill (write), NCCL's copy-out of the list all-gather (read, write) and the

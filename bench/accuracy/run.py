@@ -31,7 +31,8 @@ import tomllib
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PUBLISHED = os.path.join(ROOT, "scenarios", "published")
 # Framework keys this bench's scenarios use that a twin older than docs/accuracy.md does not know (--legacy).
-NEW_FRAMEWORK_KEYS = ("dropout", "fused_kernels", "tp_comm_overlap", "gradient_accumulation_fusion")
+NEW_FRAMEWORK_KEYS = ("dropout", "fused_kernels", "tp_comm_overlap", "gradient_accumulation_fusion",
+                      "pipeline_gather_copies")
 
 
 def find_twin():

@@ -57,6 +57,7 @@ TEST(FrameworkKeys, DefaultsAreMegatronOf2021) {
   EXPECT_TRUE(s.framework.fused_kernels);
   EXPECT_FALSE(s.framework.tp_comm_overlap);
   EXPECT_FALSE(s.framework.gradient_accumulation_fusion);
+  EXPECT_TRUE(s.framework.pipeline_gather_copies);
 }
 
 TEST(FrameworkKeys, SequenceParallelismBringsMegatron2022Defaults) {
@@ -85,19 +86,23 @@ dropout = false
 fused_kernels = false
 tp_comm_overlap = true
 gradient_accumulation_fusion = true
+pipeline_gather_copies = false
 )",
                                     "case.toml");
   EXPECT_FALSE(s.framework.dropout);
   EXPECT_FALSE(s.framework.fused_kernels);
   EXPECT_TRUE(s.framework.tp_comm_overlap);
   EXPECT_TRUE(s.framework.gradient_accumulation_fusion);
+  EXPECT_FALSE(s.framework.pipeline_gather_copies);
   const Scenario again = parse_scenario(to_toml(s), "again.toml");
   EXPECT_EQ(to_toml(again), to_toml(s));
   EXPECT_TRUE(again.framework.tp_comm_overlap);
+  EXPECT_FALSE(again.framework.pipeline_gather_copies);
 }
 
 TEST(FrameworkKeys, WrongTypesNameTheField) {
-  for (const char* key : {"dropout", "fused_kernels", "tp_comm_overlap", "gradient_accumulation_fusion"}) {
+  for (const char* key :
+       {"dropout", "fused_kernels", "tp_comm_overlap", "gradient_accumulation_fusion", "pipeline_gather_copies"}) {
     const auto problems = problems_of(std::string(kBase) + "[framework]\n" + key + " = \"yes\"\n");
     ASSERT_EQ(problems.size(), 1u) << key;
     EXPECT_THAT(problems[0], HasSubstr(std::string("framework.") + key + ": expected true or false"));

@@ -234,9 +234,13 @@ TEST(Framework, PipelineTransfers) {
   activation.bytes = 8e6;
   model::Op gradient = activation;
   gradient.phase = model::Phase::Backward;
-  // Megatron: scatter/gather both ways, gathered straight into the tensor (gather_split_1d_tensor).
+  // Megatron: scatter/gather both ways; until February 2022 gather_split_1d_tensor's list all_gather copies the
+  // tensor out of NCCL's flat buffer (read, write; one copy per chunk), after it gathers in place.
   EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).wire_bytes, 1e6);
   EXPECT_TRUE(pipeline_transfer(s, gradient).gather_on_receipt);
+  EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).receipt_copy_bytes, 2 * 8e6);
+  EXPECT_EQ(pipeline_transfer(s, gradient).receipt_copy_kernels, 8);
+  s.framework.pipeline_gather_copies = false;
   EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).receipt_copy_bytes, 0);
   // DeepSpeed: partitioned activations (meta + data), whole gradients; every gather is PartitionedTensor.full()
   // (zero-fill, copy-out, clone: 5 full tensors), and the received partition is cloned twice (receive, forward).
@@ -416,7 +420,8 @@ TEST(PipelineExchange, ABlockingSendHoldsItsSenderUntilTheReceiverPosts) {
 
 TEST(PipelineExchange, DeepSpeedsReceiverPaysItsCopiesBeforeItComputes) {
   // Stage 1 receives an activation, then computes. DeepSpeed's PartitionedTensor.full() copies (here 3 ms by the
-  // cost model) come after the bytes and the gather, before the compute; Megatron gathers in place.
+  // cost model) come after the bytes and the gather, before the compute; so do Megatron's list all-gather copies
+  // (2021); Megatron's _all_gather_base (2022) gathers in place.
   Plan plan;
   plan.tp = 4;
   plan.pp = 2;
@@ -446,7 +451,10 @@ TEST(PipelineExchange, DeepSpeedsReceiverPaysItsCopiesBeforeItComputes) {
     const auto program = testing::hand_program(s, {{send}, {recv, compute}});
     return simulate(program, cost, options).timeline.ranks.at(1).spans.at(1).start_s;
   };
+  const double megatron_2021 = compute_start(scenario);
+  scenario.framework.pipeline_gather_copies = false;
   const double megatron = compute_start(scenario);
+  EXPECT_NEAR(megatron_2021 - megatron, 3e-3, 1e-9);
   scenario.framework.name = model::Framework::DeepSpeed;
   const double deepspeed = compute_start(scenario);
   // DeepSpeed also sends a meta message (one more latency) and the same 1/t of the data.
