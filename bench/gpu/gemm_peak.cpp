@@ -44,6 +44,32 @@ std::vector<__nv_bfloat16> random_bf16(std::size_t n, std::uint32_t seed) {
   return x;
 }
 
+struct Timing {
+  double median_s, min_s;
+};
+
+// `launch` enqueues the work on `stream`: 3 warm-up runs, then the median (and min) of 20 timed with CUDA events.
+template <typename Launch>
+Timing time_on(cudaStream_t stream, Launch launch) {
+  cudaEvent_t start, stop;
+  TWIN_CUDA_CHECK(cudaEventCreate(&start));
+  TWIN_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int run = 0; run < 23; ++run) {
+    TWIN_CUDA_CHECK(cudaEventRecord(start, stream));
+    launch();
+    TWIN_CUDA_CHECK(cudaEventRecord(stop, stream));
+    TWIN_CUDA_CHECK(cudaEventSynchronize(stop));
+    float elapsed = 0.0f;
+    TWIN_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
+    if (run >= 3) ms.push_back(elapsed);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2] / 1e3, ms.front() / 1e3};
+}
+
 double time_shape(const Shape& s, Cublas& blas, cudaStream_t stream) {
   const std::size_t a_count = static_cast<std::size_t>(s.m) * s.k, b_count = static_cast<std::size_t>(s.n) * s.k;
   const std::size_t c_count = static_cast<std::size_t>(s.m) * s.n;
@@ -54,26 +80,12 @@ double time_shape(const Shape& s, Cublas& blas, cudaStream_t stream) {
   const auto host_a = random_bf16(a_count, 1), host_b = random_bf16(b_count, 2);
   TWIN_CUDA_CHECK(cudaMemcpy(inp, host_a.data(), a_count * 2, cudaMemcpyHostToDevice));
   TWIN_CUDA_CHECK(cudaMemcpy(weight, host_b.data(), b_count * 2, cudaMemcpyHostToDevice));
-  cudaEvent_t start, stop;
-  TWIN_CUDA_CHECK(cudaEventCreate(&start));
-  TWIN_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int run = 0; run < 23; ++run) {
-    TWIN_CUDA_CHECK(cudaEventRecord(start, stream));
+  const Timing t = time_on(stream, [&] {
     twin::kernels::cuda::matmul_forward(out, inp, weight, nullptr, s.m, s.k, s.n, blas, stream);
-    TWIN_CUDA_CHECK(cudaEventRecord(stop, stream));
-    TWIN_CUDA_CHECK(cudaEventSynchronize(stop));
-    float elapsed = 0.0f;
-    TWIN_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
-    if (run >= 3) ms.push_back(elapsed);
-  }
-  std::sort(ms.begin(), ms.end());
-  const double median_s = ms[ms.size() / 2] / 1e3;
-  const double tflops = 2.0 * s.m * s.n * static_cast<double>(s.k) / median_s / 1e12;
-  std::printf("gemm bf16 m %d n %d k %d: median %.3f ms (min %.3f), %.1f TFLOP/s\n", s.m, s.n, s.k, median_s * 1e3,
-              ms.front(), tflops);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  });
+  const double tflops = 2.0 * s.m * s.n * static_cast<double>(s.k) / t.median_s / 1e12;
+  std::printf("gemm bf16 m %d n %d k %d: median %.3f ms (min %.3f), %.1f TFLOP/s\n", s.m, s.n, s.k, t.median_s * 1e3,
+              t.min_s * 1e3, tflops);
   cudaFree(inp);
   cudaFree(weight);
   cudaFree(out);
@@ -87,26 +99,10 @@ double time_hbm_gb_per_s(cudaStream_t stream) {
   float* x = nullptr;
   TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&x), n * sizeof(float)));
   twin::kernels::cuda::fill(x, n, 1.0f, stream);
-  cudaEvent_t start, stop;
-  TWIN_CUDA_CHECK(cudaEventCreate(&start));
-  TWIN_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int run = 0; run < 23; ++run) {
-    TWIN_CUDA_CHECK(cudaEventRecord(start, stream));
-    twin::kernels::cuda::scale(x, n, 1.2f, stream);
-    TWIN_CUDA_CHECK(cudaEventRecord(stop, stream));
-    TWIN_CUDA_CHECK(cudaEventSynchronize(stop));
-    float elapsed = 0.0f;
-    TWIN_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
-    if (run >= 3) ms.push_back(elapsed);
-  }
-  std::sort(ms.begin(), ms.end());
-  const double median_s = ms[ms.size() / 2] / 1e3;
-  const double gb_per_s = 2.0 * n * sizeof(float) / median_s / 1e9;
+  const Timing t = time_on(stream, [&] { twin::kernels::cuda::scale(x, n, 1.2f, stream); });
+  const double gb_per_s = 2.0 * n * sizeof(float) / t.median_s / 1e9;
   std::printf("hbm scale fp32 %zu MiB in place: median %.3f ms, %.0f GB/s read + write\n", n * sizeof(float) >> 20,
-              median_s * 1e3, gb_per_s);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+              t.median_s * 1e3, gb_per_s);
   cudaFree(x);
   return gb_per_s;
 }

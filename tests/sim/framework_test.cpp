@@ -386,27 +386,42 @@ TEST(PipelineExchange, ScatterGatherAndPartitionedMessages) {
   }
 }
 
-TEST(PipelineExchange, ABlockingSendHoldsItsSenderUntilTheReceiverPosts) {
-  // Stage 0 sends, then computes; stage 1 computes 5 ms before it posts its receive. Blocking (both frameworks):
-  // stage 0 computes only once the receive is posted and the bytes have moved. Eager: it computes at once.
+// Two stages of one layer each, TP 4.
+model::Scenario two_stage_scenario() {
   Plan plan;
   plan.tp = 4;
   plan.pp = 2;
   plan.layers = 2;
-  const model::Scenario scenario = make_scenario(plan);
-  model::Op send;
-  send.kind = model::OpKind::Send;
-  send.stream = model::Stream::Pipeline;
-  send.micro_batch = 0;
-  send.peer_stage = 1;
-  send.tag_virtual_stage = 0;
-  send.bytes = 1e6;
-  model::Op recv = send;
-  recv.kind = model::OpKind::Recv;
-  recv.peer_stage = 0;
-  model::Op compute;
-  compute.what = model::ComputeKind::TransformerLayer;
-  compute.phase = model::Phase::Forward;
+  return make_scenario(plan);
+}
+
+struct Exchange {
+  model::Op send, recv, compute;
+};
+
+// Stage 0 sends micro-batch 0's activation (1 MB) to stage 1; `compute` is a forward layer op for either side.
+Exchange one_activation_exchange() {
+  Exchange x;
+  x.send.kind = model::OpKind::Send;
+  x.send.stream = model::Stream::Pipeline;
+  x.send.phase = model::Phase::Forward;
+  x.send.micro_batch = 0;
+  x.send.peer_stage = 1;
+  x.send.tag_virtual_stage = 0;
+  x.send.bytes = 1e6;
+  x.recv = x.send;
+  x.recv.kind = model::OpKind::Recv;
+  x.recv.peer_stage = 0;
+  x.compute.what = model::ComputeKind::TransformerLayer;
+  x.compute.phase = model::Phase::Forward;
+  return x;
+}
+
+TEST(PipelineExchange, ABlockingSendHoldsItsSenderUntilTheReceiverPosts) {
+  // Stage 0 sends, then computes; stage 1 computes 5 ms before it posts its receive. Blocking (both frameworks):
+  // stage 0 computes only once the receive is posted and the bytes have moved. Eager: it computes at once.
+  const model::Scenario scenario = two_stage_scenario();
+  const auto [send, recv, compute] = one_activation_exchange();
   const auto program = testing::hand_program(scenario, {{send, compute}, {compute, recv}});
   SimOptions options;
   options.fidelity = Fidelity::Rank;
@@ -422,25 +437,8 @@ TEST(PipelineExchange, DeepSpeedsReceiverPaysItsCopiesBeforeItComputes) {
   // Stage 1 receives an activation, then computes. DeepSpeed's PartitionedTensor.full() copies (here 3 ms by the
   // cost model) come after the bytes and the gather, before the compute; so do Megatron's list all-gather copies
   // (2021); Megatron's _all_gather_base (2022) gathers in place.
-  Plan plan;
-  plan.tp = 4;
-  plan.pp = 2;
-  plan.layers = 2;
-  model::Scenario scenario = make_scenario(plan);
-  model::Op send;
-  send.kind = model::OpKind::Send;
-  send.stream = model::Stream::Pipeline;
-  send.phase = model::Phase::Forward;
-  send.micro_batch = 0;
-  send.peer_stage = 1;
-  send.tag_virtual_stage = 0;
-  send.bytes = 1e6;
-  model::Op recv = send;
-  recv.kind = model::OpKind::Recv;
-  recv.peer_stage = 0;
-  model::Op compute;
-  compute.what = model::ComputeKind::TransformerLayer;
-  compute.phase = model::Phase::Forward;
+  model::Scenario scenario = two_stage_scenario();
+  const auto [send, recv, compute] = one_activation_exchange();
   struct CopiesTakeThreeMs : FixedCostModel {
     CopiesTakeThreeMs() : FixedCostModel(5e-3, 0) {}
     double memory_copy_s(double bytes, int /*kernels*/) const override { return bytes > 0 ? 3e-3 : 0; }
