@@ -21,6 +21,8 @@
 
 #include "cli/commands.hpp"
 #include "model/formulas.hpp"
+#include "sim/cost_model.hpp"
+#include "topology/hardware.hpp"
 
 extern char** environ;
 
@@ -165,6 +167,11 @@ void run_search(const SearchOptions& o) {
     throw UserError("twin search simulates GPU clusters; this scenario runs on CPU hosts (cluster.node = cpu-host)");
   }
   if (o.max_plans < 1) throw UserError("--max must be >= 1");
+  try {  // the cluster's own GPU measurements: refused once here rather than in every plan's simulation
+    sim::analytical_parameters(topology::node_spec(base.cluster.node).gpu, base.cluster);
+  } catch (const std::invalid_argument& error) {
+    throw UserError(fmt::format("{}: {}", base.source, error.what()));
+  }
   int rejected_for_memory = 0;
   std::vector<Plan> plans = enumerate_plans(base, o.vary_recompute, rejected_for_memory);
   const std::size_t found = plans.size();

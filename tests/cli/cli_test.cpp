@@ -181,6 +181,11 @@ TEST(Cli, SimTakesTheClustersOwnGpuMeasurements) {
   EXPECT_EQ(beyond.status, 2);
   EXPECT_THAT(beyond.output, HasSubstr("cluster.gemm_tflops = 400 exceeds the A100-SXM4-80GB's 16-bit tensor-core "
                                        "peak of 312 TFLOP/s"));
+  // twin search refuses it once, before simulating any plan.
+  const Result search = twin("search " + small_cluster_scenario().string() + " --max 2 --set cluster.hbm_gb_per_s=9999");
+  EXPECT_EQ(search.status, 2);
+  EXPECT_THAT(search.output, HasSubstr("cluster.hbm_gb_per_s = 9999 exceeds the A100-SXM4-80GB's datasheet HBM"));
+  EXPECT_THAT(search.output, ::testing::Not(HasSubstr("simulated")));
 }
 
 TEST(Cli, SimRunsOnEveryDgxNodeKind) {
