@@ -37,11 +37,11 @@ struct SimCommandOptions {
 std::string gpu_constants_line(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu) {
   const auto& shape = p.gemm_measured_shape;
   const bool any_cited = !p.gemm_measured_here || !p.hbm_measured_here;
-  return fmt::format("GPU constants: GEMM {:.1f} TFLOP/s at {:g}x{:g}x{:g} ({}), HBM {:.0f} GB/s ({}){}",
-                     p.gemm_measured_flops_per_s / 1e12, shape[0], shape[1], shape[2],
-                     p.gemm_measured_here ? "cluster.gemm_tflops" : "cited", gpu.hbm_bytes_per_s * p.hbm_efficiency / 1e9,
-                     p.hbm_measured_here ? "cluster.hbm_gb_per_s" : "cited",
-                     any_cited ? "; your own: bench/gpu twin_gemm_peak" : "");
+  return fmt::format(
+      "GPU constants: GEMM {:.1f} TFLOP/s at {:g}x{:g}x{:g} ({}), HBM {:.0f} GB/s ({}){}",
+      p.gemm_measured_flops_per_s / 1e12, shape[0], shape[1], shape[2],
+      p.gemm_measured_here ? "cluster.gemm_tflops" : "cited", gpu.hbm_bytes_per_s * p.hbm_efficiency / 1e9,
+      p.hbm_measured_here ? "cluster.hbm_gb_per_s" : "cited", any_cited ? "; your own: bench/gpu twin_gemm_peak" : "");
 }
 
 nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu) {
@@ -91,7 +91,8 @@ void run(const SimCommandOptions& o) {
   const bool measured = scenario.cluster.gemm_tflops > 0 || scenario.cluster.hbm_gb_per_s > 0;
   sim::AnalyticalParameters parameters;
   try {
-    parameters = same_gpu ? sim::analytical_parameters(node.gpu, scenario.cluster) : sim::analytical_parameters(node.gpu);
+    parameters =
+        same_gpu ? sim::analytical_parameters(node.gpu, scenario.cluster) : sim::analytical_parameters(node.gpu);
   } catch (const std::invalid_argument& error) {
     throw UserError(fmt::format("{}: {}", scenario.source, error.what()));
   }
@@ -110,9 +111,10 @@ void run(const SimCommandOptions& o) {
   fmt::print("{}", report::summary_table(summary));
   fmt::print("\n  {}\n", gpu_constants_line(parameters, node.gpu));
   if (measured && !same_gpu) {
-    fmt::print("  note: cluster.gemm_tflops / cluster.hbm_gb_per_s measure the scenario's {}; --gpu {} uses the "
-               "cited {} values\n",
-               topology::node_spec(scenario.cluster.node).gpu.name, o.gpu, node.gpu.name);
+    fmt::print(
+        "  note: cluster.gemm_tflops / cluster.hbm_gb_per_s measure the scenario's {}; --gpu {} uses the "
+        "cited {} values\n",
+        topology::node_spec(scenario.cluster.node).gpu.name, o.gpu, node.gpu.name);
   }
   const auto& stats = result.stats;
   fmt::print(

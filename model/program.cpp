@@ -112,9 +112,8 @@ Op gemm(ComputeKind what, Phase phase, double m, double n, double k, double e) {
 // ColumnParallelLinear adds it after the GEMM in a kernel of its own: F.linear on a 3-D input is matmul then
 // `output += bias` (PyTorch of 2021-2022: functional.py, then aten/src/ATen/native/Linear.cpp; Megatron-LM and
 // Megatron-DeepSpeed of 2021), and LinearWithGradAccumulationAndAsyncCommunication's `output = output + bias`
-// (2022); the backward sums the output
-// gradient into the bias gradient (`grad_output.sum(dim=0)`). Those passes ride on the GEMM op as bytes beyond its
-// operands: forward read and write the output, backward read its gradient.
+// (2022); the backward sums the output gradient into the bias gradient (`grad_output.sum(dim=0)`). Those passes
+// ride on the GEMM op as bytes beyond its operands: forward read and write the output, backward read its gradient.
 Op qkv_projection(const Shapes& x, Phase phase, double attention_width) {
   const double width = 3 * attention_width;
   Op op = gemm(ComputeKind::QkvProjection, phase, x.tokens, width, x.h, x.e);

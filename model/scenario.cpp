@@ -360,8 +360,10 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   cluster.integer("gpus_per_node", scenario.cluster.gpus_per_node);
   cluster.number("gemm_tflops", scenario.cluster.gemm_tflops);
   if (cluster.has("gemm_shape") && !cluster.has("gemm_tflops")) {
-    problems.push_back(fmt::format("{}: cluster.gemm_shape is the shape of a measurement: give its rate too "
-                                   "(cluster.gemm_tflops)", source));
+    problems.push_back(
+        fmt::format("{}: cluster.gemm_shape is the shape of a measurement: give its rate too "
+                    "(cluster.gemm_tflops)",
+                    source));
   }
   cluster.positive_integers("gemm_shape", scenario.cluster.gemm_shape);
   cluster.number("hbm_gb_per_s", scenario.cluster.hbm_gb_per_s);
@@ -524,12 +526,16 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
   // 0 means "not measured"; anything else must be a real rate (the GPU's own ceiling is checked by the simulator,
   // which knows the GPU).
   if (!(c.gemm_tflops >= 0 && std::isfinite(c.gemm_tflops))) {
-    problems.push_back(fmt::format("{}: cluster.gemm_tflops must be a measured rate in TFLOP/s (> 0), or 0 for the "
-                                   "cited value; got {}", src, c.gemm_tflops));
+    problems.push_back(
+        fmt::format("{}: cluster.gemm_tflops must be a measured rate in TFLOP/s (> 0), or 0 for the "
+                    "cited value; got {}",
+                    src, c.gemm_tflops));
   }
   if (!(c.hbm_gb_per_s >= 0 && std::isfinite(c.hbm_gb_per_s))) {
-    problems.push_back(fmt::format("{}: cluster.hbm_gb_per_s must be a measured bandwidth in GB/s (> 0), or 0 for "
-                                   "the cited value; got {}", src, c.hbm_gb_per_s));
+    problems.push_back(
+        fmt::format("{}: cluster.hbm_gb_per_s must be a measured bandwidth in GB/s (> 0), or 0 for "
+                    "the cited value; got {}",
+                    src, c.hbm_gb_per_s));
   }
   if (p.zero_stage != 0 && p.zero_stage != 1) {
     problems.push_back(fmt::format("{}: parallel.zero_stage must be 0 or 1, got {}", src, p.zero_stage));

@@ -149,7 +149,8 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu, const m
     if (cluster.gemm_tflops > peak_tflops) {
       throw std::invalid_argument(fmt::format(
           "cluster.gemm_tflops = {:g} exceeds the {}'s 16-bit tensor-core peak of {:g} TFLOP/s; a measured rate "
-          "cannot (is it the scenario's GPU?)", cluster.gemm_tflops, gpu.name, peak_tflops));
+          "cannot (is it the scenario's GPU?)",
+          cluster.gemm_tflops, gpu.name, peak_tflops));
     }
     const GemmMeasurement measured{cluster.gemm_tflops * 1e12, static_cast<double>(cluster.gemm_shape[0]),
                                    static_cast<double>(cluster.gemm_shape[1]),
@@ -164,7 +165,8 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu, const m
     if (cluster.hbm_gb_per_s > datasheet_gb_per_s) {
       throw std::invalid_argument(fmt::format(
           "cluster.hbm_gb_per_s = {:g} exceeds the {}'s datasheet HBM bandwidth of {:g} GB/s; a measured one "
-          "cannot (is it the scenario's GPU?)", cluster.hbm_gb_per_s, gpu.name, datasheet_gb_per_s));
+          "cannot (is it the scenario's GPU?)",
+          cluster.hbm_gb_per_s, gpu.name, datasheet_gb_per_s));
     }
     p.hbm_efficiency = cluster.hbm_gb_per_s / datasheet_gb_per_s;
     p.hbm_measured_here = true;

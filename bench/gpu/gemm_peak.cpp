@@ -80,9 +80,8 @@ double time_shape(const Shape& s, Cublas& blas, cudaStream_t stream) {
   const auto host_a = random_bf16(a_count, 1), host_b = random_bf16(b_count, 2);
   TWIN_CUDA_CHECK(cudaMemcpy(inp, host_a.data(), a_count * 2, cudaMemcpyHostToDevice));
   TWIN_CUDA_CHECK(cudaMemcpy(weight, host_b.data(), b_count * 2, cudaMemcpyHostToDevice));
-  const Timing t = time_on(stream, [&] {
-    twin::kernels::cuda::matmul_forward(out, inp, weight, nullptr, s.m, s.k, s.n, blas, stream);
-  });
+  const Timing t = time_on(
+      stream, [&] { twin::kernels::cuda::matmul_forward(out, inp, weight, nullptr, s.m, s.k, s.n, blas, stream); });
   const double tflops = 2.0 * s.m * s.n * static_cast<double>(s.k) / t.median_s / 1e12;
   std::printf("gemm bf16 m %d n %d k %d: median %.3f ms (min %.3f), %.1f TFLOP/s\n", s.m, s.n, s.k, t.median_s * 1e3,
               t.min_s * 1e3, tflops);

@@ -153,8 +153,8 @@ TEST(Cli, SearchRanksValidPlansByIterationTime) {
 TEST(Cli, SimTakesTheClustersOwnGpuMeasurements) {
   auto simulate = [](const std::string& sets, const std::string& name) {
     const fs::path json_path = scratch("summary-" + name + ".json");
-    const Result r = twin("sim " + small_cluster_scenario().string() + " --quiet " + sets + " --json " +
-                          json_path.string());
+    const Result r =
+        twin("sim " + small_cluster_scenario().string() + " --quiet " + sets + " --json " + json_path.string());
     EXPECT_EQ(r.status, 0) << r.output;
     std::ifstream in(json_path);
     return std::make_pair(r.output, nlohmann::json::parse(in));
@@ -163,10 +163,10 @@ TEST(Cli, SimTakesTheClustersOwnGpuMeasurements) {
   EXPECT_THAT(cited_text, HasSubstr("GPU constants: GEMM 230.0 TFLOP/s at 8192x8192x8192 (cited), HBM 1616 GB/s "
                                     "(cited)"));
   EXPECT_EQ(cited["gpu_constants"]["gemm_source"], "cited");
-  const auto [measured_text, measured] =
-      simulate("--set cluster.gemm_tflops=267.9 --set 'cluster.gemm_shape=[6912,16384,2048]' "
-               "--set cluster.hbm_gb_per_s=1800",
-               "measured");
+  const auto [measured_text, measured] = simulate(
+      "--set cluster.gemm_tflops=267.9 --set 'cluster.gemm_shape=[6912,16384,2048]' "
+      "--set cluster.hbm_gb_per_s=1800",
+      "measured");
   EXPECT_THAT(measured_text, HasSubstr("GEMM 267.9 TFLOP/s at 6912x16384x2048 (cluster.gemm_tflops), HBM 1800 GB/s "
                                        "(cluster.hbm_gb_per_s)"));
   EXPECT_EQ(measured["gpu_constants"]["gemm_source"], "cluster.gemm_tflops");
@@ -182,7 +182,8 @@ TEST(Cli, SimTakesTheClustersOwnGpuMeasurements) {
   EXPECT_THAT(beyond.output, HasSubstr("cluster.gemm_tflops = 400 exceeds the A100-SXM4-80GB's 16-bit tensor-core "
                                        "peak of 312 TFLOP/s"));
   // twin search refuses it once, before simulating any plan.
-  const Result search = twin("search " + small_cluster_scenario().string() + " --max 2 --set cluster.hbm_gb_per_s=9999");
+  const Result search =
+      twin("search " + small_cluster_scenario().string() + " --max 2 --set cluster.hbm_gb_per_s=9999");
   EXPECT_EQ(search.status, 2);
   EXPECT_THAT(search.output, HasSubstr("cluster.hbm_gb_per_s = 9999 exceeds the A100-SXM4-80GB's datasheet HBM"));
   EXPECT_THAT(search.output, ::testing::Not(HasSubstr("simulated")));

@@ -199,7 +199,8 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"negative_gemm_rate", kV, {parse_override("cluster.gemm_tflops=-230")},
                     "cluster.gemm_tflops must be a measured rate in TFLOP/s (> 0), or 0 for the cited value; got -230"},
         InvalidCase{"infinite_hbm", kV, {parse_override("cluster.hbm_gb_per_s=inf")},
-                    "cluster.hbm_gb_per_s must be a measured bandwidth in GB/s (> 0), or 0 for the cited value; got inf"},
+                    "cluster.hbm_gb_per_s must be a measured bandwidth in GB/s (> 0), or 0 for the cited value; "
+                    "got inf"},
         InvalidCase{"gemm_shape_of_two", kV, {parse_override("cluster.gemm_tflops=230"),
                                                parse_override("cluster.gemm_shape=[8192, 8192]")},
                     "cluster.gemm_shape: expected an array of 3 positive integers, got an array"},

@@ -122,9 +122,10 @@ TEST(KernelModel, LayerNormBackwardReadsItsInputsTwiceInThreeKernels) {
 }
 
 TEST(KernelModel, TheQkvBiasIsAddedAndReducedInKernelsOfItsOwn) {
-  // F.linear on a 3-D input (the PyTorch of 2021-2022) and Megatron 2022's LinearWithGradAccumulationAndAsyncCommunication:
-  // matmul, then the bias added in its own pass over the [tokens, 3h/t] output; backward sums the output gradient
-  // into the bias gradient. The other linear layers' biases are fused into bias-GeLU and bias-dropout-add.
+  // F.linear on a 3-D input (the PyTorch of 2021-2022) and Megatron 2022's
+  // LinearWithGradAccumulationAndAsyncCommunication: matmul, then the bias added in its own pass over the [tokens,
+  // 3h/t] output; backward sums the output gradient into the bias gradient. The other linear layers' biases are fused
+  // into bias-GeLU and bias-dropout-add.
   const model::Scenario s = make_scenario(tensor_parallel_layer());
   const double tokens = 2048, h = 4096, width = 3 * h / 8, e = 2;
   const double operands = e * (tokens * h + h * width + tokens * width);
@@ -136,8 +137,8 @@ TEST(KernelModel, TheQkvBiasIsAddedAndReducedInKernelsOfItsOwn) {
   for (const model::Op& op : model::layer_compute_ops(s, 0, model::Phase::Backward)) {
     if (op.what == model::ComputeKind::QkvProjection) backward = op;
   }
-  EXPECT_DOUBLE_EQ(forward.bytes, operands + 2 * e * tokens * width);   // read and write the output
-  EXPECT_DOUBLE_EQ(backward.bytes, 2 * operands + e * tokens * width);  // read the output gradient
+  EXPECT_DOUBLE_EQ(forward.bytes, operands + 2 * e * tokens * width);                     // read and write the output
+  EXPECT_DOUBLE_EQ(backward.bytes, 2 * operands + e * tokens * width);                    // read the output gradient
   EXPECT_DOUBLE_EQ(mlp_up.bytes, e * (tokens * h + h * 4 * h / 8 + tokens * 4 * h / 8));  // bias in bias-GeLU
 
   const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
@@ -146,8 +147,7 @@ TEST(KernelModel, TheQkvBiasIsAddedAndReducedInKernelsOfItsOwn) {
               cost.gemm_time_s(tokens, width, h, 1, s.model.dtype) + launch +
                   cost.memory_time_s(2 * e * tokens * width) + launch,
               1e-12);
-  EXPECT_NEAR(cost.compute_time_s(s, mlp_up), cost.gemm_time_s(tokens, 4 * h / 8, h, 1, s.model.dtype) + launch,
-              1e-12);
+  EXPECT_NEAR(cost.compute_time_s(s, mlp_up), cost.gemm_time_s(tokens, 4 * h / 8, h, 1, s.model.dtype) + launch, 1e-12);
 }
 
 TEST(KernelModel, FusedCausalSoftmaxReadsTheLowerTriangleOnly) {

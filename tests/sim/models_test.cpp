@@ -58,8 +58,9 @@ TEST(CostModel, AMeasurementBeyondTheGpuIsRefusedByName) {
     analytical_parameters(gpu, cluster);
     FAIL() << "a GEMM rate above the peak was accepted";
   } catch (const std::invalid_argument& error) {
-    EXPECT_NE(std::string(error.what()).find("cluster.gemm_tflops = 400 exceeds the A100-SXM4-80GB's 16-bit "
-                                             "tensor-core peak of 312 TFLOP/s"),
+    EXPECT_NE(std::string(error.what())
+                  .find("cluster.gemm_tflops = 400 exceeds the A100-SXM4-80GB's 16-bit "
+                        "tensor-core peak of 312 TFLOP/s"),
               std::string::npos)
         << error.what();
   }
