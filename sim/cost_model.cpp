@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string_view>
 
 #include <fmt/core.h>
 
@@ -142,16 +143,30 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu) {
   return p;
 }
 
+namespace {
+
+// A measurement of the GPU lies between 5 % of what the datasheet allows and all of it: above, it is not this GPU;
+// below, no large GEMM or streaming kernel runs that slowly on these parts, so it is a unit slip (GFLOP/s, PB/s).
+void check_measurement(std::string_view field, double value, double ceiling, std::string_view ceiling_name,
+                       std::string_view unit, const std::string& gpu) {
+  if (value > ceiling) {
+    throw std::invalid_argument(fmt::format("{} = {:g} exceeds the {}'s {} of {:g} {}; a measured one cannot (is it "
+                                            "the scenario's GPU?)",
+                                            field, value, gpu, ceiling_name, ceiling, unit));
+  }
+  if (value < 0.05 * ceiling) {
+    throw std::invalid_argument(fmt::format("{} = {:g} is under 5 % of the {}'s {} of {:g} {}: is it in {}?", field,
+                                            value, gpu, ceiling_name, ceiling, unit, unit));
+  }
+}
+
+}  // namespace
+
 AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu, const model::ClusterSpec& cluster) {
   AnalyticalParameters p = analytical_parameters(gpu);
   if (cluster.gemm_tflops > 0) {
-    const double peak_tflops = gpu.bf16_flops / 1e12;
-    if (cluster.gemm_tflops > peak_tflops) {
-      throw std::invalid_argument(fmt::format(
-          "cluster.gemm_tflops = {:g} exceeds the {}'s 16-bit tensor-core peak of {:g} TFLOP/s; a measured rate "
-          "cannot (is it the scenario's GPU?)",
-          cluster.gemm_tflops, gpu.name, peak_tflops));
-    }
+    check_measurement("cluster.gemm_tflops", cluster.gemm_tflops, gpu.bf16_flops / 1e12, "16-bit tensor-core peak",
+                      "TFLOP/s", gpu.name);
     const GemmMeasurement measured{cluster.gemm_tflops * 1e12, static_cast<double>(cluster.gemm_shape[0]),
                                    static_cast<double>(cluster.gemm_shape[1]),
                                    static_cast<double>(cluster.gemm_shape[2])};
@@ -162,12 +177,8 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu, const m
   }
   if (cluster.hbm_gb_per_s > 0) {
     const double datasheet_gb_per_s = gpu.hbm_bytes_per_s / 1e9;
-    if (cluster.hbm_gb_per_s > datasheet_gb_per_s) {
-      throw std::invalid_argument(fmt::format(
-          "cluster.hbm_gb_per_s = {:g} exceeds the {}'s datasheet HBM bandwidth of {:g} GB/s; a measured one "
-          "cannot (is it the scenario's GPU?)",
-          cluster.hbm_gb_per_s, gpu.name, datasheet_gb_per_s));
-    }
+    check_measurement("cluster.hbm_gb_per_s", cluster.hbm_gb_per_s, datasheet_gb_per_s, "datasheet HBM bandwidth",
+                      "GB/s", gpu.name);
     p.hbm_efficiency = cluster.hbm_gb_per_s / datasheet_gb_per_s;
     p.hbm_measured_here = true;
   }

@@ -67,6 +67,21 @@ TEST(CostModel, AMeasurementBeyondTheGpuIsRefusedByName) {
   cluster.gemm_tflops = 0;
   cluster.hbm_gb_per_s = 3350;  // an H100's datasheet bandwidth
   EXPECT_THROW(analytical_parameters(gpu, cluster), std::invalid_argument);
+  // Under 5 % of the datasheet: a unit slip (here PFLOP/s for TFLOP/s), said so.
+  cluster.hbm_gb_per_s = 0;
+  cluster.gemm_tflops = 0.23;
+  try {
+    analytical_parameters(gpu, cluster);
+    FAIL() << "a GEMM rate of 0.23 TFLOP/s was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("cluster.gemm_tflops = 0.23 is under 5 % of the A100-SXM4-80GB's 16-bit "
+                                             "tensor-core peak of 312 TFLOP/s: is it in TFLOP/s?"),
+              std::string::npos)
+        << error.what();
+  }
+  cluster.gemm_tflops = 0;
+  cluster.hbm_gb_per_s = 1.6;  // TB/s
+  EXPECT_THROW(analytical_parameters(gpu, cluster), std::invalid_argument);
 }
 
 TEST(CostModel, WaveQuantization) {
