@@ -535,9 +535,12 @@ class StageBuilder {
   // here: all, or 1/dp under ZeRO-1).
   //   Megatron-LM (megatron/optimizer/optimizer.py, Float16OptimizerWithFloat16Params with apex FusedAdam, and
   //   megatron/model/distributed.py, 2021): with fp16, gradients accumulate in the model dtype; the local DDP
-  //   flattens them around its all-reduce and copies them back (read + write twice: 4 e B) and the optimizer makes
-  //   fp32 copies (grad.float(): e + 4 B), unscales them and checks for inf/NaN (8 B). With bf16 they accumulate in a
-  //   contiguous fp32 main-gradient buffer, zeroed every iteration (4 B), used in place. Then on the shard: the L2
+  //   flattens them around its all-reduce and copies them back (read + write twice: 4 e B), dividing the flat
+  //   buffer by the DP size in between (`coalesced /= dp`: 2 e B; PyTorch DDP folds it into its copy into the
+  //   bucket), and the optimizer makes fp32 copies (grad.float(): e + 4 B), unscales them and checks for inf/NaN
+  //   (8 B). With bf16 they accumulate in a contiguous fp32 main-gradient buffer, zeroed every iteration (4 B),
+  //   divided in place by the DP size before its all-reduce (`buffer_.data /= dp`, run by the local DDP's
+  //   allreduce_gradients whatever the DP size: 8 B), then used in place. Then on the shard: the L2
   //   norm for clipping (read, 4 B), Adam (read parameter, gradient, m, v: 16 B; write parameter, m, v: 12 B) and the
   //   copy of the fp32 parameter into the model dtype (4 + e B).
   //   DeepSpeed (runtime/zero/stage2.py of v0.5, ZeRO-1; its fp16 optimizer without ZeRO moves about as much):
@@ -558,8 +561,11 @@ class StageBuilder {
       return local_parameters * (reduce_copies + gather_copy_out) +
              shard * (overflow_check + double_norm + to_fp32 + unscale_and_clip + adam + copy_back);
     }
-    if (s_.model.dtype == DType::BF16) return shard * (norm + adam + copy_back) + local_parameters * 4;
-    return local_parameters * (4 * e + (e + 4)) + shard * (unscale + norm + adam + copy_back);
+    const bool local_ddp = !s_.parallel.dp_overlap;  // Megatron's own DDP; dp_overlap is PyTorch DDP
+    if (s_.model.dtype == DType::BF16) {
+      return shard * (norm + adam + copy_back) + local_parameters * (4 + (local_ddp ? 8 : 0));
+    }
+    return local_parameters * (4 * e + (local_ddp ? 2 * e : 0) + (e + 4)) + shard * (unscale + norm + adam + copy_back);
   }
 
   struct Bucket {

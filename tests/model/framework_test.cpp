@@ -157,12 +157,18 @@ TEST(FrameworkKeys, OptimizerTrafficFollowsTheFramework) {
   Scenario deepspeed = fp16;
   deepspeed.framework.name = Framework::DeepSpeed;
   EXPECT_NE(optimizer_bytes(deepspeed), optimizer_bytes(fp16));
-  // Byte by byte, per parameter this stage holds: Megatron bf16 without ZeRO reads and writes 42 (zeroing the main
-  // gradients 4, norm 4, Adam 28, copy back 6). DeepSpeed fp16 ZeRO-1 (stage2.py, v0.5) on dp = 2: the flatten,
+  // Byte by byte, per parameter this stage holds: Megatron bf16 without ZeRO reads and writes 50 (zeroing the main
+  // gradients 4, dividing them by the DP size 8, norm 4, Adam 28, copy back 6); with fp16, 64 under its own DDP
+  // (flatten and copy back 8, divide 4, fp32 copy 6, unscale 8, norm 4, Adam 28, copy back 6), 60 under PyTorch DDP,
+  // which folds the division into its copy. DeepSpeed fp16 ZeRO-1 (stage2.py, v0.5) on dp = 2: the flatten,
   // divide and copy back around its all-reduce (12) and the all-gather's copy-out (4) on every parameter; on its
   // half, the overflow check in fp32 (10), the norm in fp64 (18), flattening into fp32 (10), unscale (8), Adam (28),
   // copy back (6).
-  const double local = optimizer_bytes(bf16) / 42;
+  const double local = optimizer_bytes(bf16) / 50;
+  EXPECT_DOUBLE_EQ(optimizer_bytes(fp16), local * 64);
+  Scenario torch_ddp = fp16;
+  torch_ddp.parallel.dp_overlap = true;
+  EXPECT_DOUBLE_EQ(optimizer_bytes(torch_ddp), local * 60);
   deepspeed.parallel.zero_stage = 1;
   EXPECT_DOUBLE_EQ(optimizer_bytes(deepspeed), local * (12 + 4) + local / 2 * (10 + 18 + 10 + 8 + 28 + 6));
 }
