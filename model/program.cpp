@@ -329,9 +329,11 @@ class StageBuilder {
     virtual_stages_ = stages_ * chunks_;
     layers_per_chunk_ = static_cast<int>(s.layers_per_chunk());
     dp_ = static_cast<int>(s.parallel.dp);
-    // Gradients are reduced in fp32 for bf16 training (Megatron-LM sets accumulate_allreduce_grads_in_fp32 with
-    // --bf16), in the model dtype otherwise.
-    grad_reduce_bytes_ = s.model.dtype == DType::FP16 ? 2.0 : 4.0;
+    // Megatron-LM reduces gradients in fp32 for bf16 training (it sets accumulate_allreduce_grads_in_fp32 with
+    // --bf16), in the model dtype otherwise. DeepSpeed reduces them in the model dtype: v0.5's ZeRO-1
+    // (runtime/zero/stage2.py, allreduce_bucket) converts to fp32 only under allreduce_always_fp32, off by default.
+    const bool fp32_reduction = s.framework.name == Framework::Megatron && s.model.dtype == DType::BF16;
+    grad_reduce_bytes_ = fp32_reduction ? 4.0 : dtype_bytes(s.model.dtype);
     last_backward_.assign(chunks_, -1);
     for (int i = 0; i < static_cast<int>(schedule.size()); ++i) {
       if (schedule[i].pass == Pass::Backward) last_backward_[schedule[i].chunk] = i;
@@ -495,8 +497,10 @@ class StageBuilder {
     const double word_embedding_shard = d(s_.padded_vocab()) / x_.t * x_.h;
     const bool tied_copy = s_.framework.tied_embeddings && stages_ > 1;
     if (tied_copy && (first || last)) {
+      // DeepSpeed's BF16_Optimizer all-reduces the tied weight's fp32 gradient (weight._hp_grad, pipe/engine.py).
+      const double bytes = s_.framework.bf16_optimizer ? 4.0 : grad_reduce_bytes_;
       emit(gradient_op(CollectiveKind::AllReduce, Group::Embedding, Payload::EmbeddingGrads,
-                       first ? ComputeKind::Embedding : ComputeKind::LmHead, word_embedding_shard * grad_reduce_bytes_,
+                       first ? ComputeKind::Embedding : ComputeKind::LmHead, word_embedding_shard * bytes,
                        Stream::Compute));
     }
     if (first) synchronize_bucket(-1, ComputeKind::Embedding, word_embedding_shard + d(s_.model.seq_len) * x_.h, 0);
@@ -550,11 +554,24 @@ class StageBuilder {
   //   parameter of its shard: the overflow check x.float().sum() (e + 8 B), the norm g.double().norm(2) (e + 16 B),
   //   flattening and conversion to fp32 (2 e + e + 4 B), unscale and clip, a mul_ even at scale 1 (8 B), Adam
   //   (28 B) and the copy into the model dtype (4 + e B).
+  //   DeepSpeed's BF16_Optimizer (runtime/bf16_optimizer.py and engine.py of v0.6.2; its per-micro-batch fp32
+  //   accumulation is the cost model's, gradient_accumulation_bytes): per local parameter, with DP, the fp32
+  //   gradients go through allreduce_bucket in communication_data_type, bf16 when neither fp16 nor ZeRO is on: a
+  //   conversion (4 + e B), the division by the DP size (mul_, 2 e B) and the copy back (e + 4 B), and the list
+  //   all-gather of the updated bf16 partitions copies out of NCCL's flat buffer (2 e B); the global norm reads
+  //   every local fp32 gradient (get_grads_for_norm, 4 B) and clear_hp_grads zeroes them (4 B). Per parameter of its
+  //   shard: Adam (28 B) and update_lp_params' copy into bf16 (4 + e B). Clipping multiplies only when the norm
+  //   exceeds the limit (clip_tensors_by_global_norm): not counted.
   double optimizer_bytes(double local_parameters, bool zero) const {
     const double e = x_.e, shard = local_parameters / (zero ? dp_ : 1);
     const double adam = 28, norm = 4, copy_back = 4 + e;
     if (s_.model.dtype == DType::FP32) return shard * (norm + adam) + local_parameters * 4;
     const double unscale = s_.model.dtype == DType::FP16 ? 8 : 0;
+    if (s_.framework.bf16_optimizer) {
+      const double reduce_copies = dp_ > 1 ? 8 + 4 * e : 0, gather_copy_out = zero ? 2 * e : 0;
+      const double norm_of_all = 4, clear = 4;
+      return local_parameters * (reduce_copies + gather_copy_out + norm_of_all + clear) + shard * (adam + copy_back);
+    }
     if (s_.framework.name == Framework::DeepSpeed) {
       const double reduce_copies = dp_ > 1 ? 6 * e : 0, gather_copy_out = zero ? 2 * e : 0;
       const double overflow_check = e + 8, double_norm = e + 16, to_fp32 = 3 * e + 4, unscale_and_clip = 8;

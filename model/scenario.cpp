@@ -399,6 +399,7 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   framework.boolean("tp_comm_overlap", scenario.framework.tp_comm_overlap);
   framework.boolean("gradient_accumulation_fusion", scenario.framework.gradient_accumulation_fusion);
   framework.boolean("pipeline_gather_copies", scenario.framework.pipeline_gather_copies);
+  framework.boolean("bf16_optimizer", scenario.framework.bf16_optimizer);
   framework.reject_unknown_keys();
 
   SectionReader training(section_table(root, "training", source, problems), "training", source, problems);
@@ -540,6 +541,22 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
   if (p.zero_stage != 0 && p.zero_stage != 1) {
     problems.push_back(fmt::format("{}: parallel.zero_stage must be 0 or 1, got {}", src, p.zero_stage));
   }
+  // BF16_Optimizer is DeepSpeed's, for bf16 only, and always shards the fp32 weights and Adam's moments across DP
+  // (ZeRO-1 in twin's terms, though DeepSpeed's config says stage 0: its pipeline engine refuses bf16 with ZeRO).
+  if (scenario.framework.bf16_optimizer) {
+    if (scenario.framework.name != Framework::DeepSpeed) {
+      problems.push_back(fmt::format("{}: framework.bf16_optimizer is DeepSpeed's (framework.name = \"deepspeed\"), "
+                                     "got framework.name = \"{}\"", src, to_string(scenario.framework.name)));
+    }
+    if (m.dtype != DType::BF16) {
+      problems.push_back(fmt::format("{}: framework.bf16_optimizer trains in bf16: model.dtype must be \"bf16\", got "
+                                     "\"{}\"", src, to_string(m.dtype)));
+    }
+    if (p.zero_stage != 1) {
+      problems.push_back(fmt::format("{}: framework.bf16_optimizer shards the optimizer state across DP as ZeRO-1 does: "
+                                     "parallel.zero_stage must be 1, got {}", src, p.zero_stage));
+    }
+  }
   if (p.sequence_parallel && seq_ok && tp_ok && m.seq_len % p.tp != 0) {
     problems.push_back(fmt::format("{}: parallel.sequence_parallel needs model.seq_len ({}) divisible by parallel.tp "
                                    "({})", src, m.seq_len, p.tp));
@@ -611,6 +628,7 @@ std::string to_toml(const Scenario& s) {
   line(fmt::format("tp_comm_overlap = {}", s.framework.tp_comm_overlap));
   line(fmt::format("gradient_accumulation_fusion = {}", s.framework.gradient_accumulation_fusion));
   line(fmt::format("pipeline_gather_copies = {}", s.framework.pipeline_gather_copies));
+  line(fmt::format("bf16_optimizer = {}", s.framework.bf16_optimizer));
   line("\n[training]");
   line(fmt::format("seed = {}", s.training.seed));
   line(fmt::format("learning_rate = {:.17g}", s.training.learning_rate));

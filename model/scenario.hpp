@@ -93,6 +93,10 @@ struct FrameworkSpec {
   bool pipeline_gather_copies = true;  // the receiver's all-gather of a pipeline tensor scattered across TP copies it
                                        // out of NCCL's flat buffer (PyTorch's list all_gather: Megatron-LM until
                                        // February 2022); false: _all_gather_base, no copy (Megatron-LM after)
+  bool bf16_optimizer = false;  // DeepSpeed's BF16_Optimizer (v0.6.2 on, the only bf16 path of its pipeline engine):
+                                // gradients accumulate into an fp32 copy every micro-batch, cross stages partitioned
+                                // across TP, and the optimizer shards its fp32 state across DP; false: the engine of
+                                // v0.5 (2021, fp16 only), gradients accumulating in the 16-bit .grad
 };
 
 // Hyper-parameters of real training (the executor); the simulator ignores them.

@@ -60,10 +60,15 @@ bool has_weight(model::ComputeKind what) {
 //     into main_grad itself (megatron/mpu/layers.py with fused_weight_gradient_mlp_cuda, 2022);
 //   Megatron with fp16, PyTorch DDP and DeepSpeed (ZeRO-1 keeps gradients in .grad until the accumulation boundary,
 //     deepspeed/runtime/zero/stage2.py): autograd accumulates into .grad in the model dtype (read two, write one:
-//     3 e bytes) from the second micro-batch of the iteration on.
+//     3 e bytes) from the second micro-batch of the iteration on;
+//   DeepSpeed's BF16_Optimizer (framework.bf16_optimizer; runtime/bf16_optimizer.py, v0.6.2): autograd writes a
+//     fresh bf16 gradient (clear_lp_grads sets .grad to None before every backward) and update_hp_grads adds it into
+//     the fp32 copy, hp_grad.add_(lp.grad.to(fp32)): a conversion (read e, write 4) and an add (read 4 + 4, write 4),
+//     every micro-batch, in two kernels.
 double gradient_accumulation_bytes(const model::Scenario& s) {
   const double e = model::dtype_bytes(s.model.dtype);
   const double m = static_cast<double>(std::max<std::int64_t>(1, s.parallel.micro_batches()));
+  if (s.framework.bf16_optimizer) return e + 16;
   if (s.framework.name == model::Framework::Megatron && s.model.dtype == model::DType::BF16) {
     return s.framework.gradient_accumulation_fusion ? 0 : e + 8;
   }
@@ -234,7 +239,8 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
       double accumulate = 0;
       if (has_weight(op.what)) {
         const double bytes = gradient_accumulation_bytes(scenario) * k * n * count;
-        if (bytes > 0) accumulate = memory_time_s(bytes) + launch;
+        const int kernels = scenario.framework.bf16_optimizer ? 2 : 1;
+        if (bytes > 0) accumulate = memory_time_s(bytes) + kernels * launch;
       }
       return gemm_time_s(m, k, n, count, dtype) + gemm_time_s(k, n, m, count, dtype) + 2 * launch + accumulate +
              beyond_operands;

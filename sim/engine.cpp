@@ -122,7 +122,7 @@ double Engine::tensor_gather_s(double bytes) const {
 }
 
 double Engine::receipt_s(const PipelineTransfer& transfer) const {
-  const double gather = transfer.gather_on_receipt ? tensor_gather_s(transfer.full_bytes) : 0;
+  const double gather = transfer.receipt_gathers * tensor_gather_s(transfer.full_bytes);
   return gather + cost_.memory_copy_s(transfer.receipt_copy_bytes, transfer.receipt_copy_kernels);
 }
 

@@ -20,7 +20,7 @@ PipelineTransfer pipeline_transfer(const model::Scenario& scenario, const model:
       // gathers into a flat buffer and copies out chunk by chunk (read and write the tensor, t kernels); after, one
       // _all_gather_base into the output ("versus the former does internal copies", megatron/mpu/utils.py).
       transfer.wire_bytes = p2p.bytes / t;
-      transfer.gather_on_receipt = true;
+      transfer.receipt_gathers = 1;
       if (scenario.framework.pipeline_gather_copies) {
         transfer.receipt_copy_bytes = 2 * p2p.bytes;
         transfer.receipt_copy_kernels = scenario.parallel.tp;
@@ -31,15 +31,23 @@ PipelineTransfer pipeline_transfer(const model::Scenario& scenario, const model:
       // returned clone (read, write): 5 full tensors in 3 kernels.
       transfer.receipt_copy_bytes = 5 * p2p.bytes;
       transfer.receipt_copy_kernels = 3;
-      if (gradient) {
+      if (gradient && scenario.framework.bf16_optimizer) {
+        // v0.6.2 on (is_grad_partitioned = is_model_parallel): the gradient is a PartitionedTensor too, and the
+        // backward calls .full() on both its own partitioned output and the received gradient (_exec_backward_pass).
+        transfer.wire_bytes = p2p.bytes / t;
+        transfer.messages = 2;
+        transfer.receipt_gathers = 2;
+        transfer.receipt_copy_bytes = 2 * 5 * p2p.bytes;
+        transfer.receipt_copy_kernels = 2 * 3;
+      } else if (gradient) {
         // Whole gradient on the wire; the receiver restores its own partitioned output first (an all-gather).
-        transfer.gather_on_receipt = true;
+        transfer.receipt_gathers = 1;
       } else {
         // PartitionedTensor: its meta tensor, then 1/t of the data; the receiver clones the partition it received
         // twice (_exec_recv_activations, then _exec_forward_pass) and calls .full() (an all-gather).
         transfer.wire_bytes = p2p.bytes / t;
         transfer.messages = 2;
-        transfer.gather_on_receipt = true;
+        transfer.receipt_gathers = 1;
         transfer.receipt_copy_bytes += 2 * 2 * p2p.bytes / t;
         transfer.receipt_copy_kernels += 2;
       }

@@ -16,7 +16,9 @@
 //                         order, see exchange_order). Activations are partitioned across the TP
 //                         group (is_pipe_partitioned: a meta tensor and 1/t of the data, all-gathered on receipt);
 //                         gradients are sent whole (is_grad_partitioned = False), and receiving one first all-gathers
-//                         the stage's own partitioned output to run the backward. Each such gather is
+//                         the stage's own partitioned output to run the backward. With framework.bf16_optimizer
+//                         (v0.6.2 on, is_grad_partitioned = is_model_parallel) gradients are partitioned too, and
+//                         the backward restores both its output and the received gradient. Each such gather is
 //                         PartitionedTensor.full() (runtime/utils.py): it zero-fills the full tensor, all-gathers
 //                         into a list of its slices (PyTorch's NCCL group gathers into a flat buffer and copies
 //                         out) and returns a clone: 5 full tensors through HBM in 3 kernels; the received 1/t
@@ -39,7 +41,7 @@ namespace twin::sim {
 struct PipelineTransfer {
   double wire_bytes = 0;           // per rank, over the link between the two stages
   int messages = 1;                // NCCL calls, each paying the point-to-point latency
-  bool gather_on_receipt = false;  // the receiver all-gathers `full_bytes` across its TP group (NVLink)
+  int receipt_gathers = 0;         // all-gathers of `full_bytes` the receiver runs across its TP group (NVLink)
   double full_bytes = 0;           // the tensor's full size per rank (Op::bytes)
   // The receiver's copies around that gather, through HBM on its compute stream (DeepSpeed's
   // PartitionedTensor.full(): zero-fill, the list all-gather's copy-out, a clone).

@@ -100,9 +100,28 @@ pipeline_gather_copies = false
   EXPECT_FALSE(again.framework.pipeline_gather_copies);
 }
 
+TEST(FrameworkKeys, Bf16OptimizerIsDeepSpeedsWithBf16AndZero1) {
+  std::string deepspeed = kBase;
+  deepspeed.replace(deepspeed.find("dtype = \"fp16\""), 14, "dtype = \"bf16\"");
+  deepspeed.insert(deepspeed.find("[cluster]"), "zero_stage = 1\n");
+  deepspeed += "[framework]\nname = \"deepspeed\"\nbf16_optimizer = true\n";
+  const Scenario s = parse_scenario(deepspeed, "case.toml");
+  EXPECT_TRUE(s.framework.bf16_optimizer);
+  EXPECT_TRUE(parse_scenario(to_toml(s), "again.toml").framework.bf16_optimizer);
+  EXPECT_FALSE(parse_scenario(kBase, "case.toml").framework.bf16_optimizer);
+  // Each rule it breaks is named.
+  std::string megatron_fp16 = std::string(kBase) + "[framework]\nbf16_optimizer = true\n";
+  const auto problems = problems_of(megatron_fp16);
+  ASSERT_EQ(problems.size(), 3u);
+  EXPECT_THAT(problems[0], HasSubstr("framework.bf16_optimizer is DeepSpeed's"));
+  EXPECT_THAT(problems[1], HasSubstr("model.dtype must be \"bf16\", got \"fp16\""));
+  EXPECT_THAT(problems[2], HasSubstr("parallel.zero_stage must be 1, got 0"));
+}
+
 TEST(FrameworkKeys, WrongTypesNameTheField) {
   for (const char* key :
-       {"dropout", "fused_kernels", "tp_comm_overlap", "gradient_accumulation_fusion", "pipeline_gather_copies"}) {
+       {"dropout", "fused_kernels", "tp_comm_overlap", "gradient_accumulation_fusion", "pipeline_gather_copies",
+        "bf16_optimizer"}) {
     const auto problems = problems_of(std::string(kBase) + "[framework]\n" + key + " = \"yes\"\n");
     ASSERT_EQ(problems.size(), 1u) << key;
     EXPECT_THAT(problems[0], HasSubstr(std::string("framework.") + key + ": expected true or false"));
@@ -171,6 +190,37 @@ TEST(FrameworkKeys, OptimizerTrafficFollowsTheFramework) {
   EXPECT_DOUBLE_EQ(optimizer_bytes(torch_ddp), local * 60);
   deepspeed.parallel.zero_stage = 1;
   EXPECT_DOUBLE_EQ(optimizer_bytes(deepspeed), local * (12 + 4) + local / 2 * (10 + 18 + 10 + 8 + 28 + 6));
+  // DeepSpeed's BF16_Optimizer (v0.6.2) on dp = 2: the fp32 gradients converted to bf16 for the all-reduce, divided
+  // and copied back (6 + 4 + 6), the all-gather's copy-out (4), the norm over every fp32 gradient (4), their zeroing
+  // (4); on its half, Adam (28) and the copy into bf16 (6).
+  Scenario bf16_optimizer = deepspeed;
+  bf16_optimizer.model.dtype = DType::BF16;
+  bf16_optimizer.framework.bf16_optimizer = true;
+  EXPECT_DOUBLE_EQ(optimizer_bytes(bf16_optimizer), local * (16 + 4 + 4 + 4) + local / 2 * (28 + 6));
+}
+
+TEST(FrameworkKeys, Bf16OptimizerReducesTheFp32GradientsInBf16) {
+  Scenario s = parse_scenario(kBase, "case.toml");
+  s.model.dtype = DType::BF16;
+  s.framework.name = Framework::DeepSpeed;
+  s.parallel.zero_stage = 1;
+  s.parallel.pp = 2;
+  auto collective_bytes = [](const Scenario& scenario, Group group) {
+    double bytes = 0;
+    for (const auto& ops : build_program(scenario).stage_ops) {
+      for (const Op& op : ops) {
+        if (op.kind == OpKind::Collective && op.group == group && op.phase != Phase::Optimizer) bytes += op.bytes;
+      }
+    }
+    return bytes;
+  };
+  Scenario bf16_optimizer = s;
+  bf16_optimizer.framework.bf16_optimizer = true;
+  // communication_data_type is bf16 without fp16 or ZeRO in DeepSpeed's config: the DP all-reduce moves as many
+  // bytes as v0.5's 16-bit one; the tied embedding's all-reduce is of its fp32 gradient (weight._hp_grad).
+  EXPECT_DOUBLE_EQ(collective_bytes(bf16_optimizer, Group::Data), collective_bytes(s, Group::Data));
+  EXPECT_GT(collective_bytes(s, Group::Embedding), 0);
+  EXPECT_DOUBLE_EQ(collective_bytes(bf16_optimizer, Group::Embedding), 2 * collective_bytes(s, Group::Embedding));
 }
 
 // Recompute ops of kind `what` on `stage`, one micro-batch's worth (m micro-batches per iteration).

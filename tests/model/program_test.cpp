@@ -249,6 +249,9 @@ TEST(Program, DataParallelReductionFollowsZeroAndOverlap) {
     EXPECT_EQ(deepspeed[i].collective, CollectiveKind::AllReduce);
     EXPECT_EQ(deepspeed[i + 3].collective, CollectiveKind::AllGather);
   }
+  // ... in the model dtype (allreduce_always_fp32 is off by default), where Megatron-LM reduces bf16 in fp32.
+  ASSERT_EQ(s.model.dtype, DType::BF16);
+  EXPECT_DOUBLE_EQ(deepspeed[0].bytes, 2 * layer_parameters_per_gpu(s));
 }
 
 TEST(Program, TiedEmbeddingGradientsMeetBetweenFirstAndLastStage) {

@@ -91,6 +91,12 @@ TEST(KernelModel, GradientAccumulationFusionSavesAMemoryPass) {
   single.framework.name = model::Framework::DeepSpeed;
   single.parallel.global_batch = 1;
   EXPECT_DOUBLE_EQ(cost.compute_time_s(single, op), cost.compute_time_s(fusion, op));
+  // DeepSpeed's BF16_Optimizer adds every micro-batch's bf16 gradient into its fp32 copy, even a single one:
+  // hp_grad.add_(lp.grad.to(fp32)) reads 2 and writes 4, then reads 4 + 4 and writes 4, in two kernels.
+  single.framework.bf16_optimizer = true;
+  single.parallel.zero_stage = 1;
+  EXPECT_NEAR(cost.compute_time_s(single, op) - cost.compute_time_s(fusion, op),
+              cost.memory_time_s(k * n * (2 + 16)) + 2 * cost.parameters().kernel_launch_s, 1e-12);
 }
 
 TEST(KernelModel, LayerNormBackwardReadsItsInputsTwiceInThreeKernels) {
@@ -237,7 +243,7 @@ TEST(Framework, PipelineTransfers) {
   // Megatron: scatter/gather both ways; until February 2022 gather_split_1d_tensor's list all_gather copies the
   // tensor out of NCCL's flat buffer (read, write; one copy per chunk), after it gathers in place.
   EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).wire_bytes, 1e6);
-  EXPECT_TRUE(pipeline_transfer(s, gradient).gather_on_receipt);
+  EXPECT_EQ(pipeline_transfer(s, gradient).receipt_gathers, 1);
   EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).receipt_copy_bytes, 2 * 8e6);
   EXPECT_EQ(pipeline_transfer(s, gradient).receipt_copy_kernels, 8);
   s.framework.pipeline_gather_copies = false;
@@ -250,12 +256,21 @@ TEST(Framework, PipelineTransfers) {
   EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).wire_bytes, 8e6);
   EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).receipt_copy_bytes, 5 * 8e6 + 2 * 2 * 1e6);
   EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).receipt_copy_bytes, 5 * 8e6);
+  EXPECT_EQ(pipeline_transfer(s, gradient).receipt_gathers, 1);
+  // BF16_Optimizer's engine (v0.6.2 on) partitions gradients too; the backward restores the output and the gradient.
+  s.framework.bf16_optimizer = true;
+  EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).wire_bytes, 1e6);
+  EXPECT_EQ(pipeline_transfer(s, gradient).messages, 2);
+  EXPECT_EQ(pipeline_transfer(s, gradient).receipt_gathers, 2);
+  EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).receipt_copy_bytes, 2 * 5 * 8e6);
+  EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).receipt_copy_bytes, 5 * 8e6 + 2 * 2 * 1e6);
+  s.framework.bf16_optimizer = false;
   const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
   EXPECT_NEAR(cost.memory_copy_s(4e7, 3), cost.memory_time_s(4e7) + 3 * cost.parameters().kernel_launch_s, 1e-15);
   // Sequence parallelism already sends a shard.
   s.parallel.sequence_parallel = true;
   EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).wire_bytes, 8e6);
-  EXPECT_FALSE(pipeline_transfer(s, gradient).gather_on_receipt);
+  EXPECT_EQ(pipeline_transfer(s, gradient).receipt_gathers, 0);
 }
 
 TEST(Framework, DeepSpeedMovesTheGradientFirstWithinAStep) {
@@ -458,6 +473,35 @@ TEST(PipelineExchange, DeepSpeedsReceiverPaysItsCopiesBeforeItComputes) {
   // DeepSpeed also sends a meta message (one more latency) and the same 1/t of the data.
   EXPECT_GT(deepspeed - megatron, 3e-3);
   EXPECT_LT(deepspeed - megatron, 3.1e-3);
+}
+
+TEST(PipelineExchange, Bf16OptimizersGradientReceiptRestoresTwoTensors) {
+  // Stage 1 sends micro-batch 0's gradient back to stage 0, which then runs its backward. v0.5 sends the gradient
+  // whole and restores the stage's own partitioned output (one PartitionedTensor.full(): 5 tensors copied);
+  // BF16_Optimizer's engine sends it partitioned and restores both (10). Copies cost 1 ms per MB here.
+  model::Scenario scenario = two_stage_scenario();
+  scenario.framework.name = model::Framework::DeepSpeed;
+  scenario.model.dtype = model::DType::BF16;
+  scenario.parallel.zero_stage = 1;
+  auto [send, recv, compute] = one_activation_exchange();
+  for (model::Op* op : {&send, &recv, &compute}) op->phase = model::Phase::Backward;
+  send.peer_stage = 0;
+  recv.peer_stage = 1;
+  struct CopiesTakeAMsPerMegabyte : FixedCostModel {
+    CopiesTakeAMsPerMegabyte() : FixedCostModel(5e-3, 0) {}
+    double memory_copy_s(double bytes, int /*kernels*/) const override { return bytes * 1e-9; }
+  } cost;
+  SimOptions options;
+  options.fidelity = Fidelity::Rank;
+  const auto compute_start = [&](const model::Scenario& s) {
+    const auto program = testing::hand_program(s, {{recv, compute}, {send}});
+    return simulate(program, cost, options).timeline.ranks.at(0).spans.at(1).start_s;
+  };
+  const double v05 = compute_start(scenario);
+  EXPECT_GT(v05, 5e-3);
+  scenario.framework.bf16_optimizer = true;
+  // 5 ms more of copies; a quarter of the bytes on the wire, one more message and one more NVLink gather: microseconds.
+  EXPECT_NEAR(compute_start(scenario) - v05, 5e-3, 2e-4);
 }
 
 TEST(TpOverlap, HidesBackwardCollectivesUnderTheirGemms) {
