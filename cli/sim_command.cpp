@@ -44,6 +44,21 @@ std::string gpu_constants_line(const sim::AnalyticalParameters& p, const topolog
       p.hbm_measured_here ? "cluster.hbm_gb_per_s" : "cited", any_cited ? "; your own: bench/gpu twin_gemm_peak" : "");
 }
 
+// The framework model the Program and the replay followed, by its scenario keys (docs/accuracy.md has what each
+// does): which release's behaviour the prediction assumes matters as much as the hardware.
+std::string framework_line(const model::Scenario& s) {
+  const auto& f = s.framework;
+  const std::string common = fmt::format("fused_kernels = {}, dropout = {}", f.fused_kernels, f.dropout);
+  if (f.name == model::Framework::DeepSpeed) {
+    return fmt::format("framework: deepspeed, {} (bf16_optimizer = {}), {}",
+                       f.bf16_optimizer ? "BF16_Optimizer of v0.6.2 on" : "pipeline engine of v0.5",
+                       f.bf16_optimizer, common);
+  }
+  return fmt::format("framework: megatron (tp_comm_overlap = {}, gradient_accumulation_fusion = {}, "
+                     "pipeline_gather_copies = {}), {}",
+                     f.tp_comm_overlap, f.gradient_accumulation_fusion, f.pipeline_gather_copies, common);
+}
+
 nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu) {
   return {{"gemm_tflops", p.gemm_measured_flops_per_s / 1e12},
           {"gemm_shape", p.gemm_measured_shape},
@@ -110,6 +125,7 @@ void run(const SimCommandOptions& o) {
       report::summarize(program, result.timeline, result.peak_flops_per_gpu, engine, result.gpu_memory_bytes);
   fmt::print("{}", report::summary_table(summary));
   fmt::print("\n  {}\n", gpu_constants_line(parameters, node.gpu));
+  fmt::print("  {}\n", framework_line(scenario));
   if (measured && !same_gpu) {
     fmt::print(
         "  note: cluster.gemm_tflops / cluster.hbm_gb_per_s measure the scenario's {}; --gpu {} uses the "

@@ -150,6 +150,18 @@ TEST(Cli, SearchRanksValidPlansByIterationTime) {
   }
 }
 
+TEST(Cli, SimNamesTheFrameworkModelItFollowed) {
+  const Result megatron = twin("sim " + small_cluster_scenario().string() + " --quiet");
+  ASSERT_EQ(megatron.status, 0) << megatron.output;
+  EXPECT_THAT(megatron.output, HasSubstr("framework: megatron (tp_comm_overlap = false, gradient_accumulation_fusion = "
+                                         "false, pipeline_gather_copies = true)"));
+  const Result deepspeed = twin("sim " + small_cluster_scenario().string() +
+                                " --quiet --set framework.name=deepspeed --set parallel.zero_stage=1 "
+                                "--set framework.bf16_optimizer=true");
+  ASSERT_EQ(deepspeed.status, 0) << deepspeed.output;
+  EXPECT_THAT(deepspeed.output, HasSubstr("framework: deepspeed, BF16_Optimizer of v0.6.2 on (bf16_optimizer = true)"));
+}
+
 TEST(Cli, SimTakesTheClustersOwnGpuMeasurements) {
   auto simulate = [](const std::string& sets, const std::string& name) {
     const fs::path json_path = scratch("summary-" + name + ".json");
