@@ -4,7 +4,7 @@
 #   2. every CUDA kernel against its CPU twin on random inputs (tests/kernels_cuda: none may be skipped here)
 #   3. the tiny GPT trained 300 steps on kernels/cpu (fp32, in the background) and kernels/cuda (bf16): loss curves
 #   4. the cuBLASLt bf16 GEMM peak and the HBM bandwidth of this GPU, as the scenario keys cluster.gemm_tflops,
-#      cluster.gemm_shape and cluster.hbm_gb_per_s
+#      cluster.gemm_shape and cluster.hbm_gb_per_s; and the GEMM rate against its inner dimension K
 #   5. a ~1.1B-parameter GPT at seq 2048 on one GPU: tokens/s, model TFLOP/s, MFU against the measured GEMM peak
 #   6. the executor on the CUDA backend, when exec/cuda is wired into the build: its tests, then `twin run gpt-tiny`
 #      on cpu, cuda, and cuda with tp=2 pp=2 (4 ranks sharing the GPU): the loss curves
@@ -124,6 +124,13 @@ if run_logged "$gemm_peak" | grep -E "^(device|gemm|peak|hbm|#)" | tee -a "$repo
 else
   fail "GEMM peak"
 fi
+# The cost model has one GEMM efficiency, tile and wave quantization aside (sim/cost_model.cpp); whether a short inner
+# dimension loses more (the epilogue after each tile's main loop: docs/accuracy.md, "What the model leaves out") shows
+# at M = N = 8192, where every K has the same tiles and waves.
+say "GEMM rate against K at M = N = 8192:"
+k_sweep=()
+for k in 1024 2048 4096 8192 16384 32768; do k_sweep+=(8192 8192 "$k"); done
+run_logged "$gemm_peak" "${k_sweep[@]}" | grep "^gemm" | tee -a "$report" || fail "GEMM rate against K"
 
 section "5. ~1.1B GPT (20 layers, 2048 hidden, 16 heads, seq 2048, vocab 50257) on one GPU"
 big=(--backend cuda --layers 20 --channels 2048 --heads 16 --seq 2048 --vocab 50257 --steps 10 --timing-warmup 3
