@@ -81,7 +81,9 @@ def simulate(twin, run, legacy, fidelity, extra_sets=()):
             command += ["--set", item]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
-            return {"error": (done.stderr or done.stdout).strip().splitlines()[-1]}
+            # every problem twin names (a scenario can break several rules at once), on one line
+            lines = [line.strip() for line in (done.stderr or done.stdout).strip().splitlines() if line.strip()]
+            return {"error": " | ".join(lines[-5:]) or f"twin exited with status {done.returncode}"}
         with open(out) as f:
             summary = json.load(f)
     return {"iteration_time_s": summary["iteration_time_s"], "tflops_per_gpu": summary["tflops_per_gpu"],
