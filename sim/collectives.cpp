@@ -34,6 +34,18 @@ CollectiveAlgorithm parse_collective_algorithm(std::string_view text) {
                               "' (expected auto, ring, tree, hierarchical or analytical)");
 }
 
+std::string_view to_string(Protocol protocol) {
+  switch (protocol) {
+    case Protocol::Simple:
+      return "Simple";
+    case Protocol::LL:
+      return "LL";
+    case Protocol::LL128:
+      return "LL128";
+  }
+  return "?";
+}
+
 double CommunicationModel::p2p_latency_s(bool crosses_nodes) const {
   if (ideal) return 0;
   return crosses_nodes ? nccl.ring_simple_net_step_s : nccl.ring_simple_nvlink_step_s;
@@ -77,13 +89,22 @@ int floor_log2(int value) {
 
 struct Estimate {
   CollectiveAlgorithm algorithm;
-  bool low_latency;
+  Protocol protocol;
   double latency_s;
   double seconds;
+  double bus_fraction;  // the protocol's bus bandwidth over the links' (the flows carry 1 / this the bytes)
 };
 
-// NCCL 2.8's ncclTopoTuneModel + ncclTopoGetAlgoTime for this group, with the bus bandwidth of our links: NVLink on
-// one node; across nodes min(NVLink, members per node x NIC), NCCL's rings using one channel per NIC.
+// One protocol's step latencies and bus bandwidth in NCCL 2.8.3's model.
+struct ProtocolModel {
+  Protocol protocol;
+  double base_s, nvlink_step_s, net_step_s, bus_bytes_per_s;
+};
+
+// NCCL 2.8.3's ncclTopoTuneModel + ncclTopoGetAlgoTime for this group, with the bus bandwidth of our links: NVLink on
+// one node; across nodes min(NVLink, members per node x NIC), NCCL's rings using one channel per NIC. The channels
+// that cap LL128 and the tree are the tuning graph's: on one node the NVLink ring graph's (half the channels the
+// collective runs, ncclTopoPostset doubling them afterwards: hardware.hpp), across nodes one per NIC in use.
 std::vector<Estimate> nccl_estimates(model::CollectiveKind kind, double bytes, const Layout& g,
                                      const CommunicationModel& model) {
   const NcclLatencies& nccl = model.nccl;
@@ -92,25 +113,58 @@ std::vector<Estimate> nccl_estimates(model::CollectiveKind kind, double bytes, c
   const bool all_reduce = kind == model::CollectiveKind::AllReduce;
   const int n = g.members, N = g.nodes;
   const double bus = N == 1 ? nvlink : std::min(nvlink, g.per_node * nic);
+  const double channels = N == 1 ? std::max(1, model.node.nccl_nvlink_channels / 2) : g.per_node;
+  const double ll_max = N == 1   ? nccl.ll_max_bus_single_node_bytes_per_s
+                        : N == 2 ? nccl.ll_max_bus_two_nodes_bytes_per_s
+                                 : nccl.ll_max_bus_more_nodes_bytes_per_s;
+  const double ll128_per_channel = all_reduce ? nccl.ll128_all_reduce_per_channel_bytes_per_s
+                                   : kind == model::CollectiveKind::AllGather
+                                       ? nccl.ll128_all_gather_per_channel_bytes_per_s
+                                       : nccl.ll128_reduce_scatter_per_channel_bytes_per_s;
+  const double ll_nvlink_factor = N > 1 ? nccl.ll_multi_node_nvlink_step_factor : 1.0;
+  const double ranks_per_node = static_cast<double>(n) / N;
   const int steps = all_reduce ? 2 * (n - 1) : n - 1;
   const int inter_steps = N == 1 ? 0 : (all_reduce ? 2 * (N - 1) : N - 1);
   const int intra_steps = steps - inter_steps;
   std::vector<Estimate> estimates;
-  for (bool ll : {false, true}) {
-    const double latency = (ll ? nccl.ring_ll_base_s : nccl.ring_simple_base_s) +
-                           intra_steps * (ll ? nccl.ring_ll_nvlink_step_s : nccl.ring_simple_nvlink_step_s) +
-                           inter_steps * (ll ? nccl.ring_ll_net_step_s : nccl.ring_simple_net_step_s);
-    const double algorithm_bw = bus * (ll ? nccl.ring_ll_bandwidth_fraction : 1.0) * n / steps;
-    estimates.push_back({CollectiveAlgorithm::Ring, ll, latency, latency + bytes / algorithm_bw});
+
+  const double ll_fraction =
+      N > 1 || all_reduce ? nccl.ring_ll_bandwidth_fraction : nccl.ring_ll_single_node_gather_fraction;
+  const double ll128_fraction =
+      ranks_per_node < 2 ? nccl.ring_ll128_one_per_node_fraction : nccl.ring_ll128_bandwidth_fraction;
+  const ProtocolModel ring[] = {
+      {Protocol::Simple, nccl.ring_simple_base_s, nccl.ring_simple_nvlink_step_s, nccl.ring_simple_net_step_s, bus},
+      {Protocol::LL, nccl.ring_ll_base_s, nccl.ring_ll_nvlink_step_s * ll_nvlink_factor, nccl.ring_ll_net_step_s,
+       std::min(ll_max, bus * ll_fraction)},
+      {Protocol::LL128, nccl.ring_ll128_base_s, nccl.ring_ll128_nvlink_step_s, nccl.ring_ll128_net_step_s,
+       std::min(bus * ll128_fraction, ll128_per_channel * channels)},
+  };
+  for (const ProtocolModel& p : ring) {
+    const double latency = p.base_s + intra_steps * p.nvlink_step_s + inter_steps * p.net_step_s;
+    const double algorithm_bw = p.bus_bytes_per_s * n / steps;
+    estimates.push_back({CollectiveAlgorithm::Ring, p.protocol, latency, latency + bytes / algorithm_bw,
+                         p.bus_bytes_per_s / bus});
   }
   if (all_reduce) {
-    for (bool ll : {false, true}) {
-      const double intra = ll ? nccl.tree_ll_nvlink_step_s : nccl.tree_simple_nvlink_step_s;
-      const double inter = ll ? nccl.tree_ll_net_step_s : nccl.tree_simple_net_step_s;
-      const double latency =
-          (ll ? nccl.tree_ll_base_s : nccl.tree_simple_base_s) + 2 * ((g.per_node - 1) * intra + floor_log2(N) * inter);
-      const double algorithm_bw = bus * (ll ? nccl.tree_ll_bandwidth_fraction : nccl.tree_bandwidth_fraction) * 0.5;
-      estimates.push_back({CollectiveAlgorithm::Tree, ll, latency, latency + bytes / algorithm_bw});
+    const double tree_max_per_channel = N == 1   ? nccl.tree_max_single_node_per_channel_bytes_per_s
+                                        : N == 2 ? nccl.tree_max_two_nodes_per_channel_bytes_per_s
+                                                 : nccl.tree_max_more_nodes_per_channel_bytes_per_s;
+    const double tree_bus = std::min(bus * nccl.tree_bandwidth_fraction, channels * tree_max_per_channel);
+    const double ll128_tree_fraction =
+        N == 1 ? nccl.tree_ll128_single_node_fraction : nccl.tree_ll128_bandwidth_fraction;
+    const ProtocolModel tree[] = {
+        {Protocol::Simple, nccl.tree_simple_base_s, nccl.tree_simple_nvlink_step_s, nccl.tree_simple_net_step_s,
+         tree_bus},
+        {Protocol::LL, nccl.tree_ll_base_s, nccl.tree_ll_nvlink_step_s * ll_nvlink_factor, nccl.tree_ll_net_step_s,
+         std::min(tree_bus * nccl.tree_ll_bandwidth_fraction, ll_max)},
+        {Protocol::LL128, nccl.tree_ll128_base_s, nccl.tree_ll128_nvlink_step_s, nccl.tree_ll128_net_step_s,
+         std::min(tree_bus * ll128_tree_fraction, ll128_per_channel * channels)},
+    };
+    for (const ProtocolModel& p : tree) {
+      const double latency = p.base_s + 2 * ((g.per_node - 1) * p.nvlink_step_s + floor_log2(N) * p.net_step_s);
+      const double algorithm_bw = p.bus_bytes_per_s * 0.5;
+      estimates.push_back({CollectiveAlgorithm::Tree, p.protocol, latency, latency + bytes / algorithm_bw,
+                           p.bus_bytes_per_s / bus});
     }
   }
   return estimates;
@@ -198,7 +252,7 @@ CollectivePlan plan_collective(model::CollectiveKind kind, double bytes, const s
     if (allowed && (best == nullptr || estimate.seconds < best->seconds)) best = &estimate;
   }
   plan.algorithm = best->algorithm;
-  plan.low_latency_protocol = best->low_latency;
+  plan.protocol = best->protocol;
   plan.estimate_s = best->seconds;
   if (requested == CollectiveAlgorithm::Analytical || bytes < model.small_bytes) {
     plan.algorithm = CollectiveAlgorithm::Analytical;
@@ -213,7 +267,7 @@ CollectivePlan plan_collective(model::CollectiveKind kind, double bytes, const s
   if (hierarchical && g.nodes > 1 && g.per_node > 1 && g.uniform) {
     // Reduce-scatter in the node, the collective across nodes on 1/g of the data, all-gather in the node.
     plan.algorithm = CollectiveAlgorithm::Hierarchical;
-    plan.low_latency_protocol = false;
+    plan.protocol = Protocol::Simple;
     const int per_node = g.per_node, nodes = g.nodes;
     const double intra_step = nccl.ring_simple_nvlink_step_s, inter_step = nccl.ring_simple_net_step_s;
     const auto inter_kind = kind;
@@ -240,15 +294,14 @@ CollectivePlan plan_collective(model::CollectiveKind kind, double bytes, const s
     return plan;
   }
 
-  // LL moves more bytes on the wire per byte of payload (NCCL's bandwidth fractions).
-  double inflation = 1;
+  // A protocol (and the tree) that reaches less than the links' bus bandwidth in NCCL's model moves the bytes as if
+  // there were 1 / bus_fraction times as many of them.
+  const double inflation = 1 / best->bus_fraction;
   FlowPhase phase;
   if (best->algorithm == CollectiveAlgorithm::Tree) {
-    inflation = 1 / (best->low_latency ? nccl.tree_ll_bandwidth_fraction : nccl.tree_bandwidth_fraction);
     phase = tree_flows(scaled * inflation, g.members);
   } else {
     plan.algorithm = CollectiveAlgorithm::Ring;
-    inflation = best->low_latency ? 1 / nccl.ring_ll_bandwidth_fraction : 1;
     phase = ring_flows(kind, scaled * inflation, g);
   }
   phase.latency_s = best->latency_s;

@@ -11,8 +11,10 @@
 //   auto          NCCL's choice: ring or tree by NCCL's time estimate for all-reduce, hierarchical instead of a flat
 //                 ring when members share nodes and span several; collectives under `small_bytes` are latency bound
 //                 and timed by the estimate alone (no flows).
-// Latency: NCCL 2.8's model (src/graph/tuning.cc), added once per phase: base latency of the algorithm + per step
-// hardware latency (NVLink or network), e.g. a ring all-reduce pays 2(n-1) steps.
+// Latency: NCCL 2.8.3's model (src/graph/tuning.cc), added once per phase: base latency of the algorithm and
+// protocol + per step hardware latency (NVLink or network), e.g. a ring all-reduce pays 2(n-1) steps. Protocol: the
+// one NCCL's estimate picks; LL, LL128 and the tree reach less than the links' bus bandwidth in that model, and their
+// flows carry the bytes scaled up by the ratio.
 #pragma once
 
 #include <string_view>
@@ -27,27 +29,62 @@ enum class CollectiveAlgorithm : unsigned char { Auto, Ring, Tree, Hierarchical,
 std::string_view to_string(CollectiveAlgorithm algorithm);
 CollectiveAlgorithm parse_collective_algorithm(std::string_view text);  // throws std::invalid_argument
 
-// NCCL 2.8, src/graph/tuning.cc (the release MT-NLG trained with), microseconds converted to seconds.
+// NCCL's protocols: Simple (large messages), LL (8-byte flag+data stores, lowest latency, a quarter of the
+// bandwidth) and LL128 (128-byte lines with one flag word: near Simple's bandwidth at lower latency; NCCL enables it
+// by default on Volta and Ampere with NVLink).
+enum class Protocol : unsigned char { Simple, LL, LL128 };
+std::string_view to_string(Protocol protocol);
+
+// NCCL 2.8.3's tuning model (src/graph/tuning.cc at tag v2.8.3-1, the release of NGC PyTorch 20.12 and of the runs
+// of 2021), microseconds converted to seconds and GB/s to bytes/s.
 struct NcclLatencies {
   // baseLat: Tree {LL 4.4, LL128 4.4, Simple 0}, Ring {LL 3.6, LL128 10.0, Simple 8.4}.
   double ring_simple_base_s = 8.4e-6;
   double ring_ll_base_s = 3.6e-6;
-  double tree_ll_base_s = 4.4e-6;
+  double ring_ll128_base_s = 10.0e-6;
   double tree_simple_base_s = 0;
-  // hwLat NVLINK: Tree {.52, 1.2, 28}, Ring {.47, 1.9, 3.4}; NET: Tree {5.0, 8.5, 50}, Ring {2.7, 4.0, 9.6}.
+  double tree_ll_base_s = 4.4e-6;
+  double tree_ll128_base_s = 4.4e-6;
+  // hwLat NVLINK: Tree {.52, 1.25, 28}, Ring {.47, 1.9, 3.4}; NET: Tree {5.0, 8.5, 28}, Ring {2.7, 4.0, 9.6}. An LL
+  // step inside a node counts 1.8 times when the group spans nodes ("intraLat *= 1.8").
   double ring_simple_nvlink_step_s = 3.4e-6;
   double ring_simple_net_step_s = 9.6e-6;
   double ring_ll_nvlink_step_s = 0.47e-6;
   double ring_ll_net_step_s = 2.7e-6;
+  double ring_ll128_nvlink_step_s = 1.9e-6;
+  double ring_ll128_net_step_s = 4.0e-6;
   double tree_simple_nvlink_step_s = 28e-6;
-  double tree_simple_net_step_s = 50e-6;
+  double tree_simple_net_step_s = 28e-6;
   double tree_ll_nvlink_step_s = 0.52e-6;
   double tree_ll_net_step_s = 5.0e-6;
-  // Bandwidth model: LL moves a quarter of the ring's bus bandwidth ("busBw *= 1.0/4.0"), the tree 0.9 of it
-  // ("busBw*.9") and LL on a tree 1/3.8 of that.
+  double tree_ll128_nvlink_step_s = 1.25e-6;
+  double tree_ll128_net_step_s = 8.5e-6;
+  double ll_multi_node_nvlink_step_factor = 1.8;
+  // Bandwidth refinements of the bus bandwidth (nChannels x speed, at most 235 GB/s on sm80):
+  //   ring LL: x 1/4 (1/3 for an all-gather or reduce-scatter inside one node), at most llMaxBws;
+  //   ring LL128: x 0.92 (0.7 with fewer than two ranks per node), at most ll128MaxBwPerCh x nChannels;
+  //   tree: x 0.92, at most nChannels x perChMaxTreeBws; then LL x 1/3.8 (at most llMaxBws), LL128 x 7/9 on one
+  //   node or 0.915 across nodes (at most ll128MaxBwPerCh x nChannels).
   double ring_ll_bandwidth_fraction = 1.0 / 4.0;
-  double tree_bandwidth_fraction = 0.9;
-  double tree_ll_bandwidth_fraction = 0.9 / 3.8;
+  double ring_ll_single_node_gather_fraction = 1.0 / 3.0;
+  double ring_ll128_bandwidth_fraction = 0.92;
+  double ring_ll128_one_per_node_fraction = 0.7;
+  double tree_bandwidth_fraction = 0.92;
+  double tree_ll_bandwidth_fraction = 1.0 / 3.8;
+  double tree_ll128_single_node_fraction = 7.0 / 9.0;
+  double tree_ll128_bandwidth_fraction = 0.915;
+  // llMaxBws, Ampere on one node, then AMD hosts (DGX A100's EPYC 7742) on 2 and on more nodes: 87.7, 22.5, 19.0.
+  double ll_max_bus_single_node_bytes_per_s = 87.7e9;
+  double ll_max_bus_two_nodes_bytes_per_s = 22.5e9;
+  double ll_max_bus_more_nodes_bytes_per_s = 19.0e9;
+  // ll128MaxBwPerCh: all-gather 18.3, reduce-scatter 15.2, all-reduce 16.9 (broadcast 18.8, reduce 12.0).
+  double ll128_all_gather_per_channel_bytes_per_s = 18.3e9;
+  double ll128_reduce_scatter_per_channel_bytes_per_s = 15.2e9;
+  double ll128_all_reduce_per_channel_bytes_per_s = 16.9e9;
+  // perChMaxTreeBws, Ampere, on 1 / 2 / more nodes: 24.0, 22.5, 16.0.
+  double tree_max_single_node_per_channel_bytes_per_s = 24.0e9;
+  double tree_max_two_nodes_per_channel_bytes_per_s = 22.5e9;
+  double tree_max_more_nodes_per_channel_bytes_per_s = 16.0e9;
 };
 
 struct CommunicationModel {
@@ -74,7 +111,7 @@ struct FlowPhase {
 
 struct CollectivePlan {
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::Ring;
-  bool low_latency_protocol = false;  // NCCL's LL protocol (small messages)
+  Protocol protocol = Protocol::Simple;
   std::vector<FlowPhase> phases;      // empty: `estimate_s` is the whole time
   double estimate_s = 0;              // NCCL-style estimate without contention
 };

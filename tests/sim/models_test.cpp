@@ -182,6 +182,33 @@ TEST(Collectives, SmallMessagesAreLatencyBoundAndUseTheTree) {
   EXPECT_NEAR(plan.estimate_s, nccl.tree_ll_base_s + 2 * 8 * nccl.tree_ll_net_step_s, 1e-7);
 }
 
+TEST(Collectives, NcclPicksItsProtocolBySize) {
+  // Eight ranks of one DGX A100: NCCL 2.8.3's ring all-reduce, 14 steps over NVLink. LL for tiny messages, LL128
+  // (10 us + 14 x 1.9 us; bus min(235 x 0.92, 16.9 x 12 channels) = 202.8 GB/s) in the middle, Simple (8.4 + 14 x 3.4
+  // us at 235 GB/s) for large ones.
+  const std::vector<int> one_node(8, 0);
+  const NcclLatencies nccl;
+  const auto plan = [&](double bytes) {
+    return plan_collective(model::CollectiveKind::AllReduce, bytes, one_node, communication(), CollectiveAlgorithm::Ring);
+  };
+  EXPECT_EQ(plan(4e3).protocol, Protocol::LL);
+  const double mid = 4e6;
+  EXPECT_EQ(plan(mid).protocol, Protocol::LL128);
+  EXPECT_NEAR(plan(mid).estimate_s, 10e-6 + 14 * 1.9e-6 + mid / (202.8e9 * 8 / 14), 1e-9);
+  EXPECT_EQ(plan(1e8).protocol, Protocol::Simple);
+  EXPECT_NEAR(plan(1e8).estimate_s,
+              nccl.ring_simple_base_s + 14 * nccl.ring_simple_nvlink_step_s + 1e8 / (235e9 * 8 / 14), 1e-9);
+  // LL128's flows carry the bytes its lower bus bandwidth stands for.
+  const auto& flows = plan(mid).phases.at(0).flows;
+  EXPECT_NEAR(flows.at(0).bytes, 2.0 * 7 / 8 * mid * 235 / 202.8, 1e-3);
+  // One rank per node: LL128 reaches 0.7 of the NIC's 24 GB/s ("sending/receiving at the same GPU through the NIC").
+  const std::vector<int> eight_nodes{0, 1, 2, 3, 4, 5, 6, 7};
+  const auto across = plan_collective(model::CollectiveKind::AllReduce, 1e6, eight_nodes, communication(),
+                                      CollectiveAlgorithm::Ring);
+  EXPECT_EQ(across.protocol, Protocol::LL128);
+  EXPECT_NEAR(across.estimate_s, 10e-6 + 14 * 4.0e-6 + 1e6 / (0.7 * 24e9 * 8 / 14), 1e-9);
+}
+
 TEST(Collectives, TreeFlows) {
   const CollectivePlan plan = plan_collective(model::CollectiveKind::AllReduce, 1e9, {0, 1, 2, 3, 4}, communication(),
                                               CollectiveAlgorithm::Tree);
