@@ -81,7 +81,7 @@ void run(const SimCommandOptions& o) {
       throw UserError("twin sim models GPU clusters; this scenario runs on CPU hosts (cluster.node = cpu-host)");
     }
     // The fabric of the node's generation: HDR for DGX A100, NDR for DGX H100/H200.
-    topology::FabricSpec fabric = o.gpu.empty()     ? topology::fabric_spec(scenario.cluster.node)
+    topology::FabricSpec fabric = o.gpu.empty()     ? topology::fabric_spec(scenario.cluster)
                                   : o.gpu == "a100" ? topology::infiniband_hdr_fat_tree()
                                                     : topology::infiniband_ndr_fat_tree();
     if (o.oversubscription < 1) throw UserError("--oversubscription must be >= 1");
@@ -99,7 +99,7 @@ void run(const SimCommandOptions& o) {
   options.progress = !o.quiet;
   options.isolate = false;  // one simulation in this process
 
-  const topology::NodeSpec node = options.node ? *options.node : topology::node_spec(scenario.cluster.node);
+  const topology::NodeSpec node = options.node ? *options.node : topology::node_spec(scenario.cluster);
   // The cluster's own GPU measurements describe the scenario's GPU: a --gpu what-if on another GPU uses its cited
   // values instead (and says so).
   const bool same_gpu = node.gpu.name == topology::node_spec(scenario.cluster.node).gpu.name;
@@ -126,6 +126,12 @@ void run(const SimCommandOptions& o) {
   fmt::print("{}", report::summary_table(summary));
   fmt::print("\n  {}\n", gpu_constants_line(parameters, node.gpu));
   fmt::print("  {}\n", framework_line(scenario));
+  const bool own_network = scenario.cluster.nics_per_node > 0 || scenario.cluster.nic_gbps > 0;
+  if (own_network && !o.gpu.empty()) {
+    fmt::print("  note: cluster.nics_per_node / cluster.nic_gbps describe the scenario's network; --gpu {} uses the {}'s "
+               "own NICs\n",
+               o.gpu, node.name);
+  }
   if (measured && !same_gpu) {
     fmt::print(
         "  note: cluster.gemm_tflops / cluster.hbm_gb_per_s measure the scenario's {}; --gpu {} uses the "

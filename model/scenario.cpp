@@ -367,6 +367,8 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   }
   cluster.positive_integers("gemm_shape", scenario.cluster.gemm_shape);
   cluster.number("hbm_gb_per_s", scenario.cluster.hbm_gb_per_s);
+  cluster.integer("nics_per_node", scenario.cluster.nics_per_node);
+  cluster.number("nic_gbps", scenario.cluster.nic_gbps);
   cluster.reject_unknown_keys();
 
   SectionReader parallel(section_table(root, "parallel", source, problems), "parallel", source, problems);
@@ -538,6 +540,15 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
                     "the cited value; got {}",
                     src, c.hbm_gb_per_s));
   }
+  // 0 means "the node's"; anything else must describe a real network (up to 32 NICs of 1.6 Tb/s: beyond any node).
+  if (c.nics_per_node < 0 || c.nics_per_node > 32) {
+    problems.push_back(fmt::format("{}: cluster.nics_per_node must be 1..32 compute NICs per node, or 0 for the "
+                                   "node's own; got {}", src, c.nics_per_node));
+  }
+  if (!(c.nic_gbps >= 0 && c.nic_gbps <= 1600 && std::isfinite(c.nic_gbps)) || (c.nic_gbps > 0 && c.nic_gbps < 1)) {
+    problems.push_back(fmt::format("{}: cluster.nic_gbps must be a NIC line rate in Gb/s (1..1600), or 0 for the "
+                                   "node's own; got {}", src, c.nic_gbps));
+  }
   if (p.zero_stage != 0 && p.zero_stage != 1) {
     problems.push_back(fmt::format("{}: parallel.zero_stage must be 0 or 1, got {}", src, p.zero_stage));
   }
@@ -620,6 +631,8 @@ std::string to_toml(const Scenario& s) {
                      s.cluster.gemm_shape[2]));
   }
   if (s.cluster.hbm_gb_per_s > 0) line(fmt::format("hbm_gb_per_s = {:.17g}", s.cluster.hbm_gb_per_s));
+  if (s.cluster.nics_per_node > 0) line(fmt::format("nics_per_node = {}", s.cluster.nics_per_node));
+  if (s.cluster.nic_gbps > 0) line(fmt::format("nic_gbps = {:.17g}", s.cluster.nic_gbps));
   line("\n[framework]");
   line(fmt::format("name = \"{}\"", to_string(s.framework.name)));
   line(fmt::format("tied_embeddings = {}", s.framework.tied_embeddings));

@@ -23,7 +23,7 @@ std::uint64_t p2p_key(int from_stage, const model::P2PTag& tag) {
 namespace {
 
 topology::NodeSpec node_of_options(const model::Program& program, const SimOptions& options) {
-  return options.node ? *options.node : topology::node_spec(program.scenario.cluster.node);
+  return options.node ? *options.node : topology::node_spec(program.scenario.cluster);
 }
 
 bool ordered(model::Stream stream) {
@@ -38,7 +38,7 @@ Engine::Engine(const model::Program& program, const CostModel& cost, const SimOp
       options_(options),
       fidelity_(choose_fidelity(program, options)),
       node_(node_of_options(program, options)),
-      fabric_(options.fabric ? *options.fabric : topology::fabric_spec(program.scenario.cluster.node)),
+      fabric_(options.fabric ? *options.fabric : topology::fabric_spec(program.scenario.cluster)),
       placement_(program.layout, node_.gpus, options.placement) {
   communication_.node = node_;
   communication_.ideal = options.ideal_network;

@@ -42,7 +42,7 @@ Fidelity parse_fidelity(std::string_view text) {
 Fidelity choose_fidelity(const model::Program& program, const SimOptions& options) {
   topology::NodeSpec node;
   try {
-    node = options.node ? *options.node : topology::node_spec(program.scenario.cluster.node);
+    node = options.node ? *options.node : topology::node_spec(program.scenario.cluster);
   } catch (const std::invalid_argument& error) {
     throw SimulationError(error.what());
   }

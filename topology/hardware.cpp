@@ -2,8 +2,11 @@
 // the datasheet only prints the sparse one (marked *) .
 #include "topology/hardware.hpp"
 
+#include <iterator>
 #include <stdexcept>
 #include <string>
+
+#include <fmt/core.h>
 
 namespace twin::topology {
 
@@ -203,6 +206,44 @@ FabricSpec fabric_spec(model::NodeKind kind) {
       break;
   }
   throw std::invalid_argument("the simulator models GPU clusters: no fabric for a CPU host");
+}
+
+double nccl_net_speed_bytes_per_s(double line_bytes_per_s, bool hopper) {
+  // GB/s. NCCL 2.8.3 (src/graph/search.cc, tag v2.8.3-1): speedArray; NCCL 2.18 (tag v2.18.3-1): sm90SpeedArrayInter.
+  static constexpr double kAmpere[] = {42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0,
+                                       7.0,  6.0,  5.0,  4.0,  3.0,  2.4,  1.2,  0.24, 0.12};
+  static constexpr double kHopper[] = {48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 20.0, 17.5,
+                                       15.0, 12.0, 6.0,  3.0,  2.4,  1.2,  0.24, 0.12};
+  const double line = line_bytes_per_s / kGB;
+  auto fastest_not_above = [line](const auto& speeds) {
+    for (double speed : speeds) {
+      if (speed <= line) return speed;
+    }
+    return speeds[std::size(speeds) - 1];
+  };
+  return (hopper ? fastest_not_above(kHopper) : fastest_not_above(kAmpere)) * kGB;
+}
+
+NodeSpec node_spec(const model::ClusterSpec& cluster) {
+  NodeSpec node = node_spec(cluster.node);
+  if (cluster.nics_per_node <= 0 && cluster.nic_gbps <= 0) return node;
+  const int nics = cluster.nics_per_node > 0 ? static_cast<int>(cluster.nics_per_node) : node.compute_nics;
+  const double line = cluster.nic_gbps > 0 ? cluster.nic_gbps * kGiga / 8 : node.nic_bytes_per_s;
+  const bool hopper = node.gpu.name.rfind("H", 0) == 0;
+  node.name += fmt::format(" with {} x {:g} Gb/s NICs", nics, line * 8 / kGiga);
+  node.compute_nics = nics;
+  node.nic_bytes_per_s = line;
+  node.nic_effective_bytes_per_s = nccl_net_speed_bytes_per_s(line, hopper) * nics / node.gpus;
+  return node;
+}
+
+FabricSpec fabric_spec(const model::ClusterSpec& cluster) {
+  FabricSpec fabric = fabric_spec(cluster.node);
+  if (cluster.nic_gbps > 0) {
+    fabric.name = fmt::format("fat-tree of {:g} Gb/s links", cluster.nic_gbps);
+    fabric.link_bytes_per_s = cluster.nic_gbps * kGiga / 8;
+  }
+  return fabric;
 }
 
 NodeSpec node_spec_by_gpu_name(std::string_view gpu) {

@@ -75,6 +75,18 @@ FabricSpec infiniband_ndr_fat_tree();
 NodeSpec node_spec(model::NodeKind kind);
 FabricSpec fabric_spec(model::NodeKind kind);
 
+// The same, with the scenario's own network when it gives one (cluster.nics_per_node, cluster.nic_gbps): the node's
+// compute NICs and their line rate, NCCL's ring speed for such a NIC, and one cable per NIC into the fabric. When
+// the GPUs outnumber the NICs they share them: each GPU's NIC link carries its share, NCCL speed x NICs / GPUs
+// (Megatron-LM's and DeepSpeed's inter-node traffic moves on every rail of a node at once, so a share is what each
+// gets); with more NICs than GPUs, each GPU drives several.
+NodeSpec node_spec(const model::ClusterSpec& cluster);
+FabricSpec fabric_spec(const model::ClusterSpec& cluster);
+
+// NCCL's ring speed over one NIC of `line_bytes_per_s`: the fastest entry of its speed array not above the line rate
+// (NCCL 2.8.3 src/graph/search.cc speedArray for A100 nodes; NCCL 2.18 sm90SpeedArrayInter for H100/H200 nodes).
+double nccl_net_speed_bytes_per_s(double line_bytes_per_s, bool hopper);
+
 // "a100", "h100", "h200" -> the DGX node of that GPU; throws std::invalid_argument otherwise.
 NodeSpec node_spec_by_gpu_name(std::string_view gpu);
 

@@ -162,6 +162,27 @@ TEST(Cli, SimNamesTheFrameworkModelItFollowed) {
   EXPECT_THAT(deepspeed.output, HasSubstr("framework: deepspeed, BF16_Optimizer of v0.6.2 on (bf16_optimizer = true)"));
 }
 
+TEST(Cli, SimTakesTheClustersOwnNetwork) {
+  auto iteration_s = [](const std::string& sets, const std::string& name, std::string* text) {
+    const fs::path json_path = scratch("network-" + name + ".json");
+    const Result r =
+        twin("sim " + small_cluster_scenario().string() + " --quiet " + sets + " --json " + json_path.string());
+    EXPECT_EQ(r.status, 0) << r.output;
+    if (text != nullptr) *text = r.output;
+    std::ifstream in(json_path);
+    return nlohmann::json::parse(in)["iteration_time_s"].get<double>();
+  };
+  std::string cloud_text;
+  const double dgx = iteration_s("", "dgx", nullptr);
+  const double cloud = iteration_s("--set cluster.nics_per_node=4 --set cluster.nic_gbps=100", "cloud", &cloud_text);
+  EXPECT_THAT(cloud_text, HasSubstr("DGX A100 with 4 x 100 Gb/s NICs (A100-SXM4-80GB), fat-tree of 100 Gb/s links"));
+  EXPECT_GT(cloud, dgx);  // its pipeline exchanges cross nodes on an eighth of the bandwidth
+  const Result what_if = twin("sim " + small_cluster_scenario().string() +
+                              " --quiet --set cluster.nics_per_node=4 --set cluster.nic_gbps=100 --gpu h100");
+  EXPECT_EQ(what_if.status, 0) << what_if.output;
+  EXPECT_THAT(what_if.output, HasSubstr("--gpu h100 uses the DGX H100's own NICs"));
+}
+
 TEST(Cli, SimTakesTheClustersOwnGpuMeasurements) {
   auto simulate = [](const std::string& sets, const std::string& name) {
     const fs::path json_path = scratch("summary-" + name + ".json");

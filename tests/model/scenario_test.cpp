@@ -120,6 +120,21 @@ TEST(Scenario, MeasuredGpuConstantsAreReadAndRoundTrip) {
   EXPECT_DOUBLE_EQ(again.cluster.hbm_gb_per_s, 1850);
 }
 
+TEST(Scenario, TheClustersOwnNetworkIsReadAndRoundTrips) {
+  // Unset: 0, the node's own NICs.
+  const Scenario dgx = parse_scenario(kValid, "case.toml");
+  EXPECT_EQ(dgx.cluster.nics_per_node, 0);
+  EXPECT_EQ(dgx.cluster.nic_gbps, 0);
+  EXPECT_THAT(to_toml(dgx), ::testing::Not(HasSubstr("nic")));
+  const Scenario cloud = parse_scenario(replace(kValid, "node = \"dgx-a100\"", "node = \"dgx-a100\"\nnics_per_node = 4"),
+                                        "case.toml", {parse_override("cluster.nic_gbps=100")});
+  EXPECT_EQ(cloud.cluster.nics_per_node, 4);
+  EXPECT_DOUBLE_EQ(cloud.cluster.nic_gbps, 100);
+  const Scenario again = parse_scenario(to_toml(cloud), "again.toml");
+  EXPECT_EQ(to_toml(again), to_toml(cloud));
+  EXPECT_EQ(again.cluster.nics_per_node, 4);
+}
+
 struct InvalidCase {
   const char* name;
   std::string text;
@@ -198,6 +213,10 @@ INSTANTIATE_TEST_SUITE_P(
                     "cluster.node: unknown value \"dgx-b200\" (expected one of dgx-a100, dgx-a100-40gb, dgx-h100, dgx-h200, cpu-host)"},
         InvalidCase{"negative_gemm_rate", kV, {parse_override("cluster.gemm_tflops=-230")},
                     "cluster.gemm_tflops must be a measured rate in TFLOP/s (> 0), or 0 for the cited value; got -230"},
+        InvalidCase{"negative_nics", kV, {parse_override("cluster.nics_per_node=-8")},
+                    "cluster.nics_per_node must be 1..32 compute NICs per node, or 0 for the node's own; got -8"},
+        InvalidCase{"nic_in_bytes", kV, {parse_override("cluster.nic_gbps=0.025")},
+                    "cluster.nic_gbps must be a NIC line rate in Gb/s (1..1600), or 0 for the node's own; got 0.025"},
         InvalidCase{"infinite_hbm", kV, {parse_override("cluster.hbm_gb_per_s=inf")},
                     "cluster.hbm_gb_per_s must be a measured bandwidth in GB/s (> 0), or 0 for the cited value; "
                     "got inf"},

@@ -41,6 +41,26 @@ TEST(RingAllReduce, AcrossNodesMatchesTheClosedForm) {
   }
 }
 
+// The same on the cluster's own network (cluster.nics_per_node, cluster.nic_gbps): four 100 Gb/s NICs for eight GPUs,
+// all eight rails busy at once, so each ring gets half a NIC at NCCL's 12 GB/s.
+TEST(RingAllReduce, AcrossNodesOnSharedNicsGetsItsShare) {
+  const double S = 1e9;
+  const int n = 4;
+  Plan plan;
+  plan.tp = 8;
+  plan.dp = n;
+  plan.nodes = n;
+  plan.global_batch = n;
+  model::Scenario scenario = make_scenario(plan);
+  scenario.cluster.nics_per_node = 4;
+  scenario.cluster.nic_gbps = 100;
+  const auto program = hand_program(scenario, {{collective(model::CollectiveKind::AllReduce, model::Group::Data, S)}});
+  const double expected =
+      2.0 * (n - 1) / n * S / 6e9 + kNccl.ring_simple_base_s + 2 * (n - 1) * kNccl.ring_simple_net_step_s;
+  EXPECT_NEAR(run(program, Fidelity::Rank), expected, 0.01 * expected);
+  EXPECT_NEAR(run(program, Fidelity::Group), expected, 0.01 * expected);
+}
+
 TEST(RingAllReduce, InsideANodeOnNvlink) {
   const double S = 1e9;
   Plan plan;

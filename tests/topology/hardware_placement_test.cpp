@@ -34,6 +34,30 @@ TEST(Hardware, DgxNodes) {
   EXPECT_THROW(node_spec_by_gpu_name("v100"), std::invalid_argument);
 }
 
+TEST(Hardware, TheClustersOwnNetworkReplacesTheNodesNics) {
+  // NCCL's ring speed over a NIC: the fastest of its speeds not above the line rate.
+  EXPECT_DOUBLE_EQ(nccl_net_speed_bytes_per_s(25e9, false), 24e9);    // HDR 200 Gb/s (NCCL 2.8.3)
+  EXPECT_DOUBLE_EQ(nccl_net_speed_bytes_per_s(12.5e9, false), 12e9);  // 100 Gb/s
+  EXPECT_DOUBLE_EQ(nccl_net_speed_bytes_per_s(50e9, true), 48e9);     // NDR 400 Gb/s (NCCL 2.18, sm90)
+  model::ClusterSpec cluster;
+  EXPECT_EQ(node_spec(cluster).name, "DGX A100");  // nothing given: the DGX node as it is
+  EXPECT_DOUBLE_EQ(node_spec(cluster).nic_effective_bytes_per_s, dgx_a100().nic_effective_bytes_per_s);
+  // 4 x 100 Gb/s for 8 GPUs: each GPU gets half a NIC at NCCL's 12 GB/s; one cable of 100 Gb/s per NIC.
+  cluster.nics_per_node = 4;
+  cluster.nic_gbps = 100;
+  const NodeSpec shared = node_spec(cluster);
+  EXPECT_EQ(shared.compute_nics, 4);
+  EXPECT_DOUBLE_EQ(shared.nic_bytes_per_s, 12.5e9);
+  EXPECT_DOUBLE_EQ(shared.nic_effective_bytes_per_s, 6e9);
+  EXPECT_EQ(shared.name, "DGX A100 with 4 x 100 Gb/s NICs");
+  EXPECT_DOUBLE_EQ(fabric_spec(cluster).link_bytes_per_s, 12.5e9);
+  // More NICs than GPUs: each GPU drives several (32 x 400 Gb/s on 8 H100: 4 each).
+  cluster.node = model::NodeKind::DgxH100;
+  cluster.nics_per_node = 32;
+  cluster.nic_gbps = 400;
+  EXPECT_DOUBLE_EQ(node_spec(cluster).nic_effective_bytes_per_s, 4 * 48e9);
+}
+
 TEST(Hardware, EveryDgxKindAScenarioNamesHasItsGpuAndFabric) {
   // A100 40GB: the 80GB part's peaks and SMs, HBM2 at 1555 GB/s, on the same HDR fabric as DGX A100.
   const NodeSpec a100_40 = node_spec(model::NodeKind::DgxA100_40GB);
