@@ -39,6 +39,9 @@ constexpr Alias kAliases[] = {
     {"--ffn-hidden-size", "model.ffn_hidden", "alias of --set model.ffn_hidden=N"},
     {"--seq-length", "model.seq_len", "alias of --set model.seq_len=N"},
     {"--nodes", "cluster.nodes", "alias of --set cluster.nodes=N"},
+    {"--decoder-first-pipeline-num-layers", "parallel.first_stage_layers",
+     "alias of --set parallel.first_stage_layers=N"},
+    {"--decoder-last-pipeline-num-layers", "parallel.last_stage_layers", "alias of --set parallel.last_stage_layers=N"},
 };
 
 }  // namespace

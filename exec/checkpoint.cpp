@@ -271,6 +271,9 @@ std::vector<std::string> check_compatible(const Manifest& m, const fs::path& ste
   compare(refused, "parallel.pp", then.parallel.pp, now.parallel.pp);
   compare(refused, "parallel.dp", then.parallel.dp, now.parallel.dp);
   compare(refused, "parallel.virtual_stages", then.parallel.virtual_stages, now.parallel.virtual_stages);
+  // The layers each stage's shard holds.
+  compare(refused, "parallel.first_stage_layers", then.parallel.first_stage_layers, now.parallel.first_stage_layers);
+  compare(refused, "parallel.last_stage_layers", then.parallel.last_stage_layers, now.parallel.last_stage_layers);
   compare(refused, "parallel.zero_stage", then.parallel.zero_stage, now.parallel.zero_stage);
   compare(refused, "padded vocabulary (parallel.vocab_pad_multiple)", then.padded_vocab(), now.padded_vocab());
   compare(refused, "parallel.micro_batch", then.parallel.micro_batch, now.parallel.micro_batch);

@@ -81,7 +81,6 @@ ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, 
     : scenario_(scenario), coord_(coord), backend_(backend), dims_(scenario, coord.tp) {
   const auto& p = scenario.parallel;
   const int stages = static_cast<int>(p.pp), chunks = static_cast<int>(p.virtual_stages);
-  const int per_chunk = static_cast<int>(scenario.layers_per_chunk());
   first_stage_ = coord.pp == 0;
   last_stage_ = coord.pp == stages - 1;
   const std::int64_t C = dims_.hidden, F = scenario.ffn_hidden(), V = scenario.model.vocab;
@@ -103,8 +102,10 @@ ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, 
 
   // One bucket per layer, in the order of the rank's chunks.
   for (int chunk = 0; chunk < chunks; ++chunk) {
-    const int first = model::virtual_stage(coord.pp, chunk, stages) * per_chunk;
-    for (int layer = first; layer < first + per_chunk; ++layer) {
+    const int vs = model::virtual_stage(coord.pp, chunk, stages);
+    const int first = static_cast<int>(scenario.first_layer_of_virtual_stage(vs));
+    const int count = static_cast<int>(scenario.layers_in_virtual_stage(vs));
+    for (int layer = first; layer < first + count; ++layer) {
       const std::string n = fmt::format("layers.{}.", layer);
       Bucket b;
       b.name = fmt::format("layer {}", layer);

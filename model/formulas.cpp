@@ -41,7 +41,9 @@ double layer_parameters_per_gpu(const Scenario& s) { return layer_parameters_per
 double parameters_per_gpu(const Scenario& s, int stage) {
   const auto& p = s.parallel;
   const double h = d(s.model.hidden), V = d(s.padded_vocab()), t = d(p.tp);
-  double params = d(s.model.layers / p.pp) * layer_parameters_per_rank(s, p.tp);
+  std::int64_t layers = 0;  // over the stage's chunks: model.layers / pp, unless the end stages hold their own count
+  for (std::int64_t chunk = 0; chunk < p.virtual_stages; ++chunk) layers += s.layers_in_virtual_stage(chunk * p.pp + stage);
+  double params = d(layers) * layer_parameters_per_rank(s, p.tp);
   if (stage == 0) params += V * h / t + d(s.model.seq_len) * h;  // word embedding shard + position embedding
   if (stage == p.pp - 1) {
     params += 2 * h;  // final layernorm
@@ -106,7 +108,6 @@ MemoryEstimate estimate_memory(const Scenario& s) {
                                        static_cast<int>(p.virtual_stages));
   const StateBytesPerParameter per_param = state_bytes_per_parameter(s.model.dtype);
   const double layer_stash = activation_bytes_per_layer(s);
-  const double layers_per_chunk = d(s.layers_per_chunk());
   for (int stage = 0; stage < p.pp; ++stage) {
     StageMemory m;
     m.stage = stage;
@@ -115,7 +116,8 @@ MemoryEstimate estimate_memory(const Scenario& s) {
     m.gradients_bytes = m.parameters * per_param.gradients;
     m.optimizer_bytes = m.parameters * per_param.optimizer / (p.zero_stage >= 1 ? d(p.dp) : 1.0);
     m.in_flight_micro_batches = max_in_flight(schedule[stage]);
-    m.activations_bytes = m.in_flight_micro_batches * layers_per_chunk * layer_stash;
+    // Chunks of one stage hold the same number of layers (an uneven split has no interleaving).
+    m.activations_bytes = m.in_flight_micro_batches * d(s.layers_in_virtual_stage(stage)) * layer_stash;
     // Recompute rebuilds one layer's full activations before its backward.
     if (p.recompute != Recompute::None) m.activations_bytes += layer_working_set_bytes(s);
     // The last stage holds one micro-batch of fp32 logits for the cross-entropy (s b V/t floats).

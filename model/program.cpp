@@ -327,7 +327,6 @@ class StageBuilder {
     stages_ = static_cast<int>(s.parallel.pp);
     chunks_ = static_cast<int>(s.parallel.virtual_stages);
     virtual_stages_ = stages_ * chunks_;
-    layers_per_chunk_ = static_cast<int>(s.layers_per_chunk());
     dp_ = static_cast<int>(s.parallel.dp);
     // Megatron-LM reduces gradients in fp32 for bf16 training (it sets accumulate_allreduce_grads_in_fp32 with
     // --bf16), in the model dtype otherwise. DeepSpeed reduces them in the model dtype: v0.5's ZeRO-1
@@ -408,13 +407,18 @@ class StageBuilder {
 
   int last_op() const { return static_cast<int>(ops_.size()) - 1; }
 
-  int first_layer(int chunk) const { return virtual_stage(stage_, chunk, stages_) * layers_per_chunk_; }
+  int first_layer(int chunk) const {
+    return static_cast<int>(s_.first_layer_of_virtual_stage(virtual_stage(stage_, chunk, stages_)));
+  }
+  int layers_in(int chunk) const {
+    return static_cast<int>(s_.layers_in_virtual_stage(virtual_stage(stage_, chunk, stages_)));
+  }
 
   void forward_step(const PipelineStep& step) {
     const int vs = virtual_stage(stage_, step.chunk, stages_);
     int wait_for = vs > 0 ? recv(step, vs - 1, Phase::Forward) : -1;
     if (vs == 0) emit_all(embedding_forward(x_), step, wait_for);
-    for (int layer = first_layer(step.chunk); layer < first_layer(step.chunk) + layers_per_chunk_; ++layer) {
+    for (int layer = first_layer(step.chunk); layer < first_layer(step.chunk) + layers_in(step.chunk); ++layer) {
       emit_layer(layer, Phase::Forward, step, wait_for);
     }
     if (vs == virtual_stages_ - 1) {
@@ -429,7 +433,7 @@ class StageBuilder {
     int wait_for = vs < virtual_stages_ - 1 ? recv(step, vs + 1, Phase::Backward) : -1;
     if (vs == virtual_stages_ - 1) emit_all(head_backward(x_, recompute_model_ends(s_)), step, wait_for);
     int gradient_producer = last_op();
-    for (int layer = first_layer(step.chunk) + layers_per_chunk_ - 1; layer >= first_layer(step.chunk); --layer) {
+    for (int layer = first_layer(step.chunk) + layers_in(step.chunk) - 1; layer >= first_layer(step.chunk); --layer) {
       emit_layer(layer, Phase::Recompute, step, wait_for);
       emit_layer(layer, Phase::Backward, step, wait_for);
       gradient_producer = last_op();  // before any gradient-synchronisation op of this layer
@@ -597,7 +601,7 @@ class StageBuilder {
   Granularity granularity_;
   const StageSchedule& schedule_;
   int stage_;
-  int stages_ = 1, chunks_ = 1, virtual_stages_ = 1, layers_per_chunk_ = 1, dp_ = 1;
+  int stages_ = 1, chunks_ = 1, virtual_stages_ = 1, dp_ = 1;
   double grad_reduce_bytes_ = 4;
   std::vector<int> last_backward_;  // per chunk: index in the schedule of its last backward step
   std::vector<int> deferred_layers_;

@@ -290,6 +290,21 @@ std::int64_t Scenario::padded_vocab() const {
   return (model.vocab + multiple - 1) / multiple * multiple;
 }
 
+std::int64_t Scenario::layers_in_virtual_stage(std::int64_t virtual_stage) const {
+  const auto& p = parallel;
+  if (p.first_stage_layers <= 0 && p.last_stage_layers <= 0) return layers_per_chunk();
+  if (virtual_stage == 0 && p.first_stage_layers > 0) return p.first_stage_layers;
+  if (virtual_stage == p.pp - 1 && p.last_stage_layers > 0) return p.last_stage_layers;
+  const std::int64_t middle = p.pp - (p.first_stage_layers > 0) - (p.last_stage_layers > 0);
+  return middle > 0 ? (model.layers - p.first_stage_layers - p.last_stage_layers) / middle : 0;
+}
+
+std::int64_t Scenario::first_layer_of_virtual_stage(std::int64_t virtual_stage) const {
+  std::int64_t first = 0;
+  for (std::int64_t earlier = 0; earlier < virtual_stage; ++earlier) first += layers_in_virtual_stage(earlier);
+  return first;
+}
+
 ScenarioError::ScenarioError(std::vector<std::string> problems)
     : std::runtime_error(problems.empty() ? std::string("invalid scenario") : problems.front()),
       problems_(std::move(problems)) {}
@@ -386,6 +401,8 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   parallel.integer("zero_stage", scenario.parallel.zero_stage);
   parallel.boolean("dp_overlap", scenario.parallel.dp_overlap);
   parallel.integer("vocab_pad_multiple", scenario.parallel.vocab_pad_multiple);
+  parallel.integer("first_stage_layers", scenario.parallel.first_stage_layers);
+  parallel.integer("last_stage_layers", scenario.parallel.last_stage_layers);
   parallel.reject_unknown_keys();
 
   SectionReader framework(section_table(root, "framework", source, problems), "framework", source, problems);
@@ -493,7 +510,30 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
     problems.push_back(fmt::format("{}: model.ffn_hidden ({}) must be divisible by parallel.tp ({})", src,
                                    scenario.ffn_hidden(), p.tp));
   }
-  if (layers_ok && pp_ok && v_ok && m.layers % (p.pp * p.virtual_stages) != 0) {
+  const bool uneven = p.first_stage_layers != 0 || p.last_stage_layers != 0;
+  if (uneven) {
+    const std::int64_t given = (p.first_stage_layers > 0) + (p.last_stage_layers > 0);
+    if (p.first_stage_layers < 0 || p.last_stage_layers < 0) {
+      problems.push_back(fmt::format("{}: parallel.first_stage_layers and parallel.last_stage_layers must be >= 0 (0: "
+                                     "an even split), got {} and {}", src, p.first_stage_layers, p.last_stage_layers));
+    } else if (v_ok && p.virtual_stages != 1) {
+      problems.push_back(fmt::format("{}: parallel.first_stage_layers / last_stage_layers need parallel.virtual_stages "
+                                     "= 1 (an interleaved split is even), got {}", src, p.virtual_stages));
+    } else if (pp_ok && layers_ok && p.pp < 2) {
+      problems.push_back(fmt::format("{}: parallel.first_stage_layers / last_stage_layers need a pipeline "
+                                     "(parallel.pp >= 2), got parallel.pp = {}", src, p.pp));
+    } else if (pp_ok && layers_ok) {
+      const std::int64_t middle = p.pp - given, rest = m.layers - p.first_stage_layers - p.last_stage_layers;
+      const bool fits = middle == 0 ? rest == 0 : rest >= middle && rest % middle == 0;
+      if (!fits) {
+        problems.push_back(fmt::format("{}: model.layers ({}) minus parallel.first_stage_layers ({}) and "
+                                       "parallel.last_stage_layers ({}) leaves {} for the other {} stage(s): it must "
+                                       "split evenly, at least one layer each",
+                                       src, m.layers, p.first_stage_layers, p.last_stage_layers, rest, middle));
+      }
+    }
+  }
+  if (!uneven && layers_ok && pp_ok && v_ok && m.layers % (p.pp * p.virtual_stages) != 0) {
     problems.push_back(fmt::format("{}: model.layers ({}) must be divisible by parallel.pp * parallel.virtual_stages "
                                    "({} * {} = {})", src, m.layers, p.pp, p.virtual_stages, p.pp * p.virtual_stages));
   }
@@ -619,6 +659,8 @@ std::string to_toml(const Scenario& s) {
   line(fmt::format("recompute = \"{}\"", to_string(s.parallel.recompute)));
   line(fmt::format("sequence_parallel = {}", s.parallel.sequence_parallel));
   line(fmt::format("zero_stage = {}", s.parallel.zero_stage));
+  if (s.parallel.first_stage_layers > 0) line(fmt::format("first_stage_layers = {}", s.parallel.first_stage_layers));
+  if (s.parallel.last_stage_layers > 0) line(fmt::format("last_stage_layers = {}", s.parallel.last_stage_layers));
   line(fmt::format("dp_overlap = {}", s.parallel.dp_overlap));
   line(fmt::format("vocab_pad_multiple = {}", s.parallel.vocab_pad_multiple));
   line("\n[cluster]");

@@ -56,6 +56,11 @@ struct ParallelSpec {
   std::int64_t zero_stage = 0;        // 0 or 1 (optimizer state sharded across DP)
   bool dp_overlap = false;            // reduce DP gradients under the backward pass
   std::int64_t vocab_pad_multiple = 128;  // Megatron's make-vocab-size-divisible-by (times tp)
+  // Transformer layers of the first and of the last pipeline stage, the others sharing the rest evenly (Megatron-Core's
+  // --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers: lighter end stages make room for the
+  // embedding and the LM head); 0: an even split. Without interleaving only.
+  std::int64_t first_stage_layers = 0;
+  std::int64_t last_stage_layers = 0;
 
   std::int64_t micro_batches() const { return global_batch / (dp * micro_batch); }  // m, per pipeline
   std::int64_t world_size() const { return tp * pp * dp; }
@@ -130,6 +135,10 @@ struct Scenario {
   // Vocabulary padded as Megatron does: up to a multiple of vocab_pad_multiple * tp.
   std::int64_t padded_vocab() const;
   std::int64_t layers_per_chunk() const { return model.layers / (parallel.pp * parallel.virtual_stages); }
+  // The transformer layers of virtual stage `virtual_stage` (stage s's chunk c is virtual stage c * pp + s), and the
+  // first of them: layers_per_chunk() each, or parallel.first_stage_layers / last_stage_layers at the ends.
+  std::int64_t layers_in_virtual_stage(std::int64_t virtual_stage) const;
+  std::int64_t first_layer_of_virtual_stage(std::int64_t virtual_stage) const;
 };
 
 // A scenario the user wrote is wrong: every problem is listed, each naming its field and values.

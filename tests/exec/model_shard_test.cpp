@@ -96,6 +96,19 @@ TEST(ExecModelShard, PipelineStagesHoldTheSameLayersAsOneStage) {
   EXPECT_EQ(copy, values(*one.ranks[0], one.backend, "wte"));
 }
 
+TEST(ExecModelShard, UnevenStagesHoldTheirOwnCounts) {
+  // 8 layers as 1 + 3 + 3 + 1 (parallel.first_stage_layers / last_stage_layers): stage 1 holds layers 1..3.
+  const std::vector<std::string> uneven{"parallel.pp=4", "parallel.first_stage_layers=1",
+                                        "parallel.last_stage_layers=1"};
+  Shards first(uneven, 0), second(uneven, 1), last(uneven, 3);
+  EXPECT_TRUE(first.ranks[0]->has_layer(0));
+  EXPECT_FALSE(first.ranks[0]->has_layer(1));
+  for (int layer = 1; layer <= 3; ++layer) EXPECT_TRUE(second.ranks[0]->has_layer(layer)) << layer;
+  EXPECT_FALSE(second.ranks[0]->has_layer(4));
+  EXPECT_TRUE(last.ranks[0]->has_layer(7));
+  EXPECT_FALSE(last.ranks[0]->has_layer(6));
+}
+
 TEST(ExecModelShard, PaddedVocabularyRowsAreZero) {
   Shards shards({"model.vocab=300", "parallel.tp=2"}, 0);  // padded to 512: 256 rows per rank
   const auto last = values(*shards.ranks[1], shards.backend, "wte");

@@ -75,6 +75,8 @@ INSTANTIATE_TEST_SUITE_P(
              {"framework.name=\"deepspeed\"", "parallel.tp=2", "parallel.pp=2", "parallel.dp=2",
               "parallel.zero_stage=1"}},
         Plan{"pp2_gpipe", {"parallel.pp=2", "parallel.schedule=\"gpipe\""}},
+        // lighter end stages: 1 + 3 + 3 + 1 of the 8 layers
+        Plan{"pp4_uneven_1_3_3_1", {"parallel.pp=4", "parallel.first_stage_layers=1", "parallel.last_stage_layers=1"}},
         Plan{"micro_batch4", {"parallel.micro_batch=4"}},
         Plan{"everything_at_once",
              {"parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "parallel.sequence_parallel=true",

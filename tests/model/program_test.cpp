@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "model/formulas.hpp"
@@ -252,6 +253,29 @@ TEST(Program, DataParallelReductionFollowsZeroAndOverlap) {
   // ... in the model dtype (allreduce_always_fp32 is off by default), where Megatron-LM reduces bf16 in fp32.
   ASSERT_EQ(s.model.dtype, DType::BF16);
   EXPECT_DOUBLE_EQ(deepspeed[0].bytes, 2 * layer_parameters_per_gpu(s));
+}
+
+TEST(Program, UnevenStagesRunTheirOwnLayersAndHoldTheirOwnMemory) {
+  Scenario s = make_scenario(8, 64, 4, 32, 256, 1, 4, 1, 1, 4);
+  s.parallel.first_stage_layers = 1;
+  s.parallel.last_stage_layers = 1;
+  const Program program = build_program(s, Granularity::Layer);
+  const std::vector<std::set<int>> expected{{0}, {1, 2, 3}, {4, 5, 6}, {7}};
+  for (int stage = 0; stage < 4; ++stage) {
+    std::set<int> layers;
+    for (const Op& op : program.stage_ops[stage]) {
+      if (op.kind == OpKind::Compute && op.what == ComputeKind::TransformerLayer) layers.insert(op.layer);
+    }
+    EXPECT_EQ(layers, expected[stage]) << "stage " << stage;
+  }
+  // Parameters and stashed activations follow the layers: a middle stage holds three layers' worth.
+  EXPECT_DOUBLE_EQ(parameters_per_gpu(s, 1), 3 * layer_parameters_per_gpu(s));
+  const MemoryEstimate memory = estimate_memory(s);
+  EXPECT_LT(memory.stages[0].parameters, memory.stages[1].parameters);
+  Scenario even = s;
+  even.parallel.first_stage_layers = even.parallel.last_stage_layers = 0;
+  EXPECT_DOUBLE_EQ(parameters_per_gpu(even, 1), 2 * layer_parameters_per_gpu(even));
+  EXPECT_GT(estimate_memory(s).stages[1].activations_bytes, estimate_memory(even).stages[1].activations_bytes);
 }
 
 TEST(Program, TiedEmbeddingGradientsMeetBetweenFirstAndLastStage) {

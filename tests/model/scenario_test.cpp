@@ -135,6 +135,24 @@ TEST(Scenario, TheClustersOwnNetworkIsReadAndRoundTrips) {
   EXPECT_EQ(again.cluster.nics_per_node, 4);
 }
 
+TEST(Scenario, UnevenEndStagesSplitTheRestEvenly) {
+  // 8 layers on 4 stages, 1 on each end stage: 3 on each of the two others.
+  const Scenario s = parse_scenario(replace(kValid, "pp = 2", "pp = 4"), "case.toml",
+                                    {parse_override("parallel.first_stage_layers=1"),
+                                     parse_override("parallel.last_stage_layers=1"), parse_override("parallel.tp=1")});
+  const std::int64_t expected_layers[] = {1, 3, 3, 1}, expected_first[] = {0, 1, 4, 7};
+  for (int stage = 0; stage < 4; ++stage) {
+    EXPECT_EQ(s.layers_in_virtual_stage(stage), expected_layers[stage]) << stage;
+    EXPECT_EQ(s.first_layer_of_virtual_stage(stage), expected_first[stage]) << stage;
+  }
+  EXPECT_EQ(parse_scenario(to_toml(s), "again.toml").parallel.last_stage_layers, 1);
+  // Only the first given: the other three share the rest (2 + 2 + 2 + 2 is the even split itself).
+  const Scenario first_only = parse_scenario(replace(kValid, "pp = 2", "pp = 4"), "case.toml",
+                                             {parse_override("parallel.first_stage_layers=2"),
+                                              parse_override("parallel.tp=1")});
+  EXPECT_EQ(first_only.layers_in_virtual_stage(3), 2);
+}
+
 struct InvalidCase {
   const char* name;
   std::string text;
@@ -220,6 +238,15 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"infinite_hbm", kV, {parse_override("cluster.hbm_gb_per_s=inf")},
                     "cluster.hbm_gb_per_s must be a measured bandwidth in GB/s (> 0), or 0 for the cited value; "
                     "got inf"},
+        InvalidCase{"uneven_interleaved", kV,
+                    {parse_override("parallel.first_stage_layers=2"), parse_override("parallel.virtual_stages=2")},
+                    "parallel.first_stage_layers / last_stage_layers need parallel.virtual_stages = 1"},
+        InvalidCase{"uneven_rest_does_not_split", replace(kV, "pp = 2", "pp = 4"),
+                    {parse_override("parallel.first_stage_layers=1")},
+                    "model.layers (8) minus parallel.first_stage_layers (1) and parallel.last_stage_layers (0) leaves 7 "
+                    "for the other 3 stage(s): it must split evenly, at least one layer each"},
+        InvalidCase{"uneven_negative", kV, {parse_override("parallel.last_stage_layers=-1")},
+                    "parallel.first_stage_layers and parallel.last_stage_layers must be >= 0"},
         InvalidCase{"gemm_shape_of_two", kV, {parse_override("cluster.gemm_tflops=230"),
                                                parse_override("cluster.gemm_shape=[8192, 8192]")},
                     "cluster.gemm_shape: expected an array of 3 positive integers, got an array"},
