@@ -418,7 +418,8 @@ class StageBuilder {
     const int vs = virtual_stage(stage_, step.chunk, stages_);
     int wait_for = vs > 0 ? recv(step, vs - 1, Phase::Forward) : -1;
     if (vs == 0) emit_all(embedding_forward(x_), step, wait_for);
-    for (int layer = first_layer(step.chunk); layer < first_layer(step.chunk) + layers_in(step.chunk); ++layer) {
+    const int first = first_layer(step.chunk), end = first + layers_in(step.chunk);
+    for (int layer = first; layer < end; ++layer) {
       emit_layer(layer, Phase::Forward, step, wait_for);
     }
     if (vs == virtual_stages_ - 1) {
@@ -433,7 +434,8 @@ class StageBuilder {
     int wait_for = vs < virtual_stages_ - 1 ? recv(step, vs + 1, Phase::Backward) : -1;
     if (vs == virtual_stages_ - 1) emit_all(head_backward(x_, recompute_model_ends(s_)), step, wait_for);
     int gradient_producer = last_op();
-    for (int layer = first_layer(step.chunk) + layers_in(step.chunk) - 1; layer >= first_layer(step.chunk); --layer) {
+    const int first = first_layer(step.chunk);
+    for (int layer = first + layers_in(step.chunk) - 1; layer >= first; --layer) {
       emit_layer(layer, Phase::Recompute, step, wait_for);
       emit_layer(layer, Phase::Backward, step, wait_for);
       gradient_producer = last_op();  // before any gradient-synchronisation op of this layer
