@@ -199,8 +199,8 @@ TEST(Collectives, NcclPicksItsProtocolBySize) {
   EXPECT_NEAR(plan(1e8).estimate_s,
               nccl.ring_simple_base_s + 14 * nccl.ring_simple_nvlink_step_s + 1e8 / (235e9 * 8 / 14), 1e-9);
   // LL128's flows carry the bytes its lower bus bandwidth stands for.
-  const auto& flows = plan(mid).phases.at(0).flows;
-  EXPECT_NEAR(flows.at(0).bytes, 2.0 * 7 / 8 * mid * 235 / 202.8, 1e-3);
+  const CollectivePlan ll128 = plan(mid);
+  EXPECT_NEAR(ll128.phases.at(0).flows.at(0).bytes, 2.0 * 7 / 8 * mid * 235 / 202.8, 1e-3);
   // One rank per node: LL128 reaches 0.7 of the NIC's 24 GB/s ("sending/receiving at the same GPU through the NIC").
   const std::vector<int> eight_nodes{0, 1, 2, 3, 4, 5, 6, 7};
   const auto across = plan_collective(model::CollectiveKind::AllReduce, 1e6, eight_nodes, communication(),
