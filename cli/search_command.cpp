@@ -73,6 +73,17 @@ std::vector<std::int64_t> divisors(std::int64_t n) {
   return out;
 }
 
+// Pipeline sizes worth trying: those that split the layers evenly, or, when the scenario gives its end stages their
+// own layer counts (parallel.first_stage_layers / last_stage_layers), any pipeline (the validation keeps those whose
+// remaining layers split evenly over the other stages).
+std::vector<std::int64_t> pipeline_sizes(const model::Scenario& base) {
+  const auto& p = base.parallel;
+  if (p.first_stage_layers <= 0 && p.last_stage_layers <= 0) return divisors(base.model.layers);
+  std::vector<std::int64_t> out;
+  for (std::int64_t pp = 2; pp <= base.model.layers; ++pp) out.push_back(pp);
+  return out;
+}
+
 // Every valid plan that fits, ordered by its ideal bubble (then less tensor parallelism): the order in which they are
 // simulated when there are more than --max.
 std::vector<Plan> enumerate_plans(const model::Scenario& base, bool vary_recompute, int& rejected_for_memory) {
@@ -82,7 +93,7 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, bool vary_recompu
   std::vector<Plan> plans;
   rejected_for_memory = 0;
   for (std::int64_t tp = 1; tp <= base.cluster.gpus_per_node; tp *= 2) {
-    for (std::int64_t pp : divisors(base.model.layers)) {
+    for (std::int64_t pp : pipeline_sizes(base)) {
       if (gpus % (tp * pp) != 0) continue;
       const std::int64_t dp = gpus / (tp * pp);
       for (std::int64_t micro_batch : {1, 2, 4, 8}) {

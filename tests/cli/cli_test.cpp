@@ -134,6 +134,19 @@ TEST(Cli, CompareAgainstAPublishedTime) {
 }
 
 #ifdef TWIN_HAVE_SIMGRID
+TEST(Cli, SearchTriesPipelinesThatSplitUnevenLayers) {
+  // 22 layers with 3 on each end stage: only a pipeline of 4 splits the other 16 evenly, and 4 does not divide 22.
+  const fs::path json_path = scratch("search-uneven.json");
+  const Result r = twin("search " + small_cluster_scenario().string() +
+                        " --set model.layers=22 --set parallel.pp=4 --set parallel.first_stage_layers=3"
+                        " --set parallel.last_stage_layers=3 --max 2 --jobs 2 --json " + json_path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream in(json_path);
+  const auto plans = nlohmann::json::parse(in)["plans"];
+  ASSERT_FALSE(plans.empty());
+  for (const auto& plan : plans) EXPECT_EQ(plan["pp"], 4);
+}
+
 TEST(Cli, SearchRanksValidPlansByIterationTime) {
   const fs::path json_path = scratch("search.json");
   const Result r = twin("search " + small_cluster_scenario().string() + " --max 5 --jobs 2 --json " + json_path.string());
