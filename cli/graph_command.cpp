@@ -66,11 +66,7 @@ void print_summary(const model::Program& program) {
   fmt::print("\nmemory per GPU (capacity {}):\n", gib(memory.capacity_bytes));
   fmt::print("  stage  layers  params    weights   grads     optimizer activ.    in-flight  peak\n");
   for (const auto& m : memory.stages) {
-    std::int64_t layers = 0;  // over the stage's chunks
-    for (std::int64_t chunk = 0; chunk < s.parallel.virtual_stages; ++chunk) {
-      layers += s.layers_in_virtual_stage(chunk * s.parallel.pp + m.stage);
-    }
-    fmt::print("  {:>5}  {:>6}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>8}{}\n", m.stage, layers,
+    fmt::print("  {:>5}  {:>6}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>8}{}\n", m.stage, s.layers_on_stage(m.stage),
                human_count(m.parameters),
                gib(m.weights_bytes), gib(m.gradients_bytes), gib(m.optimizer_bytes), gib(m.activations_bytes),
                m.in_flight_micro_batches, gib(m.peak_bytes), m.peak_bytes > memory.capacity_bytes ? "  > capacity" : "");

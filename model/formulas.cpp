@@ -41,12 +41,7 @@ double layer_parameters_per_gpu(const Scenario& s) { return layer_parameters_per
 double parameters_per_gpu(const Scenario& s, int stage) {
   const auto& p = s.parallel;
   const double h = d(s.model.hidden), V = d(s.padded_vocab()), t = d(p.tp);
-  // Over the stage's chunks: model.layers / pp, unless the end stages hold their own count.
-  std::int64_t layers = 0;
-  for (std::int64_t chunk = 0; chunk < p.virtual_stages; ++chunk) {
-    layers += s.layers_in_virtual_stage(chunk * p.pp + stage);
-  }
-  double params = d(layers) * layer_parameters_per_rank(s, p.tp);
+  double params = d(s.layers_on_stage(stage)) * layer_parameters_per_rank(s, p.tp);
   if (stage == 0) params += V * h / t + d(s.model.seq_len) * h;  // word embedding shard + position embedding
   if (stage == p.pp - 1) {
     params += 2 * h;  // final layernorm

@@ -305,6 +305,14 @@ std::int64_t Scenario::first_layer_of_virtual_stage(std::int64_t virtual_stage) 
   return first;
 }
 
+std::int64_t Scenario::layers_on_stage(std::int64_t stage) const {
+  std::int64_t layers = 0;
+  for (std::int64_t chunk = 0; chunk < parallel.virtual_stages; ++chunk) {
+    layers += layers_in_virtual_stage(chunk * parallel.pp + stage);
+  }
+  return layers;
+}
+
 ScenarioError::ScenarioError(std::vector<std::string> problems)
     : std::runtime_error(problems.empty() ? std::string("invalid scenario") : problems.front()),
       problems_(std::move(problems)) {}

@@ -139,6 +139,8 @@ struct Scenario {
   // first of them: layers_per_chunk() each, or parallel.first_stage_layers / last_stage_layers at the ends.
   std::int64_t layers_in_virtual_stage(std::int64_t virtual_stage) const;
   std::int64_t first_layer_of_virtual_stage(std::int64_t virtual_stage) const;
+  // The transformer layers pipeline stage `stage` holds, over its chunks.
+  std::int64_t layers_on_stage(std::int64_t stage) const;
 };
 
 // A scenario the user wrote is wrong: every problem is listed, each naming its field and values.

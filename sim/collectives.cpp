@@ -34,18 +34,6 @@ CollectiveAlgorithm parse_collective_algorithm(std::string_view text) {
                               "' (expected auto, ring, tree, hierarchical or analytical)");
 }
 
-std::string_view to_string(Protocol protocol) {
-  switch (protocol) {
-    case Protocol::Simple:
-      return "Simple";
-    case Protocol::LL:
-      return "LL";
-    case Protocol::LL128:
-      return "LL128";
-  }
-  return "?";
-}
-
 double CommunicationModel::p2p_latency_s(bool crosses_nodes) const {
   if (ideal) return 0;
   return crosses_nodes ? nccl.ring_simple_net_step_s : nccl.ring_simple_nvlink_step_s;
@@ -107,7 +95,7 @@ struct ProtocolModel {
 // collective runs, ncclTopoPostset doubling them afterwards: hardware.hpp), across nodes one per NIC in use.
 std::vector<Estimate> nccl_estimates(model::CollectiveKind kind, double bytes, const Layout& g,
                                      const CommunicationModel& model) {
-  const NcclLatencies& nccl = model.nccl;
+  const NcclTuning& nccl = model.nccl;
   const double nvlink = model.node.nvlink_effective_bytes_per_s;
   const double nic = model.node.nic_effective_bytes_per_s;
   const bool all_reduce = kind == model::CollectiveKind::AllReduce;
@@ -259,7 +247,7 @@ CollectivePlan plan_collective(model::CollectiveKind kind, double bytes, const s
     return plan;
   }
 
-  const NcclLatencies& nccl = model.nccl;
+  const NcclTuning& nccl = model.nccl;
   const double scaled = bytes * bandwidth_scale;
   const bool hierarchical = requested == CollectiveAlgorithm::Hierarchical ||
                             (requested == CollectiveAlgorithm::Auto && best->algorithm == CollectiveAlgorithm::Ring &&

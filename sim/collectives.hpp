@@ -33,11 +33,10 @@ CollectiveAlgorithm parse_collective_algorithm(std::string_view text);  // throw
 // bandwidth) and LL128 (128-byte lines with one flag word: near Simple's bandwidth at lower latency; NCCL enables it
 // by default on Volta and Ampere with NVLink).
 enum class Protocol : unsigned char { Simple, LL, LL128 };
-std::string_view to_string(Protocol protocol);
 
 // NCCL 2.8.3's tuning model (src/graph/tuning.cc at tag v2.8.3-1, the release of NGC PyTorch 20.12 and of the runs
 // of 2021), microseconds converted to seconds and GB/s to bytes/s.
-struct NcclLatencies {
+struct NcclTuning {
   // baseLat: Tree {LL 4.4, LL128 4.4, Simple 0}, Ring {LL 3.6, LL128 10.0, Simple 8.4}.
   double ring_simple_base_s = 8.4e-6;
   double ring_ll_base_s = 3.6e-6;
@@ -89,7 +88,7 @@ struct NcclLatencies {
 
 struct CommunicationModel {
   topology::NodeSpec node;
-  NcclLatencies nccl;
+  NcclTuning nccl;
   double small_bytes = 64 * 1024;  // below: latency-bound, timed by NCCL's estimate without flows
   bool ideal = false;              // infinite bandwidth, zero latency (tests of the pipeline alone)
 

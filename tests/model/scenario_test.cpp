@@ -144,6 +144,7 @@ TEST(Scenario, UnevenEndStagesSplitTheRestEvenly) {
   for (int stage = 0; stage < 4; ++stage) {
     EXPECT_EQ(s.layers_in_virtual_stage(stage), expected_layers[stage]) << stage;
     EXPECT_EQ(s.first_layer_of_virtual_stage(stage), expected_first[stage]) << stage;
+    EXPECT_EQ(s.layers_on_stage(stage), expected_layers[stage]) << stage;  // one chunk per stage
   }
   EXPECT_EQ(parse_scenario(to_toml(s), "again.toml").parallel.last_stage_layers, 1);
   // Only the first given: the other three share the rest (2 + 2 + 2 + 2 is the even split itself).

@@ -14,7 +14,7 @@ using testing::make_scenario;
 using testing::Plan;
 
 const topology::NodeSpec kNode = topology::dgx_a100();
-const NcclLatencies kNccl;
+const NcclTuning kNccl;
 
 double run(const model::Program& program, Fidelity fidelity) {
   SimOptions options;

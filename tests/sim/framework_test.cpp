@@ -19,7 +19,7 @@ using testing::make_scenario;
 using testing::Plan;
 
 const topology::NodeSpec kNode = topology::dgx_a100();
-const NcclLatencies kNccl;
+const NcclTuning kNccl;
 
 model::Op gemm_op(model::ComputeKind what, model::Phase phase, double m, double n, double k) {
   model::Op op;

@@ -178,7 +178,7 @@ TEST(Collectives, SmallMessagesAreLatencyBoundAndUseTheTree) {
       plan_collective(model::CollectiveKind::AllReduce, 4, nodes, communication(), CollectiveAlgorithm::Auto);
   EXPECT_EQ(plan.algorithm, CollectiveAlgorithm::Analytical);
   EXPECT_TRUE(plan.phases.empty());
-  const NcclLatencies nccl;
+  const NcclTuning nccl;
   EXPECT_NEAR(plan.estimate_s, nccl.tree_ll_base_s + 2 * 8 * nccl.tree_ll_net_step_s, 1e-7);
 }
 
@@ -187,7 +187,7 @@ TEST(Collectives, NcclPicksItsProtocolBySize) {
   // (10 us + 14 x 1.9 us; bus min(235 x 0.92, 16.9 x 12 channels) = 202.8 GB/s) in the middle, Simple (8.4 + 14 x 3.4
   // us at 235 GB/s) for large ones.
   const std::vector<int> one_node(8, 0);
-  const NcclLatencies nccl;
+  const NcclTuning nccl;
   const auto plan = [&](double bytes) {
     return plan_collective(model::CollectiveKind::AllReduce, bytes, one_node, communication(), CollectiveAlgorithm::Ring);
   };
