@@ -27,29 +27,28 @@ PipelineTransfer pipeline_transfer(const model::Scenario& scenario, const model:
       }
       break;
     case model::Framework::DeepSpeed:
-      // PartitionedTensor.full(): zero-fill (write), NCCL's copy-out of the list all-gather (read, write) and the
-      // returned clone (read, write): 5 full tensors in 3 kernels.
+      // Each receipt restores tensors with PartitionedTensor.full(): an all-gather across TP, then zero-fill
+      // (write), NCCL's copy-out of the list all-gather (read, write) and the returned clone (read, write): 5 full
+      // tensors in 3 kernels. Until v0.6.2 (is_grad_partitioned = False) a gradient crosses whole and the receiver
+      // restores only its own partitioned output.
+      transfer.receipt_gathers = 1;
       transfer.receipt_copy_bytes = 5 * p2p.bytes;
       transfer.receipt_copy_kernels = 3;
-      if (gradient && scenario.framework.bf16_optimizer) {
+      if (!gradient) {
+        // PartitionedTensor: its meta tensor, then 1/t of the data; the receiver also clones the partition it
+        // received twice (_exec_recv_activations, then _exec_forward_pass).
+        transfer.wire_bytes = p2p.bytes / t;
+        transfer.messages = 2;
+        transfer.receipt_copy_bytes += 2 * 2 * p2p.bytes / t;
+        transfer.receipt_copy_kernels += 2;
+      } else if (scenario.framework.bf16_optimizer) {
         // v0.6.2 on (is_grad_partitioned = is_model_parallel): the gradient is a PartitionedTensor too, and the
-        // backward calls .full() on both its own partitioned output and the received gradient (_exec_backward_pass).
+        // backward restores both its own output and the received gradient (_exec_backward_pass).
         transfer.wire_bytes = p2p.bytes / t;
         transfer.messages = 2;
         transfer.receipt_gathers = 2;
         transfer.receipt_copy_bytes = 2 * 5 * p2p.bytes;
         transfer.receipt_copy_kernels = 2 * 3;
-      } else if (gradient) {
-        // Whole gradient on the wire; the receiver restores its own partitioned output first (an all-gather).
-        transfer.receipt_gathers = 1;
-      } else {
-        // PartitionedTensor: its meta tensor, then 1/t of the data; the receiver clones the partition it received
-        // twice (_exec_recv_activations, then _exec_forward_pass) and calls .full() (an all-gather).
-        transfer.wire_bytes = p2p.bytes / t;
-        transfer.messages = 2;
-        transfer.receipt_gathers = 1;
-        transfer.receipt_copy_bytes += 2 * 2 * p2p.bytes / t;
-        transfer.receipt_copy_kernels += 2;
       }
       break;
   }
