@@ -333,6 +333,8 @@ class StageBuilder {
     // (runtime/zero/stage2.py, allreduce_bucket) converts to fp32 only under allreduce_always_fp32, off by default.
     const bool fp32_reduction = s.framework.name == Framework::Megatron && s.model.dtype == DType::BF16;
     grad_reduce_bytes_ = fp32_reduction ? 4.0 : dtype_bytes(s.model.dtype);
+    // DeepSpeed's BF16_Optimizer all-reduces the tied weight's fp32 gradient (weight._hp_grad, pipe/engine.py).
+    tied_reduce_bytes_ = s.framework.bf16_optimizer ? 4.0 : grad_reduce_bytes_;
     last_backward_.assign(chunks_, -1);
     for (int i = 0; i < static_cast<int>(schedule.size()); ++i) {
       if (schedule[i].pass == Pass::Backward) last_backward_[schedule[i].chunk] = i;
@@ -503,10 +505,8 @@ class StageBuilder {
     const double word_embedding_shard = d(s_.padded_vocab()) / x_.t * x_.h;
     const bool tied_copy = s_.framework.tied_embeddings && stages_ > 1;
     if (tied_copy && (first || last)) {
-      // DeepSpeed's BF16_Optimizer all-reduces the tied weight's fp32 gradient (weight._hp_grad, pipe/engine.py).
-      const double bytes = s_.framework.bf16_optimizer ? 4.0 : grad_reduce_bytes_;
       emit(gradient_op(CollectiveKind::AllReduce, Group::Embedding, Payload::EmbeddingGrads,
-                       first ? ComputeKind::Embedding : ComputeKind::LmHead, word_embedding_shard * bytes,
+                       first ? ComputeKind::Embedding : ComputeKind::LmHead, word_embedding_shard * tied_reduce_bytes_,
                        Stream::Compute));
     }
     if (first) synchronize_bucket(-1, ComputeKind::Embedding, word_embedding_shard + d(s_.model.seq_len) * x_.h, 0);
@@ -604,7 +604,8 @@ class StageBuilder {
   const StageSchedule& schedule_;
   int stage_;
   int stages_ = 1, chunks_ = 1, virtual_stages_ = 1, dp_ = 1;
-  double grad_reduce_bytes_ = 4;
+  double grad_reduce_bytes_ = 4;   // per parameter, DP reduction
+  double tied_reduce_bytes_ = 4;   // per parameter, the tied embedding's reduction between first and last stage
   std::vector<int> last_backward_;  // per chunk: index in the schedule of its last backward step
   std::vector<int> deferred_layers_;
   std::vector<Bucket> buckets_;
