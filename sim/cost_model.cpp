@@ -45,6 +45,53 @@ double base_efficiency(const topology::GpuSpec& gpu, const GemmMeasurement& meas
   return std::min(1.0, quantized / achieved);
 }
 
+// The attention core's batched GEMMs, measured: Dao et al., "FlashAttention" (NeurIPS 2022, arXiv:2205.14135),
+// Appendix E.6, Table 20 ("Megatron" row): Megatron-LM's attention (baddbmm Q K^T, fused scale-softmax, bmm P V, the
+// context's permute copy), forward + backward, no dropout and no mask, fp16, batch 16 x 8 heads, head dim 64,
+// sequence 2048, on an A100-SXM4-40GB: 13.21 ms. The fused softmax is an elementwise kernel at the streaming rate
+// (forward: read and write the scores; backward: read the output and its gradient, write the input gradient), so the
+// six GEMMs (forward Q K^T and P V, backward dP, dV, dQ, dK: each writes or reads the scores once) take the rest.
+// Why slower than streaming: a Q K^T tile has only d = 64 of K to compute before it stores its output, a P V tile is
+// only d wide, so little of a GEMM's store or load overlaps its math. Checked, not used to derive it: the same rows
+// with dropout (Table 17: 17.41 ms) and the forward and backward alone (Tables 18, 19), in
+// tests/sim/framework_test.cpp (AttentionModel.*). Measured on the A100; assumed on H100 / H200.
+struct AttentionMeasurement {
+  double seconds, batch_heads, seq, head_dim;
+};
+constexpr AttentionMeasurement kMegatronAttentionA100{13.21e-3, 16 * 8, 2048, 64};
+
+}  // namespace
+
+AttentionTraffic attention_traffic(double batch_heads, double seq, double head_dim, double element_bytes,
+                                   bool dropout) {
+  const double e = element_bytes, scores = batch_heads * seq * seq;
+  const double head_tensor = e * batch_heads * seq * head_dim;  // Q, K, V, the context, or a gradient of one
+  AttentionTraffic t;
+  // Each GEMM: the scores (written or read) and two head-wide tensors. Forward 2 GEMMs, backward 4.
+  t.gemm_bytes_forward = 2 * (e * scores + 2 * head_tensor);
+  t.gemm_bytes_backward = 4 * (e * scores + 2 * head_tensor);
+  // Softmax (not causal: the whole row), then dropout (read, write, a one-byte mask; backward read dy and the mask,
+  // write dx), the layout copies (context permute forward; Q, K, V gradients concatenated backward).
+  t.elementwise_bytes_forward = scores * (2 * e + (dropout ? 2 * e + 1 : 0)) + 2 * head_tensor;
+  t.elementwise_bytes_backward = scores * (3 * e + (dropout ? 2 * e + 1 : 0)) + 6 * head_tensor;
+  return t;
+}
+
+namespace {
+
+// The fraction of the streaming rate the attention GEMMs reach, from kMegatronAttentionA100 and the cited A100
+// streaming rate (the 40GB part's bandwidth at the 80GB part's measured fraction, as analytical_parameters assumes).
+double attention_gemm_hbm_fraction_measured(double a100_hbm_efficiency, double kernel_launch_s) {
+  const AttentionMeasurement& m = kMegatronAttentionA100;
+  const double streaming = topology::a100_sxm4_40gb().hbm_bytes_per_s * a100_hbm_efficiency;
+  const AttentionTraffic t = attention_traffic(m.batch_heads, m.seq, m.head_dim, 2, false);
+  const int kernels = 2 + 1 + 1 + 4 + 1 + 1;  // GEMMs, softmax, copy: forward, then backward
+  const double elementwise_s =
+      (t.elementwise_bytes_forward + t.elementwise_bytes_backward) / streaming + kernels * kernel_launch_s;
+  const double gemm_streaming_s = (t.gemm_bytes_forward + t.gemm_bytes_backward) / streaming;
+  return std::min(1.0, gemm_streaming_s / (m.seconds - elementwise_s));
+}
+
 bool has_weight(model::ComputeKind what) {
   using model::ComputeKind;
   return what == ComputeKind::QkvProjection || what == ComputeKind::AttentionProjection || what == ComputeKind::MlpUp ||
@@ -145,6 +192,9 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu) {
   p.gemm_efficiency = base_efficiency(gpu, measured, p.tiles);
   p.gemm_measured_flops_per_s = measured.flops_per_s;
   p.gemm_measured_shape = {measured.m, measured.n, measured.k};
+  // Attention GEMMs: measured on an A100 (see kMegatronAttentionA100), relative to the streaming rate, so the same
+  // fraction on every GPU until a Hopper measurement lands in bench/.
+  p.attention_gemm_hbm_fraction = attention_gemm_hbm_fraction_measured(1616.0 / 2039.0, p.kernel_launch_s);
   return p;
 }
 
@@ -200,11 +250,12 @@ double AnalyticalCostModel::memory_time_s(double bytes) const {
   return bytes / (gpu_.hbm_bytes_per_s * parameters_.hbm_efficiency);
 }
 
-double AnalyticalCostModel::gemm_time_s(double m, double n, double k, double count, model::DType dtype) const {
+double AnalyticalCostModel::gemm_time_s(double m, double n, double k, double count, model::DType dtype,
+                                        double hbm_fraction) const {
   const double compute = quantized_time_s(m, n, k, count, gpu_.peak_flops(dtype), parameters_.gemm_efficiency,
                                           gpu_.sm_count, parameters_.tiles);
   const double operand_bytes = model::dtype_bytes(dtype) * (m * k + k * n + m * n) * count;
-  return std::max(compute, memory_time_s(operand_bytes));
+  return std::max(compute, memory_time_s(operand_bytes) / hbm_fraction);
 }
 
 double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const model::Op& op) const {
@@ -219,9 +270,9 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
   if (op.what == ComputeKind::AttentionCore && count > 0) {
     // Half the GEMMs are Q K^T [s,d]x[d,s] (m=s, n=s, k=d), half P V [s,s]x[s,d] (m=s, n=d, k=s). Backward: the
     // gradients of both (dP: [s,d]x[d,s]; dV, dQ, dK: [s,s]x[s,d]).
-    const double half = count / 2;
-    const double score_like = gemm_time_s(m, n, k, half, dtype);
-    const double value_like = gemm_time_s(m, k, n, half, dtype);
+    const double half = count / 2, fraction = parameters_.attention_gemm_hbm_fraction;
+    const double score_like = gemm_time_s(m, n, k, half, dtype, fraction);
+    const double value_like = gemm_time_s(m, k, n, half, dtype, fraction);
     const double gemms = backward ? score_like + 3 * value_like : score_like + value_like;
     const double operand_bytes = (backward ? 2 : 1) * model::dtype_bytes(dtype) * count * (m * k + k * n + m * n);
     // The rest of the op's bytes: softmax and dropout over the scores, the layout copies (model/program.cpp).

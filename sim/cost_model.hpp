@@ -11,7 +11,8 @@
 //             Program puts on a GEMM op beyond its operands (the QKV bias's own add and reduction) are one more
 //             memory-bound kernel.
 //   attention the two batched GEMMs of each head (Q K^T [s,d]x[d,s], P V [s,s]x[s,d]) plus the softmax and dropout
-//             traffic (the op's bytes not read by the GEMMs) over HBM.
+//             traffic (the op's bytes not read by the GEMMs) over HBM. The GEMMs are memory bound (one side only a
+//             head wide) and move their bytes at attention_gemm_hbm_fraction of the streaming rate.
 //   other     memory bound: Op::bytes over HBM + launch.
 //   gradient  a backward GEMM with a weight also accumulates the weight gradient across micro-batches, as the
 //   accumul.  framework does (see gradient_accumulation_bytes in cost_model.cpp): a memory-bound kernel.
@@ -58,6 +59,9 @@ struct AnalyticalParameters {
   double gemm_efficiency = 1;  // of peak, for a GEMM with no tile or wave quantization loss
   double hbm_efficiency = 1;   // of datasheet HBM bandwidth, for a streaming kernel
   double kernel_launch_s = 0;  // per kernel
+  // Of the streaming rate (hbm_efficiency), what the attention core's batched GEMMs reach: each reads or writes an
+  // s x s scores tensor per head with only a head's width on its other side (see cost_model.cpp).
+  double attention_gemm_hbm_fraction = 1;
   std::vector<GemmTile> tiles;
   // Where the two efficiencies come from, for reports: the GEMM measurement they were derived from, and whether it
   // (and the HBM bandwidth) is this cluster's own (cluster.gemm_tflops, cluster.hbm_gb_per_s) or a cited one.
@@ -66,6 +70,17 @@ struct AnalyticalParameters {
   bool gemm_measured_here = false;
   bool hbm_measured_here = false;
 };
+
+// Bytes of Megatron-LM's attention core over `batch_heads` heads of a sequence (no causal mask: every softmax row
+// whole), split into what its batched GEMMs move (forward Q K^T and P V, backward their four gradient GEMMs: each
+// the scores once and two head-wide tensors) and what its other kernels move (softmax, dropout when on, the layout
+// copies). What the attention measurement in cost_model.cpp is read with, and what its checks use.
+struct AttentionTraffic {
+  double gemm_bytes_forward = 0, gemm_bytes_backward = 0;
+  double elementwise_bytes_forward = 0, elementwise_bytes_backward = 0;
+};
+AttentionTraffic attention_traffic(double batch_heads, double seq, double head_dim, double element_bytes,
+                                   bool dropout);
 
 // The cited parameters for a GPU (by GpuSpec::name); throws std::invalid_argument for an unknown GPU.
 AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu);
@@ -83,8 +98,9 @@ class AnalyticalCostModel : public CostModel {
   double compute_time_s(const model::Scenario& scenario, const model::Op& op) const override;
 
   // Pieces, for tests and for later refinements.
-  // `count` GEMMs [m, k] x [k, n] on one GPU (no launch overhead).
-  double gemm_time_s(double m, double n, double k, double count, model::DType dtype) const;
+  // `count` GEMMs [m, k] x [k, n] on one GPU (no launch overhead), their operands moving at `hbm_fraction` of the
+  // streaming rate when memory bound.
+  double gemm_time_s(double m, double n, double k, double count, model::DType dtype, double hbm_fraction = 1) const;
   double memory_time_s(double bytes) const;
   double gemm_half_s(const model::Scenario& scenario, model::ComputeKind what, bool weight_gradient) const override;
   double memory_copy_s(double bytes, int kernels) const override;

@@ -5,7 +5,7 @@ on a DGX A100), for five ways of recomputing and sharding activations.
 
     bench/accuracy/layer_times.py                     # finds build*/cli/twin
     bench/accuracy/layer_times.py --twin build/cli/twin --markdown
-    bench/accuracy/layer_times.py --max-error 8      # exit 1 beyond 8 % (the test Accuracy.Table4LayerTimes)
+    bench/accuracy/layer_times.py --max-error 4      # exit 1 beyond 4 % (the test Accuracy.Table4LayerTimes)
 
 twin simulates scenarios/published/megatron-mlsys23-22b.toml at op granularity with a Chrome trace; a layer's
 forward time is the start of layer L+1's first forward op minus the start of layer L's (its TP collectives
