@@ -33,15 +33,18 @@ struct SimCommandOptions {
   bool quiet = false;
 };
 
-// The two measured GPU constants the cost model rests on, and whose they are.
+// The measured GPU constants the cost model rests on, and whose they are: a large GEMM's rate, a streaming kernel's
+// bandwidth, and the share of it the attention core's batched GEMMs reach (cited: sim/cost_model.cpp).
 std::string gpu_constants_line(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu) {
   const auto& shape = p.gemm_measured_shape;
   const bool any_cited = !p.gemm_measured_here || !p.hbm_measured_here;
   return fmt::format(
-      "GPU constants: GEMM {:.1f} TFLOP/s at {:g}x{:g}x{:g} ({}), HBM {:.0f} GB/s ({}){}",
+      "GPU constants: GEMM {:.1f} TFLOP/s at {:g}x{:g}x{:g} ({}), HBM {:.0f} GB/s ({}), attention GEMMs at {:.2f} of "
+      "it (cited){}",
       p.gemm_measured_flops_per_s / 1e12, shape[0], shape[1], shape[2],
       p.gemm_measured_here ? "cluster.gemm_tflops" : "cited", gpu.hbm_bytes_per_s * p.hbm_efficiency / 1e9,
-      p.hbm_measured_here ? "cluster.hbm_gb_per_s" : "cited", any_cited ? "; your own: bench/gpu twin_gemm_peak" : "");
+      p.hbm_measured_here ? "cluster.hbm_gb_per_s" : "cited", p.attention_gemm_hbm_fraction,
+      any_cited ? "; your own: bench/gpu twin_gemm_peak" : "");
 }
 
 // The framework model the Program and the replay followed, by its scenario keys (docs/accuracy.md has what each
@@ -64,7 +67,8 @@ nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topo
           {"gemm_shape", p.gemm_measured_shape},
           {"gemm_source", p.gemm_measured_here ? "cluster.gemm_tflops" : "cited"},
           {"hbm_gb_per_s", gpu.hbm_bytes_per_s * p.hbm_efficiency / 1e9},
-          {"hbm_source", p.hbm_measured_here ? "cluster.hbm_gb_per_s" : "cited"}};
+          {"hbm_source", p.hbm_measured_here ? "cluster.hbm_gb_per_s" : "cited"},
+          {"attention_gemm_hbm_fraction", p.attention_gemm_hbm_fraction}};
 }
 
 void run(const SimCommandOptions& o) {

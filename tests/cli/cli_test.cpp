@@ -207,8 +207,9 @@ TEST(Cli, SimTakesTheClustersOwnGpuMeasurements) {
   };
   const auto [cited_text, cited] = simulate("", "cited");
   EXPECT_THAT(cited_text, HasSubstr("GPU constants: GEMM 230.0 TFLOP/s at 8192x8192x8192 (cited), HBM 1616 GB/s "
-                                    "(cited)"));
+                                    "(cited), attention GEMMs at 0.64 of it (cited)"));
   EXPECT_EQ(cited["gpu_constants"]["gemm_source"], "cited");
+  EXPECT_NEAR(cited["gpu_constants"]["attention_gemm_hbm_fraction"].get<double>(), 0.64, 0.01);
   const auto [measured_text, measured] = simulate(
       "--set cluster.gemm_tflops=267.9 --set 'cluster.gemm_shape=[6912,16384,2048]' "
       "--set cluster.hbm_gb_per_s=1800",
