@@ -37,13 +37,14 @@ struct SimCommandOptions {
 // bandwidth, and the share of it the attention core's batched GEMMs reach (cited: sim/cost_model.cpp).
 std::string gpu_constants_line(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu) {
   const auto& shape = p.gemm_measured_shape;
-  const bool any_cited = !p.gemm_measured_here || !p.hbm_measured_here;
+  const bool any_cited = !p.gemm_measured_here || !p.hbm_measured_here || !p.attention_measured_here;
   return fmt::format(
       "GPU constants: GEMM {:.1f} TFLOP/s at {:g}x{:g}x{:g} ({}), HBM {:.0f} GB/s ({}), attention GEMMs at {:.2f} of "
-      "it (cited){}",
+      "it ({}){}",
       p.gemm_measured_flops_per_s / 1e12, shape[0], shape[1], shape[2],
       p.gemm_measured_here ? "cluster.gemm_tflops" : "cited", gpu.hbm_bytes_per_s * p.hbm_efficiency / 1e9,
       p.hbm_measured_here ? "cluster.hbm_gb_per_s" : "cited", p.attention_gemm_hbm_fraction,
+      p.attention_measured_here ? "cluster.attention_gemm_hbm_fraction" : "cited",
       any_cited ? "; your own: bench/gpu twin_gemm_peak" : "");
 }
 
@@ -68,7 +69,8 @@ nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topo
           {"gemm_source", p.gemm_measured_here ? "cluster.gemm_tflops" : "cited"},
           {"hbm_gb_per_s", gpu.hbm_bytes_per_s * p.hbm_efficiency / 1e9},
           {"hbm_source", p.hbm_measured_here ? "cluster.hbm_gb_per_s" : "cited"},
-          {"attention_gemm_hbm_fraction", p.attention_gemm_hbm_fraction}};
+          {"attention_gemm_hbm_fraction", p.attention_gemm_hbm_fraction},
+          {"attention_source", p.attention_measured_here ? "cluster.attention_gemm_hbm_fraction" : "cited"}};
 }
 
 void run(const SimCommandOptions& o) {
@@ -107,7 +109,8 @@ void run(const SimCommandOptions& o) {
   // The cluster's own GPU measurements describe the scenario's GPU: a --gpu what-if on another GPU uses its cited
   // values instead (and says so).
   const bool same_gpu = node.gpu.name == topology::node_spec(scenario.cluster.node).gpu.name;
-  const bool measured = scenario.cluster.gemm_tflops > 0 || scenario.cluster.hbm_gb_per_s > 0;
+  const bool measured = scenario.cluster.gemm_tflops > 0 || scenario.cluster.hbm_gb_per_s > 0 ||
+                        scenario.cluster.attention_gemm_hbm_fraction > 0;
   sim::AnalyticalParameters parameters;
   try {
     parameters =
@@ -138,8 +141,8 @@ void run(const SimCommandOptions& o) {
   }
   if (measured && !same_gpu) {
     fmt::print(
-        "  note: cluster.gemm_tflops / cluster.hbm_gb_per_s measure the scenario's {}; --gpu {} uses the "
-        "cited {} values\n",
+        "  note: cluster.gemm_tflops / hbm_gb_per_s / attention_gemm_hbm_fraction measure the scenario's {}; --gpu "
+        "{} uses the cited {} values\n",
         topology::node_spec(scenario.cluster.node).gpu.name, o.gpu, node.gpu.name);
   }
   const auto& stats = result.stats;

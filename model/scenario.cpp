@@ -390,6 +390,7 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   }
   cluster.positive_integers("gemm_shape", scenario.cluster.gemm_shape);
   cluster.number("hbm_gb_per_s", scenario.cluster.hbm_gb_per_s);
+  cluster.number("attention_gemm_hbm_fraction", scenario.cluster.attention_gemm_hbm_fraction);
   cluster.integer("nics_per_node", scenario.cluster.nics_per_node);
   cluster.number("nic_gbps", scenario.cluster.nic_gbps);
   cluster.reject_unknown_keys();
@@ -588,6 +589,12 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
                     "the cited value; got {}",
                     src, c.hbm_gb_per_s));
   }
+  if (!(c.attention_gemm_hbm_fraction >= 0 && c.attention_gemm_hbm_fraction <= 1 &&
+        std::isfinite(c.attention_gemm_hbm_fraction))) {
+    problems.push_back(fmt::format("{}: cluster.attention_gemm_hbm_fraction must be a measured fraction of the "
+                                   "streaming rate (0 < f <= 1), or 0 for the cited value; got {}",
+                                   src, c.attention_gemm_hbm_fraction));
+  }
   // 0 means "the node's"; anything else must describe a real network (up to 32 NICs of 1.6 Tb/s: beyond any node).
   if (c.nics_per_node < 0 || c.nics_per_node > 32) {
     problems.push_back(fmt::format("{}: cluster.nics_per_node must be 1..32 compute NICs per node, or 0 for the "
@@ -681,6 +688,9 @@ std::string to_toml(const Scenario& s) {
                      s.cluster.gemm_shape[2]));
   }
   if (s.cluster.hbm_gb_per_s > 0) line(fmt::format("hbm_gb_per_s = {:.17g}", s.cluster.hbm_gb_per_s));
+  if (s.cluster.attention_gemm_hbm_fraction > 0) {
+    line(fmt::format("attention_gemm_hbm_fraction = {:.17g}", s.cluster.attention_gemm_hbm_fraction));
+  }
   if (s.cluster.nics_per_node > 0) line(fmt::format("nics_per_node = {}", s.cluster.nics_per_node));
   if (s.cluster.nic_gbps > 0) line(fmt::format("nic_gbps = {:.17g}", s.cluster.nic_gbps));
   line("\n[framework]");

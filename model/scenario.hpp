@@ -75,6 +75,7 @@ struct ClusterSpec {
   double gemm_tflops = 0;                                    // a large 16-bit GEMM's achieved rate ...
   std::array<std::int64_t, 3> gemm_shape{8192, 8192, 8192};  // ... at this m, n, k
   double hbm_gb_per_s = 0;                                   // a streaming kernel's reads + writes per second
+  double attention_gemm_hbm_fraction = 0;  // of that rate, what the attention core's batched GEMMs move (0 < f <= 1)
   // This cluster's own inter-node network, in place of the DGX node's (8 NICs of 200 Gb/s on DGX A100, 8 of 400 on
   // DGX H100/H200); 0: the node's. Cloud nodes differ here most (e.g. 4 x 100 Gb/s).
   std::int64_t nics_per_node = 0;  // compute NICs per node, shared by the GPUs when fewer than they

@@ -237,6 +237,17 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu, const m
     p.hbm_efficiency = cluster.hbm_gb_per_s / datasheet_gb_per_s;
     p.hbm_measured_here = true;
   }
+  if (cluster.attention_gemm_hbm_fraction > 0) {
+    // A fraction of the streaming rate: at most all of it (the scenario check), and no GEMM streams its operands at
+    // under 5 % of HBM (a percentage slip).
+    if (cluster.attention_gemm_hbm_fraction < 0.05) {
+      throw std::invalid_argument(fmt::format("cluster.attention_gemm_hbm_fraction = {:g} is under 5 % of the "
+                                              "streaming rate: is it a percentage? (a fraction: 0 < f <= 1)",
+                                              cluster.attention_gemm_hbm_fraction));
+    }
+    p.attention_gemm_hbm_fraction = cluster.attention_gemm_hbm_fraction;
+    p.attention_measured_here = true;
+  }
   return p;
 }
 

@@ -69,6 +69,7 @@ struct AnalyticalParameters {
   std::array<double, 3> gemm_measured_shape{};  // m, n, k
   bool gemm_measured_here = false;
   bool hbm_measured_here = false;
+  bool attention_measured_here = false;  // cluster.attention_gemm_hbm_fraction
 };
 
 // Bytes of Megatron-LM's attention core over `batch_heads` heads of a sequence (no causal mask: every softmax row

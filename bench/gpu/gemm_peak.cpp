@@ -1,8 +1,10 @@
 // twin_gemm_peak: the bf16 GEMM rate this GPU reaches through cuBLASLt (kernels/cuda's gemm), the ceiling the GPT's
-// MFU is measured against, and the HBM bandwidth of a streaming kernel. Random data (never zeros: they run faster
-// than real data), inputs larger than the L2, 3 warm-up runs, then the median of 20 timed with CUDA events. Prints
-// one line per shape, "peak_tflops X", "hbm_gb_per_s Y", and last the three [cluster] keys with which `twin sim`
-// models this GPU and software stack instead of the cited ones (README, "Scenarios"; sim/cost_model.cpp).
+// MFU is measured against, the HBM bandwidth of a streaming kernel, and the share of it the attention core's batched
+// GEMMs reach (Q K^T and P V of an unfused attention, as Megatron-LM runs it). Random data (never zeros: they run
+// faster than real data), inputs larger than the L2, 3 warm-up runs, then the median of 20 timed with CUDA events.
+// Prints one line per shape, "peak_tflops X", "hbm_gb_per_s Y", "attention_gemm_hbm_fraction Z", and last the
+// [cluster] keys with which `twin sim` models this GPU and software stack instead of the cited ones (README,
+// "Scenarios"; sim/cost_model.cpp).
 //
 //   twin_gemm_peak                      squares 4096 and 8192, and the ~1B GPT's linear layers at 16384 rows
 //   twin_gemm_peak M N K [M N K ...]    the given shapes (out (M, N) = inp (M, K) @ weight (N, K)^T)
@@ -106,6 +108,54 @@ double time_hbm_gb_per_s(cudaStream_t stream) {
   return gb_per_s;
 }
 
+// The attention core's two forward GEMMs over `batch` heads of a sequence, as Megatron-LM runs them (unfused, bf16
+// scores): scores (seq, seq) = q (seq, d) k^T, then out (seq, d) = P (seq, seq) v. Both are memory bound; the cost
+// model moves their operands (2 bytes x (mk + kn + mn) per GEMM) at attention_gemm_hbm_fraction of the streaming
+// rate. Returns that fraction as measured here, against `hbm_gb_per_s`. The cited value (0.64, sim/cost_model.cpp)
+// comes from Megatron's whole attention on an A100 with its softmax taken at the streaming rate; on an A100 this
+// measurement checks that reading.
+double time_attention_gemms(int batch, int seq, int head_dim, double hbm_gb_per_s, Cublas& blas,
+                            cudaStream_t stream) {
+  using twin::kernels::cuda::GemmPlan;
+  const std::size_t head_count = static_cast<std::size_t>(batch) * seq * head_dim;
+  const std::size_t score_count = static_cast<std::size_t>(batch) * seq * seq;
+  __nv_bfloat16 *q = nullptr, *k = nullptr, *v = nullptr, *scores = nullptr, *out = nullptr;
+  for (auto* buffer : {&q, &k, &v, &out}) {
+    TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(buffer), head_count * 2));
+  }
+  TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scores), score_count * 2));
+  const auto host_head = random_bf16(head_count, 3), host_scores = random_bf16(score_count, 4);
+  for (auto* buffer : {q, k, v}) {
+    TWIN_CUDA_CHECK(cudaMemcpy(buffer, host_head.data(), head_count * 2, cudaMemcpyHostToDevice));
+  }
+  TWIN_CUDA_CHECK(cudaMemcpy(scores, host_scores.data(), score_count * 2, cudaMemcpyHostToDevice));
+  // Column-major views (gemm_plan.hpp): scores^T (seq, seq) = k (d, seq)^T-op x q (d, seq); out^T (d, seq) =
+  // v^T (d, seq) x P^T (seq, seq).
+  GemmPlan qk;
+  qk.trans_a = true;
+  qk.m = seq, qk.n = seq, qk.k = head_dim;
+  qk.lda = head_dim, qk.ldb = head_dim, qk.ldd = seq;
+  qk.batch = batch;
+  qk.stride_a = qk.stride_b = static_cast<std::int64_t>(seq) * head_dim, qk.stride_d = std::int64_t{seq} * seq;
+  GemmPlan pv;
+  pv.m = head_dim, pv.n = seq, pv.k = seq;
+  pv.lda = head_dim, pv.ldb = seq, pv.ldd = head_dim;
+  pv.batch = batch;
+  pv.stride_a = pv.stride_d = static_cast<std::int64_t>(seq) * head_dim, pv.stride_b = std::int64_t{seq} * seq;
+  const Timing t_qk = time_on(
+      stream, [&] { twin::kernels::cuda::gemm(blas, qk, k, q, scores, CUDA_R_16BF, stream); });
+  const Timing t_pv = time_on(
+      stream, [&] { twin::kernels::cuda::gemm(blas, pv, v, scores, out, CUDA_R_16BF, stream); });
+  const double bytes = 2.0 * 2.0 * batch * (static_cast<double>(seq) * seq + 2.0 * seq * head_dim);
+  const double gb_per_s = bytes / (t_qk.median_s + t_pv.median_s) / 1e9;
+  const double fraction = gb_per_s / hbm_gb_per_s;
+  std::printf("attention gemms bf16 batch %d seq %d d %d: q k^T median %.3f ms, p v %.3f ms, %.0f GB/s, %.2f of the "
+              "streaming rate\n",
+              batch, seq, head_dim, t_qk.median_s * 1e3, t_pv.median_s * 1e3, gb_per_s, fraction);
+  for (auto* buffer : {q, k, v, scores, out}) cudaFree(buffer);
+  return fraction;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,9 +192,13 @@ int main(int argc, char** argv) {
     std::printf("peak_tflops %.1f\n", peak);
     const double hbm = time_hbm_gb_per_s(stream);
     std::printf("hbm_gb_per_s %.0f\n", hbm);
+    // The cited measurement's shape (16 sequences x 8 heads of 64, sequence 2048), then a head of 128 for comparison.
+    const double attention = time_attention_gemms(16 * 8, 2048, 64, hbm, blas, stream);
+    time_attention_gemms(16 * 8, 2048, 128, hbm, blas, stream);
+    std::printf("attention_gemm_hbm_fraction %.2f\n", attention);
     std::printf("# [cluster] keys for this GPU and software stack (twin sim uses them instead of the cited values):\n");
-    std::printf("gemm_tflops = %.1f\ngemm_shape = [%d, %d, %d]\nhbm_gb_per_s = %.0f\n", peak, peak_shape.m,
-                peak_shape.n, peak_shape.k, hbm);
+    std::printf("gemm_tflops = %.1f\ngemm_shape = [%d, %d, %d]\nhbm_gb_per_s = %.0f\nattention_gemm_hbm_fraction = %.2f\n",
+                peak, peak_shape.m, peak_shape.n, peak_shape.k, hbm, std::min(1.0, attention));
     cudaStreamDestroy(stream);
     return 0;
   } catch (const std::exception& e) {

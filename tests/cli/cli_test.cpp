@@ -212,10 +212,13 @@ TEST(Cli, SimTakesTheClustersOwnGpuMeasurements) {
   EXPECT_NEAR(cited["gpu_constants"]["attention_gemm_hbm_fraction"].get<double>(), 0.64, 0.01);
   const auto [measured_text, measured] = simulate(
       "--set cluster.gemm_tflops=267.9 --set 'cluster.gemm_shape=[6912,16384,2048]' "
-      "--set cluster.hbm_gb_per_s=1800",
+      "--set cluster.hbm_gb_per_s=1800 --set cluster.attention_gemm_hbm_fraction=0.7",
       "measured");
   EXPECT_THAT(measured_text, HasSubstr("GEMM 267.9 TFLOP/s at 6912x16384x2048 (cluster.gemm_tflops), HBM 1800 GB/s "
-                                       "(cluster.hbm_gb_per_s)"));
+                                       "(cluster.hbm_gb_per_s), attention GEMMs at 0.70 of it "
+                                       "(cluster.attention_gemm_hbm_fraction)"));
+  EXPECT_THAT(measured_text, ::testing::Not(HasSubstr("your own: bench/gpu")));
+  EXPECT_EQ(measured["gpu_constants"]["attention_source"], "cluster.attention_gemm_hbm_fraction");
   EXPECT_EQ(measured["gpu_constants"]["gemm_source"], "cluster.gemm_tflops");
   EXPECT_DOUBLE_EQ(measured["gpu_constants"]["hbm_gb_per_s"].get<double>(), 1800);
   EXPECT_LT(measured["iteration_time_s"].get<double>(), cited["iteration_time_s"].get<double>());

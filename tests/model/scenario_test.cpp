@@ -109,8 +109,11 @@ TEST(Scenario, MeasuredGpuConstantsAreReadAndRoundTrip) {
   const Scenario measured =
       parse_scenario(replace(kValid, "node = \"dgx-a100\"",
                              "node = \"dgx-a100\"\ngemm_tflops = 267.9\ngemm_shape = [6912, 16384, 2048]"),
-                     "case.toml", {parse_override("cluster.hbm_gb_per_s=1850")});
+                     "case.toml",
+                     {parse_override("cluster.hbm_gb_per_s=1850"),
+                      parse_override("cluster.attention_gemm_hbm_fraction=0.7")});
   EXPECT_DOUBLE_EQ(measured.cluster.gemm_tflops, 267.9);
+  EXPECT_DOUBLE_EQ(measured.cluster.attention_gemm_hbm_fraction, 0.7);
   EXPECT_EQ(measured.cluster.gemm_shape, (std::array<std::int64_t, 3>{6912, 16384, 2048}));
   EXPECT_DOUBLE_EQ(measured.cluster.hbm_gb_per_s, 1850);
   const Scenario again = parse_scenario(to_toml(measured), "again.toml");
@@ -118,6 +121,7 @@ TEST(Scenario, MeasuredGpuConstantsAreReadAndRoundTrip) {
   EXPECT_DOUBLE_EQ(again.cluster.gemm_tflops, 267.9);
   EXPECT_EQ(again.cluster.gemm_shape, measured.cluster.gemm_shape);
   EXPECT_DOUBLE_EQ(again.cluster.hbm_gb_per_s, 1850);
+  EXPECT_DOUBLE_EQ(again.cluster.attention_gemm_hbm_fraction, 0.7);
 }
 
 TEST(Scenario, TheClustersOwnNetworkIsReadAndRoundTrips) {
@@ -239,6 +243,9 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"infinite_hbm", kV, {parse_override("cluster.hbm_gb_per_s=inf")},
                     "cluster.hbm_gb_per_s must be a measured bandwidth in GB/s (> 0), or 0 for the cited value; "
                     "got inf"},
+        InvalidCase{"attention_fraction_above_one", kV, {parse_override("cluster.attention_gemm_hbm_fraction=64")},
+                    "cluster.attention_gemm_hbm_fraction must be a measured fraction of the streaming rate "
+                    "(0 < f <= 1), or 0 for the cited value; got 64"},
         InvalidCase{"uneven_interleaved", kV,
                     {parse_override("parallel.first_stage_layers=2"), parse_override("parallel.virtual_stages=2")},
                     "parallel.first_stage_layers / last_stage_layers need parallel.virtual_stages = 1"},

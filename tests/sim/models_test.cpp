@@ -48,6 +48,13 @@ TEST(CostModel, TheClustersOwnMeasurementsReplaceTheCitedOnes) {
   const AnalyticalCostModel default_model(gpu);
   EXPECT_LT(measured.gemm_time_s(8192, 8192, 8192, 1, model::DType::BF16),
             default_model.gemm_time_s(8192, 8192, 8192, 1, model::DType::BF16));
+  // The attention GEMMs' share of the streaming rate (bench/gpu twin_gemm_peak measures it) replaces the cited one.
+  EXPECT_FALSE(cited.attention_measured_here);
+  cluster.attention_gemm_hbm_fraction = 0.8;
+  const AnalyticalParameters attention = analytical_parameters(gpu, cluster);
+  EXPECT_DOUBLE_EQ(attention.attention_gemm_hbm_fraction, 0.8);
+  EXPECT_TRUE(attention.attention_measured_here);
+  EXPECT_NE(cited.attention_gemm_hbm_fraction, 0.8);
 }
 
 TEST(CostModel, AMeasurementBeyondTheGpuIsRefusedByName) {
@@ -82,6 +89,18 @@ TEST(CostModel, AMeasurementBeyondTheGpuIsRefusedByName) {
   cluster.gemm_tflops = 0;
   cluster.hbm_gb_per_s = 1.6;  // TB/s
   EXPECT_THROW(analytical_parameters(gpu, cluster), std::invalid_argument);
+  // The attention GEMMs' fraction given as a percentage's hundredth (0.64 % for 0.64): said so.
+  cluster.hbm_gb_per_s = 0;
+  cluster.attention_gemm_hbm_fraction = 0.0064;
+  try {
+    analytical_parameters(gpu, cluster);
+    FAIL() << "an attention fraction of 0.0064 was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("cluster.attention_gemm_hbm_fraction = 0.0064 is under 5 % of the "
+                                             "streaming rate"),
+              std::string::npos)
+        << error.what();
+  }
 }
 
 TEST(CostModel, WaveQuantization) {
