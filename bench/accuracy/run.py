@@ -60,6 +60,8 @@ def published_seconds(run, scenario):
     if "iteration_time_s" in run:
         return float(run["iteration_time_s"])
     m, p, c = scenario["model"], scenario["parallel"], scenario["cluster"]
+    if "tokens_per_s" in run:  # the whole job's throughput: one global batch of sequences per iteration
+        return p["global_batch"] * m["seq_len"] / float(run["tokens_per_s"])
     B, s, l, h = p["global_batch"], m["seq_len"], m["layers"], m["hidden"]
     V = run["flops_vocab"]
     flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
