@@ -47,9 +47,13 @@ void print_summary(const model::Program& program) {
   fmt::print("schedule      {}{}, {} micro-batches of {} per pipeline, recompute {}, sequence parallel {}, ZeRO-{}\n",
              model::to_string(p.schedule),
              p.virtual_stages > 1 ? fmt::format(" (v = {})", p.virtual_stages) : std::string(), p.micro_batches(),
-             p.micro_batch, model::to_string(p.recompute), p.sequence_parallel ? "on" : "off", p.zero_stage);
+             p.micro_batch,
+             p.recompute_num_layers > 0 && p.recompute == model::Recompute::Full
+                 ? fmt::format("full (the first {} layers of a chunk)", p.recompute_num_layers)
+                 : std::string(model::to_string(p.recompute)),
+             p.sequence_parallel ? "on" : "off", p.zero_stage);
   const double program_flops = program.total_flops();
-  const double narayanan = model::model_flops_per_iteration(s, p.recompute == model::Recompute::Full);
+  const double narayanan = model::reported_flops_per_iteration(s);
   fmt::print("FLOPs/iter    {:.4e} in the Program's GEMMs; Narayanan's formula {:.4e} ({:+.3f}%)\n", program_flops,
              narayanan, 100.0 * (program_flops / narayanan - 1.0));
 

@@ -42,6 +42,8 @@ constexpr Alias kAliases[] = {
     {"--decoder-first-pipeline-num-layers", "parallel.first_stage_layers",
      "alias of --set parallel.first_stage_layers=N"},
     {"--decoder-last-pipeline-num-layers", "parallel.last_stage_layers", "alias of --set parallel.last_stage_layers=N"},
+    {"--recompute-num-layers", "parallel.recompute_num_layers",
+     "alias of --set parallel.recompute_num_layers=N (Megatron's block method: full recompute of N layers per chunk)"},
 };
 
 }  // namespace

@@ -59,6 +59,15 @@ struct Plan {
             fmt::format("parallel.virtual_stages={}", chunks),
             fmt::format("parallel.recompute={}", model::to_string(recompute))};
   }
+  // The base scenario's block recompute (parallel.recompute_num_layers) belongs to full recompute: a plan that varies
+  // the recompute mode away from it drops it.
+  std::vector<std::string> overrides(const model::Scenario& base) const {
+    std::vector<std::string> out = overrides();
+    if (base.parallel.recompute_num_layers > 0 && recompute != model::Recompute::Full) {
+      out.push_back("parallel.recompute_num_layers=0");
+    }
+    return out;
+  }
   std::string label() const {
     return fmt::format("tp {} pp {} dp {} mb {} {}{} recompute {}", tp, pp, dp, micro_batch, model::to_string(schedule),
                        chunks > 1 ? fmt::format(" v{}", chunks) : "", model::to_string(recompute));
@@ -110,6 +119,7 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, bool vary_recompu
                                       ? model::ScheduleKind::OneFOneB
                                       : base.parallel.schedule;
             s.parallel.recompute = recompute;
+            if (recompute != model::Recompute::Full) s.parallel.recompute_num_layers = 0;
             if (tp == 1) s.parallel.sequence_parallel = false;
             if (!model::validation_problems(s).empty()) continue;
             const auto memory = model::estimate_memory(s);
@@ -135,11 +145,12 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, bool vary_recompu
 }
 
 // `twin sim` on one plan in a child process; returns its pid.
-pid_t start_simulation(const std::string& scenario_path, const std::vector<std::string>& user_sets, const Plan& plan,
-                       const fs::path& json_path, const fs::path& log_path) {
+pid_t start_simulation(const std::string& scenario_path, const std::vector<std::string>& user_sets,
+                       const model::Scenario& base, const Plan& plan, const fs::path& json_path,
+                       const fs::path& log_path) {
   std::vector<std::string> args{"/proc/self/exe", "sim", scenario_path, "--quiet", "--json", json_path.string()};
   for (const auto& set : user_sets) args.insert(args.end(), {"--set", set});
-  for (const auto& set : plan.overrides()) args.insert(args.end(), {"--set", set});
+  for (const auto& set : plan.overrides(base)) args.insert(args.end(), {"--set", set});
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -211,7 +222,7 @@ void run_search(const SearchOptions& o) {
   while (done < plans.size()) {
     while (next < plans.size() && running.size() < static_cast<std::size_t>(jobs)) {
       const auto [json, log] = paths(next);
-      running[start_simulation(scenario_path, user_sets, plans[next], json, log)] = next;
+      running[start_simulation(scenario_path, user_sets, base, plans[next], json, log)] = next;
       ++next;
     }
     int status = 0;

@@ -122,7 +122,7 @@ void Interpreter::finish_layer_forward(const Op& op, LayerStash& s) {
     s.ln2_full = Tensor{};
   }
   if (recomputing(op)) return;
-  switch (scenario_.parallel.recompute) {
+  switch (scenario_.recompute_of_layer(op.layer)) {
     case Recompute::None:
       break;
     case Recompute::Full:

@@ -52,7 +52,10 @@ double parameters_per_gpu(const Scenario& s, int stage) {
   return params;
 }
 
-double model_flops_per_iteration(const Scenario& s, bool with_recompute) {
+namespace {
+
+// Narayanan's count with `recomputed` of the transformer layers run forward once more (0: none, 1: all).
+double flops_per_iteration(const Scenario& s, double recomputed) {
   // Narayanan et al. (SC'21) eq. (3), written for any MLP width f: per token and layer, the forward pass does
   // 2 * (3h^2 + h^2 + 2hf) GEMM FLOPs plus 4sh in attention; backward twice the forward; full recompute one more
   // forward of the layers (not of the LM head, 2hV per token forward). With f = 4h this is exactly
@@ -60,12 +63,21 @@ double model_flops_per_iteration(const Scenario& s, bool with_recompute) {
   const double B = d(s.parallel.global_batch), seq = d(s.model.seq_len), l = d(s.model.layers);
   const double h = d(s.model.hidden), f = d(s.ffn_hidden()), V = d(s.padded_vocab());
   const double layer_forward_per_token = 8 * h * h + 4 * h * f + 4 * seq * h;
-  const double passes = with_recompute ? 4 : 3;
-  return passes * B * seq * l * layer_forward_per_token + 6 * B * seq * h * V;
+  return (3 + recomputed) * B * seq * l * layer_forward_per_token + 6 * B * seq * h * V;
+}
+
+}  // namespace
+
+double model_flops_per_iteration(const Scenario& s, bool with_recompute) {
+  return flops_per_iteration(s, with_recompute ? 1 : 0);
 }
 
 double reported_flops_per_iteration(const Scenario& s) {
-  return model_flops_per_iteration(s, s.parallel.recompute == Recompute::Full);
+  if (s.parallel.recompute != Recompute::Full) return flops_per_iteration(s, 0);
+  // Block recompute (parallel.recompute_num_layers) runs only some layers forward again.
+  std::int64_t recomputed = 0;
+  for (std::int64_t stage = 0; stage < s.parallel.pp; ++stage) recomputed += s.recomputed_layers_on_stage(stage);
+  return flops_per_iteration(s, d(recomputed) / d(s.model.layers));
 }
 
 StateBytesPerParameter state_bytes_per_parameter(DType dtype) {
@@ -106,6 +118,9 @@ MemoryEstimate estimate_memory(const Scenario& s) {
                                        static_cast<int>(p.virtual_stages));
   const StateBytesPerParameter per_param = state_bytes_per_parameter(s.model.dtype);
   const double layer_stash = activation_bytes_per_layer(s);
+  Scenario kept = s;  // a layer block recompute leaves alone keeps what it would without recompute
+  kept.parallel.recompute = Recompute::None;
+  const double kept_stash = activation_bytes_per_layer(kept);
   for (int stage = 0; stage < p.pp; ++stage) {
     StageMemory m;
     m.stage = stage;
@@ -115,7 +130,11 @@ MemoryEstimate estimate_memory(const Scenario& s) {
     m.optimizer_bytes = m.parameters * per_param.optimizer / (p.zero_stage >= 1 ? d(p.dp) : 1.0);
     m.in_flight_micro_batches = max_in_flight(schedule[stage]);
     // Chunks of one stage hold the same number of layers (an uneven split has no interleaving).
-    m.activations_bytes = m.in_flight_micro_batches * d(s.layers_in_virtual_stage(stage)) * layer_stash;
+    // A stage's layers each stash layer_stash, or kept_stash past the first recompute_num_layers of each chunk.
+    const double layers = d(s.layers_on_stage(stage));
+    const double recomputed = p.recompute == Recompute::Full ? d(s.recomputed_layers_on_stage(stage)) : layers;
+    const double stash = layers > 0 ? (recomputed * layer_stash + (layers - recomputed) * kept_stash) / layers : 0;
+    m.activations_bytes = m.in_flight_micro_batches * d(s.layers_in_virtual_stage(stage)) * stash;
     // Recompute rebuilds one layer's full activations before its backward.
     if (p.recompute != Recompute::None) m.activations_bytes += layer_working_set_bytes(s);
     // The last stage holds one micro-batch of fp32 logits for the cross-entropy (s b V/t floats).

@@ -228,8 +228,8 @@ std::vector<Op> layer_ops(const Scenario& s, int layer, Phase phase) {
     case Phase::Forward: ops = layer_forward(x, Phase::Forward); break;
     case Phase::Backward: ops = layer_backward(x); break;
     case Phase::Recompute:
-      if (s.parallel.recompute == Recompute::Full) ops = layer_forward(x, Phase::Recompute);
-      if (s.parallel.recompute == Recompute::Selective) ops.push_back(attention_core(x, Phase::Recompute));
+      if (s.recompute_of_layer(layer) == Recompute::Full) ops = layer_forward(x, Phase::Recompute);
+      if (s.recompute_of_layer(layer) == Recompute::Selective) ops.push_back(attention_core(x, Phase::Recompute));
       break;
     case Phase::Optimizer: throw std::invalid_argument("layer_ops: a layer has no optimizer phase");
   }

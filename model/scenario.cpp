@@ -305,6 +305,29 @@ std::int64_t Scenario::first_layer_of_virtual_stage(std::int64_t virtual_stage) 
   return first;
 }
 
+Recompute Scenario::recompute_of_layer(std::int64_t layer) const {
+  const auto& p = parallel;
+  if (p.recompute != Recompute::Full || p.recompute_num_layers <= 0) return p.recompute;
+  // The layer's place in its chunk: chunks run in virtual-stage order over the model's layers.
+  std::int64_t first = 0;
+  for (std::int64_t vs = 0; vs < p.pp * p.virtual_stages; ++vs) {
+    const std::int64_t layers = layers_in_virtual_stage(vs);
+    if (layer < first + layers) return layer - first < p.recompute_num_layers ? Recompute::Full : Recompute::None;
+    first += layers;
+  }
+  return Recompute::None;
+}
+
+std::int64_t Scenario::recomputed_layers_on_stage(std::int64_t stage) const {
+  if (parallel.recompute != Recompute::Full) return 0;
+  if (parallel.recompute_num_layers <= 0) return layers_on_stage(stage);
+  std::int64_t layers = 0;
+  for (std::int64_t chunk = 0; chunk < parallel.virtual_stages; ++chunk) {
+    layers += std::min(parallel.recompute_num_layers, layers_in_virtual_stage(chunk * parallel.pp + stage));
+  }
+  return layers;
+}
+
 std::int64_t Scenario::layers_on_stage(std::int64_t stage) const {
   std::int64_t layers = 0;
   for (std::int64_t chunk = 0; chunk < parallel.virtual_stages; ++chunk) {
@@ -412,6 +435,7 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   parallel.integer("vocab_pad_multiple", scenario.parallel.vocab_pad_multiple);
   parallel.integer("first_stage_layers", scenario.parallel.first_stage_layers);
   parallel.integer("last_stage_layers", scenario.parallel.last_stage_layers);
+  parallel.integer("recompute_num_layers", scenario.parallel.recompute_num_layers);
   parallel.reject_unknown_keys();
 
   SectionReader framework(section_table(root, "framework", source, problems), "framework", source, problems);
@@ -607,6 +631,19 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
   if (p.zero_stage != 0 && p.zero_stage != 1) {
     problems.push_back(fmt::format("{}: parallel.zero_stage must be 0 or 1, got {}", src, p.zero_stage));
   }
+  // Megatron-LM's block recompute: a number of layers per chunk, of full recompute, in Megatron's own layers
+  // (DeepSpeed's pipeline engine checkpoints every activation_checkpoint_interval layers instead).
+  if (p.recompute_num_layers < 0) {
+    problems.push_back(fmt::format("{}: parallel.recompute_num_layers must be >= 0 (0: every layer), got {}", src,
+                                   p.recompute_num_layers));
+  } else if (p.recompute_num_layers > 0 && p.recompute != Recompute::Full) {
+    problems.push_back(fmt::format("{}: parallel.recompute_num_layers ({}) needs parallel.recompute = \"full\" "
+                                   "(Megatron-LM's --recompute-method block), got \"{}\"",
+                                   src, p.recompute_num_layers, to_string(p.recompute)));
+  } else if (p.recompute_num_layers > 0 && scenario.framework.name == Framework::DeepSpeed) {
+    problems.push_back(fmt::format("{}: parallel.recompute_num_layers is Megatron-LM's block recompute; "
+                                   "framework.name = \"deepspeed\" checkpoints every layer", src));
+  }
   // BF16_Optimizer is DeepSpeed's, for bf16 only, and always shards the fp32 weights and Adam's moments across DP
   // (ZeRO-1 in twin's terms, though DeepSpeed's config says stage 0: its pipeline engine refuses bf16 with ZeRO).
   if (scenario.framework.bf16_optimizer) {
@@ -676,6 +713,9 @@ std::string to_toml(const Scenario& s) {
   line(fmt::format("zero_stage = {}", s.parallel.zero_stage));
   if (s.parallel.first_stage_layers > 0) line(fmt::format("first_stage_layers = {}", s.parallel.first_stage_layers));
   if (s.parallel.last_stage_layers > 0) line(fmt::format("last_stage_layers = {}", s.parallel.last_stage_layers));
+  if (s.parallel.recompute_num_layers > 0) {
+    line(fmt::format("recompute_num_layers = {}", s.parallel.recompute_num_layers));
+  }
   line(fmt::format("dp_overlap = {}", s.parallel.dp_overlap));
   line(fmt::format("vocab_pad_multiple = {}", s.parallel.vocab_pad_multiple));
   line("\n[cluster]");

@@ -61,6 +61,10 @@ struct ParallelSpec {
   // embedding and the LM head); 0: an even split. Without interleaving only.
   std::int64_t first_stage_layers = 0;
   std::int64_t last_stage_layers = 0;
+  // With recompute = full, recompute only the first N transformer layers of every model chunk and keep the others'
+  // activations (Megatron-LM's --recompute-method block --recompute-num-layers N: less recompute for more memory;
+  // N at or above a chunk's layers recomputes them all, as Megatron does); 0: every layer.
+  std::int64_t recompute_num_layers = 0;
 
   std::int64_t micro_batches() const { return global_batch / (dp * micro_batch); }  // m, per pipeline
   std::int64_t world_size() const { return tp * pp * dp; }
@@ -142,6 +146,11 @@ struct Scenario {
   std::int64_t first_layer_of_virtual_stage(std::int64_t virtual_stage) const;
   // The transformer layers pipeline stage `stage` holds, over its chunks.
   std::int64_t layers_on_stage(std::int64_t stage) const;
+  // How transformer layer `layer` (0-based, over the whole model) is recomputed: parallel.recompute, except that
+  // parallel.recompute_num_layers > 0 leaves every layer past the first N of its chunk unrecomputed (None).
+  Recompute recompute_of_layer(std::int64_t layer) const;
+  // Of pipeline stage `stage`'s transformer layers, how many are recomputed under Recompute::Full.
+  std::int64_t recomputed_layers_on_stage(std::int64_t stage) const;
 };
 
 // A scenario the user wrote is wrong: every problem is listed, each naming its field and values.

@@ -53,6 +53,31 @@ fs::path small_cluster_scenario() {
   return path;
 }
 
+TEST(Cli, MegatronFlagsSetTheirScenarioKeys) {
+  // Megatron-LM's own flag names are aliases of --set: here the pipeline size and block recompute (the first 4 layers
+  // of each chunk run forward again), whose FLOPs the Program and Narayanan's count agree on.
+  const Result graph = twin("graph " + small_cluster_scenario().string() +
+                            " --pipeline-model-parallel-size 4 --recompute-num-layers 4");
+  EXPECT_EQ(graph.status, 0) << graph.output;
+  EXPECT_THAT(graph.output, HasSubstr("tp 2 x pp 4 x dp 2"));
+  EXPECT_THAT(graph.output, HasSubstr("recompute full (the first 4 layers of a chunk)"));
+  EXPECT_THAT(graph.output, HasSubstr("(+0.000%)"));
+  auto iteration_s = [](const std::string& flags) {
+    const fs::path json_path = scratch("block-recompute.json");
+    const Result r = twin("sim " + small_cluster_scenario().string() + " --quiet --json " + json_path.string() + " " +
+                          flags);
+    EXPECT_EQ(r.status, 0) << r.output;
+    std::ifstream in(json_path);
+    return nlohmann::json::parse(in)["iteration_time_s"].get<double>();
+  };
+  EXPECT_LT(iteration_s("--recompute-num-layers 4"), iteration_s(""));
+  // Block recompute belongs to full recompute: said so by name.
+  const Result selective =
+      twin("sim " + small_cluster_scenario().string() + " --quiet --recompute selective --recompute-num-layers 4");
+  EXPECT_EQ(selective.status, 2);
+  EXPECT_THAT(selective.output, HasSubstr("parallel.recompute_num_layers (4) needs parallel.recompute = \"full\""));
+}
+
 TEST(Cli, UserErrorsAreOneLineAndExitTwo) {
   const Result missing = twin("graph no-such-scenario");
   EXPECT_EQ(missing.status, 2);

@@ -67,6 +67,10 @@ INSTANTIATE_TEST_SUITE_P(
         Plan{"tp2_sequence_parallel", {"parallel.tp=2", "parallel.sequence_parallel=true"}},
         Plan{"recompute_full", {"parallel.recompute=\"full\""}},
         Plan{"recompute_selective", {"parallel.recompute=\"selective\""}},
+        // Megatron's block recompute: of each chunk's 2 layers only the first runs forward again
+        Plan{"pp2_v2_recompute_block_1_of_2",
+             {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=\"interleaved\"",
+              "parallel.recompute=\"full\"", "parallel.recompute_num_layers=1"}},
         // DeepSpeed's full recompute also runs the embedding, final layer norm and LM head again before their backward
         Plan{"deepspeed_tp2_pp2_recompute_full",
              {"framework.name=\"deepspeed\"", "parallel.tp=2", "parallel.pp=2", "parallel.recompute=\"full\""}},

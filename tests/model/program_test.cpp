@@ -278,6 +278,44 @@ TEST(Program, UnevenStagesRunTheirOwnLayersAndHoldTheirOwnMemory) {
   EXPECT_GT(estimate_memory(s).stages[1].activations_bytes, estimate_memory(even).stages[1].activations_bytes);
 }
 
+TEST(Program, BlockRecomputeRunsTheFirstLayersOfEachChunkAgain) {
+  // 8 layers on 2 stages x 2 chunks (2 layers per chunk: 0-1 and 4-5 on stage 0, 2-3 and 6-7 on stage 1); Megatron's
+  // --recompute-method block --recompute-num-layers 1 recomputes layers 0, 2, 4 and 6, once per micro-batch each.
+  Scenario s = make_scenario(8, 64, 4, 32, 256, 1, 2, 1, 1, 4);
+  s.parallel.schedule = ScheduleKind::Interleaved;
+  s.parallel.virtual_stages = 2;
+  s.parallel.recompute = Recompute::Full;
+  s.parallel.recompute_num_layers = 1;
+  ASSERT_TRUE(validation_problems(s).empty());
+  const Program program = build_program(s, Granularity::Layer);
+  std::map<int, int> recomputes;  // layer -> recompute ops
+  for (const auto& ops : program.stage_ops) {
+    for (const Op& op : ops) {
+      if (op.kind == OpKind::Compute && op.what == ComputeKind::TransformerLayer && op.phase == Phase::Recompute) {
+        ++recomputes[op.layer];
+      }
+    }
+  }
+  EXPECT_EQ(recomputes, (std::map<int, int>{{0, 4}, {2, 4}, {4, 4}, {6, 4}}));
+  EXPECT_EQ(s.recompute_of_layer(1), Recompute::None);
+  EXPECT_EQ(s.recompute_of_layer(6), Recompute::Full);
+  // Time and memory between no and full recompute; Narayanan's count recomputes half the layers.
+  Scenario none = s, full = s;
+  none.parallel.recompute = Recompute::None;
+  none.parallel.recompute_num_layers = 0;
+  full.parallel.recompute_num_layers = 0;
+  const double activations = estimate_memory(s).stages[0].activations_bytes;
+  EXPECT_GT(activations, estimate_memory(full).stages[0].activations_bytes);
+  EXPECT_LT(activations, estimate_memory(none).stages[0].activations_bytes);
+  EXPECT_DOUBLE_EQ(reported_flops_per_iteration(s),
+                   (model_flops_per_iteration(s, false) + model_flops_per_iteration(s, true)) / 2);
+  // A number at or above a chunk's layers recomputes them all, as Megatron does.
+  Scenario all = s;
+  all.parallel.recompute_num_layers = 5;
+  EXPECT_EQ(estimate_memory(all).stages[0].activations_bytes, estimate_memory(full).stages[0].activations_bytes);
+  EXPECT_DOUBLE_EQ(reported_flops_per_iteration(all), model_flops_per_iteration(s, true));
+}
+
 TEST(Program, TiedEmbeddingGradientsMeetBetweenFirstAndLastStage) {
   const Program program = build_program(make_scenario(4, 64, 4, 32, 256, 1, 4, 1, 1, 4));
   for (int stage = 0; stage < 4; ++stage) {

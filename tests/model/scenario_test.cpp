@@ -98,6 +98,11 @@ TEST(Scenario, TomlRoundTrips) {
   const Scenario again = parse_scenario(to_toml(s), "again.toml");
   EXPECT_EQ(to_toml(again), to_toml(s));
   EXPECT_EQ(again.parallel.recompute, Recompute::Selective);
+  // Megatron's block recompute: the key (or its Megatron flag) round-trips.
+  const Scenario block = parse_scenario(
+      kValid, "case.toml", {parse_override("parallel.recompute=full"), parse_override("parallel.recompute_num_layers=1")});
+  EXPECT_EQ(block.parallel.recompute_num_layers, 1);
+  EXPECT_EQ(parse_scenario(to_toml(block), "again.toml").parallel.recompute_num_layers, 1);
 }
 
 TEST(Scenario, MeasuredGpuConstantsAreReadAndRoundTrip) {
@@ -243,6 +248,14 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"infinite_hbm", kV, {parse_override("cluster.hbm_gb_per_s=inf")},
                     "cluster.hbm_gb_per_s must be a measured bandwidth in GB/s (> 0), or 0 for the cited value; "
                     "got inf"},
+        InvalidCase{"block_recompute_without_full", kV, {parse_override("parallel.recompute_num_layers=2")},
+                    "parallel.recompute_num_layers (2) needs parallel.recompute = \"full\" (Megatron-LM's "
+                    "--recompute-method block), got \"none\""},
+        InvalidCase{"block_recompute_in_deepspeed", kV,
+                    {parse_override("parallel.recompute_num_layers=1"), parse_override("parallel.recompute=\"full\""),
+                     parse_override("framework.name=\"deepspeed\"")},
+                    "parallel.recompute_num_layers is Megatron-LM's block recompute; framework.name = \"deepspeed\" "
+                    "checkpoints every layer"},
         InvalidCase{"attention_fraction_above_one", kV, {parse_override("cluster.attention_gemm_hbm_fraction=64")},
                     "cluster.attention_gemm_hbm_fraction must be a measured fraction of the streaming rate "
                     "(0 < f <= 1), or 0 for the cited value; got 64"},
