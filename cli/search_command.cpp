@@ -43,6 +43,7 @@ struct Plan {
   std::int64_t tp, pp, dp, micro_batch, chunks;
   model::ScheduleKind schedule;
   model::Recompute recompute;
+  std::int64_t recompute_layers = 0;  // parallel.recompute_num_layers: block recompute of full; 0: every layer
   double ideal_bubble = 0;
   double peak_memory_bytes = 0;
   // Filled by the simulation.
@@ -57,20 +58,16 @@ struct Plan {
             fmt::format("parallel.micro_batch={}", micro_batch),
             fmt::format("parallel.schedule={}", model::to_string(schedule)),
             fmt::format("parallel.virtual_stages={}", chunks),
-            fmt::format("parallel.recompute={}", model::to_string(recompute))};
+            fmt::format("parallel.recompute={}", model::to_string(recompute)),
+            fmt::format("parallel.recompute_num_layers={}", recompute_layers)};
   }
-  // The base scenario's block recompute (parallel.recompute_num_layers) belongs to full recompute: a plan that varies
-  // the recompute mode away from it drops it.
-  std::vector<std::string> overrides(const model::Scenario& base) const {
-    std::vector<std::string> out = overrides();
-    if (base.parallel.recompute_num_layers > 0 && recompute != model::Recompute::Full) {
-      out.push_back("parallel.recompute_num_layers=0");
-    }
-    return out;
+  // The recompute column: none, selective, full, or "block N" (the first N layers of each chunk).
+  std::string recompute_label() const {
+    return recompute_layers > 0 ? fmt::format("block {}", recompute_layers) : std::string(model::to_string(recompute));
   }
   std::string label() const {
     return fmt::format("tp {} pp {} dp {} mb {} {}{} recompute {}", tp, pp, dp, micro_batch, model::to_string(schedule),
-                       chunks > 1 ? fmt::format(" v{}", chunks) : "", model::to_string(recompute));
+                       chunks > 1 ? fmt::format(" v{}", chunks) : "", recompute_label());
   }
 };
 
@@ -93,8 +90,24 @@ std::vector<std::int64_t> pipeline_sizes(const model::Scenario& base) {
   return out;
 }
 
+// The block recomputes (parallel.recompute_num_layers) worth trying on a plan with full recompute: a quarter, half and
+// three quarters of its longest chunk's layers, each recomputing fewer layers than full recompute does.
+std::vector<std::int64_t> block_recompute_layers(const model::Scenario& s) {
+  std::int64_t longest = 0;
+  for (std::int64_t vs = 0; vs < s.parallel.pp * s.parallel.virtual_stages; ++vs) {
+    longest = std::max(longest, s.layers_in_virtual_stage(vs));
+  }
+  std::vector<std::int64_t> out;
+  for (const std::int64_t quarters : {1, 2, 3}) {
+    const std::int64_t layers = (longest * quarters + 2) / 4;
+    const bool fresh = std::find(out.begin(), out.end(), layers) == out.end();
+    if (layers >= 1 && layers < longest && fresh) out.push_back(layers);
+  }
+  return out;
+}
+
 // Every valid plan that fits, ordered by its ideal bubble (then less tensor parallelism): the order in which they are
-// simulated when there are more than --max.
+// simulated when there are more than --max. With vary_recompute, every recompute mode, block recompute included.
 std::vector<Plan> enumerate_plans(const model::Scenario& base, bool vary_recompute, int& rejected_for_memory) {
   std::vector<model::Recompute> recomputes{base.parallel.recompute};
   if (vary_recompute) recomputes = {model::Recompute::None, model::Recompute::Selective, model::Recompute::Full};
@@ -119,19 +132,29 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, bool vary_recompu
                                       ? model::ScheduleKind::OneFOneB
                                       : base.parallel.schedule;
             s.parallel.recompute = recompute;
-            if (recompute != model::Recompute::Full) s.parallel.recompute_num_layers = 0;
             if (tp == 1) s.parallel.sequence_parallel = false;
-            if (!model::validation_problems(s).empty()) continue;
-            const auto memory = model::estimate_memory(s);
-            if (!memory.fits) {
-              ++rejected_for_memory;
-              continue;
+            // Block recompute belongs to full recompute: the base's own, then (varying) a few more.
+            const bool full = recompute == model::Recompute::Full;
+            std::vector<std::int64_t> blocks{full ? base.parallel.recompute_num_layers : 0};
+            if (vary_recompute && full && base.framework.name != model::Framework::DeepSpeed) {
+              for (const std::int64_t layers : block_recompute_layers(s)) {
+                if (layers != blocks.front()) blocks.push_back(layers);
+              }
             }
-            const double m = static_cast<double>(s.parallel.micro_batches());
-            Plan plan{tp, pp, dp, micro_batch, chunks, s.parallel.schedule, recompute};
-            plan.ideal_bubble = (pp - 1) / (chunks * m + pp - 1);
-            plan.peak_memory_bytes = memory.peak_bytes;
-            plans.push_back(plan);
+            for (const std::int64_t block : blocks) {
+              s.parallel.recompute_num_layers = block;
+              if (!model::validation_problems(s).empty()) continue;
+              const auto memory = model::estimate_memory(s);
+              if (!memory.fits) {
+                ++rejected_for_memory;
+                continue;
+              }
+              const double m = static_cast<double>(s.parallel.micro_batches());
+              Plan plan{tp, pp, dp, micro_batch, chunks, s.parallel.schedule, recompute, block};
+              plan.ideal_bubble = (pp - 1) / (chunks * m + pp - 1);
+              plan.peak_memory_bytes = memory.peak_bytes;
+              plans.push_back(plan);
+            }
           }
         }
       }
@@ -145,12 +168,11 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, bool vary_recompu
 }
 
 // `twin sim` on one plan in a child process; returns its pid.
-pid_t start_simulation(const std::string& scenario_path, const std::vector<std::string>& user_sets,
-                       const model::Scenario& base, const Plan& plan, const fs::path& json_path,
-                       const fs::path& log_path) {
+pid_t start_simulation(const std::string& scenario_path, const std::vector<std::string>& user_sets, const Plan& plan,
+                       const fs::path& json_path, const fs::path& log_path) {
   std::vector<std::string> args{"/proc/self/exe", "sim", scenario_path, "--quiet", "--json", json_path.string()};
   for (const auto& set : user_sets) args.insert(args.end(), {"--set", set});
-  for (const auto& set : plan.overrides(base)) args.insert(args.end(), {"--set", set});
+  for (const auto& set : plan.overrides()) args.insert(args.end(), {"--set", set});
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -222,7 +244,7 @@ void run_search(const SearchOptions& o) {
   while (done < plans.size()) {
     while (next < plans.size() && running.size() < static_cast<std::size_t>(jobs)) {
       const auto [json, log] = paths(next);
-      running[start_simulation(scenario_path, user_sets, base, plans[next], json, log)] = next;
+      running[start_simulation(scenario_path, user_sets, plans[next], json, log)] = next;
       ++next;
     }
     int status = 0;
@@ -257,15 +279,16 @@ void run_search(const SearchOptions& o) {
     const double gib = plan.peak_memory_bytes / (1024.0 * 1024 * 1024);
     if (plan.error.empty()) {
       fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f}\n", plan.tp, plan.pp,
-                 plan.dp, plan.micro_batch, schedule, model::to_string(plan.recompute), plan.iteration_time_s,
+                 plan.dp, plan.micro_batch, schedule, plan.recompute_label(), plan.iteration_time_s,
                  plan.tflops_per_gpu, 100 * plan.bubble_fraction, gib);
     } else {
       fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} failed: {}\n", plan.tp, plan.pp, plan.dp, plan.micro_batch,
-                 schedule, model::to_string(plan.recompute), plan.error);
+                 schedule, plan.recompute_label(), plan.error);
     }
     results.push_back({{"tp", plan.tp}, {"pp", plan.pp}, {"dp", plan.dp}, {"micro_batch", plan.micro_batch},
                        {"schedule", model::to_string(plan.schedule)}, {"virtual_stages", plan.chunks},
-                       {"recompute", model::to_string(plan.recompute)}, {"memory_per_gpu_bytes", plan.peak_memory_bytes},
+                       {"recompute", model::to_string(plan.recompute)}, {"recompute_num_layers", plan.recompute_layers},
+                       {"memory_per_gpu_bytes", plan.peak_memory_bytes},
                        {"iteration_time_s", plan.iteration_time_s}, {"tflops_per_gpu", plan.tflops_per_gpu},
                        {"bubble_fraction", plan.bubble_fraction}, {"error", plan.error}});
   }
@@ -283,7 +306,9 @@ void register_search_command(CLI::App& app) {
   add_scenario_options(*command, o->scenario);
   command->add_option("--max", o->max_plans, "simulate at most this many plans (smallest ideal bubble first)");
   command->add_option("--jobs", o->jobs, "simulations at a time (default: one per core)");
-  command->add_flag("--vary-recompute", o->vary_recompute, "also try recompute none, selective and full");
+  command->add_flag("--vary-recompute", o->vary_recompute,
+                    "also try recompute none, selective and full, and block recompute of a quarter, half and three "
+                    "quarters of a chunk's layers (Megatron only)");
   command->add_option("--json", o->json_path, "write every plan and its result as JSON")->check(output_file());
   command->callback([o] { run_search(*o); });
 }

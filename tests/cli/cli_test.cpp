@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -186,6 +187,37 @@ TEST(Cli, SearchRanksValidPlansByIterationTime) {
     EXPECT_GE(plan["iteration_time_s"].get<double>(), previous);
     previous = plan["iteration_time_s"].get<double>();
   }
+}
+
+TEST(Cli, SearchVariesRecomputeBlockRecomputeIncluded) {
+  // Every plan in every recompute mode: none, selective, full, and Megatron's block recompute of a quarter, half and
+  // three quarters of a chunk's layers, which trade memory for time in between none and full.
+  const fs::path json_path = scratch("search-recompute.json");
+  const Result r = twin("search " + small_cluster_scenario().string() + " --max 24 --jobs 2 --vary-recompute --json " +
+                        json_path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("block 12"));  // half of the 24 layers of a plan without a pipeline
+  std::ifstream in(json_path);
+  // plan -> recompute label -> (seconds, bytes)
+  std::map<std::string, std::map<std::string, std::pair<double, double>>> plans;
+  const auto listed = nlohmann::json::parse(in)["plans"];  // a copy: the parsed document is a temporary
+  for (const auto& plan : listed) {
+    const std::string key = plan["tp"].dump() + " " + plan["pp"].dump() + " " + plan["micro_batch"].dump() + " " +
+                            plan["virtual_stages"].dump();
+    const int block = plan["recompute_num_layers"].get<int>();
+    const std::string label = block > 0 ? "block " + std::to_string(block) : plan["recompute"].get<std::string>();
+    plans[key][label] = {plan["iteration_time_s"].get<double>(), plan["memory_per_gpu_bytes"].get<double>()};
+  }
+  int complete = 0;
+  for (auto& [key, modes] : plans) {
+    if (modes.size() < 6) continue;  // --max cut some of its modes off
+    ++complete;
+    EXPECT_LT(modes["none"].first, modes["block 12"].first) << key;
+    EXPECT_LT(modes["block 12"].first, modes["full"].first) << key;
+    EXPECT_LT(modes["full"].second, modes["block 12"].second) << key;
+    EXPECT_LT(modes["block 12"].second, modes["none"].second) << key;
+  }
+  EXPECT_GE(complete, 1) << r.output;
 }
 
 TEST(Cli, SimNamesTheFrameworkModelItFollowed) {
