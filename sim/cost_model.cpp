@@ -45,6 +45,9 @@ double base_efficiency(const topology::GpuSpec& gpu, const GemmMeasurement& meas
   return std::min(1.0, quantized / achieved);
 }
 
+// An A100's streaming kernel reaches 1616 of its 2039 GB/s (the source is cited where analytical_parameters uses it).
+constexpr double kA100StreamingFraction = 1616.0 / 2039.0;
+
 // The attention core's batched GEMMs, measured: Dao et al., "FlashAttention" (NeurIPS 2022, arXiv:2205.14135),
 // Appendix E.6, Table 20 ("Megatron" row): Megatron-LM's attention (baddbmm Q K^T, fused scale-softmax, bmm P V, the
 // context's permute copy), forward + backward, no dropout and no mask, fp16, batch 16 x 8 heads, head dim 64,
@@ -163,7 +166,7 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu) {
   //   A100 40GB (HBM2 at 1555 GB/s): the same fraction, assumed.
   //   H100 / H200: 0.90, an assumption (STREAM-style kernels reach about 90%); the first number to replace when a
   //   measurement lands in bench/.
-  p.hbm_efficiency = gpu.name.rfind("A100", 0) == 0 ? 1616.0 / 2039.0 : 0.90;
+  p.hbm_efficiency = gpu.name.rfind("A100", 0) == 0 ? kA100StreamingFraction : 0.90;
   // Launch: back-to-back dependent kernels leave a gap of a few microseconds (NVIDIA Technical Blog, "Getting Started
   // with CUDA Graphs", 2019, measures ~2-4 us per kernel of launch overhead); 2 us per kernel.
   p.kernel_launch_s = 2e-6;
@@ -193,8 +196,8 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu) {
   p.gemm_measured_flops_per_s = measured.flops_per_s;
   p.gemm_measured_shape = {measured.m, measured.n, measured.k};
   // Attention GEMMs: measured on an A100 (see kMegatronAttentionA100), relative to the streaming rate, so the same
-  // fraction on every GPU until a Hopper measurement lands in bench/.
-  p.attention_gemm_hbm_fraction = attention_gemm_hbm_fraction_measured(1616.0 / 2039.0, p.kernel_launch_s);
+  // fraction on every GPU unless the cluster measured its own (cluster.attention_gemm_hbm_fraction).
+  p.attention_gemm_hbm_fraction = attention_gemm_hbm_fraction_measured(kA100StreamingFraction, p.kernel_launch_s);
   return p;
 }
 
