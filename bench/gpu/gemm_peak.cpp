@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -108,51 +109,38 @@ double time_hbm_gb_per_s(cudaStream_t stream) {
   return gb_per_s;
 }
 
-// The attention core's two forward GEMMs over `batch` heads of a sequence, as Megatron-LM runs them (unfused, bf16
-// scores): scores (seq, seq) = q (seq, d) k^T, then out (seq, d) = P (seq, seq) v. Both are memory bound; the cost
-// model moves their operands (2 bytes x (mk + kn + mn) per GEMM) at attention_gemm_hbm_fraction of the streaming
-// rate. Returns that fraction as measured here, against `hbm_gb_per_s`. The cited value (0.64, sim/cost_model.cpp)
-// comes from Megatron's whole attention on an A100 with its softmax taken at the streaming rate; on an A100 this
-// measurement checks that reading.
-double time_attention_gemms(int batch, int seq, int head_dim, double hbm_gb_per_s, Cublas& blas,
-                            cudaStream_t stream) {
-  using twin::kernels::cuda::GemmPlan;
-  const std::size_t head_count = static_cast<std::size_t>(batch) * seq * head_dim;
-  const std::size_t score_count = static_cast<std::size_t>(batch) * seq * seq;
-  __nv_bfloat16 *q = nullptr, *k = nullptr, *v = nullptr, *scores = nullptr, *out = nullptr;
-  for (auto* buffer : {&q, &k, &v, &out}) {
-    TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(buffer), head_count * 2));
-  }
+// The attention core's two forward GEMMs over `heads` heads of one sequence, as Megatron-LM runs them (unfused, bf16
+// scores), through the plans kernels/cuda's attention uses (gemm_plan.hpp): scores (seq, seq) = q k^T, then
+// out (seq, d) = P v. Both are memory bound; the cost model moves their operands (2 bytes x (mk + kn + mn) per GEMM)
+// at attention_gemm_hbm_fraction of the streaming rate. Returns that fraction as measured here, against
+// `hbm_gb_per_s`. The cited value (0.64, sim/cost_model.cpp) comes from Megatron's whole attention on an A100 with its
+// softmax taken at the streaming rate; on an A100 this measurement checks that reading.
+double time_attention_gemms(int heads, int seq, int head_dim, double hbm_gb_per_s, Cublas& blas, cudaStream_t stream) {
+  using namespace twin::kernels::cuda;
+  const AttentionShape shape{seq, heads, head_dim};
+  const std::size_t qkv_count = static_cast<std::size_t>(seq) * shape.qkv_row();
+  const std::size_t score_count = static_cast<std::size_t>(heads) * shape.scores_per_head();
+  const std::size_t out_count = static_cast<std::size_t>(seq) * shape.hidden();
+  __nv_bfloat16 *qkv = nullptr, *scores = nullptr, *out = nullptr;
+  TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&qkv), qkv_count * 2));
   TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scores), score_count * 2));
-  const auto host_head = random_bf16(head_count, 3), host_scores = random_bf16(score_count, 4);
-  for (auto* buffer : {q, k, v}) {
-    TWIN_CUDA_CHECK(cudaMemcpy(buffer, host_head.data(), head_count * 2, cudaMemcpyHostToDevice));
-  }
+  TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), out_count * 2));
+  const auto host_qkv = random_bf16(qkv_count, 3), host_scores = random_bf16(score_count, 4);
+  TWIN_CUDA_CHECK(cudaMemcpy(qkv, host_qkv.data(), qkv_count * 2, cudaMemcpyHostToDevice));
   TWIN_CUDA_CHECK(cudaMemcpy(scores, host_scores.data(), score_count * 2, cudaMemcpyHostToDevice));
-  // Column-major views (gemm_plan.hpp): scores^T (seq, seq) = k (d, seq)^T-op x q (d, seq); out^T (d, seq) =
-  // v^T (d, seq) x P^T (seq, seq).
-  GemmPlan qk;
-  qk.trans_a = true;
-  qk.m = seq, qk.n = seq, qk.k = head_dim;
-  qk.lda = head_dim, qk.ldb = head_dim, qk.ldd = seq;
-  qk.batch = batch;
-  qk.stride_a = qk.stride_b = static_cast<std::int64_t>(seq) * head_dim, qk.stride_d = std::int64_t{seq} * seq;
-  GemmPlan pv;
-  pv.m = head_dim, pv.n = seq, pv.k = seq;
-  pv.lda = head_dim, pv.ldb = seq, pv.ldd = head_dim;
-  pv.batch = batch;
-  pv.stride_a = pv.stride_d = static_cast<std::int64_t>(seq) * head_dim, pv.stride_b = std::int64_t{seq} * seq;
-  const Timing t_qk = time_on(
-      stream, [&] { twin::kernels::cuda::gemm(blas, qk, k, q, scores, CUDA_R_16BF, stream); });
-  const Timing t_pv = time_on(
-      stream, [&] { twin::kernels::cuda::gemm(blas, pv, v, scores, out, CUDA_R_16BF, stream); });
-  const double bytes = 2.0 * 2.0 * batch * (static_cast<double>(seq) * seq + 2.0 * seq * head_dim);
+  const GemmPlan qk = plan_attention_scores(shape, 1.0f / std::sqrt(static_cast<float>(head_dim)));
+  const GemmPlan pv = plan_attention_output(shape);
+  const Timing t_qk = time_on(stream, [&] { gemm(blas, qk, qkv, qkv, scores, CUDA_R_16BF, stream); });
+  const Timing t_pv = time_on(stream, [&] { gemm(blas, pv, qkv, scores, out, CUDA_R_16BF, stream); });
+  const double bytes = 2.0 * 2.0 * heads * (static_cast<double>(seq) * seq + 2.0 * seq * head_dim);
   const double gb_per_s = bytes / (t_qk.median_s + t_pv.median_s) / 1e9;
   const double fraction = gb_per_s / hbm_gb_per_s;
-  std::printf("attention gemms bf16 batch %d seq %d d %d: q k^T median %.3f ms, p v %.3f ms, %.0f GB/s, %.2f of the "
+  std::printf("attention gemms bf16 %d heads of %d, seq %d: q k^T median %.3f ms, p v %.3f ms, %.0f GB/s, %.2f of the "
               "streaming rate\n",
-              batch, seq, head_dim, t_qk.median_s * 1e3, t_pv.median_s * 1e3, gb_per_s, fraction);
-  for (auto* buffer : {q, k, v, scores, out}) cudaFree(buffer);
+              heads, head_dim, seq, t_qk.median_s * 1e3, t_pv.median_s * 1e3, gb_per_s, fraction);
+  cudaFree(qkv);
+  cudaFree(scores);
+  cudaFree(out);
   return fraction;
 }
 
@@ -192,7 +180,7 @@ int main(int argc, char** argv) {
     std::printf("peak_tflops %.1f\n", peak);
     const double hbm = time_hbm_gb_per_s(stream);
     std::printf("hbm_gb_per_s %.0f\n", hbm);
-    // The cited measurement's shape (16 sequences x 8 heads of 64, sequence 2048), then a head of 128 for comparison.
+    // The cited measurement's shape (16 sequences x 8 heads of 64, sequence 2048: 128 heads' worth), then heads of 128.
     const double attention = time_attention_gemms(16 * 8, 2048, 64, hbm, blas, stream);
     time_attention_gemms(16 * 8, 2048, 128, hbm, blas, stream);
     std::printf("attention_gemm_hbm_fraction %.2f\n", attention);
