@@ -47,6 +47,15 @@ std::vector<__nv_bfloat16> random_bf16(std::size_t n, std::uint32_t seed) {
   return x;
 }
 
+// `count` random bf16 values (random_bf16) in a new device buffer; cudaFree it.
+__nv_bfloat16* device_random_bf16(std::size_t count, std::uint32_t seed) {
+  __nv_bfloat16* buffer = nullptr;
+  TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&buffer), count * 2));
+  const auto host = random_bf16(count, seed);
+  TWIN_CUDA_CHECK(cudaMemcpy(buffer, host.data(), count * 2, cudaMemcpyHostToDevice));
+  return buffer;
+}
+
 struct Timing {
   double median_s, min_s;
 };
@@ -76,13 +85,8 @@ Timing time_on(cudaStream_t stream, Launch launch) {
 double time_shape(const Shape& s, Cublas& blas, cudaStream_t stream) {
   const std::size_t a_count = static_cast<std::size_t>(s.m) * s.k, b_count = static_cast<std::size_t>(s.n) * s.k;
   const std::size_t c_count = static_cast<std::size_t>(s.m) * s.n;
-  __nv_bfloat16 *inp = nullptr, *weight = nullptr, *out = nullptr;
-  TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&inp), a_count * 2));
-  TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&weight), b_count * 2));
+  __nv_bfloat16 *inp = device_random_bf16(a_count, 1), *weight = device_random_bf16(b_count, 2), *out = nullptr;
   TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), c_count * 2));
-  const auto host_a = random_bf16(a_count, 1), host_b = random_bf16(b_count, 2);
-  TWIN_CUDA_CHECK(cudaMemcpy(inp, host_a.data(), a_count * 2, cudaMemcpyHostToDevice));
-  TWIN_CUDA_CHECK(cudaMemcpy(weight, host_b.data(), b_count * 2, cudaMemcpyHostToDevice));
   const Timing t = time_on(
       stream, [&] { twin::kernels::cuda::matmul_forward(out, inp, weight, nullptr, s.m, s.k, s.n, blas, stream); });
   const double tflops = 2.0 * s.m * s.n * static_cast<double>(s.k) / t.median_s / 1e12;
@@ -121,13 +125,8 @@ double time_attention_gemms(int heads, int seq, int head_dim, double hbm_gb_per_
   const std::size_t qkv_count = static_cast<std::size_t>(seq) * shape.qkv_row();
   const std::size_t score_count = static_cast<std::size_t>(heads) * shape.scores_per_head();
   const std::size_t out_count = static_cast<std::size_t>(seq) * shape.hidden();
-  __nv_bfloat16 *qkv = nullptr, *scores = nullptr, *out = nullptr;
-  TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&qkv), qkv_count * 2));
-  TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scores), score_count * 2));
+  __nv_bfloat16 *qkv = device_random_bf16(qkv_count, 3), *scores = device_random_bf16(score_count, 4), *out = nullptr;
   TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), out_count * 2));
-  const auto host_qkv = random_bf16(qkv_count, 3), host_scores = random_bf16(score_count, 4);
-  TWIN_CUDA_CHECK(cudaMemcpy(qkv, host_qkv.data(), qkv_count * 2, cudaMemcpyHostToDevice));
-  TWIN_CUDA_CHECK(cudaMemcpy(scores, host_scores.data(), score_count * 2, cudaMemcpyHostToDevice));
   const GemmPlan qk = plan_attention_scores(shape, 1.0f / std::sqrt(static_cast<float>(head_dim)));
   const GemmPlan pv = plan_attention_output(shape);
   const Timing t_qk = time_on(stream, [&] { gemm(blas, qk, qkv, qkv, scores, CUDA_R_16BF, stream); });
@@ -185,7 +184,8 @@ int main(int argc, char** argv) {
     time_attention_gemms(16 * 8, 2048, 128, hbm, blas, stream);
     std::printf("attention_gemm_hbm_fraction %.2f\n", attention);
     std::printf("# [cluster] keys for this GPU and software stack (twin sim uses them instead of the cited values):\n");
-    std::printf("gemm_tflops = %.1f\ngemm_shape = [%d, %d, %d]\nhbm_gb_per_s = %.0f\nattention_gemm_hbm_fraction = %.2f\n",
+    std::printf("gemm_tflops = %.1f\ngemm_shape = [%d, %d, %d]\nhbm_gb_per_s = %.0f\n"
+                "attention_gemm_hbm_fraction = %.2f\n",
                 peak, peak_shape.m, peak_shape.n, peak_shape.k, hbm, std::min(1.0, attention));
     cudaStreamDestroy(stream);
     return 0;
