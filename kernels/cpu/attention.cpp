@@ -56,6 +56,25 @@ void exp_shifted(float* x, int n, float scale, float shift) {
   }
 }
 
+// Row t's ALiBi bias on the UNSCALED scores: s[t2] += step (t2 - t) for t2 <= t, step = m / scale, so that the
+// exp_shifted(s, t + 1, scale, shift) after it takes exp(scale s + m (t2 - t) - shift) (up to rounding: one rounding
+// of step and two per element, next to the GEMM's own). Folding the bias into the unscaled scores leaves exp_shifted,
+// which applies the scale, as it was; with step 0 (slope 0) every score keeps its value, s + 0 (t2 - t) = s, so the
+// results keep the bits of the path without ALiBi. The forward and the backward call it alike, so the backward's
+// recomputed p carries the bias the forward's lse did.
+void add_alibi_bias(float* s, int t, float step) {
+  for (int t2 = 0; t2 <= t; ++t2) s[t2] += step * static_cast<float>(t2 - t);
+}
+
+// the ALiBi slopes of the `heads` local heads, when given, are finite (a NaN would spread over whole rows)
+bool finite_slopes(const float* slopes, int heads) {
+  if (slopes == nullptr) return true;
+  for (int h = 0; h < heads; ++h) {
+    if (!std::isfinite(slopes[h])) return false;
+  }
+  return true;
+}
+
 // One (batch, head) slice of the (batch, seq, 3, heads, head_dim) layout: row t of q, k or v (which = 0, 1, 2) and of
 // the (batch, seq, heads, head_dim) output.
 struct Head {
@@ -93,10 +112,25 @@ void scatter(float* dst, const float* dense, const Head& x, Offset offset) {
 
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* qkv, int batch, int seq, int heads, int head_dim) {
+std::vector<float> alibi_slopes(int total_heads) {
+  TWIN_KERNEL_CHECK(total_heads > 0);
+  // slope i of p heads, p a power of two: start^(i+1) = 2^(-8 (i+1) / p), its exponent exact in double, rounded once to
+  // fp32 (BigScience also holds the slopes as an fp32 tensor)
+  const auto power_of_two_slope = [](double p, int i) { return static_cast<float>(std::exp2(-8.0 * (i + 1) / p)); };
+  const int c = static_cast<int>(std::bit_floor(static_cast<unsigned>(total_heads)));  // 2^floor(log2 n)
+  std::vector<float> slopes(static_cast<std::size_t>(total_heads));
+  for (int i = 0; i < total_heads; ++i) {  // c's own slopes, then the even-indexed ones of 2c (all of them when n = c)
+    slopes[static_cast<std::size_t>(i)] = i < c ? power_of_two_slope(c, i) : power_of_two_slope(2.0 * c, 2 * (i - c));
+  }
+  return slopes;
+}
+
+void attention_forward(float* out, float* lse, const float* qkv, int batch, int seq, int heads, int head_dim,
+                       const float* alibi_slopes) {
   TWIN_KERNEL_CHECK(batch > 0 && seq > 0 && heads > 0 && head_dim > 0);
   TWIN_KERNEL_CHECK(out != nullptr && lse != nullptr && qkv != nullptr);
   TWIN_KERNEL_CHECK(out != qkv);
+  TWIN_KERNEL_CHECK(finite_slopes(alibi_slopes, heads));
   const int T = seq, D = head_dim;
   const std::size_t td = static_cast<std::size_t>(T) * D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -111,12 +145,14 @@ void attention_forward(float* out, float* lse, const float* qkv, int batch, int 
       gather(k.data(), qkv, x, [&](int t) { return x.qkv(t, 1); });
       gather(v.data(), qkv, x, [&](int t) { return x.qkv(t, 2); });
       float* row_lse = lse + (static_cast<std::size_t>(b) * heads + h) * T;
+      const float alibi_step = alibi_slopes != nullptr ? alibi_slopes[h] / scale : 0.0f;
       for (int i0 = 0; i0 < T; i0 += kBlock) {
         const int end = std::min(T, i0 + kBlock), rows = end - i0;  // queries [i0, end) see keys [0, end)
         gemm(false, true, rows, end, D, q.data() + static_cast<std::size_t>(i0) * D, k.data(), 0.0f, s.data());
-        for (int r = 0; r < rows; ++r) {  // P = causal softmax(scale S), row by row, in place
+        for (int r = 0; r < rows; ++r) {  // P = causal softmax(scale S + ALiBi bias), row by row, in place
           const int t = i0 + r;
           float* p = s.data() + static_cast<std::size_t>(r) * end;
+          if (alibi_slopes != nullptr) add_alibi_bias(p, t, alibi_step);
           const float max_score = scale * detail::max(p, t + 1);
           exp_shifted(p, t + 1, scale, max_score);
           const float sum = detail::sum(p, t + 1);
@@ -134,10 +170,11 @@ void attention_forward(float* out, float* lse, const float* qkv, int batch, int 
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* lse, int batch, int seq,
-                        int heads, int head_dim) {
+                        int heads, int head_dim, const float* alibi_slopes) {
   TWIN_KERNEL_CHECK(batch > 0 && seq > 0 && heads > 0 && head_dim > 0);
   TWIN_KERNEL_CHECK(dqkv != nullptr && dout != nullptr && qkv != nullptr && lse != nullptr);
   TWIN_KERNEL_CHECK(dqkv != dout && dqkv != qkv);
+  TWIN_KERNEL_CHECK(finite_slopes(alibi_slopes, heads));
   const int T = seq, D = head_dim;
   const std::size_t td = static_cast<std::size_t>(T) * D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -156,6 +193,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
       std::fill(dk.begin(), dk.end(), 0.0f);
       std::fill(dv.begin(), dv.end(), 0.0f);
       const float* row_lse = lse + (static_cast<std::size_t>(b) * heads + h) * T;
+      const float alibi_step = alibi_slopes != nullptr ? alibi_slopes[h] / scale : 0.0f;
       for (int i0 = 0; i0 < T; i0 += kBlock) {
         const int end = std::min(T, i0 + kBlock), rows = end - i0;  // queries [i0, end) see keys [0, end)
         const float* q_block = q.data() + static_cast<std::size_t>(i0) * D;
@@ -163,10 +201,12 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
         gemm(false, true, rows, end, D, q_block, k.data(), 0.0f, s.data());    // S = Q K^T
         gemm(false, true, rows, end, D, dy_block, v.data(), 0.0f, dp.data());  // dP = dO V^T
         for (int r = 0; r < rows; ++r) {
-          // p = exp(scale s - lse);  softmax backward: ds = p (dp - sum p dp);  s = scale q.k  =>  dS = scale ds
+          // p = exp(scale s + m (t2 - t) - lse);  softmax backward: ds = p (dp - sum p dp);  the score is
+          // scale q.k + a constant  =>  dS = scale ds (the ALiBi bias has no gradient)
           const int t = i0 + r;
           float* p = s.data() + static_cast<std::size_t>(r) * end;
           float* ds = dp.data() + static_cast<std::size_t>(r) * end;
+          if (alibi_slopes != nullptr) add_alibi_bias(p, t, alibi_step);
           exp_shifted(p, t + 1, scale, row_lse[t]);
           const float p_dp = detail::dot(p, ds, t + 1);
           for (int t2 = 0; t2 <= t; ++t2) ds[t2] = scale * p[t2] * (ds[t2] - p_dp);

@@ -17,47 +17,63 @@ using device::warp_sum;
 
 namespace {
 
-// One warp per score row i = h * seq + t of one sequence (rows = heads * seq), scores (heads, seq, seq) fp32:
-//   lse[i] = log sum_{t2 <= t} exp(s[t2]),  probs[i, t2] = exp(s[t2] - lse[i]) for t2 <= t, 0 after (the mask)
-__global__ void causal_softmax_forward_kernel(bf16* probs, float* lse, const float* scores, int rows, int seq) {
+// Score (t, t2) of a row of head h with the ALiBi bias: s[t2] + m_h (t2 - t), m_h = slopes[h], or 0 when slopes is
+// nullptr: s[t2] + 0 (t2 - t) keeps every score's value, so the path without ALiBi gives the probabilities it gave
+// before, without a branch per element. Every pass over a row recomputes the score by this one expression, so they
+// all see the same biased scores.
+struct AlibiRow {
+  float slope;
+  int t;
+  __device__ AlibiRow(const float* slopes, int h, int t_) : slope(slopes != nullptr ? slopes[h] : 0.0f), t(t_) {}
+  __device__ float operator()(const float* s, int t2) const { return s[t2] + slope * static_cast<float>(t2 - t); }
+};
+
+// One warp per score row i = h * seq + t of one sequence (rows = heads * seq), scores (heads, seq, seq) fp32 (already
+// scaled), slopes (heads) fp32 or nullptr; a[t2] = s[t2] + slopes[h] (t2 - t), the biased score:
+//   lse[i] = log sum_{t2 <= t} exp(a[t2]),  probs[i, t2] = exp(a[t2] - lse[i]) for t2 <= t, 0 after (the mask)
+__global__ void causal_softmax_forward_kernel(bf16* probs, float* lse, const float* scores, const float* slopes,
+                                              int rows, int seq) {
   const int i = blockIdx.x * launch::kWarpsPerRowBlock + threadIdx.x / 32;
   if (i >= rows) return;
   const int lane = threadIdx.x % 32;
   const int t = i % seq;
+  const AlibiRow a(slopes, i / seq, t);
   const float* s = scores + static_cast<std::size_t>(i) * seq;
   bf16* p = probs + static_cast<std::size_t>(i) * seq;
   float max_score = -INFINITY;
-  for (int t2 = lane; t2 <= t; t2 += 32) max_score = fmaxf(max_score, s[t2]);
+  for (int t2 = lane; t2 <= t; t2 += 32) max_score = fmaxf(max_score, a(s, t2));
   max_score = warp_max(max_score);  // finite: t2 = 0 is always there
   float sum = 0.0f;
-  for (int t2 = lane; t2 <= t; t2 += 32) sum += expf(s[t2] - max_score);
+  for (int t2 = lane; t2 <= t; t2 += 32) sum += expf(a(s, t2) - max_score);
   const float row_lse = max_score + logf(warp_sum(sum));
   for (int t2 = lane; t2 < seq; t2 += 32) {
-    p[t2] = __float2bfloat16_rn(t2 <= t ? expf(s[t2] - row_lse) : 0.0f);
+    p[t2] = __float2bfloat16_rn(t2 <= t ? expf(a(s, t2) - row_lse) : 0.0f);
   }
   if (lane == 0) lse[i] = row_lse;
 }
 
-// One warp per score row, given S (recomputed) and dP = dout v^T:
-//   p = exp(s - lse),  ds = scale p (dp - sum_t2 p dp)   for t2 <= t;  probs, dscores = 0 after t
+// One warp per score row, given S (recomputed), dP = dout v^T and the forward's slopes:
+//   p = exp(a - lse),  ds = scale p (dp - sum_t2 p dp)   for t2 <= t;  probs, dscores = 0 after t
+// (a = s + m_h (t2 - t): the bias is a constant, dS needs no term of its own)
 __global__ void causal_softmax_backward_kernel(bf16* probs, bf16* dscores, const float* scores, const float* dprobs,
-                                               const float* lse, int rows, int seq, float scale) {
+                                               const float* lse, const float* slopes, int rows, int seq, float scale) {
   const int i = blockIdx.x * launch::kWarpsPerRowBlock + threadIdx.x / 32;
   if (i >= rows) return;
   const int lane = threadIdx.x % 32;
   const int t = i % seq;
+  const AlibiRow a(slopes, i / seq, t);
   const std::size_t offset = static_cast<std::size_t>(i) * seq;
   const float* s = scores + offset;
   const float* dp = dprobs + offset;
   const float row_lse = lse[i];
   float p_dp = 0.0f;
-  for (int t2 = lane; t2 <= t; t2 += 32) p_dp += expf(s[t2] - row_lse) * dp[t2];
+  for (int t2 = lane; t2 <= t; t2 += 32) p_dp += expf(a(s, t2) - row_lse) * dp[t2];
   p_dp = warp_sum(p_dp);
   for (int t2 = lane; t2 < seq; t2 += 32) {
     float p = 0.0f;
     float ds = 0.0f;
     if (t2 <= t) {
-      p = expf(s[t2] - row_lse);
+      p = expf(a(s, t2) - row_lse);
       ds = scale * p * (dp[t2] - p_dp);
     }
     probs[offset + t2] = __float2bfloat16_rn(p);
@@ -68,7 +84,7 @@ __global__ void causal_softmax_backward_kernel(bf16* probs, bf16* dscores, const
 }  // namespace
 
 void attention_forward(bf16* out, float* lse, const bf16* qkv, int batch, int seq, int heads, int head_dim,
-                       Cublas& blas, cudaStream_t stream) {
+                       Cublas& blas, cudaStream_t stream, const float* alibi_slopes) {
   TWIN_CUDA_REQUIRE(batch > 0 && seq > 0 && heads > 0 && head_dim > 0);
   TWIN_CUDA_REQUIRE(static_cast<std::int64_t>(heads) * seq <= INT32_MAX);  // score rows of one sequence: int
   TWIN_CUDA_REQUIRE(out != nullptr && lse != nullptr && qkv != nullptr);
@@ -85,14 +101,14 @@ void attention_forward(bf16* out, float* lse, const bf16* qkv, int batch, int se
     float* lse_b = lse + static_cast<std::size_t>(b) * rows;
     gemm(blas, plan_attention_scores(shape, scale), qkv_b, qkv_b, scores.as<float>(), CUDA_R_32F, stream);
     causal_softmax_forward_kernel<<<launch::row_blocks(rows), 32 * launch::kWarpsPerRowBlock, 0, stream>>>(
-        probs.as<bf16>(), lse_b, scores.as<float>(), rows, seq);
+        probs.as<bf16>(), lse_b, scores.as<float>(), alibi_slopes, rows, seq);
     TWIN_CUDA_CHECK_LAUNCH();
     gemm(blas, plan_attention_output(shape), qkv_b, probs.as<bf16>(), out_b, CUDA_R_16BF, stream);
   }
 }
 
 void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, int batch, int seq, int heads,
-                        int head_dim, Cublas& blas, cudaStream_t stream) {
+                        int head_dim, Cublas& blas, cudaStream_t stream, const float* alibi_slopes) {
   TWIN_CUDA_REQUIRE(batch > 0 && seq > 0 && heads > 0 && head_dim > 0);
   TWIN_CUDA_REQUIRE(static_cast<std::int64_t>(heads) * seq <= INT32_MAX);  // score rows of one sequence: int
   TWIN_CUDA_REQUIRE(dqkv != nullptr && dout != nullptr && qkv != nullptr && lse != nullptr);
@@ -113,7 +129,8 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const flo
     gemm(blas, plan_attention_scores(shape, scale), qkv_b, qkv_b, scores.as<float>(), CUDA_R_32F, stream);
     gemm(blas, plan_attention_dprobs(shape), qkv_b, dout_b, dprobs.as<float>(), CUDA_R_32F, stream);
     causal_softmax_backward_kernel<<<launch::row_blocks(rows), 32 * launch::kWarpsPerRowBlock, 0, stream>>>(
-        probs.as<bf16>(), dscores.as<bf16>(), scores.as<float>(), dprobs.as<float>(), lse_b, rows, seq, scale);
+        probs.as<bf16>(), dscores.as<bf16>(), scores.as<float>(), dprobs.as<float>(), lse_b, alibi_slopes, rows, seq,
+        scale);
     TWIN_CUDA_CHECK_LAUNCH();
     gemm(blas, plan_attention_dvalue(shape), dout_b, probs.as<bf16>(), dqkv_b, CUDA_R_16BF, stream);
     gemm(blas, plan_attention_dquery(shape), qkv_b, dscores.as<bf16>(), dqkv_b, CUDA_R_16BF, stream);

@@ -123,6 +123,37 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpuTwin) {
   EXPECT_TRUE(normalised_error_below(to_float(d_dqkv.download()), dqkv, 2e-2));
 }
 
+// ALiBi under tensor parallelism 2: a model of 2H heads, each rank's H heads with the slopes of their global indices
+// (alibi_slopes(2H) from rank * H on) uploaded as the device twin's fp32 slopes, the CPU twin given the same H floats.
+// Rank 0 holds the steeper slopes (from 1/4 at 4 model heads), rank 1 the gentler ones. Same tolerances as without.
+TEST_P(CudaAttention, AlibiForwardAndBackwardMatchCpuTwin) {
+  TWIN_REQUIRE_GPU();
+  const auto [B, T, H, D] = GetParam();
+  const std::size_t qkv_count = static_cast<std::size_t>(B) * T * 3 * H * D;
+  const std::size_t out_count = static_cast<std::size_t>(B) * T * H * D;
+  const std::size_t lse_count = static_cast<std::size_t>(B) * H * T;
+  const auto model_slopes = cpu::alibi_slopes(2 * H);
+  for (const int rank : {0, 1}) {  // tensor parallel 2: each rank's H heads, slopes from its first global head
+    SCOPED_TRACE(rank);
+    const std::vector<float> slopes(model_slopes.begin() + rank * H, model_slopes.begin() + (rank + 1) * H);
+    const auto qkv = bf16_rounded(random_vector(qkv_count, 9, -2.0f, 2.0f));
+    const auto dout = bf16_rounded(random_vector(out_count, 10));
+    std::vector<float> out(out_count), lse(lse_count), dqkv(qkv_count);
+    cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, D, slopes.data());
+    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, H, D, slopes.data());
+
+    Cublas blas;
+    DeviceBuffer<bf16> d_qkv(to_bf16(qkv)), d_dout(to_bf16(dout)), d_out(out_count), d_dqkv(qkv_count);
+    DeviceBuffer<float> d_lse(lse_count), d_slopes(slopes);
+    d_out.poison(), d_lse.poison(), d_dqkv.poison();
+    attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, H, D, blas, nullptr, d_slopes.get());
+    attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_lse.get(), B, T, H, D, blas, nullptr, d_slopes.get());
+    EXPECT_TRUE(normalised_error_below(to_float(d_out.download()), out, 1e-2));
+    EXPECT_TRUE(normalised_error_below(d_lse.download(), lse, 1e-5));
+    EXPECT_TRUE(normalised_error_below(to_float(d_dqkv.download()), dqkv, 2e-2));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                          ::testing::Values(AttentionCase{1, 1, 1, 8}, AttentionCase{2, 7, 3, 16},
                                            AttentionCase{2, 64, 4, 32}, AttentionCase{1, 300, 2, 64},
