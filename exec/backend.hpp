@@ -98,12 +98,13 @@ class Backend {
   virtual void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                                const Tensor& inp, const Tensor& weight, int rows, int in_features,
                                int out_features) = 0;
-  // out (B, T, H*D), lse (B, H, T) fp32 <- qkv (B, T, 3*H*D); causal, H = the rank's heads
+  // out (B, T, H*D), lse (B, H, T) fp32 <- qkv (B, T, 3*H*D); causal, H = the rank's heads; alibi_slopes (H) fp32:
+  // ALiBi's slope of each of those heads (kernels/cpu/attention.hpp), or empty for no bias
   virtual void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq, int heads,
-                                 int head_dim) = 0;
-  // dqkv (B, T, 3*H*D) = ... <- dout (B, T, H*D), qkv, lse
+                                 int head_dim, const Tensor& alibi_slopes) = 0;
+  // dqkv (B, T, 3*H*D) = ... <- dout (B, T, H*D), qkv, lse, the forward's alibi_slopes
   virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
-                                  int batch, int seq, int heads, int head_dim) = 0;
+                                  int batch, int seq, int heads, int head_dim, const Tensor& alibi_slopes) = 0;
   virtual void gelu_forward(const Tensor& out, const Tensor& inp) = 0;                        // out (n) = gelu(inp)
   virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;  // dinp = gelu'(inp) dout
 

@@ -267,6 +267,8 @@ std::vector<std::string> check_compatible(const Manifest& m, const fs::path& ste
   compare(refused, "model.seq_len", then.model.seq_len, now.model.seq_len);
   compare(refused, "model.vocab", then.model.vocab, now.model.vocab);
   compare(refused, "model.dtype", model::to_string(then.model.dtype), model::to_string(now.model.dtype));
+  compare(refused, "model.position_embedding", model::to_string(then.model.position_embedding),
+          model::to_string(now.model.position_embedding));
   compare(refused, "parallel.tp", then.parallel.tp, now.parallel.tp);
   compare(refused, "parallel.pp", then.parallel.pp, now.parallel.pp);
   compare(refused, "parallel.dp", then.parallel.dp, now.parallel.dp);

@@ -1,6 +1,6 @@
 // The ends of the model: the embedding (first virtual stage) and the head (last virtual stage).
 //
-//   tokens ─ wte[token] (vocab-parallel, 0 outside the shard) + wpe (on tp rank 0) ─[AR|RS]─ hidden
+//   tokens ─ wte[token] (vocab-parallel, 0 outside the shard) + wpe (on tp rank 0; none under ALiBi) ─[AR|RS]─ hidden
 //   hidden ─ LN_f ─[AG]─ LM head (tied wte shard) = logits (T, V/t) ─ CE statistics ─[AG]─ losses
 //
 // The loss is the mean over every token of the global batch: each token's loss gradient is 1 / (global_batch * S),
@@ -28,7 +28,9 @@ void Interpreter::embedding_forward(const Op& op) {
   backend_.embedding_forward(out, state.tokens, shard_.wte, dims_.tokens, dims_.hidden, dims_.vocab_start,
                              dims_.vocab_local);
   // the position embedding once, before the TP sum: (wte + 0) + wpe has the bits of wte + wpe
-  if (dims_.tp_rank == 0) backend_.position_embedding_forward(out, shard_.wpe, dims_.batch, dims_.seq, dims_.hidden);
+  if (dims_.tp_rank == 0 && !shard_.wpe.empty()) {
+    backend_.position_embedding_forward(out, shard_.wpe, dims_.batch, dims_.seq, dims_.hidden);
+  }
   state.hidden = out;  // summed across TP by the LayerOutput collective that follows (tp > 1)
 }
 
@@ -37,7 +39,9 @@ void Interpreter::embedding_backward(const Op& op) {
   const Tensor d_out = take_grad_full(state);  // (T, C)
   backend_.embedding_backward(shard_.wte_grad, d_out, state.tokens, dims_.tokens, dims_.hidden, dims_.vocab_start,
                               dims_.vocab_local);
-  backend_.position_embedding_backward(shard_.wpe_grad, d_out, dims_.batch, dims_.seq, dims_.hidden);
+  if (!shard_.wpe.empty()) {
+    backend_.position_embedding_backward(shard_.wpe_grad, d_out, dims_.batch, dims_.seq, dims_.hidden);
+  }
 }
 
 // ---- head -----------------------------------------------------------------------------------------------------------

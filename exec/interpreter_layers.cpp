@@ -52,7 +52,8 @@ void Interpreter::attention_core_forward(const Op& op) {
   LayerStash& s = stash(op);
   s.attn = backend_.allocate(n(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
   s.attn_lse = backend_.allocate(n(dims_.batch * dims_.heads_local, dims_.seq), DType::F32);
-  backend_.attention_forward(s.attn, s.attn_lse, s.qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.head_dim);
+  backend_.attention_forward(s.attn, s.attn_lse, s.qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.head_dim,
+                             shard_.alibi_slopes);
 }
 
 void Interpreter::attention_projection_forward(const Op& op) {
@@ -208,7 +209,7 @@ void Interpreter::attention_core_backward(const Op& op) {
   LayerStash& s = stash(op);
   state.work.d_qkv = backend_.allocate(s.qkv.numel, backend_.activation_dtype());
   backend_.attention_backward(state.work.d_qkv, state.work.d_attn, s.qkv, s.attn_lse, dims_.batch, dims_.seq,
-                              dims_.heads_local, dims_.head_dim);
+                              dims_.heads_local, dims_.head_dim, shard_.alibi_slopes);
   state.work.d_attn = Tensor{};
 }
 

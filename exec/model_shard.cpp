@@ -7,6 +7,7 @@
 
 #include "exec/check.hpp"
 #include "exec/rng.hpp"
+#include "kernels/cpu/attention.hpp"
 
 namespace twin::exec {
 
@@ -133,7 +134,9 @@ ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, 
     Bucket b;
     b.name = "embedding";
     b.what = ComputeKind::Embedding;
-    b.tensors.push_back(tensor("wpe", T, C, Sharding::Replicated, Init::Normal, true, true));
+    if (scenario.model.position_embedding == model::PositionEmbedding::Learned) {
+      b.tensors.push_back(tensor("wpe", T, C, Sharding::Replicated, Init::Normal, true, true));
+    }
     b.tensors.push_back(tensor("wte", V, C, Sharding::VocabRows, Init::Normal, true, false));
     add_bucket(std::move(b));
   }
@@ -156,6 +159,11 @@ ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, 
     add_bucket(std::move(b));
   }
   bind_views();
+  if (scenario.model.position_embedding == model::PositionEmbedding::Alibi) {
+    const std::vector<float> slopes = kernels::cpu::alibi_slopes(static_cast<int>(scenario.model.heads));
+    alibi_slopes = backend_.allocate(static_cast<std::size_t>(dims_.heads_local), DType::F32);
+    backend_.upload_f32(alibi_slopes, slopes.data() + static_cast<std::size_t>(dims_.tp_rank) * dims_.heads_local);
+  }
 }
 
 void ModelShard::add_bucket(Bucket b) {
@@ -214,8 +222,10 @@ void ModelShard::bind_views() {
       layer_params_.push_back(values);
       layer_grads_.push_back(grads);
     } else if (b.what == ComputeKind::Embedding) {
-      wpe = find(b, "wpe").value;
-      wpe_grad = find(b, "wpe").grad;
+      if (b.tensors.front().name == "wpe") {
+        wpe = find(b, "wpe").value;
+        wpe_grad = find(b, "wpe").grad;
+      }
       wte = find(b, "wte").value;
       wte_grad = find(b, "wte").grad;
     } else {

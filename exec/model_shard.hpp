@@ -1,7 +1,8 @@
 // The parameters one rank holds: its (pp, tp) shard of a GPT-2 model, exactly as Megatron-LM splits it.
 //
 //   word embedding wte (V, C)      vocab-parallel: rows [tp * V_local, (tp + 1) * V_local) of the padded vocabulary
-//   position embedding wpe (T, C)  replicated across TP (first stage)
+//   position embedding wpe (T, C)  replicated across TP (first stage); none under ALiBi (model.position_embedding),
+//                                  whose per-head slopes are constants, not parameters (alibi_slopes below)
 //   per layer:  ln1, ln2 (C)                replicated
 //               qkv (3C, C) + bias (3C)     column-parallel, whole heads: each of q, k, v keeps heads
 //                                           [tp * H/t, (tp + 1) * H/t), so the local rows are (3, H/t, D)
@@ -111,8 +112,10 @@ class ModelShard {
 
   bool first_stage() const { return first_stage_; }
   bool last_stage() const { return last_stage_; }
-  // first stage: word embedding (V_local, C) and position embedding (T, C)
+  // first stage: word embedding (V_local, C) and position embedding (T, C; empty under ALiBi)
   Tensor wte, wpe, wte_grad, wpe_grad;
+  // ALiBi: the slopes of this rank's heads [tp_rank H/t, (tp_rank + 1) H/t) (H/t) fp32; empty without ALiBi
+  Tensor alibi_slopes;
   // last stage: final layernorm (C) and the LM head weight (V_local, C) with its gradient
   Tensor lnf_weight, lnf_bias, lnf_weight_grad, lnf_bias_grad, head_weight, head_grad;
 

@@ -29,11 +29,15 @@ ParameterCount count_parameters(const Scenario& s) {
   ParameterCount count;
   const double h = d(s.model.hidden), V = d(s.padded_vocab());
   count.per_layer = layer_parameters_per_rank(s, 1);
-  count.embedding = V * h + d(s.model.seq_len) * h;
+  count.embedding = V * h + position_embedding_parameters(s);
   count.final_layer_norm = 2 * h;
   count.lm_head = s.framework.tied_embeddings ? 0 : V * h;
   count.total = d(s.model.layers) * count.per_layer + count.embedding + count.final_layer_norm + count.lm_head;
   return count;
+}
+
+double position_embedding_parameters(const Scenario& s) {
+  return s.model.position_embedding == PositionEmbedding::Alibi ? 0 : d(s.model.seq_len) * d(s.model.hidden);
 }
 
 double layer_parameters_per_gpu(const Scenario& s) { return layer_parameters_per_rank(s, s.parallel.tp); }
@@ -42,7 +46,7 @@ double parameters_per_gpu(const Scenario& s, int stage) {
   const auto& p = s.parallel;
   const double h = d(s.model.hidden), V = d(s.padded_vocab()), t = d(p.tp);
   double params = d(s.layers_on_stage(stage)) * layer_parameters_per_rank(s, p.tp);
-  if (stage == 0) params += V * h / t + d(s.model.seq_len) * h;  // word embedding shard + position embedding
+  if (stage == 0) params += V * h / t + position_embedding_parameters(s);  // word embedding shard + positions
   if (stage == p.pp - 1) {
     params += 2 * h;  // final layernorm
     // The LM head: its own weight when untied; with tied embeddings a copy of the word embedding on the last stage

@@ -26,6 +26,10 @@ struct ParameterCount {
 };
 ParameterCount count_parameters(const Scenario& scenario);
 
+// The learned position embedding's parameters (seq_len x hidden, on the first stage, replicated across TP); none
+// under ALiBi.
+double position_embedding_parameters(const Scenario& scenario);
+
 // Parameters of one transformer layer held by one GPU (its TP shard plus the replicated layernorms and biases).
 double layer_parameters_per_gpu(const Scenario& scenario);
 

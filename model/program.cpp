@@ -28,6 +28,7 @@ struct Shapes {
   bool tensor_comm;  // tp > 1: TP collectives exist
   bool dropout;      // framework.dropout: dropout kernels run and write 1-byte (torch.bool) masks
   bool fused;        // framework.fused_kernels: Megatron's fused elementwise kernels
+  bool alibi;        // model.position_embedding = "alibi": a bias on the scores, no position embedding
 
   explicit Shapes(const Scenario& s) {
     seq = d(s.model.seq_len);
@@ -45,6 +46,7 @@ struct Shapes {
     tensor_comm = s.parallel.tp > 1;
     dropout = s.framework.dropout;
     fused = s.framework.fused_kernels;
+    alibi = s.model.position_embedding == PositionEmbedding::Alibi;
   }
 
   // Memory traffic per element of the elementwise kernels (framework.fused_kernels, framework.dropout), in bytes. A
@@ -164,8 +166,14 @@ Op attention_core(const Shapes& x, Phase phase) {
   // write it); backward, Q, K and V come from split_tensor_along_last_dim views of the QKV output, whose backward
   // (split_backward) concatenates their three gradients into one tensor (read and write 3 h/t per token).
   const double layout_copies = (backward ? 6 : 2) * x.e * x.tokens * x.heads_local * x.head_dim;
-  Op op = compute(ComputeKind::AttentionCore, phase,
-                  gemm_operands + layout_copies + scores * (backward ? x.scores_backward() : x.scores_forward()));
+  // ALiBi as BigScience's Megatron-DeepSpeed adds it (megatron/model/transformer.py, ParallelAttention): Q K^T is
+  // torch.baddbmm(alibi, ...) with beta != 0 on the [b np, 1, s] bias, which PyTorch first expands into the output
+  // (a copy that writes the scores) and cuBLAS then reads as C: two more passes over the scores, forward only (the
+  // bias is a constant: no gradient).
+  const double alibi_bias = x.alibi && !backward ? 2 * scores * x.e : 0;
+  Op op = compute(
+      ComputeKind::AttentionCore, phase,
+      gemm_operands + layout_copies + alibi_bias + scores * (backward ? x.scores_backward() : x.scores_forward()));
   op.flops = (backward ? 2 : 1) * gemms * 2 * x.seq * x.seq * x.head_dim;
   op.gemm = GemmShape{static_cast<std::int64_t>(x.seq), static_cast<std::int64_t>(x.seq),
                       static_cast<std::int64_t>(x.head_dim), static_cast<std::int64_t>(gemms)};
@@ -509,7 +517,9 @@ class StageBuilder {
                        first ? ComputeKind::Embedding : ComputeKind::LmHead, word_embedding_shard * tied_reduce_bytes_,
                        Stream::Compute));
     }
-    if (first) synchronize_bucket(-1, ComputeKind::Embedding, word_embedding_shard + d(s_.model.seq_len) * x_.h, 0);
+    if (first) {
+      synchronize_bucket(-1, ComputeKind::Embedding, word_embedding_shard + position_embedding_parameters(s_), 0);
+    }
     if (last) {
       const bool own_head = !s_.framework.tied_embeddings || stages_ > 1;
       synchronize_bucket(-1, ComputeKind::LmHead, 2 * x_.h + (own_head ? word_embedding_shard : 0), 2 * x_.h);

@@ -41,6 +41,8 @@ constexpr EnumName<NodeKind> kNodes[] = {{NodeKind::DgxA100, "dgx-a100"},
                                          {NodeKind::DgxH100, "dgx-h100"},
                                          {NodeKind::DgxH200, "dgx-h200"},
                                          {NodeKind::CpuHost, "cpu-host"}};
+constexpr EnumName<PositionEmbedding> kPositionEmbeddings[] = {{PositionEmbedding::Learned, "learned"},
+                                                               {PositionEmbedding::Alibi, "alibi"}};
 constexpr EnumName<Framework> kFrameworks[] = {{Framework::Megatron, "megatron"}, {Framework::DeepSpeed, "deepspeed"}};
 
 template <typename Enum, std::size_t N>
@@ -259,6 +261,9 @@ int dtype_bytes(DType dtype) { return dtype == DType::FP32 ? 4 : 2; }
 std::string_view to_string(DType value) { return name_of(kDTypes, value); }
 std::string_view to_string(ScheduleKind value) { return name_of(kSchedules, value); }
 std::string_view to_string(Recompute value) { return name_of(kRecomputes, value); }
+std::string_view to_string(PositionEmbedding value) {
+  return name_of(kPositionEmbeddings, value);
+}
 std::string_view to_string(NodeKind value) { return name_of(kNodes, value); }
 std::string_view to_string(Framework value) { return name_of(kFrameworks, value); }
 
@@ -396,6 +401,7 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   model.integer("seq_len", scenario.model.seq_len);
   model.integer("vocab", scenario.model.vocab);
   model.choice("dtype", scenario.model.dtype, kDTypes);
+  model.choice("position_embedding", scenario.model.position_embedding, kPositionEmbeddings);
   model.reject_unknown_keys();
 
   SectionReader cluster(section_table(root, "cluster", source, problems), "cluster", source, problems);
@@ -700,6 +706,7 @@ std::string to_toml(const Scenario& s) {
   line(fmt::format("seq_len = {}", s.model.seq_len));
   line(fmt::format("vocab = {}", s.model.vocab));
   line(fmt::format("dtype = \"{}\"", to_string(s.model.dtype)));
+  line(fmt::format("position_embedding = \"{}\"", to_string(s.model.position_embedding)));
   line("\n[parallel]");
   line(fmt::format("tp = {}", s.parallel.tp));
   line(fmt::format("pp = {}", s.parallel.pp));

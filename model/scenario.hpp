@@ -17,6 +17,9 @@ enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved };
 enum class Recompute : std::uint8_t { None, Selective, Full };
 enum class NodeKind : std::uint8_t { DgxA100, DgxA100_40GB, DgxH100, DgxH200, CpuHost };
 enum class Framework : std::uint8_t { Megatron, DeepSpeed };
+// How a token's position enters the model: a learned embedding added to the token's (GPT-2, Megatron-LM), or ALiBi's
+// per-head linear bias on the attention scores and no position embedding at all (Press et al., ICLR 2022; BLOOM).
+enum class PositionEmbedding : std::uint8_t { Learned, Alibi };
 
 int dtype_bytes(DType dtype);
 std::string_view to_string(DType dtype);
@@ -24,6 +27,7 @@ std::string_view to_string(ScheduleKind schedule);
 std::string_view to_string(Recompute recompute);
 std::string_view to_string(NodeKind node);
 std::string_view to_string(Framework framework);
+std::string_view to_string(PositionEmbedding position);
 
 // GPUs per node and memory per GPU of the node kinds a scenario may name. The full performance specs (FLOP/s, HBM and
 // link bandwidths) live in topology/; these two numbers are all that validation and the memory check need.
@@ -39,6 +43,7 @@ struct ModelSpec {
   std::int64_t seq_len = 0;
   std::int64_t vocab = 0;       // as given; see Scenario::padded_vocab()
   DType dtype = DType::BF16;
+  PositionEmbedding position_embedding = PositionEmbedding::Learned;
 
   std::int64_t head_dim() const { return hidden / heads; }
 };

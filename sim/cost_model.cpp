@@ -289,9 +289,15 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
     const double value_like = gemm_time_s(m, k, n, half, dtype, fraction);
     const double gemms = backward ? score_like + 3 * value_like : score_like + value_like;
     const double operand_bytes = (backward ? 2 : 1) * model::dtype_bytes(dtype) * count * (m * k + k * n + m * n);
+    // ALiBi (model/program.cpp): Q K^T also reads the bias, expanded into its output by a copy, as its C operand: the
+    // read at the GEMMs' rate, the copy at the streaming rate (one more kernel).
+    const bool alibi = scenario.model.position_embedding == model::PositionEmbedding::Alibi && !backward;
+    const double bias_read_bytes = alibi ? model::dtype_bytes(dtype) * half * m * n : 0;
+    const double bias_read = bias_read_bytes > 0 ? memory_time_s(bias_read_bytes) / fraction : 0;
     // The rest of the op's bytes: softmax and dropout over the scores, the layout copies (model/program.cpp).
-    const double beyond_gemms = memory_time_s(std::max(0.0, op.bytes - operand_bytes));
-    return gemms + beyond_gemms + ((backward ? 4 : 2) + attention_kernels(scenario)) * launch;
+    const double beyond_gemms = memory_time_s(std::max(0.0, op.bytes - operand_bytes - bias_read_bytes));
+    return gemms + bias_read + beyond_gemms +
+           ((backward ? 4 : 2) + attention_kernels(scenario) + (alibi ? 1 : 0)) * launch;
   }
   if (count > 0) {
     // Traffic the Program puts on a GEMM op beyond its operands (the QKV projection's unfused bias add, or its

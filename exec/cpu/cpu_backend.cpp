@@ -263,14 +263,17 @@ void CpuBackend::matmul_backward(const Tensor& dinp, const Tensor& dweight, cons
 }
 
 void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
-                                   int heads, int head_dim) {
+                                   int heads, int head_dim, const Tensor& alibi_slopes) {
   const std::size_t tokens = std::size_t(batch) * seq, width = std::size_t(heads) * head_dim;
   TWIN_EXEC_CHECK(
       out.numel == tokens * width && qkv.numel == 3 * tokens * width && lse.numel == std::size_t(batch) * heads * seq,
       "attention_forward: out {} qkv {} lse {}", out.numel, qkv.numel, lse.numel);
+  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == std::size_t(heads),
+                  "attention_forward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
+  const float* slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.f32();
   auto slice = [&](int begin, int end) {
     k::attention_forward(out.f32() + begin * std::size_t(seq) * width, lse.f32() + begin * std::size_t(heads) * seq,
-                         qkv.f32() + begin * std::size_t(seq) * 3 * width, end - begin, seq, heads, head_dim);
+                         qkv.f32() + begin * std::size_t(seq) * 3 * width, end - begin, seq, heads, head_dim, slopes);
   };
   if (batch == 1) {  // one element: the kernel's GEMMs on BLAS's threads
     slice(0, 1);
@@ -280,16 +283,19 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const T
 }
 
 void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
-                                    int batch, int seq, int heads, int head_dim) {
+                                    int batch, int seq, int heads, int head_dim, const Tensor& alibi_slopes) {
   const std::size_t tokens = std::size_t(batch) * seq, width = std::size_t(heads) * head_dim;
   TWIN_EXEC_CHECK(dout.numel == tokens * width && qkv.numel == 3 * tokens * width && dqkv.numel == qkv.numel &&
                       lse.numel == std::size_t(batch) * heads * seq,
                   "attention_backward: dqkv {} dout {} qkv {} lse {}", dqkv.numel, dout.numel, qkv.numel, lse.numel);
+  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == std::size_t(heads),
+                  "attention_backward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
+  const float* slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.f32();
   auto slice = [&](int begin, int end) {
     const std::size_t qkv_offset = begin * std::size_t(seq) * 3 * width;
     k::attention_backward(dqkv.f32() + qkv_offset, dout.f32() + begin * std::size_t(seq) * width,
                           qkv.f32() + qkv_offset, lse.f32() + begin * std::size_t(heads) * seq, end - begin, seq, heads,
-                          head_dim);
+                          head_dim, slopes);
   };
   if (batch == 1) {
     slice(0, 1);

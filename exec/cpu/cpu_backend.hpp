@@ -58,9 +58,9 @@ class CpuBackend final : public Backend {
   void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features) override;
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq, int heads,
-                         int head_dim) override;
+                         int head_dim, const Tensor& alibi_slopes) override;
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse, int batch,
-                          int seq, int heads, int head_dim) override;
+                          int seq, int heads, int head_dim, const Tensor& alibi_slopes) override;
   void gelu_forward(const Tensor& out, const Tensor& inp) override;
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
 

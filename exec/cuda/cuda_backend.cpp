@@ -297,26 +297,31 @@ void CudaBackend::matmul_backward(const Tensor& dinp, const Tensor& dweight, con
 }
 
 void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
-                                    int heads, int head_dim) {
+                                    int heads, int head_dim, const Tensor& alibi_slopes) {
   const std::size_t tokens = n(batch, seq), hidden = n(heads, head_dim);
   TWIN_EXEC_CHECK(qkv.numel == tokens * 3 * hidden && out.numel == tokens * hidden && lse.numel == tokens * heads,
                   "cuda attention_forward: qkv {} out {} lse {} for B {} T {} H {} D {}", qkv.numel, out.numel,
                   lse.numel, batch, seq, heads, head_dim);
+  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == n(heads, 1),
+                  "cuda attention_forward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
   const char* kernel = "attention_forward";
   k::attention_forward(b16(out, kernel, "out"), f32(lse, kernel, "lse"), b16(qkv, kernel, "qkv"), batch, seq, heads,
-                       head_dim, *blas_, context_->compute());
+                       head_dim, *blas_, context_->compute(), optional_f32(alibi_slopes, kernel, "alibi_slopes"));
 }
 
 void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
-                                     int batch, int seq, int heads, int head_dim) {
+                                     int batch, int seq, int heads, int head_dim, const Tensor& alibi_slopes) {
   const std::size_t tokens = n(batch, seq), hidden = n(heads, head_dim);
   TWIN_EXEC_CHECK(qkv.numel == tokens * 3 * hidden && dqkv.numel == qkv.numel && dout.numel == tokens * hidden &&
                       lse.numel == tokens * heads,
                   "cuda attention_backward: dqkv {} dout {} qkv {} lse {} for B {} T {} H {} D {}", dqkv.numel,
                   dout.numel, qkv.numel, lse.numel, batch, seq, heads, head_dim);
+  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == n(heads, 1),
+                  "cuda attention_backward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
   const char* kernel = "attention_backward";
   k::attention_backward(b16(dqkv, kernel, "dqkv"), b16(dout, kernel, "dout"), b16(qkv, kernel, "qkv"),
-                        f32(lse, kernel, "lse"), batch, seq, heads, head_dim, *blas_, context_->compute());
+                        f32(lse, kernel, "lse"), batch, seq, heads, head_dim, *blas_, context_->compute(),
+                        optional_f32(alibi_slopes, kernel, "alibi_slopes"));
 }
 
 void CudaBackend::gelu_forward(const Tensor& out, const Tensor& inp) {

@@ -123,6 +123,13 @@ TEST_F(ExecBrokenCheckpoint, AnotherModel) {
   EXPECT_NE(message.find("model.hidden: 64 in the checkpoint, 128 now"), std::string::npos) << message;
 }
 
+TEST_F(ExecBrokenCheckpoint, AnotherPositionEmbedding) {  // ALiBi has no wpe: the same buckets would not line up
+  const std::string message =
+      resume_error(scenario(small_toml(), {"parallel.tp=2", "model.position_embedding=\"alibi\""}), dir_);
+  EXPECT_NE(message.find("model.position_embedding: learned in the checkpoint, alibi now"), std::string::npos)
+      << message;
+}
+
 TEST_F(ExecBrokenCheckpoint, AnotherDataSet) {
   TrainOptions options;
   options.steps = 4;

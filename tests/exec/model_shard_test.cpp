@@ -5,6 +5,7 @@
 #include "exec/cpu/cpu_backend.hpp"
 #include "exec/model_shard.hpp"
 #include "exec_test_util.hpp"
+#include "kernels/cpu/attention.hpp"
 #include "model/formulas.hpp"
 
 namespace twin::exec {
@@ -75,6 +76,28 @@ TEST(ExecModelShard, TensorParallelShardsReassembleTheSingleRankModel) {
     const auto full_wte = values(*one.ranks[0], one.backend, "wte");
     for (std::size_t k = 0; k < wte.size(); ++k) ASSERT_EQ(wte[k], full_wte[r * wte.size() + k]);
   }
+}
+
+TEST(ExecModelShard, AlibiHoldsNoPositionEmbeddingAndItsOwnHeadsSlopes) {
+  Shards learned({"parallel.tp=2"}, 0), alibi({"parallel.tp=2", "model.position_embedding=\"alibi\""}, 0);
+  const int H = 4, T = 64, C = 128;
+  const std::vector<float> slopes = kernels::cpu::alibi_slopes(H);
+  for (int r = 0; r < 2; ++r) {
+    ModelShard& shard = *alibi.ranks[r];
+    EXPECT_TRUE(shard.wpe.empty());
+    EXPECT_TRUE(learned.ranks[r]->alibi_slopes.empty());
+    // the embedding bucket is the learned one less the position embedding
+    EXPECT_EQ(learned.ranks[r]->bucket(-1, model::ComputeKind::Embedding).numel -
+                  shard.bucket(-1, model::ComputeKind::Embedding).numel,
+              static_cast<std::size_t>(T * C));
+    // rank r's heads are [2r, 2r + 2): their slopes, not the first two
+    std::vector<float> local(2);
+    ASSERT_EQ(shard.alibi_slopes.numel, local.size());
+    alibi.backend.download_f32(local.data(), shard.alibi_slopes);
+    EXPECT_EQ(local, std::vector<float>(slopes.begin() + 2 * r, slopes.begin() + 2 * r + 2)) << "tp rank " << r;
+  }
+  // and the word embedding is drawn as before
+  EXPECT_EQ(values(*alibi.ranks[1], alibi.backend, "wte"), values(*learned.ranks[1], learned.backend, "wte"));
 }
 
 TEST(ExecModelShard, PipelineStagesHoldTheSameLayersAsOneStage) {

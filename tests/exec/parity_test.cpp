@@ -96,6 +96,26 @@ TEST(ExecParity, SingleRankLossesStartNearLogVocabularyAndFall) {
   EXPECT_LT(losses.back(), losses.front());
 }
 
+TEST(ExecParity, AlibiAgreesAcrossPlansAndIsAnotherModel) {
+  // ALiBi's slopes belong to the global heads: with tp 4 each rank holds one head of the 4, and a rank using its
+  // local index would give every head the first slope. And no position embedding: it is not the learned model.
+  TrainOptions options;
+  options.steps = 3;
+  const std::string alibi = "model.position_embedding=\"alibi\"";
+  const auto one = train(scenario(parity_toml(), {alibi}), options).losses;
+  ASSERT_EQ(one.size(), 3u);
+  for (const auto& plan :
+       std::vector<std::vector<std::string>>{{alibi, "parallel.tp=4"},
+                                             {alibi, "parallel.tp=2", "parallel.pp=2", "parallel.dp=2",
+                                              "parallel.sequence_parallel=true", "parallel.recompute=\"full\""}}) {
+    const auto many = train(scenario(parity_toml(), plan), options).losses;
+    ASSERT_EQ(many.size(), one.size());
+    for (std::size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(many[i], one[i], kRelativeTolerance * one[i]) << plan[1];
+  }
+  const std::vector<double>& learned = reference_losses();
+  EXPECT_GT(std::abs(one[2] - learned[2]), 1e-4) << "ALiBi trained the learned-position model";
+}
+
 TEST(ExecParity, UntiedEmbeddingsAgreeAcrossPlans) {
   TrainOptions options;
   options.steps = 3;

@@ -20,6 +20,7 @@
 #include "exec/cuda/staging_communicator.hpp"
 #include "exec/errors.hpp"
 #include "exec/trainer.hpp"
+#include "kernels/cpu/attention.hpp"
 #include "model/program.hpp"
 #include "model/scenario.hpp"
 
@@ -102,7 +103,11 @@ TEST(CudaBackendTest, LayerComputeMatchesCpuBackend) {
   const auto bias = bf16_rounded(random_vector(3 * C, 3));
   const auto ln_w = bf16_rounded(random_vector(C, 4, 0.5f, 1.5f)), ln_b = bf16_rounded(random_vector(C, 5));
 
-  // layernorm -> qkv linear -> attention, on both backends
+  // ALiBi as TP rank 1 of 2 applies it: the slopes of heads [H, 2H) of 2H
+  const std::vector<float> all_slopes = kernels::cpu::alibi_slopes(2 * H);
+  const std::vector<float> slopes(all_slopes.begin() + H, all_slopes.end());
+
+  // layernorm -> qkv linear -> attention (without and with ALiBi), on both backends
   auto forward = [&](Backend& be, DType a) {
     Tensor tx = make(be, x, a), tw = make(be, w, a), tb = make(be, bias, a);
     Tensor tlw = make(be, ln_w, a), tlb = make(be, ln_b, a);
@@ -111,8 +116,11 @@ TEST(CudaBackendTest, LayerComputeMatchesCpuBackend) {
     Tensor qkv = be.allocate(rows * 3 * C, a);
     be.matmul_forward(qkv, ln, tw, tb, rows, C, 3 * C);
     Tensor out = be.allocate(rows * C, a), lse = be.allocate(B * H * T, DType::F32);
-    be.attention_forward(out, lse, qkv, B, T, H, D);
-    return std::vector<std::vector<float>>{read(be, ln), read(be, qkv), read(be, out), read(be, lse)};
+    be.attention_forward(out, lse, qkv, B, T, H, D, Tensor{});
+    Tensor biased = be.allocate(rows * C, a), biased_lse = be.allocate(B * H * T, DType::F32);
+    be.attention_forward(biased, biased_lse, qkv, B, T, H, D, make(be, slopes, DType::F32));
+    return std::vector<std::vector<float>>{read(be, ln),  read(be, qkv),    read(be, out),
+                                           read(be, lse), read(be, biased), read(be, biased_lse)};
   };
   const auto want = forward(c, DType::F32);
   const auto got = forward(g, act);
@@ -120,6 +128,8 @@ TEST(CudaBackendTest, LayerComputeMatchesCpuBackend) {
   EXPECT_TRUE(normalised_error_below(got[1], want[1], 1e-2)) << "qkv";
   EXPECT_TRUE(normalised_error_below(got[2], want[2], 2e-2)) << "attention";
   EXPECT_TRUE(normalised_error_below(got[3], want[3], 1e-2)) << "lse";
+  EXPECT_TRUE(normalised_error_below(got[4], want[4], 2e-2)) << "attention with ALiBi";
+  EXPECT_TRUE(normalised_error_below(got[5], want[5], 1e-2)) << "lse with ALiBi";
 }
 
 TEST(CudaBackendTest, CrossEntropyOptimizerAndReductionsMatchCpuBackend) {

@@ -316,6 +316,43 @@ TEST(Program, BlockRecomputeRunsTheFirstLayersOfEachChunkAgain) {
   EXPECT_DOUBLE_EQ(reported_flops_per_iteration(all), model_flops_per_iteration(s, true));
 }
 
+TEST(Program, AlibiBiasesTheForwardScoresAndLearnsNoPositions) {
+  // BigScience's ALiBi (baddbmm with beta != 0 on the [b np, 1, s] bias): the bias is expanded into the scores and
+  // read back by Q K^T, in every forward (and recomputed forward) of the attention core, never in its backward.
+  Scenario learned = make_scenario(4, 64, 4, 32, 256, 2, 2, 2, 2, 16);
+  learned.parallel.recompute = Recompute::Full;
+  Scenario alibi = learned;
+  alibi.model.position_embedding = PositionEmbedding::Alibi;
+  ASSERT_TRUE(validation_problems(alibi).empty());
+  auto attention_bytes = [](const Scenario& s, Phase phase) {
+    for (const Op& op : layer_compute_ops(s, 0, phase)) {
+      if (op.what == ComputeKind::AttentionCore) return op.bytes;
+    }
+    return -1.0;
+  };
+  const double scores = 2.0 * (4 / 2) * 32 * 32;  // micro-batch x local heads x seq^2
+  const double e = dtype_bytes(learned.model.dtype);
+  EXPECT_DOUBLE_EQ(attention_bytes(alibi, Phase::Forward) - attention_bytes(learned, Phase::Forward), 2 * scores * e);
+  EXPECT_DOUBLE_EQ(attention_bytes(alibi, Phase::Recompute) - attention_bytes(learned, Phase::Recompute),
+                   2 * scores * e);
+  EXPECT_DOUBLE_EQ(attention_bytes(alibi, Phase::Backward), attention_bytes(learned, Phase::Backward));
+  // No position embedding: seq x hidden fewer parameters on the first stage, in the count, the memory estimate and
+  // the first stage's DP gradient reduction (bf16 reduced in fp32 by Megatron-LM).
+  EXPECT_DOUBLE_EQ(parameters_per_gpu(learned, 0) - parameters_per_gpu(alibi, 0), 32 * 64);
+  EXPECT_DOUBLE_EQ(parameters_per_gpu(learned, 1), parameters_per_gpu(alibi, 1));
+  EXPECT_DOUBLE_EQ(count_parameters(learned).total - count_parameters(alibi).total, 32 * 64);
+  auto embedding_reduction_bytes = [](const Scenario& s) {
+    const Program program = build_program(s, Granularity::Layer);
+    for (const Op& op : program.stage_ops[0]) {
+      if (op.kind == OpKind::Collective && op.payload == Payload::Gradients && op.what == ComputeKind::Embedding) {
+        return op.bytes;
+      }
+    }
+    return -1.0;
+  };
+  EXPECT_DOUBLE_EQ(embedding_reduction_bytes(learned) - embedding_reduction_bytes(alibi), 4.0 * 32 * 64);
+}
+
 TEST(Program, TiedEmbeddingGradientsMeetBetweenFirstAndLastStage) {
   const Program program = build_program(make_scenario(4, 64, 4, 32, 256, 1, 4, 1, 1, 4));
   for (int stage = 0; stage < 4; ++stage) {

@@ -198,6 +198,31 @@ TEST(KernelModel, TheAttentionCoreCountsItsLayoutCopies) {
   EXPECT_DOUBLE_EQ(backward, 2 * operands + e * scores * (1 + 2 * lower) + 6 * e * context);
 }
 
+TEST(KernelModel, AlibiCopiesTheBiasIntoTheScoresAndQkReadsItBack) {
+  // BigScience's baddbmm on the ALiBi bias: a copy writes the expanded bias into the scores (streaming, one more
+  // kernel) and Q K^T reads it as its C operand (at the attention GEMMs' rate); the backward is unchanged.
+  model::Scenario learned = make_scenario(tensor_parallel_layer());
+  model::Scenario alibi = learned;
+  alibi.model.position_embedding = model::PositionEmbedding::Alibi;
+  auto core = [](const model::Scenario& s, model::Phase phase) {
+    for (const model::Op& op : model::layer_compute_ops(s, 0, phase)) {
+      if (op.what == model::ComputeKind::AttentionCore) return op;
+    }
+    return model::Op{};
+  };
+  const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
+  const double score_bytes = 2.0 * (32 / 8) * 2048 * 2048;  // bf16, micro-batch 1, 4 local heads
+  const double fraction = cost.parameters().attention_gemm_hbm_fraction;
+  const double added = cost.compute_time_s(alibi, core(alibi, model::Phase::Forward)) -
+                       cost.compute_time_s(learned, core(learned, model::Phase::Forward));
+  EXPECT_NEAR(
+      added,
+      cost.memory_time_s(score_bytes) + cost.memory_time_s(score_bytes) / fraction + cost.parameters().kernel_launch_s,
+      1e-12);
+  EXPECT_DOUBLE_EQ(cost.compute_time_s(alibi, core(alibi, model::Phase::Backward)),
+                   cost.compute_time_s(learned, core(learned, model::Phase::Backward)));
+}
+
 // Megatron-LM's attention measured on an A100-SXM4-40GB (Dao et al., FlashAttention, arXiv:2205.14135, Appendix E.6:
 // fp16, batch 16 x 8 heads, head dim 64, no mask), timed by the cost model op by op as the simulator times the
 // Program's attention core. `phase` Forward or Backward.
