@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench/accuracy/run.py's split of a series into time per sequence and fixed time: exact on points of a line,
-skipped below three distinct points, and the residual reported when the points are not on a line."""
+skipped below three distinct points, and the residual reported when the points are not on a line; and its MAPE,
+which leaves out the runs marked mape = false but still reports them."""
 import os
 import sys
 import unittest
@@ -39,6 +40,21 @@ class SplitSeries(unittest.TestCase):
         (split,) = run.split_series(rows)
         self.assertGreater(split["published_worst_residual_s"], 0.1)
         self.assertLess(split["published_worst_residual_s"], 0.5)
+
+
+
+class MapeByGroup(unittest.TestCase):
+    def test_runs_left_out_are_reported_apart_and_not_in_all(self):
+        rows = [{"group": "a", "error": 0.02}, {"group": "a", "error": -0.04}, {"group": "b", "error": 0.06},
+                {"group": "c", "error": -0.30, "in_mape": False}, {"group": "a", "error": "twin failed"}]
+        table = {(g, counted): (mape, bias, runs) for g, mape, bias, runs, counted in run.mape_by_group(rows)}
+        self.assertAlmostEqual(table[("a", True)][0], 3.0)
+        self.assertAlmostEqual(table[("a", True)][1], -1.0)
+        self.assertAlmostEqual(table[("all", True)][0], 4.0)
+        self.assertEqual(table[("all", True)][2], 3)
+        self.assertAlmostEqual(table[("c", False)][0], 30.0)
+        self.assertNotIn(("all", False), table)
+        self.assertNotIn(("c", True), table)
 
 
 if __name__ == "__main__":
