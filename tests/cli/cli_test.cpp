@@ -148,6 +148,18 @@ TEST(Cli, GraphWritesTheProgramAsJson) {
   EXPECT_FALSE(program["stages"][0]["ops"].empty());
 }
 
+TEST(Cli, GraphSaysWhenTheModelUsesAlibi) {
+  // gpt-tiny: seq 64 x hidden 128 position-embedding parameters fewer under ALiBi (834304 -> 826112)
+  const Result learned = twin("graph gpt-tiny");
+  ASSERT_EQ(learned.status, 0) << learned.output;
+  EXPECT_THAT(learned.output, HasSubstr("(834304)"));
+  EXPECT_THAT(learned.output, ::testing::Not(HasSubstr("ALiBi")));
+  const Result alibi = twin("graph gpt-tiny --set model.position_embedding=alibi");
+  ASSERT_EQ(alibi.status, 0) << alibi.output;
+  EXPECT_THAT(alibi.output, HasSubstr("fp32, ALiBi (no position embedding)"));
+  EXPECT_THAT(alibi.output, HasSubstr("(826112)"));
+}
+
 TEST(Cli, CompareAgainstAPublishedTime) {
   const fs::path summary = scratch("summary.json");
   std::ofstream(summary) << R"({"scenario": {"tp": 1, "pp": 1, "dp": 1, "micro_batches": 1}, "engine": "sim",
