@@ -3,6 +3,7 @@
 // bf16 rounding of the device's outputs (and, in attention, of the probabilities fed to the second GEMM).
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <ostream>
 #include <vector>
 
@@ -100,27 +101,37 @@ std::ostream& operator<<(std::ostream& out, const AttentionCase& c) {
 
 class CudaAttention : public ::testing::TestWithParam<AttentionCase> {};
 
-TEST_P(CudaAttention, ForwardAndBackwardMatchCpuTwin) {
-  TWIN_REQUIRE_GPU();
-  const auto [B, T, H, D] = GetParam();
+// The device forward and backward against the CPU twin on bf16-rounded inputs drawn from `seed`, with the `slopes`
+// of ALiBi for the H heads (empty: none; the device gets them as its fp32 slopes).
+void expect_attention_matches_cpu_twin(const AttentionCase& c, const std::vector<float>& slopes, unsigned seed) {
+  const auto [B, T, H, D] = c;
   const std::size_t qkv_count = static_cast<std::size_t>(B) * T * 3 * H * D;
   const std::size_t out_count = static_cast<std::size_t>(B) * T * H * D;
   const std::size_t lse_count = static_cast<std::size_t>(B) * H * T;
-  const auto qkv = bf16_rounded(random_vector(qkv_count, 7, -2.0f, 2.0f));
-  const auto dout = bf16_rounded(random_vector(out_count, 8));
+  const float* host_slopes = slopes.empty() ? nullptr : slopes.data();
+  const auto qkv = bf16_rounded(random_vector(qkv_count, seed, -2.0f, 2.0f));
+  const auto dout = bf16_rounded(random_vector(out_count, seed + 1));
   std::vector<float> out(out_count), lse(lse_count), dqkv(qkv_count);
-  cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, D);
-  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, H, D);
+  cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, D, host_slopes);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, H, D, host_slopes);
 
   Cublas blas;
   DeviceBuffer<bf16> d_qkv(to_bf16(qkv)), d_dout(to_bf16(dout)), d_out(out_count), d_dqkv(qkv_count);
   DeviceBuffer<float> d_lse(lse_count);
+  std::optional<DeviceBuffer<float>> d_slopes;
+  if (!slopes.empty()) d_slopes.emplace(slopes);
+  const float* device_slopes = d_slopes ? d_slopes->get() : nullptr;
   d_out.poison(), d_lse.poison(), d_dqkv.poison();
-  attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, H, D, blas, nullptr);
-  attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_lse.get(), B, T, H, D, blas, nullptr);
+  attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, H, D, blas, nullptr, device_slopes);
+  attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_lse.get(), B, T, H, D, blas, nullptr, device_slopes);
   EXPECT_TRUE(normalised_error_below(to_float(d_out.download()), out, 1e-2));
   EXPECT_TRUE(normalised_error_below(d_lse.download(), lse, 1e-5));
   EXPECT_TRUE(normalised_error_below(to_float(d_dqkv.download()), dqkv, 2e-2));
+}
+
+TEST_P(CudaAttention, ForwardAndBackwardMatchCpuTwin) {
+  TWIN_REQUIRE_GPU();
+  expect_attention_matches_cpu_twin(GetParam(), {}, 7);
 }
 
 // ALiBi under tensor parallelism 2: a model of 2H heads, each rank's H heads with the slopes of their global indices
@@ -128,29 +139,12 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpuTwin) {
 // Rank 0 holds the steeper slopes (from 1/4 at 4 model heads), rank 1 the gentler ones. Same tolerances as without.
 TEST_P(CudaAttention, AlibiForwardAndBackwardMatchCpuTwin) {
   TWIN_REQUIRE_GPU();
-  const auto [B, T, H, D] = GetParam();
-  const std::size_t qkv_count = static_cast<std::size_t>(B) * T * 3 * H * D;
-  const std::size_t out_count = static_cast<std::size_t>(B) * T * H * D;
-  const std::size_t lse_count = static_cast<std::size_t>(B) * H * T;
+  const int H = GetParam().heads;
   const auto model_slopes = cpu::alibi_slopes(2 * H);
   for (const int rank : {0, 1}) {  // tensor parallel 2: each rank's H heads, slopes from its first global head
     SCOPED_TRACE(rank);
     const std::vector<float> slopes(model_slopes.begin() + rank * H, model_slopes.begin() + (rank + 1) * H);
-    const auto qkv = bf16_rounded(random_vector(qkv_count, 9, -2.0f, 2.0f));
-    const auto dout = bf16_rounded(random_vector(out_count, 10));
-    std::vector<float> out(out_count), lse(lse_count), dqkv(qkv_count);
-    cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, D, slopes.data());
-    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, H, D, slopes.data());
-
-    Cublas blas;
-    DeviceBuffer<bf16> d_qkv(to_bf16(qkv)), d_dout(to_bf16(dout)), d_out(out_count), d_dqkv(qkv_count);
-    DeviceBuffer<float> d_lse(lse_count), d_slopes(slopes);
-    d_out.poison(), d_lse.poison(), d_dqkv.poison();
-    attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, H, D, blas, nullptr, d_slopes.get());
-    attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_lse.get(), B, T, H, D, blas, nullptr, d_slopes.get());
-    EXPECT_TRUE(normalised_error_below(to_float(d_out.download()), out, 1e-2));
-    EXPECT_TRUE(normalised_error_below(d_lse.download(), lse, 1e-5));
-    EXPECT_TRUE(normalised_error_below(to_float(d_dqkv.download()), dqkv, 2e-2));
+    expect_attention_matches_cpu_twin(GetParam(), slopes, 9);
   }
 }
 
