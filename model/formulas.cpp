@@ -84,9 +84,11 @@ double reported_flops_per_iteration(const Scenario& s) {
   return flops_per_iteration(s, d(recomputed) / d(s.model.layers));
 }
 
-StateBytesPerParameter state_bytes_per_parameter(DType dtype) {
-  if (dtype == DType::FP32) return {4, 4, 8};
-  return {2, 6, 12};
+StateBytesPerParameter state_bytes_per_parameter(const Scenario& s) {
+  if (s.model.dtype == DType::FP32) return {4, 4, 8};
+  if (s.framework.bf16_optimizer) return {2, 6, 12};
+  if (s.framework.name == Framework::DeepSpeed || s.model.dtype == DType::FP16) return {2, 2, 16};
+  return {2, 4, 12};  // Megatron-LM with bf16
 }
 
 double activation_bytes_per_layer(const Scenario& s) {
@@ -120,7 +122,7 @@ MemoryEstimate estimate_memory(const Scenario& s) {
   estimate.capacity_bytes = gpu_memory_bytes(s.cluster.node);
   const auto schedule = build_schedule(p.schedule, static_cast<int>(p.pp), static_cast<int>(p.micro_batches()),
                                        static_cast<int>(p.virtual_stages));
-  const StateBytesPerParameter per_param = state_bytes_per_parameter(s.model.dtype);
+  const StateBytesPerParameter per_param = state_bytes_per_parameter(s);
   const double layer_stash = activation_bytes_per_layer(s);
   Scenario kept = s;  // a layer block recompute leaves alone keeps what it would without recompute
   kept.parallel.recompute = Recompute::None;

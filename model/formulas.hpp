@@ -43,15 +43,23 @@ double model_flops_per_iteration(const Scenario& scenario, bool with_recompute);
 // The form papers use to quote TFLOP/s: 96 when the scenario recomputes fully, else 72.
 double reported_flops_per_iteration(const Scenario& scenario);
 
-// Bytes of model state per parameter under mixed precision (bf16/fp16): weights 2 (model dtype), gradients 6 (a
-// model-dtype gradient 2 plus Megatron's fp32 main-grad accumulation buffer 4), optimizer 12 (fp32 master weights,
-// Adam m and v) = 20. For fp32 training: weights 4, gradients 4, optimizer 8 (m and v) = 16.
+// Bytes of model state per parameter, as the framework keeps it through the backward pass (the optimizer's bytes are
+// those ZeRO-1 shards across DP):
+//   fp32: weights 4, gradients 4, optimizer 8 (Adam m and v) = 16;
+//   Megatron-LM with bf16 (gradients accumulate in an fp32 main-grad buffer; the bf16 .grad is freed by the hook that
+//     adds it in): weights 2, gradients 4, optimizer 12 (fp32 master weights, m, v) = 18, or 6 + 12/d distributed;
+//   Megatron-LM with fp16 (gradients in fp16; the optimizer's fp32 copies of them): 2, 2, 16 = 20, or 4 + 16/d
+//     (NVIDIA/Megatron-LM docs/distrib_optimizer.md, May 2022: 18, 20, 16 and 6 + 12/d, 4 + 16/d, 8 + 8/d);
+//   DeepSpeed v0.5 (16-bit .grad; its ZeRO-1 keeps fp32 master weights, their gradient partition, m and v:
+//     runtime/zero/stage2.py, single_partition_of_fp32_groups): 2, 2, 16;
+//   DeepSpeed's BF16_Optimizer (bf16 .grad and an fp32 copy of every gradient, runtime/bf16_optimizer.py; fp32 master
+//     weights, m and v sharded): 2, 6, 12.
 struct StateBytesPerParameter {
   double weights = 0;
   double gradients = 0;
   double optimizer = 0;
 };
-StateBytesPerParameter state_bytes_per_parameter(DType dtype);
+StateBytesPerParameter state_bytes_per_parameter(const Scenario& scenario);
 
 struct StageMemory {
   int stage = 0;

@@ -43,17 +43,35 @@ TEST(Formulas, NarayananFlopsClosedForm) {
   EXPECT_NEAR(reported_flops_per_iteration(s) / (60.1 * 2240) / 1e12, 126, 1.0);
 }
 
-TEST(Formulas, TwentyBytesOfModelStatePerParameter) {
-  Scenario s = mtnlg();
-  s.parallel.zero_stage = 0;
-  const auto memory = estimate_memory(s);
-  const auto& stage = memory.stages[3];
-  EXPECT_DOUBLE_EQ((stage.weights_bytes + stage.gradients_bytes + stage.optimizer_bytes) / stage.parameters, 20.0);
-  s.parallel.zero_stage = 1;  // the 12 optimizer bytes shard across dp = 8
-  const MemoryEstimate sharded_memory = estimate_memory(s);
-  const auto& sharded = sharded_memory.stages[3];
-  EXPECT_DOUBLE_EQ((sharded.weights_bytes + sharded.gradients_bytes + sharded.optimizer_bytes) / sharded.parameters,
-                   8.0 + 12.0 / 8);
+// Bytes of model state per parameter as each framework keeps them, against Megatron-LM's own table
+// (docs/distrib_optimizer.md: 18 for 16-bit weights with fp32 gradients, 20 with 16-bit gradients, 16 in fp32;
+// distributed across d ranks 6 + 12/d, 4 + 16/d, 8 + 8/d).
+TEST(Formulas, ModelStateBytesPerParameterFollowTheFramework) {
+  auto bytes_per_parameter = [](Scenario s, int zero_stage) {
+    s.parallel.zero_stage = zero_stage;
+    const MemoryEstimate memory = estimate_memory(s);
+    const StageMemory& stage = memory.stages[3];
+    return (stage.weights_bytes + stage.gradients_bytes + stage.optimizer_bytes) / stage.parameters;
+  };
+  Scenario megatron = mtnlg();  // bf16, dp = 8
+  megatron.framework.name = Framework::Megatron;
+  EXPECT_DOUBLE_EQ(bytes_per_parameter(megatron, 0), 18.0);
+  EXPECT_DOUBLE_EQ(bytes_per_parameter(megatron, 1), 6.0 + 12.0 / 8);
+  Scenario fp16 = megatron;
+  fp16.model.dtype = DType::FP16;
+  EXPECT_DOUBLE_EQ(bytes_per_parameter(fp16, 0), 20.0);
+  EXPECT_DOUBLE_EQ(bytes_per_parameter(fp16, 1), 4.0 + 16.0 / 8);
+  Scenario fp32 = megatron;
+  fp32.model.dtype = DType::FP32;
+  EXPECT_DOUBLE_EQ(bytes_per_parameter(fp32, 0), 16.0);
+  EXPECT_DOUBLE_EQ(bytes_per_parameter(fp32, 1), 8.0 + 8.0 / 8);
+  // DeepSpeed v0.5 keeps the 16-bit .grad and shards the fp32 weights, their gradients, m and v; its BF16_Optimizer
+  // keeps an fp32 copy of every gradient besides the bf16 one.
+  Scenario deepspeed = mtnlg();
+  ASSERT_EQ(deepspeed.framework.name, Framework::DeepSpeed);
+  EXPECT_DOUBLE_EQ(bytes_per_parameter(deepspeed, 1), 4.0 + 16.0 / 8);
+  deepspeed.framework.bf16_optimizer = true;
+  EXPECT_DOUBLE_EQ(bytes_per_parameter(deepspeed, 1), 8.0 + 12.0 / 8);
 }
 
 TEST(Formulas, KorthikantiActivationsPerLayer) {
@@ -87,7 +105,7 @@ TEST(Formulas, AModelTooBigForItsGpusDoesNotFit) {
   s.cluster.nodes = 1;
   const auto memory = estimate_memory(s);
   EXPECT_FALSE(memory.fits);
-  EXPECT_GT(memory.peak_bytes, 20.0 * 174e9 / 8);  // 20 bytes per parameter over 8 GPUs alone
+  EXPECT_GT(memory.peak_bytes, 18.0 * 174e9 / 8);  // Megatron-LM's 18 bytes per parameter over 8 GPUs alone (bf16)
 }
 
 }  // namespace
