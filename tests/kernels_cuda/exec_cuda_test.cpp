@@ -33,9 +33,11 @@ using kernels::cuda::testing::bf16_rounded;
 using kernels::cuda::testing::gpu_available;
 using kernels::cuda::testing::normalised_error_below;
 
-std::string toml(int layers, int pp, int tp, int dp, const std::string& schedule, int virtual_stages) {
+// `model_keys`: more [model] lines, e.g. "position_embedding = \"alibi\"\n"
+std::string toml(int layers, int pp, int tp, int dp, const std::string& schedule, int virtual_stages,
+                 const std::string& model_keys = "") {
   return "[model]\nname = \"t\"\nlayers = " + std::to_string(layers) +
-         "\nhidden = 64\nheads = 4\nseq_len = 32\nvocab = 256\ndtype = \"bf16\"\n"
+         "\nhidden = 64\nheads = 4\nseq_len = 32\nvocab = 256\ndtype = \"bf16\"\n" + model_keys +
          "[parallel]\ntp = " +
          std::to_string(tp) + "\npp = " + std::to_string(pp) + "\ndp = " + std::to_string(dp) +
          "\nmicro_batch = 2\nglobal_batch = " + std::to_string(8 * dp) + "\nschedule = \"" + schedule +
@@ -252,8 +254,9 @@ TEST(CudaTraining, FollowsTheCpuBackendOnOneRankAndOnFourSharingTheGpu) {
   for (int i = 0; i < 400; ++i)
     corpus_text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
   const TextDataset data = text_from_string(corpus_text);
-  auto losses = [&](const std::string& backend, int tp, int pp) {
-    const model::Program program = model::build_program(model::parse_scenario(toml(4, pp, tp, 1, "1f1b", 1), "test"));
+  auto losses = [&](const std::string& backend, int tp, int pp, const std::string& model_keys) {
+    const model::Program program =
+        model::build_program(model::parse_scenario(toml(4, pp, tp, 1, "1f1b", 1, model_keys), "test"));
     TrainOptions options;
     options.backend = backend;
     options.steps = 8;
@@ -261,16 +264,20 @@ TEST(CudaTraining, FollowsTheCpuBackendOnOneRankAndOnFourSharingTheGpu) {
     options.trace_step = -2;
     return train_threads(program, data, options).losses;
   };
-  const auto cpu_losses = losses("cpu", 1, 1);
-  const auto cuda_losses = losses("cuda", 1, 1);
-  const auto split_losses = losses("cuda", 2, 2);  // 4 rank threads on one GPU: TP collectives and P2P staged
-  ASSERT_EQ(cuda_losses.size(), cpu_losses.size());
-  ASSERT_EQ(split_losses.size(), cpu_losses.size());
-  for (std::size_t i = 0; i < cpu_losses.size(); ++i) {
-    EXPECT_NEAR(cuda_losses[i], cpu_losses[i], 0.02 * cpu_losses[i]) << "step " << i;  // bf16 against fp32
-    EXPECT_NEAR(split_losses[i], cuda_losses[i], 0.02 * cuda_losses[i]) << "step " << i;
+  for (const std::string position : {"learned", "alibi"}) {  // ALiBi: each TP rank's slopes of its global heads
+    SCOPED_TRACE(position);
+    const std::string set = "position_embedding = \"" + position + "\"\n";
+    const auto cpu_losses = losses("cpu", 1, 1, set);
+    const auto cuda_losses = losses("cuda", 1, 1, set);
+    const auto split_losses = losses("cuda", 2, 2, set);  // 4 rank threads on one GPU: TP collectives, P2P staged
+    ASSERT_EQ(cuda_losses.size(), cpu_losses.size());
+    ASSERT_EQ(split_losses.size(), cpu_losses.size());
+    for (std::size_t i = 0; i < cpu_losses.size(); ++i) {
+      EXPECT_NEAR(cuda_losses[i], cpu_losses[i], 0.02 * cpu_losses[i]) << "step " << i;  // bf16 against fp32
+      EXPECT_NEAR(split_losses[i], cuda_losses[i], 0.02 * cuda_losses[i]) << "step " << i;
+    }
+    EXPECT_LT(cuda_losses.back(), cuda_losses.front());
   }
-  EXPECT_LT(cuda_losses.back(), cuda_losses.front());
 }
 
 }  // namespace
