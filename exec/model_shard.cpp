@@ -222,7 +222,7 @@ void ModelShard::bind_views() {
       layer_params_.push_back(values);
       layer_grads_.push_back(grads);
     } else if (b.what == ComputeKind::Embedding) {
-      if (b.tensors.front().name == "wpe") {
+      if (scenario_.model.position_embedding == model::PositionEmbedding::Learned) {
         wpe = find(b, "wpe").value;
         wpe_grad = find(b, "wpe").grad;
       }
