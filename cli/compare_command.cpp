@@ -45,8 +45,9 @@ void register_compare_command(CLI::App& app) {
   auto predicted_path = std::make_shared<std::string>();
   auto measured = std::make_shared<std::string>();
   CLI::App* command = app.add_subcommand(
-      "compare", "compare a prediction (twin sim --json) with a measurement (twin run --json, or an iteration time in "
-                 "seconds): iteration time, TFLOP/s, bubble, time split, per stage");
+      "compare",
+      "compare a prediction (twin sim --json) with a measurement (twin run --json, or an iteration time in "
+      "seconds): iteration time, TFLOP/s, bubble, time split, per stage");
   command->add_option("predicted", *predicted_path, "summary JSON of the prediction")->required();
   command->add_option("measured", *measured, "summary JSON of the measurement, or its iteration time in seconds")
       ->required();
@@ -66,8 +67,7 @@ void register_compare_command(CLI::App& app) {
         return;
       }
       const nlohmann::json measured_document = read_json(*measured);
-      const auto comparison =
-          report::compare_summaries(report::find_summary(measured_document, *measured), predicted);
+      const auto comparison = report::compare_summaries(report::find_summary(measured_document, *measured), predicted);
       fmt::print("{}", report::comparison_table(comparison));
     } catch (const report::CompareError& error) {
       throw UserError(error.what());

@@ -54,27 +54,32 @@ void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
   command.add_option("--set", options.sets, "override a scenario key, e.g. --set parallel.pp=35 (repeatable)")
       ->type_name("KEY=VALUE");
   for (const Alias& alias : kAliases) {
-    command.add_option_function<long long>(
-               alias.flag,
-               [&options, key = std::string(alias.key)](const long long& value) {
-                 options.aliases.push_back({key, std::to_string(value)});
-               },
-               alias.help)
+    command
+        .add_option_function<long long>(
+            alias.flag,
+            [&options, key = std::string(alias.key)](const long long& value) {
+              options.aliases.push_back({key, std::to_string(value)});
+            },
+            alias.help)
         ->type_name("N")
         ->group("Megatron-style aliases");
   }
-  command.add_option_function<std::string>(
-             "--recompute",
-             [&options](const std::string& value) { options.aliases.push_back({"parallel.recompute", value}); },
-             "alias of --set parallel.recompute=none|selective|full")
+  command
+      .add_option_function<std::string>(
+          "--recompute",
+          [&options](const std::string& value) {
+            options.aliases.push_back({"parallel.recompute", value});
+          },
+          "alias of --set parallel.recompute=none|selective|full")
       ->group("Megatron-style aliases");
-  command.add_option_function<long long>(
-             "--virtual-stages",
-             [&options](const long long& value) {
-               options.aliases.push_back({"parallel.virtual_stages", std::to_string(value)});
-               options.aliases.push_back({"parallel.schedule", "interleaved"});
-             },
-             "model chunks per stage; selects the interleaved schedule")
+  command
+      .add_option_function<long long>(
+          "--virtual-stages",
+          [&options](const long long& value) {
+            options.aliases.push_back({"parallel.virtual_stages", std::to_string(value)});
+            options.aliases.push_back({"parallel.schedule", "interleaved"});
+          },
+          "model chunks per stage; selects the interleaved schedule")
       ->type_name("N")
       ->group("Megatron-style aliases");
 }
@@ -84,11 +89,11 @@ std::string resolve_scenario_path(const std::string& name_or_path) {
   if (fs::is_regular_file(name_or_path, ignored)) return name_or_path;
   const fs::path dir = scenario_dir();
   for (const fs::path& candidate : {dir / name_or_path, dir / (name_or_path + ".toml"),
-                                   dir / "published" / name_or_path, dir / "published" / (name_or_path + ".toml")}) {
+                                    dir / "published" / name_or_path, dir / "published" / (name_or_path + ".toml")}) {
     if (fs::is_regular_file(candidate, ignored)) return candidate.string();
   }
-  throw UserError(fmt::format("scenario '{}': no such file, and no {}.toml under {}", name_or_path, name_or_path,
-                              dir.string()));
+  throw UserError(
+      fmt::format("scenario '{}': no such file, and no {}.toml under {}", name_or_path, name_or_path, dir.string()));
 }
 
 model::Scenario load_scenario(const ScenarioOptions& options) {
@@ -119,9 +124,8 @@ model::Program build_program_within_memory(const model::Scenario& scenario, mode
         "the Program of {} would hold about {:.3g} ops ({:.1f} GiB; this machine has {:.1f} GiB available): "
         "{} layers over {} stages, {} micro-batches per pipeline, at {} granularity. Check model.layers and "
         "parallel.global_batch{}",
-        scenario.model.name, ops, needed / GiB, available / GiB, scenario.model.layers, p.pp,
-        p.micro_batches(), model::to_string(granularity),
-        granularity == model::Granularity::Op ? ", or use --granularity layer" : ""));
+        scenario.model.name, ops, needed / GiB, available / GiB, scenario.model.layers, p.pp, p.micro_batches(),
+        model::to_string(granularity), granularity == model::Granularity::Op ? ", or use --granularity layer" : ""));
   }
   return model::build_program(scenario, granularity);
 }

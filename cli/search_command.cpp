@@ -285,15 +285,23 @@ void run_search(const SearchOptions& o) {
       fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} failed: {}\n", plan.tp, plan.pp, plan.dp, plan.micro_batch,
                  schedule, plan.recompute_label(), plan.error);
     }
-    results.push_back({{"tp", plan.tp}, {"pp", plan.pp}, {"dp", plan.dp}, {"micro_batch", plan.micro_batch},
-                       {"schedule", model::to_string(plan.schedule)}, {"virtual_stages", plan.chunks},
-                       {"recompute", model::to_string(plan.recompute)}, {"recompute_num_layers", plan.recompute_layers},
+    results.push_back({{"tp", plan.tp},
+                       {"pp", plan.pp},
+                       {"dp", plan.dp},
+                       {"micro_batch", plan.micro_batch},
+                       {"schedule", model::to_string(plan.schedule)},
+                       {"virtual_stages", plan.chunks},
+                       {"recompute", model::to_string(plan.recompute)},
+                       {"recompute_num_layers", plan.recompute_layers},
                        {"memory_per_gpu_bytes", plan.peak_memory_bytes},
-                       {"iteration_time_s", plan.iteration_time_s}, {"tflops_per_gpu", plan.tflops_per_gpu},
-                       {"bubble_fraction", plan.bubble_fraction}, {"error", plan.error}});
+                       {"iteration_time_s", plan.iteration_time_s},
+                       {"tflops_per_gpu", plan.tflops_per_gpu},
+                       {"bubble_fraction", plan.bubble_fraction},
+                       {"error", plan.error}});
   }
   if (!o.json_path.empty()) {
-    write_file_atomically(o.json_path, nlohmann::json{{"scenario", base.model.name}, {"plans", results}}.dump(1) + "\n");
+    write_file_atomically(o.json_path,
+                          nlohmann::json{{"scenario", base.model.name}, {"plans", results}}.dump(1) + "\n");
   }
 }
 
@@ -302,7 +310,8 @@ void run_search(const SearchOptions& o) {
 void register_search_command(CLI::App& app) {
   auto o = std::make_shared<SearchOptions>();
   CLI::App* command = app.add_subcommand(
-      "search", "simulate every parallel plan (tp, pp, micro-batch, schedule) that fits and rank them by iteration time");
+      "search",
+      "simulate every parallel plan (tp, pp, micro-batch, schedule) that fits and rank them by iteration time");
   add_scenario_options(*command, o->scenario);
   command->add_option("--max", o->max_plans, "simulate at most this many plans (smallest ideal bubble first)");
   command->add_option("--jobs", o->jobs, "simulations at a time (default: one per core)");

@@ -55,12 +55,13 @@ std::string framework_line(const model::Scenario& s) {
   const std::string common = fmt::format("fused_kernels = {}, dropout = {}", f.fused_kernels, f.dropout);
   if (f.name == model::Framework::DeepSpeed) {
     return fmt::format("framework: deepspeed, {} (bf16_optimizer = {}), {}",
-                       f.bf16_optimizer ? "BF16_Optimizer of v0.6.2 on" : "pipeline engine of v0.5",
-                       f.bf16_optimizer, common);
+                       f.bf16_optimizer ? "BF16_Optimizer of v0.6.2 on" : "pipeline engine of v0.5", f.bf16_optimizer,
+                       common);
   }
-  return fmt::format("framework: megatron (tp_comm_overlap = {}, gradient_accumulation_fusion = {}, "
-                     "pipeline_gather_copies = {}), {}",
-                     f.tp_comm_overlap, f.gradient_accumulation_fusion, f.pipeline_gather_copies, common);
+  return fmt::format(
+      "framework: megatron (tp_comm_overlap = {}, gradient_accumulation_fusion = {}, "
+      "pipeline_gather_copies = {}), {}",
+      f.tp_comm_overlap, f.gradient_accumulation_fusion, f.pipeline_gather_copies, common);
 }
 
 nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu) {
@@ -135,9 +136,10 @@ void run(const SimCommandOptions& o) {
   fmt::print("  {}\n", framework_line(scenario));
   const bool own_network = scenario.cluster.nics_per_node > 0 || scenario.cluster.nic_gbps > 0;
   if (own_network && !o.gpu.empty()) {
-    fmt::print("  note: cluster.nics_per_node / cluster.nic_gbps describe the scenario's network; --gpu {} uses the {}'s "
-               "own NICs\n",
-               o.gpu, node.name);
+    fmt::print(
+        "  note: cluster.nics_per_node / cluster.nic_gbps describe the scenario's network; --gpu {} uses the {}'s "
+        "own NICs\n",
+        o.gpu, node.name);
   }
   if (measured && !same_gpu) {
     fmt::print(

@@ -21,7 +21,8 @@ namespace {
 
 std::string lowercase(std::string_view text) {
   std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 
@@ -257,23 +258,40 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
 
 }  // namespace
 
-int dtype_bytes(DType dtype) { return dtype == DType::FP32 ? 4 : 2; }
-std::string_view to_string(DType value) { return name_of(kDTypes, value); }
-std::string_view to_string(ScheduleKind value) { return name_of(kSchedules, value); }
-std::string_view to_string(Recompute value) { return name_of(kRecomputes, value); }
+int dtype_bytes(DType dtype) {
+  return dtype == DType::FP32 ? 4 : 2;
+}
+std::string_view to_string(DType value) {
+  return name_of(kDTypes, value);
+}
+std::string_view to_string(ScheduleKind value) {
+  return name_of(kSchedules, value);
+}
+std::string_view to_string(Recompute value) {
+  return name_of(kRecomputes, value);
+}
 std::string_view to_string(PositionEmbedding value) {
   return name_of(kPositionEmbeddings, value);
 }
-std::string_view to_string(NodeKind value) { return name_of(kNodes, value); }
-std::string_view to_string(Framework value) { return name_of(kFrameworks, value); }
+std::string_view to_string(NodeKind value) {
+  return name_of(kNodes, value);
+}
+std::string_view to_string(Framework value) {
+  return name_of(kFrameworks, value);
+}
 
 int default_gpus_per_node(NodeKind node) {
   switch (node) {
-    case NodeKind::DgxA100: return 8;       // DGX A100 user guide: 8x A100-SXM4
-    case NodeKind::DgxA100_40GB: return 8;  // the same chassis (DGX A100 320GB)
-    case NodeKind::DgxH100: return 8;       // DGX H100 user guide: 8x H100-SXM5
-    case NodeKind::DgxH200: return 8;       // DGX H200 datasheet: 8x H200-SXM
-    case NodeKind::CpuHost: return 1;  // one worker per host unless gpus_per_node says otherwise
+    case NodeKind::DgxA100:
+      return 8;  // DGX A100 user guide: 8x A100-SXM4
+    case NodeKind::DgxA100_40GB:
+      return 8;  // the same chassis (DGX A100 320GB)
+    case NodeKind::DgxH100:
+      return 8;  // DGX H100 user guide: 8x H100-SXM5
+    case NodeKind::DgxH200:
+      return 8;  // DGX H200 datasheet: 8x H200-SXM
+    case NodeKind::CpuHost:
+      return 1;  // one worker per host unless gpus_per_node says otherwise
   }
   return 1;
 }
@@ -281,17 +299,23 @@ int default_gpus_per_node(NodeKind node) {
 double gpu_memory_bytes(NodeKind node) {
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
   switch (node) {
-    case NodeKind::DgxA100: return 80 * GiB;       // A100-SXM4-80GB: 81920 MiB (NVIDIA A100 datasheet)
-    case NodeKind::DgxA100_40GB: return 40 * GiB;  // A100-SXM4-40GB: 40960 MiB (NVIDIA A100 datasheet)
-    case NodeKind::DgxH100: return 80 * GiB;       // H100-SXM5 80GB (NVIDIA H100 datasheet)
-    case NodeKind::DgxH200: return 141e9;          // H200-SXM: 141 GB (NVIDIA H200 datasheet)
-    case NodeKind::CpuHost: return 16 * GiB;  // nominal worker budget; the CPU backend checks real allocations
+    case NodeKind::DgxA100:
+      return 80 * GiB;  // A100-SXM4-80GB: 81920 MiB (NVIDIA A100 datasheet)
+    case NodeKind::DgxA100_40GB:
+      return 40 * GiB;  // A100-SXM4-40GB: 40960 MiB (NVIDIA A100 datasheet)
+    case NodeKind::DgxH100:
+      return 80 * GiB;  // H100-SXM5 80GB (NVIDIA H100 datasheet)
+    case NodeKind::DgxH200:
+      return 141e9;  // H200-SXM: 141 GB (NVIDIA H200 datasheet)
+    case NodeKind::CpuHost:
+      return 16 * GiB;  // nominal worker budget; the CPU backend checks real allocations
   }
   return 0;
 }
 
 std::int64_t Scenario::padded_vocab() const {
-  const std::int64_t multiple = std::max<std::int64_t>(1, parallel.vocab_pad_multiple) * std::max<std::int64_t>(1, parallel.tp);
+  const std::int64_t multiple =
+      std::max<std::int64_t>(1, parallel.vocab_pad_multiple) * std::max<std::int64_t>(1, parallel.tp);
   return (model.vocab + multiple - 1) / multiple * multiple;
 }
 
@@ -369,8 +393,8 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
     root = toml::parse(toml_text, source_name);
   } catch (const toml::parse_error& error) {
     const auto& begin = error.source().begin;
-    throw ScenarioError({fmt::format("{}:{}:{}: malformed TOML: {}", source, begin.line, begin.column,
-                                     error.description())});
+    throw ScenarioError(
+        {fmt::format("{}:{}:{}: malformed TOML: {}", source, begin.line, begin.column, error.description())});
   }
 
   std::vector<std::string> problems;
@@ -383,8 +407,10 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
       const auto& begin = node.source().begin;
       const std::string where = begin.line > 0 ? fmt::format("{}:{}:{}", source, begin.line, begin.column)
                                                : fmt::format("{} (--set {}.*)", source, key.str());
-      problems.push_back(fmt::format("{}: unknown section [{}] (expected model, parallel, cluster, framework, "
-                                     "training)", where, key.str()));
+      problems.push_back(
+          fmt::format("{}: unknown section [{}] (expected model, parallel, cluster, framework, "
+                      "training)",
+                      where, key.str()));
     }
   }
 
@@ -506,7 +532,9 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   return scenario;
 }
 
-std::vector<std::string> validation_problems(const Scenario& scenario) { return rule_violations(scenario, true); }
+std::vector<std::string> validation_problems(const Scenario& scenario) {
+  return rule_violations(scenario, true);
+}
 
 namespace {
 
@@ -527,7 +555,8 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
   const bool heads_ok = require_positive("model.heads", m.heads);
   const bool seq_ok = require_positive("model.seq_len", m.seq_len);
   require_positive("model.vocab", m.vocab);
-  if (m.ffn_hidden < 0) problems.push_back(fmt::format("{}: model.ffn_hidden must be positive, got {}", src, m.ffn_hidden));
+  if (m.ffn_hidden < 0)
+    problems.push_back(fmt::format("{}: model.ffn_hidden must be positive, got {}", src, m.ffn_hidden));
   const bool tp_ok = require_positive("parallel.tp", p.tp);
   const bool pp_ok = require_positive("parallel.pp", p.pp);
   const bool dp_ok = require_positive("parallel.dp", p.dp);
@@ -539,11 +568,14 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
   const bool gpn_ok = require_positive("cluster.gpus_per_node", c.gpus_per_node);
 
   if (hidden_ok && heads_ok && m.hidden % m.heads != 0) {
-    problems.push_back(fmt::format("{}: model.hidden ({}) must be divisible by model.heads ({})", src, m.hidden, m.heads));
+    problems.push_back(
+        fmt::format("{}: model.hidden ({}) must be divisible by model.heads ({})", src, m.hidden, m.heads));
   }
   if (heads_ok && tp_ok && m.heads % p.tp != 0) {
-    problems.push_back(fmt::format("{}: model.heads ({}) must be divisible by parallel.tp ({}): each TP rank holds "
-                                   "whole attention heads", src, m.heads, p.tp));
+    problems.push_back(
+        fmt::format("{}: model.heads ({}) must be divisible by parallel.tp ({}): each TP rank holds "
+                    "whole attention heads",
+                    src, m.heads, p.tp));
   }
   if (hidden_ok && tp_ok && m.ffn_hidden >= 0 && scenario.ffn_hidden() % p.tp != 0) {
     problems.push_back(fmt::format("{}: model.ffn_hidden ({}) must be divisible by parallel.tp ({})", src,
@@ -553,56 +585,74 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
   if (uneven) {
     const std::int64_t given = (p.first_stage_layers > 0) + (p.last_stage_layers > 0);
     if (p.first_stage_layers < 0 || p.last_stage_layers < 0) {
-      problems.push_back(fmt::format("{}: parallel.first_stage_layers and parallel.last_stage_layers must be >= 0 (0: "
-                                     "an even split), got {} and {}", src, p.first_stage_layers, p.last_stage_layers));
+      problems.push_back(
+          fmt::format("{}: parallel.first_stage_layers and parallel.last_stage_layers must be >= 0 (0: "
+                      "an even split), got {} and {}",
+                      src, p.first_stage_layers, p.last_stage_layers));
     } else if (v_ok && p.virtual_stages != 1) {
-      problems.push_back(fmt::format("{}: parallel.first_stage_layers / last_stage_layers need parallel.virtual_stages "
-                                     "= 1 (an interleaved split is even), got {}", src, p.virtual_stages));
+      problems.push_back(
+          fmt::format("{}: parallel.first_stage_layers / last_stage_layers need parallel.virtual_stages "
+                      "= 1 (an interleaved split is even), got {}",
+                      src, p.virtual_stages));
     } else if (pp_ok && layers_ok && p.pp < 2) {
-      problems.push_back(fmt::format("{}: parallel.first_stage_layers / last_stage_layers need a pipeline "
-                                     "(parallel.pp >= 2), got parallel.pp = {}", src, p.pp));
+      problems.push_back(
+          fmt::format("{}: parallel.first_stage_layers / last_stage_layers need a pipeline "
+                      "(parallel.pp >= 2), got parallel.pp = {}",
+                      src, p.pp));
     } else if (pp_ok && layers_ok) {
       const std::int64_t middle = p.pp - given, rest = m.layers - p.first_stage_layers - p.last_stage_layers;
       const bool fits = middle == 0 ? rest == 0 : rest >= middle && rest % middle == 0;
       if (!fits) {
-        problems.push_back(fmt::format("{}: model.layers ({}) minus parallel.first_stage_layers ({}) and "
-                                       "parallel.last_stage_layers ({}) leaves {} for the other {} stage(s): it must "
-                                       "split evenly, at least one layer each",
-                                       src, m.layers, p.first_stage_layers, p.last_stage_layers, rest, middle));
+        problems.push_back(
+            fmt::format("{}: model.layers ({}) minus parallel.first_stage_layers ({}) and "
+                        "parallel.last_stage_layers ({}) leaves {} for the other {} stage(s): it must "
+                        "split evenly, at least one layer each",
+                        src, m.layers, p.first_stage_layers, p.last_stage_layers, rest, middle));
       }
     }
   }
   if (!uneven && layers_ok && pp_ok && v_ok && m.layers % (p.pp * p.virtual_stages) != 0) {
-    problems.push_back(fmt::format("{}: model.layers ({}) must be divisible by parallel.pp * parallel.virtual_stages "
-                                   "({} * {} = {})", src, m.layers, p.pp, p.virtual_stages, p.pp * p.virtual_stages));
+    problems.push_back(
+        fmt::format("{}: model.layers ({}) must be divisible by parallel.pp * parallel.virtual_stages "
+                    "({} * {} = {})",
+                    src, m.layers, p.pp, p.virtual_stages, p.pp * p.virtual_stages));
   }
   if (dp_ok && mb_ok && gb_ok && p.global_batch % (p.dp * p.micro_batch) != 0) {
-    problems.push_back(fmt::format("{}: parallel.global_batch ({}) must be divisible by parallel.dp * "
-                                   "parallel.micro_batch ({} * {} = {})", src, p.global_batch, p.dp, p.micro_batch,
-                                   p.dp * p.micro_batch));
+    problems.push_back(
+        fmt::format("{}: parallel.global_batch ({}) must be divisible by parallel.dp * "
+                    "parallel.micro_batch ({} * {} = {})",
+                    src, p.global_batch, p.dp, p.micro_batch, p.dp * p.micro_batch));
   }
   if (check_world_size && tp_ok && pp_ok && dp_ok && nodes_ok && gpn_ok && p.world_size() != c.total_gpus()) {
-    problems.push_back(fmt::format("{}: parallel.tp * parallel.pp * parallel.dp = {} * {} * {} = {} does not match the "
-                                   "cluster's {} GPUs (cluster.nodes {} x cluster.gpus_per_node {})", src, p.tp, p.pp,
-                                   p.dp, p.world_size(), c.total_gpus(), c.nodes, c.gpus_per_node));
+    problems.push_back(
+        fmt::format("{}: parallel.tp * parallel.pp * parallel.dp = {} * {} * {} = {} does not match the "
+                    "cluster's {} GPUs (cluster.nodes {} x cluster.gpus_per_node {})",
+                    src, p.tp, p.pp, p.dp, p.world_size(), c.total_gpus(), c.nodes, c.gpus_per_node));
   }
   if (v_ok && p.virtual_stages > 1 && p.schedule != ScheduleKind::Interleaved) {
-    problems.push_back(fmt::format("{}: parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\" (got "
-                                   "\"{}\")", src, p.virtual_stages, to_string(p.schedule)));
+    problems.push_back(
+        fmt::format("{}: parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\" (got "
+                    "\"{}\")",
+                    src, p.virtual_stages, to_string(p.schedule)));
   }
   if (p.schedule == ScheduleKind::Interleaved) {
     if (v_ok && p.virtual_stages < 2) {
-      problems.push_back(fmt::format("{}: parallel.schedule = \"interleaved\" needs parallel.virtual_stages >= 2, "
-                                     "got {}", src, p.virtual_stages));
+      problems.push_back(
+          fmt::format("{}: parallel.schedule = \"interleaved\" needs parallel.virtual_stages >= 2, "
+                      "got {}",
+                      src, p.virtual_stages));
     }
     if (pp_ok && p.pp < 2) {
-      problems.push_back(fmt::format("{}: parallel.schedule = \"interleaved\" needs parallel.pp >= 2, got {}", src, p.pp));
+      problems.push_back(
+          fmt::format("{}: parallel.schedule = \"interleaved\" needs parallel.pp >= 2, got {}", src, p.pp));
     }
     if (dp_ok && mb_ok && gb_ok && pp_ok && p.global_batch % (p.dp * p.micro_batch) == 0 &&
         p.micro_batches() % p.pp != 0) {
-      problems.push_back(fmt::format("{}: the interleaved schedule runs micro-batches in groups of parallel.pp: "
-                                     "micro-batches per pipeline (global_batch / (dp * micro_batch) = {}) must be "
-                                     "divisible by parallel.pp ({})", src, p.micro_batches(), p.pp));
+      problems.push_back(
+          fmt::format("{}: the interleaved schedule runs micro-batches in groups of parallel.pp: "
+                      "micro-batches per pipeline (global_batch / (dp * micro_batch) = {}) must be "
+                      "divisible by parallel.pp ({})",
+                      src, p.micro_batches(), p.pp));
     }
   }
   // 0 means "not measured"; anything else must be a real rate (the GPU's own ceiling is checked by the simulator,
@@ -621,18 +671,23 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
   }
   if (!(c.attention_gemm_hbm_fraction >= 0 && c.attention_gemm_hbm_fraction <= 1 &&
         std::isfinite(c.attention_gemm_hbm_fraction))) {
-    problems.push_back(fmt::format("{}: cluster.attention_gemm_hbm_fraction must be a measured fraction of the "
-                                   "streaming rate (0 < f <= 1), or 0 for the cited value; got {}",
-                                   src, c.attention_gemm_hbm_fraction));
+    problems.push_back(
+        fmt::format("{}: cluster.attention_gemm_hbm_fraction must be a measured fraction of the "
+                    "streaming rate (0 < f <= 1), or 0 for the cited value; got {}",
+                    src, c.attention_gemm_hbm_fraction));
   }
   // 0 means "the node's"; anything else must describe a real network (up to 32 NICs of 1.6 Tb/s: beyond any node).
   if (c.nics_per_node < 0 || c.nics_per_node > 32) {
-    problems.push_back(fmt::format("{}: cluster.nics_per_node must be 1..32 compute NICs per node, or 0 for the "
-                                   "node's own; got {}", src, c.nics_per_node));
+    problems.push_back(
+        fmt::format("{}: cluster.nics_per_node must be 1..32 compute NICs per node, or 0 for the "
+                    "node's own; got {}",
+                    src, c.nics_per_node));
   }
   if (!(c.nic_gbps >= 0 && c.nic_gbps <= 1600 && std::isfinite(c.nic_gbps)) || (c.nic_gbps > 0 && c.nic_gbps < 1)) {
-    problems.push_back(fmt::format("{}: cluster.nic_gbps must be a NIC line rate in Gb/s (1..1600), or 0 for the "
-                                   "node's own; got {}", src, c.nic_gbps));
+    problems.push_back(
+        fmt::format("{}: cluster.nic_gbps must be a NIC line rate in Gb/s (1..1600), or 0 for the "
+                    "node's own; got {}",
+                    src, c.nic_gbps));
   }
   if (p.zero_stage != 0 && p.zero_stage != 1) {
     problems.push_back(fmt::format("{}: parallel.zero_stage must be 0 or 1, got {}", src, p.zero_stage));
@@ -643,32 +698,43 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
     problems.push_back(fmt::format("{}: parallel.recompute_num_layers must be >= 0 (0: every layer), got {}", src,
                                    p.recompute_num_layers));
   } else if (p.recompute_num_layers > 0 && p.recompute != Recompute::Full) {
-    problems.push_back(fmt::format("{}: parallel.recompute_num_layers ({}) needs parallel.recompute = \"full\" "
-                                   "(Megatron-LM's --recompute-method block), got \"{}\"",
-                                   src, p.recompute_num_layers, to_string(p.recompute)));
+    problems.push_back(
+        fmt::format("{}: parallel.recompute_num_layers ({}) needs parallel.recompute = \"full\" "
+                    "(Megatron-LM's --recompute-method block), got \"{}\"",
+                    src, p.recompute_num_layers, to_string(p.recompute)));
   } else if (p.recompute_num_layers > 0 && scenario.framework.name == Framework::DeepSpeed) {
-    problems.push_back(fmt::format("{}: parallel.recompute_num_layers is Megatron-LM's block recompute; "
-                                   "framework.name = \"deepspeed\" checkpoints every layer", src));
+    problems.push_back(
+        fmt::format("{}: parallel.recompute_num_layers is Megatron-LM's block recompute; "
+                    "framework.name = \"deepspeed\" checkpoints every layer",
+                    src));
   }
   // BF16_Optimizer is DeepSpeed's, for bf16 only, and always shards the fp32 weights and Adam's moments across DP
   // (ZeRO-1 in twin's terms, though DeepSpeed's config says stage 0: its pipeline engine refuses bf16 with ZeRO).
   if (scenario.framework.bf16_optimizer) {
     if (scenario.framework.name != Framework::DeepSpeed) {
-      problems.push_back(fmt::format("{}: framework.bf16_optimizer is DeepSpeed's (framework.name = \"deepspeed\"), "
-                                     "got framework.name = \"{}\"", src, to_string(scenario.framework.name)));
+      problems.push_back(
+          fmt::format("{}: framework.bf16_optimizer is DeepSpeed's (framework.name = \"deepspeed\"), "
+                      "got framework.name = \"{}\"",
+                      src, to_string(scenario.framework.name)));
     }
     if (m.dtype != DType::BF16) {
-      problems.push_back(fmt::format("{}: framework.bf16_optimizer trains in bf16: model.dtype must be \"bf16\", got "
-                                     "\"{}\"", src, to_string(m.dtype)));
+      problems.push_back(
+          fmt::format("{}: framework.bf16_optimizer trains in bf16: model.dtype must be \"bf16\", got "
+                      "\"{}\"",
+                      src, to_string(m.dtype)));
     }
     if (p.zero_stage != 1) {
-      problems.push_back(fmt::format("{}: framework.bf16_optimizer shards the optimizer state across DP as ZeRO-1 does: "
-                                     "parallel.zero_stage must be 1, got {}", src, p.zero_stage));
+      problems.push_back(
+          fmt::format("{}: framework.bf16_optimizer shards the optimizer state across DP as ZeRO-1 does: "
+                      "parallel.zero_stage must be 1, got {}",
+                      src, p.zero_stage));
     }
   }
   if (p.sequence_parallel && seq_ok && tp_ok && m.seq_len % p.tp != 0) {
-    problems.push_back(fmt::format("{}: parallel.sequence_parallel needs model.seq_len ({}) divisible by parallel.tp "
-                                   "({})", src, m.seq_len, p.tp));
+    problems.push_back(
+        fmt::format("{}: parallel.sequence_parallel needs model.seq_len ({}) divisible by parallel.tp "
+                    "({})",
+                    src, m.seq_len, p.tp));
   }
   if (!(t.learning_rate > 0)) {
     problems.push_back(fmt::format("{}: training.learning_rate must be > 0, got {}", src, t.learning_rate));
@@ -677,10 +743,14 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
     problems.push_back(fmt::format("{}: training.min_learning_rate must be in [0, learning_rate = {}], got {}", src,
                                    t.learning_rate, t.min_learning_rate));
   }
-  if (t.warmup_steps < 0) problems.push_back(fmt::format("{}: training.warmup_steps must be >= 0, got {}", src, t.warmup_steps));
-  if (t.decay_steps < 0) problems.push_back(fmt::format("{}: training.decay_steps must be >= 0, got {}", src, t.decay_steps));
-  if (t.weight_decay < 0) problems.push_back(fmt::format("{}: training.weight_decay must be >= 0, got {}", src, t.weight_decay));
-  if (t.grad_clip < 0) problems.push_back(fmt::format("{}: training.grad_clip must be >= 0 (0 disables), got {}", src, t.grad_clip));
+  if (t.warmup_steps < 0)
+    problems.push_back(fmt::format("{}: training.warmup_steps must be >= 0, got {}", src, t.warmup_steps));
+  if (t.decay_steps < 0)
+    problems.push_back(fmt::format("{}: training.decay_steps must be >= 0, got {}", src, t.decay_steps));
+  if (t.weight_decay < 0)
+    problems.push_back(fmt::format("{}: training.weight_decay must be >= 0, got {}", src, t.weight_decay));
+  if (t.grad_clip < 0)
+    problems.push_back(fmt::format("{}: training.grad_clip must be >= 0 (0 disables), got {}", src, t.grad_clip));
   if (!(t.adam_beta1 >= 0 && t.adam_beta1 < 1)) {
     problems.push_back(fmt::format("{}: training.adam_beta1 must be in [0, 1), got {}", src, t.adam_beta1));
   }

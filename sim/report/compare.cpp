@@ -46,15 +46,15 @@ Comparison compare_summaries(const nlohmann::json& reference, const nlohmann::js
     // Fractions of the iteration in each, shown as seconds so that the errors add up to the time's error.
     for (const char* part : {"compute", "tp", "pp", "dp", "bubble"}) {
       const std::string name = std::string(part) == "bubble" ? "fill/drain (s)" : std::string(part) + " (s)";
-      c.totals.push_back({name, reference["time_split"].value(part, 0.0) * t_ref,
-                          candidate["time_split"].value(part, 0.0) * t_can});
+      c.totals.push_back(
+          {name, reference["time_split"].value(part, 0.0) * t_ref, candidate["time_split"].value(part, 0.0) * t_can});
     }
   }
   for (const auto& a : reference.at("stages")) {
     for (const auto& b : candidate.at("stages")) {
       if (a.value("stage", -1) == b.value("stage", -2)) {
-        c.stages.push_back({fmt::format("stage {} busy (s)", a.value("stage", -1)), a.value("busy_s", 0.0),
-                            b.value("busy_s", 0.0)});
+        c.stages.push_back(
+            {fmt::format("stage {} busy (s)", a.value("stage", -1)), a.value("busy_s", 0.0), b.value("busy_s", 0.0)});
       }
     }
   }

@@ -31,8 +31,8 @@ struct Comparison {
   std::vector<ComparedValue> stages;  // busy seconds per stage present in both
 };
 
-// `reference` (measured) and `candidate` (predicted) are summary objects (find_summary). Their plans (tp, pp, dp, micro-batches) must match;
-// a difference throws CompareError naming the field and both values.
+// `reference` (measured) and `candidate` (predicted) are summary objects (find_summary). Their plans (tp, pp, dp,
+// micro-batches) must match; a difference throws CompareError naming the field and both values.
 Comparison compare_summaries(const nlohmann::json& reference, const nlohmann::json& candidate);
 
 // A readable table of the comparison.

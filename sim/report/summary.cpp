@@ -224,7 +224,8 @@ std::string summary_table(const Summary& s) {
                  gb(s.memory.peak_bytes), gb(s.memory.capacity_bytes), s.memory.fits ? "" : " - DOES NOT FIT",
                  gb(s.memory.weights_bytes), gb(s.memory.gradients_bytes), gb(s.memory.optimizer_bytes),
                  gb(s.memory.activations_bytes));
-  fmt::format_to(line, "  bubble (mean of stages) {:10.1f} %   (idle compute stream: exposed PP and DP + fill/drain)\n\n",
+  fmt::format_to(line,
+                 "  bubble (mean of stages) {:10.1f} %   (idle compute stream: exposed PP and DP + fill/drain)\n\n",
                  100 * s.bubble_fraction);
   fmt::format_to(line,
                  "  time split (mean of stages): compute {:.1f} %, exposed TP {:.1f} %, PP {:.1f} %, DP {:.1f} %, "

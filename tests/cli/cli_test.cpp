@@ -33,7 +33,9 @@ Result twin(const std::string& arguments) {
   return result;
 }
 
-fs::path scratch_dir() { return fs::temp_directory_path() / ("twin-cli-test-" + std::to_string(getpid())); }
+fs::path scratch_dir() {
+  return fs::temp_directory_path() / ("twin-cli-test-" + std::to_string(getpid()));
+}
 
 fs::path scratch(const std::string& name) {
   fs::create_directories(scratch_dir());
@@ -57,16 +59,16 @@ fs::path small_cluster_scenario() {
 TEST(Cli, MegatronFlagsSetTheirScenarioKeys) {
   // Megatron-LM's own flag names are aliases of --set: here the pipeline size and block recompute (the first 4 layers
   // of each chunk run forward again), whose FLOPs the Program and Narayanan's count agree on.
-  const Result graph = twin("graph " + small_cluster_scenario().string() +
-                            " --pipeline-model-parallel-size 4 --recompute-num-layers 4");
+  const Result graph =
+      twin("graph " + small_cluster_scenario().string() + " --pipeline-model-parallel-size 4 --recompute-num-layers 4");
   EXPECT_EQ(graph.status, 0) << graph.output;
   EXPECT_THAT(graph.output, HasSubstr("tp 2 x pp 4 x dp 2"));
   EXPECT_THAT(graph.output, HasSubstr("recompute full (the first 4 layers of a chunk)"));
   EXPECT_THAT(graph.output, HasSubstr("(+0.000%)"));
   auto iteration_s = [](const std::string& flags) {
     const fs::path json_path = scratch("block-recompute.json");
-    const Result r = twin("sim " + small_cluster_scenario().string() + " --quiet --json " + json_path.string() + " " +
-                          flags);
+    const Result r =
+        twin("sim " + small_cluster_scenario().string() + " --quiet --json " + json_path.string() + " " + flags);
     EXPECT_EQ(r.status, 0) << r.output;
     std::ifstream in(json_path);
     return nlohmann::json::parse(in)["iteration_time_s"].get<double>();
@@ -177,7 +179,8 @@ TEST(Cli, SearchTriesPipelinesThatSplitUnevenLayers) {
   const fs::path json_path = scratch("search-uneven.json");
   const Result r = twin("search " + small_cluster_scenario().string() +
                         " --set model.layers=22 --set parallel.pp=4 --set parallel.first_stage_layers=3"
-                        " --set parallel.last_stage_layers=3 --max 2 --jobs 2 --json " + json_path.string());
+                        " --set parallel.last_stage_layers=3 --max 2 --jobs 2 --json " +
+                        json_path.string());
   ASSERT_EQ(r.status, 0) << r.output;
   std::ifstream in(json_path);
   const auto plans = nlohmann::json::parse(in)["plans"];
@@ -187,7 +190,8 @@ TEST(Cli, SearchTriesPipelinesThatSplitUnevenLayers) {
 
 TEST(Cli, SearchRanksValidPlansByIterationTime) {
   const fs::path json_path = scratch("search.json");
-  const Result r = twin("search " + small_cluster_scenario().string() + " --max 5 --jobs 2 --json " + json_path.string());
+  const Result r =
+      twin("search " + small_cluster_scenario().string() + " --max 5 --jobs 2 --json " + json_path.string());
   ASSERT_EQ(r.status, 0) << r.output;
   std::ifstream in(json_path);
   const auto plans = nlohmann::json::parse(in)["plans"];

@@ -84,10 +84,10 @@ TEST(Scenario, OverridesChangeTheDerivedPlan) {
   EXPECT_EQ(s.parallel.dp, 12);
   EXPECT_EQ(s.parallel.micro_batches(), 160);
   // Bare words are strings; TOML values keep their type.
-  const Scenario t = load_scenario(dir + "gpt-tiny.toml", {parse_override("parallel.tp=2"),
-                                                           parse_override("parallel.pp=2"),
-                                                           parse_override("parallel.schedule=gpipe"),
-                                                           parse_override("parallel.sequence_parallel=true")});
+  const Scenario t =
+      load_scenario(dir + "gpt-tiny.toml",
+                    {parse_override("parallel.tp=2"), parse_override("parallel.pp=2"),
+                     parse_override("parallel.schedule=gpipe"), parse_override("parallel.sequence_parallel=true")});
   EXPECT_EQ(t.parallel.schedule, ScheduleKind::GPipe);
   EXPECT_TRUE(t.parallel.sequence_parallel);
   EXPECT_EQ(t.cluster.total_gpus(), 4);  // a cpu-host cluster follows the plan
@@ -99,8 +99,9 @@ TEST(Scenario, TomlRoundTrips) {
   EXPECT_EQ(to_toml(again), to_toml(s));
   EXPECT_EQ(again.parallel.recompute, Recompute::Selective);
   // Megatron's block recompute: the key (or its Megatron flag) round-trips.
-  const Scenario block = parse_scenario(
-      kValid, "case.toml", {parse_override("parallel.recompute=full"), parse_override("parallel.recompute_num_layers=1")});
+  const Scenario block =
+      parse_scenario(kValid, "case.toml",
+                     {parse_override("parallel.recompute=full"), parse_override("parallel.recompute_num_layers=1")});
   EXPECT_EQ(block.parallel.recompute_num_layers, 1);
   EXPECT_EQ(parse_scenario(to_toml(block), "again.toml").parallel.recompute_num_layers, 1);
 }
@@ -125,12 +126,11 @@ TEST(Scenario, MeasuredGpuConstantsAreReadAndRoundTrip) {
   EXPECT_EQ(cited.cluster.gemm_tflops, 0);
   EXPECT_EQ(cited.cluster.hbm_gb_per_s, 0);
   EXPECT_THAT(to_toml(cited), ::testing::Not(HasSubstr("gemm_tflops")));
-  const Scenario measured =
-      parse_scenario(replace(kValid, "node = \"dgx-a100\"",
-                             "node = \"dgx-a100\"\ngemm_tflops = 267.9\ngemm_shape = [6912, 16384, 2048]"),
-                     "case.toml",
-                     {parse_override("cluster.hbm_gb_per_s=1850"),
-                      parse_override("cluster.attention_gemm_hbm_fraction=0.7")});
+  const Scenario measured = parse_scenario(
+      replace(kValid, "node = \"dgx-a100\"",
+              "node = \"dgx-a100\"\ngemm_tflops = 267.9\ngemm_shape = [6912, 16384, 2048]"),
+      "case.toml",
+      {parse_override("cluster.hbm_gb_per_s=1850"), parse_override("cluster.attention_gemm_hbm_fraction=0.7")});
   EXPECT_DOUBLE_EQ(measured.cluster.gemm_tflops, 267.9);
   EXPECT_DOUBLE_EQ(measured.cluster.attention_gemm_hbm_fraction, 0.7);
   EXPECT_EQ(measured.cluster.gemm_shape, (std::array<std::int64_t, 3>{6912, 16384, 2048}));
@@ -149,8 +149,9 @@ TEST(Scenario, TheClustersOwnNetworkIsReadAndRoundTrips) {
   EXPECT_EQ(dgx.cluster.nics_per_node, 0);
   EXPECT_EQ(dgx.cluster.nic_gbps, 0);
   EXPECT_THAT(to_toml(dgx), ::testing::Not(HasSubstr("nic")));
-  const Scenario cloud = parse_scenario(replace(kValid, "node = \"dgx-a100\"", "node = \"dgx-a100\"\nnics_per_node = 4"),
-                                        "case.toml", {parse_override("cluster.nic_gbps=100")});
+  const Scenario cloud =
+      parse_scenario(replace(kValid, "node = \"dgx-a100\"", "node = \"dgx-a100\"\nnics_per_node = 4"), "case.toml",
+                     {parse_override("cluster.nic_gbps=100")});
   EXPECT_EQ(cloud.cluster.nics_per_node, 4);
   EXPECT_DOUBLE_EQ(cloud.cluster.nic_gbps, 100);
   const Scenario again = parse_scenario(to_toml(cloud), "again.toml");
@@ -171,9 +172,9 @@ TEST(Scenario, UnevenEndStagesSplitTheRestEvenly) {
   }
   EXPECT_EQ(parse_scenario(to_toml(s), "again.toml").parallel.last_stage_layers, 1);
   // Only the first given: the other three share the rest (2 + 2 + 2 + 2 is the even split itself).
-  const Scenario first_only = parse_scenario(replace(kValid, "pp = 2", "pp = 4"), "case.toml",
-                                             {parse_override("parallel.first_stage_layers=2"),
-                                              parse_override("parallel.tp=1")});
+  const Scenario first_only =
+      parse_scenario(replace(kValid, "pp = 2", "pp = 4"), "case.toml",
+                     {parse_override("parallel.first_stage_layers=2"), parse_override("parallel.tp=1")});
   EXPECT_EQ(first_only.layers_in_virtual_stage(3), 2);
 }
 
@@ -184,7 +185,9 @@ struct InvalidCase {
   const char* message;
 };
 
-void PrintTo(const InvalidCase& c, std::ostream* out) { *out << c.name; }
+void PrintTo(const InvalidCase& c, std::ostream* out) {
+  *out << c.name;
+}
 
 class InvalidScenario : public ::testing::TestWithParam<InvalidCase> {};
 

@@ -70,7 +70,8 @@ TEST(Hardware, EveryDgxKindAScenarioNamesHasItsGpuAndFabric) {
   EXPECT_EQ(h200.gpu.name, "H200-SXM-141GB");
   EXPECT_EQ(fabric_spec(model::NodeKind::DgxH200).name, fabric_spec(model::NodeKind::DgxH100).name);
   // What validation and the memory check use agrees with the specs.
-  EXPECT_NEAR(model::gpu_memory_bytes(model::NodeKind::DgxA100_40GB), a100_40.gpu.hbm_bytes, 0.1 * a100_40.gpu.hbm_bytes);
+  EXPECT_NEAR(model::gpu_memory_bytes(model::NodeKind::DgxA100_40GB), a100_40.gpu.hbm_bytes,
+              0.1 * a100_40.gpu.hbm_bytes);
   EXPECT_NEAR(model::gpu_memory_bytes(model::NodeKind::DgxH200), h200.gpu.hbm_bytes, 1e6);
   EXPECT_EQ(model::default_gpus_per_node(model::NodeKind::DgxH200), h200.gpus);
 }
