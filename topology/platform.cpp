@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include <fmt/format.h>
 #include <simgrid/s4u.hpp>
 
 // GCC says __SANITIZE_ADDRESS__, Clang __has_feature(address_sanitizer).
@@ -58,8 +59,10 @@ FatTreeShape fat_tree_shape(const PlatformOptions& options) {
   shape.levels = 2;
   shape.nodes_per_leaf = per_leaf;
   shape.leaves = (options.nodes + per_leaf - 1) / per_leaf;
-  // Non-blocking: as many (aggregated) links up as down; oversubscription r keeps 1/r of them.
-  shape.spines = std::max(1, static_cast<int>(std::lround(per_leaf / std::max(1.0, fabric.oversubscription))));
+  // As many (aggregated) links up as down; an oversubscription r gives each up-link 1/r of a down-link's rate
+  // (fewer links would only give ratios a leaf's node count divides: 1 or 2 with 2 nodes per leaf).
+  shape.spines = per_leaf;
+  shape.up_link_bytes_per_s = shape.link_bytes_per_s / std::max(1.0, fabric.oversubscription);
   shape.positions = per_leaf * shape.leaves;
   return shape;
 }
@@ -174,6 +177,25 @@ void Platform::build() {
       sg4::ClusterCallbacks(leaf), shape_.link_bytes_per_s, options_.fabric.hop_latency_s,
       sg4::Link::SharingPolicy::SPLITDUPLEX);
   fabric->seal();
+  if (shape_.levels == 2 && shape_.up_link_bytes_per_s != shape_.link_bytes_per_s) {
+    // SimGrid's fat-tree gives every level one rate. Its links are named "link_from_<child>_<parent>_<n>_UP/DOWN",
+    // nodes numbered 0..positions-1 and switches after them (kernel/routing/FatTreeZone.cpp, SimGrid 3.32): a link
+    // from a switch is a leaf's up-link. The count below checks that reading.
+    int oversubscribed = 0;
+    const std::string prefix = "link_from_";
+    for (sg4::Link* link : sg4::Engine::get_instance()->get_all_links()) {
+      const std::string& name = link->get_name();
+      if (name.rfind(prefix, 0) != 0) continue;
+      if (std::stol(name.substr(prefix.size())) >= shape_.positions) {
+        link->set_bandwidth(shape_.up_link_bytes_per_s);
+        ++oversubscribed;
+      }
+    }
+    if (oversubscribed != 2 * shape_.leaves * shape_.spines) {  // split-duplex: one per direction
+      throw std::logic_error(fmt::format("platform: found {} leaf up-links to oversubscribe, expected {}",
+                                         oversubscribed, 2 * shape_.leaves * shape_.spines));
+    }
+  }
 }
 
 sg4::Host* Platform::group_endpoint(int node, int slot) const {

@@ -119,8 +119,10 @@ TEST(FatTreeShape, NonBlockingAndOptions) {
   EXPECT_EQ(shape.spines, 20);  // as many links up as down
   EXPECT_DOUBLE_EQ(shape.link_bytes_per_s, 8 * 25e9);
 
-  options.fabric.oversubscription = 2;
-  EXPECT_EQ(fat_tree_shape(options).spines, 10);
+  EXPECT_DOUBLE_EQ(shape.up_link_bytes_per_s, 8 * 25e9);
+  options.fabric.oversubscription = 3;  // not a divisor of 20: the up-links' rate carries the ratio
+  EXPECT_EQ(fat_tree_shape(options).spines, 20);
+  EXPECT_DOUBLE_EQ(fat_tree_shape(options).up_link_bytes_per_s, 8 * 25e9 / 3);
 
   options.fabric = infiniband_hdr_fat_tree();
   options.nodes = 35;

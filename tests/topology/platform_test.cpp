@@ -80,12 +80,14 @@ TEST(Platform, RailOptimizedScalableUnitIsOneLeaf) {
 }
 
 // Seconds each of a set of flows takes when started together.
-std::vector<double> flow_times(const std::vector<std::pair<int, int>>& flows, double bytes, int nodes = 4) {
+std::vector<double> flow_times(const std::vector<std::pair<int, int>>& flows, double bytes, int nodes = 4,
+                               double oversubscription = 1) {
   return in_child([&] {
     auto engine = make_engine();
     configure_flow_model();
     PlatformOptions options;
     options.nodes = nodes;
+    options.fabric.oversubscription = oversubscription;
     const Platform platform(options);
     std::vector<double> finish(flows.size(), 0.0);
     sg4::Actor::create("driver", platform.gpu(0), [&] {
@@ -122,6 +124,27 @@ TEST(Platform, EachGpuHasItsOwnNic) {
   std::vector<std::pair<int, int>> flows;
   for (int g = 0; g < 8; ++g) flows.push_back({g, 8 + g});
   for (double t : flow_times(flows, nic)) EXPECT_NEAR(t, 1.0, 1e-6);
+}
+
+TEST(Platform, AnOversubscribedLeafSharesItsUpLinksAtExactlyTheRatio) {
+  const double nic = dgx_a100().nic_effective_bytes_per_s;
+  // Nodes 0 and 1 (one 40-port leaf) send from all 16 GPUs to nodes 2 and 3 (the next leaf): every flow crosses the
+  // first leaf's up-links, which carry 1/R of what its nodes can send.
+  std::vector<std::pair<int, int>> flows;
+  for (int g = 0; g < 16; ++g) flows.push_back({g, 16 + g});
+  PlatformOptions options;
+  options.nodes = 4;
+  const FatTreeShape shape = fat_tree_shape(options);  // 2 nodes per leaf, each with 8 cables of 25 GB/s up
+  ASSERT_EQ(shape.nodes_per_leaf, 2);
+  // Non-blocking, each flow runs at its NIC's effective rate (24 GB/s, below the 25 GB/s cable).
+  for (double t : flow_times(flows, nic, 4, 1.0)) EXPECT_NEAR(t, 1.0, 1e-6);
+  // Oversubscribed R : 1, the 16 flows share 2 x 200 / R GB/s: R = 3 is not rounded to a whole number of links.
+  for (double ratio : {3.0, 4.0}) {
+    const double share = shape.spines * shape.link_bytes_per_s / ratio / 16;
+    for (double t : flow_times(flows, nic, 4, ratio)) EXPECT_NEAR(t, nic / share, 1e-6) << "R = " << ratio;
+  }
+  // Inside a leaf nothing changes.
+  for (double t : flow_times({{0, 8}}, nic, 4, 4.0)) EXPECT_NEAR(t, 1.0, 1e-6);
 }
 
 TEST(Platform, NvlinkInsideANode) {
