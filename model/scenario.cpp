@@ -88,7 +88,13 @@ class SectionReader {
     const toml::node* node = take(key);
     if (!node) return;
     if (node->is_floating_point() || node->is_integer()) {
-      out = node->value<double>().value_or(0.0);
+      const double value = node->value<double>().value_or(0.0);
+      // TOML spells nan and inf; no quantity of a scenario is either.
+      if (!std::isfinite(value)) {
+        problem(*node, key, fmt::format("expected a finite number, got {}", describe(*node)));
+        return;
+      }
+      out = value;
     } else {
       problem(*node, key, fmt::format("expected a number, got {}", describe(*node)));
     }
@@ -188,9 +194,14 @@ class SectionReader {
     } else if (node.is_table()) {
       out << "a table";
     } else if (node.is_array()) {
-      out << "an array";
+      out << "the array " << *node.as_array();
+    } else if (node.is_boolean()) {
+      out << (*node.value<bool>() ? "true" : "false");
     } else if (node.is_floating_point()) {
-      out << "the float " << fmt::format("{:#}", *node.value<double>());  // 8.0, not 8
+      // 8.0, not 8; 1e+30, not 1.e+30
+      std::string shortest = fmt::format("{}", *node.value<double>());
+      if (shortest.find_first_of(".einaEINA") == std::string::npos) shortest += ".0";
+      out << "the float " << shortest;
     } else {
       node.visit([&out](auto&& value) {
         if constexpr (toml::is_value<decltype(value)>) out << *value;
@@ -233,6 +244,10 @@ void apply_override(toml::table& root, const Override& item, const std::string& 
     problems.push_back(fmt::format("--set {}: expected SECTION.KEY=VALUE (e.g. parallel.pp=35)", item.key));
     return;
   }
+  if (item.value.find_first_of("\r\n") != std::string::npos) {
+    problems.push_back(fmt::format("--set {}: the value holds a line break (one KEY=VALUE per --set)", item.key));
+    return;
+  }
   const std::string section = item.key.substr(0, dot);
   const std::string key = item.key.substr(dot + 1);
   // A value that parses as TOML keeps its type (35, true, "x"); anything else is taken as a bare string (1f1b).
@@ -242,6 +257,7 @@ void apply_override(toml::table& root, const Override& item, const std::string& 
   } catch (const toml::parse_error&) {
     holder = toml::table{{"value", item.value}};
   }
+  if (holder.size() != 1) holder = toml::table{{"value", item.value}};  // "4 # x" parses, "4 x=1" does not
   toml::table* target = root[section].as_table();
   if (!target) {
     if (root.contains(section)) {
@@ -424,6 +440,10 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   model.integer("hidden", scenario.model.hidden);
   model.integer("heads", scenario.model.heads);
   model.integer("ffn_hidden", scenario.model.ffn_hidden);
+  if (model.has("ffn_hidden") && scenario.model.ffn_hidden == 0) {
+    problems.push_back(
+        fmt::format("{}: model.ffn_hidden must be positive (leave it out for 4 x model.hidden), got 0", source));
+  }
   model.integer("seq_len", scenario.model.seq_len);
   model.integer("vocab", scenario.model.vocab);
   model.choice("dtype", scenario.model.dtype, kDTypes);
@@ -707,6 +727,19 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
         fmt::format("{}: parallel.recompute_num_layers is Megatron-LM's block recompute; "
                     "framework.name = \"deepspeed\" checkpoints every layer",
                     src));
+  } else if (p.recompute_num_layers > 0 && layers_ok && pp_ok && v_ok) {
+    // Megatron recomputes the first N layers of each chunk: more than the largest chunk holds is a typo.
+    const std::int64_t middle_stages = p.pp - (p.first_stage_layers > 0) - (p.last_stage_layers > 0);
+    const std::int64_t middle_layers = m.layers - p.first_stage_layers - p.last_stage_layers;
+    const std::int64_t largest_chunk = uneven ? std::max({p.first_stage_layers, p.last_stage_layers,
+                                                          middle_stages > 0 ? middle_layers / middle_stages : 0})
+                                              : m.layers / (p.pp * p.virtual_stages);
+    if (p.recompute_num_layers > largest_chunk) {
+      problems.push_back(
+          fmt::format("{}: parallel.recompute_num_layers ({}) is more than a chunk's layers ({}): "
+                      "it counts layers per chunk (0: every layer)",
+                      src, p.recompute_num_layers, largest_chunk));
+    }
   }
   // BF16_Optimizer is DeepSpeed's, for bf16 only, and always shards the fp32 weights and Adam's moments across DP
   // (ZeRO-1 in twin's terms, though DeepSpeed's config says stage 0: its pipeline engine refuses bf16 with ZeRO).
