@@ -383,7 +383,9 @@ void Engine::note_resolved() {
   ++resolved_;
   if (!options_.progress || (resolved_ & 0x3FFF) != 0) return;
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  if (wall > 2.0 && wall - last_progress_s_ >= 0.5) {
+  // On a terminal the line is redrawn in place twice a second; in a log, a line of its own every ten seconds.
+  const double interval_s = progress_on_terminal_ ? 0.5 : 10.0;
+  if (wall > 2.0 && wall - last_progress_s_ >= interval_s) {
     last_progress_s_ = wall;
     print_progress(false);
   }
@@ -391,15 +393,17 @@ void Engine::note_resolved() {
 
 void Engine::print_progress(bool final_line) {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  fmt::print(stderr, "\r[twin sim] {:5.1f}% of {} ops replayed, simulated clock {:.3f} s, {:.1f} s wall{}",
+  fmt::print(stderr, "{}[twin sim] {:5.1f}% of {} ops replayed, simulated clock {:.3f} s, {:.1f} s wall{}",
+             progress_on_terminal_ ? "\r" : "",
              100.0 * static_cast<double>(resolved_) / static_cast<double>(std::max<std::int64_t>(1, total_ops_)),
-             total_ops_, sg4::Engine::get_clock(), wall, final_line ? "\n" : "");
+             total_ops_, sg4::Engine::get_clock(), wall, final_line || !progress_on_terminal_ ? "\n" : "");
   std::fflush(stderr);
   progress_printed_ = true;
 }
 
 SimResult Engine::run() {
   started_ = std::chrono::steady_clock::now();
+  progress_on_terminal_ = isatty(STDERR_FILENO) != 0;
   const model::RankLayout& layout = program_.layout;
   if (program_.scenario.cluster.gpus_per_node != node_.gpus) {
     throw SimulationError(fmt::format("cluster.gpus_per_node = {} but a {} has {} GPUs",
@@ -483,7 +487,10 @@ SimResult Engine::run() {
 
   SimResult result;
   result.fidelity = fidelity_;
-  result.hardware = fmt::format("{} ({}), {}", node_.name, node_.gpu.name, fabric_.name);
+  result.hardware =
+      fmt::format("{} ({}), {}{}{}", node_.name, node_.gpu.name, fabric_.name,
+                  fabric_.oversubscription > 1 ? fmt::format(", {:g}:1 oversubscribed", fabric_.oversubscription) : "",
+                  fabric_.rail_optimized ? ", rail-optimized" : "");
   result.peak_flops_per_gpu = node_.gpu.peak_flops(program_.scenario.model.dtype);
   result.gpu_memory_bytes = node_.gpu.hbm_bytes;
   result.timeline.engine = "sim";

@@ -214,6 +214,7 @@ class Engine {
   std::chrono::steady_clock::time_point started_;
   double last_progress_s_ = 0;
   bool progress_printed_ = false;
+  bool progress_on_terminal_ = false;
   std::string error_;  // the first error an actor threw
 };
 

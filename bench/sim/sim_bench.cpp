@@ -34,19 +34,40 @@ int main(int argc, char** argv) {
   std::vector<int> node_counts = {35, 140, 280, 420, 560};
   std::string fidelities = "both";
   std::string scenario_path = std::string(TWIN_SCENARIO_DIR) + "/mtnlg-530b.toml";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--budget")
-      budget_s = std::stod(value);
-    else if (flag == "--nodes")
-      node_counts = parse_list(value);
-    else if (flag == "--fidelity")
-      fidelities = value;
-    else if (flag == "--scenario")
-      scenario_path = value;
-    else {
-      fmt::print(stderr, "usage: {} [--budget S] [--nodes 35,140] [--fidelity group|rank|both] [--scenario FILE]\n",
-                 argv[0]);
+  const auto usage = [&argv](std::FILE* out) {
+    fmt::print(out,
+               "usage: {} [--budget S] [--nodes 35,140] [--fidelity group|rank|both] [--scenario FILE]\n"
+               "  default: both fidelities (rank fidelity takes minutes per case) on 35..560 nodes, 300 s each\n",
+               argv[0]);
+  };
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      usage(stdout);
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      fmt::print(stderr, "{}: {} needs a value\n", argv[0], flag);
+      usage(stderr);
+      return 2;
+    }
+    const std::string value = argv[i + 1];
+    try {
+      if (flag == "--budget")
+        budget_s = std::stod(value);
+      else if (flag == "--nodes")
+        node_counts = parse_list(value);
+      else if (flag == "--fidelity" && (value == "group" || value == "rank" || value == "both"))
+        fidelities = value;
+      else if (flag == "--scenario")
+        scenario_path = value;
+      else {
+        fmt::print(stderr, "{}: unknown flag or value: {} {}\n", argv[0], flag, value);
+        usage(stderr);
+        return 2;
+      }
+    } catch (const std::exception&) {
+      fmt::print(stderr, "{}: {} takes a number (a list of them for --nodes), got '{}'\n", argv[0], flag, value);
       return 2;
     }
   }

@@ -233,11 +233,24 @@ std::string summary_table(const Summary& s) {
                  percent(s.split.compute_s), percent(s.split.tp_s), percent(s.split.pp_s), percent(s.split.dp_s),
                  percent(s.split.bubble_s));
   fmt::format_to(line, "  stage   rank    busy s  bubble %  compute %    TP %    PP %    DP %  fill/drain %\n");
-  for (const StageSummary& stage : s.stages) {
-    fmt::format_to(line, "  {:5d} {:6d} {:9.3f} {:9.1f} {:10.1f} {:7.1f} {:7.1f} {:7.1f} {:12.1f}\n", stage.stage,
-                   stage.rank, stage.busy_s, 100 * stage.bubble_fraction, percent(stage.split.compute_s),
-                   percent(stage.split.tp_s), percent(stage.split.pp_s), percent(stage.split.dp_s),
-                   percent(stage.split.bubble_s));
+  // A long pipeline's middle stages usually print the same numbers: a run of them is one line, not thirty.
+  const auto columns = [&](const StageSummary& stage) {
+    return fmt::format("{:9.3f} {:9.1f} {:10.1f} {:7.1f} {:7.1f} {:7.1f} {:12.1f}", stage.busy_s,
+                       100 * stage.bubble_fraction, percent(stage.split.compute_s), percent(stage.split.tp_s),
+                       percent(stage.split.pp_s), percent(stage.split.dp_s), percent(stage.split.bubble_s));
+  };
+  for (std::size_t i = 0; i < s.stages.size();) {
+    const std::string row = columns(s.stages[i]);
+    fmt::format_to(line, "  {:5d} {:6d} {}\n", s.stages[i].stage, s.stages[i].rank, row);
+    std::size_t same = i + 1;
+    while (same < s.stages.size() && columns(s.stages[same]) == row) ++same;
+    if (same - i > 2) {  // two or more repeats; a single one prints as itself
+      fmt::format_to(line, "    ...  (stages {} to {} like stage {})\n", s.stages[i + 1].stage,
+                     s.stages[same - 1].stage, s.stages[i].stage);
+      i = same;
+    } else {
+      ++i;
+    }
   }
   return out;
 }

@@ -80,6 +80,7 @@ std::vector<int> parse_rank_list(std::string_view text, int world_size) {
   const auto number = [&](std::string_view word) {
     int value = 0;
     const auto [end, error] = std::from_chars(word.data(), word.data() + word.size(), value);
+    if (word.empty()) throw bad("a range needs a rank on both sides of '-' (ranks are 0 or more: 0-7)");
     if (error != std::errc() || end != word.data() + word.size()) throw bad("'" + std::string(word) + "' is no rank");
     if (value < 0 || value >= world_size) {
       throw bad(fmt::format("rank {} is outside 0..{}", value, world_size - 1));

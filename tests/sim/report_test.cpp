@@ -1,4 +1,5 @@
 // The engine-neutral writers: time split, JSON summary, Chrome trace, SVG, rank lists. No simulation needed.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -62,6 +63,26 @@ TEST(Summary, JsonHasTheDocumentedKeys) {
   EXPECT_DOUBLE_EQ(json["iteration_time_s"].get<double>(), 10);
   EXPECT_EQ(json["stages"].size(), 1u);
   EXPECT_FALSE(summary_table(summary).empty());
+}
+
+TEST(Summary, TheTableFoldsARunOfIdenticalStagesIntoOneLine) {
+  const Fixture f;
+  Summary summary = summarize(f.program, f.timeline, 312e12, "test");
+  const StageSummary like = summary.stages[0];
+  summary.stages.clear();
+  for (int stage = 0; stage < 6; ++stage) {
+    StageSummary row = like;
+    row.stage = stage;
+    row.rank = 8 * stage;
+    if (stage == 0 || stage == 5) row.busy_s += 1;  // the end stages differ from the middle ones
+    summary.stages.push_back(row);
+  }
+  const std::string table = summary_table(summary);
+  EXPECT_THAT(table, ::testing::HasSubstr("(stages 2 to 4 like stage 1)"));
+  EXPECT_THAT(table, ::testing::HasSubstr("\n      5     40 "));  // a stage that differs is printed
+  EXPECT_THAT(table, ::testing::Not(::testing::HasSubstr("\n      3     24 ")));
+  summary.stages.resize(3);  // stages 1 and 2 alike: a single repeat prints as itself
+  EXPECT_THAT(summary_table(summary), ::testing::Not(::testing::HasSubstr("like stage")));
 }
 
 TEST(Trace, IsChromeTraceJson) {
