@@ -2,6 +2,7 @@
 //   twin sim mtnlg-530b --json predicted.json && twin compare predicted.json 60.1
 //   twin compare predicted.json measured.json       (measured.json from `twin run --json`, or another `twin sim`)
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -35,7 +36,9 @@ std::optional<double> as_seconds(const std::string& text) {
   double value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  if (!(value > 0)) throw UserError(fmt::format("measured iteration time must be > 0 seconds, got {}", text));
+  if (!(value > 0) || !std::isfinite(value) || value > 1e9) {
+    throw UserError(fmt::format("measured iteration time must be a number of seconds in (0, 1e9], got {}", text));
+  }
   return value;
 }
 

@@ -1,5 +1,8 @@
 #include "sim/report/compare.hpp"
 
+#include <cmath>
+#include <string>
+
 #include <fmt/format.h>
 
 namespace twin::report {
@@ -14,18 +17,79 @@ double number(const nlohmann::json& object, const char* key, const char* documen
 
 }  // namespace
 
-const nlohmann::json& find_summary(const nlohmann::json& document, const std::string& what) {
-  if (document.is_object() && document.contains("iteration_time_s") && document.contains("stages")) return document;
-  if (document.is_object() && document.contains("summary") && document["summary"].is_object()) {
-    return document["summary"];
+namespace {
+
+// Every field compare_summaries reads, checked once with the file's name: a summary edited by hand or written by
+// another tool fails here with the field named, not with a JSON library's type error or a table of nonsense.
+void check_summary(const nlohmann::json& summary, const std::string& what) {
+  auto fail = [&what](const std::string& field, const std::string& expected, const nlohmann::json& value) {
+    throw CompareError(fmt::format("{}: \"{}\" must be {}, got {}", what, field, expected, value.dump()));
+  };
+  auto finite = [](const nlohmann::json& value) { return value.is_number() && std::isfinite(value.get<double>()); };
+  const nlohmann::json null;
+  auto field = [&summary, &null](const char* key) -> const nlohmann::json& {
+    return summary.contains(key) ? summary.at(key) : null;
+  };
+  const nlohmann::json& time = field("iteration_time_s");
+  if (!finite(time) || time.get<double>() <= 0) fail("iteration_time_s", "a positive number of seconds", time);
+  if (const nlohmann::json& tflops = summary.value("tflops_per_gpu", nlohmann::json(0.0));
+      !finite(tflops) || tflops.get<double>() < 0) {
+    fail("tflops_per_gpu", "a number >= 0", tflops);
   }
-  throw CompareError(what + ": not a twin summary (expected the JSON of `twin sim --json` or `twin run --json`)");
+  if (const nlohmann::json& bubble = summary.value("bubble_fraction", nlohmann::json(0.0));
+      !finite(bubble) || bubble.get<double>() < 0 || bubble.get<double>() > 1) {
+    fail("bubble_fraction", "a fraction in [0, 1]", bubble);
+  }
+  if (summary.contains("time_split")) {
+    const nlohmann::json& split = summary.at("time_split");
+    if (!split.is_object()) fail("time_split", "an object of fractions", split);
+    for (const auto& [part, value] : split.items()) {
+      if (!finite(value) || value.get<double>() < 0 || value.get<double>() > 1) {
+        fail("time_split." + part, "a fraction in [0, 1]", value);
+      }
+    }
+  }
+  const nlohmann::json& stages = field("stages");
+  if (!stages.is_array()) fail("stages", "an array of stages", stages);
+  for (const nlohmann::json& stage : stages) {
+    if (!stage.is_object() || !stage.contains("stage") || !stage.at("stage").is_number_integer()) {
+      fail("stages[]", "an object with an integer \"stage\"", stage);
+    }
+    if (const nlohmann::json& busy = stage.value("busy_s", nlohmann::json(0.0));
+        !finite(busy) || busy.get<double>() < 0) {
+      fail(fmt::format("stages[{}].busy_s", stage.at("stage").get<long long>()), "a number of seconds >= 0", busy);
+    }
+  }
+  if (summary.contains("scenario")) {
+    const nlohmann::json& scenario = summary.at("scenario");
+    if (!scenario.is_object()) fail("scenario", "an object", scenario);
+    for (const char* key : {"tp", "pp", "dp", "micro_batches"}) {
+      if (scenario.contains(key) && !scenario.at(key).is_number_integer()) {
+        fail(std::string("scenario.") + key, "an integer", scenario.at(key));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+const nlohmann::json& find_summary(const nlohmann::json& document, const std::string& what) {
+  const nlohmann::json* summary = nullptr;
+  if (document.is_object() && document.contains("iteration_time_s") && document.contains("stages")) {
+    summary = &document;
+  } else if (document.is_object() && document.contains("summary") && document["summary"].is_object()) {
+    summary = &document["summary"];
+  } else {
+    throw CompareError(what + ": not a twin summary (expected the JSON of `twin sim --json` or `twin run --json`)");
+  }
+  check_summary(*summary, what);
+  return *summary;
 }
 
 Comparison compare_summaries(const nlohmann::json& reference, const nlohmann::json& candidate) {
   for (const char* field : {"tp", "pp", "dp", "micro_batches"}) {
-    const auto& a = reference.at("scenario");
-    const auto& b = candidate.at("scenario");
+    const auto& a = reference.value("scenario", nlohmann::json::object());
+    const auto& b = candidate.value("scenario", nlohmann::json::object());
     if (a.value(field, -1) != b.value(field, -1)) {
       throw CompareError(fmt::format("not the same plan: {} is {} in the measurement and {} in the prediction", field,
                                      a.value(field, -1), b.value(field, -1)));

@@ -15,7 +15,8 @@ class CompareError : public std::runtime_error {
 };
 
 // The summary object inside a `twin sim --json` (top level) or `twin run --json` (its "summary") document.
-// Throws CompareError naming `what` when the document has none.
+// Throws CompareError naming `what` when the document has none, or naming `what` and the field when a field that
+// comparing reads is of the wrong type or out of range (a time <= 0, a fraction beyond [0, 1], nan).
 const nlohmann::json& find_summary(const nlohmann::json& document, const std::string& what);
 
 struct ComparedValue {

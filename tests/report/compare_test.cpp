@@ -46,5 +46,37 @@ TEST(Compare, FindsTheSummaryOfARunDocument) {
   EXPECT_THROW(find_summary(nlohmann::json{{"losses", 1}}, "x.json"), CompareError);
 }
 
+TEST(Compare, ASummaryWithAFieldOfTheWrongKindIsRefusedByName) {
+  auto refused = [](nlohmann::json document) {
+    try {
+      find_summary(document, "bad.json");
+    } catch (const CompareError& error) {
+      return std::string(error.what());
+    }
+    return std::string("accepted");
+  };
+  nlohmann::json negative_time = summary(10.0, 100, 4, 8.0);
+  negative_time["iteration_time_s"] = -1;
+  EXPECT_THAT(refused(negative_time), HasSubstr("bad.json: \"iteration_time_s\" must be a positive number"));
+  nlohmann::json zero_time = summary(10.0, 100, 4, 8.0);
+  zero_time["iteration_time_s"] = 0;
+  EXPECT_THAT(refused(zero_time), HasSubstr("\"iteration_time_s\""));
+  nlohmann::json text_split = summary(10.0, 100, 4, 8.0);
+  text_split["time_split"]["compute"] = "x";
+  EXPECT_THAT(refused(text_split), HasSubstr("\"time_split.compute\" must be a fraction in [0, 1], got \"x\""));
+  nlohmann::json negative_tflops = summary(10.0, -5, 4, 8.0);
+  EXPECT_THAT(refused(negative_tflops), HasSubstr("\"tflops_per_gpu\""));
+  nlohmann::json text_stages = summary(10.0, 100, 4, 8.0);
+  text_stages["stages"] = "x";
+  EXPECT_THAT(refused(text_stages), HasSubstr("\"stages\" must be an array"));
+  nlohmann::json text_scenario = summary(10.0, 100, 4, 8.0);
+  text_scenario["scenario"] = 5;
+  EXPECT_THAT(refused(text_scenario), HasSubstr("\"scenario\" must be an object"));
+  nlohmann::json text_dp = summary(10.0, 100, 4, 8.0);
+  text_dp["scenario"]["dp"] = "four";
+  EXPECT_THAT(refused(text_dp), HasSubstr("\"scenario.dp\" must be an integer"));
+  EXPECT_EQ(refused(summary(10.0, 100, 4, 8.0)), "accepted");
+}
+
 }  // namespace
 }  // namespace twin::report
