@@ -37,13 +37,16 @@ double available_memory_bytes();
 // sizes (a million layers) gets a UserError naming its sizes instead of exhausting memory.
 model::Program build_program_within_memory(const model::Scenario& scenario, model::Granularity granularity);
 
-// A numeric option's lower bound, with a message a person can read ("must be at least 1, got 0").
+// A numeric option's bounds, with a message a person can read ("must be at least 1, got 0"); nan and inf are refused.
 CLI::Validator at_least(double minimum);
+CLI::Validator between(double minimum, double maximum);
 
-// An output file flag's check at parse time, before any work: not a directory, in a directory that exists.
+// An output file flag's check at parse time, before any work: a name, not a directory, in a directory that exists.
 CLI::Validator output_file();
 
-// A file written atomically: a temporary beside it, then rename, so a reader never sees half of it.
+// A file written atomically: a temporary beside it, then rename, so a reader never sees half of it. A symbolic link
+// is followed (the file it points at is replaced, not the link); what is not a regular file (a pipe, a terminal,
+// /dev/stdout) is written in place. Throws UserError naming the path on failure.
 void write_file_atomically(const std::string& path, const std::string& contents);
 
 void register_graph_command(CLI::App& app);

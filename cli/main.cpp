@@ -4,8 +4,11 @@
 //   twin run SCENARIO     train for real (CPU threads or MPI ranks; CUDA)
 //   twin compare P M      a prediction next to a measurement
 //   twin search SCENARIO  simulate every parallel plan that fits and rank them
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <string>
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -41,6 +44,13 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& error) {
     fmt::print(stderr, "twin: internal error: {}\n", error.what());
+    return 1;
+  }
+  // What was printed may still sit in stdout's buffer: a report that never reached its file (a full disk, a closed
+  // pipe) is a failure, not a success.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+    const std::string message = fmt::format("twin: error: writing standard output failed: {}\n", std::strerror(errno));
+    std::fputs(message.c_str(), stderr);  // no exception if stderr is broken too
     return 1;
   }
   return 0;

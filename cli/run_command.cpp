@@ -3,11 +3,14 @@
 //   --launcher mpi       re-executes this command under `mpirun -np WORLD`; each process joins as its rank
 //   (started by mpirun or srun: OMPI_COMM_WORLD_RANK / PMI_RANK / SLURM_PROCID set) joins the job as its rank
 // Rank 0 prints a progress line (step, loss, tokens/s, ETA) on stderr and writes --json / --trace at the end.
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -134,6 +137,17 @@ std::vector<std::string> own_arguments() {
   return args;
 }
 
+// The pid of the mpirun this process waits for, for the signal handler below (0: none).
+volatile sig_atomic_t mpirun_pid = 0;
+
+// Ctrl-C or a scheduler's SIGTERM reaches this process, which passes it on to mpirun (which ends its ranks).
+void forward_to_mpirun(int signal) {
+  if (mpirun_pid > 0) kill(static_cast<pid_t>(mpirun_pid), signal);
+}
+
+// Runs this same command under mpirun, one rank per process, and ends with its status. A rank that failed printed
+// its own `twin: error:` line (exit 1 or 2, passed on); a rank that was killed (out of memory, a signal) could not,
+// and mpirun's notice names it: then this process adds the one line that says the run failed.
 [[noreturn]] void relaunch_under_mpirun(int world) {
   std::vector<std::string> args = {"mpirun", "-np", std::to_string(world), "--bind-to", "none", "--oversubscribe"};
   if (geteuid() == 0) args.emplace_back("--allow-run-as-root");
@@ -147,9 +161,40 @@ std::vector<std::string> own_arguments() {
   argv.push_back(nullptr);
   fmt::print(stderr, "twin run: launching {} ranks: {}\n", world, fmt::join(args.begin(), args.begin() + 6, " "));
   std::fflush(stderr);
-  execvp("mpirun", argv.data());
-  throw UserError(fmt::format("--launcher mpi: cannot run mpirun ({}); install openmpi-bin or use --launcher threads",
-                              std::strerror(errno)));
+  std::fflush(stdout);
+  int ready[2];  // closed on a successful exec: a read of 0 bytes says mpirun started, 4 bytes carry exec's errno
+  if (pipe2(ready, O_CLOEXEC) != 0) throw std::runtime_error(fmt::format("pipe: {}", std::strerror(errno)));
+  const pid_t child = fork();
+  if (child < 0) throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
+  if (child == 0) {
+    close(ready[0]);
+    execvp("mpirun", argv.data());
+    const int exec_error = errno;
+    [[maybe_unused]] const ssize_t written = write(ready[1], &exec_error, sizeof exec_error);
+    _exit(127);
+  }
+  close(ready[1]);
+  int exec_error = 0;
+  const bool exec_failed = read(ready[0], &exec_error, sizeof exec_error) == sizeof exec_error;
+  close(ready[0]);
+  if (exec_failed) {
+    waitpid(child, nullptr, 0);
+    throw UserError(fmt::format("--launcher mpi: cannot run mpirun ({}); install openmpi-bin or use --launcher threads",
+                                std::strerror(exec_error)));
+  }
+  mpirun_pid = child;
+  std::signal(SIGINT, forward_to_mpirun);
+  std::signal(SIGTERM, forward_to_mpirun);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (code == 0 || code == 1 || code == 2) throw CLI::RuntimeError(code);  // the ranks reported it
+  fmt::print(stderr,
+             "twin: error: the MPI job failed (mpirun exited with status {}): a rank was killed before it could say "
+             "why; mpirun's message above names it\n",
+             code);
+  throw CLI::RuntimeError(1);
 }
 
 void write_outputs(const RunOptions& o, const model::Program& program, const exec::TrainResult& result,
@@ -277,7 +322,7 @@ void run(const RunOptions& o) {
     }
   } catch (const exec::RunError& error) {
     throw UserError(error.what());
-  } catch (const exec::CommError& error) {
+  } catch (const exec::RunFailure& error) {  // a communication failure, a diverged run
     fail(error.what());
   }
 }
@@ -302,6 +347,7 @@ void register_run_command(CLI::App& app) {
                    "checkpoint directory: resumes from its newest checkpoint, writes new ones")
       ->check(CLI::Validator(
           [](std::string& path) -> std::string {
+            if (path.empty()) return "the directory name is empty";
             std::error_code error;
             const bool exists = std::filesystem::exists(path, error);
             if (exists && !std::filesystem::is_directory(path, error)) {
@@ -326,11 +372,13 @@ void register_run_command(CLI::App& app) {
   command
       ->add_option("--timeout", options->timeout_s,
                    "seconds a collective or receive waits for its peers before failing (default 60)")
-      ->check(at_least(0.001));
+      ->check(between(0.001, 1e6));
+  // More threads than a rank could use would only exhaust memory (each has its own stack and buffers).
   command->add_option("--threads", options->threads, "compute threads per rank (default: cores / ranks)")
-      ->check(at_least(0));
-  command->add_option("--peak-gflops", options->peak_gflops, "one rank's peak GFLOP/s, for the summary's MFU");
-  command->add_flag("--quiet", options->quiet, "no progress line");
+      ->check(between(0, 1024));
+  command->add_option("--peak-gflops", options->peak_gflops, "one rank's peak GFLOP/s, for the summary's MFU")
+      ->check(between(1e-3, 1e9));
+  command->add_flag("--quiet", options->quiet, "print nothing but errors (no header, progress or summary)");
   command->callback([options] { run(*options); });
 }
 

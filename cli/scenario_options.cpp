@@ -1,11 +1,15 @@
 // Scenario selection shared by every subcommand: positional SCENARIO, --set overrides, Megatron-style aliases.
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <system_error>
+
+#include <unistd.h>
 
 #include <fmt/core.h>
 
@@ -87,6 +91,10 @@ void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
 std::string resolve_scenario_path(const std::string& name_or_path) {
   std::error_code ignored;
   if (fs::is_regular_file(name_or_path, ignored)) return name_or_path;
+  if (fs::exists(name_or_path, ignored)) {
+    throw UserError(fmt::format("scenario '{}' is {}, not a TOML file", name_or_path,
+                                fs::is_directory(name_or_path, ignored) ? "a directory" : "not a regular file"));
+  }
   const fs::path dir = scenario_dir();
   for (const fs::path& candidate : {dir / name_or_path, dir / (name_or_path + ".toml"),
                                     dir / "published" / name_or_path, dir / "published" / (name_or_path + ".toml")}) {
@@ -99,6 +107,15 @@ std::string resolve_scenario_path(const std::string& name_or_path) {
 model::Scenario load_scenario(const ScenarioOptions& options) {
   std::vector<model::Override> overrides;
   for (const auto& text : options.sets) overrides.push_back(model::parse_override(text));
+  // An alias and a --set of the same key that disagree: which one was meant is not for twin to guess.
+  for (const model::Override& alias : options.aliases) {
+    for (const model::Override& set : overrides) {
+      if (set.key == alias.key && set.value != alias.value) {
+        throw UserError(fmt::format("{} is given twice, as {} by a Megatron-style flag and as {} by --set {}={}",
+                                    alias.key, alias.value, set.value, set.key, set.value));
+      }
+    }
+  }
   overrides.insert(overrides.end(), options.aliases.begin(), options.aliases.end());
   return model::load_scenario(resolve_scenario_path(options.scenario), overrides);
 }
@@ -133,6 +150,7 @@ model::Program build_program_within_memory(const model::Scenario& scenario, mode
 CLI::Validator output_file() {
   return CLI::Validator(
       [](std::string& path) -> std::string {
+        if (path.empty()) return "the file name is empty";
         std::error_code error;
         if (fs::is_directory(path, error)) return fmt::format("'{}' is a directory: give a file name", path);
         const fs::path parent = fs::path(path).parent_path();
@@ -144,9 +162,9 @@ CLI::Validator output_file() {
       "FILE");
 }
 
-CLI::Validator at_least(double minimum) {
+CLI::Validator between(double minimum, double maximum) {
   return CLI::Validator(
-      [minimum](std::string& text) -> std::string {
+      [minimum, maximum](std::string& text) -> std::string {
         double value = 0;
         std::size_t used = 0;
         try {
@@ -154,16 +172,65 @@ CLI::Validator at_least(double minimum) {
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used == 0 || used != text.size()) return fmt::format("expected a number, got '{}'", text);
+        if (used == 0 || used != text.size() || !std::isfinite(value)) {
+          return fmt::format("expected a finite number, got '{}'", text);
+        }
         if (value < minimum) return fmt::format("must be at least {}, got {}", minimum, text);
+        if (value > maximum) return fmt::format("must be at most {}, got {}", maximum, text);
         return {};
       },
-      fmt::format(">={}", minimum));
+      std::isfinite(maximum) ? fmt::format("{}..{}", minimum, maximum) : fmt::format(">={}", minimum));
 }
 
+CLI::Validator at_least(double minimum) {
+  return between(minimum, std::numeric_limits<double>::infinity());
+}
+
+namespace {
+
+// The file an output path names when nothing is there yet: a dangling symbolic link is followed to the name it
+// points at (so that the link keeps pointing at the new file), at most 40 links deep, as the kernel does.
+fs::path new_file_target(const fs::path& path) {
+  fs::path target = path;
+  for (int depth = 0; depth < 40; ++depth) {
+    std::error_code error;
+    if (!fs::is_symlink(fs::symlink_status(target, error))) return target;
+    const fs::path next = fs::read_symlink(target, error);
+    if (error) throw UserError(fmt::format("cannot follow the link '{}': {}", target.string(), error.message()));
+    target = next.is_absolute() ? next : target.parent_path() / next;
+  }
+  throw UserError(fmt::format("'{}': too many levels of symbolic links", path.string()));
+}
+
+// A stream that is not a file (standard output, a pipe, a terminal, a device) cannot be replaced by a rename: it is
+// written in place.
+void write_in_place(const std::string& path, const std::string& contents) {
+  std::FILE* out = std::fopen(path.c_str(), "wb");
+  if (out == nullptr) throw UserError(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  const bool written = std::fwrite(contents.data(), 1, contents.size(), out) == contents.size();
+  const int saved = errno;
+  if (std::fclose(out) != 0 || !written) {
+    throw UserError(fmt::format("writing '{}' failed: {}", path, std::strerror(written ? errno : saved)));
+  }
+}
+
+}  // namespace
+
 void write_file_atomically(const std::string& path, const std::string& contents) {
-  const fs::path target(path);
-  const fs::path temporary = target.string() + ".tmp";
+  if (path.empty()) throw UserError("an output file name is empty");
+  std::error_code no_status;                                   // a path with nothing there yet has none: that is fine
+  const fs::file_status status = fs::status(path, no_status);  // through any links
+  if (fs::is_directory(status)) throw UserError(fmt::format("'{}' is a directory: give a file name", path));
+  if (fs::exists(status) && !fs::is_regular_file(status)) {
+    write_in_place(path, contents);
+    return;
+  }
+  // Replace the file a link points at, not the link.
+  std::error_code error;
+  const fs::path target = fs::exists(status) ? fs::canonical(path, error) : new_file_target(path);
+  if (error) throw UserError(fmt::format("cannot resolve '{}': {}", path, error.message()));
+  // A name of this process's own beside the target: two runs writing the same file never share a temporary.
+  const fs::path temporary = fmt::format("{}.tmp{}", target.string(), ::getpid());
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     if (!out) throw UserError(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
@@ -176,12 +243,12 @@ void write_file_atomically(const std::string& path, const std::string& contents)
       throw UserError(fmt::format("writing '{}' failed (disk full?)", path));
     }
   }
-  std::error_code error;
   fs::rename(temporary, target, error);
   if (error) {
     std::error_code ignored;
     fs::remove(temporary, ignored);  // leave nothing half-done behind
-    throw UserError(fmt::format("cannot rename '{}' to '{}': {}", temporary.string(), path, error.message()));
+    throw UserError(
+        fmt::format("cannot rename '{}' to '{}': {}", temporary.string(), target.string(), error.message()));
   }
 }
 

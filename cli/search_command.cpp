@@ -313,8 +313,9 @@ void register_search_command(CLI::App& app) {
       "search",
       "simulate every parallel plan (tp, pp, micro-batch, schedule) that fits and rank them by iteration time");
   add_scenario_options(*command, o->scenario);
-  command->add_option("--max", o->max_plans, "simulate at most this many plans (smallest ideal bubble first)");
-  command->add_option("--jobs", o->jobs, "simulations at a time (default: one per core)");
+  command->add_option("--max", o->max_plans, "simulate at most this many plans (smallest ideal bubble first)")
+      ->check(at_least(1));
+  command->add_option("--jobs", o->jobs, "simulations at a time (default: one per core)")->check(between(1, 1024));
   command->add_flag("--vary-recompute", o->vary_recompute,
                     "also try recompute none, selective and full, and block recompute of a quarter, half and three "
                     "quarters of a chunk's layers (Megatron only)");

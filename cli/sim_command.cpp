@@ -91,7 +91,6 @@ void run(const SimCommandOptions& o) {
     topology::FabricSpec fabric = o.gpu.empty()     ? topology::fabric_spec(scenario.cluster)
                                   : o.gpu == "a100" ? topology::infiniband_hdr_fat_tree()
                                                     : topology::infiniband_ndr_fat_tree();
-    if (o.oversubscription < 1) throw UserError("--oversubscription must be >= 1");
     fabric.oversubscription = o.oversubscription;
     fabric.rail_optimized = o.rail_optimized;
     options.fabric = fabric;
@@ -122,6 +121,16 @@ void run(const SimCommandOptions& o) {
   const sim::AnalyticalCostModel cost(node.gpu, parameters);
   sim::SimResult result;
   try {
+    // auto would take group fidelity at this size, but the placement splits TP groups across nodes: say why this
+    // run takes minutes instead of a second.
+    if (options.fidelity == sim::Fidelity::Auto && !o.quiet &&
+        program.layout.world_size() > options.group_fidelity_above_gpus &&
+        sim::choose_fidelity(program, options) == sim::Fidelity::Rank) {
+      fmt::print(stderr,
+                 "twin sim: placement {} puts TP groups across nodes, which group fidelity cannot simulate: all {} "
+                 "GPUs at rank fidelity (this takes minutes)\n",
+                 o.placement, program.layout.world_size());
+    }
     result = sim::simulate(program, cost, options);
   } catch (const sim::SimulationError& error) {
     throw UserError(error.what());
@@ -196,14 +205,17 @@ void register_sim_command(CLI::App& app) {
                    "collective algorithm: auto (as NCCL), ring, tree, hierarchical, "
                    "analytical")
       ->check(CLI::IsMember({"auto", "ring", "tree", "hierarchical", "analytical"}));
-  command->add_option("--oversubscription", o->oversubscription, "fat-tree leaf down:up ratio (1 = non-blocking)");
+  command->add_option("--oversubscription", o->oversubscription, "fat-tree leaf down:up ratio (1 = non-blocking)")
+      ->check(between(1, 64));
   command->add_flag("--rail-optimized", o->rail_optimized, "rail-optimized fabric (a scalable unit under one leaf)");
   command->add_flag("--ideal-network", o->ideal_network, "infinite bandwidth and zero latency (the schedule alone)");
   command->add_option("--json", o->json_path, "write the summary as JSON")->check(output_file());
   command->add_option("--trace", o->trace_path, "write a Chrome trace (Perfetto) of the recorded ranks")
       ->check(output_file());
-  command->add_option("--trace-ranks", o->trace_ranks,
-                      "ranks to trace, e.g. 0,8,16-23 (default: dp 0, tp 0 of every stage)");
+  command
+      ->add_option("--trace-ranks", o->trace_ranks,
+                   "ranks to trace, e.g. 0,8,16-23 (default: dp 0, tp 0 of every stage)")
+      ->needs("--trace");
   command->add_option("--svg", o->svg_path, "write a pipeline diagram of the iteration (SVG)")->check(output_file());
   command->add_flag("--quiet", o->quiet, "no progress line");
   command->callback([o] { run(*o); });

@@ -1,12 +1,15 @@
 #include "exec/checkpoint.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
+#include <limits>
+#include <utility>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/core.h>
@@ -38,10 +41,6 @@ std::string hex(std::uint64_t value) {
   return fmt::format("{:016x}", value);
 }
 
-std::uint64_t parse_hex(const std::string& text) {
-  return std::stoull(text, nullptr, 16);
-}
-
 // temp file + fsync + rename: a reader (or a resumed run after SIGKILL) sees the old file or the new one, never half.
 void write_atomically(const fs::path& path, const std::string& bytes) {
   const fs::path temporary = path.string() + ".tmp";
@@ -68,11 +67,129 @@ void write_atomically(const fs::path& path, const std::string& bytes) {
   }
 }
 
+// The whole file, or a RunError naming it. Anything but a regular file is refused before reading (a directory or a
+// symbolic-link loop in its place, a named pipe that would block the run forever).
 std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw RunError(fmt::format("checkpoint file '{}' is missing or unreadable", path.string()));
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    throw RunError(
+        fmt::format("checkpoint file '{}' is missing or unreadable: {}", path.string(), std::strerror(errno)));
+  }
+  struct FileCloser {
+    int fd;
+    ~FileCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    throw RunError(fmt::format("checkpoint file '{}' is unreadable: {}", path.string(), std::strerror(errno)));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    throw RunError(fmt::format("checkpoint file '{}' is unreadable: it is {}, not a regular file", path.string(),
+                               S_ISDIR(info.st_mode) ? "a directory" : "a special file"));
+  }
+  std::string bytes(static_cast<std::size_t>(info.st_size), '\0');
+  std::size_t done = 0;
+  while (true) {
+    if (done == bytes.size()) bytes.resize(bytes.size() + 65536);  // the file grew since fstat: read to its end
+    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throw RunError(fmt::format("checkpoint file '{}' is unreadable: {}", path.string(), std::strerror(errno)));
+    }
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  bytes.resize(done);
+  return bytes;
 }
+
+// "step-00000012" -> 12. Other names (and steps past an int) are not checkpoints.
+std::optional<int> step_of_directory_name(const std::string& name) {
+  constexpr std::string_view kPrefix = "step-";
+  if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) return std::nullopt;
+  const char* first = name.data() + kPrefix.size();
+  const char* last = name.data() + name.size();
+  if (!std::all_of(first, last, [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
+  int step = 0;
+  const auto [end, error] = std::from_chars(first, last, step);
+  if (error != std::errc() || end != last) return std::nullopt;
+  return step;
+}
+
+// Whether `step_dir` holds an entry named manifest.json, without following it: a manifest that is a directory or a
+// symbolic-link loop still marks the checkpoint complete, and reading it then says what is wrong with it.
+bool has_manifest(const fs::path& step_dir) {
+  std::error_code error;
+  return fs::exists(fs::symlink_status(step_dir / "manifest.json", error));
+}
+
+// The step-NNNNNNNN entries of `dir`, by step.
+std::vector<std::pair<int, fs::path>> step_directories(const fs::path& dir) {
+  std::vector<std::pair<int, fs::path>> found;
+  std::error_code error;
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    if (const auto step = step_of_directory_name(it->path().filename().string())) found.emplace_back(*step, it->path());
+  }
+  if (error) {
+    throw RunError(fmt::format("cannot list the checkpoint directory '{}': {}", dir.string(), error.message()));
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+// Reads the manifest's fields, each checked for presence, type and range before it is converted (a JSON 1e30 or -5
+// must not wrap around into a plausible step or size); an error names the field and its value as written.
+class ManifestFields {
+ public:
+  explicit ManifestFields(const fs::path& path) : path_(path) {}
+
+  const nlohmann::json& at(const nlohmann::json& object, const std::string& key, const std::string& field) const {
+    if (!object.is_object() || !object.contains(key)) {
+      throw RunError(fmt::format("checkpoint manifest '{}' is corrupt: it has no {}", path_.string(), field));
+    }
+    return object.at(key);
+  }
+
+  template <typename T>
+  T whole_number(const nlohmann::json& object, const std::string& key, const std::string& field,
+                 T min = std::numeric_limits<T>::min(), T max = std::numeric_limits<T>::max()) const {
+    const nlohmann::json& value = at(object, key, field);
+    auto within = [&](auto v) { return std::cmp_less_equal(min, v) && std::cmp_less_equal(v, max); };
+    if (value.is_number_unsigned()) {
+      if (within(value.get<std::uint64_t>())) return static_cast<T>(value.get<std::uint64_t>());
+    } else if (value.is_number_integer()) {
+      if (within(value.get<std::int64_t>())) return static_cast<T>(value.get<std::int64_t>());
+    }
+    corrupt(field, value, fmt::format("a whole number from {} to {}", min, max));
+  }
+
+  std::string text(const nlohmann::json& object, const std::string& key, const std::string& field) const {
+    const nlohmann::json& value = at(object, key, field);
+    if (!value.is_string()) corrupt(field, value, "a string");
+    return value.get<std::string>();
+  }
+
+  // A 64-bit checksum written as hex digits.
+  std::uint64_t hex64(const nlohmann::json& object, const std::string& key, const std::string& field) const {
+    const nlohmann::json& value = at(object, key, field);
+    std::uint64_t parsed = 0;
+    if (value.is_string()) {
+      const std::string& digits = value.get_ref<const std::string&>();
+      const char* last = digits.data() + digits.size();
+      const auto [end, error] = std::from_chars(digits.data(), last, parsed, 16);
+      if (!digits.empty() && digits.size() <= 16 && error == std::errc() && end == last) return parsed;
+    }
+    corrupt(field, value, "up to 16 hexadecimal digits");
+  }
+
+  [[noreturn]] void corrupt(const std::string& field, const nlohmann::json& value, const std::string& expected) const {
+    throw RunError(fmt::format("checkpoint manifest '{}' is corrupt: {} is {}, expected {}", path_.string(), field,
+                               value.dump(), expected));
+  }
+
+ private:
+  const fs::path& path_;
+};
 
 template <typename T>
 void put(std::string& out, const T& value) {
@@ -176,63 +293,75 @@ void write_manifest(const fs::path& step_dir, const Manifest& m) {
 std::optional<fs::path> latest_checkpoint(const fs::path& dir) {
   std::error_code error;
   if (!fs::is_directory(dir, error)) return std::nullopt;
-  std::optional<fs::path> best;
-  std::string best_name;
-  for (const auto& entry : fs::directory_iterator(dir, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || !fs::exists(entry.path() / "manifest.json")) continue;
-    if (!best || name > best_name) {
-      best = entry.path();
-      best_name = name;
-    }
+  const auto steps = step_directories(dir);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (has_manifest(it->second)) return it->second;
   }
-  return best;
+  return std::nullopt;
 }
 
 void prune_checkpoints(const fs::path& dir, int keep) {
-  std::error_code error;
-  std::vector<fs::path> complete, incomplete;
-  for (const auto& entry : fs::directory_iterator(dir, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) != 0) continue;
-    (fs::exists(entry.path() / "manifest.json") ? complete : incomplete).push_back(entry.path());
+  std::vector<fs::path> complete;  // oldest first
+  std::vector<std::pair<int, fs::path>> incomplete;
+  int newest = -1;
+  for (const auto& [step, path] : step_directories(dir)) {
+    if (!has_manifest(path)) {
+      incomplete.emplace_back(step, path);
+      continue;
+    }
+    // Only a checkpoint that reads back as what its name says counts: a copied or renamed one (step-7 holding step 2's
+    // manifest) or a broken one must neither push a good one out nor be removed here; resuming from it says what is
+    // wrong.
+    try {
+      read_manifest(path);
+    } catch (const RunError&) {
+      continue;
+    }
+    complete.push_back(path);
+    newest = step;
   }
-  std::sort(complete.begin(), complete.end());
-  if (complete.empty()) return;
+  std::error_code error;
   for (std::size_t i = 0; i + static_cast<std::size_t>(std::max(keep, 1)) < complete.size(); ++i) {
     fs::remove_all(complete[i], error);
   }
-  for (const fs::path& path : incomplete) {
-    if (path.filename() < complete.back().filename()) fs::remove_all(path, error);
+  for (const auto& [step, path] : incomplete) {
+    if (step < newest) fs::remove_all(path, error);
   }
 }
 
 Manifest read_manifest(const fs::path& step_dir) {
   const fs::path path = step_dir / "manifest.json";
   const std::string text = read_file(path);
+  const ManifestFields fields(path);
   Manifest m;
   try {
     const nlohmann::json json = nlohmann::json::parse(text);
-    if (json.value("format", std::string()) != kManifestFormat) {
-      throw RunError(fmt::format("'{}' is not a twin checkpoint manifest (format '{}')", path.string(),
-                                 json.value("format", std::string("?"))));
+    if (!json.is_object() || json.value("format", std::string()) != kManifestFormat) {
+      throw RunError(fmt::format("'{}' is not a twin checkpoint manifest (format {})", path.string(),
+                                 json.is_object() && json.contains("format") ? json["format"].dump() : "missing"));
     }
-    if (json.at("version").get<int>() != kManifestVersion) {
+    const auto version = fields.whole_number<std::int64_t>(json, "version", "version");
+    if (version != kManifestVersion) {
       throw RunError(fmt::format("checkpoint manifest '{}' has version {}, this twin reads version {}", path.string(),
-                                 json.at("version").get<int>(), kManifestVersion));
+                                 version, kManifestVersion));
     }
-    m.step = json.at("step").get<int>();
-    m.world_size = json.at("world_size").get<int>();
-    m.scenario_toml = json.at("scenario_toml").get<std::string>();
-    m.data_path = json.at("data").at("path").get<std::string>();
-    m.data_bytes = json.at("data").at("bytes").get<std::uint64_t>();
-    m.data_fingerprint = parse_hex(json.at("data").at("fnv1a64").get<std::string>());
-    m.seed = json.at("rng").at("seed").get<std::uint64_t>();
+    m.step = fields.whole_number<int>(json, "step", "step", 0);
+    m.world_size = fields.whole_number<int>(json, "world_size", "world_size", 1);
+    m.scenario_toml = fields.text(json, "scenario_toml", "scenario_toml");
+    const nlohmann::json& data = fields.at(json, "data", "data");
+    m.data_path = fields.text(data, "path", "data.path");
+    m.data_bytes = fields.whole_number<std::uint64_t>(data, "bytes", "data.bytes");
+    m.data_fingerprint = fields.hex64(data, "fnv1a64", "data.fnv1a64");
+    m.seed = fields.whole_number<std::uint64_t>(fields.at(json, "rng", "rng"), "seed", "rng.seed");
     m.losses = json.value("losses", std::vector<double>{});
-    for (const auto& s : json.at("shards")) {
-      m.shards.push_back(ShardRecord{s.at("rank").get<int>(), s.at("file").get<std::string>(),
-                                     s.at("bytes").get<std::uint64_t>(),
-                                     parse_hex(s.at("fnv1a64").get<std::string>())});
+    const nlohmann::json& shards = fields.at(json, "shards", "shards");
+    if (!shards.is_array()) fields.corrupt("shards", shards, "a list");
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      const std::string field = fmt::format("shards[{}]", i);
+      m.shards.push_back(ShardRecord{fields.whole_number<int>(shards[i], "rank", field + ".rank", 0, m.world_size - 1),
+                                     fields.text(shards[i], "file", field + ".file"),
+                                     fields.whole_number<std::uint64_t>(shards[i], "bytes", field + ".bytes"),
+                                     fields.hex64(shards[i], "fnv1a64", field + ".fnv1a64")});
     }
   } catch (const RunError&) {
     throw;
@@ -242,6 +371,16 @@ Manifest read_manifest(const fs::path& step_dir) {
   if (static_cast<int>(m.shards.size()) != m.world_size) {
     throw RunError(fmt::format("checkpoint manifest '{}' lists {} shards for a world of {} ranks", path.string(),
                                m.shards.size(), m.world_size));
+  }
+  // A folder copied or renamed to another step would resume from the wrong place and, being "newer", make the cleanup
+  // of old checkpoints remove the real ones.
+  const std::optional<int> named = step_of_directory_name(step_dir.filename().string());
+  if (named != m.step) {
+    throw RunError(fmt::format(
+        "checkpoint '{}' {} but its manifest says step {} (was it copied or renamed?): remove it, or rename it to {} "
+        "if that is what it holds",
+        step_dir.string(), named ? fmt::format("is named for step {}", *named) : "is not named step-NNNNNNNN", m.step,
+        step_directory("", m.step).string()));
   }
   return m;
 }
@@ -307,6 +446,9 @@ std::vector<std::string> check_compatible(const Manifest& m, const fs::path& ste
   compare(notes, "training.decay_steps", then.training.decay_steps, now.training.decay_steps);
   compare(notes, "training.weight_decay", then.training.weight_decay, now.training.weight_decay);
   compare(notes, "training.grad_clip", then.training.grad_clip, now.training.grad_clip);
+  compare(notes, "training.adam_beta1", then.training.adam_beta1, now.training.adam_beta1);
+  compare(notes, "training.adam_beta2", then.training.adam_beta2, now.training.adam_beta2);
+  compare(notes, "training.adam_eps", then.training.adam_eps, now.training.adam_eps);
   return notes;
 }
 
@@ -342,7 +484,7 @@ void read_shard(const fs::path& step_dir, const Manifest& m, int rank, ModelShar
   const auto buckets = in.get<std::uint32_t>();
   const auto step = in.get<std::uint64_t>();
   if (static_cast<int>(file_rank) != rank || static_cast<int>(file_world) != m.world_size ||
-      static_cast<int>(step) != m.step) {
+      step != static_cast<std::uint64_t>(m.step)) {
     throw RunError(
         fmt::format("checkpoint shard '{}' belongs to rank {} of {} at step {}, expected rank {} of {} at "
                     "step {}",

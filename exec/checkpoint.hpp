@@ -4,7 +4,9 @@
 // manifest is written last, by rank 0, once every rank has renamed its shard: a step directory with a manifest is
 // complete, one without is ignored.
 //
-// Loading checks, each failure a RunError naming the file: the manifest parses; the scenario matches this run's
+// Loading checks, each failure a RunError naming the file: every file read is a regular file (not a directory or a
+// link loop); the manifest parses, each field has its type and range (named with its value as written otherwise), and
+// its step is the one the folder's name says (a copied or renamed folder is refused); the scenario matches this run's
 // (model and every layout-defining plan field: a checkpoint of another model or plan is refused with the list of
 // differences; re-sharding is not supported); the data is the same; each shard exists, has the manifest's size
 // (else "truncated") and checksum (else "corrupt"), and holds this rank's buckets with their sizes.
@@ -51,12 +53,13 @@ void write_manifest(const std::filesystem::path& step_dir, const Manifest& manif
 
 // The newest complete checkpoint under `dir` (highest step with a manifest), if any.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& dir);
-// Removes all but the newest `keep` complete checkpoints (and incomplete ones older than the newest).
+// Removes all but the newest `keep` complete checkpoints (and incomplete ones older than the newest). A folder whose
+// manifest does not read back as its name's step is neither counted nor removed.
 void prune_checkpoints(const std::filesystem::path& dir, int keep);
 
 Manifest read_manifest(const std::filesystem::path& step_dir);
 // Throws RunError listing every difference that forbids resuming `now` from `manifest`; returns notes about
-// differences that are allowed (schedule, recompute, learning rate...).
+// differences that are allowed (schedule, recompute, learning rate, Adam's settings...).
 std::vector<std::string> check_compatible(const Manifest& manifest, const std::filesystem::path& step_dir,
                                           const model::Scenario& now, const std::string& data_path,
                                           std::uint64_t data_fingerprint);

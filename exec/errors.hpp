@@ -1,6 +1,15 @@
-// RunError: something the user can fix (a missing data file, a checkpoint from another plan, a truncated shard, a
-// rank count that does not match the plan). Its message is one complete sentence naming the file or flag; the CLI
-// prints it as it is. Bugs are InternalError (exec/check.hpp); communication failures CommError (comm/).
+// The runtime's errors, by who can act on them (the CLI maps each to a message and an exit status):
+//
+//   RunError          something the user can fix (a missing data file, a checkpoint from another plan, a truncated or
+//                     broken shard, a rank count that does not match the plan): one complete sentence naming the file
+//                     or flag, printed as it is; exit 2, as every mistake in what was typed
+//   RunFailure        a run that started and failed: exit 1. Its kinds:
+//   CommError         a communication failure (a timeout, a failed peer, mismatched calls): a failed run, exit 1
+//   PeerFailure       a CommError that started on another rank (it aborted): secondary, the other rank's error is the
+//                     cause
+//   TrainingDiverged  the logits, the loss or the gradients became non-finite: a failed run, exit 1
+//
+// Bugs are InternalError (exec/check.hpp).
 #pragma once
 
 #include <stdexcept>
@@ -10,6 +19,29 @@ namespace twin::exec {
 class RunError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A run that started and failed (exit 1): its message is the whole story, naming the rank.
+class RunFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class CommError : public RunFailure {
+ public:
+  using RunFailure::RunFailure;
+};
+
+class PeerFailure : public CommError {
+ public:
+  using CommError::CommError;
+};
+
+// Raised by the rank that saw a non-finite value; it aborts the world like any failure, and its message already
+// names the step, the rank and the op.
+class TrainingDiverged : public RunFailure {
+ public:
+  using RunFailure::RunFailure;
 };
 
 }  // namespace twin::exec

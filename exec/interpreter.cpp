@@ -3,12 +3,14 @@
 #include "exec/interpreter.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <exception>
 
 #include <fmt/core.h>
 
 #include "exec/check.hpp"
 #include "exec/comm/mpi_communicator.hpp"
+#include "exec/errors.hpp"
 
 namespace twin::exec {
 
@@ -187,8 +189,8 @@ void Interpreter::execute(std::size_t index) {
   }
   try {
     (this->*handler)(op);
-  } catch (const CommError&) {
-    throw;  // already names the rank, the op and the group
+  } catch (const RunFailure&) {
+    throw;  // already names the rank, the op and the group (or, training diverged, the step and the rank)
   } catch (const std::exception& error) {
     throw std::runtime_error(fmt::format("rank {}: {}: {}", rank_, labels_[index], error.what()));
   }
@@ -233,6 +235,16 @@ Tensor Interpreter::take_grad_full(ChunkState& state) {
 
 const CommGroup& Interpreter::group(model::Group g) const {
   return groups_[static_cast<int>(g)];
+}
+
+void Interpreter::require_finite(double value, std::string_view what) const {
+  if (std::isfinite(value)) return;
+  const auto& t = scenario_.training;
+  throw TrainingDiverged(fmt::format(
+      "training diverged: {} became non-finite ({}) at step {} on rank {} ({}); lower training.learning_rate (now "
+      "{:g}) or training.init_std (now {:g}){}",
+      what, std::isnan(value) ? "NaN" : fmt::format("{}", value), input_->step + 1, rank_, labels_[current_op_],
+      t.learning_rate, t.init_std, t.grad_clip > 0 ? "" : ", or clip the gradients with training.grad_clip"));
 }
 
 }  // namespace twin::exec

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "exec/backend.hpp"
@@ -116,6 +117,9 @@ class Interpreter {
   // stream's gradient itself.
   Tensor take_grad_full(ChunkState& state);
   const CommGroup& group(model::Group group) const;
+  // Throws TrainingDiverged naming the step, this rank and the op when `value` (a sum or norm of `what`) is not finite:
+  // the kernels would otherwise fail on a precondition or spread NaN into the weights.
+  void require_finite(double value, std::string_view what) const;
 
   // interpreter_layers.cpp
   void layernorm_attention_forward(const model::Op& op);

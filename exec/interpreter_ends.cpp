@@ -75,6 +75,10 @@ void Interpreter::cross_entropy_forward(const Op& op) {
   h.stats = backend_.allocate(n(dims_.tokens, kStats), DType::F32);
   backend_.cross_entropy_local_stats(h.stats, h.logits, state.targets, dims_.tokens, dims_.vocab_start,
                                      dims_.vocab_local, dims_.vocab);
+  // Non-finite logits (a diverged run) break the combine kernel's precondition: say so here, where the step and the
+  // rank are known. Any NaN or infinite logit makes its row's statistics non-finite (the statistics are f32 on every
+  // backend, the logits not). A shard of padding alone has no valid column: its maximum is -inf by design.
+  if (dims_.vocab_start < dims_.vocab) require_finite(backend_.sum(h.stats), "the logits");
   if (dims_.tp == 1) combine_cross_entropy(state, h.stats, 1);  // else after the CrossEntropyStats all-gather
 }
 
@@ -84,7 +88,9 @@ void Interpreter::combine_cross_entropy(ChunkState& state, const Tensor& gathere
   h.lse = backend_.allocate(static_cast<std::size_t>(dims_.tokens), DType::F32);
   backend_.cross_entropy_combine(h.losses, h.lse, gathered_stats, dims_.tokens, shards);
   if (dims_.tp_rank == 0) {  // every TP rank has the same losses: count them once
-    output_.loss_sum += backend_.sum(h.losses);
+    const double loss_sum = backend_.sum(h.losses);
+    require_finite(loss_sum, "the loss");  // finite logits can still give a loss past float's range
+    output_.loss_sum += loss_sum;
     output_.loss_tokens += dims_.tokens;
   }
   h.stats = Tensor{};

@@ -74,6 +74,7 @@ double Interpreter::learning_rate(int step) const {
 void Interpreter::optimizer_step(const Op&) {
   const auto& t = scenario_.training;
   const double norm = std::sqrt(grad_norm_squared_);
+  require_finite(norm, "the gradient norm");  // before the update: NaN would reach every weight
   AdamWStep step;
   step.learning_rate = static_cast<float>(learning_rate(input_->step));
   step.beta1 = static_cast<float>(t.adam_beta1);

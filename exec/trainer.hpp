@@ -8,7 +8,8 @@
 // all-reduce of (loss sum, tokens) so that every rank (rank 0 prints) knows the global mean loss. That all-reduce is
 // the executor's own bookkeeping, outside the Program (as Megatron's loss averaging for logging is). Failures: in
 // train_threads, a rank that throws aborts the world (its peers fail fast with a PeerFailure) and the first failing
-// rank's exception is rethrown; in an MPI job the failing rank prints its error and aborts the job.
+// rank's exception is rethrown; in an MPI job the failing rank prints its error and aborts the job. A run whose logits,
+// loss or gradient norm become non-finite stops with TrainingDiverged naming the step and the rank.
 #pragma once
 
 #include <functional>

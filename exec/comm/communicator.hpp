@@ -21,21 +21,10 @@
 #include <string_view>
 #include <vector>
 
+#include "exec/errors.hpp"  // CommError, PeerFailure
 #include "exec/tensor.hpp"
 
 namespace twin::exec {
-
-// A communication failure: timeout, a failed peer, mismatched calls. The message is the whole story.
-class CommError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// A failure that started on another rank (it aborted): secondary, the other rank's error is the cause.
-class PeerFailure : public CommError {
- public:
-  using CommError::CommError;
-};
 
 struct CommGroup {
   std::string_view kind = "world";  // "tensor", "data", "embedding", "world": for messages and to keep groups apart

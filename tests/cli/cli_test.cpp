@@ -5,10 +5,12 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -108,6 +110,79 @@ TEST(Cli, UserErrorsAreOneLineAndExitTwo) {
   EXPECT_THAT(compare_directory.output, HasSubstr("is a directory, not a JSON file"));
 }
 
+TEST(Cli, OutputFilesGoWhereTheirLinksPointAndStreamsAreWrittenInPlace) {
+  // A link named by --json keeps pointing at the file it named; the file behind it is replaced atomically.
+  const fs::path target = scratch("target.json"), link = scratch("link.json");
+  std::ofstream(target) << "old";
+  fs::remove(link);
+  fs::create_symlink(target.filename(), link);
+  ASSERT_EQ(twin("graph gpt-tiny --json " + link.string()).status, 0);
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_NO_THROW(nlohmann::json::parse(std::ifstream(target)));
+  // A dangling link: the file it names is created.
+  const fs::path dangling = scratch("dangling.json"), created = scratch("created.json");
+  fs::remove(dangling);
+  fs::remove(created);
+  fs::create_symlink(created.filename(), dangling);
+  ASSERT_EQ(twin("graph gpt-tiny --json " + dangling.string()).status, 0);
+  EXPECT_TRUE(fs::is_symlink(dangling));
+  EXPECT_TRUE(fs::is_regular_file(created));
+  // Standard output as a file name: written in place, not replaced (it is not a file to rename over).
+  const Result to_stdout = twin("graph gpt-tiny --json /dev/stdout");
+  EXPECT_EQ(to_stdout.status, 0);
+  EXPECT_THAT(to_stdout.output, HasSubstr("\"stages\""));
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  ASSERT_EQ(twin("graph gpt-tiny --json /dev/null").status, 0);
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  const Result empty = twin("graph gpt-tiny --json ''");
+  EXPECT_EQ(empty.status, 2);
+  EXPECT_THAT(empty.output, HasSubstr("--json: the file name is empty"));
+}
+
+TEST(Cli, AReportThatCannotBeWrittenIsAFailure) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "skipped: no /dev/full on this system";
+  const fs::path errors = scratch("full.err");
+  const int status =
+      std::system((std::string(TWIN_BINARY) + " graph gpt-tiny > /dev/full 2> " + errors.string()).c_str());
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  std::stringstream text;
+  text << std::ifstream(errors).rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("twin: error: writing standard output failed: No space left on device"));
+}
+
+TEST(Cli, AnAliasAndASetThatDisagreeAreRefused) {
+  const Result r = twin("graph gpt-tiny --num-layers 4 --set model.layers=16");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.output, HasSubstr("model.layers is given twice, as 4 by a Megatron-style flag and as 16 by --set"));
+  EXPECT_EQ(twin("graph gpt-tiny --num-layers 4 --set model.layers=4").status, 0);  // the same value twice is fine
+  const Result directory = twin("graph " + fs::temp_directory_path().string());
+  EXPECT_EQ(directory.status, 2);
+  EXPECT_THAT(directory.output, HasSubstr("is a directory, not a TOML file"));
+}
+
+TEST(Cli, NumericFlagsRefuseNanInfAndAbsurdValues) {
+#ifdef TWIN_HAVE_SIMGRID
+  const Result nan_ratio = twin("sim gpt3-175b --oversubscription nan");
+  EXPECT_EQ(nan_ratio.status, 2);
+  EXPECT_THAT(nan_ratio.output, HasSubstr("--oversubscription: expected a finite number, got 'nan'"));
+  const Result trace_ranks_alone = twin("sim gpt3-175b --trace-ranks 0-7");
+  EXPECT_EQ(trace_ranks_alone.status, 2);
+  EXPECT_THAT(trace_ranks_alone.output, HasSubstr("--trace"));
+  const Result no_jobs = twin("search gpt3-175b --jobs 0");
+  EXPECT_EQ(no_jobs.status, 2);
+  EXPECT_THAT(no_jobs.output, HasSubstr("--jobs: must be at least 1, got 0"));
+#endif
+#ifdef TWIN_HAVE_RUN_COMMAND
+  const Result threads = twin("run gpt-tiny --steps 1 --threads 100000");
+  EXPECT_EQ(threads.status, 2);
+  EXPECT_THAT(threads.output, HasSubstr("--threads: must be at most 1024, got 100000"));
+  const Result timeout = twin("run gpt-tiny --steps 1 --timeout inf");
+  EXPECT_EQ(timeout.status, 2);
+  EXPECT_THAT(timeout.output, HasSubstr("--timeout: expected a finite number, got 'inf'"));
+#endif
+}
+
 TEST(Cli, AnAbsurdlyLargeProgramIsRefusedBeforeItIsBuilt) {
   // 10.5 M layers: about 9e10 ops, terabytes; refused from the estimate, in well under a second.
   const Result r = twin("graph mtnlg-530b --set model.layers=10500000");
@@ -171,6 +246,14 @@ TEST(Cli, CompareAgainstAPublishedTime) {
   EXPECT_THAT(r.output, HasSubstr("+25.0%"));  // 50 s predicted against 40 s measured
   const Result bad = twin("compare " + summary.string() + " -3");
   EXPECT_EQ(bad.status, 2);
+  const Result infinite = twin("compare " + summary.string() + " inf");
+  EXPECT_EQ(infinite.status, 2);
+  EXPECT_THAT(infinite.output, HasSubstr("measured iteration time must be a number of seconds"));
+  const fs::path broken = scratch("broken-summary.json");
+  std::ofstream(broken) << R"({"iteration_time_s": -1, "stages": []})";
+  const Result negative = twin("compare " + broken.string() + " 40");
+  EXPECT_EQ(negative.status, 2);
+  EXPECT_THAT(negative.output, HasSubstr("\"iteration_time_s\" must be a positive number of seconds, got -1"));
 }
 
 #ifdef TWIN_HAVE_SIMGRID

@@ -1,12 +1,15 @@
 // Checkpoints: resuming continues bit for bit (also after a real SIGKILL of a training process), and a truncated,
-// corrupt or foreign checkpoint is refused with a message naming the file and what differs.
+// corrupt, misnamed or foreign checkpoint (or one with a directory or a link loop where a file should be) is refused
+// with a message naming the file and what differs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "exec/checkpoint.hpp"
@@ -149,7 +152,126 @@ TEST_F(ExecBrokenCheckpoint, AnotherDataSet) {
   EXPECT_NE(message.find("data: the checkpoint was trained on"), std::string::npos) << message;
 }
 
+// A folder copied (or renamed) to another step's name is refused, naming it and both steps; the cleanup of old
+// checkpoints neither counts it as a newer checkpoint nor removes it, and the real one survives both.
+TEST_F(ExecBrokenCheckpoint, FolderNamedForAnotherStep) {
+  const std::string copy = dir_ + "/step-00000007";
+  fs::copy(step_, copy, fs::copy_options::recursive);
+  const std::string message = resume_error(scenario(small_toml(), {"parallel.tp=2"}), dir_, 8);
+  EXPECT_NE(message.find("checkpoint '" + copy + "' is named for step 7 but its manifest says step 2"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("rename it to step-00000002"), std::string::npos) << message;
+  prune_checkpoints(dir_, 1);
+  EXPECT_TRUE(fs::exists(step_ + "/manifest.json"));
+  EXPECT_TRUE(fs::exists(copy + "/manifest.json"));
+}
+
+TEST_F(ExecBrokenCheckpoint, ShardIsADirectory) {
+  const std::string shard = step_ + "/rank-00000.bin";
+  fs::remove(shard);
+  fs::create_directory(shard);
+  const std::string message = resume_error(scenario(small_toml(), {"parallel.tp=2"}), dir_);
+  EXPECT_NE(message.find("checkpoint file '" + shard + "' is unreadable: it is a directory, not a regular file"),
+            std::string::npos)
+      << message;
+}
+
+TEST_F(ExecBrokenCheckpoint, ManifestIsADirectory) {
+  const std::string manifest = step_ + "/manifest.json";
+  fs::remove(manifest);
+  fs::create_directory(manifest);
+  const std::string message = resume_error(scenario(small_toml(), {"parallel.tp=2"}), dir_);
+  EXPECT_NE(message.find("checkpoint file '" + manifest + "' is unreadable: it is a directory, not a regular file"),
+            std::string::npos)
+      << message;
+}
+
+TEST_F(ExecBrokenCheckpoint, ManifestIsASymlinkToItself) {
+  const std::string manifest = step_ + "/manifest.json";
+  fs::remove(manifest);
+  fs::create_symlink("manifest.json", manifest);
+  const std::string message = resume_error(scenario(small_toml(), {"parallel.tp=2"}), dir_);
+  EXPECT_NE(
+      message.find("checkpoint file '" + manifest + "' is missing or unreadable: Too many levels of symbolic links"),
+      std::string::npos)
+      << message;
+  prune_checkpoints(dir_, 1);  // does not throw either
+}
+
+// A number out of its field's range is named as written, not as what it wraps around to.
+TEST_F(ExecBrokenCheckpoint, OutOfRangeManifestValues) {
+  const std::string manifest = step_ + "/manifest.json";
+  const std::string original = testing::read_text(manifest);
+  auto resume_with = [&](const std::string& from, const std::string& to) {
+    std::string text = original;
+    const auto at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+    std::ofstream(manifest, std::ios::trunc) << text;
+    return resume_error(scenario(small_toml(), {"parallel.tp=2"}), dir_);
+  };
+  const std::string corrupt = "checkpoint manifest '" + manifest + "' is corrupt: ";
+  std::string message = resume_with("\"step\": 2,", "\"step\": 1e30,");
+  EXPECT_NE(message.find(corrupt + "step is 1e+30, expected a whole number from 0 to 2147483647"), std::string::npos)
+      << message;
+  message = resume_with("\"step\": 2,", "\"step\": 99999999999,");
+  EXPECT_NE(message.find(corrupt + "step is 99999999999, expected a whole number from 0 to 2147483647"),
+            std::string::npos)
+      << message;
+  const auto json = nlohmann::json::parse(original);
+  const std::string bytes = fmt::format("\"bytes\": {},", json["shards"][0]["bytes"].get<std::uint64_t>());
+  message = resume_with(bytes, "\"bytes\": -5,");
+  EXPECT_NE(message.find(corrupt + "shards[0].bytes is -5, expected a whole number from 0 to 18446744073709551615"),
+            std::string::npos)
+      << message;
+  message = resume_with("\"world_size\": 2\n", "\"world_size\": 2.5\n");
+  EXPECT_NE(message.find(corrupt + "world_size is 2.5, expected a whole number"), std::string::npos) << message;
+}
+
+// Adam's settings may change on resume, as the learning rate may; the change is noted, not silent.
+TEST(ExecCheckpoint, ChangedAdamSettingsAreNoted) {
+  const std::string dir = testing::temp_dir("adam");
+  train_with_checkpoints(scenario(small_toml()), 2, dir);
+  TrainOptions options;
+  options.steps = 3;
+  options.checkpoint_dir = dir;
+  std::vector<std::string> notes;
+  options.on_note = [&notes](const std::string& note) { notes.push_back(note); };
+  const auto resumed =
+      train(scenario(small_toml(), {"training.adam_beta1=0.8", "training.adam_beta2=0.99", "training.adam_eps=1e-6"}),
+            options);
+  EXPECT_EQ(resumed.first_step, 2);
+  auto noted = [&notes](const std::string& text) {
+    return std::find(notes.begin(), notes.end(), "changed since the checkpoint: " + text) != notes.end();
+  };
+  EXPECT_TRUE(noted("training.adam_beta1: 0.9 in the checkpoint, 0.8 now")) << ::testing::PrintToString(notes);
+  EXPECT_TRUE(noted("training.adam_beta2: 0.95 in the checkpoint, 0.99 now")) << ::testing::PrintToString(notes);
+  EXPECT_TRUE(noted("training.adam_eps: 1e-08 in the checkpoint, 1e-06 now")) << ::testing::PrintToString(notes);
+  fs::remove_all(dir);
+}
+
 #ifdef TWIN_BINARY
+// A broken checkpoint is a user's error (exit 2, one line), not an internal one.
+TEST(ExecCheckpoint, ABrokenCheckpointIsOneClearLineFromTheCli) {
+  const std::string dir = testing::temp_dir("broken-cli");
+  const std::string scenario_file = dir + "/small.toml";
+  std::ofstream(scenario_file) << small_toml();
+  const std::string data = testing::source_dir() + "/data/corpus.txt";
+  auto twin_run = [&](const std::string& steps) {
+    return std::vector<std::string>{TWIN_BINARY, "run",     scenario_file, "--data",       data,        "--threads",
+                                    "1",         "--steps", steps,         "--checkpoint", dir + "/ck", "--quiet"};
+  };
+  ASSERT_EQ(testing::run_command(twin_run("2"), dir + "/first.log"), 0) << testing::read_text(dir + "/first.log");
+  const std::string shard = dir + "/ck/step-00000002/rank-00000.bin";
+  fs::remove(shard);
+  fs::create_directory(shard);
+  EXPECT_EQ(testing::run_command(twin_run("4"), dir + "/resumed.log"), 2);
+  EXPECT_EQ(testing::read_text(dir + "/resumed.log"),
+            "twin: error: checkpoint file '" + shard + "' is unreadable: it is a directory, not a regular file\n");
+  fs::remove_all(dir);
+}
+
 // A real process killed with SIGKILL in the middle of a run resumes from its last complete checkpoint and produces the
 // losses an uninterrupted run produces, bit for bit.
 TEST(ExecCheckpoint, SigkillThenResumeGivesTheUninterruptedLosses) {

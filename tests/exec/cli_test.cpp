@@ -1,6 +1,7 @@
 // `twin run` as a user runs it: the threads and mpi launchers give the same bits; user mistakes are one clear line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -79,6 +80,16 @@ TEST_F(ExecRunFixture, AMissingDataFileIsOneClearLine) {
   EXPECT_EQ(testing::run_command(args, dir + "/missing.log"), 2);
   EXPECT_EQ(testing::read_text(dir + "/missing.log"),
             "twin: error: --data '" + dir + "/nope.txt': cannot open the file\n");
+}
+
+// A diverged run is a failed run (exit 1) with one clear line, not an internal error.
+TEST_F(ExecRunFixture, ADivergingRunIsAFailedRunWithOneClearLine) {
+  EXPECT_EQ(
+      testing::run_command(twin_run({"--steps", "4", "--set", "training.learning_rate=1e30"}), dir + "/diverged.log"),
+      1);
+  const std::string log = testing::read_text(dir + "/diverged.log");
+  EXPECT_EQ(log.rfind("twin: error: training diverged: ", 0), 0u) << log;
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
 }
 
 #endif

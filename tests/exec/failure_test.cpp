@@ -1,5 +1,5 @@
 // Failures end a run quickly with an error naming the rank: a rank that throws (its peers fail fast, not after the
-// timeout), and a rank that silently disappears (its peers time out naming it).
+// timeout), a rank that silently disappears (its peers time out naming it), and a run that diverges.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -52,6 +52,34 @@ TEST(ExecFailure, ADeadRankIsNamedWhenItsPeersTimeOut) {
                      message.find("on a chain that ends at rank 3 (") != std::string::npos;
   EXPECT_TRUE(named) << message;
   EXPECT_LT(seconds, 20.0);
+}
+
+// A run that diverges stops with one sentence naming the step and the rank, raised before a kernel's precondition on
+// finite logits could fail, and before NaN reaches the weights.
+std::string divergence_of(const std::vector<std::string>& sets) {
+  TrainOptions options;
+  options.steps = 4;
+  try {
+    testing::train(testing::scenario(testing::small_toml(), sets), options);
+  } catch (const TrainingDiverged& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(ExecFailure, ADivergingRunSaysSoNamingTheStepAndTheRank) {
+  const std::string huge_rate = divergence_of({"parallel.tp=2", "parallel.pp=2", "training.learning_rate=1e30"});
+  EXPECT_EQ(huge_rate.rfind("training diverged: ", 0), 0u) << huge_rate;
+  EXPECT_NE(huge_rate.find("became non-finite"), std::string::npos) << huge_rate;
+  EXPECT_NE(huge_rate.find(" at step 2 on rank "), std::string::npos) << huge_rate;
+  EXPECT_NE(huge_rate.find("lower training.learning_rate (now 1e+30)"), std::string::npos) << huge_rate;
+  EXPECT_EQ(huge_rate.find("precondition"), std::string::npos) << huge_rate;
+
+  const std::string huge_init = divergence_of({"training.init_std=1e37"});  // the logits overflow float at once
+  EXPECT_NE(huge_init.find("training diverged: the logits became non-finite (NaN) at step 1 on rank 0 (op #"),
+            std::string::npos)
+      << huge_init;
+  EXPECT_NE(huge_init.find("training.init_std (now 1e+37)"), std::string::npos) << huge_init;
 }
 
 }  // namespace
