@@ -29,6 +29,19 @@ int main(int argc, char** argv) {
   twin::cli::register_run_command(app);
 #endif
   twin::cli::register_compare_command(app);
+  // CLI11 would answer "A subcommand is required" to a misspelt one: name it and the commands there are.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const CLI::App* command : app.get_subcommands({})) {
+      known += (known.empty() ? "" : ", ") + command->get_name();
+      found |= command->get_name() == argv[1];
+    }
+    if (!found) {
+      fmt::print(stderr, "twin: error: unknown command '{}' (the commands: {}; twin --help)\n", argv[1], known);
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& error) {  // a command that failed after reporting why (a failed run: 1)

@@ -196,6 +196,9 @@ TEST(Cli, FlagMistakesNameTheFlagAndExitTwo) {
   EXPECT_EQ(bad_choice.status, 2);
   EXPECT_THAT(bad_choice.output, HasSubstr("--granularity"));
   EXPECT_EQ(twin("--version").status, 0);
+  const Result misspelt = twin("smi gpt-tiny");
+  EXPECT_EQ(misspelt.status, 2);
+  EXPECT_THAT(misspelt.output, HasSubstr("twin: error: unknown command 'smi' (the commands: graph"));
   EXPECT_EQ(twin("graph --help").status, 0);
 #ifdef TWIN_HAVE_RUN_COMMAND
   const Result zero_steps = twin("run gpt-tiny --steps 0");
