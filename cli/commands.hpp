@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -48,6 +49,10 @@ CLI::Validator output_file();
 // is followed (the file it points at is replaced, not the link); what is not a regular file (a pipe, a terminal,
 // /dev/stdout) is written in place. Throws UserError naming the path on failure.
 void write_file_atomically(const std::string& path, const std::string& contents);
+
+// Throws UserError when two output flags name the same file (one would overwrite the other): pairs of flag and path,
+// empty paths ignored.
+void require_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& flags_and_paths);
 
 void register_graph_command(CLI::App& app);
 void register_sim_command(CLI::App& app);  // cli/sim_command.cpp, built when SimGrid is present

@@ -247,6 +247,7 @@ void check_host_memory(const model::Scenario& scenario, int ranks_here) {
 }
 
 void run(const RunOptions& o) {
+  require_distinct_outputs({{"--json", o.json}, {"--trace", o.trace}});
   const model::Scenario scenario = load_scenario(o.scenario);
   const bool joined = started_by_launcher();
   const int world_size = static_cast<int>(scenario.parallel.world_size());

@@ -252,4 +252,19 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   }
 }
 
+void require_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& flags_and_paths) {
+  for (std::size_t a = 0; a < flags_and_paths.size(); ++a) {
+    for (std::size_t b = a + 1; b < flags_and_paths.size(); ++b) {
+      const auto& [flag_a, path_a] = flags_and_paths[a];
+      const auto& [flag_b, path_b] = flags_and_paths[b];
+      if (path_a.empty() || path_b.empty()) continue;
+      std::error_code ignored;
+      if (fs::weakly_canonical(path_a, ignored) == fs::weakly_canonical(path_b, ignored)) {
+        throw UserError(
+            fmt::format("{} and {} name the same file '{}': one would overwrite the other", flag_a, flag_b, path_a));
+      }
+    }
+  }
+}
+
 }  // namespace twin::cli

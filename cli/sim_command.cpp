@@ -75,6 +75,7 @@ nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topo
 }
 
 void run(const SimCommandOptions& o) {
+  require_distinct_outputs({{"--json", o.json_path}, {"--trace", o.trace_path}, {"--svg", o.svg_path}});
   const model::Scenario scenario = load_scenario(o.scenario);
   const auto granularity = o.granularity == "op" ? model::Granularity::Op : model::Granularity::Layer;
   const model::Program program = build_program_within_memory(scenario, granularity);

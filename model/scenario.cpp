@@ -570,6 +570,7 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
   const auto& c = scenario.cluster;
   const auto& t = scenario.training;
 
+  if (m.name.empty()) problems.push_back(fmt::format("{}: model.name must not be empty (it names every report)", src));
   const bool layers_ok = require_positive("model.layers", m.layers);
   const bool hidden_ok = require_positive("model.hidden", m.hidden);
   const bool heads_ok = require_positive("model.heads", m.heads);

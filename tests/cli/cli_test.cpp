@@ -134,6 +134,11 @@ TEST(Cli, OutputFilesGoWhereTheirLinksPointAndStreamsAreWrittenInPlace) {
   EXPECT_TRUE(fs::is_character_file("/dev/null"));
   ASSERT_EQ(twin("graph gpt-tiny --json /dev/null").status, 0);
   EXPECT_TRUE(fs::is_character_file("/dev/null"));
+#ifdef TWIN_HAVE_SIMGRID
+  const Result same = twin("sim gpt3-175b --quiet --json " + target.string() + " --svg " + target.string());
+  EXPECT_EQ(same.status, 2);
+  EXPECT_THAT(same.output, HasSubstr("--json and --svg name the same file"));
+#endif
   const Result empty = twin("graph gpt-tiny --json ''");
   EXPECT_EQ(empty.status, 2);
   EXPECT_THAT(empty.output, HasSubstr("--json: the file name is empty"));

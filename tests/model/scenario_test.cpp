@@ -330,6 +330,7 @@ INSTANTIATE_TEST_SUITE_P(
                     kV,
                     {parse_override("model.ffn_hidden=0")},
                     "model.ffn_hidden must be positive (leave it out for 4 x model.hidden), got 0"},
+        InvalidCase{"empty_name", kV, {parse_override("model.name=\"\"")}, "model.name must not be empty"},
         InvalidCase{"line_break_in_override",
                     kV,
                     {parse_override("model.layers=4\nhidden=2")},
