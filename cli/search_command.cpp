@@ -210,7 +210,6 @@ void run_search(const SearchOptions& o) {
   if (base.cluster.node == model::NodeKind::CpuHost) {
     throw UserError("twin search simulates GPU clusters; this scenario runs on CPU hosts (cluster.node = cpu-host)");
   }
-  if (o.max_plans < 1) throw UserError("--max must be >= 1");
   try {  // the cluster's own GPU measurements: refused once here rather than in every plan's simulation
     sim::analytical_parameters(topology::node_spec(base.cluster.node).gpu, base.cluster);
   } catch (const std::invalid_argument& error) {
