@@ -85,7 +85,10 @@ double reported_flops_per_iteration(const Scenario& s) {
 }
 
 StateBytesPerParameter state_bytes_per_parameter(const Scenario& s) {
-  if (s.model.dtype == DType::FP32) return {4, 4, 8};
+  // Composer trains fp32 parameters under autocast (FSDP's mixed precision gathers model-dtype copies of them,
+  // counted apart in estimate_memory), with fp32 gradients (FSDP casts each reduced shard back to the parameter's
+  // dtype) and Adam's two fp32 moments.
+  if (s.model.dtype == DType::FP32 || s.framework.name == Framework::Composer) return {4, 4, 8};
   if (s.framework.bf16_optimizer) return {2, 6, 12};
   if (s.framework.name == Framework::DeepSpeed || s.model.dtype == DType::FP16) return {2, 2, 16};
   return {2, 4, 12};  // Megatron-LM with bf16
@@ -101,6 +104,9 @@ double activation_bytes_per_layer(const Scenario& s) {
   const bool sp = s.parallel.sequence_parallel;
   switch (s.parallel.recompute) {
     case Recompute::None:
+      // FlashAttention keeps no scores: Korthikanti's 5 a s / h term (softmax output, its dropout mask and output)
+      // goes, as selective recompute drops it.
+      if (s.framework.attention != AttentionKind::Unfused) return scale * (sp ? sbh * 34 / t : sbh * (10 + 24 / t));
       return scale * (sp ? sbh * (34 + 5 * a * seq / h) / t : sbh * (10 + 24 / t + 5 * a * seq / (h * t)));
     case Recompute::Selective:
       return scale * (sp ? sbh * 34 / t : sbh * (10 + 24 / t));
@@ -134,6 +140,15 @@ MemoryEstimate estimate_memory(const Scenario& s) {
     m.weights_bytes = m.parameters * per_param.weights;
     m.gradients_bytes = m.parameters * per_param.gradients;
     m.optimizer_bytes = m.parameters * per_param.optimizer / (p.zero_stage >= 1 ? d(p.dp) : 1.0);
+    if (p.zero_stage == 3) {
+      // FSDP FULL_SHARD: weights and gradients sharded too; on top, the units gathered in the model dtype at once
+      // (the root through the whole micro-batch, the running block and the two its rate limiter lets the CPU
+      // gather ahead) and one unit's unsharded gradient before its reduce-scatter.
+      const double e = dtype_bytes(s.model.dtype), block = layer_parameters_per_gpu(s);
+      const double root = m.parameters - d(s.layers_on_stage(stage)) * block;
+      m.weights_bytes = m.parameters * per_param.weights / d(p.dp) + e * (root + 3 * block);
+      m.gradients_bytes = m.parameters * per_param.gradients / d(p.dp) + e * std::max(root, block);
+    }
     m.in_flight_micro_batches = max_in_flight(schedule[stage]);
     // Chunks of one stage hold the same number of layers (an uneven split has no interleaving).
     // A stage's layers each stash layer_stash, or kept_stash past the first recompute_num_layers of each chunk.

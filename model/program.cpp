@@ -9,6 +9,7 @@
 #include "model/program.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <stdexcept>
 
 #include "model/formulas.hpp"
@@ -29,6 +30,8 @@ struct Shapes {
   bool dropout;      // framework.dropout: dropout kernels run and write 1-byte (torch.bool) masks
   bool fused;        // framework.fused_kernels: Megatron's fused elementwise kernels
   bool alibi;        // model.position_embedding = "alibi": a bias on the scores, no position embedding
+  bool composer;     // framework.name = "composer": PyTorch's own kernels (MosaicML's MPT blocks), below
+  bool flash;        // framework.attention = "flash1" | "flash2": one fused attention kernel per pass
 
   explicit Shapes(const Scenario& s) {
     seq = d(s.model.seq_len);
@@ -47,6 +50,8 @@ struct Shapes {
     dropout = s.framework.dropout;
     fused = s.framework.fused_kernels;
     alibi = s.model.position_embedding == PositionEmbedding::Alibi;
+    composer = s.framework.name == Framework::Composer;
+    flash = s.framework.attention != AttentionKind::Unfused;
   }
 
   // Memory traffic per element of the elementwise kernels (framework.fused_kernels, framework.dropout), in bytes. A
@@ -54,19 +59,32 @@ struct Shapes {
   // fused_bias_gelu.py, fused_softmax.py) fuses bias + dropout + residual add (read x and residual, write out
   // [+ mask]), bias + GeLU (read, write) and scale + causal mask + softmax (read, write); unfused, each operation is
   // its own pass.
+  //
+  // Composer (MosaicML's MPT block, llm-foundry / examples of 2023: x = x + dropout(out_proj(attn(ln_1(x)))), then
+  // the same with the MLP) runs PyTorch's kernels: every nn.Linear adds its bias in the GEMM's epilogue (addmm on
+  // the flattened input, cuBLASLt's bias epilogue in PyTorch 1.13) and sums its bias gradient from the output
+  // gradient in the backward (read e per output element, counted on the GEMM op); the residual is a plain add (read
+  // two, write one) after nn.Dropout, which at p = 0 returns its input and launches nothing; its backward is
+  // autograd's accumulation of the two gradients that meet at the fork (read two, write one). nn.GELU
+  // (approximate = 'none') reads and writes once forward, reads dy and x and writes dx backward.
   double residual_forward() const {  // bias + dropout + residual add
     const double mask = dropout ? 1 : 0;
+    if (composer) return 3 * e + (dropout ? 2 * e + mask : 0);
     return fused ? 3 * e + mask : 2 * e + (dropout ? 2 * e + mask : 0) + 3 * e;
   }
   double residual_backward() const {  // dropout backward (read dy and mask, write dx) + bias gradient (read dx)
+    if (composer) return 3 * e + (dropout ? 2 * e + 1 : 0);
     return dropout ? 3 * e + 1 : e;
   }
-  double gelu_forward() const { return fused ? 2 * e : 4 * e; }  // unfused: bias add, then GeLU
-  double gelu_backward() const { return 4 * e; }                 // read dy and x, write dx, bias gradient
+  double gelu_forward() const { return composer || fused ? 2 * e : 4 * e; }  // unfused: bias add, then GeLU
+  double gelu_backward() const { return composer ? 3 * e : 4 * e; }  // read dy and x, write dx (, bias gradient)
   // Megatron's fused layer norm (megatron/fused_kernels/layer_norm_cuda_kernel.cu, also what Megatron-DeepSpeed
   // runs): the forward reads x and writes y (its second pass over a row hits the cache); the backward
   // (HostLayerNormGradient) reads dy and x in cuComputePartGradGammaBeta for the weight gradients, and again in
   // cuComputeGradInput, which writes dx: 5 e bytes per element, in 3 kernels.
+  // PyTorch's own layer norm (Composer's LPLayerNorm calls F.layer_norm in the model dtype with autocast off) moves
+  // the same: its vectorized forward reads x once and writes y, its backward computes dx (reading dy and x) and,
+  // in a second kernel, the weight and bias gradients (reading them again).
   double layer_norm_forward() const { return 2 * e; }
   double layer_norm_backward() const { return 5 * e; }
   // Attention scores (b * heads/t * s^2 elements) beyond what the two batched GEMMs read and write: softmax (fused:
@@ -86,9 +104,24 @@ struct Shapes {
   // cast (read e, write 4; none in fp32), max (read 4), sub_ (read 4, write 4), exp (read 4, write 4), sum (read 4),
   // div_ into the saved softmax (read 4, write 4). Backward: mul_ by the loss gradient (read 4, write 4), then the
   // cast's backward to the model dtype (read 4, write e). The per-token gathers and masks are negligible.
+  //
+  // Composer's MPT (examples/llm, April 2023) takes the loss with flash-attention's fused cross-entropy
+  // (xentropy_cuda_lib, v0.2.8, label smoothing 0) on the model-dtype logits: forward reads each row twice (max and
+  // sum, then the sum of exponentials) and writes two floats a row; backward reads the logits and writes a new
+  // gradient. After every micro-batch's backward Composer also updates its two training metrics
+  // (LanguageCrossEntropy and LanguagePerplexity, composer/metrics/nlp.py of v0.13.3), each a
+  // torch.nn.CrossEntropyLoss(reduction = 'sum') over the same logits under no_grad and autocast: log_softmax in the
+  // model dtype (cunn_SoftMaxForward: read the row three times, write it) and nll_loss's autocast cast of it to fp32
+  // (read e, write 4).
   double cast_to_fp32() const { return e == 4 ? 0 : e + 4; }
-  double cross_entropy_forward() const { return cast_to_fp32() + 4 + 8 + 8 + 4 + 8; }
-  double cross_entropy_backward() const { return 8 + (e == 4 ? 0 : 4 + e); }
+  double cross_entropy_forward() const {
+    if (composer) return 2 * e + 2 * (4 * e + cast_to_fp32());
+    return cast_to_fp32() + 4 + 8 + 8 + 4 + 8;
+  }
+  double cross_entropy_backward() const {
+    if (composer) return 2 * e;
+    return 8 + (e == 4 ? 0 : 4 + e);
+  }
 };
 
 Op compute(ComputeKind what, Phase phase, double bytes) {
@@ -109,6 +142,15 @@ Op gemm(ComputeKind what, Phase phase, double m, double n, double k, double e) {
   return op;
 }
 
+// A linear layer of the model: Megatron's (biases added by the elementwise op that follows, see qkv_projection) or
+// Composer's nn.Linear, whose bias rides in the GEMM's epilogue forward and whose backward sums the output gradient
+// into the bias gradient (read e per output element).
+Op linear(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k) {
+  Op op = gemm(what, phase, m, n, k, x.e);
+  if (x.composer && phase == Phase::Backward) op.bytes += x.e * m * n;
+  return op;
+}
+
 // The QKV projection: the one linear layer whose bias is not fused into a following elementwise kernel (the
 // attention output and MLP biases go into bias-dropout-add and bias-GeLU: skip_bias_add). Megatron-LM's
 // ColumnParallelLinear adds it after the GEMM in a kernel of its own: F.linear on a 3-D input is matmul then
@@ -118,8 +160,8 @@ Op gemm(ComputeKind what, Phase phase, double m, double n, double k, double e) {
 // ride on the GEMM op as bytes beyond its operands: forward read and write the output, backward read its gradient.
 Op qkv_projection(const Shapes& x, Phase phase, double attention_width) {
   const double width = 3 * attention_width;
-  Op op = gemm(ComputeKind::QkvProjection, phase, x.tokens, width, x.h, x.e);
-  op.bytes += (phase == Phase::Backward ? 1 : 2) * x.e * x.tokens * width;
+  Op op = linear(x, ComputeKind::QkvProjection, phase, x.tokens, width, x.h);
+  if (!x.composer) op.bytes += (phase == Phase::Backward ? 1 : 2) * x.e * x.tokens * width;
   return op;
 }
 
@@ -150,30 +192,48 @@ void gather_sequence(std::vector<Op>& ops, const Shapes& x, Payload payload, Com
   ops.push_back(tensor_collective(CollectiveKind::AllGather, payload, what, phase, x.tokens * x.h * x.e));
 }
 
+// Layout copies around the attention core (megatron/model/transformer.py, ParallelAttention / CoreAttention,
+// 2021-2022; also Megatron-DeepSpeed): forward, the context [b, np, s, hn] -> [s, b, np, hn] by
+// permute(...).contiguous() (read and write it); backward, Q, K and V come from split_tensor_along_last_dim views of
+// the QKV output, whose backward (split_backward) concatenates their three gradients into one tensor (read and write
+// 3 h/t per token). Composer's MPT attention takes Q, K and V as qkv.chunk(3) views and hands the kernel
+// [b, s, h, d] views (rearrange) whose last dimension is contiguous, and views its output back: no forward copy; the
+// backward of chunk concatenates the three gradients as split's does.
+double layout_copy_bytes(const Shapes& x, Phase phase) {
+  const double head_tensor = x.e * x.tokens * x.heads_local * x.head_dim;  // Q, K, V, the context: [tokens, h/t]
+  if (phase == Phase::Backward) return 6 * head_tensor;
+  return x.composer ? 0 : 2 * head_tensor;
+}
+
 Op attention_core(const Shapes& x, Phase phase) {
-  // Two batched GEMMs per head, Q K^T [s, d] x [d, s] and P V [s, s] x [s, d]: 4 b s^2 h / t FLOPs forward. Memory:
-  // Q, K, V read and the context written, plus the s x s scores written by the first GEMM, read and written by the
-  // softmax and read by the second GEMM (Megatron's unfused core with a fused softmax kernel).
+  // Two batched GEMMs per head, Q K^T [s, d] x [d, s] and P V [s, s] x [s, d]: 4 b s^2 h / t FLOPs forward (the
+  // model's count, Narayanan's, whatever a kernel skips under the causal mask; backward twice that).
   const bool backward = phase == Phase::Backward;
   const double gemms = 2 * x.batch * x.heads_local;
   const double scores = x.batch * x.heads_local * x.seq * x.seq;  // elements
-  // The GEMMs' own operands (Q, K, V, context and the scores written by Q K^T and read by P V; backward: their four
-  // gradient GEMMs), then the softmax and dropout passes over the scores.
-  const double gemm_operands =
-      (backward ? 2 : 1) * (4 * x.tokens * x.heads_local * x.head_dim * x.e + 2 * scores * x.e);
-  // Layout copies around the core (megatron/model/transformer.py, ParallelAttention / CoreAttention, 2021-2022; also
-  // Megatron-DeepSpeed): forward, the context [b, np, s, hn] -> [s, b, np, hn] by permute(...).contiguous() (read and
-  // write it); backward, Q, K and V come from split_tensor_along_last_dim views of the QKV output, whose backward
-  // (split_backward) concatenates their three gradients into one tensor (read and write 3 h/t per token).
-  const double layout_copies = (backward ? 6 : 2) * x.e * x.tokens * x.heads_local * x.head_dim;
-  // ALiBi as BigScience's Megatron-DeepSpeed adds it (megatron/model/transformer.py, ParallelAttention): Q K^T is
-  // torch.baddbmm(alibi, ...) with beta != 0 on the [b np, 1, s] bias, which PyTorch first expands into the output
-  // (a copy that writes the scores) and cuBLAS then reads as C: two more passes over the scores, forward only (the
-  // bias is a constant: no gradient).
-  const double alibi_bias = x.alibi && !backward ? 2 * scores * x.e : 0;
-  Op op = compute(
-      ComputeKind::AttentionCore, phase,
-      gemm_operands + layout_copies + alibi_bias + scores * (backward ? x.scores_backward() : x.scores_forward()));
+  const double head_tensor = x.e * x.tokens * x.heads_local * x.head_dim;
+  double bytes = 0;
+  if (x.flash) {
+    // FlashAttention never writes the scores: forward reads Q, K, V and writes the output and one fp32 log-sum-exp
+    // per row; backward reads Q, K, V, the output, its gradient and the log-sum-exp (a preprocess kernel first
+    // reads the output and its gradient for their row sums, 4 bytes a row), recomputes the scores tile by tile and
+    // writes dQ, dK, dV (Dao et al. 2022, Algorithms 1 and 4). The cost model times the kernel by its measured
+    // rate (sim/cost_model.cpp); these bytes are what it moves.
+    const double rows = x.batch * x.heads_local * x.seq;
+    bytes = backward ? (5 + 2 + 3) * head_tensor + 3 * 4 * rows : 4 * head_tensor + 4 * rows;
+  } else {
+    // The GEMMs' own operands (Q, K, V, context and the s x s scores written by Q K^T and read by P V; backward:
+    // their four gradient GEMMs), then the softmax and dropout passes over the scores (Megatron's unfused core with
+    // a fused softmax kernel).
+    const double gemm_operands = (backward ? 2 : 1) * (4 * head_tensor + 2 * scores * x.e);
+    // ALiBi as BigScience's Megatron-DeepSpeed adds it (megatron/model/transformer.py, ParallelAttention): Q K^T is
+    // torch.baddbmm(alibi, ...) with beta != 0 on the [b np, 1, s] bias, which PyTorch first expands into the
+    // output (a copy that writes the scores) and cuBLAS then reads as C: two more passes over the scores, forward
+    // only (the bias is a constant: no gradient).
+    const double alibi_bias = x.alibi && !backward ? 2 * scores * x.e : 0;
+    bytes = gemm_operands + alibi_bias + scores * (backward ? x.scores_backward() : x.scores_forward());
+  }
+  Op op = compute(ComputeKind::AttentionCore, phase, bytes + layout_copy_bytes(x, phase));
   op.flops = (backward ? 2 : 1) * gemms * 2 * x.seq * x.seq * x.head_dim;
   op.gemm = GemmShape{static_cast<std::int64_t>(x.seq), static_cast<std::int64_t>(x.seq),
                       static_cast<std::int64_t>(x.head_dim), static_cast<std::int64_t>(gemms)};
@@ -188,14 +248,14 @@ std::vector<Op> layer_forward(const Shapes& x, Phase phase) {
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
   ops.push_back(qkv_projection(x, phase, attention_width));
   ops.push_back(attention_core(x, phase));
-  ops.push_back(gemm(ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width, x.e));
+  ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
   reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::AttentionProjection, phase);
   ops.push_back(compute(ComputeKind::AttentionResidual, phase, x.residual_forward() * x.tokens_sp * x.h));
   ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_forward() * x.tokens_sp * x.h));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
-  ops.push_back(gemm(ComputeKind::MlpUp, phase, x.tokens, x.f / x.t, x.h, x.e));
+  ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.f / x.t, x.h));
   ops.push_back(compute(ComputeKind::Gelu, phase, x.gelu_forward() * x.tokens * x.f / x.t));
-  ops.push_back(gemm(ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t, x.e));
+  ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t));
   reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::MlpDown, phase);
   ops.push_back(compute(ComputeKind::MlpResidual, phase, x.residual_forward() * x.tokens_sp * x.h));
   return ops;
@@ -211,15 +271,15 @@ std::vector<Op> layer_backward(const Shapes& x) {
   const double attention_width = x.heads_local * x.head_dim;
   ops.push_back(compute(ComputeKind::MlpResidual, phase, x.residual_backward() * x.tokens_sp * x.h));
   gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::MlpDown, phase);
-  ops.push_back(gemm(ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t, x.e));
+  ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t));
   ops.push_back(compute(ComputeKind::Gelu, phase, x.gelu_backward() * x.tokens * x.f / x.t));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
-  ops.push_back(gemm(ComputeKind::MlpUp, phase, x.tokens, x.f / x.t, x.h, x.e));
+  ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.f / x.t, x.h));
   reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::MlpUp, phase);
   ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_backward() * x.tokens_sp * x.h));
   ops.push_back(compute(ComputeKind::AttentionResidual, phase, x.residual_backward() * x.tokens_sp * x.h));
   gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::AttentionProjection, phase);
-  ops.push_back(gemm(ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width, x.e));
+  ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
   ops.push_back(attention_core(x, phase));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
   ops.push_back(qkv_projection(x, phase, attention_width));
@@ -266,9 +326,11 @@ std::vector<Op> fuse_layer(const std::vector<Op>& ops) {
 // The embedding's forward, or its recomputation before its backward (DeepSpeed, below).
 std::vector<Op> embedding_forward(const Shapes& x, Phase phase = Phase::Forward) {
   // Vocab-parallel lookup (rows outside this rank's shard give zeros) plus position embedding, then summed across TP;
-  // Megatron's embedding dropout follows (read, write, mask).
+  // Megatron's embedding dropout follows (read, write, mask). Composer's MPT looks up wte and wpe in two kernels
+  // (read and write each) and adds them (read two, write one).
   const double dropout = x.dropout ? 2 * x.e + 1 : 0;
-  std::vector<Op> ops{compute(ComputeKind::Embedding, phase, (2 * x.e + dropout) * x.tokens * x.h)};
+  const double lookup = x.composer ? 7 * x.e : 2 * x.e;
+  std::vector<Op> ops{compute(ComputeKind::Embedding, phase, (lookup + dropout) * x.tokens * x.h)};
   reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::Embedding, phase);
   return ops;
 }
@@ -276,7 +338,16 @@ std::vector<Op> embedding_forward(const Shapes& x, Phase phase = Phase::Forward)
 std::vector<Op> embedding_backward(const Shapes& x) {
   std::vector<Op> ops;
   gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::Embedding, Phase::Backward);
-  ops.push_back(compute(ComputeKind::Embedding, Phase::Backward, 2 * x.tokens * x.h * x.e));
+  // The embedding's backward reads the gradient into the word embedding's. Composer's runs PyTorch's dense embedding
+  // backward twice, for wte and wpe (embedding_dense_backward_cuda: zero-fill the table's gradient, one pass over
+  // the [tokens, h] gradient, write the touched rows), then adds the tied head's gradient of wte to it (autograd's
+  // out-of-place add: read two, write one).
+  double bytes = 2 * x.tokens * x.h * x.e;
+  if (x.composer) {
+    const double tables = x.vocab_local + (x.alibi ? 0 : x.seq);
+    bytes = 2 * x.tokens * x.h * x.e + 2 * tables * x.h * x.e + 3 * x.vocab_local * x.h * x.e;
+  }
+  ops.push_back(compute(ComputeKind::Embedding, Phase::Backward, bytes));
   return ops;
 }
 
@@ -339,10 +410,14 @@ class StageBuilder {
     // Megatron-LM reduces gradients in fp32 for bf16 training (it sets accumulate_allreduce_grads_in_fp32 with
     // --bf16), in the model dtype otherwise. DeepSpeed reduces them in the model dtype: v0.5's ZeRO-1
     // (runtime/zero/stage2.py, allreduce_bucket) converts to fp32 only under allreduce_always_fp32, off by default.
-    const bool fp32_reduction = s.framework.name == Framework::Megatron && s.model.dtype == DType::BF16;
+    // Composer's DDP reduces the fp32 gradients of its fp32 parameters (autocast); its FSDP reduce-scatters in the
+    // model dtype (fsdp_reduce).
+    const bool fp32_reduction = (s.framework.name == Framework::Megatron && s.model.dtype == DType::BF16) ||
+                                s.framework.name == Framework::Composer;
     grad_reduce_bytes_ = fp32_reduction ? 4.0 : dtype_bytes(s.model.dtype);
     // DeepSpeed's BF16_Optimizer all-reduces the tied weight's fp32 gradient (weight._hp_grad, pipe/engine.py).
     tied_reduce_bytes_ = s.framework.bf16_optimizer ? 4.0 : grad_reduce_bytes_;
+    zero3_ = s.parallel.zero_stage == 3 && dp_ > 1;
     last_backward_.assign(chunks_, -1);
     for (int i = 0; i < static_cast<int>(schedule.size()); ++i) {
       if (schedule[i].pass == Pass::Backward) last_backward_[schedule[i].chunk] = i;
@@ -427,10 +502,21 @@ class StageBuilder {
   void forward_step(const PipelineStep& step) {
     const int vs = virtual_stage(stage_, step.chunk, stages_);
     int wait_for = vs > 0 ? recv(step, vs - 1, Phase::Forward) : -1;
+    if (zero3_) {
+      // FSDP's root unit (the embeddings and the final layer norm) is gathered at the start of every micro-batch
+      // and stays so through its backward; the DataParallel stream's order puts this after the previous
+      // micro-batch's reduce-scatters, which the root's backward made the compute stream wait for.
+      fsdp_gather(-1, ComputeKind::Embedding, root_parameters(ComputeKind::Embedding), Phase::Forward, step);
+      wait_for = fsdp_gather(-1, ComputeKind::LmHead, root_parameters(ComputeKind::LmHead), Phase::Forward, step);
+    }
     if (vs == 0) emit_all(embedding_forward(x_), step, wait_for);
     const int first = first_layer(step.chunk), end = first + layers_in(step.chunk);
     for (int layer = first; layer < end; ++layer) {
+      if (zero3_)
+        wait_for =
+            fsdp_gather(layer, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_), Phase::Forward, step);
       emit_layer(layer, Phase::Forward, step, wait_for);
+      if (zero3_) fsdp_free(last_op());  // FULL_SHARD reshards a block after its forward
     }
     if (vs == virtual_stages_ - 1) {
       emit_all(head_forward(x_), step, wait_for);
@@ -445,10 +531,30 @@ class StageBuilder {
     if (vs == virtual_stages_ - 1) emit_all(head_backward(x_, recompute_model_ends(s_)), step, wait_for);
     int gradient_producer = last_op();
     const int first = first_layer(step.chunk);
-    for (int layer = first + layers_in(step.chunk) - 1; layer >= first; --layer) {
+    const int last = first + layers_in(step.chunk) - 1;
+    int prefetched = -1;  // FSDP: the all-gather of the next block in backward order, issued by the previous one
+    for (int layer = last; layer >= first; --layer) {
+      if (zero3_) {
+        // The last block's parameters are gathered in its own pre-backward hook; every other block's was
+        // prefetched in the post-backward hook of the block after it (Composer's BACKWARD_POST).
+        wait_for = layer == last ? fsdp_gather(layer, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_),
+                                               Phase::Backward, step)
+                                 : prefetched;
+      }
       emit_layer(layer, Phase::Recompute, step, wait_for);
       emit_layer(layer, Phase::Backward, step, wait_for);
       gradient_producer = last_op();  // before any gradient-synchronisation op of this layer
+      if (zero3_) {
+        // Post-backward hook: reshard the block, prefetch the next one, reduce-scatter this one's gradient (every
+        // micro-batch: Composer never enters no_sync), after its backward on the compute stream.
+        fsdp_free(gradient_producer);
+        if (layer > first) {
+          prefetched = fsdp_gather(layer - 1, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_),
+                                   Phase::Backward, step);
+        }
+        fsdp_reduce(layer, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_), gradient_producer, step);
+        continue;
+      }
       if (last_backward_of_chunk) {
         if (s_.parallel.dp_overlap) {
           synchronize_layer_gradients(layer);
@@ -461,7 +567,55 @@ class StageBuilder {
       if (recompute_model_ends(s_)) emit_all(embedding_forward(x_, Phase::Recompute), step, wait_for);
       emit_all(embedding_backward(x_), step, wait_for);
     }
+    if (zero3_) {
+      // The root's post-backward: reshard it and reduce-scatter its gradient, last.
+      const int producer = last_op();
+      fsdp_free(producer);
+      fsdp_reduce(-1, ComputeKind::LmHead, root_parameters(ComputeKind::LmHead), producer, step);
+      fsdp_reduce(-1, ComputeKind::Embedding, root_parameters(ComputeKind::Embedding), producer, step);
+    }
     if (vs > 0) send(step, vs, vs - 1, Phase::Backward, gradient_producer);
+  }
+
+  // ---- ZeRO-3: PyTorch FSDP's FULL_SHARD as PyTorch 1.13 runs it under Composer (torch/distributed/fsdp/
+  // fully_sharded_data_parallel.py: _unshard, _reshard, _FreeEventQueue; composer/trainer/dist_strategy.py):
+  // one FSDP unit per transformer block plus the root (embeddings, final layer norm); a unit's parameters are
+  // all-gathered in the model dtype before its forward and again before its backward, freed after each, and its
+  // gradient is reduce-scattered in the model dtype after every micro-batch's backward. With limit_all_gathers the
+  // CPU issues an all-gather only once at most 2 freed units are still pending: the oldest free (a compute op) is a
+  // dependency of the gather (_max_num_inflight_all_gathers = 2). Gathers and reduce-scatters share one NCCL
+  // stream (here the DataParallel stream, in issue order).
+
+  // Parameters of a root bucket on this rank (pp = 1 under ZeRO-3: it holds both).
+  double root_parameters(ComputeKind what) const {
+    const double word_embedding_shard = d(s_.padded_vocab()) / x_.t * x_.h;
+    if (what == ComputeKind::Embedding) return word_embedding_shard + position_embedding_parameters(s_);
+    return 2 * x_.h + (s_.framework.tied_embeddings ? 0 : word_embedding_shard);
+  }
+
+  int fsdp_gather(int layer, ComputeKind what, double parameters, Phase phase, const PipelineStep& step) {
+    Op op = gradient_op(CollectiveKind::AllGather, Group::Data, Payload::Parameters, what, parameters * x_.e,
+                        Stream::DataParallel);
+    op.phase = phase;
+    op.layer = layer;
+    op.micro_batch = step.micro_batch;
+    if (free_events_.size() >= 2) {
+      op.deps.push_back(free_events_.front());
+      free_events_.pop_front();
+    }
+    return emit(std::move(op));
+  }
+
+  void fsdp_free(int after_op) { free_events_.push_back(after_op); }
+
+  void fsdp_reduce(int layer, ComputeKind what, double parameters, int producer, const PipelineStep& step) {
+    Op op = gradient_op(CollectiveKind::ReduceScatter, Group::Data, Payload::Gradients, what, parameters * x_.e,
+                        Stream::DataParallel);
+    op.layer = layer;
+    op.micro_batch = step.micro_batch;
+    op.deps.push_back(producer);
+    last_reduce_ = emit(std::move(op));
+    if (step.micro_batch == 0) buckets_.push_back({layer, what, parameters, last_reduce_});
   }
 
   Op gradient_op(CollectiveKind kind, Group group, Payload payload, ComputeKind what, double bytes, Stream stream) {
@@ -508,6 +662,10 @@ class StageBuilder {
   }
 
   void finish_iteration() {
+    if (zero3_) {
+      finish_sharded_iteration();
+      return;
+    }
     for (int layer : deferred_layers_) synchronize_layer_gradients(layer);
     const bool first = stage_ == 0, last = stage_ == stages_ - 1;
     const double word_embedding_shard = d(s_.padded_vocab()) / x_.t * x_.h;
@@ -551,6 +709,19 @@ class StageBuilder {
     }
   }
 
+  // ZeRO-3: the gradients are reduced already (the last reduce-scatter of the last micro-batch; the root's
+  // _wait_for_post_backward made the compute stream wait for all of them); the norm for clipping over every shard,
+  // then each rank steps its own shards. Nothing is gathered after the step: the next forward gathers.
+  void finish_sharded_iteration() {
+    Op norm = gradient_op(CollectiveKind::AllReduce, Group::World, Payload::GradNormSquared, ComputeKind::OptimizerStep,
+                          4, Stream::Compute);
+    if (last_reduce_ >= 0) norm.deps.push_back(last_reduce_);
+    emit(std::move(norm));
+    double local_parameters = 0;
+    for (const auto& bucket : buckets_) local_parameters += bucket.parameters;
+    emit(compute(ComputeKind::OptimizerStep, Phase::Optimizer, optimizer_bytes(local_parameters, true)));
+  }
+
   // Memory traffic of the optimizer step, in bytes, for `local_parameters` on this rank (`shard` of them updated
   // here: all, or 1/dp under ZeRO-1).
   //   Megatron-LM (megatron/optimizer/optimizer.py, Float16OptimizerWithFloat16Params with apex FusedAdam, and
@@ -581,6 +752,7 @@ class StageBuilder {
   double optimizer_bytes(double local_parameters, bool zero) const {
     const double e = x_.e, shard = local_parameters / (zero ? dp_ : 1);
     const double adam = 28, norm = 4, copy_back = 4 + e;
+    if (s_.framework.name == Framework::Composer) return shard * (norm + composer_adam_bytes());
     if (s_.model.dtype == DType::FP32) return shard * (norm + adam) + local_parameters * 4;
     const double unscale = s_.model.dtype == DType::FP16 ? 8 : 0;
     if (s_.framework.bf16_optimizer) {
@@ -601,6 +773,12 @@ class StageBuilder {
     return local_parameters * (4 * e + (local_ddp ? 2 * e : 0) + (e + 4)) + shard * (unscale + norm + adam + copy_back);
   }
 
+  // Composer's DecoupledAdamW (composer/optim/decoupled_weight_decay.py of v0.13.3, a Python loop over the
+  // parameters; each FSDP unit is one flat fp32 shard) with weight_decay = 0: eight elementwise kernels per shard
+  // (the moments' mul_, add_, mul_, addcmul_; the denominator's sqrt, div, add_; the update's addcdiv_), 52 bytes
+  // read and 32 written per element.
+  static double composer_adam_bytes() { return 52 + 32; }
+
   struct Bucket {
     int layer;
     ComputeKind what;
@@ -620,6 +798,9 @@ class StageBuilder {
   std::vector<int> deferred_layers_;
   std::vector<Bucket> buckets_;
   std::vector<Op> ops_;
+  bool zero3_ = false;           // parallel.zero_stage = 3 with dp > 1: FSDP's per-unit gathers and reduce-scatters
+  std::deque<int> free_events_;  // FSDP: compute ops after which a unit was freed, oldest first
+  int last_reduce_ = -1;         // FSDP: the latest reduce-scatter
 };
 
 template <typename Enum, std::size_t N>
@@ -629,6 +810,10 @@ std::string_view lookup(const char* const (&names)[N], Enum value) {
 }
 
 }  // namespace
+
+double attention_layout_copy_bytes(const Scenario& scenario, Phase phase) {
+  return layout_copy_bytes(Shapes(scenario), phase);
+}
 
 std::vector<Op> layer_compute_ops(const Scenario& scenario, int layer, Phase phase) {
   std::vector<Op> ops = layer_ops(scenario, layer, phase);

@@ -141,6 +141,11 @@ inline constexpr double kProgramBytesPerOp = 300;
 // what a `TransformerLayer` op fuses. Used by build_program and by cost models that time fused ops.
 std::vector<Op> layer_compute_ops(const Scenario& scenario, int layer, Phase phase);
 
+// Bytes of the copies the framework makes around the attention core in `phase` for one micro-batch (the context's
+// layout copy forward, the Q/K/V gradients' concatenation backward): part of an AttentionCore op's bytes, what the
+// cost model times at the streaming rate when it times the kernel itself by a measured rate (FlashAttention).
+double attention_layout_copy_bytes(const Scenario& scenario, Phase phase);
+
 std::string_view to_string(OpKind kind);
 std::string_view to_string(Phase phase);
 std::string_view to_string(Stream stream);

@@ -44,7 +44,10 @@ constexpr EnumName<NodeKind> kNodes[] = {{NodeKind::DgxA100, "dgx-a100"},
                                          {NodeKind::CpuHost, "cpu-host"}};
 constexpr EnumName<PositionEmbedding> kPositionEmbeddings[] = {{PositionEmbedding::Learned, "learned"},
                                                                {PositionEmbedding::Alibi, "alibi"}};
-constexpr EnumName<Framework> kFrameworks[] = {{Framework::Megatron, "megatron"}, {Framework::DeepSpeed, "deepspeed"}};
+constexpr EnumName<Framework> kFrameworks[] = {
+    {Framework::Megatron, "megatron"}, {Framework::DeepSpeed, "deepspeed"}, {Framework::Composer, "composer"}};
+constexpr EnumName<AttentionKind> kAttentionKinds[] = {
+    {AttentionKind::Unfused, "unfused"}, {AttentionKind::Flash1, "flash1"}, {AttentionKind::Flash2, "flash2"}};
 
 template <typename Enum, std::size_t N>
 std::string_view name_of(const EnumName<Enum> (&table)[N], Enum value) {
@@ -292,6 +295,10 @@ std::string_view to_string(PositionEmbedding value) {
 std::string_view to_string(NodeKind value) {
   return name_of(kNodes, value);
 }
+std::string_view to_string(AttentionKind value) {
+  return name_of(kAttentionKinds, value);
+}
+
 std::string_view to_string(Framework value) {
   return name_of(kFrameworks, value);
 }
@@ -494,7 +501,9 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   framework.choice("name", scenario.framework.name, kFrameworks);
   framework.boolean("tied_embeddings", scenario.framework.tied_embeddings);
   framework.boolean("dropout", scenario.framework.dropout);
+  const bool fused_kernels_given = framework.has("fused_kernels");
   framework.boolean("fused_kernels", scenario.framework.fused_kernels);
+  framework.choice("attention", scenario.framework.attention, kAttentionKinds);
   // Unset, both follow sequence parallelism: the Megatron-LM versions that have it (2022 on) overlap its backward
   // all-gather and reduce-scatter inside LinearWithGradAccumulationAndAsyncCommunication whatever the flags say, and
   // fuse gradient accumulation by default (--no-gradient-accumulation-fusion turns it off); 2021's had neither.
@@ -505,6 +514,16 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   framework.boolean("pipeline_gather_copies", scenario.framework.pipeline_gather_copies);
   framework.boolean("bf16_optimizer", scenario.framework.bf16_optimizer);
   framework.reject_unknown_keys();
+  if (scenario.framework.name == Framework::Composer) {
+    // Composer runs PyTorch's own elementwise kernels (sim/cost_model.cpp); Megatron's fused ones are not there.
+    if (fused_kernels_given) {
+      problems.push_back(
+          fmt::format("{}: framework.fused_kernels selects Megatron-LM's fused kernels; "
+                      "framework.name = \"composer\" runs PyTorch's own: leave it out",
+                      source));
+    }
+    scenario.framework.fused_kernels = false;
+  }
 
   SectionReader training(section_table(root, "training", source, problems), "training", source, problems);
   training.unsigned_integer("seed", scenario.training.seed);
@@ -710,8 +729,62 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
                     "node's own; got {}",
                     src, c.nic_gbps));
   }
-  if (p.zero_stage != 0 && p.zero_stage != 1) {
-    problems.push_back(fmt::format("{}: parallel.zero_stage must be 0 or 1, got {}", src, p.zero_stage));
+  const bool composer = scenario.framework.name == Framework::Composer;
+  if (p.zero_stage != 0 && p.zero_stage != 1 && p.zero_stage != 3) {
+    problems.push_back(fmt::format("{}: parallel.zero_stage must be 0, 1 or 3, got {}", src, p.zero_stage));
+  } else if (p.zero_stage == 3 && !composer) {
+    problems.push_back(
+        fmt::format("{}: parallel.zero_stage = 3 is PyTorch FSDP's FULL_SHARD, which twin models as Composer runs "
+                    "it: it needs framework.name = \"composer\", got \"{}\"",
+                    src, to_string(scenario.framework.name)));
+  } else if (p.zero_stage == 1 && composer) {
+    problems.push_back(
+        fmt::format("{}: framework.name = \"composer\" shards with FSDP: parallel.zero_stage must be 3 "
+                    "(FULL_SHARD) or 0 (DDP), got 1",
+                    src));
+  }
+  // FlashAttention's kernels take heads of at most 128 (v1) or 256 (v2) (flash-attention's README, "head dimensions
+  // up to 128" for v1 and "all head dimensions up to 256" for v2).
+  if (heads_ok && hidden_ok && m.heads > 0) {
+    const std::int64_t head_dim = m.hidden / m.heads;
+    const std::int64_t most = scenario.framework.attention == AttentionKind::Flash1   ? 128
+                              : scenario.framework.attention == AttentionKind::Flash2 ? 256
+                                                                                      : 0;
+    if (most > 0 && head_dim > most) {
+      problems.push_back(
+          fmt::format("{}: framework.attention = \"{}\" takes heads of at most {} dimensions; "
+                      "model.hidden / model.heads = {} / {} = {}",
+                      src, to_string(scenario.framework.attention), most, m.hidden, m.heads, head_dim));
+    }
+  }
+  // Composer (llm-foundry's MPT) has neither tensor nor pipeline parallelism, nor Megatron's selective or block
+  // recompute: its activation checkpointing wraps whole blocks.
+  if (composer) {
+    if (tp_ok && p.tp != 1) {
+      problems.push_back(
+          fmt::format("{}: framework.name = \"composer\" has no tensor parallelism: "
+                      "parallel.tp must be 1, got {}",
+                      src, p.tp));
+    }
+    if (pp_ok && p.pp != 1) {
+      problems.push_back(
+          fmt::format("{}: framework.name = \"composer\" has no pipeline parallelism: "
+                      "parallel.pp must be 1, got {}",
+                      src, p.pp));
+    }
+    if (p.zero_stage == 0 && p.dp > 1 && !p.dp_overlap) {
+      problems.push_back(
+          fmt::format("{}: framework.name = \"composer\" with parallel.zero_stage = 0 is PyTorch "
+                      "DDP, which reduces its gradient buckets under the backward: "
+                      "parallel.dp_overlap must be true",
+                      src));
+    }
+    if (p.recompute == Recompute::Selective) {
+      problems.push_back(
+          fmt::format("{}: framework.name = \"composer\" checkpoints whole blocks: "
+                      "parallel.recompute must be \"none\" or \"full\", got \"selective\"",
+                      src));
+    }
   }
   // Megatron-LM's block recompute: a number of layers per chunk, of full recompute, in Megatron's own layers
   // (DeepSpeed's pipeline engine checkpoints every activation_checkpoint_interval layers instead).
@@ -723,11 +796,11 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
         fmt::format("{}: parallel.recompute_num_layers ({}) needs parallel.recompute = \"full\" "
                     "(Megatron-LM's --recompute-method block), got \"{}\"",
                     src, p.recompute_num_layers, to_string(p.recompute)));
-  } else if (p.recompute_num_layers > 0 && scenario.framework.name == Framework::DeepSpeed) {
+  } else if (p.recompute_num_layers > 0 && scenario.framework.name != Framework::Megatron) {
     problems.push_back(
         fmt::format("{}: parallel.recompute_num_layers is Megatron-LM's block recompute; "
-                    "framework.name = \"deepspeed\" checkpoints every layer",
-                    src));
+                    "framework.name = \"{}\" checkpoints every layer",
+                    src, to_string(scenario.framework.name)));
   } else if (p.recompute_num_layers > 0 && layers_ok && pp_ok && v_ok) {
     // Megatron recomputes the first N layers of each chunk: more than the largest chunk holds is a typo.
     const std::int64_t middle_stages = p.pp - (p.first_stage_layers > 0) - (p.last_stage_layers > 0);
@@ -848,7 +921,8 @@ std::string to_toml(const Scenario& s) {
   line(fmt::format("name = \"{}\"", to_string(s.framework.name)));
   line(fmt::format("tied_embeddings = {}", s.framework.tied_embeddings));
   line(fmt::format("dropout = {}", s.framework.dropout));
-  line(fmt::format("fused_kernels = {}", s.framework.fused_kernels));
+  if (s.framework.name != Framework::Composer) line(fmt::format("fused_kernels = {}", s.framework.fused_kernels));
+  line(fmt::format("attention = \"{}\"", to_string(s.framework.attention)));
   line(fmt::format("tp_comm_overlap = {}", s.framework.tp_comm_overlap));
   line(fmt::format("gradient_accumulation_fusion = {}", s.framework.gradient_accumulation_fusion));
   line(fmt::format("pipeline_gather_copies = {}", s.framework.pipeline_gather_copies));

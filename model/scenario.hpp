@@ -16,7 +16,13 @@ enum class DType : std::uint8_t { BF16, FP16, FP32 };
 enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved };
 enum class Recompute : std::uint8_t { None, Selective, Full };
 enum class NodeKind : std::uint8_t { DgxA100, DgxA100_40GB, DgxH100, DgxH200, CpuHost };
-enum class Framework : std::uint8_t { Megatron, DeepSpeed };
+// Megatron-LM; DeepSpeed's pipeline engine on Megatron-DeepSpeed's layers; MosaicML Composer (llm-foundry's trainer,
+// 2023) on PyTorch 1.13: eager PyTorch modules under autocast, data parallelism by PyTorch FSDP (or DDP), no TP or PP.
+enum class Framework : std::uint8_t { Megatron, DeepSpeed, Composer };
+// How the attention core runs: Megatron-LM's (Q K^T and P V as batched GEMMs through HBM, a softmax kernel between)
+// or FlashAttention (Dao et al. 2022; FlashAttention-2, Dao 2023): one fused kernel per pass that never writes the
+// scores, recomputing them in its backward.
+enum class AttentionKind : std::uint8_t { Unfused, Flash1, Flash2 };
 // How a token's position enters the model: a learned embedding added to the token's (GPT-2, Megatron-LM), or ALiBi's
 // per-head linear bias on the attention scores and no position embedding at all (Press et al., ICLR 2022; BLOOM).
 enum class PositionEmbedding : std::uint8_t { Learned, Alibi };
@@ -28,6 +34,7 @@ std::string_view to_string(Recompute recompute);
 std::string_view to_string(NodeKind node);
 std::string_view to_string(Framework framework);
 std::string_view to_string(PositionEmbedding position);
+std::string_view to_string(AttentionKind attention);
 
 // GPUs per node and memory per GPU of the node kinds a scenario may name. The full performance specs (FLOP/s, HBM and
 // link bandwidths) live in topology/; these two numbers are all that validation and the memory check need.
@@ -58,7 +65,9 @@ struct ParallelSpec {
   std::int64_t virtual_stages = 1;    // model chunks per stage (interleaved schedule)
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;
-  std::int64_t zero_stage = 0;        // 0 or 1 (optimizer state sharded across DP)
+  std::int64_t zero_stage = 0;        // 0; 1 (optimizer state sharded across DP); 3 (parameters, gradients and
+                                      // optimizer state sharded, parameters gathered per layer: PyTorch FSDP's
+                                      // FULL_SHARD, framework.name = "composer")
   bool dp_overlap = false;            // reduce DP gradients under the backward pass
   std::int64_t vocab_pad_multiple = 128;  // Megatron's make-vocab-size-divisible-by (times tp)
   // Transformer layers of the first and of the last pipeline stage, the others sharing the rest evenly (Megatron-Core's
@@ -112,6 +121,7 @@ struct FrameworkSpec {
   bool pipeline_gather_copies = true;  // the receiver's all-gather of a pipeline tensor scattered across TP copies it
                                        // out of NCCL's flat buffer (PyTorch's list all_gather: Megatron-LM until
                                        // February 2022); false: _all_gather_base, no copy (Megatron-LM after)
+  AttentionKind attention = AttentionKind::Unfused;  // the attention core's implementation
   bool bf16_optimizer = false;  // DeepSpeed's BF16_Optimizer (v0.6.2 on, the only bf16 path of its pipeline engine):
                                 // gradients accumulate into an fp32 copy every micro-batch, cross stages partitioned
                                 // across TP, and the optimizer shards its fp32 state across DP; false: the engine of

@@ -51,6 +51,8 @@ PipelineTransfer pipeline_transfer(const model::Scenario& scenario, const model:
         transfer.receipt_copy_kernels = 2 * 3;
       }
       break;
+    case model::Framework::Composer:
+      break;  // no pipeline (parallel.pp = 1): never reached
   }
   return transfer;
 }

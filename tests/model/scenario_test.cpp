@@ -281,8 +281,14 @@ INSTANTIATE_TEST_SUITE_P(
                     {parse_override("parallel.schedule=interleaved"), parse_override("parallel.virtual_stages=2")},
                     "micro-batches per pipeline (global_batch / (dp * micro_batch) = 3) must be divisible by "
                     "parallel.pp (2)"},
-        InvalidCase{
-            "zero_stage_3", kV, {parse_override("parallel.zero_stage=3")}, "parallel.zero_stage must be 0 or 1, got 3"},
+        InvalidCase{"zero_stage_2",
+                    kV,
+                    {parse_override("parallel.zero_stage=2")},
+                    "parallel.zero_stage must be 0, 1 or 3, got 2"},
+        InvalidCase{"zero_stage_3_megatron",
+                    kV,
+                    {parse_override("parallel.zero_stage=3")},
+                    "parallel.zero_stage = 3 is PyTorch FSDP's FULL_SHARD, which twin models as Composer runs it"},
         InvalidCase{"sequence_parallel_seq_len",
                     replace(kV, "seq_len = 128", "seq_len = 129"),
                     {parse_override("parallel.sequence_parallel=true")},
