@@ -52,7 +52,13 @@ std::string gpu_constants_line(const sim::AnalyticalParameters& p, const topolog
 // does): which release's behaviour the prediction assumes matters as much as the hardware.
 std::string framework_line(const model::Scenario& s) {
   const auto& f = s.framework;
-  const std::string common = fmt::format("fused_kernels = {}, dropout = {}", f.fused_kernels, f.dropout);
+  const std::string common = fmt::format("fused_kernels = {}, dropout = {}, attention = {}", f.fused_kernels, f.dropout,
+                                         model::to_string(f.attention));
+  if (f.name == model::Framework::Composer) {
+    return fmt::format("framework: composer (PyTorch 1.13 kernels, {}), dropout = {}, attention = {}",
+                       s.parallel.zero_stage == 3 ? "FSDP FULL_SHARD" : "DDP", f.dropout,
+                       model::to_string(f.attention));
+  }
   if (f.name == model::Framework::DeepSpeed) {
     return fmt::format("framework: deepspeed, {} (bf16_optimizer = {}), {}",
                        f.bf16_optimizer ? "BF16_Optimizer of v0.6.2 on" : "pipeline engine of v0.5", f.bf16_optimizer,

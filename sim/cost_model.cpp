@@ -63,7 +63,49 @@ struct AttentionMeasurement {
 };
 constexpr AttentionMeasurement kMegatronAttentionA100{13.21e-3, 16 * 8, 2048, 64};
 
+// FlashAttention, measured: T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work
+// Partitioning" (arXiv:2307.08691), Section 4.1, Figure 4 (A100 80GB SXM4) and the same benchmark on an H100 80GB
+// SXM5 (github.com/Dao-AILab/flash-attention, assets/flash2_a100_fwd_bwd_benchmark.png and
+// flash2_h100_fwd_bwd_benchmark.png, the README's "Performance" section), panels (c) and (d), "With causal mask":
+// forward + backward TFLOP/s of FlashAttention (v1) and FlashAttention-2 at sequence 512 to 16k (batch x sequence =
+// 16k tokens, hidden 2048, fp16), counted as the benchmark counts them (benchmarks/benchmark_flash_attention.py):
+// forward 4 b s^2 heads d / 2 under the causal mask (the kernels skip the tiles above the diagonal), backward 2.5
+// times that (five GEMMs to the forward's two: it recomputes the scores). The forward and backward are timed at the
+// same rate: Dao et al. 2022's Tables 18 and 19 (FlashAttention v1, A100 40GB, head dim 64, no mask) put them
+// within 10 % of each other at sequence 2048 (57 and 63 TFLOP/s).
+struct FlashAttentionRates {
+  double d64[6], d128[6];  // TFLOP/s at sequence 512, 1k, 2k, 4k, 8k, 16k
+};
+constexpr double kFlashSequences[6] = {512, 1024, 2048, 4096, 8192, 16384};
+constexpr FlashAttentionRates kFlash1A100{{58, 70, 77, 87, 92, 97}, {55, 62, 69, 76, 80, 83}};
+constexpr FlashAttentionRates kFlash2A100{{88, 119, 140, 156, 165, 171}, {99, 133, 155, 173, 182, 189}};
+constexpr FlashAttentionRates kFlash1H100{{104, 123, 136, 138, 149, 156}, {98, 109, 108, 126, 135, 137}};
+constexpr FlashAttentionRates kFlash2H100{{141, 192, 232, 257, 273, 284}, {163, 221, 265, 294, 308, 328}};
+
 }  // namespace
+
+FlashAttentionRate flash_attention_rate(const topology::GpuSpec& gpu, model::AttentionKind kind, double seq,
+                                        double head_dim) {
+  if (kind == model::AttentionKind::Unfused) throw std::invalid_argument("flash_attention_rate: not a flash kernel");
+  // H200: the H100's die and clocks with faster HBM; the kernels are compute bound, so the H100's rates.
+  const bool hopper = gpu.name.rfind("H100", 0) == 0 || gpu.name.rfind("H200", 0) == 0;
+  const bool v2 = kind == model::AttentionKind::Flash2;
+  const FlashAttentionRates& rates = hopper ? (v2 ? kFlash2H100 : kFlash1H100) : (v2 ? kFlash2A100 : kFlash1A100);
+  // Head dimensions: the measured 64 and 128. A kernel computes on its head-dimension block: FlashAttention's
+  // Triton and CUDA v1 kernels on the next power of two (flash_attn_triton.py: BLOCK_HEADDIM = next_power_of_2(d)),
+  // FlashAttention-2 on the next multiple of 32 (its kernels are instantiated for 32, 64, 96, ..., 256); beyond
+  // 128 the d128 rate is assumed.
+  FlashAttentionRate out;
+  out.kernel_head_dim =
+      v2 ? std::ceil(head_dim / 32) * 32 : (head_dim <= 64 ? 64.0 : std::pow(2.0, std::ceil(std::log2(head_dim))));
+  const double* row = head_dim <= 64 ? rates.d64 : rates.d128;
+  // Between measured sequence lengths, linear in log2(s); outside, the nearest measurement.
+  const double x = std::clamp(std::log2(seq), std::log2(kFlashSequences[0]), std::log2(kFlashSequences[5]));
+  const int i = std::min(4, static_cast<int>(std::floor(x - std::log2(kFlashSequences[0]))));
+  const double f = x - std::log2(kFlashSequences[i]);
+  out.flops_per_s = 1e12 * (row[i] + f * (row[i + 1] - row[i]));
+  return out;
+}
 
 AttentionTraffic attention_traffic(double batch_heads, double seq, double head_dim, double element_bytes,
                                    bool dropout) {
@@ -119,6 +161,12 @@ double gradient_accumulation_bytes(const model::Scenario& s) {
   const double e = model::dtype_bytes(s.model.dtype);
   const double m = static_cast<double>(std::max<std::int64_t>(1, s.parallel.micro_batches()));
   if (s.framework.bf16_optimizer) return e + 16;
+  // Composer: under FSDP every micro-batch's backward writes a fresh unsharded gradient (FSDP moves the sharded one
+  // aside, flat_param.py prepare_gradient) and the reduced shard is added on FSDP's own stream; under DDP autograd
+  // adds each fp32 gradient into .grad in place (read 4 + 4, write 4) from the second micro-batch on.
+  if (s.framework.name == model::Framework::Composer) {
+    return s.parallel.zero_stage == 3 ? 0 : 12 * (m - 1) / m;
+  }
   if (s.framework.name == model::Framework::Megatron && s.model.dtype == model::DType::BF16) {
     return s.framework.gradient_accumulation_fusion ? 0 : e + 8;
   }
@@ -130,6 +178,18 @@ double gradient_accumulation_bytes(const model::Scenario& s) {
 int elementwise_kernels(const model::Scenario& s, const model::Op& op) {
   using model::ComputeKind;
   const bool fused = s.framework.fused_kernels, forward = op.phase != model::Phase::Backward;
+  if (s.framework.name == model::Framework::Composer) {
+    // PyTorch's kernels, as model/program.cpp Shapes counts them: the layer norm's backward in two (dx; the weight
+    // and bias gradients), the embedding's lookups and add (backward: both tables), the loss's fused cross-entropy
+    // and the two training metrics' cast, log_softmax and nll_loss each.
+    const bool layer_norm = op.what == ComputeKind::LayerNormAttention || op.what == ComputeKind::LayerNormMlp ||
+                            op.what == ComputeKind::FinalLayerNorm;
+    if (layer_norm) return forward ? 1 : 2;
+    if (op.what == ComputeKind::Embedding) return forward ? 3 : 2 * 3 + 1;     // backward: fill, pass, rows; twice; add
+    if (op.what == ComputeKind::CrossEntropy) return forward ? 1 + 2 * 2 : 1;  // the metrics' small kernels aside
+    const bool residual = op.what == ComputeKind::AttentionResidual || op.what == ComputeKind::MlpResidual;
+    return residual && s.framework.dropout ? 2 : 1;
+  }
   if (op.what == ComputeKind::AttentionResidual || op.what == ComputeKind::MlpResidual) {
     return fused || !forward ? 1 : (s.framework.dropout ? 3 : 2);  // bias add, dropout, residual add
   }
@@ -281,6 +341,18 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
   const double m = static_cast<double>(op.gemm.m), n = static_cast<double>(op.gemm.n);
   const double k = static_cast<double>(op.gemm.k), count = static_cast<double>(op.gemm.count);
 
+  if (op.what == ComputeKind::AttentionCore && count > 0 &&
+      scenario.framework.attention != model::AttentionKind::Unfused) {
+    // One fused kernel per pass at its measured rate (flash_attention_rate), on the causal FLOPs it computes with
+    // its head-dimension block: forward 2 b s^2 heads d (m = n = s, k = d, count = 2 b heads), backward 2.5 times
+    // that; the recompute is a forward. Around it, the framework's layout copies at the streaming rate, and the
+    // launches: forward one kernel; backward its preprocess, the kernel, and the fp32 dQ's copy into the model dtype.
+    const FlashAttentionRate rate = flash_attention_rate(gpu_, scenario.framework.attention, m, k);
+    const double forward_flops = count / 2 * 2 * m * n * rate.kernel_head_dim;
+    const double kernel = (backward ? 2.5 : 1.0) * forward_flops / rate.flops_per_s;
+    const double copies = model::attention_layout_copy_bytes(scenario, op.phase);
+    return kernel + (copies > 0 ? memory_time_s(copies) + launch : 0) + (backward ? 3 : 1) * launch;
+  }
   if (op.what == ComputeKind::AttentionCore && count > 0) {
     // Half the GEMMs are Q K^T [s,d]x[d,s] (m=s, n=s, k=d), half P V [s,s]x[s,d] (m=s, n=d, k=s). Backward: the
     // gradients of both (dP: [s,d]x[d,s]; dV, dQ, dK: [s,s]x[s,d]).

@@ -10,6 +10,8 @@
 //             GEMM op runs the input-gradient GEMM [m,n]x[n,k] and the weight-gradient GEMM [k,m]x[m,n]. Bytes the
 //             Program puts on a GEMM op beyond its operands (the QKV bias's own add and reduction) are one more
 //             memory-bound kernel.
+//   flash     framework.attention = "flash1" | "flash2": one kernel per pass at FlashAttention's measured rate on the
+//             causal FLOPs it computes, plus the framework's layout copies at the streaming rate.
 //   attention the two batched GEMMs of each head (Q K^T [s,d]x[d,s], P V [s,s]x[s,d]) plus the softmax and dropout
 //             traffic (the op's bytes not read by the GEMMs) over HBM. The GEMMs are memory bound (one side only a
 //             head wide) and move their bytes at attention_gemm_hbm_fraction of the streaming rate.
@@ -82,6 +84,15 @@ struct AttentionTraffic {
 };
 AttentionTraffic attention_traffic(double batch_heads, double seq, double head_dim, double element_bytes,
                                    bool dropout);
+
+// FlashAttention's measured forward + backward rate under the causal mask on `gpu` (sim/cost_model.cpp cites the
+// measurement) for a sequence of `seq` and heads of `head_dim`, and the head dimension its kernel computes on.
+struct FlashAttentionRate {
+  double flops_per_s = 0;      // of the causal FLOPs, counted with kernel_head_dim
+  double kernel_head_dim = 0;  // the head dimension rounded up to the kernel's block
+};
+FlashAttentionRate flash_attention_rate(const topology::GpuSpec& gpu, model::AttentionKind kind, double seq,
+                                        double head_dim);
 
 // The cited parameters for a GPU (by GpuSpec::name); throws std::invalid_argument for an unknown GPU.
 AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu);

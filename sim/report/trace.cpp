@@ -20,6 +20,7 @@ std::string op_label(const model::Op& op) {
     case OpKind::Collective: {
       std::string label = fmt::format("{} {} {}", model::to_string(op.collective), model::to_string(op.group),
                                       model::to_string(op.payload));
+      if (op.layer >= 0) label += fmt::format(" L{}", op.layer);
       if (op.micro_batch >= 0) label += fmt::format(" mb{}", op.micro_batch);
       return label;
     }
