@@ -25,6 +25,11 @@ namespace {
 
 constexpr char kShardMagic[8] = {'T', 'W', 'I', 'N', 'S', 'H', 'R', 'D'};
 constexpr std::uint32_t kShardVersion = 1;
+// A bucket's flags in a shard file (version 1 wrote 0 or 1: the first flag alone).
+constexpr std::uint32_t kHasMasterWeights = 1;
+// ZeRO-3: the file holds this rank's shard of the parameters, as of the Adam state, not the whole bucket: outside
+// its gathers a rank has nothing else (the rest is NaN), and every rank's file together holds the model once.
+constexpr std::uint32_t kParameterShardOnly = 2;
 constexpr const char* kManifestFormat = "twin-checkpoint";
 constexpr int kManifestVersion = 1;
 
@@ -255,8 +260,9 @@ ShardRecord write_shard(const fs::path& step_dir, int rank, int world_size, int 
     put(out, static_cast<std::uint64_t>(b.padded_numel));
     put(out, static_cast<std::uint64_t>(b.shard_offset));
     put(out, static_cast<std::uint64_t>(b.shard_numel));
-    put(out, static_cast<std::uint32_t>(b.master.empty() ? 0 : 1));
-    for (const Tensor* t : {&b.params, &b.adam_m, &b.adam_v, &b.master}) {
+    put(out, (b.master.empty() ? 0 : kHasMasterWeights) | (b.parameters_sharded ? kParameterShardOnly : 0));
+    const Tensor params = b.parameters_sharded ? b.params.slice(b.shard_offset, b.shard_numel) : b.params;
+    for (const Tensor* t : {&params, &b.adam_m, &b.adam_v, &b.master}) {
       if (t->empty()) continue;
       const std::vector<float> host = download(backend, *t);
       out.append(reinterpret_cast<const char*>(host.data()), host.size() * sizeof(float));
@@ -498,14 +504,19 @@ void read_shard(const fs::path& step_dir, const Manifest& m, int rank, ModelShar
     std::string name(in.get<std::uint32_t>(), '\0');
     in.take(name.data(), name.size());
     const auto padded = in.get<std::uint64_t>(), offset = in.get<std::uint64_t>(), numel = in.get<std::uint64_t>();
-    const bool has_master = in.get<std::uint32_t>() != 0;
-    if (name != b.name || padded != b.padded_numel || offset != b.shard_offset || numel != b.shard_numel) {
-      throw RunError(fmt::format(
-          "checkpoint shard '{}': bucket '{}' ({} parameters, shard {}+{}) does not match this "
-          "plan's '{}' ({} parameters, shard {}+{})",
-          path.string(), name, padded, offset, numel, b.name, b.padded_numel, b.shard_offset, b.shard_numel));
+    const auto flags = in.get<std::uint32_t>();
+    const bool has_master = (flags & kHasMasterWeights) != 0, parameter_shard_only = (flags & kParameterShardOnly) != 0;
+    if (name != b.name || padded != b.padded_numel || offset != b.shard_offset || numel != b.shard_numel ||
+        parameter_shard_only != b.parameters_sharded || (flags & ~(kHasMasterWeights | kParameterShardOnly)) != 0) {
+      auto parameters = [](bool shard_only) { return shard_only ? "its shard of the parameters" : "every parameter"; };
+      throw RunError(
+          fmt::format("checkpoint shard '{}': bucket '{}' ({} parameters, shard {}+{}, {}) does not match this "
+                      "plan's '{}' ({} parameters, shard {}+{}, {})",
+                      path.string(), name, padded, offset, numel, parameters(parameter_shard_only), b.name,
+                      b.padded_numel, b.shard_offset, b.shard_numel, parameters(b.parameters_sharded)));
     }
-    for (Tensor* t : {&b.params, &b.adam_m, &b.adam_v}) {
+    Tensor params = b.parameters_sharded ? b.params.slice(b.shard_offset, b.shard_numel) : b.params;
+    for (Tensor* t : {&params, &b.adam_m, &b.adam_v}) {
       std::vector<float> host(t->numel);
       in.take(host.data(), host.size() * sizeof(float));
       backend.upload_f32(*t, host.data());
@@ -515,6 +526,7 @@ void read_shard(const fs::path& step_dir, const Manifest& m, int rank, ModelShar
       in.take(host.data(), host.size() * sizeof(float));
       if (!b.master.empty()) backend.upload_f32(b.master, host.data());
     }
+    shard.free_other_shards(b);  // ZeRO-3: as after initialisation, only this rank's shard is held
   }
   if (!in.at_end()) throw RunError(fmt::format("checkpoint shard '{}' has trailing bytes", path.string()));
 }

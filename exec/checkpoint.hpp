@@ -1,8 +1,9 @@
 // Checkpoints: DIR/step-NNNNNNNN/ holds one shard file per rank (rank-RRRRR.bin: its parameters, Adam state and
-// master weights, bucket by bucket) and manifest.json (the scenario as TOML, the step, the data position and
-// fingerprint, the RNG state, each shard's size and checksum). Every file is written to a temporary and renamed; the
-// manifest is written last, by rank 0, once every rank has renamed its shard: a step directory with a manifest is
-// complete, one without is ignored.
+// master weights, bucket by bucket; under ZeRO-3 its shard of the parameters alone, like the Adam state: the other
+// ranks' regions are freed, NaN, outside the gathers) and manifest.json (the scenario as TOML, the step, the data
+// position and fingerprint, the RNG state, each shard's size and checksum). Every file is written to a temporary and
+// renamed; the manifest is written last, by rank 0, once every rank has renamed its shard: a step directory with a
+// manifest is complete, one without is ignored.
 //
 // Loading checks, each failure a RunError naming the file: every file read is a regular file (not a directory or a
 // link loop); the manifest parses, each field has its type and range (named with its value as written otherwise), and
@@ -63,7 +64,8 @@ Manifest read_manifest(const std::filesystem::path& step_dir);
 std::vector<std::string> check_compatible(const Manifest& manifest, const std::filesystem::path& step_dir,
                                           const model::Scenario& now, const std::string& data_path,
                                           std::uint64_t data_fingerprint);
-// Restores this rank's shard (parameters, Adam state, master weights).
+// Restores this rank's shard (parameters, Adam state, master weights); under ZeRO-3 the other ranks' regions of the
+// parameters are then freed, as after initialisation.
 void read_shard(const std::filesystem::path& step_dir, const Manifest& manifest, int rank, ModelShard& shard,
                 Backend& backend);
 

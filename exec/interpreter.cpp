@@ -88,6 +88,45 @@ Interpreter::Interpreter(const model::Program& program, int rank, Backend& backe
   release_after_.assign(ops_.size(), false);
   for (const auto& [key, index] : last_op) release_after_[index] = true;
   build_dispatch_tables();
+  if (shards_parameters(scenario_)) plan_parameter_lifetimes();
+}
+
+// ---- ZeRO-3: when a bucket's parameters are whole ------------------------------------------------------------------
+
+// The Program gathers a bucket before the ops that read it (Parameters all-gathers); FSDP frees a layer's gathered
+// parameters after its forward and every bucket's after its gradients' reduce-scatter (reduce_data_parallel_grads).
+// The forward's free is implied, not an op: it follows the layer's last forward compute op of each micro-batch.
+void Interpreter::plan_parameter_lifetimes() {
+  parameters_read_.assign(ops_.size(), nullptr);
+  free_after_.assign(ops_.size(), nullptr);
+  std::map<std::pair<int, int>, std::size_t> last_forward;  // by (micro-batch, layer)
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    const Op& op = ops_[i];
+    if (op.kind != OpKind::Compute) continue;
+    parameters_read_[i] = parameters_read_by(op);
+    if (op.phase == Phase::Forward && op.layer >= 0) last_forward[{op.micro_batch, op.layer}] = i;
+  }
+  for (const auto& [key, index] : last_forward)
+    free_after_[index] = &shard_.bucket(key.second, ComputeKind::TransformerLayer);
+}
+
+// The bucket whose parameters a compute op reads: its layer's for every op of a layer (the weightless ones too: they
+// run inside the same gather), the embedding's for the embedding and for the LM head tied to it on the same stage,
+// the head's for the final layernorm and an untied (or copied) LM head; none for the loss and the optimizer (which
+// updates only this rank's shard).
+Bucket* Interpreter::parameters_read_by(const Op& op) {
+  if (op.layer >= 0) return &shard_.bucket(op.layer, ComputeKind::TransformerLayer);
+  switch (op.what) {
+    case ComputeKind::Embedding:
+      return &shard_.bucket(-1, ComputeKind::Embedding);
+    case ComputeKind::FinalLayerNorm:
+      return &shard_.bucket(-1, ComputeKind::LmHead);
+    case ComputeKind::LmHead:
+      return scenario_.framework.tied_embeddings && shard_.first_stage() ? &shard_.bucket(-1, ComputeKind::Embedding)
+                                                                         : &shard_.bucket(-1, ComputeKind::LmHead);
+    default:
+      return nullptr;
+  }
 }
 
 // ---- dispatch tables ------------------------------------------------------------------------------------------------
@@ -134,9 +173,9 @@ void Interpreter::build_dispatch_tables() {
   route(Payload::CrossEntropyStats, &Interpreter::gather_cross_entropy_stats);  // vocab-parallel CE statistics
   route(Payload::LayerNormGrads, &Interpreter::reduce_layernorm_grads);         // SP: replicated params' grads
   route(Payload::EmbeddingGrads, &Interpreter::reduce_embedding_grads);         // tied embedding, first + last stage
-  route(Payload::Gradients, &Interpreter::reduce_data_parallel_grads);          // DP: AR, or RS under ZeRO-1
+  route(Payload::Gradients, &Interpreter::reduce_data_parallel_grads);          // DP: AR, or RS under ZeRO-1 / 3
   route(Payload::GradNormSquared, &Interpreter::gradient_norm);                 // global norm for clipping
-  route(Payload::Parameters, &Interpreter::gather_parameters);                  // ZeRO-1: updated shards
+  route(Payload::Parameters, &Interpreter::gather_parameters);                  // ZeRO-1 / 3: gather the shards
 }
 
 // ---- the loop -------------------------------------------------------------------------------------------------------
@@ -187,6 +226,17 @@ void Interpreter::execute(std::size_t index) {
   if (handler == nullptr) {
     throw InternalError(fmt::format("rank {}: {}: the executor has no handler for it", rank_, labels_[index]));
   }
+  // ZeRO-3: the freed regions are NaN, which would only surface ops later as a "diverged" loss or gradient norm;
+  // name the op that read them and the gather it lacks.
+  if (!parameters_read_.empty() && parameters_read_[index] != nullptr && parameters_read_[index]->other_shards_freed) {
+    const Bucket& b = *parameters_read_[index];
+    const std::string bucket = b.layer >= 0 ? b.name : "the " + b.name;  // "layer 3", "the embedding", "the head"
+    throw InternalError(fmt::format(
+        "rank {}: {} reads the parameters of {}, but this rank holds only its own shard of them (ZeRO-3 frees the "
+        "other ranks' shards after a layer's forward and after a bucket's gradient reduce-scatter): the Program lacks "
+        "a Parameters all-gather of {} before this op",
+        rank_, labels_[index], bucket, bucket));
+  }
   try {
     (this->*handler)(op);
   } catch (const RunFailure&) {
@@ -194,6 +244,7 @@ void Interpreter::execute(std::size_t index) {
   } catch (const std::exception& error) {
     throw std::runtime_error(fmt::format("rank {}: {}: {}", rank_, labels_[index], error.what()));
   }
+  if (!free_after_.empty() && free_after_[index] != nullptr) shard_.free_other_shards(*free_after_[index]);
 }
 
 Interpreter::ChunkState& Interpreter::chunk(const Op& op) {

@@ -8,7 +8,8 @@
 //   interpreter_layers.cpp     transformer layer: forward, recompute, backward
 //   interpreter_ends.cpp       embedding, final layernorm, LM head, cross-entropy
 //   interpreter_comm.cpp       tensor-parallel collectives and pipeline sends/receives
-//   interpreter_optimizer.cpp  gradient reductions (TP, tied embedding, DP / ZeRO-1), global norm, AdamW, ZeRO-1 gather
+//   interpreter_optimizer.cpp  gradient reductions (TP, tied embedding, DP / ZeRO-1 / ZeRO-3), global norm, AdamW,
+//                              parameter gathers (ZeRO-1 after the step, ZeRO-3 before each layer)
 #pragma once
 
 #include <array>
@@ -109,6 +110,9 @@ class Interpreter {
   using Handler = void (Interpreter::*)(const model::Op&);
 
   void build_dispatch_tables();
+  // ZeRO-3: which bucket each compute op reads, and after which ops FSDP frees a layer's gathered parameters.
+  void plan_parameter_lifetimes();
+  Bucket* parameters_read_by(const model::Op& op);
   void execute(std::size_t index);
   ChunkState& chunk(const model::Op& op);
   LayerStash& stash(const model::Op& op);
@@ -185,6 +189,10 @@ class Interpreter {
   const std::vector<model::Op>& ops_;
   std::vector<std::string> labels_;
   std::vector<bool> release_after_;  // op i is the last op of its (micro-batch, chunk): drop the state after it
+  // ZeRO-3 only (empty otherwise), by op index: the bucket whose parameters compute op i reads (it must be gathered
+  // then), and the bucket to free after op i (the last forward op of a layer; not its recompute, which its backward
+  // follows on the same gather).
+  std::vector<Bucket*> parameters_read_, free_after_;
   int virtual_stages_ = 1;
   std::array<CommGroup, 4> groups_;  // by model::Group
 

@@ -1,15 +1,17 @@
-// End of the iteration: gradient reductions, the global gradient norm, AdamW, and ZeRO-1's parameter gather.
+// Gradient reductions, the global gradient norm, AdamW, and the parameter gathers of ZeRO-1 and ZeRO-3.
 //
 //   LayerNormGrads   sequence parallel: the TP-replicated parameters (layernorms, row-parallel biases) saw only the
 //                    rank's sequence shard; their gradients (the bucket's prefix) are summed across TP
 //   EmbeddingGrads   tied embedding with pp > 1: the word-embedding gradients of the first and last stage are summed
-//   Gradients        DP: the bucket's gradients are summed (all-reduce), or reduce-scattered under ZeRO-1 so that each
-//                    DP rank holds the sum of its own shard (the loss is already a mean: a sum is the average)
+//   Gradients        DP: the bucket's gradients are summed (all-reduce), or reduce-scattered under ZeRO-1 and ZeRO-3
+//                    so that each DP rank holds the sum of its own shard (the loss is already a mean: a sum is the
+//                    average). ZeRO-3 reduce-scatters after every micro-batch's backward, see below
 //   GradNormSquared  every rank adds the squares of the gradient elements it is the one to count (its ZeRO shard, or
 //                    DP rank 0; TP-replicated tensors on TP rank 0; the tied embedding on the first stage), summed
 //                    over the world in f64
 //   OptimizerStep    AdamW with global-norm clipping on the rank's shard, tensor by tensor (decay for matrices only)
-//   Parameters       ZeRO-1: the updated shards are gathered across DP
+//   Parameters       ZeRO-1: the updated shards are gathered across DP after the step; ZeRO-3: a bucket's shards are
+//                    gathered before each forward and backward that reads it (and freed after, exec/model_shard.hpp)
 #include <algorithm>
 #include <cmath>
 
@@ -38,11 +40,20 @@ void Interpreter::reduce_data_parallel_grads(const Op& op) {
   } else {
     const Tensor mine = b.grads.slice(b.shard_offset, b.shard_numel);
     comm_.reduce_scatter(group(op.group), b.grads.data, mine.data, b.shard_numel, b.grads.dtype, labels_[current_op_]);
+    // The rank keeps the sum of its own shard; the rest of the buffer held only its partial sums of the others', now
+    // counted in their owners' shards. Zeroed, the next micro-batch's backward (ZeRO-3 reduce-scatters after each)
+    // accumulates only its own contribution there, and the next reduce-scatter adds it to the owner's running sum:
+    // the owner's region holds S + g_owner, every other rank's copy g_rank, and their sum is S + the micro-batch's
+    // whole gradient.
+    const std::size_t end = b.shard_offset + b.shard_numel;
+    if (b.shard_offset > 0) backend_.fill(b.grads.slice(0, b.shard_offset), 0.0f);
+    if (end < b.padded_numel) backend_.fill(b.grads.slice(end, b.padded_numel - end), 0.0f);
+    shard_.free_other_shards(b);  // ZeRO-3: FSDP reshards the bucket after its post-backward reduce-scatter
   }
 }
 
 void Interpreter::gradient_norm(const Op& op) {
-  const bool zero = scenario_.parallel.zero_stage >= 1 && scenario_.parallel.dp > 1;
+  const bool zero = scenario_.parallel.zero_stage >= 1 && scenario_.parallel.dp > 1;  // ZeRO-1 or ZeRO-3: shards
   double partial = 0;
   if (zero || coord_.dp == 0) {
     for (Bucket& b : shard_.buckets()) {
@@ -96,10 +107,12 @@ void Interpreter::optimizer_step(const Op&) {
   }
 }
 
+// Every rank's shard into the whole bucket, in place: after ZeRO-1's step, or before a ZeRO-3 forward or backward.
 void Interpreter::gather_parameters(const Op& op) {
   Bucket& b = shard_.bucket(op.layer, op.what);
   const Tensor mine = b.params.slice(b.shard_offset, b.shard_numel);
   comm_.all_gather(group(op.group), mine.data, b.params.data, b.shard_numel, b.params.dtype, labels_[current_op_]);
+  b.other_shards_freed = false;
 }
 
 }  // namespace twin::exec

@@ -1,6 +1,7 @@
 #include "exec/model_shard.hpp"
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include <fmt/core.h>
@@ -12,6 +13,10 @@
 namespace twin::exec {
 
 using model::ComputeKind;
+
+bool shards_parameters(const model::Scenario& scenario) {
+  return scenario.parallel.zero_stage == 3 && scenario.parallel.dp > 1;
+}
 
 Dims::Dims(const model::Scenario& s, int rank_in_tp) {
   tp = static_cast<int>(s.parallel.tp);
@@ -174,11 +179,12 @@ void ModelShard::add_bucket(Bucket b) {
     t.numel = static_cast<std::size_t>(map.local_rows() * map.local_cols());
     b.numel += t.numel;
   }
-  const bool zero = p.zero_stage >= 1 && p.dp > 1;
+  const bool zero = p.zero_stage >= 1 && p.dp > 1;  // ZeRO-1 and ZeRO-3 shard the optimizer state alike
   const std::size_t dp = static_cast<std::size_t>(p.dp);
   b.padded_numel = zero ? (b.numel + dp - 1) / dp * dp : b.numel;
   b.shard_offset = zero ? b.padded_numel / dp * static_cast<std::size_t>(coord_.dp) : 0;
   b.shard_numel = zero ? b.padded_numel / dp : b.numel;
+  b.parameters_sharded = shards_parameters(scenario_);
   b.params = backend_.zeros(b.padded_numel, backend_.activation_dtype());
   b.grads = backend_.zeros(b.padded_numel, DType::F32);
   b.adam_m = backend_.zeros(b.shard_numel, DType::F32);
@@ -288,10 +294,24 @@ void ModelShard::initialize(std::uint64_t seed) {
     backend_.fill(b.adam_v, 0.0f);
   }
   zero_grads();
+  free_all_other_shards();  // ZeRO-3: every rank drew the whole bucket, it keeps its shard
 }
 
 void ModelShard::zero_grads() {
   for (Bucket& b : buckets_) backend_.fill(b.grads, 0.0f);
+}
+
+void ModelShard::free_other_shards(Bucket& b) {
+  if (!b.parameters_sharded) return;
+  const float freed = std::numeric_limits<float>::quiet_NaN();
+  const std::size_t end = b.shard_offset + b.shard_numel;
+  if (b.shard_offset > 0) backend_.fill(b.params.slice(0, b.shard_offset), freed);
+  if (end < b.padded_numel) backend_.fill(b.params.slice(end, b.padded_numel - end), freed);
+  b.other_shards_freed = true;
+}
+
+void ModelShard::free_all_other_shards() {
+  for (Bucket& b : buckets_) free_other_shards(b);
 }
 
 Bucket& ModelShard::bucket(int layer, ComputeKind what) {

@@ -20,9 +20,15 @@
 // as GPT-2.
 //
 // Storage: parameters live in buckets, one flat buffer per bucket (a layer; the embedding; the head), so that a DP
-// reduction or a ZeRO-1 shard is one contiguous range. Each bucket starts with the parameters that are replicated
+// reduction or a ZeRO shard is one contiguous range. Each bucket starts with the parameters that are replicated
 // across TP but see only a sequence shard under sequence parallelism (layernorms, row-parallel biases): that prefix is
 // what a LayerNormGrads all-reduce sums.
+//
+// ZeRO-3 (PyTorch FSDP's FULL_SHARD, parallel.zero_stage = 3 with dp > 1): a rank owns only its shard of each
+// bucket's parameters. The Program all-gathers a bucket before the ops that read it and FSDP frees the gathered
+// copy after the layer's forward and after the gradients' reduce-scatter; here "freed" means the other ranks' regions
+// are filled with NaN (free_other_shards), from initialisation and checkpoint loading on, so that an op that no
+// gather preceded cannot silently use stale weights (the interpreter also names such an op before it runs).
 #pragma once
 
 #include <cstdint>
@@ -69,14 +75,21 @@ struct Bucket {
   model::ComputeKind what = model::ComputeKind::TransformerLayer;
   std::vector<ParamTensor> tensors;
   std::size_t numel = 0;              // sum of the tensors
-  std::size_t padded_numel = 0;       // a multiple of dp under ZeRO-1 (the tail is zero padding)
+  std::size_t padded_numel = 0;       // a multiple of dp under ZeRO-1 and ZeRO-3 (the tail is zero padding)
   std::size_t replicated_prefix = 0;  // elements summed across TP under sequence parallelism
   Tensor params, grads;               // (padded_numel)
   // Adam state (and the master copy) for [shard_offset, shard_offset + shard_numel): this rank's DP shard under
-  // ZeRO-1, the whole bucket otherwise.
+  // ZeRO-1 and ZeRO-3, the whole bucket otherwise.
   std::size_t shard_offset = 0, shard_numel = 0;
   Tensor master, adam_m, adam_v;
+  // ZeRO-3: `params` is whole only between a Parameters all-gather and the next free; `other_shards_freed` says
+  // whether the regions outside [shard_offset, shard_offset + shard_numel) are NaN now.
+  bool parameters_sharded = false;
+  bool other_shards_freed = false;
 };
+
+// ZeRO-3 with more than one DP rank: each rank holds only its shard of the parameters outside their gathers.
+bool shards_parameters(const model::Scenario& scenario);
 
 // Views of one layer's parameters (or of their gradients), shapes local to this rank.
 struct LayerTensors {
@@ -96,9 +109,14 @@ class ModelShard {
  public:
   ModelShard(const model::Scenario& scenario, model::RankCoord coord, Backend& backend);
 
-  // Draws every parameter from `seed` (plan-independent, see above) and zeroes the optimizer state.
+  // Draws every parameter from `seed` (plan-independent, see above) and zeroes the optimizer state; under ZeRO-3
+  // the other ranks' shards are then freed.
   void initialize(std::uint64_t seed);
   void zero_grads();
+  // ZeRO-3: FSDP's free of a gathered bucket: the regions of `bucket`'s parameters outside this rank's shard become
+  // NaN. Nothing for a bucket whose parameters are not sharded.
+  void free_other_shards(Bucket& bucket);
+  void free_all_other_shards();
 
   const Dims& dims() const { return dims_; }
   std::vector<Bucket>& buckets() { return buckets_; }

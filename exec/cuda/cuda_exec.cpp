@@ -12,6 +12,7 @@
 #include "exec/cuda/cuda_backend.hpp"
 #include "exec/cuda/staging_communicator.hpp"
 #include "exec/errors.hpp"
+#include "exec/model_shard.hpp"
 #include "kernels/cuda/check.cuh"
 #ifdef TWIN_HAVE_NCCL
 #include "exec/cuda/nccl_communicator.hpp"
@@ -84,7 +85,9 @@ std::unique_ptr<Communicator> make_device_communicator(Communicator& host, Backe
   if (host.name() == "mpi" && every_rank_has_its_own_gpu(host, context.device())) {
     NcclOptions options;
     options.pipeline_pairs = pipeline_pairs(program);
-    options.overlap_data_parallel = program.scenario.parallel.dp_overlap;
+    // Only gradient reductions that nothing reads before the optimizer may finish later: ZeRO-3's gathers feed the
+    // next kernel, and its reduce-scatters run under the next micro-batch's backward into the same buffers.
+    options.overlap_data_parallel = program.scenario.parallel.dp_overlap && !shards_parameters(program.scenario);
     options.timeout_s = timeout_s;
     return std::make_unique<NcclCommunicator>(host, context, std::move(options));
   }

@@ -1,10 +1,11 @@
-// Checkpoints: resuming continues bit for bit (also after a real SIGKILL of a training process), and a truncated,
-// corrupt, misnamed or foreign checkpoint (or one with a directory or a link loop where a file should be) is refused
-// with a message naming the file and what differs.
+// Checkpoints: resuming continues bit for bit (also after a real SIGKILL of a training process, and under ZeRO-3, whose
+// ranks save only their shards of the parameters), and a truncated, corrupt, misnamed or foreign checkpoint (or one
+// with a directory or a link loop where a file should be) is refused with a message naming the file and what differs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "exec/checkpoint.hpp"
+#include "exec/cpu/cpu_backend.hpp"
 #include "exec/errors.hpp"
 #include "exec_test_util.hpp"
 
@@ -57,6 +59,47 @@ TEST(ExecCheckpoint, ResumingContinuesBitForBit) {
   EXPECT_EQ(resumed.first_step, 4);
   EXPECT_EQ(resumed.earlier_losses, first.losses);
   EXPECT_EQ(resumed.losses, std::vector<double>(uninterrupted.begin() + 4, uninterrupted.end()));  // exact
+  fs::remove_all(dir);
+}
+
+// ZeRO-3: outside its gathers a rank holds only its shard of the parameters (the rest NaN): each rank saves that
+// shard, as it saves its shard of the Adam state, and resuming restores it and the rest freed, so that the resumed run
+// continues bit for bit.
+TEST(ExecCheckpoint, ZeroThreeSavesEachRanksShardAndResumesBitForBit) {
+  const auto s = scenario(small_toml(), {"framework.name=\"composer\"", "parallel.dp=2", "parallel.zero_stage=3"});
+  TrainOptions options;
+  options.steps = 6;
+  const auto uninterrupted = train(s, options).losses;
+  const std::string dir = testing::temp_dir("zero3");
+  const auto first = train_with_checkpoints(s, 3, dir);
+  EXPECT_EQ(first.losses, std::vector<double>(uninterrupted.begin(), uninterrupted.begin() + 3));
+
+  // What the files hold: every rank's own shard of each bucket, finite; read back, the rest is freed again.
+  const fs::path step = dir + "/step-00000003";
+  const Manifest manifest = read_manifest(step);
+  const model::Program program = model::build_program(s, model::Granularity::Op);
+  cpu::CpuBackend backend;
+  for (int rank = 0; rank < 2; ++rank) {
+    ModelShard shard(s, program.layout.coord_of(rank), backend);
+    read_shard(step, manifest, rank, shard, backend);
+    for (const Bucket& b : shard.buckets()) {
+      std::vector<float> params(b.padded_numel);
+      backend.download_f32(params.data(), b.params);
+      std::size_t finite = 0, freed = 0;
+      for (std::size_t k = 0; k < b.padded_numel; ++k) {
+        const bool mine = k >= b.shard_offset && k < b.shard_offset + b.shard_numel;
+        finite += mine && std::isfinite(params[k]);
+        freed += !mine && std::isnan(params[k]);
+      }
+      EXPECT_EQ(finite, b.shard_numel) << b.name << " of rank " << rank;
+      EXPECT_EQ(freed, b.padded_numel - b.shard_numel) << b.name << " of rank " << rank;
+      EXPECT_TRUE(b.other_shards_freed);
+    }
+  }
+
+  const auto resumed = train_with_checkpoints(s, 6, dir);
+  EXPECT_EQ(resumed.first_step, 3);
+  EXPECT_EQ(resumed.losses, std::vector<double>(uninterrupted.begin() + 3, uninterrupted.end()));  // exact
   fs::remove_all(dir);
 }
 

@@ -49,6 +49,22 @@ TEST_F(ExecRunFixture, MpiRanksGiveTheLossesOfThreads) {
   EXPECT_EQ(mpi["engine"], "exec (cpu, mpi)");
 }
 
+// ZeRO-3 through MPI: per-micro-batch gathers in place and reduce-scatters of the gradients, in the same bits.
+TEST_F(ExecRunFixture, MpiRanksTrainZeroThreeAsThreadsDo) {
+  if (!testing::on_path("mpirun"))
+    GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): MPI launcher not tested";
+  const std::vector<std::string> sets = {"framework.name=\"composer\"", "parallel.dp=2", "parallel.zero_stage=3"};
+  std::vector<std::string> args = twin_run({"--steps", "3", "--launcher", "mpi", "--json", dir + "/mpi.json"});
+  for (const std::string& set : sets) args.insert(args.end(), {"--set", set});
+  ASSERT_EQ(testing::run_command(args, dir + "/mpi.log"), 0) << testing::read_text(dir + "/mpi.log");
+  const auto mpi = nlohmann::json::parse(testing::read_text(dir + "/mpi.json"));
+
+  TrainOptions options;
+  options.steps = 3;
+  const auto threads = testing::train(testing::scenario(testing::small_toml(), sets), options);
+  EXPECT_EQ(mpi["losses"].get<std::vector<double>>(), threads.losses);  // bit for bit
+}
+
 TEST_F(ExecRunFixture, AnMpiJobOfTheWrongSizeIsRefused) {
   if (!testing::on_path("mpirun"))
     GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): MPI launcher not tested";

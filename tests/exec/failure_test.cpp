@@ -1,9 +1,14 @@
 // Failures end a run quickly with an error naming the rank: a rank that throws (its peers fail fast, not after the
-// timeout), a rank that silently disappears (its peers time out naming it), and a run that diverges.
+// timeout), a rank that silently disappears (its peers time out naming it), a run that diverges, and a ZeRO-3 Program
+// that lacks a parameter gather.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 
+#include <fmt/core.h>
+
+#include "exec/check.hpp"
 #include "exec/comm/communicator.hpp"
 #include "exec_test_util.hpp"
 
@@ -80,6 +85,62 @@ TEST(ExecFailure, ADivergingRunSaysSoNamingTheStepAndTheRank) {
             std::string::npos)
       << huge_init;
   EXPECT_NE(huge_init.find("training.init_std (now 1e+37)"), std::string::npos) << huge_init;
+}
+
+// ZeRO-3 keeps only a rank's own shard of a bucket outside its gathers, the rest NaN: a Program that lacks one
+// Parameters all-gather must not train on whatever the buffer held, but stop at the first op that reads the bucket,
+// naming it and the missing gather.
+struct MissingGather {
+  model::Phase phase;
+  int layer, micro_batch;
+  model::ComputeKind what;
+  std::string reader;  // the label of the op that then reads the freed parameters, less its "op #N "
+  std::string bucket;
+};
+
+TEST(ExecFailure, AZeroThreeProgramThatLacksAGatherNamesIt) {
+  using model::ComputeKind;
+  using model::Phase;
+  const auto s = testing::scenario(testing::small_toml(),
+                                   {"framework.name=\"composer\"", "parallel.dp=2", "parallel.zero_stage=3"});
+  const MissingGather cases[] = {
+      // freed by the previous micro-batch's reduce-scatter
+      {Phase::Forward, 1, 1, ComputeKind::TransformerLayer, "forward layernorm_attention layer 1 micro-batch 1",
+       "layer 1"},
+      // freed after the layer's forward (its backward gather is the prefetch issued after layer 1's backward)
+      {Phase::Backward, 0, 0, ComputeKind::TransformerLayer, "backward mlp_residual layer 0 micro-batch 0", "layer 0"},
+      // freed since initialisation: the root bucket of the final layer norm
+      {Phase::Forward, -1, 0, ComputeKind::LmHead, "forward final_layernorm micro-batch 0", "the head"},
+  };
+  for (const MissingGather& missing : cases) {
+    model::Program program = model::build_program(s, model::Granularity::Op);
+    std::vector<model::Op>& ops = program.stage_ops[0];
+    const auto gather = std::find_if(ops.begin(), ops.end(), [&](const model::Op& op) {
+      return op.kind == model::OpKind::Collective && op.payload == model::Payload::Parameters &&
+             op.phase == missing.phase && op.layer == missing.layer && op.micro_batch == missing.micro_batch &&
+             op.what == missing.what;
+    });
+    ASSERT_NE(gather, ops.end()) << missing.reader;
+    ops.erase(gather);  // the executor runs the list in order: the other ops' dependencies do not matter to it
+    TrainOptions options;
+    options.steps = 1;
+    options.threads_per_rank = 1;
+    options.trace_step = -2;
+    std::string message;
+    try {
+      train_threads(program, testing::corpus(), options);
+    } catch (const InternalError& error) {
+      message = error.what();
+    }
+    EXPECT_NE(message.find(fmt::format("{} reads the parameters of {}, but this rank holds only its own shard",
+                                       missing.reader, missing.bucket)),
+              std::string::npos)
+        << message;
+    EXPECT_NE(
+        message.find(fmt::format("the Program lacks a Parameters all-gather of {} before this op", missing.bucket)),
+        std::string::npos)
+        << message;
+  }
 }
 
 }  // namespace

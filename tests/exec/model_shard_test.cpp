@@ -2,6 +2,8 @@
 // single-rank tensors bit for bit), padded vocabulary rows are zero, buckets are laid out as the Program expects.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "exec/cpu/cpu_backend.hpp"
 #include "exec/model_shard.hpp"
 #include "exec_test_util.hpp"
@@ -174,6 +176,47 @@ TEST(ExecModelShard, ZeroOneShardsPartitionEachBucket) {
     padded = b.padded_numel;
   }
   EXPECT_EQ(covered, padded);
+}
+
+TEST(ExecModelShard, ZeroThreeHoldsOnlyItsOwnShardOfTheParameters) {
+  // dp 3 divides no bucket: each rank's shard is a third of the padded bucket, the last one ending in zero padding.
+  const auto sharded = testing::scenario(testing::parity_toml(), {"framework.name=\"composer\"", "parallel.dp=3",
+                                                                  "parallel.zero_stage=3", "parallel.global_batch=9"});
+  const auto whole = testing::scenario(testing::parity_toml(), {"parallel.global_batch=9"});
+  cpu::CpuBackend backend;
+  ModelShard one(whole, RankCoord{0, 0, 0}, backend);
+  one.initialize(whole.training.seed);
+  for (int dp = 0; dp < 3; ++dp) {
+    ModelShard shard(sharded, RankCoord{dp, 0, 0}, backend);
+    shard.initialize(sharded.training.seed);
+    for (std::size_t i = 0; i < shard.buckets().size(); ++i) {
+      const Bucket& b = shard.buckets()[i];
+      const Bucket& reference = one.buckets()[i];
+      ASSERT_EQ(b.name, reference.name);
+      EXPECT_TRUE(b.parameters_sharded);
+      EXPECT_TRUE(b.other_shards_freed);
+      EXPECT_EQ(b.shard_numel * 3, b.padded_numel);
+      std::vector<float> params(b.padded_numel), expected(reference.numel);
+      backend.download_f32(params.data(), b.params);
+      backend.download_f32(expected.data(), reference.params);
+      std::size_t mismatched = 0, held = 0;
+      for (std::size_t k = 0; k < b.padded_numel; ++k) {
+        const bool mine = k >= b.shard_offset && k < b.shard_offset + b.shard_numel;
+        if (!mine) {
+          mismatched += !std::isnan(params[k]);  // freed: another rank's
+        } else {
+          mismatched += params[k] != (k < b.numel ? expected[k] : 0.0f);  // the single-rank draw, then padding
+          ++held;
+        }
+      }
+      EXPECT_EQ(mismatched, 0u) << b.name << " on dp rank " << dp;
+      EXPECT_EQ(held, b.shard_numel);
+    }
+  }
+  // ZeRO-1 keeps every parameter (it gathers them after each step)
+  const auto zero_one = testing::scenario(testing::parity_toml(), {"parallel.dp=2", "parallel.zero_stage=1"});
+  ModelShard zero_one_shard(zero_one, RankCoord{1, 0, 0}, backend);
+  for (const Bucket& b : zero_one_shard.buckets()) EXPECT_FALSE(b.parameters_sharded) << b.name;
 }
 
 }  // namespace

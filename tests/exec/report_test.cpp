@@ -45,5 +45,40 @@ TEST(ExecRunReport, JsonAndTraceOfAPipelinedRun) {
   EXPECT_EQ(pids, (std::set<int>{0, 1, 2, 3}));
 }
 
+// ZeRO-3's gathers and reduce-scatters sit on the data-parallel stream: the executor runs them in list order, so each
+// is exposed, counted as data-parallel time, and shown on the rank's data-parallel track.
+TEST(ExecRunReport, ZeroThreeCollectivesAreDataParallelTime) {
+  const auto s = testing::scenario(testing::small_toml(),
+                                   {"framework.name=\"composer\"", "parallel.dp=2", "parallel.zero_stage=3"});
+  TrainOptions options;
+  options.steps = 2;
+  options.trace_step = -1;
+  options.threads_per_rank = 1;
+  const model::Program program = model::build_program(s, model::Granularity::Op);
+  const TrainResult result = train_threads(program, testing::corpus(), options);
+  ASSERT_TRUE(result.timeline.has_value());
+  ASSERT_EQ(result.timeline->ranks.size(), 2u);
+  std::size_t data_parallel_ops = 0;
+  for (const model::Op& op : program.stage_ops[0]) data_parallel_ops += op.stream == model::Stream::DataParallel;
+  EXPECT_GT(data_parallel_ops, 0u);
+  for (const auto& rank : result.timeline->ranks) {
+    ASSERT_EQ(rank.spans.size(), program.ops_per_rank(rank.stage));
+    for (const auto& span : rank.spans) EXPECT_LE(span.end_s, result.timeline->iteration_time_s);
+  }
+  const nlohmann::json json = run_json(program, result, "exec (cpu, threads)");
+  const nlohmann::json& summary = json["summary"];
+  EXPECT_GT(summary["time_split"]["dp"].get<double>(), 0.0) << summary.dump();
+  EXPECT_GT(summary["time_split"]["compute"].get<double>(), 0.0) << summary.dump();
+  ASSERT_EQ(summary["stages"].size(), 1u);
+  EXPECT_GT(summary["stages"][0]["time_split"]["dp_s"].get<double>(), 0.0);
+
+  const nlohmann::json trace = nlohmann::json::parse(run_trace(program, result));
+  std::size_t data_parallel_events = 0;
+  for (const auto& event : trace["traceEvents"]) {
+    data_parallel_events += event["ph"] == "X" && event["tid"] == static_cast<int>(model::Stream::DataParallel);
+  }
+  EXPECT_EQ(data_parallel_events, 2 * data_parallel_ops);  // on both ranks
+}
+
 }  // namespace
 }  // namespace twin::exec
