@@ -72,9 +72,14 @@ struct Shapes {
     if (composer) return 3 * e + (dropout ? 2 * e + mask : 0);
     return fused ? 3 * e + mask : 2 * e + (dropout ? 2 * e + mask : 0) + 3 * e;
   }
-  double residual_backward() const {  // dropout backward (read dy and mask, write dx) + bias gradient (read dx)
-    if (composer) return 3 * e + (dropout ? 2 * e + 1 : 0);
-    return dropout ? 3 * e + 1 : e;
+  // Backward, in every framework: autograd's accumulation of the two gradients that meet where the residual stream
+  // forks into the layer norm and the residual add (torch/csrc/autograd/input_buffer.cpp: one add, read two, write
+  // one); Megatron's also dropout's backward (read dy and mask, write dx) and the bias gradient (read dx), Composer's
+  // dropout backward (its biases' gradients are on their GEMMs).
+  double residual_backward() const {
+    const double accumulate = 3 * e;
+    if (composer) return accumulate + (dropout ? 2 * e + 1 : 0);
+    return accumulate + (dropout ? 3 * e + 1 : e);
   }
   double gelu_forward() const { return composer || fused ? 2 * e : 4 * e; }  // unfused: bias add, then GeLU
   double gelu_backward() const { return composer ? 3 * e : 4 * e; }  // read dy and x, write dx (, bias gradient)

@@ -143,6 +143,18 @@ TEST(FrameworkKeys, DropoutWritesMasksAndRunsItsPasses) {
                    2.0 * 1024 * 1024);
 }
 
+TEST(FrameworkKeys, TheResidualsBackwardAccumulatesTheGradientsThatMeetAtItsFork) {
+  // The residual stream feeds the layer norm and the residual add: autograd adds their two gradients (read two,
+  // write one), whatever the framework; Megatron's backward also runs dropout's (read dy and mask, write dx) and the
+  // bias gradient's sum (read dx).
+  const Scenario with_dropout = parse_scenario(kBase, "case.toml");
+  Scenario without = with_dropout;
+  without.framework.dropout = false;
+  const double e = 2, elements = 2.0 * 1024 * 1024;  // micro-batch x seq x hidden
+  EXPECT_DOUBLE_EQ(bytes_of(with_dropout, Phase::Backward, ComputeKind::MlpResidual), elements * (3 * e + 3 * e + 1));
+  EXPECT_DOUBLE_EQ(bytes_of(without, Phase::Backward, ComputeKind::MlpResidual), elements * (3 * e + e));
+}
+
 TEST(FrameworkKeys, FusedKernelsMoveFewerBytes) {
   const Scenario fused = parse_scenario(kBase, "case.toml");
   Scenario unfused = fused;
