@@ -7,7 +7,7 @@
 #      cluster.gemm_shape and cluster.hbm_gb_per_s; and the GEMM rate against its inner dimension K
 #   5. a ~1.1B-parameter GPT at seq 2048 on one GPU: tokens/s, model TFLOP/s, MFU against the measured GEMM peak
 #   6. the executor on the CUDA backend, when exec/cuda is wired into the build: its tests, then `twin run gpt-tiny`
-#      on cpu, cuda, and cuda with tp=2 pp=2 (4 ranks sharing the GPU): the loss curves
+#      on cpu, cuda, cuda with tp=2 pp=2 (4 ranks sharing the GPU) and cuda with FSDP on dp=2: the loss curves
 # Numbers go to $OUT/gpu_check.txt (or build-gpu/gpu_check.txt without $OUT), the full log beside it. Exit status 0
 # only when every section passed.
 #
@@ -173,23 +173,26 @@ else
     run_twin cpu --backend cpu
     run_twin cuda --backend cuda
     run_twin cuda_tp2_pp2 --backend cuda --set parallel.tp=2 --set parallel.pp=2
+    run_twin cuda_fsdp_dp2 --backend cuda --set framework.name=composer --set parallel.zero_stage=3 \
+      --set parallel.dp=2
     python3 - "$build" <<'PY' | tee -a "$report"
 import json, os, sys
 runs = {}
-for name in ("cpu", "cuda", "cuda_tp2_pp2"):
+for name in ("cpu", "cuda", "cuda_tp2_pp2", "cuda_fsdp_dp2"):
     path = os.path.join(sys.argv[1], f"run_{name}.json")
     if os.path.exists(path):
         runs[name] = json.load(open(path))
-if len(runs) < 3:
+if len(runs) < 4:
     print("twin run: some runs are missing:", sorted(runs))
     sys.exit(1)
-cpu, cuda, split = (runs[n]["losses"] for n in ("cpu", "cuda", "cuda_tp2_pp2"))
+cpu, cuda, split, fsdp = (runs[n]["losses"] for n in ("cpu", "cuda", "cuda_tp2_pp2", "cuda_fsdp_dp2"))
 rel = lambda a, b: max(abs(x - y) / y for x, y in zip(a, b))
 print(f"twin run gpt-tiny, 60 steps: loss cpu {cpu[0]:.4f} -> {cpu[-1]:.4f}, cuda {cuda[0]:.4f} -> {cuda[-1]:.4f}, "
-      f"cuda tp2 pp2 {split[0]:.4f} -> {split[-1]:.4f}")
-print(f"  max relative difference: cuda/cpu {rel(cuda, cpu):.2e}, cuda tp2pp2/cuda {rel(split, cuda):.2e}; tokens/s "
-      f"cpu {runs['cpu']['tokens_per_s']:.0f} cuda {runs['cuda']['tokens_per_s']:.0f}")
-ok = rel(cuda, cpu) < 0.03 and rel(split, cuda) < 0.03 and cuda[-1] < cuda[0]
+      f"cuda tp2 pp2 {split[0]:.4f} -> {split[-1]:.4f}, cuda FSDP dp2 {fsdp[0]:.4f} -> {fsdp[-1]:.4f}")
+print(f"  max relative difference: cuda/cpu {rel(cuda, cpu):.2e}, cuda tp2pp2/cuda {rel(split, cuda):.2e}, "
+      f"cuda FSDP/cuda {rel(fsdp, cuda):.2e}; tokens/s cpu {runs['cpu']['tokens_per_s']:.0f} "
+      f"cuda {runs['cuda']['tokens_per_s']:.0f}")
+ok = rel(cuda, cpu) < 0.03 and rel(split, cuda) < 0.03 and rel(fsdp, cuda) < 0.03 and cuda[-1] < cuda[0]
 print("executor loss curves " + ("agree" if ok else "DISAGREE"))
 sys.exit(0 if ok else 1)
 PY
