@@ -11,7 +11,9 @@
 namespace twin::model {
 namespace {
 
+using testing::bytes_of;
 using ::testing::HasSubstr;
+using testing::problems_of;
 
 constexpr const char* kBase = R"(
 [model]
@@ -33,23 +35,6 @@ global_batch = 16
 nodes = 1
 node = "dgx-a100"
 )";
-
-std::vector<std::string> problems_of(const std::string& text) {
-  try {
-    parse_scenario(text, "case.toml");
-  } catch (const ScenarioError& error) {
-    return error.problems();
-  }
-  return {};
-}
-
-double bytes_of(const Scenario& s, Phase phase, ComputeKind what) {
-  double bytes = 0;
-  for (const Op& op : layer_compute_ops(s, 0, phase)) {
-    if (op.what == what) bytes += op.bytes;
-  }
-  return bytes;
-}
 
 TEST(FrameworkKeys, DefaultsAreMegatronOf2021) {
   const Scenario s = parse_scenario(kBase, "case.toml");

@@ -10,11 +10,14 @@
 
 #include "model/formulas.hpp"
 #include "model/program.hpp"
+#include "test_scenarios.hpp"
 
 namespace twin::model {
 namespace {
 
+using testing::bytes_of;
 using ::testing::HasSubstr;
+using testing::problems_of;
 
 // MPT-shaped: 4 layers on 8 GPUs, 2 micro-batches per GPU.
 constexpr const char* kComposer = R"(
@@ -51,15 +54,6 @@ std::string with(std::string text, const std::string& section, const std::string
   return text;
 }
 
-std::vector<std::string> problems_of(const std::string& text) {
-  try {
-    parse_scenario(text, "case.toml");
-  } catch (const ScenarioError& error) {
-    return error.problems();
-  }
-  return {};
-}
-
 TEST(Composer, LoadsAndRoundTrips) {
   const Scenario s = parse_scenario(kComposer, "case.toml");
   EXPECT_EQ(s.framework.name, Framework::Composer);
@@ -75,35 +69,35 @@ TEST(Composer, LoadsAndRoundTrips) {
 
 TEST(Composer, RefusesWhatItCannotRunNamingTheField) {
   EXPECT_THAT(problems_of(with(kComposer, "parallel", "tp = 2")),
-              testing::Contains(HasSubstr("parallel.tp must be 1")));
+              ::testing::Contains(HasSubstr("parallel.tp must be 1")));
   EXPECT_THAT(problems_of(with(kComposer, "parallel", "pp = 2")),
-              testing::Contains(HasSubstr("parallel.pp must be 1")));
+              ::testing::Contains(HasSubstr("parallel.pp must be 1")));
   std::string selective = kComposer;
   selective.replace(selective.find("\"full\""), 6, "\"selective\"");
-  EXPECT_THAT(problems_of(selective), testing::Contains(HasSubstr("parallel.recompute must be")));
+  EXPECT_THAT(problems_of(selective), ::testing::Contains(HasSubstr("parallel.recompute must be")));
   std::string zero1 = kComposer;
   zero1.replace(zero1.find("zero_stage = 3"), 14, "zero_stage = 1");
-  EXPECT_THAT(problems_of(zero1), testing::Contains(HasSubstr("zero_stage must be 3 (FULL_SHARD) or 0 (DDP)")));
+  EXPECT_THAT(problems_of(zero1), ::testing::Contains(HasSubstr("zero_stage must be 3 (FULL_SHARD) or 0 (DDP)")));
   std::string ddp = kComposer;
   ddp.replace(ddp.find("zero_stage = 3"), 14, "zero_stage = 0");
-  EXPECT_THAT(problems_of(ddp), testing::Contains(HasSubstr("parallel.dp_overlap must be true")));
+  EXPECT_THAT(problems_of(ddp), ::testing::Contains(HasSubstr("parallel.dp_overlap must be true")));
   EXPECT_TRUE(problems_of(with(ddp, "parallel", "dp_overlap = true")).empty());
   EXPECT_THAT(problems_of(with(kComposer, "framework", "fused_kernels = true")),
-              testing::Contains(HasSubstr("framework.fused_kernels selects Megatron-LM's fused kernels")));
+              ::testing::Contains(HasSubstr("framework.fused_kernels selects Megatron-LM's fused kernels")));
   // ZeRO-3 is FSDP's, as Composer runs it; Megatron and DeepSpeed plans stop at ZeRO-1.
   std::string megatron = kComposer;
   megatron.replace(megatron.find("\"composer\""), 10, "\"megatron\"");
-  EXPECT_THAT(problems_of(megatron), testing::Contains(HasSubstr("parallel.zero_stage = 3 is PyTorch FSDP's")));
+  EXPECT_THAT(problems_of(megatron), ::testing::Contains(HasSubstr("parallel.zero_stage = 3 is PyTorch FSDP's")));
   std::string stage2 = kComposer;
   stage2.replace(stage2.find("zero_stage = 3"), 14, "zero_stage = 2");
-  EXPECT_THAT(problems_of(stage2), testing::Contains(HasSubstr("parallel.zero_stage must be 0, 1 or 3, got 2")));
+  EXPECT_THAT(problems_of(stage2), ::testing::Contains(HasSubstr("parallel.zero_stage must be 0, 1 or 3, got 2")));
 }
 
 TEST(Composer, FlashAttentionTakesHeadsUpToItsKernelsLargestBlock) {
   // 1024 / 4 = 256 per head: too wide for FlashAttention v1 (128), fine for v2 (256).
   std::string wide = kComposer;
   wide.replace(wide.find("heads = 8"), 9, "heads = 4");
-  EXPECT_THAT(problems_of(wide), testing::Contains(HasSubstr("takes heads of at most 128 dimensions")));
+  EXPECT_THAT(problems_of(wide), ::testing::Contains(HasSubstr("takes heads of at most 128 dimensions")));
   std::string v2 = wide;
   v2.replace(v2.find("\"flash1\""), 8, "\"flash2\"");
   EXPECT_TRUE(problems_of(v2).empty());
@@ -171,7 +165,7 @@ TEST(FullShard, EveryUnitIsGatheredBeforeEachPassAndReduceScatteredEveryMicroBat
   EXPECT_EQ(step + 1, ops.end());
   const Op& norm = *(step - 1);
   EXPECT_EQ(norm.payload, Payload::GradNormSquared);
-  EXPECT_THAT(norm.deps, testing::Contains(index.reductions.back()));
+  EXPECT_THAT(norm.deps, ::testing::Contains(index.reductions.back()));
 }
 
 TEST(FullShard, TheRateLimiterLetsTwoFreedUnitsPendBeforeTheNextGather) {
@@ -217,14 +211,6 @@ TEST(FullShard, TheLayerGranularityKeepsTheSameCollectives) {
     return out;
   };
   EXPECT_EQ(collectives(Granularity::Op), collectives(Granularity::Layer));
-}
-
-double bytes_of(const Scenario& s, Phase phase, ComputeKind what) {
-  double bytes = 0;
-  for (const Op& op : layer_compute_ops(s, 0, phase)) {
-    if (op.what == what) bytes += op.bytes;
-  }
-  return bytes;
 }
 
 TEST(ComposerKernels, PyTorchsLinearCarriesItsBiasInTheGemmAndSumsItsGradient) {

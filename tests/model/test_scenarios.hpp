@@ -2,7 +2,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "model/program.hpp"
 #include "model/scenario.hpp"
 
 namespace twin::model::testing {
@@ -31,6 +33,25 @@ inline Scenario make_scenario(int layers, int hidden, int heads, int seq, int vo
     s.cluster.gpus_per_node = tp * pp * dp;
   }
   return s;
+}
+
+// The problems a scenario text is refused for (none: it loads).
+inline std::vector<std::string> problems_of(const std::string& text) {
+  try {
+    parse_scenario(text, "case.toml");
+  } catch (const ScenarioError& error) {
+    return error.problems();
+  }
+  return {};
+}
+
+// Bytes the compute ops of kind `what` move in layer 0's `phase`, for one micro-batch.
+inline double bytes_of(const Scenario& s, Phase phase, ComputeKind what) {
+  double bytes = 0;
+  for (const Op& op : layer_compute_ops(s, 0, phase)) {
+    if (op.what == what) bytes += op.bytes;
+  }
+  return bytes;
 }
 
 inline std::string source_dir() {
