@@ -88,7 +88,7 @@ Interpreter::Interpreter(const model::Program& program, int rank, Backend& backe
   release_after_.assign(ops_.size(), false);
   for (const auto& [key, index] : last_op) release_after_[index] = true;
   build_dispatch_tables();
-  if (shards_parameters(scenario_)) plan_parameter_lifetimes();
+  if (scenario_.shards_parameters()) plan_parameter_lifetimes();
 }
 
 // ---- ZeRO-3: when a bucket's parameters are whole ------------------------------------------------------------------

@@ -14,10 +14,6 @@ namespace twin::exec {
 
 using model::ComputeKind;
 
-bool shards_parameters(const model::Scenario& scenario) {
-  return scenario.parallel.zero_stage == 3 && scenario.parallel.dp > 1;
-}
-
 Dims::Dims(const model::Scenario& s, int rank_in_tp) {
   tp = static_cast<int>(s.parallel.tp);
   tp_rank = rank_in_tp;
@@ -184,7 +180,7 @@ void ModelShard::add_bucket(Bucket b) {
   b.padded_numel = zero ? (b.numel + dp - 1) / dp * dp : b.numel;
   b.shard_offset = zero ? b.padded_numel / dp * static_cast<std::size_t>(coord_.dp) : 0;
   b.shard_numel = zero ? b.padded_numel / dp : b.numel;
-  b.parameters_sharded = shards_parameters(scenario_);
+  b.parameters_sharded = scenario_.shards_parameters();
   b.params = backend_.zeros(b.padded_numel, backend_.activation_dtype());
   b.grads = backend_.zeros(b.padded_numel, DType::F32);
   b.adam_m = backend_.zeros(b.shard_numel, DType::F32);

@@ -88,9 +88,6 @@ struct Bucket {
   bool other_shards_freed = false;
 };
 
-// ZeRO-3 with more than one DP rank: each rank holds only its shard of the parameters outside their gathers.
-bool shards_parameters(const model::Scenario& scenario);
-
 // Views of one layer's parameters (or of their gradients), shapes local to this rank.
 struct LayerTensors {
   Tensor ln1_weight, ln1_bias;  // (C)

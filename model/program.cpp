@@ -422,7 +422,7 @@ class StageBuilder {
     grad_reduce_bytes_ = fp32_reduction ? 4.0 : dtype_bytes(s.model.dtype);
     // DeepSpeed's BF16_Optimizer all-reduces the tied weight's fp32 gradient (weight._hp_grad, pipe/engine.py).
     tied_reduce_bytes_ = s.framework.bf16_optimizer ? 4.0 : grad_reduce_bytes_;
-    zero3_ = s.parallel.zero_stage == 3 && dp_ > 1;
+    zero3_ = s.shards_parameters();
     last_backward_.assign(chunks_, -1);
     for (int i = 0; i < static_cast<int>(schedule.size()); ++i) {
       if (schedule[i].pass == Pass::Backward) last_backward_[schedule[i].chunk] = i;
@@ -511,8 +511,8 @@ class StageBuilder {
       // FSDP's root unit (the embeddings and the final layer norm) is gathered at the start of every micro-batch
       // and stays so through its backward; the DataParallel stream's order puts this after the previous
       // micro-batch's reduce-scatters, which the root's backward made the compute stream wait for.
-      fsdp_gather(-1, ComputeKind::Embedding, root_parameters(ComputeKind::Embedding), Phase::Forward, step);
-      wait_for = fsdp_gather(-1, ComputeKind::LmHead, root_parameters(ComputeKind::LmHead), Phase::Forward, step);
+      fsdp_gather(-1, ComputeKind::Embedding, end_bucket_parameters(ComputeKind::Embedding), Phase::Forward, step);
+      wait_for = fsdp_gather(-1, ComputeKind::LmHead, end_bucket_parameters(ComputeKind::LmHead), Phase::Forward, step);
     }
     if (vs == 0) emit_all(embedding_forward(x_), step, wait_for);
     const int first = first_layer(step.chunk), end = first + layers_in(step.chunk);
@@ -576,8 +576,8 @@ class StageBuilder {
       // The root's post-backward: reshard it and reduce-scatter its gradient, last.
       const int producer = last_op();
       fsdp_free(producer);
-      fsdp_reduce(-1, ComputeKind::LmHead, root_parameters(ComputeKind::LmHead), producer, step);
-      fsdp_reduce(-1, ComputeKind::Embedding, root_parameters(ComputeKind::Embedding), producer, step);
+      fsdp_reduce(-1, ComputeKind::LmHead, end_bucket_parameters(ComputeKind::LmHead), producer, step);
+      fsdp_reduce(-1, ComputeKind::Embedding, end_bucket_parameters(ComputeKind::Embedding), producer, step);
     }
     if (vs > 0) send(step, vs, vs - 1, Phase::Backward, gradient_producer);
   }
@@ -590,13 +590,6 @@ class StageBuilder {
   // CPU issues an all-gather only once at most 2 freed units are still pending: the oldest free (a compute op) is a
   // dependency of the gather (_max_num_inflight_all_gathers = 2). Gathers and reduce-scatters share one NCCL
   // stream (here the DataParallel stream, in issue order).
-
-  // Parameters of a root bucket on this rank (pp = 1 under ZeRO-3: it holds both).
-  double root_parameters(ComputeKind what) const {
-    const double word_embedding_shard = d(s_.padded_vocab()) / x_.t * x_.h;
-    if (what == ComputeKind::Embedding) return word_embedding_shard + position_embedding_parameters(s_);
-    return 2 * x_.h + (s_.framework.tied_embeddings ? 0 : word_embedding_shard);
-  }
 
   int fsdp_gather(int layer, ComputeKind what, double parameters, Phase phase, const PipelineStep& step) {
     Op op = gradient_op(CollectiveKind::AllGather, Group::Data, Payload::Parameters, what, parameters * x_.e,
@@ -621,6 +614,16 @@ class StageBuilder {
     op.deps.push_back(producer);
     last_reduce_ = emit(std::move(op));
     if (step.micro_batch == 0) buckets_.push_back({layer, what, parameters, last_reduce_});
+  }
+
+  // Parameters of the bucket at an end of the model on this rank: the embedding's (its word-embedding shard and the
+  // position embedding), or the head's (the final layer norm, and the LM head's weight when it is untied or the last
+  // stage's copy of the tied one). FSDP's root unit is both, on its one stage.
+  double end_bucket_parameters(ComputeKind what) const {
+    const double word_embedding_shard = d(s_.padded_vocab()) / x_.t * x_.h;
+    if (what == ComputeKind::Embedding) return word_embedding_shard + position_embedding_parameters(s_);
+    const bool own_head = !s_.framework.tied_embeddings || stages_ > 1;
+    return 2 * x_.h + (own_head ? word_embedding_shard : 0);
   }
 
   Op gradient_op(CollectiveKind kind, Group group, Payload payload, ComputeKind what, double bytes, Stream stream) {
@@ -680,13 +683,8 @@ class StageBuilder {
                        first ? ComputeKind::Embedding : ComputeKind::LmHead, word_embedding_shard * tied_reduce_bytes_,
                        Stream::Compute));
     }
-    if (first) {
-      synchronize_bucket(-1, ComputeKind::Embedding, word_embedding_shard + position_embedding_parameters(s_), 0);
-    }
-    if (last) {
-      const bool own_head = !s_.framework.tied_embeddings || stages_ > 1;
-      synchronize_bucket(-1, ComputeKind::LmHead, 2 * x_.h + (own_head ? word_embedding_shard : 0), 2 * x_.h);
-    }
+    if (first) synchronize_bucket(-1, ComputeKind::Embedding, end_bucket_parameters(ComputeKind::Embedding), 0);
+    if (last) synchronize_bucket(-1, ComputeKind::LmHead, end_bucket_parameters(ComputeKind::LmHead), 2 * x_.h);
 
     // Gradient clipping needs the global norm: every rank contributes its partial sum of squares.
     Op norm = gradient_op(CollectiveKind::AllReduce, Group::World, Payload::GradNormSquared,

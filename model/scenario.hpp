@@ -152,6 +152,8 @@ struct Scenario {
   TrainingSpec training;
 
   std::int64_t ffn_hidden() const { return model.ffn_hidden > 0 ? model.ffn_hidden : 4 * model.hidden; }
+  // ZeRO-3 with more than one DP rank: each rank holds only its shard of the parameters outside their gathers.
+  bool shards_parameters() const { return parallel.zero_stage == 3 && parallel.dp > 1; }
   // Vocabulary padded as Megatron does: up to a multiple of vocab_pad_multiple * tp.
   std::int64_t padded_vocab() const;
   std::int64_t layers_per_chunk() const { return model.layers / (parallel.pp * parallel.virtual_stages); }

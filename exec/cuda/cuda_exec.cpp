@@ -87,7 +87,7 @@ std::unique_ptr<Communicator> make_device_communicator(Communicator& host, Backe
     options.pipeline_pairs = pipeline_pairs(program);
     // Only gradient reductions that nothing reads before the optimizer may finish later: ZeRO-3's gathers feed the
     // next kernel, and its reduce-scatters run under the next micro-batch's backward into the same buffers.
-    options.overlap_data_parallel = program.scenario.parallel.dp_overlap && !shards_parameters(program.scenario);
+    options.overlap_data_parallel = program.scenario.parallel.dp_overlap && !program.scenario.shards_parameters();
     options.timeout_s = timeout_s;
     return std::make_unique<NcclCommunicator>(host, context, std::move(options));
   }
