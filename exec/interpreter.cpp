@@ -93,21 +93,23 @@ Interpreter::Interpreter(const model::Program& program, int rank, Backend& backe
 
 // ---- ZeRO-3: when a bucket's parameters are whole ------------------------------------------------------------------
 
-// The Program gathers a bucket before the ops that read it (Parameters all-gathers); FSDP frees a layer's gathered
-// parameters after its forward and every bucket's after its gradients' reduce-scatter (reduce_data_parallel_grads).
-// The forward's free is implied, not an op: it follows the layer's last forward compute op of each micro-batch.
+// The Program gathers a bucket before the ops that read it (Parameters all-gathers) and marks the op after which FSDP
+// reshards it (Op::frees_parameters: a layer's last op of each forward and backward; the root's, the embedding's and
+// the head's buckets, after the embedding's backward).
 void Interpreter::plan_parameter_lifetimes() {
   parameters_read_.assign(ops_.size(), nullptr);
-  free_after_.assign(ops_.size(), nullptr);
-  std::map<std::pair<int, int>, std::size_t> last_forward;  // by (micro-batch, layer)
+  free_after_.assign(ops_.size(), {});
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     const Op& op = ops_[i];
-    if (op.kind != OpKind::Compute) continue;
-    parameters_read_[i] = parameters_read_by(op);
-    if (op.phase == Phase::Forward && op.layer >= 0) last_forward[{op.micro_batch, op.layer}] = i;
+    if (op.kind == OpKind::Compute) parameters_read_[i] = parameters_read_by(op);
+    if (!op.frees_parameters) continue;
+    if (op.layer >= 0) {
+      free_after_[i].push_back(&shard_.bucket(op.layer, ComputeKind::TransformerLayer));
+    } else {
+      if (shard_.first_stage()) free_after_[i].push_back(&shard_.bucket(-1, ComputeKind::Embedding));
+      if (shard_.last_stage()) free_after_[i].push_back(&shard_.bucket(-1, ComputeKind::LmHead));
+    }
   }
-  for (const auto& [key, index] : last_forward)
-    free_after_[index] = &shard_.bucket(key.second, ComputeKind::TransformerLayer);
 }
 
 // The bucket whose parameters a compute op reads: its layer's for every op of a layer (the weightless ones too: they
@@ -233,7 +235,7 @@ void Interpreter::execute(std::size_t index) {
     const std::string bucket = b.layer >= 0 ? b.name : "the " + b.name;  // "layer 3", "the embedding", "the head"
     throw InternalError(fmt::format(
         "rank {}: {} reads the parameters of {}, but this rank holds only its own shard of them (ZeRO-3 frees the "
-        "other ranks' shards after a layer's forward and after a bucket's gradient reduce-scatter): the Program lacks "
+        "other ranks' shards after a layer's forward and after its backward): the Program lacks "
         "a Parameters all-gather of {} before this op",
         rank_, labels_[index], bucket, bucket));
   }
@@ -244,7 +246,8 @@ void Interpreter::execute(std::size_t index) {
   } catch (const std::exception& error) {
     throw std::runtime_error(fmt::format("rank {}: {}: {}", rank_, labels_[index], error.what()));
   }
-  if (!free_after_.empty() && free_after_[index] != nullptr) shard_.free_other_shards(*free_after_[index]);
+  if (!free_after_.empty())
+    for (Bucket* bucket : free_after_[index]) shard_.free_other_shards(*bucket);
 }
 
 Interpreter::ChunkState& Interpreter::chunk(const Op& op) {

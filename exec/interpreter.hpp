@@ -190,9 +190,9 @@ class Interpreter {
   std::vector<std::string> labels_;
   std::vector<bool> release_after_;  // op i is the last op of its (micro-batch, chunk): drop the state after it
   // ZeRO-3 only (empty otherwise), by op index: the bucket whose parameters compute op i reads (it must be gathered
-  // then), and the bucket to free after op i (the last forward op of a layer; not its recompute, which its backward
-  // follows on the same gather).
-  std::vector<Bucket*> parameters_read_, free_after_;
+  // then), and the buckets FSDP reshards after op i (the Program's Op::frees_parameters).
+  std::vector<Bucket*> parameters_read_;
+  std::vector<std::vector<Bucket*>> free_after_;
   int virtual_stages_ = 1;
   std::array<CommGroup, 4> groups_;  // by model::Group
 

@@ -48,7 +48,6 @@ void Interpreter::reduce_data_parallel_grads(const Op& op) {
     const std::size_t end = b.shard_offset + b.shard_numel;
     if (b.shard_offset > 0) backend_.fill(b.grads.slice(0, b.shard_offset), 0.0f);
     if (end < b.padded_numel) backend_.fill(b.grads.slice(end, b.padded_numel - end), 0.0f);
-    shard_.free_other_shards(b);  // ZeRO-3: FSDP reshards the bucket after its post-backward reduce-scatter
   }
 }
 

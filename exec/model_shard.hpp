@@ -25,9 +25,9 @@
 // what a LayerNormGrads all-reduce sums.
 //
 // ZeRO-3 (PyTorch FSDP's FULL_SHARD, parallel.zero_stage = 3 with dp > 1): a rank owns only its shard of each
-// bucket's parameters. The Program all-gathers a bucket before the ops that read it and FSDP frees the gathered
-// copy after the layer's forward and after the gradients' reduce-scatter; here "freed" means the other ranks' regions
-// are filled with NaN (free_other_shards), from initialisation and checkpoint loading on, so that an op that no
+// bucket's parameters. The Program all-gathers a bucket before the ops that read it and marks the op after which FSDP
+// frees the gathered copy (after the layer's forward and after its backward); here "freed" means the other ranks'
+// regions are filled with NaN (free_other_shards), from initialisation and checkpoint loading on, so that an op that no
 // gather preceded cannot silently use stale weights (the interpreter also names such an op before it runs).
 #pragma once
 

@@ -604,7 +604,10 @@ class StageBuilder {
     return emit(std::move(op));
   }
 
-  void fsdp_free(int after_op) { free_events_.push_back(after_op); }
+  void fsdp_free(int after_op) {
+    ops_[static_cast<std::size_t>(after_op)].frees_parameters = true;
+    free_events_.push_back(after_op);
+  }
 
   void fsdp_reduce(int layer, ComputeKind what, double parameters, int producer, const PipelineStep& step) {
     Op op = gradient_op(CollectiveKind::ReduceScatter, Group::Data, Payload::Gradients, what, parameters * x_.e,

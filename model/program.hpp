@@ -101,6 +101,9 @@ struct Op {
   double bytes = 0;               // compute: memory traffic; collective: full buffer size per rank (the all-reduce
                                   // size; the gathered size for AG; the input size for RS); P2P: message size
   GemmShape gemm;                 // GEMM ops and the attention core
+  // ZeRO-3: once this op is done, FSDP reshards the parameters it ran with (its layer's; at layer -1 the root's, the
+  // embedding's and the head's buckets): the other ranks' shards are freed until the next Parameters all-gather.
+  bool frees_parameters = false;
   std::vector<std::int32_t> deps; // indices of earlier ops of the same list that must finish first
 };
 

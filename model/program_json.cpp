@@ -23,6 +23,7 @@ nlohmann::json op_to_json(const Op& op) {
   if (op.flops > 0) j["flops"] = op.flops;
   j["bytes"] = op.bytes;
   if (op.gemm.count > 0) j["gemm"] = {{"m", op.gemm.m}, {"n", op.gemm.n}, {"k", op.gemm.k}, {"count", op.gemm.count}};
+  if (op.frees_parameters) j["frees_parameters"] = true;
   if (!op.deps.empty()) j["deps"] = op.deps;
   return j;
 }

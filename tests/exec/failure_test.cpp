@@ -104,13 +104,15 @@ TEST(ExecFailure, AZeroThreeProgramThatLacksAGatherNamesIt) {
   const auto s = testing::scenario(testing::small_toml(),
                                    {"framework.name=\"composer\"", "parallel.dp=2", "parallel.zero_stage=3"});
   const MissingGather cases[] = {
-      // freed by the previous micro-batch's reduce-scatter
+      // freed after the previous micro-batch's backward of the layer
       {Phase::Forward, 1, 1, ComputeKind::TransformerLayer, "forward layernorm_attention layer 1 micro-batch 1",
        "layer 1"},
       // freed after the layer's forward (its backward gather is the prefetch issued after layer 1's backward)
       {Phase::Backward, 0, 0, ComputeKind::TransformerLayer, "backward mlp_residual layer 0 micro-batch 0", "layer 0"},
       // freed since initialisation: the root bucket of the final layer norm
       {Phase::Forward, -1, 0, ComputeKind::LmHead, "forward final_layernorm micro-batch 0", "the head"},
+      // the root, freed after the previous micro-batch's embedding backward
+      {Phase::Forward, -1, 1, ComputeKind::Embedding, "forward embedding micro-batch 1", "the embedding"},
   };
   for (const MissingGather& missing : cases) {
     model::Program program = model::build_program(s, model::Granularity::Op);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "model/formulas.hpp"
 #include "model/program.hpp"
@@ -188,6 +189,52 @@ TEST(FullShard, TheRateLimiterLetsTwoFreedUnitsPendBeforeTheNextGather) {
     ++checked;
   }
   EXPECT_EQ(checked, 2);  // layers 2 and 3
+}
+
+TEST(FullShard, TheProgramMarksEachReshardAfterTheLastOpThatReadsTheUnit) {
+  // FSDP frees a block after its forward and after its backward (not between its recompute and its backward), and
+  // the root after the embedding's backward: once per micro-batch each, on the last op of the pass.
+  const Scenario s = parse_scenario(kComposer, "case.toml");
+  for (const Granularity granularity : {Granularity::Op, Granularity::Layer}) {
+    const Program program = build_program(s, granularity);
+    const std::vector<Op>& ops = program.stage_ops[0];
+    std::map<std::tuple<int, int, int>, int> last_of_pass;  // (micro-batch, layer, phase) -> its last op
+    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+      if (ops[i].kind == OpKind::Compute && ops[i].micro_batch >= 0)
+        last_of_pass[{ops[i].micro_batch, ops[i].layer, static_cast<int>(ops[i].phase)}] = i;
+    }
+    std::map<std::tuple<int, int, int>, int> marked;
+    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+      if (!ops[i].frees_parameters) continue;
+      const std::tuple<int, int, int> pass{ops[i].micro_batch, ops[i].layer, static_cast<int>(ops[i].phase)};
+      ASSERT_EQ(ops[i].kind, OpKind::Compute) << i;
+      EXPECT_EQ(last_of_pass.at(pass), i) << "op " << i << " is not the last of its pass";
+      EXPECT_NE(ops[i].phase, Phase::Recompute) << i;
+      if (ops[i].layer < 0) {
+        EXPECT_EQ(ops[i].what, ComputeKind::Embedding) << i;
+      }
+      ++marked[pass];
+    }
+    const int layers = 4, micro_batches = 2;
+    EXPECT_EQ(marked.size(), static_cast<std::size_t>(micro_batches * (2 * layers + 1)));
+    const auto times_marked = [&](int mb, int layer, Phase phase) {
+      const auto it = marked.find({mb, layer, static_cast<int>(phase)});
+      return it == marked.end() ? 0 : it->second;
+    };
+    for (int mb = 0; mb < micro_batches; ++mb) {
+      for (int layer = 0; layer < layers; ++layer) {
+        EXPECT_EQ(times_marked(mb, layer, Phase::Forward), 1) << mb << " " << layer;
+        EXPECT_EQ(times_marked(mb, layer, Phase::Backward), 1) << mb << " " << layer;
+      }
+      EXPECT_EQ(times_marked(mb, -1, Phase::Backward), 1) << mb;
+    }
+  }
+  // Without ZeRO-3 nothing is resharded.
+  std::string ddp = kComposer;
+  ddp.replace(ddp.find("zero_stage = 3"), 14, "zero_stage = 0");
+  ddp = with(ddp, "parallel", "dp_overlap = true");
+  const Program replicated = build_program(parse_scenario(ddp, "case.toml"), Granularity::Op);
+  for (const Op& op : replicated.stage_ops[0]) EXPECT_FALSE(op.frees_parameters);
 }
 
 TEST(FullShard, WithOneRankThereIsNothingToShard) {
