@@ -145,8 +145,8 @@ void run(const SimCommandOptions& o) {
 
   const std::string engine =
       fmt::format("sim, {} fidelity, {} cost model, {}", sim::to_string(result.fidelity), cost.name(), result.hardware);
-  const report::Summary summary =
-      report::summarize(program, result.timeline, result.peak_flops_per_gpu, engine, result.gpu_memory_bytes);
+  const report::Summary summary = report::summarize(program, result.timeline, result.peak_flops_per_gpu, engine,
+                                                    result.gpu_memory_bytes, sim::layer_parts(cost, program.scenario));
   fmt::print("{}", report::summary_table(summary));
   fmt::print("\n  {}\n", gpu_constants_line(parameters, node.gpu));
   fmt::print("  {}\n", framework_line(scenario));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string_view>
 
@@ -447,6 +448,20 @@ double FixedCostModel::compute_time_s(const model::Scenario& /*scenario*/, const
       return optimizer_s_;
   }
   return 0;
+}
+
+report::LayerParts layer_parts(const CostModel& cost, const model::Scenario& scenario) {
+  // A long run has tens of thousands of fused ops but few distinct (layer, phase) pairs.
+  auto cache = std::make_shared<std::map<std::pair<int, int>, std::vector<std::pair<model::ComputeKind, double>>>>();
+  return [&cost, &scenario, cache](const model::Op& fused) {
+    const auto key = std::make_pair(static_cast<int>(fused.layer), static_cast<int>(fused.phase));
+    if (auto it = cache->find(key); it != cache->end()) return it->second;
+    std::vector<std::pair<model::ComputeKind, double>> parts;
+    for (const model::Op& part : model::layer_compute_ops(scenario, fused.layer, fused.phase)) {
+      parts.emplace_back(part.what, cost.compute_time_s(scenario, part));
+    }
+    return cache->emplace(key, std::move(parts)).first->second;
+  };
 }
 
 }  // namespace twin::sim

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "model/program.hpp"
+#include "sim/report/summary.hpp"
 #include "topology/hardware.hpp"
 
 namespace twin::sim {
@@ -139,5 +140,9 @@ class FixedCostModel : public CostModel {
  private:
   double forward_s_, backward_s_, recompute_s_, optimizer_s_;
 };
+
+// What `cost` charges each part of a fused layer op of `scenario` (model::layer_compute_ops), for a summary's
+// compute_by_kind at layer granularity. Both must outlive the returned function.
+report::LayerParts layer_parts(const CostModel& cost, const model::Scenario& scenario);
 
 }  // namespace twin::sim

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "sim/report/summary.hpp"
+
 namespace twin::report {
 namespace {
 
@@ -47,6 +49,14 @@ void check_summary(const nlohmann::json& summary, const std::string& what) {
       if (!finite(value) || value.get<double>() < 0 || value.get<double>() > 1) {
         fail("time_split." + part, "a fraction in [0, 1]", value);
       }
+    }
+  }
+  if (summary.contains("compute_by_kind_s")) {
+    const nlohmann::json& kinds = summary.at("compute_by_kind_s");
+    if (!kinds.is_object()) fail("compute_by_kind_s", "an object of seconds by kernel kind", kinds);
+    for (const auto& [kind, value] : kinds.items()) {
+      if (!finite(value) || value.get<double>() < 0)
+        fail("compute_by_kind_s." + kind, "a number of seconds >= 0", value);
     }
   }
   const nlohmann::json& stages = field("stages");
@@ -114,6 +124,17 @@ Comparison compare_summaries(const nlohmann::json& reference, const nlohmann::js
           {name, reference["time_split"].value(part, 0.0) * t_ref, candidate["time_split"].value(part, 0.0) * t_can});
     }
   }
+  if (reference.contains("compute_by_kind_s") && candidate.contains("compute_by_kind_s")) {
+    // Kernel kinds both engines timed (a fused layer op the prediction did not split matches nothing measured).
+    const nlohmann::json& measured = reference["compute_by_kind_s"];
+    const nlohmann::json& predicted = candidate["compute_by_kind_s"];
+    for (std::size_t index = 0; index < kComputeKinds; ++index) {  // in the order of a layer's ops
+      const std::string kind(model::to_string(static_cast<model::ComputeKind>(index)));
+      if (measured.contains(kind) && predicted.contains(kind)) {
+        c.kinds.push_back({kind + " (s)", measured[kind].get<double>(), predicted[kind].get<double>()});
+      }
+    }
+  }
   for (const auto& a : reference.at("stages")) {
     for (const auto& b : candidate.at("stages")) {
       if (a.value("stage", -1) == b.value("stage", -2)) {
@@ -135,6 +156,8 @@ std::string comparison_table(const Comparison& c) {
                    100 * v.error());
   };
   for (const auto& v : c.totals) row(v);
+  if (!c.kinds.empty()) fmt::format_to(line, "\n  compute by kernel (mean of stages):\n");
+  for (const auto& v : c.kinds) row(v);
   if (!c.stages.empty()) fmt::format_to(line, "\n");
   for (const auto& v : c.stages) row(v);
   return out;

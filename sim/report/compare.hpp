@@ -1,9 +1,11 @@
 // Two summaries of the same Program side by side (a prediction and a measurement, or two predictions): iteration
-// time, throughput, bubble, time split and per-stage busy time, with the relative error of each.
+// time, throughput, bubble, time split, compute by kernel kind and per-stage busy time, with the relative error of
+// each.
 #pragma once
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +31,7 @@ struct ComparedValue {
 struct Comparison {
   std::string reference_engine, candidate_engine;
   std::vector<ComparedValue> totals;  // iteration time, TFLOP/s per GPU, bubble, time split
+  std::vector<ComparedValue> kinds;   // compute seconds by kernel kind (mean of stages), kinds timed in both
   std::vector<ComparedValue> stages;  // busy seconds per stage present in both
 };
 

@@ -74,8 +74,29 @@ TimeSplit time_split(const model::Program& program, const RankTimeline& rank, do
   return split;
 }
 
+ComputeByKind compute_by_kind(const model::Program& program, const RankTimeline& rank, const LayerParts& layer_parts) {
+  ComputeByKind seconds{};
+  const auto& ops = program.stage_ops[rank.stage];
+  for (const OpSpan& span : rank.spans) {
+    const model::Op& op = ops[span.op];
+    if (op.kind != model::OpKind::Compute || op.stream != model::Stream::Compute) continue;
+    const double duration = std::max(0.0, span.end_s - span.start_s);
+    if (op.what == model::ComputeKind::TransformerLayer && layer_parts) {
+      const auto parts = layer_parts(op);
+      double total = 0;
+      for (const auto& part : parts) total += part.second;
+      if (total > 0) {
+        for (const auto& [what, cost] : parts) seconds[static_cast<std::size_t>(what)] += duration * cost / total;
+        continue;
+      }
+    }
+    seconds[static_cast<std::size_t>(op.what)] += duration;
+  }
+  return seconds;
+}
+
 Summary summarize(const model::Program& program, const Timeline& timeline, double peak_flops_per_gpu,
-                  const std::string& engine, double gpu_memory_bytes) {
+                  const std::string& engine, double gpu_memory_bytes, const LayerParts& layer_parts) {
   const model::Scenario& s = program.scenario;
   Summary summary;
   summary.scenario = s.model.name;
@@ -133,6 +154,9 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
     entry.idle_s = std::max(0.0, T - entry.busy_s);
     entry.bubble_fraction = T > 0 ? entry.idle_s / T : 0;
     entry.split = time_split(program, *rank, T);
+    entry.compute_by_kind = compute_by_kind(program, *rank, layer_parts);
+    for (std::size_t kind = 0; kind < kComputeKinds; ++kind)
+      summary.compute_by_kind[kind] += entry.compute_by_kind[kind];
     bubble_sum += entry.bubble_fraction;
     summary.split.compute_s += entry.split.compute_s;
     summary.split.tp_s += entry.split.tp_s;
@@ -149,6 +173,7 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
     summary.split.dp_s /= n;
     summary.split.pp_s /= n;
     summary.split.bubble_s /= n;
+    for (double& seconds : summary.compute_by_kind) seconds /= n;
   }
   return summary;
 }
@@ -163,6 +188,37 @@ nlohmann::json split_to_json(const TimeSplit& split) {
           {"bubble_s", split.bubble_s}};
 }
 
+// Only the kinds the stage ran, by their Program names ("qkv_projection", ...).
+nlohmann::json compute_by_kind_to_json(const ComputeByKind& seconds) {
+  nlohmann::json json = nlohmann::json::object();
+  for (std::size_t kind = 0; kind < kComputeKinds; ++kind) {
+    if (seconds[kind] > 0) json[std::string(model::to_string(static_cast<model::ComputeKind>(kind)))] = seconds[kind];
+  }
+  return json;
+}
+
+// The table's groups of kinds, in the order printed.
+struct KindGroup {
+  const char* label;
+  std::vector<model::ComputeKind> kinds;
+};
+const std::vector<KindGroup>& kind_groups() {
+  using model::ComputeKind;
+  static const std::vector<KindGroup> groups = {
+      {"GEMMs",
+       {ComputeKind::QkvProjection, ComputeKind::AttentionProjection, ComputeKind::MlpUp, ComputeKind::MlpDown,
+        ComputeKind::LmHead}},
+      {"attention core", {ComputeKind::AttentionCore}},
+      {"layer norms, residuals, GELU",
+       {ComputeKind::LayerNormAttention, ComputeKind::AttentionResidual, ComputeKind::LayerNormMlp, ComputeKind::Gelu,
+        ComputeKind::MlpResidual, ComputeKind::FinalLayerNorm}},
+      {"embedding and loss", {ComputeKind::Embedding, ComputeKind::CrossEntropy}},
+      {"optimizer", {ComputeKind::OptimizerStep}},
+      {"layers not split", {ComputeKind::TransformerLayer}},
+  };
+  return groups;
+}
+
 }  // namespace
 
 nlohmann::json summary_to_json(const Summary& summary) {
@@ -174,6 +230,7 @@ nlohmann::json summary_to_json(const Summary& summary) {
                             {"bubble_s", stage.idle_s},
                             {"bubble_fraction", stage.bubble_fraction}};
     entry["time_split"] = split_to_json(stage.split);
+    entry["compute_by_kind_s"] = compute_by_kind_to_json(stage.compute_by_kind);
     stages.push_back(std::move(entry));
   }
   const double T = summary.iteration_time_s;
@@ -201,6 +258,7 @@ nlohmann::json summary_to_json(const Summary& summary) {
                         {"pp", fraction(summary.split.pp_s)},
                         {"dp", fraction(summary.split.dp_s)},
                         {"bubble", fraction(summary.split.bubble_s)}};
+  json["compute_by_kind_s"] = compute_by_kind_to_json(summary.compute_by_kind);
   json["stages"] = std::move(stages);
   return json;
 }
@@ -229,9 +287,19 @@ std::string summary_table(const Summary& s) {
                  100 * s.bubble_fraction);
   fmt::format_to(line,
                  "  time split (mean of stages): compute {:.1f} %, exposed TP {:.1f} %, PP {:.1f} %, DP {:.1f} %, "
-                 "fill/drain {:.1f} %\n\n",
+                 "fill/drain {:.1f} %\n",
                  percent(s.split.compute_s), percent(s.split.tp_s), percent(s.split.pp_s), percent(s.split.dp_s),
                  percent(s.split.bubble_s));
+  // The compute share above, by kernel kind (the "layers not split" group only where no cost model split them).
+  std::string kinds;
+  for (const KindGroup& group : kind_groups()) {
+    double seconds = 0;
+    for (model::ComputeKind kind : group.kinds) seconds += s.compute_by_kind[static_cast<std::size_t>(kind)];
+    if (seconds <= 0 && group.kinds.front() == model::ComputeKind::TransformerLayer) continue;
+    fmt::format_to(std::back_inserter(kinds), "{}{} {:.1f} %", kinds.empty() ? "" : ", ", group.label,
+                   percent(seconds));
+  }
+  fmt::format_to(line, "  compute by kernel: {}\n\n", kinds);
   fmt::format_to(line, "  stage   rank    busy s  bubble %  compute %    TP %    PP %    DP %  fill/drain %\n");
   // A long pipeline's middle stages usually print the same numbers: a run of them is one line, not thirty.
   const auto columns = [&](const StageSummary& stage) {

@@ -14,7 +14,11 @@
 // is the rest over the iteration time: pp + bubble + exposed dp from the DataParallel stream.
 #pragma once
 
+#include <array>
+#include <cstddef>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +36,14 @@ struct TimeSplit {
   double bubble_s = 0;
 };
 
+// Compute seconds by kernel kind, indexed by model::ComputeKind.
+constexpr std::size_t kComputeKinds = static_cast<std::size_t>(model::ComputeKind::OptimizerStep) + 1;
+using ComputeByKind = std::array<double, kComputeKinds>;
+
+// The parts of a fused TransformerLayer op (layer granularity) and what each costs, from a cost model: lets a
+// summary split such an op by kind. Empty: fused ops stay `transformer_layer`.
+using LayerParts = std::function<std::vector<std::pair<model::ComputeKind, double>>(const model::Op& fused)>;
+
 struct StageSummary {
   int stage = 0;
   int rank = 0;                // the rank the numbers come from
@@ -39,6 +51,7 @@ struct StageSummary {
   double idle_s = 0;           // iteration time - busy
   double bubble_fraction = 0;  // idle / iteration time
   TimeSplit split;
+  ComputeByKind compute_by_kind{};  // sums to split.compute_s
 };
 
 struct MemorySummary {
@@ -65,20 +78,27 @@ struct Summary {
   double peak_flops_per_gpu = 0;
   MemorySummary memory;
   TimeSplit split;  // mean over stages, seconds
+  ComputeByKind compute_by_kind{};  // mean over stages, seconds
   std::vector<StageSummary> stages;
 };
 
 // `peak_flops_per_gpu`: the matrix-multiply peak of one GPU for the scenario's dtype (for MFU). `engine`: a label.
 // `gpu_memory_bytes`: capacity of one GPU when it differs from the scenario's node (0: the node's). Stages without a
 // recorded rank are skipped (their entries are absent).
+// `layer_parts`: splits fused layer ops by kind in compute_by_kind (see LayerParts).
 Summary summarize(const model::Program& program, const Timeline& timeline, double peak_flops_per_gpu,
-                  const std::string& engine, double gpu_memory_bytes = 0);
+                  const std::string& engine, double gpu_memory_bytes = 0, const LayerParts& layer_parts = {});
 
 // Time split of one recorded rank (see above).
 TimeSplit time_split(const model::Program& program, const RankTimeline& rank, double iteration_time_s);
 
+// Compute seconds of one recorded rank by kind: each compute op's end - start (the time split's compute, op by op),
+// a fused layer op split among its parts in proportion to their costs when `layer_parts` is given.
+ComputeByKind compute_by_kind(const model::Program& program, const RankTimeline& rank,
+                              const LayerParts& layer_parts = {});
+
 // The summary as JSON (deterministic: same Summary, same bytes). Keys: iteration_time_s, bubble_fraction,
-// tflops_per_gpu, mfu, memory_per_gpu_bytes, memory, time_split, stages, scenario, engine.
+// tflops_per_gpu, mfu, memory_per_gpu_bytes, memory, time_split, compute_by_kind_s, stages, scenario, engine.
 nlohmann::json summary_to_json(const Summary& summary);
 
 // A readable table for the terminal.

@@ -31,6 +31,29 @@ TEST(Compare, ErrorsAreRelativeToTheMeasurement) {
   EXPECT_THAT(comparison_table(c), HasSubstr("+20.0%"));
 }
 
+TEST(Compare, ComputeByKindComparesTheKindsBothTimedInALayersOrder) {
+  nlohmann::json measured = summary(10.0, 100, 4, 8.0), predicted = summary(12.0, 83.3, 4, 10.0);
+  measured["compute_by_kind_s"] = {{"mlp_up", 2.0}, {"qkv_projection", 1.0}, {"gelu", 0.5}};
+  predicted["compute_by_kind_s"] = {{"mlp_up", 2.5}, {"qkv_projection", 0.9}, {"transformer_layer", 4.0}};
+  const Comparison c = compare_summaries(measured, predicted);
+  ASSERT_EQ(c.kinds.size(), 2u);  // gelu measured only, transformer_layer predicted only
+  EXPECT_EQ(c.kinds[0].name, "qkv_projection (s)");
+  EXPECT_NEAR(c.kinds[0].error(), -0.1, 1e-12);
+  EXPECT_EQ(c.kinds[1].name, "mlp_up (s)");
+  EXPECT_NEAR(c.kinds[1].error(), 0.25, 1e-12);
+  EXPECT_THAT(comparison_table(c), HasSubstr("compute by kernel"));
+  // Without the key on either side there is nothing to compare.
+  EXPECT_TRUE(compare_summaries(summary(10.0, 100, 4, 8.0), predicted).kinds.empty());
+  nlohmann::json broken = measured;
+  broken["compute_by_kind_s"]["mlp_up"] = -1;
+  try {
+    find_summary(broken, "bad.json");
+    FAIL() << "expected CompareError";
+  } catch (const CompareError& error) {
+    EXPECT_THAT(error.what(), HasSubstr("\"compute_by_kind_s.mlp_up\" must be a number of seconds >= 0, got -1"));
+  }
+}
+
 TEST(Compare, RefusesDifferentPlans) {
   try {
     compare_summaries(summary(10.0, 100, 4, 8.0), summary(10.0, 100, 8, 8.0));

@@ -130,5 +130,36 @@ TEST(Summary, MtNlgShapedNumbersAreConsistent) {
   }
 }
 
+TEST(Summary, ComputeByKindIsTheSameAtEitherGranularityAndAddsUpToTheComputeTime) {
+  // Layer granularity, its fused ops split by the cost model's parts, against every kernel replayed as its own op.
+  Plan plan = sixteen_nodes();
+  plan.nodes = 4;
+  plan.dp = 1;
+  const model::Scenario scenario = make_scenario(plan);
+  const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
+  const auto summary_at = [&](model::Granularity granularity) {
+    const model::Program program = model::build_program(scenario, granularity);
+    const SimResult result = simulate(program, cost);
+    return report::summarize(program, result.timeline, result.peak_flops_per_gpu, "sim", 0,
+                             layer_parts(cost, program.scenario));
+  };
+  const report::Summary layer = summary_at(model::Granularity::Layer), op = summary_at(model::Granularity::Op);
+  ASSERT_EQ(layer.stages.size(), op.stages.size());
+  const auto index = [](model::ComputeKind kind) { return static_cast<std::size_t>(kind); };
+  for (std::size_t stage = 0; stage < layer.stages.size(); ++stage) {
+    const report::ComputeByKind& a = layer.stages[stage].compute_by_kind;
+    const report::ComputeByKind& b = op.stages[stage].compute_by_kind;
+    double total = 0;
+    for (std::size_t kind = 0; kind < report::kComputeKinds; ++kind) {
+      EXPECT_NEAR(a[kind], b[kind], 1e-9 * (1 + b[kind])) << "stage " << stage << " " << kind;
+      total += a[kind];
+    }
+    EXPECT_DOUBLE_EQ(a[index(model::ComputeKind::TransformerLayer)], 0) << stage;
+    EXPECT_GT(a[index(model::ComputeKind::MlpUp)], a[index(model::ComputeKind::Gelu)]) << stage;
+    EXPECT_NEAR(total, layer.stages[stage].split.compute_s, 1e-9 * layer.iteration_time_s) << stage;
+  }
+  EXPECT_GT(layer.compute_by_kind[index(model::ComputeKind::LmHead)], 0);  // the last stage's, averaged
+}
+
 }  // namespace
 }  // namespace twin::sim

@@ -76,7 +76,8 @@ TEST_P(Golden, SummaryMatchesTheCommittedFile) {
   SimOptions options;
   options.fidelity = c.fidelity;
   const SimResult result = simulate(program, cost, options);
-  const report::Summary summary = report::summarize(program, result.timeline, result.peak_flops_per_gpu, "sim");
+  const report::Summary summary = report::summarize(program, result.timeline, result.peak_flops_per_gpu, "sim", 0,
+                                                    layer_parts(cost, program.scenario));
   const std::string actual = report::summary_to_json(summary).dump(1) + "\n";
 
   const std::string path = golden_path(c.name);

@@ -85,6 +85,33 @@ TEST(Summary, TheTableFoldsARunOfIdenticalStagesIntoOneLine) {
   EXPECT_THAT(summary_table(summary), ::testing::Not(::testing::HasSubstr("like stage")));
 }
 
+TEST(Summary, ComputeByKindSplitsFusedLayersByTheirPartsCosts) {
+  const Fixture f;
+  // Unsplit, the two fused layer ops' 3 s stay one kind.
+  const Summary unsplit = summarize(f.program, f.timeline, 312e12, "test");
+  const auto layer = static_cast<std::size_t>(model::ComputeKind::TransformerLayer);
+  EXPECT_DOUBLE_EQ(unsplit.stages[0].compute_by_kind[layer], 3);
+  EXPECT_DOUBLE_EQ(unsplit.compute_by_kind[layer], 3);
+  EXPECT_THAT(summary_table(unsplit), ::testing::HasSubstr("layers not split 30.0 %"));
+  // Split 1 : 3 between a GEMM and the attention core, whatever the parts' absolute costs.
+  const LayerParts parts = [](const model::Op&) {
+    return std::vector<std::pair<model::ComputeKind, double>>{{model::ComputeKind::MlpUp, 0.5},
+                                                              {model::ComputeKind::AttentionCore, 1.5}};
+  };
+  const Summary split = summarize(f.program, f.timeline, 312e12, "test", 0, parts);
+  const ComputeByKind& seconds = split.stages[0].compute_by_kind;
+  EXPECT_DOUBLE_EQ(seconds[layer], 0);
+  EXPECT_DOUBLE_EQ(seconds[static_cast<std::size_t>(model::ComputeKind::MlpUp)], 0.75);
+  EXPECT_DOUBLE_EQ(seconds[static_cast<std::size_t>(model::ComputeKind::AttentionCore)], 2.25);
+  const std::string table = summary_table(split);
+  EXPECT_THAT(table, ::testing::HasSubstr("compute by kernel: GEMMs 7.5 %, attention core 22.5 %"));
+  EXPECT_THAT(table, ::testing::Not(::testing::HasSubstr("layers not split")));
+  const nlohmann::json json = summary_to_json(split);
+  EXPECT_DOUBLE_EQ(json["compute_by_kind_s"]["mlp_up"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(json["stages"][0]["compute_by_kind_s"]["attention_core"].get<double>(), 2.25);
+  EXPECT_FALSE(json["compute_by_kind_s"].contains("transformer_layer"));  // only the kinds that ran
+}
+
 TEST(Trace, IsChromeTraceJson) {
   const Fixture f;
   const nlohmann::json trace = nlohmann::json::parse(chrome_trace(f.program, f.timeline));
