@@ -205,7 +205,8 @@ void write_outputs(const RunOptions& o, const model::Program& program, const exe
   if (!o.trace.empty()) write_file_atomically(o.trace, exec::run_trace(program, result));
 }
 
-void print_summary(const exec::TrainResult& r, const std::string& engine, double elapsed_s) {
+void print_summary(const model::Program& program, const exec::TrainResult& r, const std::string& engine,
+                   double elapsed_s) {
   if (r.losses.empty()) {
     fmt::print(stderr, "nothing to do: the checkpoint is already at step {} of {}\n", r.first_step, r.steps);
     return;
@@ -216,6 +217,9 @@ void print_summary(const exec::TrainResult& r, const std::string& engine, double
   fmt::print(stderr, "trained steps {}..{} ({}) in {}: loss {:.4f} -> {:.4f}, {:.3f} s per step, {}\n",
              r.first_step + 1, r.steps, engine, duration(elapsed_s), r.losses.front(), r.losses.back(), mean_time,
              rate(r.tokens_per_s));
+  if (const std::string kernels = exec::compute_by_kernel_note(program, r); !kernels.empty()) {
+    fmt::print(stderr, "{}\n", kernels);
+  }
   if (!r.last_checkpoint.empty()) fmt::print(stderr, "checkpoint: {}\n", r.last_checkpoint);
 }
 
@@ -292,7 +296,7 @@ void run(const RunOptions& o) {
                       program.layout.dp(), o.backend, data.path, data.bytes.size()));
       const exec::TrainResult result = exec::train_threads(program, data, options);
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-      if (!o.quiet) print_summary(result, "threads", elapsed);
+      if (!o.quiet) print_summary(program, result, "threads", elapsed);
       write_outputs(o, program, result, fmt::format("exec ({}, threads)", o.backend));
       return;
     }
@@ -314,7 +318,7 @@ void run(const RunOptions& o) {
       const exec::TrainResult result = exec::train_rank(program, data, options, *comm, threads);
       if (comm->rank() == 0) {
         const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-        if (!o.quiet) print_summary(result, "mpi", elapsed);
+        if (!o.quiet) print_summary(program, result, "mpi", elapsed);
         write_outputs(o, program, result, fmt::format("exec ({}, mpi)", o.backend));
       }
     } catch (const std::exception& error) {

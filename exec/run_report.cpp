@@ -1,5 +1,7 @@
 #include "exec/run_report.hpp"
 
+#include <fmt/format.h>
+
 #include "sim/report/summary.hpp"
 #include "sim/report/trace.hpp"
 
@@ -25,6 +27,12 @@ nlohmann::json run_json(const model::Program& program, const TrainResult& result
     json["summary"]["traced_step"] = result.traced_step;
   }
   return json;
+}
+
+std::string compute_by_kernel_note(const model::Program& program, const TrainResult& result) {
+  if (!result.timeline) return {};
+  const report::Summary summary = report::summarize(program, *result.timeline, 0, "exec");
+  return fmt::format("step {}: compute by kernel: {}", result.traced_step + 1, report::compute_by_kernel_line(summary));
 }
 
 std::string run_trace(const model::Program& program, const TrainResult& result) {

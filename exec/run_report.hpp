@@ -19,6 +19,9 @@ namespace twin::exec {
 nlohmann::json run_json(const model::Program& program, const TrainResult& result, const std::string& engine,
                         double peak_flops_per_rank = 0);
 
+// "step N: compute by kernel: GEMMs 40.1 %, ..." for the traced step (1-based N), or empty when none was traced.
+std::string compute_by_kernel_note(const model::Program& program, const TrainResult& result);
+
 // Chrome trace of the traced step (one process per rank, one track per stream); empty when none was traced.
 std::string run_trace(const model::Program& program, const TrainResult& result);
 

@@ -290,16 +290,7 @@ std::string summary_table(const Summary& s) {
                  "fill/drain {:.1f} %\n",
                  percent(s.split.compute_s), percent(s.split.tp_s), percent(s.split.pp_s), percent(s.split.dp_s),
                  percent(s.split.bubble_s));
-  // The compute share above, by kernel kind (the "layers not split" group only where no cost model split them).
-  std::string kinds;
-  for (const KindGroup& group : kind_groups()) {
-    double seconds = 0;
-    for (model::ComputeKind kind : group.kinds) seconds += s.compute_by_kind[static_cast<std::size_t>(kind)];
-    if (seconds <= 0 && group.kinds.front() == model::ComputeKind::TransformerLayer) continue;
-    fmt::format_to(std::back_inserter(kinds), "{}{} {:.1f} %", kinds.empty() ? "" : ", ", group.label,
-                   percent(seconds));
-  }
-  fmt::format_to(line, "  compute by kernel: {}\n\n", kinds);
+  fmt::format_to(line, "  compute by kernel: {}\n\n", compute_by_kernel_line(s));
   fmt::format_to(line, "  stage   rank    busy s  bubble %  compute %    TP %    PP %    DP %  fill/drain %\n");
   // A long pipeline's middle stages usually print the same numbers: a run of them is one line, not thirty.
   const auto columns = [&](const StageSummary& stage) {
@@ -321,6 +312,20 @@ std::string summary_table(const Summary& s) {
     }
   }
   return out;
+}
+
+std::string compute_by_kernel_line(const Summary& s) {
+  const double T = s.iteration_time_s;
+  // The "layers not split" group only where no cost model split the fused layer ops.
+  std::string kinds;
+  for (const KindGroup& group : kind_groups()) {
+    double seconds = 0;
+    for (model::ComputeKind kind : group.kinds) seconds += s.compute_by_kind[static_cast<std::size_t>(kind)];
+    if (seconds <= 0 && group.kinds.front() == model::ComputeKind::TransformerLayer) continue;
+    fmt::format_to(std::back_inserter(kinds), "{}{} {:.1f} %", kinds.empty() ? "" : ", ", group.label,
+                   T > 0 ? 100 * seconds / T : 0.0);
+  }
+  return kinds;
 }
 
 }  // namespace twin::report

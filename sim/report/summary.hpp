@@ -104,4 +104,8 @@ nlohmann::json summary_to_json(const Summary& summary);
 // A readable table for the terminal.
 std::string summary_table(const Summary& summary);
 
+// Its "compute by kernel" part: the compute share of the iteration by group of kernel kinds (GEMMs, attention core,
+// layer norms / residuals / GELU, embedding and loss, optimizer), e.g. "GEMMs 66.9 %, attention core 3.3 %, ...".
+std::string compute_by_kernel_line(const Summary& summary);
+
 }  // namespace twin::report

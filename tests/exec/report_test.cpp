@@ -36,6 +36,20 @@ TEST(ExecRunReport, JsonAndTraceOfAPipelinedRun) {
     EXPECT_TRUE(json["summary"].contains(key)) << key;
   }
   EXPECT_EQ(json["summary"]["stages"].size(), 2u);
+  // Measured op by op: every kernel kind the layers run, and they add up to the compute time.
+  for (const auto& stage : json["summary"]["stages"]) {
+    const nlohmann::json& kinds = stage["compute_by_kind_s"];
+    double total = 0;
+    for (const char* kind : {"layernorm_attention", "qkv_projection", "attention_core", "attention_projection",
+                             "mlp_up", "gelu", "mlp_down", "optimizer_step"}) {
+      EXPECT_GT(kinds.value(kind, 0.0), 0.0) << "stage " << stage["stage"] << " " << kind;
+    }
+    for (const auto& [kind, seconds] : kinds.items()) total += seconds.get<double>();
+    EXPECT_NEAR(total, stage["time_split"]["compute_s"].get<double>(), 1e-9) << stage["stage"];
+    EXPECT_FALSE(kinds.contains("transformer_layer"));
+  }
+  EXPECT_EQ(compute_by_kernel_note(program, result).rfind("step 2: compute by kernel: GEMMs ", 0), 0u)
+      << compute_by_kernel_note(program, result);
 
   const nlohmann::json trace = nlohmann::json::parse(run_trace(program, result));
   std::set<int> pids;
