@@ -196,7 +196,7 @@ class Interpreter {
   int virtual_stages_ = 1;
   std::array<CommGroup, 4> groups_;  // by model::Group
 
-  static constexpr int kComputeKinds = 16, kPhases = 4, kPayloads = 10;
+  static constexpr int kComputeKinds = static_cast<int>(model::kComputeKindCount), kPhases = 4, kPayloads = 10;
   std::array<std::array<Handler, kPhases>, kComputeKinds> compute_handlers_{};
   std::array<Handler, kPayloads> collective_handlers_{};
 

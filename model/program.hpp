@@ -15,6 +15,7 @@
 // A sequential interpreter (the CPU executor) may simply run the list in order: that is one valid execution.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -46,14 +47,15 @@ enum class ComputeKind : std::uint8_t {
   LayerNormMlp,         // post-attention layernorm
   MlpUp,                // column-parallel GEMM  [tokens, h] x [h, f/t]
   Gelu,
-  MlpDown,              // row-parallel GEMM     [tokens, f/t] x [f/t, h]
-  MlpResidual,          // bias + dropout + residual add
+  MlpDown,      // row-parallel GEMM     [tokens, f/t] x [f/t, h]
+  MlpResidual,  // bias + dropout + residual add
   FinalLayerNorm,
-  LmHead,               // vocab-parallel GEMM   [tokens, h] x [h, V/t]
-  CrossEntropy,         // vocab-parallel softmax cross-entropy
-  TransformerLayer,     // `layer` granularity: all compute of one layer in one phase
-  OptimizerStep,        // AdamW (with gradient clipping) on the rank's parameter shard
+  LmHead,            // vocab-parallel GEMM   [tokens, h] x [h, V/t]
+  CrossEntropy,      // vocab-parallel softmax cross-entropy
+  TransformerLayer,  // `layer` granularity: all compute of one layer in one phase
+  OptimizerStep,     // AdamW (with gradient clipping) on the rank's parameter shard (keep it last)
 };
+inline constexpr std::size_t kComputeKindCount = static_cast<std::size_t>(ComputeKind::OptimizerStep) + 1;
 
 enum class CollectiveKind : std::uint8_t { AllReduce, ReduceScatter, AllGather };
 

@@ -128,7 +128,7 @@ Comparison compare_summaries(const nlohmann::json& reference, const nlohmann::js
     // Kernel kinds both engines timed (a fused layer op the prediction did not split matches nothing measured).
     const nlohmann::json& measured = reference["compute_by_kind_s"];
     const nlohmann::json& predicted = candidate["compute_by_kind_s"];
-    for (std::size_t index = 0; index < kComputeKinds; ++index) {  // in the order of a layer's ops
+    for (std::size_t index = 0; index < model::kComputeKindCount; ++index) {  // in the order of a layer's ops
       const std::string kind(model::to_string(static_cast<model::ComputeKind>(index)));
       if (measured.contains(kind) && predicted.contains(kind)) {
         c.kinds.push_back({kind + " (s)", measured[kind].get<double>(), predicted[kind].get<double>()});

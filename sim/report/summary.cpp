@@ -79,7 +79,7 @@ ComputeByKind compute_by_kind(const model::Program& program, const RankTimeline&
   const auto& ops = program.stage_ops[rank.stage];
   for (const OpSpan& span : rank.spans) {
     const model::Op& op = ops[span.op];
-    if (op.kind != model::OpKind::Compute || op.stream != model::Stream::Compute) continue;
+    if (category_of(op) != kCompute) continue;  // what time_split counts as compute
     const double duration = std::max(0.0, span.end_s - span.start_s);
     if (op.what == model::ComputeKind::TransformerLayer && layer_parts) {
       const auto parts = layer_parts(op);
@@ -155,7 +155,7 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
     entry.bubble_fraction = T > 0 ? entry.idle_s / T : 0;
     entry.split = time_split(program, *rank, T);
     entry.compute_by_kind = compute_by_kind(program, *rank, layer_parts);
-    for (std::size_t kind = 0; kind < kComputeKinds; ++kind)
+    for (std::size_t kind = 0; kind < model::kComputeKindCount; ++kind)
       summary.compute_by_kind[kind] += entry.compute_by_kind[kind];
     bubble_sum += entry.bubble_fraction;
     summary.split.compute_s += entry.split.compute_s;
@@ -191,7 +191,7 @@ nlohmann::json split_to_json(const TimeSplit& split) {
 // Only the kinds the stage ran, by their Program names ("qkv_projection", ...).
 nlohmann::json compute_by_kind_to_json(const ComputeByKind& seconds) {
   nlohmann::json json = nlohmann::json::object();
-  for (std::size_t kind = 0; kind < kComputeKinds; ++kind) {
+  for (std::size_t kind = 0; kind < model::kComputeKindCount; ++kind) {
     if (seconds[kind] > 0) json[std::string(model::to_string(static_cast<model::ComputeKind>(kind)))] = seconds[kind];
   }
   return json;

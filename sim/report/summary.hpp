@@ -37,8 +37,7 @@ struct TimeSplit {
 };
 
 // Compute seconds by kernel kind, indexed by model::ComputeKind.
-constexpr std::size_t kComputeKinds = static_cast<std::size_t>(model::ComputeKind::OptimizerStep) + 1;
-using ComputeByKind = std::array<double, kComputeKinds>;
+using ComputeByKind = std::array<double, model::kComputeKindCount>;
 
 // The parts of a fused TransformerLayer op (layer granularity) and what each costs, from a cost model: lets a
 // summary split such an op by kind. Empty: fused ops stay `transformer_layer`.

@@ -150,7 +150,7 @@ TEST(Summary, ComputeByKindIsTheSameAtEitherGranularityAndAddsUpToTheComputeTime
     const report::ComputeByKind& a = layer.stages[stage].compute_by_kind;
     const report::ComputeByKind& b = op.stages[stage].compute_by_kind;
     double total = 0;
-    for (std::size_t kind = 0; kind < report::kComputeKinds; ++kind) {
+    for (std::size_t kind = 0; kind < model::kComputeKindCount; ++kind) {
       EXPECT_NEAR(a[kind], b[kind], 1e-9 * (1 + b[kind])) << "stage " << stage << " " << kind;
       total += a[kind];
     }
