@@ -47,13 +47,13 @@ enum class ComputeKind : std::uint8_t {
   LayerNormMlp,         // post-attention layernorm
   MlpUp,                // column-parallel GEMM  [tokens, h] x [h, f/t]
   Gelu,
-  MlpDown,      // row-parallel GEMM     [tokens, f/t] x [f/t, h]
-  MlpResidual,  // bias + dropout + residual add
+  MlpDown,              // row-parallel GEMM     [tokens, f/t] x [f/t, h]
+  MlpResidual,          // bias + dropout + residual add
   FinalLayerNorm,
-  LmHead,            // vocab-parallel GEMM   [tokens, h] x [h, V/t]
-  CrossEntropy,      // vocab-parallel softmax cross-entropy
-  TransformerLayer,  // `layer` granularity: all compute of one layer in one phase
-  OptimizerStep,     // AdamW (with gradient clipping) on the rank's parameter shard (keep it last)
+  LmHead,               // vocab-parallel GEMM   [tokens, h] x [h, V/t]
+  CrossEntropy,         // vocab-parallel softmax cross-entropy
+  TransformerLayer,     // `layer` granularity: all compute of one layer in one phase
+  OptimizerStep,        // AdamW (with gradient clipping) on the rank's parameter shard (keep it last)
 };
 inline constexpr std::size_t kComputeKindCount = static_cast<std::size_t>(ComputeKind::OptimizerStep) + 1;
 
