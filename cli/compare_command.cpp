@@ -1,6 +1,7 @@
 // twin compare PREDICTED MEASURED: a prediction next to a measurement of the same plan.
 //   twin sim mtnlg-530b --json predicted.json && twin compare predicted.json 60.1
 //   twin compare predicted.json measured.json       (measured.json from `twin run --json`, or another `twin sim`)
+//   twin compare predicted.trace.json measured.trace.json   (two --trace files of one Program: op by op)
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -47,16 +48,37 @@ std::optional<double> as_seconds(const std::string& text) {
 void register_compare_command(CLI::App& app) {
   auto predicted_path = std::make_shared<std::string>();
   auto measured = std::make_shared<std::string>();
+  auto top = std::make_shared<std::size_t>(10);
   CLI::App* command = app.add_subcommand(
       "compare",
       "compare a prediction (twin sim --json) with a measurement (twin run --json, or an iteration time in "
-      "seconds): iteration time, TFLOP/s, bubble, time split, per stage");
-  command->add_option("predicted", *predicted_path, "summary JSON of the prediction")->required();
-  command->add_option("measured", *measured, "summary JSON of the measurement, or its iteration time in seconds")
+      "seconds): iteration time, TFLOP/s, bubble, time split, per stage; or two traces (--trace) op by op");
+  command->add_option("predicted", *predicted_path, "summary JSON (or trace) of the prediction")->required();
+  command
+      ->add_option("measured", *measured,
+                   "summary JSON (or trace) of the measurement, or its iteration time in seconds")
       ->required();
-  command->callback([predicted_path, measured] {
+  command->add_option("--top", *top, "with two traces: list the N ops whose times differ most (default 10)")
+      ->check(CLI::Range(0, 100000));
+  command->callback([predicted_path, measured, top] {
     try {
       const nlohmann::json predicted_document = read_json(*predicted_path);
+      if (report::is_trace(predicted_document)) {
+        if (as_seconds(*measured)) {
+          throw UserError(
+              fmt::format("'{}' is a trace: compare it with another trace (twin run --trace, twin sim "
+                          "--trace), not with an iteration time",
+                          *predicted_path));
+        }
+        const nlohmann::json measured_document = read_json(*measured);
+        if (!report::is_trace(measured_document)) {
+          throw UserError(fmt::format("'{}' is a trace but '{}' is not: compare two traces, or two summaries (--json)",
+                                      *predicted_path, *measured));
+        }
+        fmt::print("{}", report::trace_comparison_table(report::compare_traces(
+                             measured_document, *measured, predicted_document, *predicted_path, *top)));
+        return;
+      }
       const nlohmann::json& predicted = report::find_summary(predicted_document, *predicted_path);
       if (const auto seconds = as_seconds(*measured)) {
         const double t = predicted.at("iteration_time_s").get<double>();
@@ -70,6 +92,10 @@ void register_compare_command(CLI::App& app) {
         return;
       }
       const nlohmann::json measured_document = read_json(*measured);
+      if (report::is_trace(measured_document)) {
+        throw UserError(fmt::format("'{}' is a trace but '{}' is not: compare two traces, or two summaries (--json)",
+                                    *measured, *predicted_path));
+      }
       const auto comparison = report::compare_summaries(report::find_summary(measured_document, *measured), predicted);
       fmt::print("{}", report::comparison_table(comparison));
     } catch (const report::CompareError& error) {

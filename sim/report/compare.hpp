@@ -1,10 +1,12 @@
-// Two summaries of the same Program side by side (a prediction and a measurement, or two predictions): iteration
-// time, throughput, bubble, time split, compute by kernel kind and per-stage busy time, with the relative error of
-// each.
+// Two results of the same Program side by side (a prediction and a measurement, or two predictions), with the
+// relative error of each value: two summaries (iteration time, throughput, bubble, time split, compute by kernel kind
+// and per-stage busy time), or two Chrome traces, op by op.
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -41,5 +43,47 @@ Comparison compare_summaries(const nlohmann::json& reference, const nlohmann::js
 
 // A readable table of the comparison.
 std::string comparison_table(const Comparison& comparison);
+
+// --- Op by op: two Chrome traces (`twin sim --trace`, `twin run --trace`) of one Program ---
+
+// Whether `document` is a Chrome trace (an object with a "traceEvents" array) rather than a summary.
+bool is_trace(const nlohmann::json& document);
+
+// What an op is, without where it sits in the iteration: its trace label less the layer, the micro-batch and the
+// peer stage ("backward mlp_up L3 mb2" -> "backward mlp_up", "send forward mb0 to stage 1" -> "send forward").
+std::string op_class(std::string_view label);
+
+struct ComparedOp {
+  int rank = 0;
+  int op = 0;  // index in its stage's op list
+  std::string label;
+  double reference_s = 0, candidate_s = 0;
+};
+
+struct ComparedClass {
+  std::string name;                         // op_class of its ops
+  double ops = 0;                           // per rank
+  double reference_s = 0, candidate_s = 0;  // per rank, summed over its ops
+  double error() const { return reference_s != 0 ? (candidate_s - reference_s) / reference_s : 0.0; }
+};
+
+struct TraceComparison {
+  std::string reference_engine, candidate_engine;
+  std::vector<int> ranks;              // recorded in both traces: the ones compared
+  std::size_t ops = 0;                 // ops compared, over those ranks
+  std::vector<ComparedClass> classes;  // largest measured time first
+  std::vector<ComparedOp> largest;     // the ops whose times differ most, largest difference first
+};
+
+// Every op that both traces recorded (same rank, same index in its stage's list), timed from when its work began to
+// its end: a collective's wait for its last member, and a Recv's for its sender, are left out (a trace event's
+// "dur" less its "wait_us"). `top` ops are listed in `largest`. Throws CompareError, naming the file (`reference_what`,
+// `candidate_what`) and the event or field, for a document that is not a trace or has a malformed op event, and for
+// traces of different Programs (an op whose label differs, a rank with another op count) or with no rank in common.
+TraceComparison compare_traces(const nlohmann::json& reference, const std::string& reference_what,
+                               const nlohmann::json& candidate, const std::string& candidate_what, std::size_t top);
+
+// A readable table of it: one line per op class, then the `largest` ops.
+std::string trace_comparison_table(const TraceComparison& comparison);
 
 }  // namespace twin::report

@@ -265,6 +265,50 @@ TEST(Cli, CompareAgainstAPublishedTime) {
 }
 
 #ifdef TWIN_HAVE_SIMGRID
+// Two predictions of one Program, the second on GPUs with half the GEMM rate: op by op, the compute-bound GEMMs take
+// about twice as long, the memory-bound passes and the communication exactly as long.
+TEST(Cli, CompareTwoTracesOpByOp) {
+  const std::string scenario = small_cluster_scenario().string();
+  const fs::path fast = scratch("fast.trace.json"), slow = scratch("slow.trace.json");
+  const Result a = twin("sim " + scenario + " --granularity op --quiet --trace-ranks 0,8 --trace " + fast.string());
+  ASSERT_EQ(a.status, 0) << a.output;
+  const Result b = twin("sim " + scenario + " --granularity op --quiet --trace-ranks 0,8 --trace " + slow.string() +
+                        " --set cluster.gemm_tflops=115");
+  ASSERT_EQ(b.status, 0) << b.output;
+  const Result r = twin("compare " + slow.string() + " " + fast.string() + " --top 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("ops on 2 ranks (0, 8)"));
+  std::map<std::string, double> error_percent;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    const std::size_t percent = line.rfind('%');
+    if (percent == std::string::npos || line.find("  the ") == 0) continue;
+    std::istringstream words(line);
+    std::string phase, kind;
+    words >> phase >> kind;
+    const std::size_t start = line.find_last_of(' ', percent) + 1;
+    error_percent[phase + " " + kind] = std::stod(line.substr(start, percent - start));
+  }
+  ASSERT_TRUE(error_percent.count("forward mlp_up")) << r.output;
+  EXPECT_GT(error_percent["forward mlp_up"], 60);
+  EXPECT_LT(error_percent["forward mlp_up"], 101);
+  EXPECT_DOUBLE_EQ(error_percent["forward layernorm_attention"], 0.0);
+  EXPECT_DOUBLE_EQ(error_percent["backward gelu"], 0.0);
+  EXPECT_DOUBLE_EQ(error_percent["all_reduce tensor"], 0.0);
+  EXPECT_THAT(r.output, HasSubstr("the 2 ops that differ most"));
+
+  const Result mixed = twin("compare " + slow.string() + " 0.5");
+  EXPECT_EQ(mixed.status, 2);
+  EXPECT_THAT(mixed.output, HasSubstr("is a trace: compare it with another trace"));
+  const fs::path other = scratch("other.trace.json");
+  const Result c = twin("sim " + scenario + " --granularity op --quiet --trace-ranks 0 --trace " + other.string() +
+                        " --set parallel.recompute=\"none\"");
+  ASSERT_EQ(c.status, 0) << c.output;
+  const Result different = twin("compare " + other.string() + " " + fast.string());
+  EXPECT_EQ(different.status, 2);
+  EXPECT_THAT(different.output, HasSubstr("the traces are of different Programs"));
+}
+
 TEST(Cli, SearchTriesPipelinesThatSplitUnevenLayers) {
   // 22 layers with 3 on each end stage: only a pipeline of 4 splits the other 16 evenly, and 4 does not divide 22.
   const fs::path json_path = scratch("search-uneven.json");

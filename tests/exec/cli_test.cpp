@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -89,6 +90,40 @@ TEST_F(ExecRunFixture, WritesJsonWithLossesTimesAndSummary) {
   EXPECT_GT(json["tokens_per_s"].get<double>(), 0);
   EXPECT_TRUE(json["summary"].contains("bubble_fraction"));
   EXPECT_NO_THROW(nlohmann::json::parse(testing::read_text(dir + "/trace.json")));
+}
+
+// Two traces of one Program (here two steps of one run) compare op by op; a trace against itself differs nowhere.
+TEST_F(ExecRunFixture, TracesOfOneProgramCompareOpByOp) {
+  const std::vector<std::string> plan = {"--set", "parallel.pp=2", "--steps", "2", "--json", dir + "/run.json"};
+  auto first = twin_run(plan), last = twin_run(plan);
+  first.insert(first.end(), {"--trace", dir + "/step1.json", "--trace-step", "1"});
+  last.insert(last.end(), {"--trace", dir + "/step2.json"});
+  ASSERT_EQ(testing::run_command(first, dir + "/step1.log"), 0) << testing::read_text(dir + "/step1.log");
+  ASSERT_EQ(testing::run_command(last, dir + "/step2.log"), 0) << testing::read_text(dir + "/step2.log");
+  const std::string twin = TWIN_BINARY;
+  ASSERT_EQ(testing::run_command({twin, "compare", dir + "/step2.json", dir + "/step1.json", "--top", "3"},
+                                 dir + "/compare.log"),
+            0)
+      << testing::read_text(dir + "/compare.log");
+  const std::string table = testing::read_text(dir + "/compare.log");
+  EXPECT_NE(table.find("ops on 2 ranks (0-1)"), std::string::npos) << table;
+  EXPECT_NE(table.find("forward mlp_up"), std::string::npos) << table;
+  EXPECT_NE(table.find("the 3 ops that differ most"), std::string::npos) << table;
+
+  ASSERT_EQ(testing::run_command({twin, "compare", dir + "/step2.json", dir + "/step2.json"}, dir + "/self.log"), 0);
+  std::istringstream self(testing::read_text(dir + "/self.log"));
+  int rows = 0;
+  for (std::string line; std::getline(self, line);) {
+    if (line.find('%') == std::string::npos) continue;
+    ++rows;
+    EXPECT_EQ(line.substr(line.size() - 5), "+0.0%") << line;
+  }
+  EXPECT_GT(rows, 10);
+
+  EXPECT_EQ(testing::run_command({twin, "compare", dir + "/step2.json", dir + "/run.json"}, dir + "/mixed.log"), 2);
+  EXPECT_NE(testing::read_text(dir + "/mixed.log").find("is a trace but"), std::string::npos);
+  EXPECT_EQ(testing::run_command({twin, "compare", dir + "/step2.json", "1.5"}, dir + "/time.log"), 2);
+  EXPECT_NE(testing::read_text(dir + "/time.log").find("compare it with another trace"), std::string::npos);
 }
 
 TEST_F(ExecRunFixture, AMissingDataFileIsOneClearLine) {

@@ -1,7 +1,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
+
 #include "sim/report/compare.hpp"
+#include "sim/report/trace.hpp"
+#include "tests/sim/support.hpp"
 
 namespace twin::report {
 namespace {
@@ -99,6 +104,172 @@ TEST(Compare, ASummaryWithAFieldOfTheWrongKindIsRefusedByName) {
   text_dp["scenario"]["dp"] = "four";
   EXPECT_THAT(refused(text_dp), HasSubstr("\"scenario.dp\" must be an integer"));
   EXPECT_EQ(refused(summary(10.0, 100, 4, 8.0)), "accepted");
+}
+
+// --- Op by op: two traces of one Program ---
+
+TEST(CompareTraces, AnOpsClassIsItsLabelWithoutLayerMicroBatchOrPeer) {
+  model::Op gemm;
+  gemm.what = model::ComputeKind::MlpUp;
+  gemm.phase = model::Phase::Backward;
+  gemm.layer = 12;
+  gemm.micro_batch = 3;
+  EXPECT_EQ(op_label(gemm), "backward mlp_up L12 mb3");
+  EXPECT_EQ(op_class(op_label(gemm)), "backward mlp_up");
+  model::Op reduce = testing::collective(model::CollectiveKind::AllReduce, model::Group::Tensor, 1e6);
+  reduce.payload = model::Payload::LayerOutput;
+  reduce.layer = 4;
+  EXPECT_EQ(op_class(op_label(reduce)), "all_reduce tensor layer_output");
+  model::Op send;
+  send.kind = model::OpKind::Send;
+  send.phase = model::Phase::Forward;
+  send.micro_batch = 10;
+  send.peer_stage = 2;
+  EXPECT_EQ(op_label(send), "send forward mb10 to stage 2");
+  EXPECT_EQ(op_class(op_label(send)), "send forward");
+  model::Op recv = send;
+  recv.kind = model::OpKind::Recv;
+  EXPECT_EQ(op_class(op_label(recv)), "recv forward");
+  // A kind whose name merely starts like a layer or micro-batch tag is kept.
+  EXPECT_EQ(op_class("forward mbx Layer L"), "forward mbx Layer L");
+}
+
+// One stage, ranks 0 and 1 recorded: two forward GEMMs of layers 0 and 1, a TP all-reduce that waits 1 s for its last
+// member, and a Recv. The prediction takes 3 s for each GEMM where the measurement took 2.
+struct TwoTraces {
+  model::Program program;
+  nlohmann::json measured, predicted;
+  static Timeline timeline(const std::string& engine, double gemm_s) {
+    Timeline t;
+    t.engine = engine;
+    for (int rank : {0, 1}) {
+      const double gemms_end = 2 * gemm_s;
+      t.ranks.push_back({rank,
+                         0,
+                         {{0, 0, 0, gemm_s},
+                          {1, gemm_s, gemm_s, gemms_end},
+                          {2, gemms_end, gemms_end + 1, gemms_end + 1.5},
+                          {3, gemms_end + 1.5, gemms_end + 2, gemms_end + 2.25}}});
+    }
+    t.iteration_time_s = 2 * gemm_s + 2.25;
+    return t;
+  }
+  TwoTraces() {
+    testing::Plan plan;
+    plan.dp = 8;  // one DGX node: ranks 0-7 run the one stage
+    std::vector<model::Op> ops(4);
+    for (int layer : {0, 1}) {
+      ops[layer].what = model::ComputeKind::MlpUp;
+      ops[layer].layer = layer;
+      ops[layer].micro_batch = 0;
+    }
+    ops[2] = testing::collective(model::CollectiveKind::AllReduce, model::Group::Tensor, 1e6);
+    ops[3].kind = model::OpKind::Recv;
+    ops[3].stream = model::Stream::Pipeline;
+    ops[3].micro_batch = 1;
+    program = testing::hand_program(testing::make_scenario(plan), {ops});
+    measured = nlohmann::json::parse(chrome_trace(program, timeline("exec", 2.0)));
+    predicted = nlohmann::json::parse(chrome_trace(program, timeline("sim", 3.0)));
+  }
+};
+
+TEST(CompareTraces, EachOpIsTimedFromWhenItsWorkBeganAndGroupedByClass) {
+  const TwoTraces f;
+  EXPECT_TRUE(is_trace(f.measured));
+  EXPECT_FALSE(is_trace(summary(10.0, 100, 4, 8.0)));
+  const TraceComparison c = compare_traces(f.measured, "m.json", f.predicted, "p.json", 1);
+  EXPECT_EQ(c.reference_engine, "exec");
+  EXPECT_EQ(c.candidate_engine, "sim");
+  EXPECT_EQ(c.ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(c.ops, 8u);
+  ASSERT_EQ(c.classes.size(), 3u);
+  // Largest measured time first: the two GEMMs of a rank as one class.
+  EXPECT_EQ(c.classes[0].name, "forward mlp_up");
+  EXPECT_DOUBLE_EQ(c.classes[0].ops, 2);
+  EXPECT_NEAR(c.classes[0].reference_s, 4.0, 1e-9);
+  EXPECT_NEAR(c.classes[0].candidate_s, 6.0, 1e-9);
+  EXPECT_NEAR(c.classes[0].error(), 0.5, 1e-9);
+  // The all-reduce's wait for its last member is not its time: 0.5 s in both.
+  EXPECT_EQ(c.classes[1].name, "all_reduce tensor layer_output");
+  EXPECT_NEAR(c.classes[1].reference_s, 0.5, 1e-9);
+  EXPECT_NEAR(c.classes[1].error(), 0.0, 1e-9);
+  EXPECT_EQ(c.classes[2].name, "recv forward");
+  EXPECT_NEAR(c.classes[2].reference_s, 0.25, 1e-9);
+  ASSERT_EQ(c.largest.size(), 1u);  // top = 1
+  EXPECT_NEAR(c.largest[0].candidate_s - c.largest[0].reference_s, 1.0, 1e-9);
+  EXPECT_EQ(c.largest[0].label, "forward mlp_up L0 mb0");
+  const std::string table = trace_comparison_table(c);
+  EXPECT_THAT(table, HasSubstr("8 ops on 2 ranks (0-1)"));
+  EXPECT_THAT(table, HasSubstr("+50.0%"));
+  EXPECT_THAT(table, HasSubstr("the 1 op that differ most"));
+  // Only the ranks both recorded are compared.
+  const nlohmann::json rank0 = nlohmann::json::parse(chrome_trace(f.program, TwoTraces::timeline("sim", 3.0), {0}));
+  EXPECT_EQ(compare_traces(f.measured, "m.json", rank0, "p.json", 10).ranks, (std::vector<int>{0}));
+}
+
+TEST(CompareTraces, RefusesTracesOfDifferentProgramsOrWithoutACommonRank) {
+  const TwoTraces f;
+  auto refused = [&f](const nlohmann::json& predicted) {
+    try {
+      compare_traces(f.measured, "m.json", predicted, "p.json", 10);
+    } catch (const CompareError& error) {
+      return std::string(error.what());
+    }
+    return std::string("accepted");
+  };
+  nlohmann::json relabelled = f.predicted;
+  for (auto& event : relabelled["traceEvents"]) {
+    if (event.value("name", "") == "forward mlp_up L1 mb0") event["name"] = "forward gelu L1 mb0";
+  }
+  EXPECT_THAT(refused(relabelled), HasSubstr("rank 0 op 1 is 'forward mlp_up L1 mb0' in m.json and 'forward gelu L1 "
+                                             "mb0' in p.json: the traces are of different Programs"));
+  nlohmann::json fewer = f.predicted;
+  auto& events = fewer["traceEvents"];
+  events.erase(std::remove_if(
+                   events.begin(), events.end(),
+                   [](const nlohmann::json& e) { return e.value("ph", "") == "X" && e["args"].value("op", -1) == 3; }),
+               events.end());
+  EXPECT_THAT(refused(fewer), HasSubstr("rank 0 has 4 ops in m.json and 3 in p.json"));
+  const nlohmann::json other_rank = nlohmann::json::parse(chrome_trace(f.program, [] {
+    Timeline t = TwoTraces::timeline("sim", 3.0);
+    for (RankTimeline& rank : t.ranks) rank.rank += 2;
+    return t;
+  }()));
+  EXPECT_THAT(refused(other_rank), HasSubstr("no rank is in both traces: m.json records ranks 0-1, p.json ranks 2-3"));
+  EXPECT_EQ(refused(f.predicted), "accepted");
+}
+
+TEST(CompareTraces, AMalformedOpEventIsRefusedByItsField) {
+  const TwoTraces f;
+  auto refused = [&f](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json broken = f.predicted;
+    for (auto& event : broken["traceEvents"]) {
+      if (event.value("ph", "") == "X") {
+        edit(event);
+        break;
+      }
+    }
+    try {
+      compare_traces(f.measured, "m.json", broken, "p.json", 10);
+    } catch (const CompareError& error) {
+      return std::string(error.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_THAT(refused([](nlohmann::json& e) { e["dur"] = -5; }),
+              ::testing::MatchesRegex("p\\.json: traceEvents\\[[0-9]+\\]\\.dur must be a number of microseconds >= 0, "
+                                      "got -5"));
+  EXPECT_THAT(refused([](nlohmann::json& e) { e["args"]["op"] = "first"; }), HasSubstr("args.op must be an op index"));
+  EXPECT_THAT(refused([](nlohmann::json& e) { e["pid"] = -1; }), HasSubstr("pid must be a rank"));
+  EXPECT_THAT(refused([](nlohmann::json& e) { e["args"]["wait_us"] = "x"; }), HasSubstr("args.wait_us must be"));
+  EXPECT_THAT(refused([](nlohmann::json& e) { e.erase("name"); }), HasSubstr("name must be the op's label"));
+  EXPECT_THAT(refused([](nlohmann::json& e) { e["args"]["op"] = 1; }), HasSubstr("rank 0 op 1 appears twice"));
+  try {
+    compare_traces(summary(10.0, 100, 4, 8.0), "s.json", f.predicted, "p.json", 10);
+    FAIL() << "expected CompareError";
+  } catch (const CompareError& error) {
+    EXPECT_THAT(error.what(), HasSubstr("s.json: not a trace"));
+  }
 }
 
 }  // namespace
