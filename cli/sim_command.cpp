@@ -90,7 +90,11 @@ void run(const SimCommandOptions& o) {
   try {
     options.fidelity = sim::parse_fidelity(o.fidelity);
     options.algorithm = sim::parse_collective_algorithm(o.algorithm);
-    if (!o.gpu.empty()) options.node = topology::node_spec_by_gpu_name(o.gpu);
+    if (!o.gpu.empty()) {
+      const topology::NodeSpec node = topology::node_spec_by_gpu_name(o.gpu);
+      const auto gpus = static_cast<int>(scenario.cluster.gpus_per_node);
+      options.node = gpus > 0 && gpus < node.gpus ? topology::part_of_node(node, gpus) : node;
+    }
     if (scenario.cluster.node == model::NodeKind::CpuHost) {
       throw UserError("twin sim models GPU clusters; this scenario runs on CPU hosts (cluster.node = cpu-host)");
     }

@@ -224,9 +224,23 @@ double nccl_net_speed_bytes_per_s(double line_bytes_per_s, bool hopper) {
   return (hopper ? fastest_not_above(kHopper) : fastest_not_above(kAmpere)) * kGB;
 }
 
+NodeSpec part_of_node(NodeSpec node, int gpus) {
+  if (gpus < 1 || gpus > node.gpus) {
+    throw std::invalid_argument(fmt::format("cluster.gpus_per_node = {} but a {} has {} GPUs (1 to {})", gpus,
+                                            node.name, node.gpus, node.gpus));
+  }
+  if (gpus == node.gpus) return node;
+  // Each GPU's NIC link (nic_effective_bytes_per_s) is its share already; the node's cables shrink with its NICs.
+  node.compute_nics = std::max(1, node.compute_nics * gpus / node.gpus);
+  node.name += fmt::format(", {} of its {} GPUs", gpus, node.gpus);
+  node.gpus = gpus;
+  return node;
+}
+
 NodeSpec node_spec(const model::ClusterSpec& cluster) {
   NodeSpec node = node_spec(cluster.node);
-  if (cluster.nics_per_node <= 0 && cluster.nic_gbps <= 0) return node;
+  const int gpus = cluster.gpus_per_node > 0 ? static_cast<int>(cluster.gpus_per_node) : node.gpus;
+  if (cluster.nics_per_node <= 0 && cluster.nic_gbps <= 0) return gpus < node.gpus ? part_of_node(node, gpus) : node;
   const int nics = cluster.nics_per_node > 0 ? static_cast<int>(cluster.nics_per_node) : node.compute_nics;
   const double line = cluster.nic_gbps > 0 ? cluster.nic_gbps * kGiga / 8 : node.nic_bytes_per_s;
   const bool hopper = node.gpu.name.rfind("H", 0) == 0;
@@ -234,7 +248,7 @@ NodeSpec node_spec(const model::ClusterSpec& cluster) {
   node.compute_nics = nics;
   node.nic_bytes_per_s = line;
   node.nic_effective_bytes_per_s = nccl_net_speed_bytes_per_s(line, hopper) * nics / node.gpus;
-  return node;
+  return gpus < node.gpus ? part_of_node(node, gpus) : node;
 }
 
 FabricSpec fabric_spec(const model::ClusterSpec& cluster) {

@@ -79,8 +79,16 @@ FabricSpec fabric_spec(model::NodeKind kind);
 // compute NICs and their line rate, NCCL's ring speed for such a NIC, and one cable per NIC into the fabric. When
 // the GPUs outnumber the NICs they share them: each GPU's NIC link carries its share, NCCL speed x NICs / GPUs
 // (Megatron-LM's and DeepSpeed's inter-node traffic moves on every rail of a node at once, so a share is what each
-// gets); with more NICs than GPUs, each GPU drives several.
+// gets); with more NICs than GPUs, each GPU drives several. With cluster.gpus_per_node below the node's own count,
+// the job's part of each node (part_of_node).
 NodeSpec node_spec(const model::ClusterSpec& cluster);
+
+// `gpus` of a node's GPUs, as a job that holds only those sees the node: the same GPUs and NVSwitch ports (any subset
+// of NVSwitch-connected GPUs talks at the full per-GPU rate), and their share of its compute NICs, each GPU keeping
+// the one beside it (a DGX's compute NICs are one per GPU, on the GPU's own PCIe switch: DGX A100 and DGX H100 user
+// guides, "Network Ports"; NCCL picks each GPU's nearest NIC), so each GPU's network share does not change.
+// Throws std::invalid_argument unless 1 <= gpus <= node.gpus.
+NodeSpec part_of_node(NodeSpec node, int gpus);
 FabricSpec fabric_spec(const model::ClusterSpec& cluster);
 
 // NCCL's ring speed over one NIC of `line_bytes_per_s`: the fastest entry of its speed array not above the line rate

@@ -309,6 +309,33 @@ TEST(Cli, CompareTwoTracesOpByOp) {
   EXPECT_THAT(different.output, HasSubstr("the traces are of different Programs"));
 }
 
+// Both engines read one Program: the simulator's trace of a plan on four GPUs of a DGX A100 and the CPU executor's
+// trace of the same scenario have the same ops, rank by rank, which `twin compare` checks op by op.
+TEST(Cli, TheSimulatorAndTheExecutorTraceTheSameProgram) {
+  const std::string plan =
+      " --set cluster.node=\"dgx-a100\" --set cluster.nodes=1 --set cluster.gpus_per_node=4 --set parallel.tp=2"
+      " --set parallel.pp=2";
+  const fs::path predicted = scratch("sim4.trace.json"), measured = scratch("run4.trace.json");
+  const Result sim =
+      twin("sim gpt-tiny --granularity op --quiet --trace-ranks 0-3 --trace " + predicted.string() + plan);
+  ASSERT_EQ(sim.status, 0) << sim.output;
+  EXPECT_THAT(sim.output, HasSubstr("DGX A100, 4 of its 8 GPUs"));
+  const Result run = twin("run gpt-tiny --steps 2 --quiet --threads 1 --trace " + measured.string() + plan);
+  ASSERT_EQ(run.status, 0) << run.output;
+  const Result r = twin("compare " + predicted.string() + " " + measured.string() + " --top 0");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("ops on 4 ranks (0-3)"));
+  for (const char* op : {"send forward", "recv backward", "all_reduce tensor layer_output", "backward mlp_up",
+                         "optimizer optimizer_step"}) {
+    EXPECT_THAT(r.output, HasSubstr(op));
+  }
+  const Result too_many = twin(
+      "sim gpt-tiny --quiet --set cluster.node=\"dgx-h200\" --set cluster.nodes=1"
+      " --set cluster.gpus_per_node=9 --set parallel.dp=9 --set parallel.global_batch=36");
+  EXPECT_EQ(too_many.status, 2);
+  EXPECT_THAT(too_many.output, HasSubstr("cluster.gpus_per_node = 9 but a DGX H200 has 8 GPUs"));
+}
+
 TEST(Cli, SearchTriesPipelinesThatSplitUnevenLayers) {
   // 22 layers with 3 on each end stage: only a pipeline of 4 splits the other 16 evenly, and 4 does not divide 22.
   const fs::path json_path = scratch("search-uneven.json");

@@ -58,6 +58,35 @@ TEST(Hardware, TheClustersOwnNetworkReplacesTheNodesNics) {
   EXPECT_DOUBLE_EQ(node_spec(cluster).nic_effective_bytes_per_s, 4 * 48e9);
 }
 
+// A job on part of each node: its GPUs, each with the NIC beside it, on the same NVSwitch.
+TEST(Hardware, PartOfANodeKeepsEachGpusLinksAndItsShareOfTheNics) {
+  const NodeSpec whole = dgx_a100();
+  const NodeSpec two = part_of_node(whole, 2);
+  EXPECT_EQ(two.gpus, 2);
+  EXPECT_EQ(two.compute_nics, 2);
+  EXPECT_DOUBLE_EQ(two.nic_effective_bytes_per_s, whole.nic_effective_bytes_per_s);
+  EXPECT_DOUBLE_EQ(two.nvlink_effective_bytes_per_s, whole.nvlink_effective_bytes_per_s);
+  EXPECT_EQ(two.nccl_nvlink_channels, whole.nccl_nvlink_channels);
+  EXPECT_EQ(two.name, "DGX A100, 2 of its 8 GPUs");
+  EXPECT_EQ(part_of_node(whole, 8).name, "DGX A100");
+  EXPECT_THROW(part_of_node(whole, 0), std::invalid_argument);
+  EXPECT_THROW(part_of_node(whole, 9), std::invalid_argument);
+  // From the scenario: cluster.gpus_per_node below the node's, with or without the cluster's own network.
+  model::ClusterSpec cluster;
+  cluster.node = model::NodeKind::DgxH200;
+  cluster.gpus_per_node = 1;
+  EXPECT_EQ(node_spec(cluster).gpus, 1);
+  EXPECT_EQ(node_spec(cluster).compute_nics, 1);
+  cluster.node = model::NodeKind::DgxA100;
+  cluster.gpus_per_node = 4;
+  cluster.nics_per_node = 4;  // 4 x 100 Gb/s for 8 GPUs: half a NIC each, 2 NICs for the job's 4 GPUs
+  cluster.nic_gbps = 100;
+  const NodeSpec shared = node_spec(cluster);
+  EXPECT_EQ(shared.gpus, 4);
+  EXPECT_EQ(shared.compute_nics, 2);
+  EXPECT_DOUBLE_EQ(shared.nic_effective_bytes_per_s, 6e9);
+}
+
 TEST(Hardware, EveryDgxKindAScenarioNamesHasItsGpuAndFabric) {
   // A100 40GB: the 80GB part's peaks and SMs, HBM2 at 1555 GB/s, on the same HDR fabric as DGX A100.
   const NodeSpec a100_40 = node_spec(model::NodeKind::DgxA100_40GB);
