@@ -146,7 +146,7 @@ class ThreadsCommunicator final : public Communicator {
       }
       if (s_->changed.wait_until(lock, deadline) == std::cv_status::timeout && Clock::now() >= deadline) {
         throw_if_failed(label);
-        throw CommError(
+        throw timed_out(
             fmt::format("rank {}: recv {} from rank {} timed out after {} s: rank {} never sent it "
                         "(dead, stuck or out of step){}",
                         rank_, label, peer, s_->options.timeout_s, peer, blocked_chain({peer})));
@@ -218,6 +218,15 @@ class ThreadsCommunicator final : public Communicator {
                                     : format_ranks(idle) + " (in no communication: dead, or stuck)");
   }
 
+  // A timeout ends the run: the world's failure is recorded before this rank stops waiting (under the mutex, which
+  // the caller holds), so that a rank blocked on this one, whose own deadline comes next, abandons naming this
+  // story rather than timing out itself on a rank that, no longer waiting, looks merely slow.
+  CommError timed_out(std::string message) const {
+    if (!s_->failure) s_->failure = fmt::format("rank {} failed: {}", rank_, message);
+    s_->changed.notify_all();
+    return CommError(std::move(message));
+  }
+
   void throw_if_failed(std::string_view label) const {
     if (s_->failure) throw PeerFailure(fmt::format("rank {}: {} abandoned: {}", rank_, label, *s_->failure));
   }
@@ -247,7 +256,7 @@ class ThreadsCommunicator final : public Communicator {
       if (s_->changed.wait_until(lock, deadline) == std::cv_status::timeout && !done()) {
         throw_if_failed(what);
         const std::vector<int> late = missing();
-        throw CommError(fmt::format("rank {}: {} timed out after {} s: {} did not {}{}", rank_, what,
+        throw timed_out(fmt::format("rank {}: {} timed out after {} s: {} did not {}{}", rank_, what,
                                     s_->options.timeout_s, format_ranks(late), verb, blocked_chain(late)));
       }
     }
@@ -328,7 +337,7 @@ class ThreadsCommunicator final : public Communicator {
     const auto finish_deadline = deadline + timeout();
     while (slot.finished != size) {
       if (s_->changed.wait_until(lock, finish_deadline) == std::cv_status::timeout && slot.finished != size) {
-        throw CommError(fmt::format("rank {}: {} timed out after {} s: not every member finished its share", rank_,
+        throw timed_out(fmt::format("rank {}: {} timed out after {} s: not every member finished its share", rank_,
                                     what, s_->options.timeout_s));
       }
     }

@@ -186,6 +186,44 @@ TEST(ExecThreadsCommunicator, ATimeoutFollowsTheChainOfBlockedRanksToTheDeadOne)
       << collective_errors[0];
 }
 
+TEST(ExecThreadsCommunicator, AVictimThatTimesOutFirstIsTheStoryItsWaitersTell) {
+  // Rank 2 is dead; rank 1 waits for it and times out first; rank 0 waits for rank 1 and would time out 0.5 s later.
+  // Rank 1 is slow to report (nobody calls abort for it here): its timeout alone must tell rank 0 why rank 1 never
+  // sent, rather than leave rank 0 to time out on a rank that, no longer waiting, would look merely slow.
+  ThreadsWorld world(3, CommOptions{1.0});
+  std::string errors[2];
+  std::thread victim([&] {
+    auto comm = world.communicator(1);
+    float x;
+    try {
+      comm->recv(2, 7, &x, sizeof(x), "recv backward gradient");
+    } catch (const std::exception& error) {
+      errors[1] = error.what();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  });
+  std::thread waiter([&] {
+    auto comm = world.communicator(0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    float x;
+    try {
+      comm->recv(1, 7, &x, sizeof(x), "recv backward gradient");
+    } catch (const PeerFailure& error) {
+      errors[0] = std::string("abandoned: ") + error.what();
+    } catch (const std::exception& error) {
+      errors[0] = error.what();
+    }
+  });
+  victim.join();
+  waiter.join();
+  EXPECT_NE(errors[1].find("rank 1: recv recv backward gradient from rank 2 timed out after 1 s"), std::string::npos)
+      << errors[1];
+  EXPECT_EQ(errors[0].rfind("abandoned: rank 0: ", 0), 0u) << errors[0];
+  EXPECT_NE(errors[0].find("rank 1 failed: rank 1: recv recv backward gradient from rank 2 timed out"),
+            std::string::npos)
+      << errors[0];
+}
+
 TEST(ExecThreadsCommunicator, AFailedRankMakesItsPeersFailFast) {
   ThreadsWorld world(3, CommOptions{60});
   const auto start = std::chrono::steady_clock::now();

@@ -44,8 +44,10 @@ TEST(ExecFailure, ADeadRankIsNamedWhenItsPeersTimeOut) {
   TrainOptions options;
   options.steps = 3;
   // Long enough that a live rank slowed by a loaded machine does not time out its peers first, short enough to keep
-  // the test quick. (With 1 s it failed once in a full ctest -j2 run on 2 cores, and not in 45 runs alone or under
-  // load since; a slow live rank timing out first is the likely cause.)
+  // the test quick. Rank 2 (blocked on rank 3) and rank 0 (blocked on rank 2) reach their deadlines at nearly the
+  // same time; before a timeout recorded the world's failure under the communicator's lock, rank 0 could wake just
+  // after rank 2 had stopped waiting and name rank 2 alone (2 runs in 6 under a parallel build; since, 10 in 10;
+  // ExecThreadsCommunicator.AVictimThatTimesOutFirstIsTheStoryItsWaitersTell).
   options.comm_timeout_s = 3.0;
   options.fault = FaultInjection{FaultInjection::Mode::Vanish, 3, 1};
   double seconds = 0;
