@@ -49,6 +49,7 @@ void register_compare_command(CLI::App& app) {
   auto predicted_path = std::make_shared<std::string>();
   auto measured = std::make_shared<std::string>();
   auto top = std::make_shared<std::size_t>(10);
+  auto json_path = std::make_shared<std::string>();
   CLI::App* command = app.add_subcommand(
       "compare",
       "compare a prediction (twin sim --json) with a measurement (twin run --json, or an iteration time in "
@@ -60,8 +61,21 @@ void register_compare_command(CLI::App& app) {
       ->required();
   command->add_option("--top", *top, "with two traces: list the N ops whose times differ most (default 10)")
       ->check(CLI::Range(0, 100000));
-  command->callback([predicted_path, measured, top] {
+  command->add_option("--json", *json_path, "also write the comparison as JSON to this file");
+  command->callback([predicted_path, measured, top, json_path] {
+    // The table on stdout; with --json the same as JSON, written atomically.
+    auto report_it = [&json_path](const std::string& table, const nlohmann::json& json) {
+      fmt::print("{}", table);
+      if (!json_path->empty()) write_file_atomically(*json_path, json.dump(2) + "\n");
+    };
     try {
+      for (const std::string* input : {predicted_path.get(), measured.get()}) {
+        std::error_code ignored;
+        if (!json_path->empty() && std::filesystem::exists(*input, ignored) &&
+            std::filesystem::equivalent(*json_path, *input, ignored)) {
+          throw UserError(fmt::format("--json '{}' is an input of the comparison; write it elsewhere", *json_path));
+        }
+      }
       const nlohmann::json predicted_document = read_json(*predicted_path);
       if (report::is_trace(predicted_document)) {
         if (as_seconds(*measured)) {
@@ -75,8 +89,9 @@ void register_compare_command(CLI::App& app) {
           throw UserError(fmt::format("'{}' is a trace but '{}' is not: compare two traces, or two summaries (--json)",
                                       *predicted_path, *measured));
         }
-        fmt::print("{}", report::trace_comparison_table(report::compare_traces(
-                             measured_document, *measured, predicted_document, *predicted_path, *top)));
+        const report::TraceComparison comparison =
+            report::compare_traces(measured_document, *measured, predicted_document, *predicted_path, *top);
+        report_it(report::trace_comparison_table(comparison), report::trace_comparison_to_json(comparison));
         return;
       }
       const nlohmann::json& predicted = report::find_summary(predicted_document, *predicted_path);
@@ -88,7 +103,7 @@ void register_compare_command(CLI::App& app) {
         c.reference_engine = "published";
         c.totals.push_back({"iteration time (s)", *seconds, t});
         c.totals.push_back({"model TFLOP/s per GPU", tflops * t / *seconds, tflops});
-        fmt::print("{}", report::comparison_table(c));
+        report_it(report::comparison_table(c), report::comparison_to_json(c));
         return;
       }
       const nlohmann::json measured_document = read_json(*measured);
@@ -97,7 +112,7 @@ void register_compare_command(CLI::App& app) {
                                     *measured, *predicted_path));
       }
       const auto comparison = report::compare_summaries(report::find_summary(measured_document, *measured), predicted);
-      fmt::print("{}", report::comparison_table(comparison));
+      report_it(report::comparison_table(comparison), report::comparison_to_json(comparison));
     } catch (const report::CompareError& error) {
       throw UserError(error.what());
     }

@@ -167,6 +167,33 @@ std::string comparison_table(const Comparison& c) {
   return out;
 }
 
+namespace {
+
+nlohmann::json relative_error(double candidate, double reference) {
+  return reference != 0 ? nlohmann::json((candidate - reference) / reference) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+nlohmann::json comparison_to_json(const Comparison& c) {
+  auto values = [](const std::vector<ComparedValue>& list) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const ComparedValue& v : list) {
+      out.push_back({{"name", v.name},
+                     {"predicted", v.candidate},
+                     {"measured", v.reference},
+                     {"error", relative_error(v.candidate, v.reference)}});
+    }
+    return out;
+  };
+  return {{"mode", "summary"},
+          {"predicted_engine", c.candidate_engine},
+          {"measured_engine", c.reference_engine},
+          {"totals", values(c.totals)},
+          {"kinds", values(c.kinds)},
+          {"stages", values(c.stages)}};
+}
+
 // --- Op by op ---
 
 bool is_trace(const nlohmann::json& document) {
@@ -360,6 +387,32 @@ std::string trace_comparison_table(const TraceComparison& c) {
     }
   }
   return out;
+}
+
+nlohmann::json trace_comparison_to_json(const TraceComparison& c) {
+  nlohmann::json classes = nlohmann::json::array(), largest = nlohmann::json::array();
+  for (const ComparedClass& cls : c.classes) {
+    classes.push_back({{"name", cls.name},
+                       {"ops", cls.ops},
+                       {"predicted_s", cls.candidate_s},
+                       {"measured_s", cls.reference_s},
+                       {"error", relative_error(cls.candidate_s, cls.reference_s)}});
+  }
+  for (const ComparedOp& op : c.largest) {
+    largest.push_back({{"rank", op.rank},
+                       {"op", op.op},
+                       {"label", op.label},
+                       {"predicted_s", op.candidate_s},
+                       {"measured_s", op.reference_s},
+                       {"error", relative_error(op.candidate_s, op.reference_s)}});
+  }
+  return {{"mode", "ops"},
+          {"predicted_engine", c.candidate_engine},
+          {"measured_engine", c.reference_engine},
+          {"ranks", c.ranks},
+          {"ops", c.ops},
+          {"classes", classes},
+          {"largest", largest}};
 }
 
 }  // namespace twin::report

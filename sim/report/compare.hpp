@@ -44,6 +44,11 @@ Comparison compare_summaries(const nlohmann::json& reference, const nlohmann::js
 // A readable table of the comparison.
 std::string comparison_table(const Comparison& comparison);
 
+// The same as JSON (`twin compare --json`): {"mode": "summary", "predicted_engine", "measured_engine", "totals",
+// "kinds", "stages"}, each an array of {"name", "predicted", "measured", "error"} (error: relative to the
+// measurement; null when the measurement is 0).
+nlohmann::json comparison_to_json(const Comparison& comparison);
+
 // --- Op by op: two Chrome traces (`twin sim --trace`, `twin run --trace`) of one Program ---
 
 // Whether `document` is a Chrome trace (an object with a "traceEvents" array) rather than a summary.
@@ -85,5 +90,9 @@ TraceComparison compare_traces(const nlohmann::json& reference, const std::strin
 
 // A readable table of it: one line per op class, then the `largest` ops.
 std::string trace_comparison_table(const TraceComparison& comparison);
+
+// The same as JSON: {"mode": "ops", "predicted_engine", "measured_engine", "ranks", "ops", "classes": [{"name", "ops",
+// "predicted_s", "measured_s", "error"}], "largest": [{"rank", "op", "label", "predicted_s", "measured_s", "error"}]}.
+nlohmann::json trace_comparison_to_json(const TraceComparison& comparison);
 
 }  // namespace twin::report

@@ -252,6 +252,17 @@ TEST(Cli, CompareAgainstAPublishedTime) {
   const Result r = twin("compare " + summary.string() + " 40");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("+25.0%"));  // 50 s predicted against 40 s measured
+  const fs::path json = scratch("compare.json");
+  const Result with_json = twin("compare " + summary.string() + " 40 --json " + json.string());
+  ASSERT_EQ(with_json.status, 0) << with_json.output;
+  const auto written = nlohmann::json::parse(std::ifstream(json));
+  EXPECT_EQ(written["measured_engine"], "published");
+  EXPECT_DOUBLE_EQ(written["totals"][0]["error"].get<double>(), 0.25);
+  const Result onto_input = twin("compare " + summary.string() + " 40 --json " + summary.string());
+  EXPECT_EQ(onto_input.status, 2);
+  EXPECT_THAT(onto_input.output, HasSubstr("is an input of the comparison"));
+  EXPECT_TRUE(fs::exists(summary));
+  EXPECT_NO_THROW(nlohmann::json::parse(std::ifstream(summary)));  // not overwritten
   const Result bad = twin("compare " + summary.string() + " -3");
   EXPECT_EQ(bad.status, 2);
   const Result infinite = twin("compare " + summary.string() + " inf");
@@ -296,6 +307,19 @@ TEST(Cli, CompareTwoTracesOpByOp) {
   EXPECT_DOUBLE_EQ(error_percent["backward gelu"], 0.0);
   EXPECT_DOUBLE_EQ(error_percent["all_reduce tensor"], 0.0);
   EXPECT_THAT(r.output, HasSubstr("the 2 ops that differ most"));
+  const fs::path json = scratch("ops.json");
+  ASSERT_EQ(twin("compare " + slow.string() + " " + fast.string() + " --top 2 --json " + json.string()).status, 0);
+  const auto ops = nlohmann::json::parse(std::ifstream(json));
+  EXPECT_EQ(ops["mode"], "ops");
+  EXPECT_EQ(ops["ranks"], (std::vector<int>{0, 8}));
+  EXPECT_EQ(ops["largest"].size(), 2u);
+  int layernorms = 0;
+  for (const auto& cls : ops["classes"]) {
+    if (cls["name"] != "forward layernorm_attention") continue;
+    ++layernorms;
+    EXPECT_DOUBLE_EQ(cls["error"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(layernorms, 1);
 
   const Result mixed = twin("compare " + slow.string() + " 0.5");
   EXPECT_EQ(mixed.status, 2);

@@ -34,6 +34,16 @@ TEST(Compare, ErrorsAreRelativeToTheMeasurement) {
   EXPECT_DOUBLE_EQ(c.totals[3].reference, 7.0);
   EXPECT_DOUBLE_EQ(c.totals[3].candidate, 8.4);
   EXPECT_THAT(comparison_table(c), HasSubstr("+20.0%"));
+  const nlohmann::json json = comparison_to_json(c);
+  EXPECT_EQ(json["mode"], "summary");
+  EXPECT_EQ(json["totals"][0]["name"], "iteration time (s)");
+  EXPECT_DOUBLE_EQ(json["totals"][0]["predicted"].get<double>(), 12.0);
+  EXPECT_DOUBLE_EQ(json["totals"][0]["measured"].get<double>(), 10.0);
+  EXPECT_NEAR(json["totals"][0]["error"].get<double>(), 0.2, 1e-12);
+  EXPECT_EQ(json["stages"].size(), 2u);
+  Comparison zero;
+  zero.totals.push_back({"idle (s)", 0.0, 1.0});
+  EXPECT_TRUE(comparison_to_json(zero)["totals"][0]["error"].is_null());  // no error relative to nothing
 }
 
 TEST(Compare, ComputeByKindComparesTheKindsBothTimedInALayersOrder) {
@@ -202,6 +212,15 @@ TEST(CompareTraces, EachOpIsTimedFromWhenItsWorkBeganAndGroupedByClass) {
   EXPECT_THAT(table, HasSubstr("8 ops on 2 ranks (0-1)"));
   EXPECT_THAT(table, HasSubstr("+50.0%"));
   EXPECT_THAT(table, HasSubstr("the 1 op that differ most"));
+  const nlohmann::json json = trace_comparison_to_json(c);
+  EXPECT_EQ(json["mode"], "ops");
+  EXPECT_EQ(json["ops"], 8);
+  EXPECT_EQ(json["ranks"], (std::vector<int>{0, 1}));
+  EXPECT_EQ(json["classes"][0]["name"], "forward mlp_up");
+  EXPECT_NEAR(json["classes"][0]["error"].get<double>(), 0.5, 1e-9);
+  EXPECT_NEAR(json["classes"][0]["measured_s"].get<double>(), 4.0, 1e-9);
+  EXPECT_EQ(json["largest"][0]["label"], "forward mlp_up L0 mb0");
+  EXPECT_EQ(json["largest"][0]["rank"], 0);
   // Only the ranks both recorded are compared.
   const nlohmann::json rank0 = nlohmann::json::parse(chrome_trace(f.program, TwoTraces::timeline("sim", 3.0), {0}));
   EXPECT_EQ(compare_traces(f.measured, "m.json", rank0, "p.json", 10).ranks, (std::vector<int>{0}));
