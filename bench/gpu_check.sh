@@ -7,7 +7,9 @@
 #      cluster.gemm_shape and cluster.hbm_gb_per_s; and the GEMM rate against its inner dimension K
 #   5. a ~1.1B-parameter GPT at seq 2048 on one GPU: tokens/s, model TFLOP/s, MFU against the measured GEMM peak
 #   6. the executor on the CUDA backend, when exec/cuda is wired into the build: its tests, then `twin run gpt-tiny`
-#      on cpu, cuda, cuda with tp=2 pp=2 (4 ranks sharing the GPU) and cuda with FSDP on dp=2: the loss curves
+#      on cpu, cuda, cuda with tp=2 pp=2 (4 ranks sharing the GPU) and cuda with FSDP on dp=2: the loss curves; then
+#      scenarios/gpt-350m-h200.toml on this GPU, traced op by op (measured_gpt-350m.trace.json), for `twin compare`
+#      against `twin sim`'s trace of the same scenario on a machine with SimGrid (the command is printed)
 # Numbers go to $OUT/gpu_check.txt (or build-gpu/gpu_check.txt without $OUT), the full log beside it. Exit status 0
 # only when every section passed.
 #
@@ -197,6 +199,33 @@ print("executor loss curves " + ("agree" if ok else "DISAGREE"))
 sys.exit(0 if ok else 1)
 PY
     [ "${PIPESTATUS[0]}" -eq 0 ] || fail "executor loss curves"
+
+    # One GPU, measured op by op: the cost model's prediction of the same Program is compared with it elsewhere.
+    gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+    case "$gpu_name" in
+      *H200*) node=dgx-h200 ;;
+      *H100*) node=dgx-h100 ;;
+      *A100*80GB*) node=dgx-a100 ;;
+      *A100*) node=dgx-a100-40gb ;;
+      *) node="" ;;
+    esac
+    if [ -z "$node" ]; then
+      say "GPU '$gpu_name' is no GPU of a DGX node twin describes: op-by-op trace skipped"
+    elif run_logged "$twin" run "$root/scenarios/gpt-350m-h200.toml" --backend cuda --steps 4 --quiet \
+      --set "cluster.node=\"$node\"" --trace "$results/measured_gpt-350m.trace.json" \
+      --json "$results/measured_gpt-350m.json" >/dev/null; then
+      python3 - "$results/measured_gpt-350m.json" <<'PY' | tee -a "$report"
+import json, sys
+run = json.load(open(sys.argv[1]))
+times = run["iteration_time_s"]
+print(f"gpt-350m on this GPU, cuda backend: {len(times)} steps, last {times[-1]:.4f} s, {run['tokens_per_s']:.0f} "
+      f"tokens/s, measured {run['summary']['tflops_per_gpu']:.1f} TFLOP/s per GPU")
+PY
+      say "  op by op, where twin sim is built: twin sim gpt-350m-h200 --set 'cluster.node=\"$node\"' --granularity op" \
+        "--trace predicted.json && twin compare predicted.json measured_gpt-350m.trace.json"
+    else
+      fail "twin run gpt-350m (cuda)"
+    fi
   else
     say "twin run has no cuda backend yet (cli): skipped"
   fi

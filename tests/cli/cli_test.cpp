@@ -353,6 +353,22 @@ TEST(Cli, TheSimulatorAndTheExecutorTraceTheSameProgram) {
                          "optimizer optimizer_step"}) {
     EXPECT_THAT(r.output, HasSubstr(op));
   }
+  // The one-GPU scenario that bench/gpu_check.sh measures on a GPU: as shipped it fits one H200; shrunk, both
+  // engines trace the same Program of it.
+  const Result shipped = twin("sim gpt-350m-h200 --quiet");
+  ASSERT_EQ(shipped.status, 0) << shipped.output;
+  EXPECT_THAT(shipped.output, HasSubstr("gpt-350m: 1 GPUs"));
+  EXPECT_THAT(shipped.output, HasSubstr("DGX H200, 1 of its 8 GPUs"));
+  const std::string shrunk =
+      " --set model.layers=2 --set model.hidden=256 --set model.heads=4 --set model.vocab=512"
+      " --set parallel.micro_batch=2 --set parallel.global_batch=4";
+  const fs::path one_predicted = scratch("one.sim.json"), one_measured = scratch("one.run.json");
+  ASSERT_EQ(twin("sim gpt-350m-h200 --granularity op --quiet --trace " + one_predicted.string() + shrunk).status, 0);
+  ASSERT_EQ(twin("run gpt-350m-h200 --steps 1 --quiet --trace " + one_measured.string() + shrunk).status, 0);
+  const Result one = twin("compare " + one_predicted.string() + " " + one_measured.string() + " --top 0");
+  EXPECT_EQ(one.status, 0) << one.output;
+  EXPECT_THAT(one.output, HasSubstr("ops on 1 rank (0)"));
+
   const Result too_many = twin(
       "sim gpt-tiny --quiet --set cluster.node=\"dgx-h200\" --set cluster.nodes=1"
       " --set cluster.gpus_per_node=9 --set parallel.dp=9 --set parallel.global_batch=36");
