@@ -123,11 +123,22 @@ def split_series(rows):
         xs = [r["sequences_per_replica"] for r in members]
         published = fit_line(xs, [r["published_s"] for r in members])
         predicted = fit_line(xs, [r["iteration_time_s"] for r in members])
+        # Two one-number corrections of twin's times, to tell the kinds of error apart: a constant added to every
+        # iteration (time twin misses once per iteration), or a factor on every time (a rate twin has wrong). Each is
+        # the least-squares best; the worst relative error left says how well it explains the series.
+        ts = [r["iteration_time_s"] for r in members]
+        ps = [r["published_s"] for r in members]
+        constant = sum(p - t for p, t in zip(ps, ts)) / len(ts)
+        factor = sum(p * t for p, t in zip(ps, ts)) / sum(t * t for t in ts)
         out.append({"series": name, "runs": len(members),
                     "published_per_sequence_s": published[1], "published_fixed_s": published[0],
                     "published_worst_residual_s": published[2],
                     "twin_per_sequence_s": predicted[1], "twin_fixed_s": predicted[0],
-                    "twin_worst_residual_s": predicted[2]})
+                    "twin_worst_residual_s": predicted[2],
+                    "constant_s": constant,
+                    "constant_worst_error": max(abs((t + constant) / p - 1) for p, t in zip(ps, ts)),
+                    "factor": factor,
+                    "factor_worst_error": max(abs(t * factor / p - 1) for p, t in zip(ps, ts))})
     return out
 
 
@@ -233,6 +244,17 @@ def main():
             print(f"{f_['series']:20} {f_['published_per_sequence_s']:22.4f} s {f_['published_fixed_s']:6.2f} s"
                   f"   {f_['twin_per_sequence_s']:17.4f} s {f_['twin_fixed_s']:6.2f} s"
                   f"   {100 * per_sequence_error:+17.1f} % {fixed_error:+6.2f} s")
+    if series:
+        print("\nThe same series, with one number added to every predicted time or multiplying it (least squares); "
+              "the worst error it leaves:" if not args.markdown else
+              "\n| series | + constant | worst error left | x factor | worst error left |\n|---|---:|---:|---:|---:|")
+    for f_ in series:
+        if args.markdown:
+            print(f"| {f_['series']} | {f_['constant_s']:+.2f} s | {100 * f_['constant_worst_error']:.1f} % "
+                  f"| {f_['factor']:.3f} | {100 * f_['factor_worst_error']:.1f} % |")
+        else:
+            print(f"{f_['series']:20} {f_['constant_s']:+7.2f} s per iteration: {100 * f_['constant_worst_error']:5.1f} %"
+                  f"   x {f_['factor']:.3f}: {100 * f_['factor_worst_error']:5.1f} %")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

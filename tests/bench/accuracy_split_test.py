@@ -26,6 +26,20 @@ class SplitSeries(unittest.TestCase):
         self.assertAlmostEqual(split["twin_fixed_s"], 6.0)
         self.assertAlmostEqual(split["published_worst_residual_s"], 0.0)
 
+    def test_a_constant_or_a_factor_that_explains_the_series_leaves_no_error(self):
+        # twin 8 s short on every iteration: the constant explains it, a factor does not
+        short = [row("s", n, 12 + 0.2 * n, 4 + 0.2 * n) for n in (240, 192, 160)]
+        (split,) = run.split_series(short)
+        self.assertAlmostEqual(split["constant_s"], 8.0)
+        self.assertAlmostEqual(split["constant_worst_error"], 0.0)
+        self.assertGreater(split["factor_worst_error"], 0.01)
+        # twin 10 % fast on every time: the factor explains it, a constant does not
+        fast = [row("s", n, 12 + 0.2 * n, (12 + 0.2 * n) / 1.1) for n in (240, 192, 160)]
+        (split,) = run.split_series(fast)
+        self.assertAlmostEqual(split["factor"], 1.1)
+        self.assertAlmostEqual(split["factor_worst_error"], 0.0)
+        self.assertGreater(split["constant_worst_error"], 0.01)
+
     def test_fewer_than_three_distinct_points_are_not_split(self):
         rows = [row("s", 240, 60, 50), row("s", 160, 44, 35), row("s", 160, 44.5, 35.5), row(None, 100, 1, 1)]
         self.assertEqual(run.split_series(rows), [])
