@@ -36,6 +36,8 @@ struct SearchOptions {
   int max_plans = 48;
   int jobs = 0;  // 0: hardware threads
   bool vary_recompute = false;
+  bool vary_sequence_parallel = false;
+  bool vary_zero = false;
   std::string json_path;
 };
 
@@ -44,6 +46,8 @@ struct Plan {
   model::ScheduleKind schedule;
   model::Recompute recompute;
   std::int64_t recompute_layers = 0;  // parallel.recompute_num_layers: block recompute of full; 0: every layer
+  bool sequence_parallel = false;
+  std::int64_t zero_stage = 0;
   double ideal_bubble = 0;
   double peak_memory_bytes = 0;
   // Filled by the simulation.
@@ -59,15 +63,24 @@ struct Plan {
             fmt::format("parallel.schedule={}", model::to_string(schedule)),
             fmt::format("parallel.virtual_stages={}", chunks),
             fmt::format("parallel.recompute={}", model::to_string(recompute)),
-            fmt::format("parallel.recompute_num_layers={}", recompute_layers)};
+            fmt::format("parallel.recompute_num_layers={}", recompute_layers),
+            fmt::format("parallel.sequence_parallel={}", sequence_parallel),
+            fmt::format("parallel.zero_stage={}", zero_stage)};
+  }
+  // The sharding column: sequence parallelism and the ZeRO stage, "-" for neither.
+  std::string sharding_label() const {
+    std::string out = sequence_parallel ? "sp" : "";
+    if (zero_stage > 0) out += fmt::format("{}zero{}", out.empty() ? "" : " ", zero_stage);
+    return out.empty() ? "-" : out;
   }
   // The recompute column: none, selective, full, or "block N" (the first N layers of each chunk).
   std::string recompute_label() const {
     return recompute_layers > 0 ? fmt::format("block {}", recompute_layers) : std::string(model::to_string(recompute));
   }
   std::string label() const {
-    return fmt::format("tp {} pp {} dp {} mb {} {}{} recompute {}", tp, pp, dp, micro_batch, model::to_string(schedule),
-                       chunks > 1 ? fmt::format(" v{}", chunks) : "", recompute_label());
+    return fmt::format("tp {} pp {} dp {} mb {} {}{} recompute {} {}", tp, pp, dp, micro_batch,
+                       model::to_string(schedule), chunks > 1 ? fmt::format(" v{}", chunks) : "", recompute_label(),
+                       sharding_label());
   }
 };
 
@@ -107,10 +120,16 @@ std::vector<std::int64_t> block_recompute_layers(const model::Scenario& s) {
 }
 
 // Every valid plan that fits, ordered by its ideal bubble (then less tensor parallelism): the order in which they are
-// simulated when there are more than --max. With vary_recompute, every recompute mode, block recompute included.
-std::vector<Plan> enumerate_plans(const model::Scenario& base, bool vary_recompute, int& rejected_for_memory) {
+// simulated when there are more than --max. With vary_recompute, every recompute mode, block recompute included; with
+// vary_sequence_parallel, with and without it (where tp > 1); with vary_zero, ZeRO stages 0 and 1.
+std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptions& o, int& rejected_for_memory) {
+  const bool vary_recompute = o.vary_recompute;
   std::vector<model::Recompute> recomputes{base.parallel.recompute};
   if (vary_recompute) recomputes = {model::Recompute::None, model::Recompute::Selective, model::Recompute::Full};
+  std::vector<bool> sequence_parallels{base.parallel.sequence_parallel};
+  if (o.vary_sequence_parallel) sequence_parallels = {false, true};
+  std::vector<std::int64_t> zero_stages{base.parallel.zero_stage};
+  if (o.vary_zero) zero_stages = {0, 1};
   const std::int64_t gpus = base.cluster.total_gpus();
   std::vector<Plan> plans;
   rejected_for_memory = 0;
@@ -132,7 +151,6 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, bool vary_recompu
                                       ? model::ScheduleKind::OneFOneB
                                       : base.parallel.schedule;
             s.parallel.recompute = recompute;
-            if (tp == 1) s.parallel.sequence_parallel = false;
             // Block recompute belongs to full recompute: the base's own, then (varying) a few more.
             const bool full = recompute == model::Recompute::Full;
             std::vector<std::int64_t> blocks{full ? base.parallel.recompute_num_layers : 0};
@@ -143,17 +161,26 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, bool vary_recompu
             }
             for (const std::int64_t block : blocks) {
               s.parallel.recompute_num_layers = block;
-              if (!model::validation_problems(s).empty()) continue;
-              const auto memory = model::estimate_memory(s);
-              if (!memory.fits) {
-                ++rejected_for_memory;
-                continue;
+              // Without TP there is nothing to split: sequence parallelism is off, once.
+              for (const bool sequence_parallel : tp == 1 ? std::vector<bool>{false} : sequence_parallels) {
+                s.parallel.sequence_parallel = sequence_parallel;
+                for (const std::int64_t zero_stage : zero_stages) {
+                  s.parallel.zero_stage = zero_stage;
+                  if (!model::validation_problems(s).empty()) continue;
+                  const auto memory = model::estimate_memory(s);
+                  if (!memory.fits) {
+                    ++rejected_for_memory;
+                    continue;
+                  }
+                  const double m = static_cast<double>(s.parallel.micro_batches());
+                  Plan plan{tp, pp, dp, micro_batch, chunks, s.parallel.schedule, recompute, block};
+                  plan.sequence_parallel = sequence_parallel;
+                  plan.zero_stage = zero_stage;
+                  plan.ideal_bubble = (pp - 1) / (chunks * m + pp - 1);
+                  plan.peak_memory_bytes = memory.peak_bytes;
+                  plans.push_back(plan);
+                }
               }
-              const double m = static_cast<double>(s.parallel.micro_batches());
-              Plan plan{tp, pp, dp, micro_batch, chunks, s.parallel.schedule, recompute, block};
-              plan.ideal_bubble = (pp - 1) / (chunks * m + pp - 1);
-              plan.peak_memory_bytes = memory.peak_bytes;
-              plans.push_back(plan);
             }
           }
         }
@@ -216,7 +243,12 @@ void run_search(const SearchOptions& o) {
     throw UserError(fmt::format("{}: {}", base.source, error.what()));
   }
   int rejected_for_memory = 0;
-  std::vector<Plan> plans = enumerate_plans(base, o.vary_recompute, rejected_for_memory);
+  if (o.vary_zero && base.framework.name == model::Framework::Composer) {
+    throw UserError(
+        "--vary-zero tries ZeRO stages 0 and 1 (Megatron-LM's distributed optimizer, DeepSpeed's ZeRO-1); "
+        "framework.name = \"composer\" shards with FSDP (zero_stage = 3)");
+  }
+  std::vector<Plan> plans = enumerate_plans(base, o, rejected_for_memory);
   const std::size_t found = plans.size();
   if (plans.empty()) {
     throw UserError(fmt::format("no valid plan of {} fits {} x {} GPUs ({} rejected for memory)", base.model.name,
@@ -269,20 +301,20 @@ void run_search(const SearchOptions& o) {
   fmt::print("{} on {} x {} ({} GPUs), global batch {}: {} plans simulated, fastest first\n\n", base.model.name,
              base.cluster.nodes, model::to_string(base.cluster.node), base.cluster.total_gpus(),
              base.parallel.global_batch, plans.size());
-  fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:>10} {:>9} {:>8} {:>9}\n", "tp", "pp", "dp", "mb", "schedule",
-             "recompute", "iter s", "TFLOP/s", "bubble", "mem GiB");
+  fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} {:>10} {:>9} {:>8} {:>9}\n", "tp", "pp", "dp", "mb",
+             "schedule", "recompute", "sharding", "iter s", "TFLOP/s", "bubble", "mem GiB");
   nlohmann::json results = nlohmann::json::array();
   for (const Plan& plan : plans) {
     const std::string schedule =
         fmt::format("{}{}", model::to_string(plan.schedule), plan.chunks > 1 ? fmt::format(" v={}", plan.chunks) : "");
     const double gib = plan.peak_memory_bytes / (1024.0 * 1024 * 1024);
     if (plan.error.empty()) {
-      fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f}\n", plan.tp, plan.pp,
-                 plan.dp, plan.micro_batch, schedule, plan.recompute_label(), plan.iteration_time_s,
-                 plan.tflops_per_gpu, 100 * plan.bubble_fraction, gib);
+      fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f}\n", plan.tp,
+                 plan.pp, plan.dp, plan.micro_batch, schedule, plan.recompute_label(), plan.sharding_label(),
+                 plan.iteration_time_s, plan.tflops_per_gpu, 100 * plan.bubble_fraction, gib);
     } else {
-      fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} failed: {}\n", plan.tp, plan.pp, plan.dp, plan.micro_batch,
-                 schedule, plan.recompute_label(), plan.error);
+      fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} failed: {}\n", plan.tp, plan.pp, plan.dp,
+                 plan.micro_batch, schedule, plan.recompute_label(), plan.sharding_label(), plan.error);
     }
     results.push_back({{"tp", plan.tp},
                        {"pp", plan.pp},
@@ -292,6 +324,8 @@ void run_search(const SearchOptions& o) {
                        {"virtual_stages", plan.chunks},
                        {"recompute", model::to_string(plan.recompute)},
                        {"recompute_num_layers", plan.recompute_layers},
+                       {"sequence_parallel", plan.sequence_parallel},
+                       {"zero_stage", plan.zero_stage},
                        {"memory_per_gpu_bytes", plan.peak_memory_bytes},
                        {"iteration_time_s", plan.iteration_time_s},
                        {"tflops_per_gpu", plan.tflops_per_gpu},
@@ -318,6 +352,10 @@ void register_search_command(CLI::App& app) {
   command->add_flag("--vary-recompute", o->vary_recompute,
                     "also try recompute none, selective and full, and block recompute of a quarter, half and three "
                     "quarters of a chunk's layers (Megatron only)");
+  command->add_flag("--vary-sequence-parallel", o->vary_sequence_parallel,
+                    "also try each plan with tp > 1 with and without sequence parallelism");
+  command->add_flag("--vary-zero", o->vary_zero,
+                    "also try ZeRO stages 0 and 1 (Megatron-LM's distributed optimizer, DeepSpeed's ZeRO-1)");
   command->add_option("--json", o->json_path, "write every plan and its result as JSON")->check(output_file());
   command->callback([o] { run_search(*o); });
 }

@@ -407,6 +407,46 @@ TEST(Cli, SearchRanksValidPlansByIterationTime) {
   }
 }
 
+TEST(Cli, SearchVariesSequenceParallelismAndZero) {
+  // Each plan with and without sequence parallelism (only where tp > 1) and with ZeRO stages 0 and 1: the memory each
+  // saves (activations split across TP, optimizer state across DP) shows in the plans it ranks.
+  const fs::path json_path = scratch("search-sharding.json");
+  const Result r = twin("search " + small_cluster_scenario().string() +
+                        " --vary-sequence-parallel --vary-zero --max 32 --jobs 2 --json " + json_path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("sp zero1"));
+  std::ifstream in(json_path);
+  const auto listed = nlohmann::json::parse(in)["plans"];
+  std::map<std::string, std::map<std::string, double>> memory;  // plan -> sharding -> bytes
+  for (const auto& plan : listed) {
+    ASSERT_EQ(plan["error"], "") << plan.dump();
+    if (plan["tp"] == 1) {
+      EXPECT_FALSE(plan["sequence_parallel"].get<bool>()) << plan.dump();
+    }
+    if (plan["dp"] == 1) continue;  // nothing for ZeRO to shard
+    const std::string key = plan["tp"].dump() + " " + plan["pp"].dump() + " " + plan["micro_batch"].dump() + " " +
+                            plan["virtual_stages"].dump() + " " + plan["recompute"].dump();
+    const std::string sharding =
+        std::string(plan["sequence_parallel"].get<bool>() ? "sp" : "-") + "/" + plan["zero_stage"].dump();
+    EXPECT_EQ(memory[key].count(sharding), 0u) << "a plan listed twice: " << key << " " << sharding;
+    memory[key][sharding] = plan["memory_per_gpu_bytes"].get<double>();
+  }
+  int complete = 0;
+  for (auto& [key, by] : memory) {
+    if (by.size() != 4) continue;
+    ++complete;
+    EXPECT_LT(by["sp/0"], by["-/0"]) << key;
+    EXPECT_LT(by["-/1"], by["-/0"]) << key;
+    EXPECT_LT(by["sp/1"], by["sp/0"]) << key;
+  }
+  EXPECT_GE(complete, 1) << r.output;
+  const Result composer = twin("search " + small_cluster_scenario().string() +
+                               " --set framework.name=\"composer\" --set parallel.zero_stage=3 --set parallel.tp=1"
+                               " --set parallel.pp=1 --vary-zero");
+  EXPECT_EQ(composer.status, 2);
+  EXPECT_THAT(composer.output, HasSubstr("shards with FSDP"));
+}
+
 TEST(Cli, SearchVariesRecomputeBlockRecomputeIncluded) {
   // Every plan in every recompute mode: none, selective, full, and Megatron's block recompute of a quarter, half and
   // three quarters of a chunk's layers, which trade memory for time in between none and full.
