@@ -325,7 +325,7 @@ TEST(FullShard, MemoryShardsTheWholeModelStateAndHoldsTheGatheredUnits) {
   // Unsharded (DDP) it would hold 16 bytes a parameter.
   std::string ddp = with(kComposer, "parallel", "dp_overlap = true");
   ddp.replace(ddp.find("zero_stage = 3"), 14, "zero_stage = 0");
-  const StageMemory& d = estimate_memory(parse_scenario(ddp, "ddp.toml")).stages[0];
+  const StageMemory d = estimate_memory(parse_scenario(ddp, "ddp.toml")).stages[0];
   EXPECT_DOUBLE_EQ(d.weights_bytes + d.gradients_bytes + d.optimizer_bytes, 16 * params);
 }
 
