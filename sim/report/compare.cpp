@@ -343,11 +343,15 @@ TraceComparison compare_traces(const nlohmann::json& reference, const std::strin
   }
   c.ops = all.size();
   const double ranks = static_cast<double>(c.ranks.size());
+  c.total.name = "all ops";
   for (auto& [name, cls] : classes) {
     cls.name = name;
     cls.ops /= ranks;
     cls.reference_s /= ranks;
     cls.candidate_s /= ranks;
+    c.total.ops += cls.ops;
+    c.total.reference_s += cls.reference_s;
+    c.total.candidate_s += cls.candidate_s;
     c.classes.push_back(cls);
   }
   std::stable_sort(c.classes.begin(), c.classes.end(),
@@ -373,6 +377,8 @@ std::string trace_comparison_table(const TraceComparison& c) {
                  "layers and micro-batches\n\n",
                  c.ops, c.ranks.size(), c.ranks.size() == 1 ? "" : "s", rank_list(c.ranks));
   fmt::format_to(line, "  {:<40} {:>7} {:>12} {:>12} {:>9}\n", "op", "ops", "predicted", "measured", "error");
+  fmt::format_to(line, "  {:<40} {:>7.4g} {:>12.6f} {:>12.6f} {}\n\n", c.total.name, c.total.ops, c.total.candidate_s,
+                 c.total.reference_s, error(c.total.candidate_s, c.total.reference_s));
   for (const ComparedClass& cls : c.classes) {
     fmt::format_to(line, "  {:<40} {:>7.4g} {:>12.6f} {:>12.6f} {}\n", cls.name, cls.ops, cls.candidate_s,
                    cls.reference_s, error(cls.candidate_s, cls.reference_s));
@@ -391,13 +397,14 @@ std::string trace_comparison_table(const TraceComparison& c) {
 
 nlohmann::json trace_comparison_to_json(const TraceComparison& c) {
   nlohmann::json classes = nlohmann::json::array(), largest = nlohmann::json::array();
-  for (const ComparedClass& cls : c.classes) {
-    classes.push_back({{"name", cls.name},
-                       {"ops", cls.ops},
-                       {"predicted_s", cls.candidate_s},
-                       {"measured_s", cls.reference_s},
-                       {"error", relative_error(cls.candidate_s, cls.reference_s)}});
-  }
+  auto row = [](const ComparedClass& cls) {
+    return nlohmann::json{{"name", cls.name},
+                          {"ops", cls.ops},
+                          {"predicted_s", cls.candidate_s},
+                          {"measured_s", cls.reference_s},
+                          {"error", relative_error(cls.candidate_s, cls.reference_s)}};
+  };
+  for (const ComparedClass& cls : c.classes) classes.push_back(row(cls));
   for (const ComparedOp& op : c.largest) {
     largest.push_back({{"rank", op.rank},
                        {"op", op.op},
@@ -411,6 +418,7 @@ nlohmann::json trace_comparison_to_json(const TraceComparison& c) {
           {"measured_engine", c.reference_engine},
           {"ranks", c.ranks},
           {"ops", c.ops},
+          {"total", row(c.total)},
           {"classes", classes},
           {"largest", largest}};
 }

@@ -76,6 +76,7 @@ struct TraceComparison {
   std::string reference_engine, candidate_engine;
   std::vector<int> ranks;              // recorded in both traces: the ones compared
   std::size_t ops = 0;                 // ops compared, over those ranks
+  ComparedClass total;                 // every compared op ("all ops")
   std::vector<ComparedClass> classes;  // largest measured time first
   std::vector<ComparedOp> largest;     // the ops whose times differ most, largest difference first
 };
@@ -91,8 +92,9 @@ TraceComparison compare_traces(const nlohmann::json& reference, const std::strin
 // A readable table of it: one line per op class, then the `largest` ops.
 std::string trace_comparison_table(const TraceComparison& comparison);
 
-// The same as JSON: {"mode": "ops", "predicted_engine", "measured_engine", "ranks", "ops", "classes": [{"name", "ops",
-// "predicted_s", "measured_s", "error"}], "largest": [{"rank", "op", "label", "predicted_s", "measured_s", "error"}]}.
+// The same as JSON: {"mode": "ops", "predicted_engine", "measured_engine", "ranks", "ops", "total" and "classes":
+// [{"name", "ops", "predicted_s", "measured_s", "error"}], "largest": [{"rank", "op", "label", "predicted_s",
+// "measured_s", "error"}]}.
 nlohmann::json trace_comparison_to_json(const TraceComparison& comparison);
 
 }  // namespace twin::report

@@ -193,6 +193,10 @@ TEST(CompareTraces, EachOpIsTimedFromWhenItsWorkBeganAndGroupedByClass) {
   EXPECT_EQ(c.ranks, (std::vector<int>{0, 1}));
   EXPECT_EQ(c.ops, 8u);
   ASSERT_EQ(c.classes.size(), 3u);
+  EXPECT_EQ(c.total.name, "all ops");
+  EXPECT_DOUBLE_EQ(c.total.ops, 4);
+  EXPECT_NEAR(c.total.reference_s, 4.0 + 0.5 + 0.25, 1e-9);  // per rank
+  EXPECT_NEAR(c.total.candidate_s, 6.0 + 0.5 + 0.25, 1e-9);
   // Largest measured time first: the two GEMMs of a rank as one class.
   EXPECT_EQ(c.classes[0].name, "forward mlp_up");
   EXPECT_DOUBLE_EQ(c.classes[0].ops, 2);
@@ -216,6 +220,7 @@ TEST(CompareTraces, EachOpIsTimedFromWhenItsWorkBeganAndGroupedByClass) {
   EXPECT_EQ(json["mode"], "ops");
   EXPECT_EQ(json["ops"], 8);
   EXPECT_EQ(json["ranks"], (std::vector<int>{0, 1}));
+  EXPECT_EQ(json["total"]["name"], "all ops");
   EXPECT_EQ(json["classes"][0]["name"], "forward mlp_up");
   EXPECT_NEAR(json["classes"][0]["error"].get<double>(), 0.5, 1e-9);
   EXPECT_NEAR(json["classes"][0]["measured_s"].get<double>(), 4.0, 1e-9);
