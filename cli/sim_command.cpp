@@ -1,9 +1,12 @@
 // twin sim SCENARIO: simulate one training iteration on a SimGrid model of the cluster and report it.
 //   twin sim                                   MT-NLG 530B on 280 DGX A100 nodes
 //   twin sim mtnlg-530b --nodes 420 --json out.json --svg pipeline.svg --trace trace.json --trace-ranks 0-7
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -31,6 +34,52 @@ struct SimCommandOptions {
   bool ideal_network = false;
   std::string json_path, trace_path, trace_ranks, svg_path;
   bool quiet = false;
+  double sensitivity_percent = 0;  // --sensitivity: each rate this much lower and higher (0: not asked)
+};
+
+// One rate of the hardware model moved by a factor: the cost model's constants, or the node's and fabric's links.
+struct Rate {
+  const char* key;   // JSON name
+  const char* what;  // for the table
+  std::function<void(sim::AnalyticalParameters&, topology::NodeSpec&, topology::FabricSpec&, double)> scale;
+};
+
+const std::vector<Rate>& rates() {
+  static const std::vector<Rate> list = {
+      {"gemm_rate", "GEMM rate",
+       [](sim::AnalyticalParameters& p, topology::NodeSpec&, topology::FabricSpec&, double f) {
+         p.gemm_efficiency *= f;
+       }},
+      {"hbm_bandwidth", "HBM bandwidth (streaming kernels)",
+       [](sim::AnalyticalParameters& p, topology::NodeSpec&, topology::FabricSpec&, double f) {
+         p.hbm_efficiency *= f;
+       }},
+      {"attention_gemm_hbm_fraction", "attention GEMMs' share of HBM",
+       [](sim::AnalyticalParameters& p, topology::NodeSpec&, topology::FabricSpec&, double f) {
+         p.attention_gemm_hbm_fraction = std::min(1.0, p.attention_gemm_hbm_fraction * f);
+       }},
+      {"kernel_launch", "kernel launch rate",
+       [](sim::AnalyticalParameters& p, topology::NodeSpec&, topology::FabricSpec&, double f) {
+         p.kernel_launch_s /= f;
+       }},
+      {"nvlink_bandwidth", "NVLink bandwidth",
+       [](sim::AnalyticalParameters&, topology::NodeSpec& n, topology::FabricSpec&, double f) {
+         n.nvlink_effective_bytes_per_s *= f;
+       }},
+      {"network_bandwidth", "network bandwidth (NICs and fabric)",
+       [](sim::AnalyticalParameters&, topology::NodeSpec& n, topology::FabricSpec& fabric, double f) {
+         n.nic_effective_bytes_per_s *= f;
+         fabric.link_bytes_per_s *= f;
+       }},
+  };
+  return list;
+}
+
+struct Sensitivity {
+  const Rate* rate = nullptr;
+  double lower_s = 0, higher_s = 0;  // iteration time with the rate lower and higher by the percentage
+  // -d ln T / d ln rate by the central difference: the share of the iteration this rate governs (1: all of it).
+  double elasticity(double base_s, double percent) const { return (lower_s - higher_s) / (2 * percent / 100 * base_s); }
 };
 
 // The measured GPU constants the cost model rests on, and whose they are: a large GEMM's rate, a streaming kernel's
@@ -114,7 +163,7 @@ void run(const SimCommandOptions& o) {
   options.placement = o.placement;
   options.ideal_network = o.ideal_network;
   options.progress = !o.quiet;
-  options.isolate = false;  // one simulation in this process
+  options.isolate = o.sensitivity_percent > 0;  // one simulation in this process, unless more follow
 
   const topology::NodeSpec node = options.node ? *options.node : topology::node_spec(scenario.cluster);
   // The cluster's own GPU measurements describe the scenario's GPU: a --gpu what-if on another GPU uses its cited
@@ -174,8 +223,58 @@ void run(const SimCommandOptions& o) {
       stats.actors, stats.ops, stats.rank_ops, stats.activities, stats.wall_s,
       stats.wall_s > 0 ? static_cast<double>(stats.activities) / stats.wall_s / 1e6 : 0.0, stats.peak_rss_bytes / 1e6);
 
+  std::vector<Sensitivity> sensitivities;
+  if (o.sensitivity_percent > 0) {
+    const double f = o.sensitivity_percent / 100;
+    if (!o.quiet) {
+      fmt::print(stderr, "twin sim: sensitivity: {} more simulations, each rate {:g} % lower and higher\n",
+                 2 * rates().size(), o.sensitivity_percent);
+    }
+    for (const Rate& rate : rates()) {
+      Sensitivity one{&rate};
+      for (const double factor : {1 - f, 1 + f}) {
+        sim::AnalyticalParameters moved = parameters;
+        topology::NodeSpec moved_node = node;
+        topology::FabricSpec moved_fabric = *options.fabric;
+        rate.scale(moved, moved_node, moved_fabric, factor);
+        sim::SimOptions moved_options = options;
+        moved_options.node = moved_node;
+        moved_options.fabric = moved_fabric;
+        moved_options.progress = false;
+        try {
+          const double t = sim::simulate(program, sim::AnalyticalCostModel(node.gpu, moved), moved_options)
+                               .timeline.iteration_time_s;
+          (factor < 1 ? one.lower_s : one.higher_s) = t;
+        } catch (const sim::SimulationError& error) {
+          throw UserError(error.what());
+        }
+      }
+      sensitivities.push_back(one);
+    }
+    const double base = result.timeline.iteration_time_s;
+    fmt::print(
+        "\n  sensitivity: the iteration time with one rate {:g} % lower / higher, and the share of the time it "
+        "governs (-d ln T / d ln rate):\n",
+        o.sensitivity_percent);
+    for (const Sensitivity& one : sensitivities) {
+      fmt::print("    {:<38} {:>+7.2f} % / {:>+7.2f} %   {:>5.2f}\n", one.rate->what, 100 * (one.lower_s / base - 1),
+                 100 * (one.higher_s / base - 1), one.elasticity(base, o.sensitivity_percent));
+    }
+  }
+
   if (!o.json_path.empty()) {
     nlohmann::json json = report::summary_to_json(summary);
+    if (!sensitivities.empty()) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const Sensitivity& one : sensitivities) {
+        list.push_back({{"rate", one.rate->key},
+                        {"percent", o.sensitivity_percent},
+                        {"lower_s", one.lower_s},
+                        {"higher_s", one.higher_s},
+                        {"elasticity", one.elasticity(result.timeline.iteration_time_s, o.sensitivity_percent)}});
+      }
+      json["sensitivity"] = list;
+    }
     json["fidelity"] = sim::to_string(result.fidelity);
     json["hardware"] = result.hardware;
     json["cost_model"] = cost.name();
@@ -229,6 +328,12 @@ void register_sim_command(CLI::App& app) {
       ->needs("--trace");
   command->add_option("--svg", o->svg_path, "write a pipeline diagram of the iteration (SVG)")->check(output_file());
   command->add_flag("--quiet", o->quiet, "no progress line");
+  command
+      ->add_flag("--sensitivity{10}", o->sensitivity_percent,
+                 "also simulate each rate of the hardware model (GEMM, HBM, attention GEMMs, kernel launches, NVLink, "
+                 "network) this many percent lower and higher (--sensitivity=PERCENT; default 10), and report how the "
+                 "iteration time moves")
+      ->check(between(1, 50));
   command->callback([o] { run(*o); });
 }
 

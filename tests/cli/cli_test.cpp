@@ -376,6 +376,44 @@ TEST(Cli, TheSimulatorAndTheExecutorTraceTheSameProgram) {
   EXPECT_THAT(too_many.output, HasSubstr("cluster.gpus_per_node = 9 but a DGX H200 has 8 GPUs"));
 }
 
+// --sensitivity: each rate of the hardware model moved down and up; the shares of the time they govern add up to
+// about the whole iteration, and on an ideal network the links govern none of it.
+TEST(Cli, SimSensitivityMovesEachRateOfTheHardwareModel) {
+  const std::string scenario = small_cluster_scenario().string();
+  const fs::path json_path = scratch("sensitivity.json");
+  const Result r = twin("sim " + scenario + " --quiet --sensitivity=20 --json " + json_path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("sensitivity: the iteration time with one rate 20 % lower / higher"));
+  const auto json = nlohmann::json::parse(std::ifstream(json_path));
+  ASSERT_EQ(json["sensitivity"].size(), 6u);
+  std::map<std::string, double> share;
+  double total = 0;
+  const double base = json["iteration_time_s"].get<double>();
+  for (const auto& one : json["sensitivity"]) {
+    EXPECT_EQ(one["percent"], 20.0);
+    // a lower rate never makes the iteration faster
+    EXPECT_GE(one["lower_s"].get<double>(), base * (1 - 1e-9)) << one.dump();
+    EXPECT_LE(one["higher_s"].get<double>(), base * (1 + 1e-9)) << one.dump();
+    share[one["rate"].get<std::string>()] = one["elasticity"].get<double>();
+    total += one["elasticity"].get<double>();
+  }
+  EXPECT_GT(share["gemm_rate"], 0.3);
+  EXPECT_GT(share["hbm_bandwidth"], 0.0);
+  EXPECT_GT(share["network_bandwidth"], 0.0);  // DP 4 over two nodes
+  EXPECT_GT(total, 0.8);
+  EXPECT_LT(total, 1.2);
+  const fs::path ideal_path = scratch("sensitivity-ideal.json");
+  ASSERT_EQ(twin("sim " + scenario + " --quiet --ideal-network --sensitivity --json " + ideal_path.string()).status, 0);
+  for (const auto& one : nlohmann::json::parse(std::ifstream(ideal_path))["sensitivity"]) {
+    if (one["rate"] == "network_bandwidth" || one["rate"] == "nvlink_bandwidth") {
+      EXPECT_DOUBLE_EQ(one["elasticity"].get<double>(), 0.0) << one.dump();
+    }
+    EXPECT_EQ(one["percent"], 10.0);  // the default
+  }
+  EXPECT_EQ(twin("sim " + scenario + " --quiet --sensitivity=0").status, 2);
+  EXPECT_EQ(twin("sim " + scenario + " --quiet --sensitivity=80").status, 2);
+}
+
 TEST(Cli, SearchTriesPipelinesThatSplitUnevenLayers) {
   // 22 layers with 3 on each end stage: only a pipeline of 4 splits the other 16 evenly, and 4 does not divide 22.
   const fs::path json_path = scratch("search-uneven.json");
