@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define TWIN_HOST_DEVICE __host__ __device__
@@ -58,9 +60,36 @@ TWIN_HOST_DEVICE inline float sqrt_rn(float a) {
 inline constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;
 inline constexpr float kGeluCubic = 0.044715f;
 
+// e^x as kernels/cpu/gelu.cpp computes it, operation for operation: the Cephes polynomial of e^r after x = k ln 2 + r,
+// 2^k in the exponent bits, x clamped to [-80, 80] (a NaN to -80). Why a polynomial rather than expf: see there.
+TWIN_HOST_DEVICE inline float gelu_exp(float x) {
+  x = x > -80.0f ? x : -80.0f;
+  x = x < 80.0f ? x : 80.0f;
+  const float t = x * 1.44269504088896341f;
+  int k = static_cast<int>(t);
+  k -= t < static_cast<float>(k) ? 1 : 0;
+  const float kf = static_cast<float>(k);
+  const float r = (x - kf * 0.693359375f) - kf * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float e_r = p * r * r + r + 1.0f;
+#if defined(__CUDA_ARCH__)
+  return e_r * __int_as_float((k + 127) << 23);
+#else
+  const std::int32_t bits = (k + 127) << 23;  // (C++17 here: no std::bit_cast)
+  float scale = 0;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return e_r * scale;
+#endif
+}
+
 TWIN_HOST_DEVICE inline float gelu_half_one_plus_tanh(float x) {
   const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
-  return 1.0f / (1.0f + expf(-2.0f * u));
+  return 1.0f / (1.0f + gelu_exp(-2.0f * u));
 }
 
 TWIN_HOST_DEVICE inline float gelu(float x) {
