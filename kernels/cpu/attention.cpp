@@ -1,14 +1,12 @@
 #include "kernels/cpu/attention.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstddef>
-#include <cstdint>
-#include <limits>
 #include <vector>
 
 #include "kernels/cpu/check.hpp"
+#include "kernels/cpu/exp.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/reduce.hpp"
 
@@ -23,37 +21,11 @@ using detail::gemm;
 // seq 256), in GEMMs large enough for BLAS to run near its peak.
 constexpr int kBlock = 64;
 
-// x[i] = exp(scale x[i] - shift), for the softmax's arguments (<= 0 up to rounding). Cephes' expf: 2^k e^r with
-// k = round(a / ln 2), r = a - k ln 2 in two parts, e^r by a degree-7 polynomial: within 1 ulp of exp on [-87, 88],
-// 0 below -87 (e^-87 < 2e-38: no softmax weight is lost) and for -inf, NaN stays NaN, undefined above 88.7 (never
-// reached). Branch-free, the range test on the bits (a float comparison may trap, which keeps the compiler from
-// vectorizing), so the loop vectorizes: several times libm's scalar expf, which took a third of the forward. Each
-// element's bits depend on its value alone, not on n or on its position.
+// x[i] = exp(scale x[i] - shift), for the softmax's arguments (<= 0 up to rounding), by exp_cephes (exp.hpp): no
+// softmax weight is lost below -87, and the loop vectorizes. Each element's bits depend on its value alone, not on n
+// or on its position.
 void exp_shifted(float* x, int n, float scale, float shift) {
-  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: v + kRound holds round(v) in its low mantissa bits
-  constexpr std::uint32_t kMinus87 = std::bit_cast<std::uint32_t>(-87.0f);
-  constexpr std::uint32_t kMinusInf = std::bit_cast<std::uint32_t>(-std::numeric_limits<float>::infinity());
-  for (int i = 0; i < n; ++i) {
-    const float shifted = scale * x[i] - shift;
-    const std::uint32_t bits = std::bit_cast<std::uint32_t>(shifted);
-    // all ones when shifted is in [-inf, -87): negative floats order as their bits, and NaNs lie above -inf's
-    const std::uint32_t below = 0u - static_cast<std::uint32_t>((bits > kMinus87) & (bits <= kMinusInf));
-    const float a = std::bit_cast<float>((bits & ~below) | (kMinus87 & below));  // >= -87
-    const float k_plus = a * kLog2e + kRound;
-    const float k = k_plus - kRound;
-    const float r = (a - k * kLn2Hi) - k * kLn2Lo;
-    float poly = 1.9875691500e-4f;
-    poly = poly * r + 1.3981999507e-3f;
-    poly = poly * r + 8.3334519073e-3f;
-    poly = poly * r + 4.1665795894e-2f;
-    poly = poly * r + 1.6666665459e-1f;
-    poly = poly * r + 5.0000001201e-1f;
-    const float exp_r = poly * (r * r) + r + 1.0f;
-    const std::uint32_t k_int = std::bit_cast<std::uint32_t>(k_plus) - std::bit_cast<std::uint32_t>(kRound);
-    const float two_k = std::bit_cast<float>((k_int + 127u) << 23);  // 2^k, k in [-126, 128)
-    x[i] = std::bit_cast<float>(std::bit_cast<std::uint32_t>(exp_r * two_k) & ~below);
-  }
+  for (int i = 0; i < n; ++i) x[i] = detail::exp_cephes(scale * x[i] - shift);
 }
 
 // Row t's ALiBi bias on the UNSCALED scores: s[t2] += step (t2 - t) for t2 <= t, step = m / scale, so that the

@@ -1,9 +1,7 @@
 #include "kernels/cpu/gelu.hpp"
 
-#include <bit>
-#include <cstdint>
-
 #include "kernels/cpu/check.hpp"
+#include "kernels/cpu/exp.hpp"
 
 namespace twin::kernels::cpu {
 
@@ -11,34 +9,13 @@ namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kCubic = 0.044715f;
 
-// e^x without a libm call, so that the loops below vectorize (twice as fast as std::exp's scalar calls on an SSE2
-// baseline): x = k ln 2 + r with |r| <= ln 2 / 2, e^r by the polynomial of the Cephes library's expf.c (S. L.
-// Moshier; relative error about 1e-7), 2^k written into the float's exponent bits, ln 2 split in two so that r keeps
-// its bits. x is clamped to [-80, 80] first: every intermediate stays a normal float (a subnormal costs a microcode
-// assist per lane, six times the loop's time), and the sigmoid below is 0 or 1 to float precision well inside it. A
-// NaN becomes -80, so that the conversion to int stays defined; the GELU's own factor x still carries it on.
-inline float exp_approx(float x) {
-  x = x > -80.0f ? x : -80.0f;
-  x = x < 80.0f ? x : 80.0f;
-  const float t = x * 1.44269504088896341f;  // x / ln 2
-  int k = static_cast<int>(t);               // truncates; floor for negative t:
-  k -= t < static_cast<float>(k) ? 1 : 0;
-  const float kf = static_cast<float>(k);
-  const float r = (x - kf * 0.693359375f) - kf * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float e_r = p * r * r + r + 1.0f;
-  return e_r * std::bit_cast<float>(static_cast<std::int32_t>((k + 127) << 23));
-}
-
 // 0.5 (1 + tanh u) = sigmoid(2 u) = 1 / (1 + exp(-2 u)): one exponential instead of a tanh, and no cancellation in
-// 1 + tanh u for very negative u
+// 1 + tanh u for very negative u. exp_cephes (exp.hpp) rather than std::exp, so that the loops below vectorize; its
+// argument is kept at or below 80, where 1 + e^80 still has a normal reciprocal (a subnormal costs a microcode assist
+// per lane) and the sigmoid is 0 to float precision anyway; a NaN stays NaN.
 inline float half_one_plus_tanh(float u) {
-  return 1.0f / (1.0f + exp_approx(-2.0f * u));
+  const float a = -2.0f * u;
+  return 1.0f / (1.0f + detail::exp_cephes(a > 80.0f ? 80.0f : a));
 }
 }  // namespace
 

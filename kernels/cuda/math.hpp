@@ -60,36 +60,54 @@ TWIN_HOST_DEVICE inline float sqrt_rn(float a) {
 inline constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;
 inline constexpr float kGeluCubic = 0.044715f;
 
-// e^x as kernels/cpu/gelu.cpp computes it, operation for operation: the Cephes polynomial of e^r after x = k ln 2 + r,
-// 2^k in the exponent bits, x clamped to [-80, 80] (a NaN to -80). Why a polynomial rather than expf: see there.
-TWIN_HOST_DEVICE inline float gelu_exp(float x) {
-  x = x > -80.0f ? x : -80.0f;
-  x = x < 80.0f ? x : 80.0f;
-  const float t = x * 1.44269504088896341f;
-  int k = static_cast<int>(t);
-  k -= t < static_cast<float>(k) ? 1 : 0;
-  const float kf = static_cast<float>(k);
-  const float r = (x - kf * 0.693359375f) - kf * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float e_r = p * r * r + r + 1.0f;
+// A float's bits and back, on either side (the host compiles this as C++17: no std::bit_cast).
+TWIN_HOST_DEVICE inline std::uint32_t bits_of(float x) {
 #if defined(__CUDA_ARCH__)
-  return e_r * __int_as_float((k + 127) << 23);
+  return __float_as_uint(x);
 #else
-  const std::int32_t bits = (k + 127) << 23;  // (C++17 here: no std::bit_cast)
-  float scale = 0;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return e_r * scale;
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits;
 #endif
+}
+TWIN_HOST_DEVICE inline float float_of(std::uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float x = 0;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+#endif
+}
+
+// e^a as kernels/cpu/exp.hpp computes it (Cephes' expf, branch-free; see there), operation for operation.
+TWIN_HOST_DEVICE inline float exp_cephes(float a) {
+  const float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  const float kRound = 12582912.0f;
+  const std::uint32_t kMinus87 = 0xC2AE0000u;   // -87.0f
+  const std::uint32_t kMinusInf = 0xFF800000u;  // -inf
+  const std::uint32_t bits = bits_of(a);
+  const std::uint32_t below = 0u - static_cast<std::uint32_t>((bits > kMinus87) & (bits <= kMinusInf));
+  const float clamped = float_of((bits & ~below) | (kMinus87 & below));
+  const float k_plus = clamped * kLog2e + kRound;
+  const float k = k_plus - kRound;
+  const float r = (clamped - k * kLn2Hi) - k * kLn2Lo;
+  float poly = 1.9875691500e-4f;
+  poly = poly * r + 1.3981999507e-3f;
+  poly = poly * r + 8.3334519073e-3f;
+  poly = poly * r + 4.1665795894e-2f;
+  poly = poly * r + 1.6666665459e-1f;
+  poly = poly * r + 5.0000001201e-1f;
+  const float exp_r = poly * (r * r) + r + 1.0f;
+  const std::uint32_t k_int = bits_of(k_plus) - bits_of(kRound);
+  const float two_k = float_of((k_int + 127u) << 23);
+  return float_of(bits_of(exp_r * two_k) & ~below);
 }
 
 TWIN_HOST_DEVICE inline float gelu_half_one_plus_tanh(float x) {
   const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
-  return 1.0f / (1.0f + gelu_exp(-2.0f * u));
+  const float a = -2.0f * u;
+  return 1.0f / (1.0f + exp_cephes(a > 80.0f ? 80.0f : a));  // as kernels/cpu/gelu.cpp: at most 80
 }
 
 TWIN_HOST_DEVICE inline float gelu(float x) {
