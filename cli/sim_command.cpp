@@ -2,6 +2,7 @@
 //   twin sim                                   MT-NLG 530B on 280 DGX A100 nodes
 //   twin sim mtnlg-530b --nodes 420 --json out.json --svg pipeline.svg --trace trace.json --trace-ranks 0-7
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -37,39 +38,50 @@ struct SimCommandOptions {
   double sensitivity_percent = 0;  // --sensitivity: each rate this much lower and higher (0: not asked)
 };
 
-// One rate of the hardware model moved by a factor: the cost model's constants, or the node's and fabric's links.
+// One rate of the hardware model moved by a factor: the cost model's constants, or the node's and fabric's links. A
+// rate is never moved past what its datasheet allows (a GEMM at most at peak, HBM and links at most at their line
+// rates): `scale` returns the factor it applied.
 struct Rate {
   const char* key;   // JSON name
   const char* what;  // for the table
-  std::function<void(sim::AnalyticalParameters&, topology::NodeSpec&, topology::FabricSpec&, double)> scale;
+  std::function<double(sim::AnalyticalParameters&, topology::NodeSpec&, topology::FabricSpec&, double)> scale;
 };
+
+// value * factor, at most `ceiling`; returns the factor applied.
+double scale_capped(double& value, double factor, double ceiling) {
+  const double before = value;
+  value = std::min(ceiling, value * factor);
+  return before > 0 ? value / before : factor;
+}
 
 const std::vector<Rate>& rates() {
   static const std::vector<Rate> list = {
       {"gemm_rate", "GEMM rate",
        [](sim::AnalyticalParameters& p, topology::NodeSpec&, topology::FabricSpec&, double f) {
-         p.gemm_efficiency *= f;
+         return scale_capped(p.gemm_efficiency, f, 1.0);
        }},
       {"hbm_bandwidth", "HBM bandwidth (streaming kernels)",
        [](sim::AnalyticalParameters& p, topology::NodeSpec&, topology::FabricSpec&, double f) {
-         p.hbm_efficiency *= f;
+         return scale_capped(p.hbm_efficiency, f, 1.0);
        }},
       {"attention_gemm_hbm_fraction", "attention GEMMs' share of HBM",
        [](sim::AnalyticalParameters& p, topology::NodeSpec&, topology::FabricSpec&, double f) {
-         p.attention_gemm_hbm_fraction = std::min(1.0, p.attention_gemm_hbm_fraction * f);
+         return scale_capped(p.attention_gemm_hbm_fraction, f, 1.0);
        }},
       {"kernel_launch", "kernel launch rate",
        [](sim::AnalyticalParameters& p, topology::NodeSpec&, topology::FabricSpec&, double f) {
          p.kernel_launch_s /= f;
+         return f;
        }},
       {"nvlink_bandwidth", "NVLink bandwidth",
        [](sim::AnalyticalParameters&, topology::NodeSpec& n, topology::FabricSpec&, double f) {
-         n.nvlink_effective_bytes_per_s *= f;
+         return scale_capped(n.nvlink_effective_bytes_per_s, f, n.nvlink_bytes_per_s);
        }},
       {"network_bandwidth", "network bandwidth (NICs and fabric)",
        [](sim::AnalyticalParameters&, topology::NodeSpec& n, topology::FabricSpec& fabric, double f) {
-         n.nic_effective_bytes_per_s *= f;
-         fabric.link_bytes_per_s *= f;
+         const double applied = scale_capped(n.nic_effective_bytes_per_s, f, n.nic_bytes_per_s);
+         fabric.link_bytes_per_s *= applied;
+         return applied;
        }},
   };
   return list;
@@ -77,9 +89,13 @@ const std::vector<Rate>& rates() {
 
 struct Sensitivity {
   const Rate* rate = nullptr;
-  double lower_s = 0, higher_s = 0;  // iteration time with the rate lower and higher by the percentage
-  // -d ln T / d ln rate by the central difference: the share of the iteration this rate governs (1: all of it).
-  double elasticity(double base_s, double percent) const { return (lower_s - higher_s) / (2 * percent / 100 * base_s); }
+  double lower_s = 0, higher_s = 0;            // iteration time with the rate lower and higher
+  double lower_factor = 1, higher_factor = 1;  // the factors applied (the higher one capped by the datasheet)
+  // -d ln T / d ln rate between the two: the share of the iteration this rate governs (1: all of it).
+  double elasticity() const {
+    const double span = std::log(higher_factor) - std::log(lower_factor);
+    return span > 0 ? (std::log(lower_s) - std::log(higher_s)) / span : 0.0;
+  }
 };
 
 // The measured GPU constants the cost model rests on, and whose they are: a large GEMM's rate, a streaming kernel's
@@ -236,7 +252,8 @@ void run(const SimCommandOptions& o) {
         sim::AnalyticalParameters moved = parameters;
         topology::NodeSpec moved_node = node;
         topology::FabricSpec moved_fabric = *options.fabric;
-        rate.scale(moved, moved_node, moved_fabric, factor);
+        const double applied = rate.scale(moved, moved_node, moved_fabric, factor);
+        (factor < 1 ? one.lower_factor : one.higher_factor) = applied;
         sim::SimOptions moved_options = options;
         moved_options.node = moved_node;
         moved_options.fabric = moved_fabric;
@@ -256,10 +273,14 @@ void run(const SimCommandOptions& o) {
         "\n  sensitivity: the iteration time with one rate {:g} % lower / higher, and the share of the time it "
         "governs (-d ln T / d ln rate):\n",
         o.sensitivity_percent);
+    bool capped = false;
     for (const Sensitivity& one : sensitivities) {
-      fmt::print("    {:<38} {:>+7.2f} % / {:>+7.2f} %   {:>5.2f}\n", one.rate->what, 100 * (one.lower_s / base - 1),
-                 100 * (one.higher_s / base - 1), one.elasticity(base, o.sensitivity_percent));
+      const bool at_ceiling = one.higher_factor < 1 + f - 1e-12;
+      capped |= at_ceiling;
+      fmt::print("    {:<38} {:>+7.2f} % / {:>+7.2f} %{}  {:>5.2f}\n", one.rate->what, 100 * (one.lower_s / base - 1),
+                 100 * (one.higher_s / base - 1), at_ceiling ? "*" : " ", one.elasticity());
     }
+    if (capped) fmt::print("    * higher only up to the datasheet's rate (the share is taken over what was applied)\n");
   }
 
   if (!o.json_path.empty()) {
@@ -271,7 +292,9 @@ void run(const SimCommandOptions& o) {
                         {"percent", o.sensitivity_percent},
                         {"lower_s", one.lower_s},
                         {"higher_s", one.higher_s},
-                        {"elasticity", one.elasticity(result.timeline.iteration_time_s, o.sensitivity_percent)}});
+                        {"lower_factor", one.lower_factor},
+                        {"higher_factor", one.higher_factor},
+                        {"elasticity", one.elasticity()}});
       }
       json["sensitivity"] = list;
     }

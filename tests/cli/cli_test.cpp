@@ -397,6 +397,14 @@ TEST(Cli, SimSensitivityMovesEachRateOfTheHardwareModel) {
     share[one["rate"].get<std::string>()] = one["elasticity"].get<double>();
     total += one["elasticity"].get<double>();
   }
+  for (const auto& one : json["sensitivity"]) {
+    EXPECT_DOUBLE_EQ(one["lower_factor"].get<double>(), 0.8) << one.dump();
+    EXPECT_LE(one["higher_factor"].get<double>(), 1.2 + 1e-12) << one.dump();
+    // NCCL's 24 GB/s on a 25 GB/s HDR NIC: the network gains at most the line rate
+    if (one["rate"] == "network_bandwidth") {
+      EXPECT_NEAR(one["higher_factor"].get<double>(), 25.0 / 24.0, 1e-9);
+    }
+  }
   EXPECT_GT(share["gemm_rate"], 0.3);
   EXPECT_GT(share["hbm_bandwidth"], 0.0);
   EXPECT_GT(share["network_bandwidth"], 0.0);  // DP 4 over two nodes
