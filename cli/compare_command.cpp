@@ -61,7 +61,7 @@ void register_compare_command(CLI::App& app) {
       ->required();
   command->add_option("--top", *top, "with two traces: list the N ops whose times differ most (default 10)")
       ->check(CLI::Range(0, 100000));
-  command->add_option("--json", *json_path, "also write the comparison as JSON to this file");
+  command->add_option("--json", *json_path, "also write the comparison as JSON to this file")->check(output_file());
   command->callback([predicted_path, measured, top, json_path] {
     // The table on stdout; with --json the same as JSON, written atomically.
     auto report_it = [&json_path](const std::string& table, const nlohmann::json& json) {
