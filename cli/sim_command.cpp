@@ -352,10 +352,10 @@ void register_sim_command(CLI::App& app) {
   command->add_option("--svg", o->svg_path, "write a pipeline diagram of the iteration (SVG)")->check(output_file());
   command->add_flag("--quiet", o->quiet, "no progress line");
   command
-      ->add_flag("--sensitivity{10}", o->sensitivity_percent,
-                 "also simulate each rate of the hardware model (GEMM, HBM, attention GEMMs, kernel launches, NVLink, "
-                 "network) this many percent lower and higher (--sensitivity=PERCENT; default 10), and report how the "
-                 "iteration time moves")
+      ->add_option(
+          "--sensitivity", o->sensitivity_percent,
+          "also simulate each rate of the hardware model (GEMM, HBM, attention GEMMs, kernel launches, NVLink, "
+          "network) this many percent lower and higher (e.g. 10), and report how the iteration time moves")
       ->check(between(1, 50));
   command->callback([o] { run(*o); });
 }

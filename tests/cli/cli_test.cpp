@@ -411,16 +411,18 @@ TEST(Cli, SimSensitivityMovesEachRateOfTheHardwareModel) {
   EXPECT_GT(total, 0.8);
   EXPECT_LT(total, 1.2);
   const fs::path ideal_path = scratch("sensitivity-ideal.json");
-  ASSERT_EQ(twin("sim " + scenario + " --quiet --ideal-network --sensitivity --json " + ideal_path.string()).status, 0);
+  ASSERT_EQ(twin("sim " + scenario + " --quiet --ideal-network --sensitivity 10 --json " + ideal_path.string()).status,
+            0);
   const auto ideal = nlohmann::json::parse(std::ifstream(ideal_path));  // kept: the loop reads into it
   for (const auto& one : ideal["sensitivity"]) {
     if (one["rate"] == "network_bandwidth" || one["rate"] == "nvlink_bandwidth") {
       EXPECT_DOUBLE_EQ(one["elasticity"].get<double>(), 0.0) << one.dump();
     }
-    EXPECT_EQ(one["percent"], 10.0);  // the default
+    EXPECT_EQ(one["percent"], 10.0);
   }
   EXPECT_EQ(twin("sim " + scenario + " --quiet --sensitivity=0").status, 2);
   EXPECT_EQ(twin("sim " + scenario + " --quiet --sensitivity=80").status, 2);
+  EXPECT_EQ(twin("sim " + scenario + " --quiet --sensitivity").status, 2);  // a percentage is required
 }
 
 TEST(Cli, SearchTriesPipelinesThatSplitUnevenLayers) {
