@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kernels/cpu/check.hpp"
+#include "kernels/cpu/exp.hpp"
 #include "kernels/cpu/reduce.hpp"
 
 namespace twin::kernels::cpu {
@@ -30,8 +31,9 @@ void cross_entropy_local_stats(float* stats, const float* logits, const int* tar
     TWIN_KERNEL_CHECK(target >= 0 && target < valid_vocab);
     const std::size_t n = static_cast<std::size_t>(columns);
     const float max_logit = detail::max(x, n);  // -inf when no column is valid
-    // terms in float (each within an ulp), their sum in double: over 50k columns a float sum would drop small terms
-    const double sum = detail::lane_sum<double>(n, [&](std::size_t v) { return std::exp(x[v] - max_logit); });
+    // terms in float (each within an ulp: exp_cephes, so that the loop vectorizes; a term below e^-87 is 0), their
+    // sum in double: over 50k columns a float sum would drop small terms
+    const double sum = detail::lane_sum<double>(n, [&](std::size_t v) { return detail::exp_cephes(x[v] - max_logit); });
     const int local_target = target - vocab_start;
     float* s = stats + static_cast<std::size_t>(r) * kCrossEntropyStats;
     s[0] = max_logit;
@@ -78,7 +80,7 @@ void cross_entropy_backward(float* dlogits, const float* logits, const float* lo
     const int local_target = target - vocab_start;
     const bool target_is_local = local_target >= 0 && local_target < vocab_local;
     const float target_logit = target_is_local ? x[local_target] : 0.0f;  // read before dx (may alias x) is written
-    for (int v = 0; v < columns; ++v) dx[v] = scale * std::exp(x[v] - lse);
+    for (int v = 0; v < columns; ++v) dx[v] = scale * detail::exp_cephes(x[v] - lse);  // p, within an ulp
     std::fill(dx + columns, dx + vocab_local, 0.0f);  // padding: no gradient
     // the target column: scale * (p - 1), subtracting before scaling (exact near p = 1)
     if (target_is_local) dx[local_target] = scale * (std::exp(target_logit - lse) - 1.0f);
