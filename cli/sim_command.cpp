@@ -156,9 +156,7 @@ void run(const SimCommandOptions& o) {
     options.fidelity = sim::parse_fidelity(o.fidelity);
     options.algorithm = sim::parse_collective_algorithm(o.algorithm);
     if (!o.gpu.empty()) {
-      const topology::NodeSpec node = topology::node_spec_by_gpu_name(o.gpu);
-      const auto gpus = static_cast<int>(scenario.cluster.gpus_per_node);
-      options.node = gpus > 0 && gpus < node.gpus ? topology::part_of_node(node, gpus) : node;
+      options.node = topology::job_part_of_node(topology::node_spec_by_gpu_name(o.gpu), scenario.cluster.gpus_per_node);
     }
     if (scenario.cluster.node == model::NodeKind::CpuHost) {
       throw UserError("twin sim models GPU clusters; this scenario runs on CPU hosts (cluster.node = cpu-host)");

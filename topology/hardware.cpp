@@ -237,10 +237,13 @@ NodeSpec part_of_node(NodeSpec node, int gpus) {
   return node;
 }
 
+NodeSpec job_part_of_node(NodeSpec node, std::int64_t gpus_per_node) {
+  return gpus_per_node > 0 && gpus_per_node < node.gpus ? part_of_node(node, static_cast<int>(gpus_per_node)) : node;
+}
+
 NodeSpec node_spec(const model::ClusterSpec& cluster) {
   NodeSpec node = node_spec(cluster.node);
-  const int gpus = cluster.gpus_per_node > 0 ? static_cast<int>(cluster.gpus_per_node) : node.gpus;
-  if (cluster.nics_per_node <= 0 && cluster.nic_gbps <= 0) return gpus < node.gpus ? part_of_node(node, gpus) : node;
+  if (cluster.nics_per_node <= 0 && cluster.nic_gbps <= 0) return job_part_of_node(node, cluster.gpus_per_node);
   const int nics = cluster.nics_per_node > 0 ? static_cast<int>(cluster.nics_per_node) : node.compute_nics;
   const double line = cluster.nic_gbps > 0 ? cluster.nic_gbps * kGiga / 8 : node.nic_bytes_per_s;
   const bool hopper = node.gpu.name.rfind("H", 0) == 0;
@@ -248,7 +251,7 @@ NodeSpec node_spec(const model::ClusterSpec& cluster) {
   node.compute_nics = nics;
   node.nic_bytes_per_s = line;
   node.nic_effective_bytes_per_s = nccl_net_speed_bytes_per_s(line, hopper) * nics / node.gpus;
-  return gpus < node.gpus ? part_of_node(node, gpus) : node;
+  return job_part_of_node(node, cluster.gpus_per_node);
 }
 
 FabricSpec fabric_spec(const model::ClusterSpec& cluster) {

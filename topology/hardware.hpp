@@ -6,6 +6,7 @@
 //     the bandwidth of the simulated links. They are cited from NCCL's source, never fitted to a training run.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -89,6 +90,9 @@ NodeSpec node_spec(const model::ClusterSpec& cluster);
 // guides, "Network Ports"; NCCL picks each GPU's nearest NIC), so each GPU's network share does not change.
 // Throws std::invalid_argument unless 1 <= gpus <= node.gpus.
 NodeSpec part_of_node(NodeSpec node, int gpus);
+// The part of `node` a job with cluster.gpus_per_node = `gpus_per_node` holds: part_of_node below the node's count,
+// the whole node otherwise (0 is the node's default; a count above it is the simulator's to refuse, naming the key).
+NodeSpec job_part_of_node(NodeSpec node, std::int64_t gpus_per_node);
 FabricSpec fabric_spec(const model::ClusterSpec& cluster);
 
 // NCCL's ring speed over one NIC of `line_bytes_per_s`: the fastest entry of its speed array not above the line rate

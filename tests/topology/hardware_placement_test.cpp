@@ -71,6 +71,11 @@ TEST(Hardware, PartOfANodeKeepsEachGpusLinksAndItsShareOfTheNics) {
   EXPECT_EQ(part_of_node(whole, 8).name, "DGX A100");
   EXPECT_THROW(part_of_node(whole, 0), std::invalid_argument);
   EXPECT_THROW(part_of_node(whole, 9), std::invalid_argument);
+  // A scenario's count: below the node's, its part; 0 (the default) or more, the whole node (more is the
+  // simulator's to refuse, by the scenario key).
+  EXPECT_EQ(job_part_of_node(whole, 4).gpus, 4);
+  EXPECT_EQ(job_part_of_node(whole, 0).gpus, 8);
+  EXPECT_EQ(job_part_of_node(whole, 9).gpus, 8);
   // From the scenario: cluster.gpus_per_node below the node's, with or without the cluster's own network.
   model::ClusterSpec cluster;
   cluster.node = model::NodeKind::DgxH200;
