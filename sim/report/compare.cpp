@@ -168,8 +168,9 @@ std::string comparison_table(const Comparison& c) {
 
 namespace {
 
-nlohmann::json relative_error(double candidate, double reference) {
-  return reference != 0 ? nlohmann::json((candidate - reference) / reference) : nlohmann::json(nullptr);
+// The relative error for JSON: null when there is no reference to be relative to.
+nlohmann::json error_json(double candidate, double reference) {
+  return reference != 0 ? nlohmann::json(relative_error(candidate, reference)) : nlohmann::json(nullptr);
 }
 
 }  // namespace
@@ -181,7 +182,7 @@ nlohmann::json comparison_to_json(const Comparison& c) {
       out.push_back({{"name", v.name},
                      {"predicted", v.candidate},
                      {"measured", v.reference},
-                     {"error", relative_error(v.candidate, v.reference)}});
+                     {"error", error_json(v.candidate, v.reference)}});
     }
     return out;
   };
@@ -367,7 +368,7 @@ std::string trace_comparison_table(const TraceComparison& c) {
   std::string out;
   auto line = std::back_inserter(out);
   auto error = [](double candidate, double reference) {
-    return reference > 0 ? fmt::format("{:>+8.1f}%", 100 * (candidate - reference) / reference)
+    return reference > 0 ? fmt::format("{:>+8.1f}%", 100 * relative_error(candidate, reference))
                          : fmt::format("{:>9}", "-");
   };
   fmt::format_to(line, "  predicted: {}\n  measured:  {}\n\n", c.candidate_engine, c.reference_engine);
@@ -401,7 +402,7 @@ nlohmann::json trace_comparison_to_json(const TraceComparison& c) {
                           {"ops", cls.ops},
                           {"predicted_s", cls.candidate_s},
                           {"measured_s", cls.reference_s},
-                          {"error", relative_error(cls.candidate_s, cls.reference_s)}};
+                          {"error", error_json(cls.candidate_s, cls.reference_s)}};
   };
   for (const ComparedClass& cls : c.classes) classes.push_back(row(cls));
   for (const ComparedOp& op : c.largest) {
@@ -410,7 +411,7 @@ nlohmann::json trace_comparison_to_json(const TraceComparison& c) {
                        {"label", op.label},
                        {"predicted_s", op.candidate_s},
                        {"measured_s", op.reference_s},
-                       {"error", relative_error(op.candidate_s, op.reference_s)}});
+                       {"error", error_json(op.candidate_s, op.reference_s)}});
   }
   return {{"mode", "ops"},
           {"predicted_engine", c.candidate_engine},

@@ -23,11 +23,17 @@ class CompareError : public std::runtime_error {
 // comparing reads is of the wrong type or out of range (a time <= 0, a fraction beyond [0, 1], nan).
 const nlohmann::json& find_summary(const nlohmann::json& document, const std::string& what);
 
+// (candidate - reference) / reference: negative when the candidate (the prediction) is below the measurement; 0 when
+// there is no reference to be relative to.
+inline double relative_error(double candidate, double reference) {
+  return reference != 0 ? (candidate - reference) / reference : 0.0;
+}
+
 struct ComparedValue {
   std::string name;
   double reference = 0;  // the measurement
   double candidate = 0;  // the prediction
-  double error() const { return reference != 0 ? (candidate - reference) / reference : 0.0; }
+  double error() const { return relative_error(candidate, reference); }
 };
 
 struct Comparison {
@@ -69,7 +75,7 @@ struct ComparedClass {
   std::string name;                         // op_class of its ops
   double ops = 0;                           // per rank
   double reference_s = 0, candidate_s = 0;  // per rank, summed over its ops
-  double error() const { return reference_s != 0 ? (candidate_s - reference_s) / reference_s : 0.0; }
+  double error() const { return relative_error(candidate_s, reference_s); }
 };
 
 struct TraceComparison {
