@@ -1,9 +1,6 @@
 // twin sim SCENARIO: simulate one training iteration on a SimGrid model of the cluster and report it.
 //   twin sim                                   MT-NLG 530B on 280 DGX A100 nodes
 //   twin sim mtnlg-530b --nodes 420 --json out.json --svg pipeline.svg --trace trace.json --trace-ranks 0-7
-#include <algorithm>
-#include <cmath>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +14,7 @@
 #include "sim/report/summary.hpp"
 #include "sim/report/svg.hpp"
 #include "sim/report/trace.hpp"
+#include "sim/sensitivity.hpp"
 #include "sim/simulate.hpp"
 #include "topology/hardware.hpp"
 
@@ -36,66 +34,6 @@ struct SimCommandOptions {
   std::string json_path, trace_path, trace_ranks, svg_path;
   bool quiet = false;
   double sensitivity_percent = 0;  // --sensitivity: each rate this much lower and higher (0: not asked)
-};
-
-// One rate of the hardware model moved by a factor: the cost model's constants, or the node's and fabric's links. A
-// rate is never moved past what its datasheet allows (a GEMM at most at peak, HBM and links at most at their line
-// rates): `scale` returns the factor it applied.
-struct Rate {
-  const char* key;   // JSON name
-  const char* what;  // for the table
-  std::function<double(sim::AnalyticalParameters&, topology::NodeSpec&, topology::FabricSpec&, double)> scale;
-};
-
-// value * factor, at most `ceiling`; returns the factor applied.
-double scale_capped(double& value, double factor, double ceiling) {
-  const double before = value;
-  value = std::min(ceiling, value * factor);
-  return before > 0 ? value / before : factor;
-}
-
-const std::vector<Rate>& rates() {
-  static const std::vector<Rate> list = {
-      {"gemm_rate", "GEMM rate",
-       [](sim::AnalyticalParameters& p, topology::NodeSpec&, topology::FabricSpec&, double f) {
-         return scale_capped(p.gemm_efficiency, f, 1.0);
-       }},
-      {"hbm_bandwidth", "HBM bandwidth (streaming kernels)",
-       [](sim::AnalyticalParameters& p, topology::NodeSpec&, topology::FabricSpec&, double f) {
-         return scale_capped(p.hbm_efficiency, f, 1.0);
-       }},
-      {"attention_gemm_hbm_fraction", "attention GEMMs' share of HBM",
-       [](sim::AnalyticalParameters& p, topology::NodeSpec&, topology::FabricSpec&, double f) {
-         return scale_capped(p.attention_gemm_hbm_fraction, f, 1.0);
-       }},
-      {"kernel_launch", "kernel launch rate",
-       [](sim::AnalyticalParameters& p, topology::NodeSpec&, topology::FabricSpec&, double f) {
-         p.kernel_launch_s /= f;
-         return f;
-       }},
-      {"nvlink_bandwidth", "NVLink bandwidth",
-       [](sim::AnalyticalParameters&, topology::NodeSpec& n, topology::FabricSpec&, double f) {
-         return scale_capped(n.nvlink_effective_bytes_per_s, f, n.nvlink_bytes_per_s);
-       }},
-      {"network_bandwidth", "network bandwidth (NICs and fabric)",
-       [](sim::AnalyticalParameters&, topology::NodeSpec& n, topology::FabricSpec& fabric, double f) {
-         const double applied = scale_capped(n.nic_effective_bytes_per_s, f, n.nic_bytes_per_s);
-         fabric.link_bytes_per_s *= applied;
-         return applied;
-       }},
-  };
-  return list;
-}
-
-struct Sensitivity {
-  const Rate* rate = nullptr;
-  double lower_s = 0, higher_s = 0;            // iteration time with the rate lower and higher
-  double lower_factor = 1, higher_factor = 1;  // the factors applied (the higher one capped by the datasheet)
-  // -d ln T / d ln rate between the two: the share of the iteration this rate governs (1: all of it).
-  double elasticity() const {
-    const double span = std::log(higher_factor) - std::log(lower_factor);
-    return span > 0 ? (std::log(lower_s) - std::log(higher_s)) / span : 0.0;
-  }
 };
 
 // The measured GPU constants the cost model rests on, and whose they are: a large GEMM's rate, a streaming kernel's
@@ -177,7 +115,7 @@ void run(const SimCommandOptions& o) {
   options.placement = o.placement;
   options.ideal_network = o.ideal_network;
   options.progress = !o.quiet;
-  options.isolate = o.sensitivity_percent > 0;  // one simulation in this process, unless more follow
+  options.isolate = o.sensitivity_percent > 0;  // one simulation in this process, unless more follow (in children)
 
   const topology::NodeSpec node = options.node ? *options.node : topology::node_spec(scenario.cluster);
   // The cluster's own GPU measurements describe the scenario's GPU: a --gpu what-if on another GPU uses its cited
@@ -237,34 +175,17 @@ void run(const SimCommandOptions& o) {
       stats.actors, stats.ops, stats.rank_ops, stats.activities, stats.wall_s,
       stats.wall_s > 0 ? static_cast<double>(stats.activities) / stats.wall_s / 1e6 : 0.0, stats.peak_rss_bytes / 1e6);
 
-  std::vector<Sensitivity> sensitivities;
+  std::vector<sim::RateSensitivity> sensitivities;
   if (o.sensitivity_percent > 0) {
-    const double f = o.sensitivity_percent / 100;
     if (!o.quiet) {
       fmt::print(stderr, "twin sim: sensitivity: {} more simulations, each rate {:g} % lower and higher\n",
-                 2 * rates().size(), o.sensitivity_percent);
+                 sim::rate_sensitivity_simulations(), o.sensitivity_percent);
     }
-    for (const Rate& rate : rates()) {
-      Sensitivity one{&rate};
-      for (const double factor : {1 - f, 1 + f}) {
-        sim::AnalyticalParameters moved = parameters;
-        topology::NodeSpec moved_node = node;
-        topology::FabricSpec moved_fabric = *options.fabric;
-        const double applied = rate.scale(moved, moved_node, moved_fabric, factor);
-        (factor < 1 ? one.lower_factor : one.higher_factor) = applied;
-        sim::SimOptions moved_options = options;
-        moved_options.node = moved_node;
-        moved_options.fabric = moved_fabric;
-        moved_options.progress = false;
-        try {
-          const double t = sim::simulate(program, sim::AnalyticalCostModel(node.gpu, moved), moved_options)
-                               .timeline.iteration_time_s;
-          (factor < 1 ? one.lower_s : one.higher_s) = t;
-        } catch (const sim::SimulationError& error) {
-          throw UserError(error.what());
-        }
-      }
-      sensitivities.push_back(one);
+    try {
+      sensitivities =
+          sim::rate_sensitivities(program, parameters, node, *options.fabric, options, o.sensitivity_percent);
+    } catch (const sim::SimulationError& error) {
+      throw UserError(error.what());
     }
     const double base = result.timeline.iteration_time_s;
     fmt::print(
@@ -272,10 +193,10 @@ void run(const SimCommandOptions& o) {
         "governs (-d ln T / d ln rate):\n",
         o.sensitivity_percent);
     bool capped = false;
-    for (const Sensitivity& one : sensitivities) {
-      const bool at_ceiling = one.higher_factor < 1 + f - 1e-12;
+    for (const sim::RateSensitivity& one : sensitivities) {
+      const bool at_ceiling = one.higher_factor < 1 + o.sensitivity_percent / 100 - 1e-12;
       capped |= at_ceiling;
-      fmt::print("    {:<38} {:>+7.2f} % / {:>+7.2f} %{}  {:>5.2f}\n", one.rate->what, 100 * (one.lower_s / base - 1),
+      fmt::print("    {:<38} {:>+7.2f} % / {:>+7.2f} %{}  {:>5.2f}\n", one.what, 100 * (one.lower_s / base - 1),
                  100 * (one.higher_s / base - 1), at_ceiling ? "*" : " ", one.elasticity());
     }
     if (capped) fmt::print("    * higher only up to the datasheet's rate (the share is taken over what was applied)\n");
@@ -285,8 +206,8 @@ void run(const SimCommandOptions& o) {
     nlohmann::json json = report::summary_to_json(summary);
     if (!sensitivities.empty()) {
       nlohmann::json list = nlohmann::json::array();
-      for (const Sensitivity& one : sensitivities) {
-        list.push_back({{"rate", one.rate->key},
+      for (const sim::RateSensitivity& one : sensitivities) {
+        list.push_back({{"rate", one.rate},
                         {"percent", o.sensitivity_percent},
                         {"lower_s", one.lower_s},
                         {"higher_s", one.higher_s},
