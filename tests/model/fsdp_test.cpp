@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 
@@ -55,6 +56,13 @@ std::string with(std::string text, const std::string& section, const std::string
   return text;
 }
 
+// `text` with its first `what` replaced by `by`; a `what` it lacks is a broken test, not a silent no-op.
+std::string replaced(std::string text, const std::string& what, const std::string& by) {
+  const std::size_t at = text.find(what);
+  if (at == std::string::npos) throw std::logic_error("replaced: no '" + what + "' in the scenario");
+  return text.replace(at, what.size(), by);
+}
+
 TEST(Composer, LoadsAndRoundTrips) {
   const Scenario s = parse_scenario(kComposer, "case.toml");
   EXPECT_EQ(s.framework.name, Framework::Composer);
@@ -73,34 +81,27 @@ TEST(Composer, RefusesWhatItCannotRunNamingTheField) {
               ::testing::Contains(HasSubstr("parallel.tp must be 1")));
   EXPECT_THAT(problems_of(with(kComposer, "parallel", "pp = 2")),
               ::testing::Contains(HasSubstr("parallel.pp must be 1")));
-  std::string selective = kComposer;
-  selective.replace(selective.find("\"full\""), 6, "\"selective\"");
+  std::string selective = replaced(kComposer, "\"full\"", "\"selective\"");
   EXPECT_THAT(problems_of(selective), ::testing::Contains(HasSubstr("parallel.recompute must be")));
-  std::string zero1 = kComposer;
-  zero1.replace(zero1.find("zero_stage = 3"), 14, "zero_stage = 1");
+  std::string zero1 = replaced(kComposer, "zero_stage = 3", "zero_stage = 1");
   EXPECT_THAT(problems_of(zero1), ::testing::Contains(HasSubstr("zero_stage must be 3 (FULL_SHARD) or 0 (DDP)")));
-  std::string ddp = kComposer;
-  ddp.replace(ddp.find("zero_stage = 3"), 14, "zero_stage = 0");
+  std::string ddp = replaced(kComposer, "zero_stage = 3", "zero_stage = 0");
   EXPECT_THAT(problems_of(ddp), ::testing::Contains(HasSubstr("parallel.dp_overlap must be true")));
   EXPECT_TRUE(problems_of(with(ddp, "parallel", "dp_overlap = true")).empty());
   EXPECT_THAT(problems_of(with(kComposer, "framework", "fused_kernels = true")),
               ::testing::Contains(HasSubstr("framework.fused_kernels selects Megatron-LM's fused kernels")));
   // ZeRO-3 is FSDP's, as Composer runs it; Megatron and DeepSpeed plans stop at ZeRO-1.
-  std::string megatron = kComposer;
-  megatron.replace(megatron.find("\"composer\""), 10, "\"megatron\"");
+  std::string megatron = replaced(kComposer, "\"composer\"", "\"megatron\"");
   EXPECT_THAT(problems_of(megatron), ::testing::Contains(HasSubstr("parallel.zero_stage = 3 is PyTorch FSDP's")));
-  std::string stage2 = kComposer;
-  stage2.replace(stage2.find("zero_stage = 3"), 14, "zero_stage = 2");
+  std::string stage2 = replaced(kComposer, "zero_stage = 3", "zero_stage = 2");
   EXPECT_THAT(problems_of(stage2), ::testing::Contains(HasSubstr("parallel.zero_stage must be 0, 1 or 3, got 2")));
 }
 
 TEST(Composer, FlashAttentionTakesHeadsUpToItsKernelsLargestBlock) {
   // 1024 / 4 = 256 per head: too wide for FlashAttention v1 (128), fine for v2 (256).
-  std::string wide = kComposer;
-  wide.replace(wide.find("heads = 8"), 9, "heads = 4");
+  std::string wide = replaced(kComposer, "heads = 8", "heads = 4");
   EXPECT_THAT(problems_of(wide), ::testing::Contains(HasSubstr("takes heads of at most 128 dimensions")));
-  std::string v2 = wide;
-  v2.replace(v2.find("\"flash1\""), 8, "\"flash2\"");
+  std::string v2 = replaced(wide, "\"flash1\"", "\"flash2\"");
   EXPECT_TRUE(problems_of(v2).empty());
   EXPECT_THAT(problems_of(with(kComposer, "framework", "attention = \"flash3\"")).front(), HasSubstr("attention"));
 }
@@ -230,8 +231,7 @@ TEST(FullShard, TheProgramMarksEachReshardAfterTheLastOpThatReadsTheUnit) {
     }
   }
   // Without ZeRO-3 nothing is resharded.
-  std::string ddp = kComposer;
-  ddp.replace(ddp.find("zero_stage = 3"), 14, "zero_stage = 0");
+  std::string ddp = replaced(kComposer, "zero_stage = 3", "zero_stage = 0");
   ddp = with(ddp, "parallel", "dp_overlap = true");
   const Program replicated = build_program(parse_scenario(ddp, "case.toml"), Granularity::Op);
   for (const Op& op : replicated.stage_ops[0]) EXPECT_FALSE(op.frees_parameters);
@@ -240,7 +240,7 @@ TEST(FullShard, TheProgramMarksEachReshardAfterTheLastOpThatReadsTheUnit) {
 TEST(FullShard, WithOneRankThereIsNothingToShard) {
   std::string one = kComposer;
   one = with(one, "cluster", "gpus_per_node = 1");
-  one.replace(one.find("global_batch = 64"), 17, "global_batch = 8");
+  one = replaced(one, "global_batch = 64", "global_batch = 8");
   const Program program = build_program(parse_scenario(one, "case.toml"), Granularity::Op);
   for (const Op& op : program.stage_ops[0]) {
     EXPECT_FALSE(op.kind == OpKind::Collective && op.group == Group::Data) << to_string(op.payload);
@@ -324,7 +324,7 @@ TEST(FullShard, MemoryShardsTheWholeModelStateAndHoldsTheGatheredUnits) {
   EXPECT_DOUBLE_EQ(m.optimizer_bytes, params * 8 / 8);
   // Unsharded (DDP) it would hold 16 bytes a parameter.
   std::string ddp = with(kComposer, "parallel", "dp_overlap = true");
-  ddp.replace(ddp.find("zero_stage = 3"), 14, "zero_stage = 0");
+  ddp = replaced(ddp, "zero_stage = 3", "zero_stage = 0");
   const StageMemory d = estimate_memory(parse_scenario(ddp, "ddp.toml")).stages[0];
   EXPECT_DOUBLE_EQ(d.weights_bytes + d.gradients_bytes + d.optimizer_bytes, 16 * params);
 }
