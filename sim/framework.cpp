@@ -73,14 +73,15 @@ std::int64_t deepspeed_step(const model::Op& p2p, int stage, int stages) {
 std::vector<std::int32_t> exchange_order(const model::Scenario& scenario, const std::vector<model::Op>& ops,
                                          std::vector<std::int32_t> exchange, int stage) {
   if (!serialized_exchanges(scenario)) return exchange;
-  // TrainSchedule.steps(): a forward step issues SendGrad then RecvActivation, a backward step RecvGrad then
-  // SendActivation; in both, the gradient comes first.
+  // TrainSchedule.steps() of v0.3 to v0.8.2 (2020 to March 2023, the engines the published runs used): a forward
+  // step issues RecvActivation then SendGrad, a backward step SendActivation then RecvGrad; in both, the activation
+  // comes first. (v0.8.3 swapped the two, #2862, when it cut the stage's pipe buffers by one.)
   const int stages = scenario.parallel.pp;
   std::stable_sort(exchange.begin(), exchange.end(), [&](std::int32_t a, std::int32_t b) {
     const std::int64_t a_step = deepspeed_step(ops[a], stage, stages), b_step = deepspeed_step(ops[b], stage, stages);
     if (a_step != b_step) return a_step < b_step;
     const bool a_gradient = ops[a].phase == model::Phase::Backward, b_gradient = ops[b].phase == model::Phase::Backward;
-    return a_gradient && !b_gradient;
+    return !a_gradient && b_gradient;
   });
   return exchange;
 }

@@ -11,8 +11,8 @@
 //                         over NVLink (--scatter-gather-tensors-in-pipeline, on by default).
 //                         DeepSpeed (deepspeed/runtime/pipe/engine.py and p2p.py, v0.5): one blocking broadcast in a
 //                         two-rank group per tensor, in the TrainSchedule's order (a stage entering a backward step
-//                         receives the gradient before it sends the activation; entering a forward step it sends the
-//                         gradient before it receives the activation; messages of different steps go in step
+//                         sends the activation before it receives the gradient; entering a forward step it receives
+//                         the activation before it sends the gradient; messages of different steps go in step
 //                         order, see exchange_order). Activations are partitioned across the TP
 //                         group (is_pipe_partitioned: a meta tensor and 1/t of the data, all-gathered on receipt);
 //                         gradients are sent whole (is_grad_partitioned = False), and receiving one first all-gathers
@@ -60,9 +60,9 @@ bool serialized_exchanges(const model::Scenario& scenario);
 std::int64_t deepspeed_step(const model::Op& p2p, int stage, int stages);
 
 // The order of one exchange's ops on `stage` (indices into `ops`, in Program order) as the framework issues them:
-// batched exchanges keep Program order; serialized ones go by DeepSpeed step, gradient ops (Phase::Backward) before
-// activation ops within a step. (With fewer micro-batches than stages ahead, the last warm-up activation leaves in
-// an earlier step than the first gradient arrives in: gradient-first there would deadlock.)
+// batched exchanges keep Program order; serialized ones go by DeepSpeed step, activation ops (Phase::Forward) before
+// gradient ops within a step. (With fewer micro-batches than stages ahead, the last warm-up activation leaves in
+// an earlier step than the first gradient arrives in: Program order there would deadlock.)
 std::vector<std::int32_t> exchange_order(const model::Scenario& scenario, const std::vector<model::Op>& ops,
                                          std::vector<std::int32_t> exchange, int stage);
 

@@ -348,7 +348,7 @@ TEST(Framework, PipelineTransfers) {
   EXPECT_EQ(pipeline_transfer(s, gradient).receipt_gathers, 0);
 }
 
-TEST(Framework, DeepSpeedMovesTheGradientFirstWithinAStep) {
+TEST(Framework, DeepSpeedMovesTheActivationFirstWithinAStep) {
   Plan plan;
   plan.tp = 4;
   plan.pp = 2;
@@ -357,34 +357,52 @@ TEST(Framework, DeepSpeedMovesTheGradientFirstWithinAStep) {
   // Stage 0 of 2 between its forward of micro-batch 1 and its backward of micro-batch 0: both messages belong to
   // TrainSchedule step 3.
   std::vector<model::Op> ops(2);
-  ops[0].kind = model::OpKind::Send;  // the activation of the forward just done
-  ops[0].phase = model::Phase::Forward;
-  ops[0].micro_batch = 1;
-  ops[1].kind = model::OpKind::Recv;  // the gradient for the backward to come
-  ops[1].phase = model::Phase::Backward;
-  ops[1].micro_batch = 0;
+  ops[0].kind = model::OpKind::Recv;  // the gradient for the backward to come
+  ops[0].phase = model::Phase::Backward;
+  ops[0].micro_batch = 0;
+  ops[1].kind = model::OpKind::Send;  // the activation of the forward just done
+  ops[1].phase = model::Phase::Forward;
+  ops[1].micro_batch = 1;
   EXPECT_EQ(deepspeed_step(ops[0], 0, 2), 3);
   EXPECT_EQ(deepspeed_step(ops[1], 0, 2), 3);
   EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{0, 1}));  // Megatron: batched, as listed
   s.framework.name = model::Framework::DeepSpeed;
-  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{1, 0}));  // RecvGrad, then SendActivation
-  // Stage 1 of 2 between its backward of micro-batch 0 and its forward of micro-batch 1 (step 3): SendGrad first.
+  // v0.5's TrainSchedule (a backward step): SendActivation, then RecvGrad.
+  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{1, 0}));
+  // Stage 1 of 2 between its backward of micro-batch 0 and its forward of micro-batch 1 (step 3, a forward step):
+  // RecvActivation, then SendGrad.
   ops[0] = {};
-  ops[0].kind = model::OpKind::Recv;
-  ops[0].phase = model::Phase::Forward;
-  ops[0].micro_batch = 1;
-  ops[1].kind = model::OpKind::Send;
-  ops[1].micro_batch = 0;
+  ops[0].kind = model::OpKind::Send;
+  ops[0].phase = model::Phase::Backward;
+  ops[0].micro_batch = 0;
+  ops[1] = {};
+  ops[1].kind = model::OpKind::Recv;
+  ops[1].phase = model::Phase::Forward;
+  ops[1].micro_batch = 1;
+  EXPECT_EQ(deepspeed_step(ops[0], 1, 2), 3);
+  EXPECT_EQ(deepspeed_step(ops[1], 1, 2), 3);
   EXPECT_EQ(exchange_order(s, ops, {0, 1}, 1), (std::vector<std::int32_t>{1, 0}));
+  // Messages of different steps go in step order, whatever their direction: a gradient of step 3 before an
+  // activation of step 5 (stage 0's micro-batch 2).
+  ops[0] = {};
+  ops[0].kind = model::OpKind::Send;
+  ops[0].phase = model::Phase::Forward;
+  ops[0].micro_batch = 2;
+  ops[1] = {};
+  ops[1].kind = model::OpKind::Recv;
+  ops[1].phase = model::Phase::Backward;
+  ops[1].micro_batch = 0;
+  EXPECT_EQ(deepspeed_step(ops[0], 0, 2), 5);
+  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{1, 0}));
   // GPipe is not a DeepSpeed training schedule: batched, as listed.
   s.parallel.schedule = model::ScheduleKind::GPipe;
-  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 1), (std::vector<std::int32_t>{0, 1}));
+  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{0, 1}));
 }
 
 TEST(Framework, DeepSpeedSendsTheLastWarmupActivationBeforeAGradientOfALaterStep) {
   // Stage 0 of 4 with 2 micro-batches: forwards at steps 0 and 2, the activation of micro-batch 1 leaves in step 3,
-  // the gradient of micro-batch 0 arrives in step 7. Gradient first would wait for a gradient that needs this very
-  // activation (stage 1 runs both forwards before its first backward).
+  // the gradient of micro-batch 0 arrives in step 7. Receiving the gradient first would wait for a gradient that
+  // needs this very activation (stage 1 runs both forwards before its first backward).
   Plan plan;
   plan.tp = 2;
   plan.pp = 4;
@@ -392,15 +410,15 @@ TEST(Framework, DeepSpeedSendsTheLastWarmupActivationBeforeAGradientOfALaterStep
   model::Scenario s = make_scenario(plan);
   s.framework.name = model::Framework::DeepSpeed;
   std::vector<model::Op> ops(2);
-  ops[0].kind = model::OpKind::Send;
-  ops[0].phase = model::Phase::Forward;
-  ops[0].micro_batch = 1;
-  ops[1].kind = model::OpKind::Recv;
-  ops[1].phase = model::Phase::Backward;
-  ops[1].micro_batch = 0;
-  EXPECT_EQ(deepspeed_step(ops[0], 0, 4), 3);
-  EXPECT_EQ(deepspeed_step(ops[1], 0, 4), 7);
-  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{0, 1}));
+  ops[0].kind = model::OpKind::Recv;
+  ops[0].phase = model::Phase::Backward;
+  ops[0].micro_batch = 0;
+  ops[1].kind = model::OpKind::Send;
+  ops[1].phase = model::Phase::Forward;
+  ops[1].micro_batch = 1;
+  EXPECT_EQ(deepspeed_step(ops[0], 0, 4), 7);
+  EXPECT_EQ(deepspeed_step(ops[1], 0, 4), 3);
+  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{1, 0}));
 }
 
 TEST(Framework, DeepSpeedReplaysFewAndManyMicroBatchesWithEverySchedule) {
