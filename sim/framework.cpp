@@ -29,7 +29,7 @@ PipelineTransfer pipeline_transfer(const model::Scenario& scenario, const model:
     case model::Framework::DeepSpeed:
       // Each receipt restores tensors with PartitionedTensor.full(): an all-gather across TP, then zero-fill
       // (write), NCCL's copy-out of the list all-gather (read, write) and the returned clone (read, write): 5 full
-      // tensors in 3 kernels. Until v0.6.2 (is_grad_partitioned = False) a gradient crosses whole and the receiver
+      // tensors in 3 kernels. Through v0.5.3 (is_grad_partitioned = False) a gradient crosses whole and the receiver
       // restores only its own partitioned output.
       transfer.receipt_gathers = 1;
       transfer.receipt_copy_bytes = 5 * p2p.bytes;
@@ -42,8 +42,9 @@ PipelineTransfer pipeline_transfer(const model::Scenario& scenario, const model:
         transfer.receipt_copy_bytes += 2 * 2 * p2p.bytes / t;
         transfer.receipt_copy_kernels += 2;
       } else if (scenario.framework.bf16_optimizer) {
-        // v0.6.2 on (is_grad_partitioned = is_model_parallel): the gradient is a PartitionedTensor too, and the
-        // backward restores both its own output and the received gradient (_exec_backward_pass).
+        // v0.5.4 on (is_grad_partitioned = is_model_parallel, DeepSpeed #1407), so in BF16_Optimizer's engine (v0.6.2
+        // on): the gradient is a PartitionedTensor too, and the backward restores both its own output and the
+        // received gradient (_exec_backward_pass).
         transfer.wire_bytes = p2p.bytes / t;
         transfer.messages = 2;
         transfer.receipt_gathers = 2;

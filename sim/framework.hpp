@@ -15,10 +15,11 @@
 //                         the activation before it sends the gradient; messages of different steps go in step
 //                         order, see exchange_order). Activations are partitioned across the TP
 //                         group (is_pipe_partitioned: a meta tensor and 1/t of the data, all-gathered on receipt);
-//                         gradients are sent whole (is_grad_partitioned = False), and receiving one first all-gathers
-//                         the stage's own partitioned output to run the backward. With framework.bf16_optimizer
-//                         (v0.6.2 on, is_grad_partitioned = is_model_parallel) gradients are partitioned too, and
-//                         the backward restores both its output and the received gradient. Each such gather is
+//                         gradients are sent whole (is_grad_partitioned = False through v0.5.3), and receiving one
+//                         first all-gathers the stage's own partitioned output to run the backward. With
+//                         framework.bf16_optimizer (v0.6.2 on; is_grad_partitioned = is_model_parallel since v0.5.4)
+//                         gradients are partitioned too, and the backward restores both its output and the received
+//                         gradient. Each such gather is
 //                         PartitionedTensor.full() (runtime/utils.py): it zero-fills the full tensor, all-gathers
 //                         into a list of its slices (PyTorch's NCCL group gathers into a flat buffer and copies
 //                         out) and returns a clone: 5 full tensors through HBM in 3 kernels; the received 1/t
