@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -374,6 +375,27 @@ TEST(Cli, TheSimulatorAndTheExecutorTraceTheSameProgram) {
       " --set cluster.gpus_per_node=9 --set parallel.dp=9 --set parallel.global_batch=36");
   EXPECT_EQ(too_many.status, 2);
   EXPECT_THAT(too_many.output, HasSubstr("cluster.gpus_per_node = 9 but a DGX H200 has 8 GPUs"));
+}
+
+// The README and docs/simulator.md show what `twin sim` prints on the default scenario (MT-NLG on 280 nodes): every
+// line of it, but the last (this machine's wall time and memory), must be in both word for word, so that a change of
+// the model cannot leave the documented numbers behind.
+TEST(Cli, TheDocsShowWhatTwinSimPrintsOnTheDefaultScenario) {
+  const Result sim = twin("sim --quiet");
+  ASSERT_EQ(sim.status, 0) << sim.output;
+  int compared = 0;
+  for (const char* doc : {"README.md", "docs/simulator.md"}) {
+    std::ifstream in(fs::path(TWIN_SOURCE_DIR) / doc);
+    ASSERT_TRUE(in) << doc;
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    std::istringstream lines(sim.output);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty() || line.starts_with("  simulated by")) continue;
+      EXPECT_THAT(text, HasSubstr(line)) << doc << " does not show this line of `twin sim`; paste the new output";
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 2 * 12);  // the header, the summary, the split, the stage table, the constants
 }
 
 // --sensitivity: each rate of the hardware model moved down and up; the shares of the time they govern add up to
