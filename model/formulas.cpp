@@ -9,17 +9,25 @@ namespace {
 
 double d(std::int64_t value) { return static_cast<double>(value); }
 
+// Parameters of one layer norm: a weight and a bias (LayerNorm) or a weight alone (RMSNorm).
+double norm_parameters(const Scenario& s) {
+  return (s.model.norm == Norm::RmsNorm ? 1 : 2) * d(s.model.hidden);
+}
+
 // Parameters of one transformer layer held by one of `tp` tensor-parallel ranks: QKV and MLP-up are split by
-// columns (weights and biases), projection and MLP-down by rows (their biases and both layernorms replicated).
+// columns (weights and biases), projection and MLP-down by rows (their biases and both layernorms replicated). The
+// QKV width counts the key/value heads (grouped-query attention), the MLP-up width SwiGLU's gate half.
 double layer_parameters_per_rank(const Scenario& s, std::int64_t tp) {
   const double h = d(s.model.hidden), f = d(s.ffn_hidden()), t = d(tp);
-  const double split = 3 * h * h + 3 * h  // QKV
-                       + h * h            // attention projection weight
-                       + h * f + f        // MLP up
-                       + f * h;           // MLP down weight
-  const double replicated = h             // attention projection bias
-                            + h           // MLP down bias
-                            + 4 * h;      // two layernorms (weight, bias)
+  const double qkv = d(s.model.qkv_width()), up = d(s.mlp_up_width());
+  const double bias = s.model.linear_bias ? 1 : 0;
+  const double split = h * qkv + bias * qkv  // QKV
+                       + h * h               // attention projection weight
+                       + h * up + bias * up  // MLP up
+                       + f * h;              // MLP down weight
+  const double replicated = bias * h         // attention projection bias
+                            + bias * h       // MLP down bias
+                            + 2 * norm_parameters(s);
   return split / t + replicated;
 }
 
@@ -30,14 +38,14 @@ ParameterCount count_parameters(const Scenario& s) {
   const double h = d(s.model.hidden), V = d(s.padded_vocab());
   count.per_layer = layer_parameters_per_rank(s, 1);
   count.embedding = V * h + position_embedding_parameters(s);
-  count.final_layer_norm = 2 * h;
+  count.final_layer_norm = norm_parameters(s);
   count.lm_head = s.framework.tied_embeddings ? 0 : V * h;
   count.total = d(s.model.layers) * count.per_layer + count.embedding + count.final_layer_norm + count.lm_head;
   return count;
 }
 
 double position_embedding_parameters(const Scenario& s) {
-  return s.model.position_embedding == PositionEmbedding::Alibi ? 0 : d(s.model.seq_len) * d(s.model.hidden);
+  return s.model.position_embedding == PositionEmbedding::Learned ? d(s.model.seq_len) * d(s.model.hidden) : 0;
 }
 
 double layer_parameters_per_gpu(const Scenario& s) { return layer_parameters_per_rank(s, s.parallel.tp); }
@@ -48,7 +56,7 @@ double parameters_per_gpu(const Scenario& s, int stage) {
   double params = d(s.layers_on_stage(stage)) * layer_parameters_per_rank(s, p.tp);
   if (stage == 0) params += V * h / t + position_embedding_parameters(s);  // word embedding shard + positions
   if (stage == p.pp - 1) {
-    params += 2 * h;  // final layernorm
+    params += norm_parameters(s);  // final layernorm
     // The LM head: its own weight when untied; with tied embeddings a copy of the word embedding on the last stage
     // (Megatron keeps one and all-reduces its gradient with the first stage), none when both are the same stage.
     if (!s.framework.tied_embeddings || p.pp > 1) params += V * h / t;
@@ -60,13 +68,15 @@ namespace {
 
 // Narayanan's count with `recomputed` of the transformer layers run forward once more (0: none, 1: all).
 double flops_per_iteration(const Scenario& s, double recomputed) {
-  // Narayanan et al. (SC'21) eq. (3), written for any MLP width f: per token and layer, the forward pass does
-  // 2 * (3h^2 + h^2 + 2hf) GEMM FLOPs plus 4sh in attention; backward twice the forward; full recompute one more
-  // forward of the layers (not of the LM head, 2hV per token forward). With f = 4h this is exactly
+  // Narayanan et al. (SC'21) eq. (3), written for any GEMM widths: per token and layer, the forward pass does
+  // 2 * (h q + h^2 + h u + f h) GEMM FLOPs (q the QKV width, 3h without grouped-query attention; u the MLP-up width,
+  // f without SwiGLU) plus 4sh in attention; backward twice the forward; full recompute one more forward of the
+  // layers (not of the LM head, 2hV per token forward). With q = 3h and u = f = 4h this is exactly
   // 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) with recompute and 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) without.
   const double B = d(s.parallel.global_batch), seq = d(s.model.seq_len), l = d(s.model.layers);
   const double h = d(s.model.hidden), f = d(s.ffn_hidden()), V = d(s.padded_vocab());
-  const double layer_forward_per_token = 8 * h * h + 4 * h * f + 4 * seq * h;
+  const double q = d(s.model.qkv_width()), u = d(s.mlp_up_width());
+  const double layer_forward_per_token = 2 * (h * q + h * h + h * u + f * h) + 4 * seq * h;
   return (3 + recomputed) * B * seq * l * layer_forward_per_token + 6 * B * seq * h * V;
 }
 
@@ -102,14 +112,22 @@ double activation_bytes_per_layer(const Scenario& s) {
   const double scale = dtype_bytes(s.model.dtype) / 2.0;
   const double sbh = seq * b * h;
   const bool sp = s.parallel.sequence_parallel;
+  // Korthikanti's 24 / t, the tensors TP splits, per s b h: Q and K for Q K^T (4), V (2), the projection's input (2),
+  // the MLP-up output (8) and the GELU output (8). Written for the widths: keys and values shrink with the key/value
+  // heads, SwiGLU's up output is twice its activation's; with q = 3h and u = f = 4h it is 24. The 10 replicated
+  // (the norms' and the GEMMs' inputs, two dropout masks) and the scores' 5 a s / h (per query head) are unchanged.
+  const double kv_share = d(s.model.key_value_heads()) / a;
+  const double split = 2 + 4 * kv_share + 2 + 2 * d(s.mlp_up_width()) / h + 2 * d(s.ffn_hidden()) / h;
   switch (s.parallel.recompute) {
     case Recompute::None:
       // FlashAttention keeps no scores: Korthikanti's 5 a s / h term (softmax output, its dropout mask and output)
       // goes, as selective recompute drops it.
-      if (s.framework.attention != AttentionKind::Unfused) return scale * (sp ? sbh * 34 / t : sbh * (10 + 24 / t));
-      return scale * (sp ? sbh * (34 + 5 * a * seq / h) / t : sbh * (10 + 24 / t + 5 * a * seq / (h * t)));
+      if (s.framework.attention != AttentionKind::Unfused) {
+        return scale * (sp ? sbh * (10 + split) / t : sbh * (10 + split / t));
+      }
+      return scale * (sp ? sbh * (10 + split + 5 * a * seq / h) / t : sbh * (10 + split / t + 5 * a * seq / (h * t)));
     case Recompute::Selective:
-      return scale * (sp ? sbh * 34 / t : sbh * (10 + 24 / t));
+      return scale * (sp ? sbh * (10 + split) / t : sbh * (10 + split / t));
     case Recompute::Full:
       return scale * (sp ? 2 * sbh / t : 2 * sbh);
   }

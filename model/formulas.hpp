@@ -27,7 +27,7 @@ struct ParameterCount {
 ParameterCount count_parameters(const Scenario& scenario);
 
 // The learned position embedding's parameters (seq_len x hidden, on the first stage, replicated across TP); none
-// under ALiBi.
+// under ALiBi or rotary embeddings.
 double position_embedding_parameters(const Scenario& scenario);
 
 // Parameters of one transformer layer held by one GPU (its TP shard plus the replicated layernorms and biases).

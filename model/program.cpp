@@ -25,6 +25,9 @@ struct Shapes {
   double tokens_sp;           // tokens a rank holds outside the TP region: tokens / t with sequence parallelism
   double h, f, vocab_local, t, e;
   double heads_local, head_dim;
+  double kv_heads_local;  // key/value heads on this rank (grouped-query attention; heads_local without it)
+  double qkv_local;       // the QKV projection's output width on this rank: (heads_local + 2 kv_heads_local) d
+  double up_local;        // the MLP-up projection's output width on this rank: f / t, twice that for SwiGLU
   bool sequence_parallel;
   bool tensor_comm;  // tp > 1: TP collectives exist
   bool dropout;      // framework.dropout: dropout kernels run and write 1-byte (torch.bool) masks
@@ -32,6 +35,9 @@ struct Shapes {
   bool alibi;        // model.position_embedding = "alibi": a bias on the scores, no position embedding
   bool composer;     // framework.name = "composer": PyTorch's own kernels (MosaicML's MPT blocks), below
   bool flash;        // framework.attention = "flash1" | "flash2": one fused attention kernel per pass
+  bool rope;         // model.position_embedding = "rope": queries and keys rotated by position
+  bool swiglu;       // model.activation = "swiglu": silu(gate) * up
+  bool bias;         // model.linear_bias: the linear layers' biases (added by the elementwise kernels after them)
 
   explicit Shapes(const Scenario& s) {
     seq = d(s.model.seq_len);
@@ -46,12 +52,18 @@ struct Shapes {
     e = dtype_bytes(s.model.dtype);
     heads_local = d(s.model.heads) / t;
     head_dim = d(s.model.head_dim());
+    kv_heads_local = d(s.model.key_value_heads()) / t;
+    qkv_local = d(s.model.qkv_width()) / t;
+    up_local = d(s.mlp_up_width()) / t;
     tensor_comm = s.parallel.tp > 1;
     dropout = s.framework.dropout;
     fused = s.framework.fused_kernels;
     alibi = s.model.position_embedding == PositionEmbedding::Alibi;
     composer = s.framework.name == Framework::Composer;
     flash = s.framework.attention != AttentionKind::Unfused;
+    rope = s.model.position_embedding == PositionEmbedding::Rope;
+    swiglu = s.model.activation == Activation::Swiglu;
+    bias = s.model.linear_bias;
   }
 
   // Memory traffic per element of the elementwise kernels (framework.fused_kernels, framework.dropout), in bytes. A
@@ -67,10 +79,10 @@ struct Shapes {
   // two, write one) after nn.Dropout, which at p = 0 returns its input and launches nothing; its backward is
   // autograd's accumulation of the two gradients that meet at the fork (read two, write one). nn.GELU
   // (approximate = 'none') reads and writes once forward, reads dy and x and writes dx backward.
-  double residual_forward() const {  // bias + dropout + residual add
+  double residual_forward() const {  // bias + dropout + residual add (unfused: the bias add a pass of its own)
     const double mask = dropout ? 1 : 0;
     if (composer) return 3 * e + (dropout ? 2 * e + mask : 0);
-    return fused ? 3 * e + mask : 2 * e + (dropout ? 2 * e + mask : 0) + 3 * e;
+    return fused ? 3 * e + mask : (bias ? 2 * e : 0) + (dropout ? 2 * e + mask : 0) + 3 * e;
   }
   // Backward, in every framework: autograd's accumulation of the two gradients that meet where the residual stream
   // forks into the layer norm and the residual add (torch/csrc/autograd/input_buffer.cpp: one add, read two, write
@@ -79,10 +91,18 @@ struct Shapes {
   double residual_backward() const {
     const double accumulate = 3 * e;
     if (composer) return accumulate + (dropout ? 2 * e + 1 : 0);
-    return accumulate + (dropout ? 3 * e + 1 : e);
+    return accumulate + (dropout ? 2 * e + 1 : 0) + (bias ? e : 0);
   }
-  double gelu_forward() const { return composer || fused ? 2 * e : 4 * e; }  // unfused: bias add, then GeLU
-  double gelu_backward() const { return composer ? 3 * e : 4 * e; }  // read dy and x, write dx (, bias gradient)
+  // unfused: bias add, then GeLU
+  double gelu_forward() const { return composer || fused || !bias ? 2 * e : 4 * e; }
+  // read dy and x, write dx (, read dx again for the bias gradient)
+  double gelu_backward() const { return composer || !bias ? 3 * e : 4 * e; }
+  // SwiGLU per output element (Megatron-Core's bias_swiglu_impl, fused by TorchScript / its fused_kernels): forward
+  // reads the gate and up halves and writes silu(gate) * up; backward reads them and dy and writes both halves'
+  // gradients. Unfused (F.silu, then the product): forward silu reads and writes the gate, the product reads two and
+  // writes one; backward the product's reads dy and both factors and writes two, silu's reads and writes one more.
+  double swiglu_forward() const { return fused ? 3 * e : 5 * e; }
+  double swiglu_backward() const { return fused ? 5 * e : 8 * e; }
   // Megatron's fused layer norm (megatron/fused_kernels/layer_norm_cuda_kernel.cu, also what Megatron-DeepSpeed
   // runs): the forward reads x and writes y (its second pass over a row hits the cache); the backward
   // (HostLayerNormGradient) reads dy and x in cuComputePartGradGammaBeta for the weight gradients, and again in
@@ -163,10 +183,10 @@ Op linear(const Shapes& x, ComputeKind what, Phase phase, double m, double n, do
 // Megatron-DeepSpeed of 2021), and LinearWithGradAccumulationAndAsyncCommunication's `output = output + bias`
 // (2022); the backward sums the output gradient into the bias gradient (`grad_output.sum(dim=0)`). Those passes
 // ride on the GEMM op as bytes beyond its operands: forward read and write the output, backward read its gradient.
-Op qkv_projection(const Shapes& x, Phase phase, double attention_width) {
-  const double width = 3 * attention_width;
+Op qkv_projection(const Shapes& x, Phase phase) {
+  const double width = x.qkv_local;
   Op op = linear(x, ComputeKind::QkvProjection, phase, x.tokens, width, x.h);
-  if (!x.composer) op.bytes += (phase == Phase::Backward ? 1 : 2) * x.e * x.tokens * width;
+  if (!x.composer && x.bias) op.bytes += (phase == Phase::Backward ? 1 : 2) * x.e * x.tokens * width;
   return op;
 }
 
@@ -204,10 +224,20 @@ void gather_sequence(std::vector<Op>& ops, const Shapes& x, Payload payload, Com
 // 3 h/t per token). Composer's MPT attention takes Q, K and V as qkv.chunk(3) views and hands the kernel
 // [b, s, h, d] views (rearrange) whose last dimension is contiguous, and views its output back: no forward copy; the
 // backward of chunk concatenates the three gradients as split's does.
+//
+// Llama-style attention in Megatron-Core (megatron/core/transformer/attention.py and dot_product_attention.py, 2023-
+// 2024) adds two passes of the same kind. Rotary embeddings rotate Q and K in one fused kernel per pass
+// (apply_rope_fusion: read and write them forward, their gradients backward). Without FlashAttention, grouped-query
+// attention first expands K and V to the query heads (repeat_interleave: read the key/value heads, write the
+// query-head-wide copies) and its backward sums the copies' gradients back (read, write); FlashAttention takes the
+// key/value heads as they are.
 double layout_copy_bytes(const Shapes& x, Phase phase) {
-  const double head_tensor = x.e * x.tokens * x.heads_local * x.head_dim;  // Q, K, V, the context: [tokens, h/t]
-  if (phase == Phase::Backward) return 6 * head_tensor;
-  return x.composer ? 0 : 2 * head_tensor;
+  const double head_tensor = x.e * x.tokens * x.heads_local * x.head_dim;   // Q, the context: [tokens, h/t]
+  const double kv_tensor = x.e * x.tokens * x.kv_heads_local * x.head_dim;  // K or V
+  const double rope = x.rope ? 2 * (head_tensor + kv_tensor) : 0;
+  const double expand = !x.flash && x.kv_heads_local < x.heads_local ? 2 * (kv_tensor + head_tensor) : 0;
+  if (phase == Phase::Backward) return 2 * (head_tensor + 2 * kv_tensor) + rope + expand;
+  return (x.composer ? 0 : 2 * head_tensor) + rope + expand;
 }
 
 Op attention_core(const Shapes& x, Phase phase) {
@@ -217,6 +247,7 @@ Op attention_core(const Shapes& x, Phase phase) {
   const double gemms = 2 * x.batch * x.heads_local;
   const double scores = x.batch * x.heads_local * x.seq * x.seq;  // elements
   const double head_tensor = x.e * x.tokens * x.heads_local * x.head_dim;
+  const double kv_tensor = x.e * x.tokens * x.kv_heads_local * x.head_dim;  // one of K, V (grouped: fewer heads)
   double bytes = 0;
   if (x.flash) {
     // FlashAttention never writes the scores: forward reads Q, K, V and writes the output and one fp32 log-sum-exp
@@ -224,12 +255,13 @@ Op attention_core(const Shapes& x, Phase phase) {
     // reads the output and its gradient for their row sums, 4 bytes a row), recomputes the scores tile by tile and
     // writes dQ, dK, dV (Dao et al. 2022, Algorithms 1 and 4). The cost model times the kernel by its measured
     // rate (sim/cost_model.cpp); these bytes are what it moves.
+    // With grouped-query attention K, V and their gradients have the key/value heads' width.
     const double rows = x.batch * x.heads_local * x.seq;
-    bytes = backward ? (5 + 2 + 3) * head_tensor + 3 * 4 * rows : 4 * head_tensor + 4 * rows;
+    bytes = backward ? (6 * head_tensor + 4 * kv_tensor) + 3 * 4 * rows : 2 * (head_tensor + kv_tensor) + 4 * rows;
   } else {
     // The GEMMs' own operands (Q, K, V, context and the s x s scores written by Q K^T and read by P V; backward:
     // their four gradient GEMMs), then the softmax and dropout passes over the scores (Megatron's unfused core with
-    // a fused softmax kernel).
+    // a fused softmax kernel). With grouped-query attention the GEMMs read the expanded K and V (layout_copy_bytes).
     const double gemm_operands = (backward ? 2 : 1) * (4 * head_tensor + 2 * scores * x.e);
     // ALiBi as BigScience's Megatron-DeepSpeed adds it (megatron/model/transformer.py, ParallelAttention): Q K^T is
     // torch.baddbmm(alibi, ...) with beta != 0 on the [b np, 1, s] bias, which PyTorch first expands into the
@@ -251,15 +283,16 @@ std::vector<Op> layer_forward(const Shapes& x, Phase phase) {
   const double attention_width = x.heads_local * x.head_dim;  // h / t
   ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_forward() * x.tokens_sp * x.h));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
-  ops.push_back(qkv_projection(x, phase, attention_width));
+  ops.push_back(qkv_projection(x, phase));
   ops.push_back(attention_core(x, phase));
   ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
   reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::AttentionProjection, phase);
   ops.push_back(compute(ComputeKind::AttentionResidual, phase, x.residual_forward() * x.tokens_sp * x.h));
   ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_forward() * x.tokens_sp * x.h));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
-  ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.f / x.t, x.h));
-  ops.push_back(compute(ComputeKind::Gelu, phase, x.gelu_forward() * x.tokens * x.f / x.t));
+  ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
+  ops.push_back(x.swiglu ? compute(ComputeKind::Swiglu, phase, x.swiglu_forward() * x.tokens * x.f / x.t)
+                         : compute(ComputeKind::Gelu, phase, x.gelu_forward() * x.tokens * x.f / x.t));
   ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t));
   reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::MlpDown, phase);
   ops.push_back(compute(ComputeKind::MlpResidual, phase, x.residual_forward() * x.tokens_sp * x.h));
@@ -277,9 +310,10 @@ std::vector<Op> layer_backward(const Shapes& x) {
   ops.push_back(compute(ComputeKind::MlpResidual, phase, x.residual_backward() * x.tokens_sp * x.h));
   gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::MlpDown, phase);
   ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t));
-  ops.push_back(compute(ComputeKind::Gelu, phase, x.gelu_backward() * x.tokens * x.f / x.t));
+  ops.push_back(x.swiglu ? compute(ComputeKind::Swiglu, phase, x.swiglu_backward() * x.tokens * x.f / x.t)
+                         : compute(ComputeKind::Gelu, phase, x.gelu_backward() * x.tokens * x.f / x.t));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
-  ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.f / x.t, x.h));
+  ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
   reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::MlpUp, phase);
   ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_backward() * x.tokens_sp * x.h));
   ops.push_back(compute(ComputeKind::AttentionResidual, phase, x.residual_backward() * x.tokens_sp * x.h));
@@ -287,7 +321,7 @@ std::vector<Op> layer_backward(const Shapes& x) {
   ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
   ops.push_back(attention_core(x, phase));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
-  ops.push_back(qkv_projection(x, phase, attention_width));
+  ops.push_back(qkv_projection(x, phase));
   reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::QkvProjection, phase);
   ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_backward() * x.tokens_sp * x.h));
   return ops;
@@ -889,9 +923,10 @@ std::string_view to_string(Stream value) {
 }
 std::string_view to_string(ComputeKind value) {
   static const char* const names[] = {
-      "embedding", "layernorm_attention", "qkv_projection", "attention_core", "attention_projection",
-      "attention_residual", "layernorm_mlp", "mlp_up", "gelu", "mlp_down", "mlp_residual", "final_layernorm",
-      "lm_head", "cross_entropy", "transformer_layer", "optimizer_step"};
+      "embedding",          "layernorm_attention", "qkv_projection",  "attention_core", "attention_projection",
+      "attention_residual", "layernorm_mlp",       "mlp_up",          "gelu",           "swiglu",
+      "mlp_down",           "mlp_residual",        "final_layernorm", "lm_head",        "cross_entropy",
+      "transformer_layer",  "optimizer_step"};
   return lookup(names, value);
 }
 std::string_view to_string(CollectiveKind value) {

@@ -40,20 +40,21 @@ enum class Stream : std::uint8_t {
 enum class ComputeKind : std::uint8_t {
   Embedding,            // vocab-parallel word embedding lookup + position embedding
   LayerNormAttention,   // input layernorm of a transformer layer
-  QkvProjection,        // column-parallel GEMM  [tokens, h] x [h, 3h/t]
+  QkvProjection,        // column-parallel GEMM  [tokens, h] x [h, 3h/t]  ((h + 2 kv_heads d)/t with grouped queries)
   AttentionCore,        // causal softmax(Q K^T / sqrt(d)) V over the rank's heads: two batched GEMMs
   AttentionProjection,  // row-parallel GEMM     [tokens, h/t] x [h/t, h]
   AttentionResidual,    // bias + dropout + residual add
   LayerNormMlp,         // post-attention layernorm
-  MlpUp,                // column-parallel GEMM  [tokens, h] x [h, f/t]
+  MlpUp,                // column-parallel GEMM  [tokens, h] x [h, f/t]  (2f/t for SwiGLU: gate and up)
   Gelu,
-  MlpDown,              // row-parallel GEMM     [tokens, f/t] x [f/t, h]
-  MlpResidual,          // bias + dropout + residual add
+  Swiglu,       // silu(gate) * up over the MLP-up output's two halves (model.activation = "swiglu")
+  MlpDown,      // row-parallel GEMM     [tokens, f/t] x [f/t, h]
+  MlpResidual,  // bias + dropout + residual add
   FinalLayerNorm,
-  LmHead,               // vocab-parallel GEMM   [tokens, h] x [h, V/t]
-  CrossEntropy,         // vocab-parallel softmax cross-entropy
-  TransformerLayer,     // `layer` granularity: all compute of one layer in one phase
-  OptimizerStep,        // AdamW (with gradient clipping) on the rank's parameter shard (keep it last)
+  LmHead,            // vocab-parallel GEMM   [tokens, h] x [h, V/t]
+  CrossEntropy,      // vocab-parallel softmax cross-entropy
+  TransformerLayer,  // `layer` granularity: all compute of one layer in one phase
+  OptimizerStep,     // AdamW (with gradient clipping) on the rank's parameter shard (keep it last)
 };
 inline constexpr std::size_t kComputeKindCount = static_cast<std::size_t>(ComputeKind::OptimizerStep) + 1;
 

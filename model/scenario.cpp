@@ -42,8 +42,10 @@ constexpr EnumName<NodeKind> kNodes[] = {{NodeKind::DgxA100, "dgx-a100"},
                                          {NodeKind::DgxH100, "dgx-h100"},
                                          {NodeKind::DgxH200, "dgx-h200"},
                                          {NodeKind::CpuHost, "cpu-host"}};
-constexpr EnumName<PositionEmbedding> kPositionEmbeddings[] = {{PositionEmbedding::Learned, "learned"},
-                                                               {PositionEmbedding::Alibi, "alibi"}};
+constexpr EnumName<PositionEmbedding> kPositionEmbeddings[] = {
+    {PositionEmbedding::Learned, "learned"}, {PositionEmbedding::Alibi, "alibi"}, {PositionEmbedding::Rope, "rope"}};
+constexpr EnumName<Norm> kNorms[] = {{Norm::LayerNorm, "layernorm"}, {Norm::RmsNorm, "rmsnorm"}};
+constexpr EnumName<Activation> kActivations[] = {{Activation::Gelu, "gelu"}, {Activation::Swiglu, "swiglu"}};
 constexpr EnumName<Framework> kFrameworks[] = {
     {Framework::Megatron, "megatron"}, {Framework::DeepSpeed, "deepspeed"}, {Framework::Composer, "composer"}};
 constexpr EnumName<AttentionKind> kAttentionKinds[] = {
@@ -292,6 +294,12 @@ std::string_view to_string(Recompute value) {
 std::string_view to_string(PositionEmbedding value) {
   return name_of(kPositionEmbeddings, value);
 }
+std::string_view to_string(Norm value) {
+  return name_of(kNorms, value);
+}
+std::string_view to_string(Activation value) {
+  return name_of(kActivations, value);
+}
 std::string_view to_string(NodeKind value) {
   return name_of(kNodes, value);
 }
@@ -455,6 +463,14 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   model.integer("vocab", scenario.model.vocab);
   model.choice("dtype", scenario.model.dtype, kDTypes);
   model.choice("position_embedding", scenario.model.position_embedding, kPositionEmbeddings);
+  model.choice("norm", scenario.model.norm, kNorms);
+  model.choice("activation", scenario.model.activation, kActivations);
+  model.integer("kv_heads", scenario.model.kv_heads);
+  if (model.has("kv_heads") && scenario.model.kv_heads == 0) {
+    problems.push_back(
+        fmt::format("{}: model.kv_heads must be positive (leave it out for as many as model.heads), got 0", source));
+  }
+  model.boolean("linear_bias", scenario.model.linear_bias);
   model.reject_unknown_keys();
 
   SectionReader cluster(section_table(root, "cluster", source, problems), "cluster", source, problems);
@@ -616,6 +632,26 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
         fmt::format("{}: model.heads ({}) must be divisible by parallel.tp ({}): each TP rank holds "
                     "whole attention heads",
                     src, m.heads, p.tp));
+  }
+  if (m.kv_heads < 0) {
+    problems.push_back(fmt::format("{}: model.kv_heads must be positive, got {}", src, m.kv_heads));
+  } else if (heads_ok && m.heads % m.key_value_heads() != 0) {
+    problems.push_back(
+        fmt::format("{}: model.heads ({}) must be divisible by model.kv_heads ({}): each key/value head serves a "
+                    "whole group of query heads",
+                    src, m.heads, m.key_value_heads()));
+  } else if (heads_ok && tp_ok && m.key_value_heads() % p.tp != 0) {
+    problems.push_back(
+        fmt::format("{}: model.kv_heads ({}) must be divisible by parallel.tp ({}): each TP rank holds whole "
+                    "key/value heads (Megatron-Core's num_query_groups % tensor_model_parallel_size == 0)",
+                    src, m.key_value_heads(), p.tp));
+  }
+  if (hidden_ok && heads_ok && m.hidden % m.heads == 0 && m.position_embedding == PositionEmbedding::Rope &&
+      m.head_dim() % 2 != 0) {
+    problems.push_back(
+        fmt::format("{}: model.position_embedding = \"rope\" rotates pairs of a head's dimensions: model.hidden / "
+                    "model.heads = {} must be even",
+                    src, m.head_dim()));
   }
   if (hidden_ok && tp_ok && m.ffn_hidden >= 0 && scenario.ffn_hidden() % p.tp != 0) {
     problems.push_back(fmt::format("{}: model.ffn_hidden ({}) must be divisible by parallel.tp ({})", src,
@@ -785,6 +821,18 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
                       "parallel.recompute must be \"none\" or \"full\", got \"selective\"",
                       src));
     }
+    // Composer's blocks are MPT's (LayerNorm, GELU, multi-head attention, biases); Llama-style blocks are
+    // Megatron-Core's here.
+    const bool mpt_block = m.norm == Norm::LayerNorm && m.activation == Activation::Gelu &&
+                           m.position_embedding != PositionEmbedding::Rope && m.key_value_heads() == m.heads &&
+                           m.linear_bias;
+    if (!mpt_block) {
+      problems.push_back(
+          fmt::format("{}: framework.name = \"composer\" runs MPT's blocks (LayerNorm, GELU, no rotary embedding, "
+                      "multi-head attention, biases): model.norm, activation, position_embedding, kv_heads and "
+                      "linear_bias must keep their defaults (Llama-style blocks: framework.name = \"megatron\")",
+                      src));
+    }
   }
   // Megatron-LM's block recompute: a number of layers per chunk, of full recompute, in Megatron's own layers
   // (DeepSpeed's pipeline engine checkpoints every activation_checkpoint_interval layers instead).
@@ -884,6 +932,10 @@ std::string to_toml(const Scenario& s) {
   line(fmt::format("vocab = {}", s.model.vocab));
   line(fmt::format("dtype = \"{}\"", to_string(s.model.dtype)));
   line(fmt::format("position_embedding = \"{}\"", to_string(s.model.position_embedding)));
+  line(fmt::format("norm = \"{}\"", to_string(s.model.norm)));
+  line(fmt::format("activation = \"{}\"", to_string(s.model.activation)));
+  line(fmt::format("kv_heads = {}", s.model.key_value_heads()));
+  line(fmt::format("linear_bias = {}", s.model.linear_bias));
   line("\n[parallel]");
   line(fmt::format("tp = {}", s.parallel.tp));
   line(fmt::format("pp = {}", s.parallel.pp));

@@ -23,9 +23,16 @@ enum class Framework : std::uint8_t { Megatron, DeepSpeed, Composer };
 // or FlashAttention (Dao et al. 2022; FlashAttention-2, Dao 2023): one fused kernel per pass that never writes the
 // scores, recomputing them in its backward.
 enum class AttentionKind : std::uint8_t { Unfused, Flash1, Flash2 };
-// How a token's position enters the model: a learned embedding added to the token's (GPT-2, Megatron-LM), or ALiBi's
-// per-head linear bias on the attention scores and no position embedding at all (Press et al., ICLR 2022; BLOOM).
-enum class PositionEmbedding : std::uint8_t { Learned, Alibi };
+// How a token's position enters the model: a learned embedding added to the token's (GPT-2, Megatron-LM), ALiBi's
+// per-head linear bias on the attention scores and no position embedding at all (Press et al., ICLR 2022; BLOOM), or
+// rotary embeddings that rotate each query and key by its position (Su et al. 2021, RoFormer; Llama; Megatron-Core's
+// --position-embedding-type rope, non-interleaved).
+enum class PositionEmbedding : std::uint8_t { Learned, Alibi, Rope };
+// The layer norms of a block: LayerNorm (GPT-2) or RMSNorm (Zhang and Sennrich 2019; Llama): no mean, no bias.
+enum class Norm : std::uint8_t { LayerNorm, RmsNorm };
+// The MLP's activation: GELU on one up-projection (GPT-2), or SwiGLU, silu(gate) * up on an up-projection twice as
+// wide (Shazeer 2020, "GLU Variants Improve Transformer"; Llama; Megatron-Core's --swiglu).
+enum class Activation : std::uint8_t { Gelu, Swiglu };
 
 int dtype_bytes(DType dtype);
 std::string_view to_string(DType dtype);
@@ -34,6 +41,8 @@ std::string_view to_string(Recompute recompute);
 std::string_view to_string(NodeKind node);
 std::string_view to_string(Framework framework);
 std::string_view to_string(PositionEmbedding position);
+std::string_view to_string(Norm norm);
+std::string_view to_string(Activation activation);
 std::string_view to_string(AttentionKind attention);
 
 // GPUs per node and memory per GPU of the node kinds a scenario may name. The full performance specs (FLOP/s, HBM and
@@ -51,8 +60,17 @@ struct ModelSpec {
   std::int64_t vocab = 0;       // as given; see Scenario::padded_vocab()
   DType dtype = DType::BF16;
   PositionEmbedding position_embedding = PositionEmbedding::Learned;
+  Norm norm = Norm::LayerNorm;
+  Activation activation = Activation::Gelu;
+  // Key/value heads (grouped-query attention, Ainslie et al. 2023: each group of heads / kv_heads query heads shares
+  // one key and value head; Megatron-Core's --num-query-groups); 0: as many as heads (multi-head attention).
+  std::int64_t kv_heads = 0;
+  bool linear_bias = true;  // biases on the linear layers (GPT-2); false: none (Llama; --disable-bias-linear)
 
   std::int64_t head_dim() const { return hidden / heads; }
+  std::int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
+  // Width of the fused QKV projection's output: the queries, then the keys and values of every key/value head.
+  std::int64_t qkv_width() const { return hidden + 2 * key_value_heads() * head_dim(); }
 };
 
 struct ParallelSpec {
@@ -152,6 +170,8 @@ struct Scenario {
   TrainingSpec training;
 
   std::int64_t ffn_hidden() const { return model.ffn_hidden > 0 ? model.ffn_hidden : 4 * model.hidden; }
+  // Width of the MLP's up-projection output: ffn_hidden, twice that for SwiGLU's gate and up halves.
+  std::int64_t mlp_up_width() const { return (model.activation == Activation::Swiglu ? 2 : 1) * ffn_hidden(); }
   // ZeRO-3 with more than one DP rank: each rank holds only its shard of the parameters outside their gathers.
   bool shards_parameters() const { return parallel.zero_stage == 3 && parallel.dp > 1; }
   // Vocabulary padded as Megatron does: up to a multiple of vocab_pad_multiple * tp.

@@ -192,9 +192,10 @@ int elementwise_kernels(const model::Scenario& s, const model::Op& op) {
     return residual && s.framework.dropout ? 2 : 1;
   }
   if (op.what == ComputeKind::AttentionResidual || op.what == ComputeKind::MlpResidual) {
-    return fused || !forward ? 1 : (s.framework.dropout ? 3 : 2);  // bias add, dropout, residual add
+    return fused || !forward ? 1 : (s.framework.dropout ? 3 : 2) - (s.model.linear_bias ? 0 : 1);  // bias, dropout, add
   }
-  if (op.what == ComputeKind::Gelu) return fused || !forward ? 1 : 2;  // bias add, GeLU
+  if (op.what == ComputeKind::Gelu) return fused || !forward || !s.model.linear_bias ? 1 : 2;  // bias add, GeLU
+  if (op.what == ComputeKind::Swiglu) return fused ? 1 : 2;  // silu, the product (and their backwards)
   const bool layer_norm = op.what == ComputeKind::LayerNormAttention || op.what == ComputeKind::LayerNormMlp ||
                           op.what == ComputeKind::FinalLayerNorm;
   if (layer_norm && !forward) return 3;  // partial weight gradients, their sum, input gradient

@@ -296,7 +296,7 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"unknown_position_embedding",
                     kV,
                     {parse_override("model.position_embedding=rotary")},
-                    "model.position_embedding: unknown value \"rotary\" (expected one of learned, alibi)"},
+                    "model.position_embedding: unknown value \"rotary\" (expected one of learned, alibi, rope)"},
         InvalidCase{"unknown_node",
                     replace(kV, "node = \"dgx-a100\"", "node = \"dgx-b200\""),
                     {},
