@@ -151,6 +151,7 @@ void Interpreter::build_dispatch_tables() {
       {ComputeKind::LayerNormMlp,        &I::layernorm_mlp_forward,         &I::layernorm_mlp_backward},
       {ComputeKind::MlpUp,               &I::mlp_up_forward,                &I::mlp_up_backward},
       {ComputeKind::Gelu,                &I::gelu_forward,                  &I::gelu_backward},
+      {ComputeKind::Swiglu,              &I::swiglu_forward,                &I::swiglu_backward},
       {ComputeKind::MlpDown,             &I::mlp_down_forward,              &I::mlp_down_backward},
       {ComputeKind::MlpResidual,         &I::mlp_residual_forward,          &I::mlp_residual_backward},
       {ComputeKind::FinalLayerNorm,      &I::final_layernorm_forward,       &I::final_layernorm_backward},

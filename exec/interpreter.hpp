@@ -134,12 +134,19 @@ class Interpreter {
   void layernorm_mlp_forward(const model::Op& op);
   void mlp_up_forward(const model::Op& op);
   void gelu_forward(const model::Op& op);
+  void swiglu_forward(const model::Op& op);
   void mlp_down_forward(const model::Op& op);
   void mlp_residual_forward(const model::Op& op);
   void finish_layer_forward(const model::Op& op, LayerStash& s);
+  // The block's norm over (tokens_sp, C): LayerNorm, or RMSNorm (no mean, no bias: `mean` and `bias` unused).
+  void norm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                    const Tensor& bias);
+  void norm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                     const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd);
   void mlp_residual_backward(const model::Op& op);
   void mlp_down_backward(const model::Op& op);
   void gelu_backward(const model::Op& op);
+  void swiglu_backward(const model::Op& op);
   void mlp_up_backward(const model::Op& op);
   void layernorm_mlp_backward(const model::Op& op);
   void attention_residual_backward(const model::Op& op);

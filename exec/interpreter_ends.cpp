@@ -53,8 +53,7 @@ void Interpreter::final_layernorm_forward(const Op& op) {
   h.lnf = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   h.lnf_mean = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
   h.lnf_rstd = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
-  backend_.layernorm_forward(h.lnf, h.lnf_mean, h.lnf_rstd, h.x, shard_.lnf_weight, shard_.lnf_bias, dims_.tokens_sp,
-                             dims_.hidden);
+  norm_forward(h.lnf, h.lnf_mean, h.lnf_rstd, h.x, shard_.lnf_weight, shard_.lnf_bias);
   h.lnf_full = h.lnf;
 }
 
@@ -120,8 +119,8 @@ void Interpreter::lm_head_backward(const Op& op) {
 void Interpreter::final_layernorm_backward(const Op& op) {
   ChunkState& state = chunk(op);
   HeadStash& h = state.head;
-  backend_.layernorm_backward(state.grad, shard_.lnf_weight_grad, shard_.lnf_bias_grad, state.work.d_ln, h.x,
-                              shard_.lnf_weight, h.lnf_mean, h.lnf_rstd, dims_.tokens_sp, dims_.hidden);
+  norm_backward(state.grad, shard_.lnf_weight_grad, shard_.lnf_bias_grad, state.work.d_ln, h.x, shard_.lnf_weight,
+                h.lnf_mean, h.lnf_rstd);
   state.work.d_ln = Tensor{};
   h = HeadStash{};
 }

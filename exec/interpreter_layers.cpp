@@ -3,6 +3,10 @@
 //   x ─ LN1 ─[AG]─ QKV ─ attention core ─ proj ─[AR|RS]─ +bias +x = x2
 //   x2 ─ LN2 ─[AG]─ fc ─ GELU ─ fc_proj ─[AR|RS]─ +bias +x2 = y
 //
+// or a Llama-style block: RMSNorm for LN, rotary embeddings applied to q and k right after the QKV GEMM (so that a
+// selective recompute of the attention core reads them rotated; its backward rotates dq and dk back), grouped-query
+// attention, SwiGLU for GELU on an fc twice as wide, and no biases.
+//
 // [AG] and [AR|RS] are the Program's TP collectives (interpreter_comm.cpp); each compute op writes the tensor its
 // collective (if any) transforms, so with tp = 1 the same handlers run without them. Shapes per rank: T = B*S tokens,
 // T_sp = T/tp under sequence parallelism, C hidden, C/t and F/t the rank's attention and MLP widths.
@@ -35,25 +39,27 @@ void Interpreter::layernorm_attention_forward(const Op& op) {
   s.ln1 = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   s.ln1_mean = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
   s.ln1_rstd = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
-  backend_.layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.x, w.ln1_weight, w.ln1_bias, dims_.tokens_sp,
-                             dims_.hidden);
+  norm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.x, w.ln1_weight, w.ln1_bias);
   s.ln1_full = s.ln1;  // a LayerInput all-gather replaces it under sequence parallelism
 }
 
 void Interpreter::qkv_forward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
-  const int width = 3 * dims_.heads_local * dims_.head_dim;  // 3C/t
+  const int width = dims_.qkv_local;  // 3C/t, or (H/t + 2 KV/t) D
   s.qkv = backend_.allocate(n(dims_.tokens, width), backend_.activation_dtype());
   backend_.matmul_forward(s.qkv, s.ln1_full, w.qkv_weight, w.qkv_bias, dims_.tokens, dims_.hidden, width);
+  if (dims_.rope) {
+    backend_.rope_forward(s.qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local, dims_.head_dim);
+  }
 }
 
 void Interpreter::attention_core_forward(const Op& op) {
   LayerStash& s = stash(op);
   s.attn = backend_.allocate(n(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
   s.attn_lse = backend_.allocate(n(dims_.batch * dims_.heads_local, dims_.seq), DType::F32);
-  backend_.attention_forward(s.attn, s.attn_lse, s.qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.head_dim,
-                             shard_.alibi_slopes);
+  backend_.attention_forward_grouped(s.attn, s.attn_lse, s.qkv, dims_.batch, dims_.seq, dims_.heads_local,
+                                     dims_.kv_heads_local, dims_.head_dim, shard_.alibi_slopes);
 }
 
 void Interpreter::attention_projection_forward(const Op& op) {
@@ -69,7 +75,7 @@ void Interpreter::attention_residual_forward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.x2 = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   backend_.residual_forward(s.x2, s.x, s.proj);  // proj is (T_sp, C) after its TP reduction
-  backend_.bias_add(s.x2, w.proj_bias, dims_.tokens_sp, dims_.hidden);
+  if (!w.proj_bias.empty()) backend_.bias_add(s.x2, w.proj_bias, dims_.tokens_sp, dims_.hidden);
   s.proj = Tensor{};
 }
 
@@ -79,22 +85,27 @@ void Interpreter::layernorm_mlp_forward(const Op& op) {
   s.ln2 = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   s.ln2_mean = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
   s.ln2_rstd = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
-  backend_.layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.x2, w.ln2_weight, w.ln2_bias, dims_.tokens_sp,
-                             dims_.hidden);
+  norm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.x2, w.ln2_weight, w.ln2_bias);
   s.ln2_full = s.ln2;
 }
 
 void Interpreter::mlp_up_forward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
-  s.fc = backend_.allocate(n(dims_.tokens, dims_.ffn_local), backend_.activation_dtype());
-  backend_.matmul_forward(s.fc, s.ln2_full, w.fc_weight, w.fc_bias, dims_.tokens, dims_.hidden, dims_.ffn_local);
+  s.fc = backend_.allocate(n(dims_.tokens, dims_.up_local), backend_.activation_dtype());
+  backend_.matmul_forward(s.fc, s.ln2_full, w.fc_weight, w.fc_bias, dims_.tokens, dims_.hidden, dims_.up_local);
 }
 
 void Interpreter::gelu_forward(const Op& op) {
   LayerStash& s = stash(op);
   s.gelu = backend_.allocate(s.fc.numel, backend_.activation_dtype());
   backend_.gelu_forward(s.gelu, s.fc);
+}
+
+void Interpreter::swiglu_forward(const Op& op) {
+  LayerStash& s = stash(op);
+  s.gelu = backend_.allocate(n(dims_.tokens, dims_.ffn_local), backend_.activation_dtype());  // the MLP's activation
+  backend_.swiglu_forward(s.gelu, s.fc, dims_.tokens, dims_.ffn_local);
 }
 
 void Interpreter::mlp_down_forward(const Op& op) {
@@ -110,9 +121,27 @@ void Interpreter::mlp_residual_forward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   Tensor y = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());  // (T_sp, C)
   backend_.residual_forward(y, s.x2, s.fc_proj);
-  backend_.bias_add(y, w.fc_proj_bias, dims_.tokens_sp, dims_.hidden);
+  if (!w.fc_proj_bias.empty()) backend_.bias_add(y, w.fc_proj_bias, dims_.tokens_sp, dims_.hidden);
   if (!recomputing(op)) state.hidden = y;  // the next layer's input (a recomputed output is not needed)
   finish_layer_forward(op, s);
+}
+
+void Interpreter::norm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                               const Tensor& weight, const Tensor& bias) {
+  if (dims_.rmsnorm) {
+    backend_.rmsnorm_forward(out, rstd, inp, weight, dims_.tokens_sp, dims_.hidden);
+  } else {
+    backend_.layernorm_forward(out, mean, rstd, inp, weight, bias, dims_.tokens_sp, dims_.hidden);
+  }
+}
+
+void Interpreter::norm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                                const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+  if (dims_.rmsnorm) {
+    backend_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, dims_.tokens_sp, dims_.hidden);
+  } else {
+    backend_.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, dims_.tokens_sp, dims_.hidden);
+  }
 }
 
 // What a layer keeps once its forward (or recompute) is done.
@@ -142,7 +171,7 @@ void Interpreter::finish_layer_forward(const Op& op, LayerStash& s) {
 void Interpreter::mlp_residual_backward(const Op& op) {
   ChunkState& state = chunk(op);
   const LayerTensors& g = shard_.layer_grads(op.layer);
-  backend_.bias_backward(g.fc_proj_bias, state.grad, dims_.tokens_sp, dims_.hidden);
+  if (!g.fc_proj_bias.empty()) backend_.bias_backward(g.fc_proj_bias, state.grad, dims_.tokens_sp, dims_.hidden);
 }
 
 void Interpreter::mlp_down_backward(const Op& op) {
@@ -162,6 +191,14 @@ void Interpreter::gelu_backward(const Op& op) {
   backend_.gelu_backward(state.work.d_hidden, s.fc, state.work.d_hidden);  // in place: (T, F/t)
 }
 
+void Interpreter::swiglu_backward(const Op& op) {
+  ChunkState& state = chunk(op);
+  LayerStash& s = stash(op);
+  Tensor d_fc = backend_.allocate(s.fc.numel, backend_.activation_dtype());  // (T, 2F/t): gate and up
+  backend_.swiglu_backward(d_fc, s.fc, state.work.d_hidden, dims_.tokens, dims_.ffn_local);
+  state.work.d_hidden = d_fc;
+}
+
 void Interpreter::mlp_up_backward(const Op& op) {
   ChunkState& state = chunk(op);
   LayerStash& s = stash(op);
@@ -170,7 +207,7 @@ void Interpreter::mlp_up_backward(const Op& op) {
   TWIN_EXEC_CHECK(!s.ln2_full.empty(), "layer {}: the MLP input was not gathered", op.layer);
   state.work.d_ln = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
   backend_.matmul_backward(state.work.d_ln, g.fc_weight, g.fc_bias, state.work.d_hidden, s.ln2_full, w.fc_weight,
-                           dims_.tokens, dims_.hidden, dims_.ffn_local);
+                           dims_.tokens, dims_.hidden, dims_.up_local);
   state.work.d_hidden = Tensor{};
 }
 
@@ -180,15 +217,14 @@ void Interpreter::layernorm_mlp_backward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   // grad (T_sp, C) += LN2 backward of d_ln (T_sp, C after its TP reduction): dy becomes d(x2)
-  backend_.layernorm_backward(state.grad, g.ln2_weight, g.ln2_bias, state.work.d_ln, s.x2, w.ln2_weight, s.ln2_mean,
-                              s.ln2_rstd, dims_.tokens_sp, dims_.hidden);
+  norm_backward(state.grad, g.ln2_weight, g.ln2_bias, state.work.d_ln, s.x2, w.ln2_weight, s.ln2_mean, s.ln2_rstd);
   state.work.d_ln = Tensor{};
 }
 
 void Interpreter::attention_residual_backward(const Op& op) {
   ChunkState& state = chunk(op);
   const LayerTensors& g = shard_.layer_grads(op.layer);
-  backend_.bias_backward(g.proj_bias, state.grad, dims_.tokens_sp, dims_.hidden);
+  if (!g.proj_bias.empty()) backend_.bias_backward(g.proj_bias, state.grad, dims_.tokens_sp, dims_.hidden);
 }
 
 void Interpreter::attention_projection_backward(const Op& op) {
@@ -208,8 +244,12 @@ void Interpreter::attention_core_backward(const Op& op) {
   ChunkState& state = chunk(op);
   LayerStash& s = stash(op);
   state.work.d_qkv = backend_.allocate(s.qkv.numel, backend_.activation_dtype());
-  backend_.attention_backward(state.work.d_qkv, state.work.d_attn, s.qkv, s.attn_lse, dims_.batch, dims_.seq,
-                              dims_.heads_local, dims_.head_dim, shard_.alibi_slopes);
+  backend_.attention_backward_grouped(state.work.d_qkv, state.work.d_attn, s.qkv, s.attn_lse, dims_.batch, dims_.seq,
+                                      dims_.heads_local, dims_.kv_heads_local, dims_.head_dim, shard_.alibi_slopes);
+  if (dims_.rope) {  // the gradient of the rotated q and k back to the QKV GEMM's output
+    backend_.rope_backward(state.work.d_qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local,
+                           dims_.head_dim);
+  }
   state.work.d_attn = Tensor{};
 }
 
@@ -221,7 +261,7 @@ void Interpreter::qkv_backward(const Op& op) {
   TWIN_EXEC_CHECK(!s.ln1_full.empty(), "layer {}: the attention input was not gathered", op.layer);
   state.work.d_ln = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());
   backend_.matmul_backward(state.work.d_ln, g.qkv_weight, g.qkv_bias, state.work.d_qkv, s.ln1_full, w.qkv_weight,
-                           dims_.tokens, dims_.hidden, 3 * dims_.heads_local * dims_.head_dim);
+                           dims_.tokens, dims_.hidden, dims_.qkv_local);
   state.work.d_qkv = Tensor{};
 }
 
@@ -231,8 +271,7 @@ void Interpreter::layernorm_attention_backward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   // grad += LN1 backward: d(x2) becomes dx, the previous layer's dy
-  backend_.layernorm_backward(state.grad, g.ln1_weight, g.ln1_bias, state.work.d_ln, s.x, w.ln1_weight, s.ln1_mean,
-                              s.ln1_rstd, dims_.tokens_sp, dims_.hidden);
+  norm_backward(state.grad, g.ln1_weight, g.ln1_bias, state.work.d_ln, s.x, w.ln1_weight, s.ln1_mean, s.ln1_rstd);
   state.work.d_ln = Tensor{};
   state.layers.erase(op.layer);  // this micro-batch is done with the layer
 }

@@ -26,6 +26,13 @@ Dims::Dims(const model::Scenario& s, int rank_in_tp) {
   heads_local = static_cast<int>(s.model.heads) / tp;
   head_dim = static_cast<int>(s.model.head_dim());
   ffn_local = static_cast<int>(s.ffn_hidden()) / tp;
+  kv_heads_local = static_cast<int>(s.model.key_value_heads()) / tp;
+  qkv_local = (heads_local + 2 * kv_heads_local) * head_dim;
+  up_local = static_cast<int>(s.mlp_up_width()) / tp;
+  rmsnorm = s.model.norm == model::Norm::RmsNorm;
+  swiglu = s.model.activation == model::Activation::Swiglu;
+  rope = s.model.position_embedding == model::PositionEmbedding::Rope;
+  linear_bias = s.model.linear_bias;
   vocab = static_cast<int>(s.model.vocab);
   vocab_local = static_cast<int>(s.padded_vocab()) / tp;
   vocab_start = tp_rank * vocab_local;
@@ -43,8 +50,10 @@ struct ShardMap {
       case Sharding::Columns:
         return t.rows;
       case Sharding::Rows:
-      case Sharding::QkvHeads:
+      case Sharding::GateUpRows:
         return t.rows / d.tp;
+      case Sharding::QkvHeads:
+        return d.qkv_local;
       case Sharding::VocabRows:
         return d.vocab_local;
     }
@@ -60,10 +69,19 @@ struct ShardMap {
       case Sharding::Rows:
         return d.tp_rank * local_rows() + r;
       case Sharding::QkvHeads: {
-        // local rows (3, H/t, D) -> full rows (3, H, D)
-        const std::int64_t per_part = static_cast<std::int64_t>(d.heads_local) * d.head_dim;
-        const std::int64_t which = r / per_part, within = r % per_part;
-        return which * per_part * d.tp + d.tp_rank * per_part + within;
+        // local rows (H/t D | KV/t D | KV/t D) -> full rows (H D | KV D | KV D): (3, H/t, D) -> (3, H, D) without
+        // grouped-query attention
+        const std::int64_t q_local = static_cast<std::int64_t>(d.heads_local) * d.head_dim;
+        const std::int64_t kv_local = static_cast<std::int64_t>(d.kv_heads_local) * d.head_dim;
+        if (r < q_local) return d.tp_rank * q_local + r;
+        const std::int64_t which = (r - q_local) / kv_local, within = (r - q_local) % kv_local;  // 0: k, 1: v
+        return q_local * d.tp + which * kv_local * d.tp + d.tp_rank * kv_local + within;
+      }
+      case Sharding::GateUpRows: {
+        // local rows (2, F/t) -> full rows (2, F): this rank's rows of the gate half, then of the up half
+        const std::int64_t half_local = t.rows / 2 / d.tp;
+        const std::int64_t which = r / half_local, within = r % half_local;
+        return which * half_local * d.tp + d.tp_rank * half_local + within;
       }
       case Sharding::VocabRows: {
         const std::int64_t row = static_cast<std::int64_t>(d.vocab_start) + r;
@@ -86,6 +104,8 @@ ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, 
   first_stage_ = coord.pp == 0;
   last_stage_ = coord.pp == stages - 1;
   const std::int64_t C = dims_.hidden, F = scenario.ffn_hidden(), V = scenario.model.vocab;
+  const std::int64_t QKV = scenario.model.qkv_width(), UP = scenario.mlp_up_width();
+  const Sharding up_rows = dims_.swiglu ? Sharding::GateUpRows : Sharding::Rows;
   const std::int64_t T = scenario.model.seq_len;
   const bool tied = scenario.framework.tied_embeddings;
 
@@ -114,18 +134,22 @@ ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, 
       b.layer = layer;
       b.what = ComputeKind::TransformerLayer;
       // replicated across TP (summed across TP under sequence parallelism) first
-      b.tensors.push_back(tensor(n + "ln1.weight", C, 1, Sharding::Replicated, Init::Ones, false, true));
-      b.tensors.push_back(tensor(n + "ln1.bias", C, 1, Sharding::Replicated, Init::Zeros, false, true));
-      b.tensors.push_back(tensor(n + "attn.proj.bias", C, 1, Sharding::Replicated, Init::Zeros, false, true));
-      b.tensors.push_back(tensor(n + "ln2.weight", C, 1, Sharding::Replicated, Init::Ones, false, true));
-      b.tensors.push_back(tensor(n + "ln2.bias", C, 1, Sharding::Replicated, Init::Zeros, false, true));
-      b.tensors.push_back(tensor(n + "mlp.fc_proj.bias", C, 1, Sharding::Replicated, Init::Zeros, false, true));
-      b.replicated_prefix = static_cast<std::size_t>(6 * C);
-      b.tensors.push_back(tensor(n + "attn.qkv.weight", 3 * C, C, Sharding::QkvHeads, Init::Normal, true, false));
-      b.tensors.push_back(tensor(n + "attn.qkv.bias", 3 * C, 1, Sharding::QkvHeads, Init::Zeros, false, false));
+      const bool norm_bias = !dims_.rmsnorm, bias = dims_.linear_bias;
+      auto replicated = [&](std::string name, Init init) {
+        b.tensors.push_back(tensor(n + name, C, 1, Sharding::Replicated, init, false, true));
+        b.replicated_prefix += static_cast<std::size_t>(C);
+      };
+      replicated("ln1.weight", Init::Ones);
+      if (norm_bias) replicated("ln1.bias", Init::Zeros);
+      if (bias) replicated("attn.proj.bias", Init::Zeros);
+      replicated("ln2.weight", Init::Ones);
+      if (norm_bias) replicated("ln2.bias", Init::Zeros);
+      if (bias) replicated("mlp.fc_proj.bias", Init::Zeros);
+      b.tensors.push_back(tensor(n + "attn.qkv.weight", QKV, C, Sharding::QkvHeads, Init::Normal, true, false));
+      if (bias) b.tensors.push_back(tensor(n + "attn.qkv.bias", QKV, 1, Sharding::QkvHeads, Init::Zeros, false, false));
       b.tensors.push_back(tensor(n + "attn.proj.weight", C, C, Sharding::Columns, Init::ResidualNormal, true, false));
-      b.tensors.push_back(tensor(n + "mlp.fc.weight", F, C, Sharding::Rows, Init::Normal, true, false));
-      b.tensors.push_back(tensor(n + "mlp.fc.bias", F, 1, Sharding::Rows, Init::Zeros, false, false));
+      b.tensors.push_back(tensor(n + "mlp.fc.weight", UP, C, up_rows, Init::Normal, true, false));
+      if (bias) b.tensors.push_back(tensor(n + "mlp.fc.bias", UP, 1, up_rows, Init::Zeros, false, false));
       b.tensors.push_back(tensor(n + "mlp.fc_proj.weight", C, F, Sharding::Columns, Init::ResidualNormal, true, false));
       add_bucket(std::move(b));
       layers_.push_back(layer);
@@ -146,8 +170,8 @@ ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, 
     b.name = "head";
     b.what = ComputeKind::LmHead;
     b.tensors.push_back(tensor("lnf.weight", C, 1, Sharding::Replicated, Init::Ones, false, true));
-    b.tensors.push_back(tensor("lnf.bias", C, 1, Sharding::Replicated, Init::Zeros, false, true));
-    b.replicated_prefix = static_cast<std::size_t>(2 * C);
+    if (!dims_.rmsnorm) b.tensors.push_back(tensor("lnf.bias", C, 1, Sharding::Replicated, Init::Zeros, false, true));
+    b.replicated_prefix = static_cast<std::size_t>((dims_.rmsnorm ? 1 : 2) * C);
     if (!tied) {
       b.tensors.push_back(tensor("lm_head.weight", V, C, Sharding::VocabRows, Init::Normal, true, false));
     } else if (stages > 1) {
@@ -194,32 +218,39 @@ void ModelShard::add_bucket(Bucket b) {
 }
 
 void ModelShard::bind_views() {
-  auto find = [](Bucket& b, std::string_view suffix) -> ParamTensor& {
+  auto find_optional = [](Bucket& b, std::string_view suffix) -> ParamTensor* {
     for (ParamTensor& t : b.tensors) {
       if (t.name.size() >= suffix.size() && t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0)
-        return t;
+        return &t;
     }
+    return nullptr;
+  };
+  auto find = [&](Bucket& b, std::string_view suffix) -> ParamTensor& {
+    if (ParamTensor* t = find_optional(b, suffix)) return *t;
     throw InternalError(fmt::format("bucket {} has no tensor {}", b.name, suffix));
   };
+  // the biases a block may not have (RMSNorm's, or every linear bias): empty views
+  const bool norm_bias = !dims_.rmsnorm, bias = dims_.linear_bias;
   for (Bucket& b : buckets_) {
     if (b.what == ComputeKind::TransformerLayer) {
       LayerTensors values, grads;
-      auto bind = [&](Tensor LayerTensors::*field, std::string_view suffix) {
+      auto bind = [&](Tensor LayerTensors::*field, std::string_view suffix, bool present = true) {
+        if (!present) return;
         ParamTensor& t = find(b, suffix);
         values.*field = t.value;
         grads.*field = t.grad;
       };
       bind(&LayerTensors::ln1_weight, "ln1.weight");
-      bind(&LayerTensors::ln1_bias, "ln1.bias");
-      bind(&LayerTensors::proj_bias, "attn.proj.bias");
+      bind(&LayerTensors::ln1_bias, "ln1.bias", norm_bias);
+      bind(&LayerTensors::proj_bias, "attn.proj.bias", bias);
       bind(&LayerTensors::ln2_weight, "ln2.weight");
-      bind(&LayerTensors::ln2_bias, "ln2.bias");
-      bind(&LayerTensors::fc_proj_bias, "mlp.fc_proj.bias");
+      bind(&LayerTensors::ln2_bias, "ln2.bias", norm_bias);
+      bind(&LayerTensors::fc_proj_bias, "mlp.fc_proj.bias", bias);
       bind(&LayerTensors::qkv_weight, "attn.qkv.weight");
-      bind(&LayerTensors::qkv_bias, "attn.qkv.bias");
+      bind(&LayerTensors::qkv_bias, "attn.qkv.bias", bias);
       bind(&LayerTensors::proj_weight, "attn.proj.weight");
       bind(&LayerTensors::fc_weight, "mlp.fc.weight");
-      bind(&LayerTensors::fc_bias, "mlp.fc.bias");
+      bind(&LayerTensors::fc_bias, "mlp.fc.bias", bias);
       bind(&LayerTensors::fc_proj_weight, "mlp.fc_proj.weight");
       layer_params_.push_back(values);
       layer_grads_.push_back(grads);
@@ -232,14 +263,16 @@ void ModelShard::bind_views() {
       wte_grad = find(b, "wte").grad;
     } else {
       lnf_weight = find(b, "lnf.weight").value;
-      lnf_bias = find(b, "lnf.bias").value;
       lnf_weight_grad = find(b, "lnf.weight").grad;
-      lnf_bias_grad = find(b, "lnf.bias").grad;
+      if (norm_bias) {
+        lnf_bias = find(b, "lnf.bias").value;
+        lnf_bias_grad = find(b, "lnf.bias").grad;
+      }
     }
   }
   if (last_stage_) {
     Bucket& head = bucket(-1, ComputeKind::LmHead);
-    if (head.tensors.size() > 2) {
+    if (head.tensors.size() > (dims_.rmsnorm ? 1u : 2u)) {
       head_weight = head.tensors.back().value;
       head_grad = head.tensors.back().grad;
     } else {  // tied, one stage: the head is the word embedding itself

@@ -3,12 +3,16 @@
 //   word embedding wte (V, C)      vocab-parallel: rows [tp * V_local, (tp + 1) * V_local) of the padded vocabulary
 //   position embedding wpe (T, C)  replicated across TP (first stage); none under ALiBi (model.position_embedding),
 //                                  whose per-head slopes are constants, not parameters (alibi_slopes below)
-//   per layer:  ln1, ln2 (C)                replicated
+//   per layer:  ln1, ln2 (C)                replicated (weight and bias; RMSNorm: the weight alone)
 //               qkv (3C, C) + bias (3C)     column-parallel, whole heads: each of q, k, v keeps heads
-//                                           [tp * H/t, (tp + 1) * H/t), so the local rows are (3, H/t, D)
+//                                           [tp * H/t, (tp + 1) * H/t), so the local rows are (3, H/t, D); with
+//                                           grouped-query attention the full rows are (H D | KV D | KV D) and the
+//                                           local ones (H/t D | KV/t D | KV/t D)
 //               proj (C, C)                 row-parallel: columns [tp * C/t, ...); its bias (C) replicated
-//               fc (F, C) + bias (F)        column-parallel rows
+//               fc (F, C) + bias (F)        column-parallel rows; SwiGLU: (2F, C) as [gate (F) | up (F)], each rank
+//                                           keeping its rows of both halves, (2, F/t) locally
 //               fc_proj (C, F)              row-parallel columns; its bias (C) replicated
+//               no biases at all with model.linear_bias = false
 //   final layernorm lnf (C)        replicated (last stage)
 //   LM head                        the tied wte (pp = 1), or the last stage's copy of it (pp > 1; Megatron keeps one
 //                                  on each end and all-reduces their gradients), or its own weight (untied)
@@ -46,6 +50,10 @@ struct Dims {
   int tokens = 0;          // batch * seq
   int tokens_sp = 0;       // tokens a rank holds outside the TP region: tokens / tp with sequence parallelism
   int hidden = 0, heads_local = 0, head_dim = 0, ffn_local = 0;
+  int kv_heads_local = 0;  // key/value heads on this rank (heads_local without grouped-query attention)
+  int qkv_local = 0;       // the QKV projection's output width on this rank: (heads_local + 2 kv_heads_local) D
+  int up_local = 0;        // the MLP-up output width on this rank: ffn_local, 2 ffn_local with SwiGLU
+  bool rmsnorm = false, swiglu = false, rope = false, linear_bias = true;  // the block's kind (model/scenario.hpp)
   int vocab = 0;                         // the real vocabulary (valid columns)
   int vocab_local = 0, vocab_start = 0;  // this rank's shard of the padded vocabulary
   int tp = 1, tp_rank = 0;
@@ -54,7 +62,7 @@ struct Dims {
   Dims(const model::Scenario& scenario, int tp_rank);
 };
 
-enum class Sharding : std::uint8_t { Replicated, Rows, Columns, QkvHeads, VocabRows };
+enum class Sharding : std::uint8_t { Replicated, Rows, Columns, QkvHeads, GateUpRows, VocabRows };
 enum class Init : std::uint8_t { Normal, ResidualNormal, Zeros, Ones };
 
 struct ParamTensor {
@@ -90,15 +98,15 @@ struct Bucket {
 
 // Views of one layer's parameters (or of their gradients), shapes local to this rank.
 struct LayerTensors {
-  Tensor ln1_weight, ln1_bias;  // (C)
-  Tensor proj_bias;             // (C)
+  Tensor ln1_weight, ln1_bias;  // (C); the bias empty under RMSNorm
+  Tensor proj_bias;             // (C); empty without linear biases, as every bias below
   Tensor ln2_weight, ln2_bias;  // (C)
   Tensor fc_proj_bias;          // (C)
-  Tensor qkv_weight;            // (3 * C/t, C)
-  Tensor qkv_bias;              // (3 * C/t)
+  Tensor qkv_weight;            // (qkv_local, C): 3 C/t rows, (H/t + 2 KV/t) D with grouped-query attention
+  Tensor qkv_bias;              // (qkv_local)
   Tensor proj_weight;           // (C, C/t)
-  Tensor fc_weight;             // (F/t, C)
-  Tensor fc_bias;               // (F/t)
+  Tensor fc_weight;             // (up_local, C): F/t rows, 2 F/t with SwiGLU
+  Tensor fc_bias;               // (up_local)
   Tensor fc_proj_weight;        // (C, F/t)
 };
 
@@ -132,7 +140,7 @@ class ModelShard {
   // ALiBi: the slopes of this rank's heads [tp_rank H/t, (tp_rank + 1) H/t) (H/t) fp32; empty without ALiBi
   Tensor alibi_slopes;
   // last stage: final layernorm (C) and the LM head weight (V_local, C) with its gradient
-  Tensor lnf_weight, lnf_bias, lnf_weight_grad, lnf_bias_grad, head_weight, head_grad;
+  Tensor lnf_weight, lnf_bias, lnf_weight_grad, lnf_bias_grad, head_weight, head_grad;  // lnf_bias empty: RMSNorm
 
  private:
   void add_bucket(Bucket bucket);

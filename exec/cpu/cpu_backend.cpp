@@ -304,6 +304,124 @@ void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, cons
   with_single_threaded_blas([&](ThreadPool* pool) { for_each_batch(batch, pool, slice); });
 }
 
+// --- Llama-style blocks ----------------------------------------------------------------------------------------------
+
+void CpuBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                                 int rows, int channels) {
+  const std::size_t n = std::size_t(rows) * channels;
+  TWIN_EXEC_CHECK(
+      out.numel == n && inp.numel == n && rstd.numel == std::size_t(rows) && weight.numel == std::size_t(channels),
+      "rmsnorm_forward: out {} inp {} rstd {} weight {} for ({}, {})", out.numel, inp.numel, rstd.numel, weight.numel,
+      rows, channels);
+  float *o = out.f32(), *r = rstd.f32();
+  const float *x = inp.f32(), *w = weight.f32();
+  for_rows(rows, [&](int begin, int end) {
+    const std::size_t offset = std::size_t(begin) * channels;
+    k::rmsnorm_forward(o + offset, r + begin, x + offset, w, end - begin, channels);
+  });
+}
+
+void CpuBackend::rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                                  const Tensor& weight, const Tensor& rstd, int rows, int channels) {
+  const std::size_t n = std::size_t(rows) * channels;
+  TWIN_EXEC_CHECK(dinp.numel == n && dout.numel == n && inp.numel == n && dweight.numel == std::size_t(channels) &&
+                      rstd.numel == std::size_t(rows),
+                  "rmsnorm_backward: dinp {} dout {} inp {} for ({}, {})", dinp.numel, dout.numel, inp.numel, rows,
+                  channels);
+  k::rmsnorm_backward(dinp.f32(), dweight.f32(), dout.f32(), inp.f32(), weight.f32(), rstd.f32(), rows, channels);
+}
+
+void CpuBackend::swiglu_forward(const Tensor& out, const Tensor& inp, int rows, int width) {
+  TWIN_EXEC_CHECK(out.numel == std::size_t(rows) * width && inp.numel == 2 * out.numel,
+                  "swiglu_forward: out {} inp {} for ({}, {})", out.numel, inp.numel, rows, width);
+  float* o = out.f32();
+  const float* x = inp.f32();
+  for_rows(rows, [&](int begin, int end) {
+    k::swiglu_forward(o + std::size_t(begin) * width, x + 2 * std::size_t(begin) * width, end - begin, width);
+  });
+}
+
+void CpuBackend::swiglu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout, int rows, int width) {
+  TWIN_EXEC_CHECK(dout.numel == std::size_t(rows) * width && inp.numel == 2 * dout.numel && dinp.numel == inp.numel,
+                  "swiglu_backward: dinp {} inp {} dout {} for ({}, {})", dinp.numel, inp.numel, dout.numel, rows,
+                  width);
+  float* d = dinp.f32();
+  const float *x = inp.f32(), *dy = dout.f32();
+  for_rows(rows, [&](int begin, int end) {
+    const std::size_t wide = 2 * std::size_t(begin) * width;
+    k::swiglu_backward(d + wide, x + wide, dy + std::size_t(begin) * width, end - begin, width);
+  });
+}
+
+void CpuBackend::rope_forward(const Tensor& qkv, int batch, int seq, int heads, int kv_heads, int head_dim) {
+  TWIN_EXEC_CHECK(qkv.numel == std::size_t(batch) * seq * (heads + 2 * kv_heads) * head_dim,
+                  "rope_forward: qkv {} for ({}, {}, ({} + 2 x {}) x {})", qkv.numel, batch, seq, heads, kv_heads,
+                  head_dim);
+  k::rope_forward(qkv.f32(), batch, seq, heads, kv_heads, head_dim);
+}
+
+void CpuBackend::rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim) {
+  TWIN_EXEC_CHECK(dqkv.numel == std::size_t(batch) * seq * (heads + 2 * kv_heads) * head_dim,
+                  "rope_backward: dqkv {} for ({}, {}, ({} + 2 x {}) x {})", dqkv.numel, batch, seq, heads, kv_heads,
+                  head_dim);
+  k::rope_backward(dqkv.f32(), batch, seq, heads, kv_heads, head_dim);
+}
+
+void CpuBackend::attention_forward_grouped(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
+                                           int heads, int kv_heads, int head_dim, const Tensor& alibi_slopes) {
+  if (kv_heads == heads) {
+    attention_forward(out, lse, qkv, batch, seq, heads, head_dim, alibi_slopes);
+    return;
+  }
+  const std::size_t tokens = std::size_t(batch) * seq, width = std::size_t(heads) * head_dim;
+  const std::size_t row = std::size_t(heads + 2 * kv_heads) * head_dim;
+  TWIN_EXEC_CHECK(
+      out.numel == tokens * width && qkv.numel == tokens * row && lse.numel == std::size_t(batch) * heads * seq,
+      "attention_forward_grouped: out {} qkv {} lse {}", out.numel, qkv.numel, lse.numel);
+  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == std::size_t(heads),
+                  "attention_forward_grouped: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
+  const float* slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.f32();
+  auto slice = [&](int begin, int end) {
+    k::attention_forward_gqa(out.f32() + begin * std::size_t(seq) * width, lse.f32() + begin * std::size_t(heads) * seq,
+                             qkv.f32() + begin * std::size_t(seq) * row, end - begin, seq, heads, kv_heads, head_dim,
+                             slopes);
+  };
+  if (batch == 1) {
+    slice(0, 1);
+    return;
+  }
+  with_single_threaded_blas([&](ThreadPool* pool) { for_each_batch(batch, pool, slice); });
+}
+
+void CpuBackend::attention_backward_grouped(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                            const Tensor& lse, int batch, int seq, int heads, int kv_heads,
+                                            int head_dim, const Tensor& alibi_slopes) {
+  if (kv_heads == heads) {
+    attention_backward(dqkv, dout, qkv, lse, batch, seq, heads, head_dim, alibi_slopes);
+    return;
+  }
+  const std::size_t tokens = std::size_t(batch) * seq, width = std::size_t(heads) * head_dim;
+  const std::size_t row = std::size_t(heads + 2 * kv_heads) * head_dim;
+  TWIN_EXEC_CHECK(dout.numel == tokens * width && qkv.numel == tokens * row && dqkv.numel == qkv.numel &&
+                      lse.numel == std::size_t(batch) * heads * seq,
+                  "attention_backward_grouped: dqkv {} dout {} qkv {} lse {}", dqkv.numel, dout.numel, qkv.numel,
+                  lse.numel);
+  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == std::size_t(heads),
+                  "attention_backward_grouped: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
+  const float* slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.f32();
+  auto slice = [&](int begin, int end) {
+    const std::size_t qkv_offset = begin * std::size_t(seq) * row;
+    k::attention_backward_gqa(dqkv.f32() + qkv_offset, dout.f32() + begin * std::size_t(seq) * width,
+                              qkv.f32() + qkv_offset, lse.f32() + begin * std::size_t(heads) * seq, end - begin, seq,
+                              heads, kv_heads, head_dim, slopes);
+  };
+  if (batch == 1) {
+    slice(0, 1);
+    return;
+  }
+  with_single_threaded_blas([&](ThreadPool* pool) { for_each_batch(batch, pool, slice); });
+}
+
 void CpuBackend::gelu_forward(const Tensor& out, const Tensor& inp) {
   TWIN_EXEC_CHECK(out.numel == inp.numel, "gelu_forward: out {} inp {}", out.numel, inp.numel);
   float* o = out.f32();

@@ -157,5 +157,32 @@ TEST(ExecParity, UntiedEmbeddingsAgreeAcrossPlans) {
   for (std::size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(many[i], one[i], kRelativeTolerance * one[i]);
 }
 
+TEST(ExecParity, LlamaBlocksAgreeAcrossPlansAndAreAnotherModel) {
+  // RMSNorm, SwiGLU (the fc's gate and up halves split across TP rank by rank), rotary embeddings, 2 key/value heads
+  // for 4 query heads (with tp 2: one per rank, shared by its two query heads), no biases, untied embeddings.
+  TrainOptions options;
+  options.steps = 3;
+  const std::vector<std::string> llama = {
+      "model.norm=\"rmsnorm\"", "model.activation=\"swiglu\"", "model.position_embedding=\"rope\"",
+      "model.kv_heads=2",       "model.linear_bias=false",     "framework.tied_embeddings=false"};
+  const auto one = train(scenario(parity_toml(), llama), options).losses;
+  ASSERT_EQ(one.size(), 3u);
+  for (const auto& plan : std::vector<std::vector<std::string>>{
+           {"parallel.tp=2", "parallel.pp=2", "parallel.dp=2"},
+           {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.recompute=\"selective\"", "parallel.dp=2",
+            "parallel.zero_stage=1"},
+           {"parallel.tp=2", "parallel.pp=2", "parallel.recompute=\"full\"", "parallel.schedule=\"interleaved\"",
+            "parallel.virtual_stages=2", "parallel.global_batch=8", "parallel.micro_batch=2"}}) {
+    std::vector<std::string> sets = llama;
+    sets.insert(sets.end(), plan.begin(), plan.end());
+    const auto many = train(scenario(parity_toml(), sets), options).losses;
+    ASSERT_EQ(many.size(), one.size());
+    for (std::size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(many[i], one[i], kRelativeTolerance * one[i]) << plan[1];
+  }
+  const std::vector<double>& gpt = reference_losses();
+  EXPECT_GT(std::abs(one[2] - gpt[2]), 1e-4) << "the Llama-style keys trained the GPT-2 block";
+  EXPECT_LT(one.back(), one.front());
+}
+
 }  // namespace
 }  // namespace twin::exec
