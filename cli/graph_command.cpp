@@ -38,10 +38,18 @@ void print_summary(const model::Program& program) {
   const auto& p = s.parallel;
   const auto params = model::count_parameters(s);
   fmt::print("scenario      {} ({})\n", s.model.name, s.source);
+  std::string block;  // what a GPT-2 block does differently
+  if (s.model.position_embedding == model::PositionEmbedding::Alibi) block += ", ALiBi (no position embedding)";
+  if (s.model.position_embedding == model::PositionEmbedding::Rope) block += ", rotary positions";
+  if (s.model.norm == model::Norm::RmsNorm) block += ", RMSNorm";
+  if (s.model.activation == model::Activation::Swiglu) block += ", SwiGLU";
+  if (s.model.key_value_heads() != s.model.heads) {
+    block += fmt::format(", {} key/value heads (grouped-query attention)", s.model.key_value_heads());
+  }
+  if (!s.model.linear_bias) block += ", no linear biases";
   fmt::print("model         {} layers, hidden {}, {} heads, ffn {}, seq {}, vocab {} (padded {}), {}{}\n",
              s.model.layers, s.model.hidden, s.model.heads, s.ffn_hidden(), s.model.seq_len, s.model.vocab,
-             s.padded_vocab(), model::to_string(s.model.dtype),
-             s.model.position_embedding == model::PositionEmbedding::Alibi ? ", ALiBi (no position embedding)" : "");
+             s.padded_vocab(), model::to_string(s.model.dtype), block);
   fmt::print("parameters    {} ({:.0f})\n", human_count(params.total), params.total);
   fmt::print("plan          tp {} x pp {} x dp {} = {} ranks on {} x {} ({} per node)\n", p.tp, p.pp, p.dp,
              p.world_size(), s.cluster.nodes, model::to_string(s.cluster.node), s.cluster.gpus_per_node);

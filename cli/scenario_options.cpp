@@ -40,6 +40,7 @@ constexpr Alias kAliases[] = {
     {"--num-layers", "model.layers", "alias of --set model.layers=N"},
     {"--hidden-size", "model.hidden", "alias of --set model.hidden=N"},
     {"--num-attention-heads", "model.heads", "alias of --set model.heads=N"},
+    {"--num-query-groups", "model.kv_heads", "alias of --set model.kv_heads=N (grouped-query attention)"},
     {"--ffn-hidden-size", "model.ffn_hidden", "alias of --set model.ffn_hidden=N"},
     {"--seq-length", "model.seq_len", "alias of --set model.seq_len=N"},
     {"--nodes", "cluster.nodes", "alias of --set cluster.nodes=N"},

@@ -414,6 +414,11 @@ std::vector<std::string> check_compatible(const Manifest& m, const fs::path& ste
   compare(refused, "model.dtype", model::to_string(then.model.dtype), model::to_string(now.model.dtype));
   compare(refused, "model.position_embedding", model::to_string(then.model.position_embedding),
           model::to_string(now.model.position_embedding));
+  // The Llama-style keys change which tensors a layer holds and what they mean.
+  compare(refused, "model.norm", model::to_string(then.model.norm), model::to_string(now.model.norm));
+  compare(refused, "model.activation", model::to_string(then.model.activation), model::to_string(now.model.activation));
+  compare(refused, "model.kv_heads", then.model.key_value_heads(), now.model.key_value_heads());
+  compare(refused, "model.linear_bias", then.model.linear_bias, now.model.linear_bias);
   compare(refused, "parallel.tp", then.parallel.tp, now.parallel.tp);
   compare(refused, "parallel.pp", then.parallel.pp, now.parallel.pp);
   compare(refused, "parallel.dp", then.parallel.dp, now.parallel.dp);

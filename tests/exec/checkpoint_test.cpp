@@ -169,6 +169,18 @@ TEST_F(ExecBrokenCheckpoint, AnotherModel) {
   EXPECT_NE(message.find("model.hidden: 64 in the checkpoint, 128 now"), std::string::npos) << message;
 }
 
+TEST_F(ExecBrokenCheckpoint, ALlamaStyleBlock) {  // RMSNorm has no bias, SwiGLU's fc is twice as wide, ...
+  const std::string message =
+      resume_error(scenario(small_toml(), {"parallel.tp=2", "model.norm=\"rmsnorm\"", "model.activation=\"swiglu\"",
+                                           "model.kv_heads=2", "model.linear_bias=false"}),
+                   dir_);
+  for (const char* expected :
+       {"model.norm: layernorm in the checkpoint, rmsnorm now", "model.activation: gelu in the checkpoint, swiglu now",
+        "model.kv_heads: 4 in the checkpoint, 2 now", "model.linear_bias: true in the checkpoint, false now"}) {
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+  }
+}
+
 TEST_F(ExecBrokenCheckpoint, AnotherPositionEmbedding) {  // ALiBi has no wpe: the same buckets would not line up
   const std::string message =
       resume_error(scenario(small_toml(), {"parallel.tp=2", "model.position_embedding=\"alibi\""}), dir_);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "exec/cpu/cpu_backend.hpp"
+#include "exec/errors.hpp"
 #include "exec/model_shard.hpp"
 #include "exec_test_util.hpp"
 #include "kernels/cpu/attention.hpp"
@@ -160,6 +161,68 @@ TEST(ExecModelShard, BucketsHoldWhatTheProgramCounts) {
   total = 0;
   for (const Bucket& b : last.buckets()) total += static_cast<double>(b.numel);
   EXPECT_EQ(total, model::parameters_per_gpu(s, 1));
+}
+
+TEST(ExecModelShard, LlamaShardsReassembleTheSingleRankModel) {
+  const std::vector<std::string> llama = {
+      "model.norm=\"rmsnorm\"", "model.activation=\"swiglu\"", "model.position_embedding=\"rope\"",
+      "model.kv_heads=2",       "model.linear_bias=false",     "framework.tied_embeddings=false"};
+  std::vector<std::string> tp2 = llama;
+  tp2.push_back("parallel.tp=2");
+  Shards one(llama, 0), two(tp2, 0);
+  const int C = 128, F = 512, H = 4, KV = 2, D = 32, t = 2;
+  // qkv: full rows (H D | KV D | KV D); each rank keeps its H/t query heads and its KV/t key/value heads of each
+  const auto full_qkv = values(*one.ranks[0], one.backend, "layers.1.attn.qkv.weight");
+  ASSERT_EQ(full_qkv.size(), std::size_t(H + 2 * KV) * D * C);
+  for (int r = 0; r < t; ++r) {
+    const auto local = values(*two.ranks[r], two.backend, "layers.1.attn.qkv.weight");
+    ASSERT_EQ(local.size(), full_qkv.size() / t);
+    const int q_local = H / t * D, kv_local = KV / t * D;
+    for (int row = 0; row < q_local + 2 * kv_local; ++row) {
+      const int full_row =
+          row < q_local ? r * q_local + row
+                        : H * D + (row - q_local) / kv_local * KV * D + r * kv_local + (row - q_local) % kv_local;
+      for (int c = 0; c < C; ++c) ASSERT_EQ(local[row * C + c], full_qkv[full_row * C + c]) << "row " << row;
+    }
+    // fc: full rows [gate (F) | up (F)]; each rank keeps its F/t rows of both halves, gate first
+    const auto full_fc = values(*one.ranks[0], one.backend, "layers.1.mlp.fc.weight");
+    const auto fc = values(*two.ranks[r], two.backend, "layers.1.mlp.fc.weight");
+    ASSERT_EQ(fc.size(), std::size_t(2 * F / t) * C);
+    for (int half = 0; half < 2; ++half)
+      for (int i = 0; i < F / t; ++i)
+        for (int c = 0; c < C; ++c)
+          ASSERT_EQ(fc[(half * (F / t) + i) * C + c], full_fc[(half * F + r * (F / t) + i) * C + c]);
+  }
+  // RMSNorm has a weight and no bias, and there are no linear biases nor a position embedding.
+  for (const Bucket& b : two.ranks[0]->buckets()) {
+    for (const ParamTensor& tensor : b.tensors) {
+      EXPECT_EQ(tensor.name.find("bias"), std::string::npos) << tensor.name;
+      EXPECT_NE(tensor.name, "wpe");
+    }
+  }
+  EXPECT_EQ(static_cast<double>(two.ranks[1]->bucket(0, model::ComputeKind::TransformerLayer).numel),
+            model::layer_parameters_per_gpu(two.scenario));
+}
+
+TEST(ExecModelShard, ABackendWithoutLlamaBlocksRefusesThemByName) {
+  const auto s = testing::scenario(testing::parity_toml(), {"model.norm=\"rmsnorm\"", "model.kv_heads=2"});
+  EXPECT_EQ(llama_block_keys(s), (std::vector<std::string>{"model.norm = \"rmsnorm\"", "model.kv_heads = 2"}));
+  EXPECT_TRUE(llama_block_keys(testing::scenario(testing::parity_toml())).empty());
+  // Backend's own implementations, which a backend that does not run these blocks keeps.
+  cpu::CpuBackend backend;
+  const Tensor x = backend.zeros(8, DType::F32), w = backend.zeros(4, DType::F32), r = backend.zeros(2, DType::F32);
+  try {
+    backend.Backend::rmsnorm_forward(x, r, x, w, 2, 4);
+    ADD_FAILURE() << "no error";
+  } catch (const RunError& error) {
+    EXPECT_NE(std::string(error.what()).find("the cpu backend does not run RMSNorm (Llama-style blocks) yet"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(backend.Backend::swiglu_forward(w, x, 2, 2), RunError);
+  EXPECT_THROW(backend.Backend::rope_forward(x, 1, 1, 1, 1, 2), RunError);
+  const Tensor lse = backend.zeros(4, DType::F32);
+  EXPECT_THROW(backend.Backend::attention_forward_grouped(x, lse, x, 1, 1, 4, 2, 2, Tensor{}), RunError);
 }
 
 TEST(ExecModelShard, ZeroOneShardsPartitionEachBucket) {
