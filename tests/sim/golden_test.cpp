@@ -26,6 +26,7 @@ struct GoldenCase {
   Plan plan;
   Fidelity fidelity;
   std::string framework = "megatron";
+  bool llama = false;  // RMSNorm, SwiGLU, rotary embeddings, 4 key/value heads, no biases, untied, FlashAttention-2
 };
 
 void PrintTo(const GoldenCase& c, std::ostream* out) { *out << c.name; }
@@ -57,7 +58,8 @@ std::vector<GoldenCase> cases() {
   return {{"one_node_1f1b_rank", one_node, Fidelity::Rank},
           {"two_nodes_interleaved_rank", interleaved, Fidelity::Rank},
           {"two_nodes_interleaved_group", interleaved, Fidelity::Group},
-          {"four_nodes_deepspeed_group", deepspeed, Fidelity::Group, "deepspeed"}};
+          {"four_nodes_deepspeed_group", deepspeed, Fidelity::Group, "deepspeed"},
+          {"two_nodes_llama_interleaved_group", interleaved, Fidelity::Group, "megatron", true}};
 }
 
 std::string golden_path(const std::string& name) {
@@ -71,6 +73,17 @@ TEST_P(Golden, SummaryMatchesTheCommittedFile) {
   const GoldenCase& c = GetParam();
   model::Scenario scenario = make_scenario(c.plan);
   scenario.framework.name = c.framework == "deepspeed" ? model::Framework::DeepSpeed : model::Framework::Megatron;
+  if (c.llama) {
+    scenario.model.norm = model::Norm::RmsNorm;
+    scenario.model.activation = model::Activation::Swiglu;
+    scenario.model.position_embedding = model::PositionEmbedding::Rope;
+    scenario.model.kv_heads = 4;
+    scenario.model.linear_bias = false;
+    scenario.model.ffn_hidden = 2816;
+    scenario.framework.tied_embeddings = false;
+    scenario.framework.attention = model::AttentionKind::Flash2;
+    ASSERT_TRUE(model::validation_problems(scenario).empty());
+  }
   const model::Program program = model::build_program(scenario, model::Granularity::Layer);
   const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
   SimOptions options;
