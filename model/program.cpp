@@ -230,7 +230,8 @@ void gather_sequence(std::vector<Op>& ops, const Shapes& x, Payload payload, Com
 // (apply_rope_fusion: read and write them forward, their gradients backward). Without FlashAttention, grouped-query
 // attention first expands K and V to the query heads (repeat_interleave: read the key/value heads, write the
 // query-head-wide copies) and its backward sums the copies' gradients back (read, write); FlashAttention takes the
-// key/value heads as they are.
+// key/value heads as they are. (A recomputed attention core counts the rotation too: right for full recompute; under
+// selective recompute, which reruns the core alone, it overcounts one pass over Q and K.)
 double layout_copy_bytes(const Shapes& x, Phase phase) {
   const double head_tensor = x.e * x.tokens * x.heads_local * x.head_dim;   // Q, the context: [tokens, h/t]
   const double kv_tensor = x.e * x.tokens * x.kv_heads_local * x.head_dim;  // K or V
