@@ -338,6 +338,102 @@ void CudaBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Ten
                    b16(dout, "gelu_backward", "dout"), dinp.numel, context_->compute());
 }
 
+// --- Llama-style blocks: RMSNorm, SwiGLU, rotary embeddings, grouped-query attention --------------------------------
+
+void CudaBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                                  int rows, int channels) {
+  TWIN_EXEC_CHECK(out.numel == n(rows, channels) && inp.numel == n(rows, channels) && rstd.numel == std::size_t(rows) &&
+                      weight.numel == std::size_t(channels),
+                  "cuda rmsnorm_forward: out {} inp {} rstd {} weight {} for ({}, {})", out.numel, inp.numel,
+                  rstd.numel, weight.numel, rows, channels);
+  const char* kernel = "rmsnorm_forward";
+  k::rmsnorm_forward(b16(out, kernel, "out"), f32(rstd, kernel, "rstd"), b16(inp, kernel, "inp"),
+                     b16(weight, kernel, "weight"), rows, channels, context_->compute());
+}
+
+void CudaBackend::rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                                   const Tensor& weight, const Tensor& rstd, int rows, int channels) {
+  TWIN_EXEC_CHECK(dinp.numel == n(rows, channels) && dout.numel == n(rows, channels) &&
+                      inp.numel == n(rows, channels) && dweight.numel == std::size_t(channels) &&
+                      weight.numel == std::size_t(channels) && rstd.numel == std::size_t(rows),
+                  "cuda rmsnorm_backward: dinp {} dout {} inp {} dweight {} rstd {} for ({}, {})", dinp.numel,
+                  dout.numel, inp.numel, dweight.numel, rstd.numel, rows, channels);
+  const char* kernel = "rmsnorm_backward";
+  k::rmsnorm_backward(b16(dinp, kernel, "dinp"), f32(dweight, kernel, "dweight"), b16(dout, kernel, "dout"),
+                      b16(inp, kernel, "inp"), b16(weight, kernel, "weight"), f32(rstd, kernel, "rstd"), rows, channels,
+                      context_->compute());
+}
+
+void CudaBackend::swiglu_forward(const Tensor& out, const Tensor& inp, int rows, int width) {
+  TWIN_EXEC_CHECK(out.numel == n(rows, width) && inp.numel == 2 * out.numel,
+                  "cuda swiglu_forward: out {} inp {} for ({}, {})", out.numel, inp.numel, rows, width);
+  const char* kernel = "swiglu_forward";
+  k::swiglu_forward(b16(out, kernel, "out"), b16(inp, kernel, "inp"), rows, width, context_->compute());
+}
+
+void CudaBackend::swiglu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout, int rows, int width) {
+  TWIN_EXEC_CHECK(dout.numel == n(rows, width) && inp.numel == 2 * dout.numel && dinp.numel == inp.numel,
+                  "cuda swiglu_backward: dinp {} inp {} dout {} for ({}, {})", dinp.numel, inp.numel, dout.numel, rows,
+                  width);
+  const char* kernel = "swiglu_backward";
+  k::swiglu_backward(b16(dinp, kernel, "dinp"), b16(inp, kernel, "inp"), b16(dout, kernel, "dout"), rows, width,
+                     context_->compute());
+}
+
+void CudaBackend::rope_forward(const Tensor& qkv, int batch, int seq, int heads, int kv_heads, int head_dim) {
+  TWIN_EXEC_CHECK(qkv.numel == n(batch, seq) * n(heads + 2 * kv_heads, head_dim),
+                  "cuda rope_forward: qkv {} for ({}, {}, ({} + 2 x {}) x {})", qkv.numel, batch, seq, heads, kv_heads,
+                  head_dim);
+  k::rope_forward(b16(qkv, "rope_forward", "qkv"), batch, seq, heads, kv_heads, head_dim, context_->compute());
+}
+
+void CudaBackend::rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim) {
+  TWIN_EXEC_CHECK(dqkv.numel == n(batch, seq) * n(heads + 2 * kv_heads, head_dim),
+                  "cuda rope_backward: dqkv {} for ({}, {}, ({} + 2 x {}) x {})", dqkv.numel, batch, seq, heads,
+                  kv_heads, head_dim);
+  k::rope_backward(b16(dqkv, "rope_backward", "dqkv"), batch, seq, heads, kv_heads, head_dim, context_->compute());
+}
+
+void CudaBackend::attention_forward_grouped(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
+                                            int heads, int kv_heads, int head_dim, const Tensor& alibi_slopes) {
+  if (kv_heads == heads) {
+    attention_forward(out, lse, qkv, batch, seq, heads, head_dim, alibi_slopes);
+    return;
+  }
+  const std::size_t tokens = n(batch, seq), hidden = n(heads, head_dim);
+  const std::size_t row = n(heads + 2 * kv_heads, head_dim);
+  TWIN_EXEC_CHECK(qkv.numel == tokens * row && out.numel == tokens * hidden && lse.numel == tokens * heads,
+                  "cuda attention_forward_grouped: qkv {} out {} lse {} for B {} T {} H {} KV {} D {}", qkv.numel,
+                  out.numel, lse.numel, batch, seq, heads, kv_heads, head_dim);
+  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == n(heads, 1),
+                  "cuda attention_forward_grouped: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
+  const char* kernel = "attention_forward_grouped";
+  k::attention_forward_gqa(b16(out, kernel, "out"), f32(lse, kernel, "lse"), b16(qkv, kernel, "qkv"), batch, seq, heads,
+                           kv_heads, head_dim, *blas_, context_->compute(),
+                           optional_f32(alibi_slopes, kernel, "alibi_slopes"));
+}
+
+void CudaBackend::attention_backward_grouped(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                             const Tensor& lse, int batch, int seq, int heads, int kv_heads,
+                                             int head_dim, const Tensor& alibi_slopes) {
+  if (kv_heads == heads) {
+    attention_backward(dqkv, dout, qkv, lse, batch, seq, heads, head_dim, alibi_slopes);
+    return;
+  }
+  const std::size_t tokens = n(batch, seq), hidden = n(heads, head_dim);
+  const std::size_t row = n(heads + 2 * kv_heads, head_dim);
+  TWIN_EXEC_CHECK(qkv.numel == tokens * row && dqkv.numel == qkv.numel && dout.numel == tokens * hidden &&
+                      lse.numel == tokens * heads,
+                  "cuda attention_backward_grouped: dqkv {} dout {} qkv {} lse {} for B {} T {} H {} KV {} D {}",
+                  dqkv.numel, dout.numel, qkv.numel, lse.numel, batch, seq, heads, kv_heads, head_dim);
+  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == n(heads, 1),
+                  "cuda attention_backward_grouped: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
+  const char* kernel = "attention_backward_grouped";
+  k::attention_backward_gqa(b16(dqkv, kernel, "dqkv"), b16(dout, kernel, "dout"), b16(qkv, kernel, "qkv"),
+                            f32(lse, kernel, "lse"), batch, seq, heads, kv_heads, head_dim, *blas_, context_->compute(),
+                            optional_f32(alibi_slopes, kernel, "alibi_slopes"));
+}
+
 // --- vocab-parallel cross-entropy ----------------------------------------------------------------------------------
 
 void CudaBackend::cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,

@@ -81,6 +81,23 @@ __global__ void causal_softmax_backward_kernel(bf16* probs, bf16* dscores, const
   }
 }
 
+// dk and dv of one sequence, summed in fp32 over each kv head's group, rounded once into dqkv_b's k and v slots:
+//   dqkv_b[t, (H + g) D + d] = dk_sum[g, t, d],   dqkv_b[t, (H + KV + g) D + d] = dv_sum[g, t, d]
+// element e = (g T + t) D + d of the (KV, T, D) sums
+__global__ void grouped_kv_gradient_kernel(bf16* dqkv_b, const float* dk_sum, const float* dv_sum, std::size_t n,
+                                           int seq, int heads, int kv_heads, int head_dim) {
+  const std::size_t row = static_cast<std::size_t>(heads + 2 * kv_heads) * head_dim;
+  TWIN_GRID_STRIDE_LOOP(e, n) {
+    const std::size_t d = e % static_cast<std::size_t>(head_dim);
+    const std::size_t rest = e / static_cast<std::size_t>(head_dim);
+    const std::size_t t = rest % static_cast<std::size_t>(seq);
+    const std::size_t g = rest / static_cast<std::size_t>(seq);
+    bf16* token = dqkv_b + t * row;
+    token[(static_cast<std::size_t>(heads) + g) * head_dim + d] = __float2bfloat16_rn(dk_sum[e]);
+    token[(static_cast<std::size_t>(heads + kv_heads) + g) * head_dim + d] = __float2bfloat16_rn(dv_sum[e]);
+  }
+}
+
 }  // namespace
 
 void attention_forward(bf16* out, float* lse, const bf16* qkv, int batch, int seq, int heads, int head_dim,
@@ -135,6 +152,90 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const flo
     gemm(blas, plan_attention_dvalue(shape), dout_b, probs.as<bf16>(), dqkv_b, CUDA_R_16BF, stream);
     gemm(blas, plan_attention_dquery(shape), qkv_b, dscores.as<bf16>(), dqkv_b, CUDA_R_16BF, stream);
     gemm(blas, plan_attention_dkey(shape), qkv_b, dscores.as<bf16>(), dqkv_b, CUDA_R_16BF, stream);
+  }
+}
+
+void attention_forward_gqa(bf16* out, float* lse, const bf16* qkv, int batch, int seq, int heads, int kv_heads,
+                           int head_dim, Cublas& blas, cudaStream_t stream, const float* alibi_slopes) {
+  TWIN_CUDA_REQUIRE(batch > 0 && seq > 0 && heads > 0 && kv_heads > 0 && head_dim > 0);
+  TWIN_CUDA_REQUIRE(heads % kv_heads == 0);
+  if (kv_heads == heads) {  // multi-head attention: its path, its bits
+    attention_forward(out, lse, qkv, batch, seq, heads, head_dim, blas, stream, alibi_slopes);
+    return;
+  }
+  TWIN_CUDA_REQUIRE(static_cast<std::int64_t>(heads) * seq <= INT32_MAX);  // score rows of one sequence: int
+  TWIN_CUDA_REQUIRE(out != nullptr && lse != nullptr && qkv != nullptr);
+  TWIN_CUDA_REQUIRE(static_cast<const void*>(out) != static_cast<const void*>(qkv));
+  const GroupedAttentionShape shape{seq, heads, kv_heads, head_dim};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const std::size_t score_count = static_cast<std::size_t>(heads) * shape.scores_per_head();
+  device::Scratch scores(score_count * sizeof(float), stream);  // (heads, seq, seq)
+  device::Scratch probs(score_count * sizeof(bf16), stream);    // (heads, seq, seq)
+  const int rows = heads * seq;
+  const int group = shape.group();
+  for (int b = 0; b < batch; ++b) {
+    const bf16* qkv_b = qkv + static_cast<std::size_t>(b) * seq * shape.qkv_row();
+    bf16* out_b = out + static_cast<std::size_t>(b) * seq * shape.hidden();
+    float* lse_b = lse + static_cast<std::size_t>(b) * rows;
+    for (int j = 0; j < group; ++j) {  // query heads g group + j of every kv head g
+      gemm(blas, plan_grouped_attention_scores(shape, j, scale), qkv_b, qkv_b, scores.as<float>(), CUDA_R_32F, stream);
+    }
+    causal_softmax_forward_kernel<<<launch::row_blocks(rows), 32 * launch::kWarpsPerRowBlock, 0, stream>>>(
+        probs.as<bf16>(), lse_b, scores.as<float>(), alibi_slopes, rows, seq);
+    TWIN_CUDA_CHECK_LAUNCH();
+    for (int j = 0; j < group; ++j) {
+      gemm(blas, plan_grouped_attention_output(shape, j), qkv_b, probs.as<bf16>(), out_b, CUDA_R_16BF, stream);
+    }
+  }
+}
+
+void attention_backward_gqa(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, int batch, int seq,
+                            int heads, int kv_heads, int head_dim, Cublas& blas, cudaStream_t stream,
+                            const float* alibi_slopes) {
+  TWIN_CUDA_REQUIRE(batch > 0 && seq > 0 && heads > 0 && kv_heads > 0 && head_dim > 0);
+  TWIN_CUDA_REQUIRE(heads % kv_heads == 0);
+  if (kv_heads == heads) {
+    attention_backward(dqkv, dout, qkv, lse, batch, seq, heads, head_dim, blas, stream, alibi_slopes);
+    return;
+  }
+  TWIN_CUDA_REQUIRE(static_cast<std::int64_t>(heads) * seq <= INT32_MAX);  // score rows of one sequence: int
+  TWIN_CUDA_REQUIRE(dqkv != nullptr && dout != nullptr && qkv != nullptr && lse != nullptr);
+  TWIN_CUDA_REQUIRE(dqkv != dout && dqkv != qkv);
+  const GroupedAttentionShape shape{seq, heads, kv_heads, head_dim};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const std::size_t score_count = static_cast<std::size_t>(heads) * shape.scores_per_head();
+  const std::size_t kv_count = static_cast<std::size_t>(kv_heads) * shape.kv_sum_per_head();
+  device::Scratch scores(score_count * sizeof(float), stream);  // (heads, seq, seq) S
+  device::Scratch dprobs(score_count * sizeof(float), stream);  // dP
+  device::Scratch probs(score_count * sizeof(bf16), stream);    // P
+  device::Scratch dscores(score_count * sizeof(bf16), stream);  // dS, times the scale
+  device::Scratch dk_sum(kv_count * sizeof(float), stream);     // (kv_heads, seq, head_dim), summed over each group
+  device::Scratch dv_sum(kv_count * sizeof(float), stream);
+  const int rows = heads * seq;
+  const int group = shape.group();
+  for (int b = 0; b < batch; ++b) {
+    const bf16* qkv_b = qkv + static_cast<std::size_t>(b) * seq * shape.qkv_row();
+    const bf16* dout_b = dout + static_cast<std::size_t>(b) * seq * shape.hidden();
+    bf16* dqkv_b = dqkv + static_cast<std::size_t>(b) * seq * shape.qkv_row();
+    const float* lse_b = lse + static_cast<std::size_t>(b) * rows;
+    for (int j = 0; j < group; ++j) {
+      gemm(blas, plan_grouped_attention_scores(shape, j, scale), qkv_b, qkv_b, scores.as<float>(), CUDA_R_32F, stream);
+      gemm(blas, plan_grouped_attention_dprobs(shape, j), qkv_b, dout_b, dprobs.as<float>(), CUDA_R_32F, stream);
+    }
+    causal_softmax_backward_kernel<<<launch::row_blocks(rows), 32 * launch::kWarpsPerRowBlock, 0, stream>>>(
+        probs.as<bf16>(), dscores.as<bf16>(), scores.as<float>(), dprobs.as<float>(), lse_b, alibi_slopes, rows, seq,
+        scale);
+    TWIN_CUDA_CHECK_LAUNCH();
+    for (int j = 0; j < group; ++j) {  // j = 0 overwrites the sums, j > 0 adds to them: the group's heads in order
+      gemm(blas, plan_grouped_attention_dvalue(shape, j), dout_b, probs.as<bf16>(), dv_sum.as<float>(), CUDA_R_32F,
+           stream);
+      gemm(blas, plan_grouped_attention_dquery(shape, j), qkv_b, dscores.as<bf16>(), dqkv_b, CUDA_R_16BF, stream);
+      gemm(blas, plan_grouped_attention_dkey(shape, j), qkv_b, dscores.as<bf16>(), dk_sum.as<float>(), CUDA_R_32F,
+           stream);
+    }
+    grouped_kv_gradient_kernel<<<launch::grid_stride_blocks(kv_count), launch::kElementwiseThreads, 0, stream>>>(
+        dqkv_b, dk_sum.as<float>(), dv_sum.as<float>(), kv_count, seq, heads, kv_heads, head_dim);
+    TWIN_CUDA_CHECK_LAUNCH();
   }
 }
 

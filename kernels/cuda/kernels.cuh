@@ -9,7 +9,8 @@
 #pragma once
 
 #include "kernels/cuda/adamw.cuh"          // adamw_update (fp32, and bf16 with an fp32 master copy)
-#include "kernels/cuda/attention.cuh"      // attention_forward, attention_backward
+#include "kernels/cuda/attention.cuh"      // attention_forward, attention_backward, attention_forward_gqa,
+                                           // attention_backward_gqa
 #include "kernels/cuda/cast.cuh"           // cast_float_to_bf16, cast_bf16_to_float, round_to_bf16
 #include "kernels/cuda/check.cuh"          // TWIN_CUDA_CHECK, TWIN_CUBLAS_CHECK, TWIN_NCCL_CHECK, TWIN_MPI_CHECK
 #include "kernels/cuda/cross_entropy.cuh"  // cross_entropy_local_stats, cross_entropy_combine, cross_entropy_backward
@@ -19,3 +20,6 @@
 #include "kernels/cuda/gelu.cuh"           // gelu_forward, gelu_backward
 #include "kernels/cuda/layernorm.cuh"      // layernorm_forward, residual_layernorm_forward, layernorm_backward
 #include "kernels/cuda/matmul.cuh"         // Cublas, gemm, matmul_forward, matmul_forward_gelu, matmul_backward
+#include "kernels/cuda/rmsnorm.cuh"        // rmsnorm_forward, rmsnorm_backward
+#include "kernels/cuda/rope.cuh"           // rope_forward, rope_backward
+#include "kernels/cuda/swiglu.cuh"         // swiglu_forward, swiglu_backward

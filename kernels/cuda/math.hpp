@@ -1,6 +1,7 @@
 // Scalar formulas shared by the CUDA kernels and the host (plain C++ when g++ compiles it): GELU and its derivative,
-// and one AdamW element. The tests run these on the CPU against kernels/cpu (tests/kernels_cuda/math_test.cpp), so
-// the device kernels compute the CPU twin's formulas, operation for operation.
+// SwiGLU and its derivatives, the rotary embeddings' angles and rotation, and one AdamW element. The tests run these
+// on the CPU against kernels/cpu (tests/kernels_cuda/host_test.cpp), so the device kernels compute the CPU twin's
+// formulas, operation for operation.
 #pragma once
 
 #include <cmath>
@@ -118,6 +119,63 @@ TWIN_HOST_DEVICE inline float gelu_grad(float x) {
   const float h = gelu_half_one_plus_tanh(x);
   const float du_dx = kGeluSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
   return h + 2.0f * x * h * (1.0f - h) * du_dx;
+}
+
+// --- SwiGLU (kernels/cpu/swiglu.hpp) --------------------------------------------------------------------------------
+//   out = silu(gate) up,  silu(g) = g sigmoid(g),  sigmoid(g) = 1 / (1 + e^-g)
+//   d gate = dout up silu'(gate),  silu'(g) = sigmoid(g) (1 + g (1 - sigmoid(g))),   d up = dout silu(gate)
+// The sigmoid as kernels/cpu/swiglu.cpp computes it, from e = e^-|g| in [0, 1] (exp_cephes above, never past its
+// range): 1 / (1 + e) for g >= 0, e / (1 + e) for g < 0; no inf or NaN at any finite g. |g| by clearing the sign bit
+// (what fabs does), the same on either side.
+TWIN_HOST_DEVICE inline float swiglu_sigmoid(float g) {
+  const float e = exp_cephes(-float_of(bits_of(g) & 0x7fffffffu));
+  return (g >= 0.0f ? 1.0f : e) / (1.0f + e);
+}
+
+// silu(gate) * up, in the CPU twin's order: (g sigmoid(g)) up
+TWIN_HOST_DEVICE inline float swiglu(float gate, float up) {
+  return gate * swiglu_sigmoid(gate) * up;
+}
+
+// d gate = (dout up) silu'(gate)
+TWIN_HOST_DEVICE inline float swiglu_dgate(float gate, float up, float dout) {
+  const float sig = swiglu_sigmoid(gate);
+  const float silu_grad = sig * (1.0f + gate * (1.0f - sig));
+  return dout * up * silu_grad;
+}
+
+// d up = dout (g sigmoid(g))
+TWIN_HOST_DEVICE inline float swiglu_dup(float gate, float dout) {
+  return dout * (gate * swiglu_sigmoid(gate));
+}
+
+// --- rotary embeddings (kernels/cpu/rope.hpp) ------------------------------------------------------------------------
+// The cos and sin of pair i at position t, as kernels/cpu/rope.cpp computes them: in double,
+//   theta_i = base^(-2i/d),  angle = t theta_i,  cos = (float) cos(angle),  sin = (float) (direction sin(angle))
+// each rounded once to fp32; direction +1 forward, -1 backward (the transpose: the same cos, -sin). The device's double
+// pow, cos and sin are within 2 ulp of the host's libm: the fp32 roundings agree but in the rarest ties.
+TWIN_HOST_DEVICE inline void rope_cos_sin(int t, int i, int head_dim, float base, double direction, float* cos_angle,
+                                          float* sin_angle) {
+#if defined(__CUDA_ARCH__)
+  const double theta = ::pow(static_cast<double>(base), -2.0 * i / head_dim);
+  const double angle = static_cast<double>(t) * theta;
+  *cos_angle = static_cast<float>(::cos(angle));
+  *sin_angle = static_cast<float>(direction * ::sin(angle));
+#else
+  const double theta = std::pow(static_cast<double>(base), -2.0 * i / head_dim);
+  const double angle = static_cast<double>(t) * theta;
+  *cos_angle = static_cast<float>(std::cos(angle));
+  *sin_angle = static_cast<float>(direction * std::sin(angle));
+#endif
+}
+
+// The rotation of one pair (x1, x2) = (x[i], x[i + d/2]) in place, in the CPU twin's fp32 operations, each correctly
+// rounded (no FMA contraction on the device):
+//   x1' = x1 cos - x2 sin,   x2' = x2 cos + x1 sin
+TWIN_HOST_DEVICE inline void rope_rotate(float& x1, float& x2, float cos_angle, float sin_angle) {
+  const float x1_i = x1, x2_i = x2;
+  x1 = sub_rn(mul_rn(x1_i, cos_angle), mul_rn(x2_i, sin_angle));
+  x2 = add_rn(mul_rn(x2_i, cos_angle), mul_rn(x1_i, sin_angle));
 }
 
 // --- AdamW (kernels/cpu/adamw.hpp): the per-step constants in double on the host, then one element

@@ -134,6 +134,61 @@ TEST(CudaBackendTest, LayerComputeMatchesCpuBackend) {
   EXPECT_TRUE(normalised_error_below(got[5], want[5], 1e-2)) << "lse with ALiBi";
 }
 
+// The kernels of a Llama-style block through both backends: RMSNorm -> qkv linear without bias -> rotary embeddings ->
+// grouped-query attention (4 query heads on 2 kv heads), and SwiGLU; then their backwards in the interpreter's order
+// (attention, then the rotation of dq and dk back; RMSNorm accumulating into the residual stream's gradient).
+TEST(CudaBackendTest, LlamaLayerComputeMatchesCpuBackend) {
+  TWIN_REQUIRE_GPU();
+  cpu::CpuBackend host_backend;
+  CudaBackend gpu_backend;
+  Backend& c = host_backend;
+  Backend& g = gpu_backend;
+  EXPECT_TRUE(g.runs_llama_blocks());
+  const int B = 2, T = 24, H = 4, KV = 2, D = 16, C = H * D, rows = B * T, width = (H + 2 * KV) * D, F = 96;
+  const auto x = bf16_rounded(random_vector(rows * C, 11, -2.0f, 2.0f));
+  const auto w = bf16_rounded(random_vector(width * C, 12, -0.2f, 0.2f));
+  const auto norm_w = bf16_rounded(random_vector(C, 13, 0.5f, 1.5f));
+  const auto fc = bf16_rounded(random_vector(rows * 2 * F, 14, -4.0f, 4.0f));
+  const auto d_act = bf16_rounded(random_vector(rows * F, 15));
+  const auto d_attn = bf16_rounded(random_vector(rows * C, 16));
+  const auto d_norm = bf16_rounded(random_vector(rows * C, 17));
+
+  auto run = [&](Backend& be, DType a) {
+    Tensor tx = make(be, x, a), tw = make(be, w, a), tnw = make(be, norm_w, a), tfc = make(be, fc, a);
+    Tensor norm = be.allocate(rows * C, a), rstd = be.allocate(rows, DType::F32);
+    be.rmsnorm_forward(norm, rstd, tx, tnw, rows, C);
+    Tensor qkv = be.allocate(rows * width, a);
+    be.matmul_forward(qkv, norm, tw, Tensor{}, rows, C, width);
+    be.rope_forward(qkv, B, T, H, KV, D);
+    Tensor out = be.allocate(rows * C, a), lse = be.allocate(B * H * T, DType::F32);
+    be.attention_forward_grouped(out, lse, qkv, B, T, H, KV, D, Tensor{});
+    Tensor act = be.allocate(rows * F, a);
+    be.swiglu_forward(act, tfc, rows, F);
+
+    Tensor dqkv = be.allocate(rows * width, a);
+    be.attention_backward_grouped(dqkv, make(be, d_attn, a), qkv, lse, B, T, H, KV, D, Tensor{});
+    be.rope_backward(dqkv, B, T, H, KV, D);
+    Tensor dfc = be.allocate(rows * 2 * F, a);
+    be.swiglu_backward(dfc, tfc, make(be, d_act, a), rows, F);
+    Tensor dx = be.zeros(rows * C, a), dnw = be.zeros(C, DType::F32);
+    be.rmsnorm_backward(dx, dnw, make(be, d_norm, a), tx, tnw, rstd, rows, C);
+    return std::vector<std::vector<float>>{read(be, norm), read(be, rstd), read(be, qkv), read(be, out), read(be, lse),
+                                           read(be, act),  read(be, dqkv), read(be, dfc), read(be, dx),  read(be, dnw)};
+  };
+  const auto want = run(c, DType::F32);
+  const auto got = run(g, g.activation_dtype());
+  EXPECT_TRUE(normalised_error_below(got[0], want[0], 5e-3)) << "rmsnorm";
+  EXPECT_TRUE(normalised_error_below(got[1], want[1], 1e-5)) << "rstd";
+  EXPECT_TRUE(normalised_error_below(got[2], want[2], 1e-2)) << "qkv, rotated";
+  EXPECT_TRUE(normalised_error_below(got[3], want[3], 2e-2)) << "grouped attention";
+  EXPECT_TRUE(normalised_error_below(got[4], want[4], 1e-2)) << "lse";
+  EXPECT_TRUE(normalised_error_below(got[5], want[5], 5e-3)) << "swiglu";
+  EXPECT_TRUE(normalised_error_below(got[6], want[6], 3e-2)) << "dqkv, rotated back";
+  EXPECT_TRUE(normalised_error_below(got[7], want[7], 5e-3)) << "swiglu backward";
+  EXPECT_TRUE(normalised_error_below(got[8], want[8], 5e-3)) << "rmsnorm dinp";
+  EXPECT_TRUE(normalised_error_below(got[9], want[9], 1e-4)) << "rmsnorm dweight";
+}
+
 TEST(CudaBackendTest, CrossEntropyOptimizerAndReductionsMatchCpuBackend) {
   TWIN_REQUIRE_GPU();
   cpu::CpuBackend c;
@@ -278,6 +333,42 @@ TEST(CudaTraining, FollowsTheCpuBackendOnOneRankAndOnFourSharingTheGpu) {
     }
     EXPECT_LT(cuda_losses.back(), cuda_losses.front());
   }
+}
+
+// A Llama-style block (RMSNorm, SwiGLU, rotary embeddings, 2 kv heads for 4 query heads, no biases, untied
+// embeddings) trains on the CUDA backend as on the CPU backend; with tp 2 each rank holds one kv head shared by its two
+// query heads.
+TEST(CudaTraining, LlamaBlocksFollowTheCpuBackendOnOneRankAndOnFourSharingTheGpu) {
+  TWIN_REQUIRE_GPU();
+  std::string corpus_text;
+  for (int i = 0; i < 400; ++i)
+    corpus_text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
+  const TextDataset data = text_from_string(corpus_text);
+  std::vector<model::Override> llama;
+  for (const char* set : {"model.norm=\"rmsnorm\"", "model.activation=\"swiglu\"", "model.position_embedding=\"rope\"",
+                          "model.kv_heads=2", "model.linear_bias=false", "framework.tied_embeddings=false"}) {
+    llama.push_back(model::parse_override(set));
+  }
+  auto losses = [&](const std::string& backend, int tp, int pp) {
+    const model::Program program =
+        model::build_program(model::parse_scenario(toml(4, pp, tp, 1, "1f1b", 1), "test", llama));
+    TrainOptions options;
+    options.backend = backend;
+    options.steps = 8;
+    options.threads_per_rank = 1;
+    options.trace_step = -2;
+    return train_threads(program, data, options).losses;
+  };
+  const auto cpu_losses = losses("cpu", 1, 1);
+  const auto cuda_losses = losses("cuda", 1, 1);
+  const auto split_losses = losses("cuda", 2, 2);  // 4 rank threads on one GPU: TP collectives, P2P staged
+  ASSERT_EQ(cuda_losses.size(), cpu_losses.size());
+  ASSERT_EQ(split_losses.size(), cpu_losses.size());
+  for (std::size_t i = 0; i < cpu_losses.size(); ++i) {
+    EXPECT_NEAR(cuda_losses[i], cpu_losses[i], 0.02 * cpu_losses[i]) << "step " << i;  // bf16 against fp32
+    EXPECT_NEAR(split_losses[i], cuda_losses[i], 0.02 * cuda_losses[i]) << "step " << i;
+  }
+  EXPECT_LT(cuda_losses.back(), cuda_losses.front());
 }
 
 }  // namespace

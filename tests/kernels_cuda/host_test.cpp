@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -19,6 +20,8 @@
 #include "kernels/cpu/adamw.hpp"
 #include "kernels/cpu/cast.hpp"
 #include "kernels/cpu/gelu.hpp"
+#include "kernels/cpu/rope.hpp"
+#include "kernels/cpu/swiglu.hpp"
 #include "kernels/cuda/kernels.cuh"
 #include "kernels/cuda/launch.hpp"
 #include "kernels/cuda/math.hpp"
@@ -74,6 +77,75 @@ TEST(CudaMath, GeluFormulasAreTheCpuTwins) {
   for (std::size_t i = 0; i < x.size(); ++i) {
     ASSERT_EQ(math::gelu(x[i]), want[i]) << "x = " << x[i];  // same operations, same bits on the host
     ASSERT_EQ(math::gelu_grad(x[i]) * dout[i], want_dinp[i]) << "x = " << x[i];
+  }
+}
+
+// The SwiGLU's sigmoid, product and derivatives (math.hpp) against kernels/cpu/swiglu.cpp, bit for bit, over gates of
+// every size: moderate ones, then the ends where the sigmoid saturates or exp_cephes flushes to 0 (below -87).
+TEST(CudaMath, SwigluFormulasAreTheCpuTwins) {
+  const int rows = 2, width = 4096;
+  auto gate = random_vector(static_cast<std::size_t>(rows) * width, 3, -12.0f, 12.0f);
+  const float extremes[] = {0.0f,   -0.0f, 1e-30f, -1e-30f, 80.0f,   -80.0f, 86.9f, -86.9f, 87.5f,
+                            -87.5f, 88.0f, -88.0f, 100.0f,  -100.0f, 1e4f,   -1e4f, 3e38f,  -3e38f};
+  for (std::size_t i = 0; i < std::size(extremes); ++i) gate[i] = extremes[i];
+  const auto up = random_vector(gate.size(), 4, -3.0f, 3.0f);
+  const auto dout = random_vector(gate.size(), 5);
+  std::vector<float> inp(2 * gate.size());  // rows of [gate | up]
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < width; ++c) {
+      inp[static_cast<std::size_t>(r) * 2 * width + c] = gate[static_cast<std::size_t>(r) * width + c];
+      inp[static_cast<std::size_t>(r) * 2 * width + width + c] = up[static_cast<std::size_t>(r) * width + c];
+    }
+  }
+  std::vector<float> want(gate.size()), want_dinp(inp.size());
+  cpu::swiglu_forward(want.data(), inp.data(), rows, width);
+  cpu::swiglu_backward(want_dinp.data(), inp.data(), dout.data(), rows, width);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < width; ++c) {
+      const std::size_t i = static_cast<std::size_t>(r) * width + c, row = static_cast<std::size_t>(r) * 2 * width;
+      const float g = gate[i], u = up[i], dy = dout[i];
+      // same operations, same bits on the host
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(math::swiglu(g, u)), std::bit_cast<std::uint32_t>(want[i])) << "g " << g;
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(math::swiglu_dgate(g, u, dy)),
+                std::bit_cast<std::uint32_t>(want_dinp[row + c]))
+          << "g " << g;
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(math::swiglu_dup(g, dy)),
+                std::bit_cast<std::uint32_t>(want_dinp[row + width + c]))
+          << "g " << g;
+    }
+  }
+  for (float g : extremes) {  // finite at every finite gate, as the CPU twin promises
+    ASSERT_TRUE(std::isfinite(math::swiglu_sigmoid(g))) << g;
+    ASSERT_TRUE(std::isfinite(math::swiglu_dgate(g, 1.0f, 1.0f))) << g;
+  }
+}
+
+// The rotary embeddings' cos / sin and rotation (math.hpp), applied on the host with the device kernel's indexing
+// (pair i of head h of token (b, t)), against kernels/cpu/rope.cpp, forward and backward, bit for bit.
+TEST(CudaMath, RopeAnglesAndRotationAreTheCpuTwins) {
+  const int B = 2, T = 300, H = 4, KV = 2, D = 64, half = D / 2;
+  const std::size_t row = static_cast<std::size_t>(H + 2 * KV) * D;
+  const auto qkv = random_vector(static_cast<std::size_t>(B) * T * row, 6, -2.0f, 2.0f);
+  for (const double direction : {1.0, -1.0}) {
+    auto want = qkv, got = qkv;
+    if (direction > 0) {
+      cpu::rope_forward(want.data(), B, T, H, KV, D);
+    } else {
+      cpu::rope_backward(want.data(), B, T, H, KV, D);
+    }
+    for (int b = 0; b < B; ++b) {
+      for (int t = 0; t < T; ++t) {
+        for (int h = 0; h < H + KV; ++h) {  // q's heads, then k's; v untouched
+          float* x = got.data() + (static_cast<std::size_t>(b) * T + t) * row + static_cast<std::size_t>(h) * D;
+          for (int i = 0; i < half; ++i) {
+            float c = 0.0f, s = 0.0f;
+            math::rope_cos_sin(t, i, D, 10000.0f, direction, &c, &s);
+            math::rope_rotate(x[i], x[i + half], c, s);
+          }
+        }
+      }
+    }
+    EXPECT_TRUE(cpu::testing::same_bits(got, want)) << "direction " << direction;
   }
 }
 
