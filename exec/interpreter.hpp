@@ -68,16 +68,17 @@ class Interpreter {
   // this rank's: tokens = B*T, tokens_sp = tokens / tp under sequence parallelism.
   struct LayerStash {
     Tensor x;                        // (tokens_sp, C) layer input, kept under every recompute mode
-    Tensor ln1, ln1_mean, ln1_rstd;  // (tokens_sp, C), (tokens_sp), (tokens_sp)
+    Tensor ln1, ln1_mean, ln1_rstd;  // (tokens_sp, C), (tokens_sp), (tokens_sp); no mean under RMSNorm
     Tensor ln1_full;                 // (tokens, C) ln1 gathered across TP (sequence parallel), else ln1
-    Tensor qkv;                      // (tokens, 3C/t) as (B, T, 3, H/t, D)
+    Tensor qkv;                      // (tokens, qkv_local) as (B, T, 3, H/t, D), or [q | k | v] with grouped
+                                     // queries; q and k rotated under rotary embeddings
     Tensor attn, attn_lse;           // (tokens, C/t), (B, H/t, T)
     Tensor proj;                     // (tokens, C) partial sums; (tokens_sp, C) after the TP reduction
     Tensor x2;                       // (tokens_sp, C) residual stream after attention
     Tensor ln2, ln2_mean, ln2_rstd;  // (tokens_sp, C), (tokens_sp), (tokens_sp)
     Tensor ln2_full;                 // (tokens, C)
-    Tensor fc;                       // (tokens, F/t) before GELU
-    Tensor gelu;                     // (tokens, F/t)
+    Tensor fc;                       // (tokens, up_local) before the activation: F/t, or SwiGLU's [gate | up]
+    Tensor gelu;                     // (tokens, F/t) the activation's output (GELU or SwiGLU)
     Tensor fc_proj;                  // (tokens, C) partial sums; (tokens_sp, C) after the TP reduction
   };
   struct HeadStash {
@@ -91,9 +92,10 @@ class Interpreter {
   // Working tensors of a backward pass, alive from one op to the next.
   struct BackwardWork {
     Tensor grad_full;  // (tokens, C) output gradient gathered across TP (sequence parallel)
-    Tensor d_hidden;   // (tokens, F/t) gradient of the MLP hidden activation
+    Tensor d_hidden;   // (tokens, F/t) gradient of the MLP hidden activation; (tokens, 2F/t) after SwiGLU's
+                       // backward
     Tensor d_attn;     // (tokens, C/t)
-    Tensor d_qkv;      // (tokens, 3C/t)
+    Tensor d_qkv;      // (tokens, qkv_local)
     Tensor d_ln;       // (tokens, C) partial input gradient of a column-parallel GEMM; (tokens_sp, C)
                        // after the TP reduction
   };
