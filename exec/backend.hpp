@@ -18,10 +18,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "exec/tensor.hpp"
-#include "model/scenario.hpp"
 
 namespace twin::exec {
 
@@ -100,40 +98,32 @@ class Backend {
   virtual void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                                const Tensor& inp, const Tensor& weight, int rows, int in_features,
                                int out_features) = 0;
-  // out (B, T, H*D), lse (B, H, T) fp32 <- qkv (B, T, 3*H*D); causal, H = the rank's heads; alibi_slopes (H) fp32:
-  // ALiBi's slope of each of those heads (kernels/cpu/attention.hpp), or empty for no bias
+  // out (B, T, H*D), lse (B, H, T) fp32 <- qkv (B, T, (H + 2 KV) D) as [q | k | v]; causal, H = the rank's query
+  // heads, KV its key/value heads (grouped-query attention; KV = H: multi-head, qkv (B, T, 3, H, D));
+  // alibi_slopes (H) fp32: ALiBi's slope of each query head (kernels/cpu/attention.hpp), or empty for no bias
   virtual void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq, int heads,
-                                 int head_dim, const Tensor& alibi_slopes) = 0;
-  // dqkv (B, T, 3*H*D) = ... <- dout (B, T, H*D), qkv, lse, the forward's alibi_slopes
+                                 int kv_heads, int head_dim, const Tensor& alibi_slopes) = 0;
+  // dqkv (B, T, (H + 2 KV) D) = ... <- dout (B, T, H*D), qkv, lse, the forward's alibi_slopes
   virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
-                                  int batch, int seq, int heads, int head_dim, const Tensor& alibi_slopes) = 0;
+                                  int batch, int seq, int heads, int kv_heads, int head_dim,
+                                  const Tensor& alibi_slopes) = 0;
   virtual void gelu_forward(const Tensor& out, const Tensor& inp) = 0;                        // out (n) = gelu(inp)
   virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;  // dinp = gelu'(inp) dout
 
-  // --- Llama-style blocks (kernels/cpu/rmsnorm.hpp, swiglu.hpp, rope.hpp, attention.hpp) ----------------------------
-  // A backend that runs them says so; the others keep these defaults, which refuse with a RunError naming the
-  // backend, and the trainer refuses such a scenario before it starts (llama_block_keys below).
-  virtual bool runs_llama_blocks() const { return false; }
+  // --- Llama-style blocks (kernels/cpu/rmsnorm.hpp, swiglu.hpp, rope.hpp) ---------------------------------------
   // out (rows, C), rstd (rows) <- inp (rows, C), weight (C)
   virtual void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, int rows,
-                               int channels);
+                               int channels) = 0;
   // dinp (rows, C) +=, dweight (C) += <- dout (rows, C), inp, weight, rstd
   virtual void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
-                                const Tensor& weight, const Tensor& rstd, int rows, int channels);
+                                const Tensor& weight, const Tensor& rstd, int rows, int channels) = 0;
   // out (rows, width) = silu(gate) * up <- inp (rows, 2 width) as [gate | up]
-  virtual void swiglu_forward(const Tensor& out, const Tensor& inp, int rows, int width);
+  virtual void swiglu_forward(const Tensor& out, const Tensor& inp, int rows, int width) = 0;
   // dinp (rows, 2 width) = ... <- inp, dout (rows, width)
-  virtual void swiglu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout, int rows, int width);
+  virtual void swiglu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout, int rows, int width) = 0;
   // qkv (B, T, (H + 2 KV) D): rotate q and k in place by position; the backward rotates dq and dk back
-  virtual void rope_forward(const Tensor& qkv, int batch, int seq, int heads, int kv_heads, int head_dim);
-  virtual void rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim);
-  // attention_forward / backward with `kv_heads` key/value heads shared by the H query heads (grouped-query
-  // attention); qkv (B, T, (H + 2 KV) D). With kv_heads == heads they are attention_forward / backward.
-  virtual void attention_forward_grouped(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
-                                         int heads, int kv_heads, int head_dim, const Tensor& alibi_slopes);
-  virtual void attention_backward_grouped(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
-                                          int batch, int seq, int heads, int kv_heads, int head_dim,
-                                          const Tensor& alibi_slopes);
+  virtual void rope_forward(const Tensor& qkv, int batch, int seq, int heads, int kv_heads, int head_dim) = 0;
+  virtual void rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim) = 0;
 
   // --- vocab-parallel cross-entropy (kernels/cpu/cross_entropy.hpp) -----------------------------------------------
   // stats (rows, 3) fp32 <- logits (rows, V_local), targets (rows) int32
@@ -158,9 +148,5 @@ class Backend {
 // "cpu" (always); "cuda" when built with the CUDA toolkit (exec/cuda/). Throws RunError naming the known backends
 // otherwise.
 std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOptions& options = {});
-
-// The scenario's keys that describe a Llama-style block, as "model.norm = \"rmsnorm\"" (empty for a GPT-2 block):
-// what a backend without runs_llama_blocks() refuses.
-std::vector<std::string> llama_block_keys(const model::Scenario& scenario);
 
 }  // namespace twin::exec

@@ -58,8 +58,8 @@ void Interpreter::attention_core_forward(const Op& op) {
   LayerStash& s = stash(op);
   s.attn = backend_.allocate(n(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
   s.attn_lse = backend_.allocate(n(dims_.batch * dims_.heads_local, dims_.seq), DType::F32);
-  backend_.attention_forward_grouped(s.attn, s.attn_lse, s.qkv, dims_.batch, dims_.seq, dims_.heads_local,
-                                     dims_.kv_heads_local, dims_.head_dim, shard_.alibi_slopes);
+  backend_.attention_forward(s.attn, s.attn_lse, s.qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local,
+                             dims_.head_dim, shard_.alibi_slopes);
 }
 
 void Interpreter::attention_projection_forward(const Op& op) {
@@ -244,8 +244,8 @@ void Interpreter::attention_core_backward(const Op& op) {
   ChunkState& state = chunk(op);
   LayerStash& s = stash(op);
   state.work.d_qkv = backend_.allocate(s.qkv.numel, backend_.activation_dtype());
-  backend_.attention_backward_grouped(state.work.d_qkv, state.work.d_attn, s.qkv, s.attn_lse, dims_.batch, dims_.seq,
-                                      dims_.heads_local, dims_.kv_heads_local, dims_.head_dim, shard_.alibi_slopes);
+  backend_.attention_backward(state.work.d_qkv, state.work.d_attn, s.qkv, s.attn_lse, dims_.batch, dims_.seq,
+                              dims_.heads_local, dims_.kv_heads_local, dims_.head_dim, shard_.alibi_slopes);
   if (dims_.rope) {  // the gradient of the rotated q and k back to the QKV GEMM's output
     backend_.rope_backward(state.work.d_qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local,
                            dims_.head_dim);

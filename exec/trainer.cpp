@@ -10,7 +10,6 @@
 #include <thread>
 
 #include <fmt/core.h>
-#include <fmt/ranges.h>
 
 #include "exec/backend.hpp"
 #include "exec/checkpoint.hpp"
@@ -60,11 +59,6 @@ class RankRun {
     backend_options.threads = threads;
     backend_options.shares_process = shares_process;
     backend_ = make_backend(options.backend, backend_options);
-    if (const std::vector<std::string> keys = llama_block_keys(scenario_);
-        !keys.empty() && !backend_->runs_llama_blocks()) {
-      throw RunError(fmt::format("{}: the {} backend does not run Llama-style blocks yet ({}): use --backend cpu",
-                                 scenario_.source, backend_->name(), fmt::join(keys, ", ")));
-    }
 #ifdef TWIN_HAVE_CUDA
     // device buffers need a device communicator (NCCL, or staging through this one); host pointers pass through
     device_comm_ = cuda::make_device_communicator(comm, *backend_, program, options.comm_timeout_s);

@@ -212,7 +212,7 @@ void CpuBackend::position_embedding_backward(const Tensor& dwpe, const Tensor& d
   k::position_embedding_backward(dwpe.f32(), dout.f32(), batch, seq, channels);
 }
 
-// --- layernorm, linear, attention, GELU ------------------------------------------------------------------------------
+// --- layernorm, linear --------------------------------------------------------------------------------------------
 
 void CpuBackend::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                                    const Tensor& weight, const Tensor& bias, int rows, int channels) {
@@ -262,49 +262,7 @@ void CpuBackend::matmul_backward(const Tensor& dinp, const Tensor& dweight, cons
                      out_features);
 }
 
-void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
-                                   int heads, int head_dim, const Tensor& alibi_slopes) {
-  const std::size_t tokens = std::size_t(batch) * seq, width = std::size_t(heads) * head_dim;
-  TWIN_EXEC_CHECK(
-      out.numel == tokens * width && qkv.numel == 3 * tokens * width && lse.numel == std::size_t(batch) * heads * seq,
-      "attention_forward: out {} qkv {} lse {}", out.numel, qkv.numel, lse.numel);
-  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == std::size_t(heads),
-                  "attention_forward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
-  const float* slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.f32();
-  auto slice = [&](int begin, int end) {
-    k::attention_forward(out.f32() + begin * std::size_t(seq) * width, lse.f32() + begin * std::size_t(heads) * seq,
-                         qkv.f32() + begin * std::size_t(seq) * 3 * width, end - begin, seq, heads, head_dim, slopes);
-  };
-  if (batch == 1) {  // one element: the kernel's GEMMs on BLAS's threads
-    slice(0, 1);
-    return;
-  }
-  with_single_threaded_blas([&](ThreadPool* pool) { for_each_batch(batch, pool, slice); });
-}
-
-void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
-                                    int batch, int seq, int heads, int head_dim, const Tensor& alibi_slopes) {
-  const std::size_t tokens = std::size_t(batch) * seq, width = std::size_t(heads) * head_dim;
-  TWIN_EXEC_CHECK(dout.numel == tokens * width && qkv.numel == 3 * tokens * width && dqkv.numel == qkv.numel &&
-                      lse.numel == std::size_t(batch) * heads * seq,
-                  "attention_backward: dqkv {} dout {} qkv {} lse {}", dqkv.numel, dout.numel, qkv.numel, lse.numel);
-  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == std::size_t(heads),
-                  "attention_backward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
-  const float* slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.f32();
-  auto slice = [&](int begin, int end) {
-    const std::size_t qkv_offset = begin * std::size_t(seq) * 3 * width;
-    k::attention_backward(dqkv.f32() + qkv_offset, dout.f32() + begin * std::size_t(seq) * width,
-                          qkv.f32() + qkv_offset, lse.f32() + begin * std::size_t(heads) * seq, end - begin, seq, heads,
-                          head_dim, slopes);
-  };
-  if (batch == 1) {
-    slice(0, 1);
-    return;
-  }
-  with_single_threaded_blas([&](ThreadPool* pool) { for_each_batch(batch, pool, slice); });
-}
-
-// --- Llama-style blocks ----------------------------------------------------------------------------------------------
+// --- RMSNorm, SwiGLU, rotary embeddings, attention, GELU ------------------------------------------------------------
 
 void CpuBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                  int rows, int channels) {
@@ -367,19 +325,16 @@ void CpuBackend::rope_backward(const Tensor& dqkv, int batch, int seq, int heads
   k::rope_backward(dqkv.f32(), batch, seq, heads, kv_heads, head_dim);
 }
 
-void CpuBackend::attention_forward_grouped(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
-                                           int heads, int kv_heads, int head_dim, const Tensor& alibi_slopes) {
-  if (kv_heads == heads) {
-    attention_forward(out, lse, qkv, batch, seq, heads, head_dim, alibi_slopes);
-    return;
-  }
+// kernels/cpu's grouped-query attention: with kv_heads == heads it is multi-head attention, with its bits.
+void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
+                                   int heads, int kv_heads, int head_dim, const Tensor& alibi_slopes) {
   const std::size_t tokens = std::size_t(batch) * seq, width = std::size_t(heads) * head_dim;
   const std::size_t row = std::size_t(heads + 2 * kv_heads) * head_dim;
   TWIN_EXEC_CHECK(
       out.numel == tokens * width && qkv.numel == tokens * row && lse.numel == std::size_t(batch) * heads * seq,
-      "attention_forward_grouped: out {} qkv {} lse {}", out.numel, qkv.numel, lse.numel);
+      "attention_forward: out {} qkv {} lse {}", out.numel, qkv.numel, lse.numel);
   TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == std::size_t(heads),
-                  "attention_forward_grouped: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
+                  "attention_forward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
   const float* slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.f32();
   auto slice = [&](int begin, int end) {
     k::attention_forward_gqa(out.f32() + begin * std::size_t(seq) * width, lse.f32() + begin * std::size_t(heads) * seq,
@@ -393,21 +348,16 @@ void CpuBackend::attention_forward_grouped(const Tensor& out, const Tensor& lse,
   with_single_threaded_blas([&](ThreadPool* pool) { for_each_batch(batch, pool, slice); });
 }
 
-void CpuBackend::attention_backward_grouped(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                            const Tensor& lse, int batch, int seq, int heads, int kv_heads,
-                                            int head_dim, const Tensor& alibi_slopes) {
-  if (kv_heads == heads) {
-    attention_backward(dqkv, dout, qkv, lse, batch, seq, heads, head_dim, alibi_slopes);
-    return;
-  }
+void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
+                                    int batch, int seq, int heads, int kv_heads, int head_dim,
+                                    const Tensor& alibi_slopes) {
   const std::size_t tokens = std::size_t(batch) * seq, width = std::size_t(heads) * head_dim;
   const std::size_t row = std::size_t(heads + 2 * kv_heads) * head_dim;
   TWIN_EXEC_CHECK(dout.numel == tokens * width && qkv.numel == tokens * row && dqkv.numel == qkv.numel &&
                       lse.numel == std::size_t(batch) * heads * seq,
-                  "attention_backward_grouped: dqkv {} dout {} qkv {} lse {}", dqkv.numel, dout.numel, qkv.numel,
-                  lse.numel);
+                  "attention_backward: dqkv {} dout {} qkv {} lse {}", dqkv.numel, dout.numel, qkv.numel, lse.numel);
   TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == std::size_t(heads),
-                  "attention_backward_grouped: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
+                  "attention_backward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
   const float* slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.f32();
   auto slice = [&](int begin, int end) {
     const std::size_t qkv_offset = begin * std::size_t(seq) * row;

@@ -58,13 +58,12 @@ class CpuBackend final : public Backend {
   void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features) override;
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq, int heads,
-                         int head_dim, const Tensor& alibi_slopes) override;
+                         int kv_heads, int head_dim, const Tensor& alibi_slopes) override;
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse, int batch,
-                          int seq, int heads, int head_dim, const Tensor& alibi_slopes) override;
+                          int seq, int heads, int kv_heads, int head_dim, const Tensor& alibi_slopes) override;
   void gelu_forward(const Tensor& out, const Tensor& inp) override;
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
 
-  bool runs_llama_blocks() const override { return true; }
   void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, int rows,
                        int channels) override;
   void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
@@ -73,11 +72,6 @@ class CpuBackend final : public Backend {
   void swiglu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout, int rows, int width) override;
   void rope_forward(const Tensor& qkv, int batch, int seq, int heads, int kv_heads, int head_dim) override;
   void rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim) override;
-  void attention_forward_grouped(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq, int heads,
-                                 int kv_heads, int head_dim, const Tensor& alibi_slopes) override;
-  void attention_backward_grouped(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
-                                  int batch, int seq, int heads, int kv_heads, int head_dim,
-                                  const Tensor& alibi_slopes) override;
 
   void cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,
                                  int vocab_start, int vocab_local, int valid_vocab) override;

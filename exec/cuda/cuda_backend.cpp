@@ -296,34 +296,6 @@ void CudaBackend::matmul_backward(const Tensor& dinp, const Tensor& dweight, con
                      b16(weight, kernel, "weight"), rows, in_features, out_features, *blas_, context_->compute());
 }
 
-void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
-                                    int heads, int head_dim, const Tensor& alibi_slopes) {
-  const std::size_t tokens = n(batch, seq), hidden = n(heads, head_dim);
-  TWIN_EXEC_CHECK(qkv.numel == tokens * 3 * hidden && out.numel == tokens * hidden && lse.numel == tokens * heads,
-                  "cuda attention_forward: qkv {} out {} lse {} for B {} T {} H {} D {}", qkv.numel, out.numel,
-                  lse.numel, batch, seq, heads, head_dim);
-  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == n(heads, 1),
-                  "cuda attention_forward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
-  const char* kernel = "attention_forward";
-  k::attention_forward(b16(out, kernel, "out"), f32(lse, kernel, "lse"), b16(qkv, kernel, "qkv"), batch, seq, heads,
-                       head_dim, *blas_, context_->compute(), optional_f32(alibi_slopes, kernel, "alibi_slopes"));
-}
-
-void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
-                                     int batch, int seq, int heads, int head_dim, const Tensor& alibi_slopes) {
-  const std::size_t tokens = n(batch, seq), hidden = n(heads, head_dim);
-  TWIN_EXEC_CHECK(qkv.numel == tokens * 3 * hidden && dqkv.numel == qkv.numel && dout.numel == tokens * hidden &&
-                      lse.numel == tokens * heads,
-                  "cuda attention_backward: dqkv {} dout {} qkv {} lse {} for B {} T {} H {} D {}", dqkv.numel,
-                  dout.numel, qkv.numel, lse.numel, batch, seq, heads, head_dim);
-  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == n(heads, 1),
-                  "cuda attention_backward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
-  const char* kernel = "attention_backward";
-  k::attention_backward(b16(dqkv, kernel, "dqkv"), b16(dout, kernel, "dout"), b16(qkv, kernel, "qkv"),
-                        f32(lse, kernel, "lse"), batch, seq, heads, head_dim, *blas_, context_->compute(),
-                        optional_f32(alibi_slopes, kernel, "alibi_slopes"));
-}
-
 void CudaBackend::gelu_forward(const Tensor& out, const Tensor& inp) {
   TWIN_EXEC_CHECK(out.numel == inp.numel, "cuda gelu_forward: out {} inp {}", out.numel, inp.numel);
   if (out.numel == 0) return;
@@ -394,41 +366,34 @@ void CudaBackend::rope_backward(const Tensor& dqkv, int batch, int seq, int head
   k::rope_backward(b16(dqkv, "rope_backward", "dqkv"), batch, seq, heads, kv_heads, head_dim, context_->compute());
 }
 
-void CudaBackend::attention_forward_grouped(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
-                                            int heads, int kv_heads, int head_dim, const Tensor& alibi_slopes) {
-  if (kv_heads == heads) {
-    attention_forward(out, lse, qkv, batch, seq, heads, head_dim, alibi_slopes);
-    return;
-  }
+// kernels/cuda's grouped-query attention: with kv_heads == heads it runs the multi-head kernels.
+void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
+                                    int heads, int kv_heads, int head_dim, const Tensor& alibi_slopes) {
   const std::size_t tokens = n(batch, seq), hidden = n(heads, head_dim);
   const std::size_t row = n(heads + 2 * kv_heads, head_dim);
   TWIN_EXEC_CHECK(qkv.numel == tokens * row && out.numel == tokens * hidden && lse.numel == tokens * heads,
-                  "cuda attention_forward_grouped: qkv {} out {} lse {} for B {} T {} H {} KV {} D {}", qkv.numel,
-                  out.numel, lse.numel, batch, seq, heads, kv_heads, head_dim);
+                  "cuda attention_forward: qkv {} out {} lse {} for B {} T {} H {} KV {} D {}", qkv.numel, out.numel,
+                  lse.numel, batch, seq, heads, kv_heads, head_dim);
   TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == n(heads, 1),
-                  "cuda attention_forward_grouped: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
-  const char* kernel = "attention_forward_grouped";
+                  "cuda attention_forward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
+  const char* kernel = "attention_forward";
   k::attention_forward_gqa(b16(out, kernel, "out"), f32(lse, kernel, "lse"), b16(qkv, kernel, "qkv"), batch, seq, heads,
                            kv_heads, head_dim, *blas_, context_->compute(),
                            optional_f32(alibi_slopes, kernel, "alibi_slopes"));
 }
 
-void CudaBackend::attention_backward_grouped(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                             const Tensor& lse, int batch, int seq, int heads, int kv_heads,
-                                             int head_dim, const Tensor& alibi_slopes) {
-  if (kv_heads == heads) {
-    attention_backward(dqkv, dout, qkv, lse, batch, seq, heads, head_dim, alibi_slopes);
-    return;
-  }
+void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
+                                     int batch, int seq, int heads, int kv_heads, int head_dim,
+                                     const Tensor& alibi_slopes) {
   const std::size_t tokens = n(batch, seq), hidden = n(heads, head_dim);
   const std::size_t row = n(heads + 2 * kv_heads, head_dim);
   TWIN_EXEC_CHECK(qkv.numel == tokens * row && dqkv.numel == qkv.numel && dout.numel == tokens * hidden &&
                       lse.numel == tokens * heads,
-                  "cuda attention_backward_grouped: dqkv {} dout {} qkv {} lse {} for B {} T {} H {} KV {} D {}",
-                  dqkv.numel, dout.numel, qkv.numel, lse.numel, batch, seq, heads, kv_heads, head_dim);
+                  "cuda attention_backward: dqkv {} dout {} qkv {} lse {} for B {} T {} H {} KV {} D {}", dqkv.numel,
+                  dout.numel, qkv.numel, lse.numel, batch, seq, heads, kv_heads, head_dim);
   TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == n(heads, 1),
-                  "cuda attention_backward_grouped: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
-  const char* kernel = "attention_backward_grouped";
+                  "cuda attention_backward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
+  const char* kernel = "attention_backward";
   k::attention_backward_gqa(b16(dqkv, kernel, "dqkv"), b16(dout, kernel, "dout"), b16(qkv, kernel, "qkv"),
                             f32(lse, kernel, "lse"), batch, seq, heads, kv_heads, head_dim, *blas_, context_->compute(),
                             optional_f32(alibi_slopes, kernel, "alibi_slopes"));

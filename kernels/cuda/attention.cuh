@@ -22,8 +22,8 @@
 // head h / group, group = heads / kv_heads. Layout as the CPU twin's: qkv (batch, seq, (heads + 2*kv_heads)*head_dim),
 // each token's row [q: heads*head_dim | k: kv_heads*head_dim | v: kv_heads*head_dim]; out and lse as above. The same
 // path, with the GEMMs batched over the kv heads: the j-th query head of every group (h = g group + j, g the batch
-// entry) is one call, j = 0 .. group-1 (GroupedAttentionShape below, run on the CPU by tests/kernels_cuda). The fused
-// softmaxes are those of multi-head attention, over all heads * seq rows. dk and dv of a kv head are the sums over
+// entry) is one call, j = 0 .. group-1 (GroupedAttentionShape in gemm_plan.hpp, run on the CPU by
+// tests/kernels_cuda). The fused softmaxes are those of multi-head attention, over all heads * seq rows. dk and dv of a kv head are the sums over
 // its group's query heads: fp32 scratch (kv_heads, seq, head_dim) each, accumulated by the GEMMs of j = 0, 1, ... in
 // order (beta 0, then 1: deterministic), then rounded once into dqkv. Extra scratch per backward call:
 // kv_heads * seq * head_dim * 8 bytes. With kv_heads == heads the *_gqa functions are attention_forward / backward.
@@ -31,10 +31,6 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
-
-#include <cstdint>
-
-#include "kernels/cuda/gemm_plan.hpp"
 
 namespace twin::kernels::cuda {
 
@@ -67,104 +63,5 @@ void attention_forward_gqa(__nv_bfloat16* out, float* lse, const __nv_bfloat16* 
 void attention_backward_gqa(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                             const float* lse, int batch, int seq, int heads, int kv_heads, int head_dim, Cublas& blas,
                             cudaStream_t stream, const float* alibi_slopes = nullptr);
-
-// --- the GEMM plans of grouped-query attention (gemm_plan.hpp's conventions), one sequence b at a time ---------------
-// qkv_b (T, (H + 2 KV) D): q of query head h is the col-major (D, T) matrix at offset h D with ld (H + 2 KV) D; k of kv
-// head g at (H + g) D, v at (H + KV + g) D. Every plan is batched over the KV kv heads g and serves query head
-// h = g G + j (G = H / KV) for one j: q, out, dout and the scores of those heads step by G D (G T^2 for the scores),
-// k and v by D. Scores and probabilities are (H, T, T) as multi-head attention's; the dk and dv sums fp32 scratch
-// (KV, T, D), kv head g at g T D, row stride D (col-major (D, T) with ld D). With KV == H (G = 1, j = 0) every plan is
-// its plan_attention_* twin.
-struct GroupedAttentionShape {
-  int seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  int group() const { return heads / kv_heads; }
-  std::int64_t hidden() const { return static_cast<std::int64_t>(heads) * head_dim; }  // q and out row: H D
-  std::int64_t qkv_row() const { return static_cast<std::int64_t>(heads + 2 * kv_heads) * head_dim; }
-  std::int64_t k_offset() const { return hidden(); }                                                  // H D
-  std::int64_t v_offset() const { return hidden() + static_cast<std::int64_t>(kv_heads) * head_dim; }  // (H + KV) D
-  std::int64_t scores_per_head() const { return static_cast<std::int64_t>(seq) * seq; }
-  std::int64_t kv_sum_per_head() const { return static_cast<std::int64_t>(seq) * head_dim; }  // T D of the scratch
-  // query head j of group g, in q, out, dout and dq (per token: offset j D + g G D) and in the scores (j T^2 + g G T^2)
-  std::int64_t head_offset(int j) const { return static_cast<std::int64_t>(j) * head_dim; }
-  std::int64_t head_stride() const { return static_cast<std::int64_t>(group()) * head_dim; }
-  std::int64_t scores_offset(int j) const { return j * scores_per_head(); }
-  std::int64_t scores_stride() const { return group() * scores_per_head(); }
-};
-
-namespace detail {
-inline GemmPlan kv_head_batched(const GroupedAttentionShape& s, int m, int n, int k) {
-  GemmPlan p;
-  p.m = m, p.n = n, p.k = k;
-  p.batch = s.kv_heads;
-  return p;
-}
-}  // namespace detail
-
-// scores of heads g G + j (Tq, Tk) = scale * q k^T:  A = k (offset H D, stride D), B = q (offset j D, stride G D),
-// D = scores (fp32 scratch, offset j T^2, stride G T^2)
-inline GemmPlan plan_grouped_attention_scores(const GroupedAttentionShape& s, int j, float scale) {
-  GemmPlan p = detail::kv_head_batched(s, s.seq, s.seq, s.head_dim);
-  p.trans_a = true;
-  p.lda = s.qkv_row(), p.stride_a = s.head_dim, p.offset_a = s.k_offset();
-  p.ldb = s.qkv_row(), p.stride_b = s.head_stride(), p.offset_b = s.head_offset(j);
-  p.ldd = s.seq, p.stride_d = s.scores_stride(), p.offset_d = s.scores_offset(j);
-  p.alpha = scale;
-  return p;
-}
-
-// out_h (Tq, D) = P_h v_g:  A = v (offset (H + KV) D, stride D), B = probabilities (offset j T^2, stride G T^2),
-// D = out (row stride H D, offset j D, stride G D)
-inline GemmPlan plan_grouped_attention_output(const GroupedAttentionShape& s, int j) {
-  GemmPlan p = detail::kv_head_batched(s, s.head_dim, s.seq, s.seq);
-  p.lda = s.qkv_row(), p.stride_a = s.head_dim, p.offset_a = s.v_offset();
-  p.ldb = s.seq, p.stride_b = s.scores_stride(), p.offset_b = s.scores_offset(j);
-  p.ldd = s.hidden(), p.stride_d = s.head_stride(), p.offset_d = s.head_offset(j);
-  return p;
-}
-
-// dP_h (Tq, Tk) = dout_h v_g^T:  A = v (transposed), B = dout (row stride H D, offset j D, stride G D), D = dP (fp32
-// scratch, offset j T^2, stride G T^2)
-inline GemmPlan plan_grouped_attention_dprobs(const GroupedAttentionShape& s, int j) {
-  GemmPlan p = detail::kv_head_batched(s, s.seq, s.seq, s.head_dim);
-  p.trans_a = true;
-  p.lda = s.qkv_row(), p.stride_a = s.head_dim, p.offset_a = s.v_offset();
-  p.ldb = s.hidden(), p.stride_b = s.head_stride(), p.offset_b = s.head_offset(j);
-  p.ldd = s.seq, p.stride_d = s.scores_stride(), p.offset_d = s.scores_offset(j);
-  return p;
-}
-
-// dq_h (Tq, D) = dS_h k_g:  A = k, B = dS (bf16 scratch, already times the softmax scale; offset j T^2, stride G T^2),
-// D = dqkv (offset j D, stride G D): q's slot, overwritten
-inline GemmPlan plan_grouped_attention_dquery(const GroupedAttentionShape& s, int j) {
-  GemmPlan p = detail::kv_head_batched(s, s.head_dim, s.seq, s.seq);
-  p.lda = s.qkv_row(), p.stride_a = s.head_dim, p.offset_a = s.k_offset();
-  p.ldb = s.seq, p.stride_b = s.scores_stride(), p.offset_b = s.scores_offset(j);
-  p.ldd = s.qkv_row(), p.stride_d = s.head_stride(), p.offset_d = s.head_offset(j);
-  return p;
-}
-
-// dk_g (Tk, D) (+)= dS_h^T q_h:  A = q (offset j D, stride G D), B = dS (transposed), D = the fp32 dk sums
-// (KV, T, D); beta 0 for j = 0 (overwritten), 1 after (the group's heads summed in order)
-inline GemmPlan plan_grouped_attention_dkey(const GroupedAttentionShape& s, int j) {
-  GemmPlan p = detail::kv_head_batched(s, s.head_dim, s.seq, s.seq);
-  p.trans_b = true;
-  p.lda = s.qkv_row(), p.stride_a = s.head_stride(), p.offset_a = s.head_offset(j);
-  p.ldb = s.seq, p.stride_b = s.scores_stride(), p.offset_b = s.scores_offset(j);
-  p.ldd = s.head_dim, p.stride_d = s.kv_sum_per_head();
-  p.beta = j == 0 ? 0.0f : 1.0f;
-  return p;
-}
-
-// dv_g (Tk, D) (+)= P_h^T dout_h:  A = dout (row stride H D, offset j D, stride G D), B = probabilities (transposed),
-// D = the fp32 dv sums (KV, T, D); beta as plan_grouped_attention_dkey's
-inline GemmPlan plan_grouped_attention_dvalue(const GroupedAttentionShape& s, int j) {
-  GemmPlan p = detail::kv_head_batched(s, s.head_dim, s.seq, s.seq);
-  p.trans_b = true;
-  p.lda = s.hidden(), p.stride_a = s.head_stride(), p.offset_a = s.head_offset(j);
-  p.ldb = s.seq, p.stride_b = s.scores_stride(), p.offset_b = s.scores_offset(j);
-  p.ldd = s.head_dim, p.stride_d = s.kv_sum_per_head();
-  p.beta = j == 0 ? 0.0f : 1.0f;
-  return p;
-}
 
 }  // namespace twin::kernels::cuda

@@ -140,4 +140,103 @@ inline GemmPlan plan_attention_dkey(const AttentionShape& s) {
   return p;
 }
 
+// --- the GEMM plans of grouped-query attention (gemm_plan.hpp's conventions), one sequence b at a time ---------------
+// qkv_b (T, (H + 2 KV) D): q of query head h is the col-major (D, T) matrix at offset h D with ld (H + 2 KV) D; k of kv
+// head g at (H + g) D, v at (H + KV + g) D. Every plan is batched over the KV kv heads g and serves query head
+// h = g G + j (G = H / KV) for one j: q, out, dout and the scores of those heads step by G D (G T^2 for the scores),
+// k and v by D. Scores and probabilities are (H, T, T) as multi-head attention's; the dk and dv sums fp32 scratch
+// (KV, T, D), kv head g at g T D, row stride D (col-major (D, T) with ld D). With KV == H (G = 1, j = 0) every plan is
+// its plan_attention_* twin.
+struct GroupedAttentionShape {
+  int seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int group() const { return heads / kv_heads; }
+  std::int64_t hidden() const { return static_cast<std::int64_t>(heads) * head_dim; }  // q and out row: H D
+  std::int64_t qkv_row() const { return static_cast<std::int64_t>(heads + 2 * kv_heads) * head_dim; }
+  std::int64_t k_offset() const { return hidden(); }                                                   // H D
+  std::int64_t v_offset() const { return hidden() + static_cast<std::int64_t>(kv_heads) * head_dim; }  // (H + KV) D
+  std::int64_t scores_per_head() const { return static_cast<std::int64_t>(seq) * seq; }
+  std::int64_t kv_sum_per_head() const { return static_cast<std::int64_t>(seq) * head_dim; }  // T D of the scratch
+  // query head j of group g, in q, out, dout and dq (per token: offset j D + g G D) and in the scores (j T^2 + g G T^2)
+  std::int64_t head_offset(int j) const { return static_cast<std::int64_t>(j) * head_dim; }
+  std::int64_t head_stride() const { return static_cast<std::int64_t>(group()) * head_dim; }
+  std::int64_t scores_offset(int j) const { return j * scores_per_head(); }
+  std::int64_t scores_stride() const { return group() * scores_per_head(); }
+};
+
+namespace detail {
+inline GemmPlan kv_head_batched(const GroupedAttentionShape& s, int m, int n, int k) {
+  GemmPlan p;
+  p.m = m, p.n = n, p.k = k;
+  p.batch = s.kv_heads;
+  return p;
+}
+}  // namespace detail
+
+// scores of heads g G + j (Tq, Tk) = scale * q k^T:  A = k (offset H D, stride D), B = q (offset j D, stride G D),
+// D = scores (fp32 scratch, offset j T^2, stride G T^2)
+inline GemmPlan plan_grouped_attention_scores(const GroupedAttentionShape& s, int j, float scale) {
+  GemmPlan p = detail::kv_head_batched(s, s.seq, s.seq, s.head_dim);
+  p.trans_a = true;
+  p.lda = s.qkv_row(), p.stride_a = s.head_dim, p.offset_a = s.k_offset();
+  p.ldb = s.qkv_row(), p.stride_b = s.head_stride(), p.offset_b = s.head_offset(j);
+  p.ldd = s.seq, p.stride_d = s.scores_stride(), p.offset_d = s.scores_offset(j);
+  p.alpha = scale;
+  return p;
+}
+
+// out_h (Tq, D) = P_h v_g:  A = v (offset (H + KV) D, stride D), B = probabilities (offset j T^2, stride G T^2),
+// D = out (row stride H D, offset j D, stride G D)
+inline GemmPlan plan_grouped_attention_output(const GroupedAttentionShape& s, int j) {
+  GemmPlan p = detail::kv_head_batched(s, s.head_dim, s.seq, s.seq);
+  p.lda = s.qkv_row(), p.stride_a = s.head_dim, p.offset_a = s.v_offset();
+  p.ldb = s.seq, p.stride_b = s.scores_stride(), p.offset_b = s.scores_offset(j);
+  p.ldd = s.hidden(), p.stride_d = s.head_stride(), p.offset_d = s.head_offset(j);
+  return p;
+}
+
+// dP_h (Tq, Tk) = dout_h v_g^T:  A = v (transposed), B = dout (row stride H D, offset j D, stride G D), D = dP (fp32
+// scratch, offset j T^2, stride G T^2)
+inline GemmPlan plan_grouped_attention_dprobs(const GroupedAttentionShape& s, int j) {
+  GemmPlan p = detail::kv_head_batched(s, s.seq, s.seq, s.head_dim);
+  p.trans_a = true;
+  p.lda = s.qkv_row(), p.stride_a = s.head_dim, p.offset_a = s.v_offset();
+  p.ldb = s.hidden(), p.stride_b = s.head_stride(), p.offset_b = s.head_offset(j);
+  p.ldd = s.seq, p.stride_d = s.scores_stride(), p.offset_d = s.scores_offset(j);
+  return p;
+}
+
+// dq_h (Tq, D) = dS_h k_g:  A = k, B = dS (bf16 scratch, already times the softmax scale; offset j T^2, stride G T^2),
+// D = dqkv (offset j D, stride G D): q's slot, overwritten
+inline GemmPlan plan_grouped_attention_dquery(const GroupedAttentionShape& s, int j) {
+  GemmPlan p = detail::kv_head_batched(s, s.head_dim, s.seq, s.seq);
+  p.lda = s.qkv_row(), p.stride_a = s.head_dim, p.offset_a = s.k_offset();
+  p.ldb = s.seq, p.stride_b = s.scores_stride(), p.offset_b = s.scores_offset(j);
+  p.ldd = s.qkv_row(), p.stride_d = s.head_stride(), p.offset_d = s.head_offset(j);
+  return p;
+}
+
+// dk_g (Tk, D) (+)= dS_h^T q_h:  A = q (offset j D, stride G D), B = dS (transposed), D = the fp32 dk sums
+// (KV, T, D); beta 0 for j = 0 (overwritten), 1 after (the group's heads summed in order)
+inline GemmPlan plan_grouped_attention_dkey(const GroupedAttentionShape& s, int j) {
+  GemmPlan p = detail::kv_head_batched(s, s.head_dim, s.seq, s.seq);
+  p.trans_b = true;
+  p.lda = s.qkv_row(), p.stride_a = s.head_stride(), p.offset_a = s.head_offset(j);
+  p.ldb = s.seq, p.stride_b = s.scores_stride(), p.offset_b = s.scores_offset(j);
+  p.ldd = s.head_dim, p.stride_d = s.kv_sum_per_head();
+  p.beta = j == 0 ? 0.0f : 1.0f;
+  return p;
+}
+
+// dv_g (Tk, D) (+)= P_h^T dout_h:  A = dout (row stride H D, offset j D, stride G D), B = probabilities (transposed),
+// D = the fp32 dv sums (KV, T, D); beta as plan_grouped_attention_dkey's
+inline GemmPlan plan_grouped_attention_dvalue(const GroupedAttentionShape& s, int j) {
+  GemmPlan p = detail::kv_head_batched(s, s.head_dim, s.seq, s.seq);
+  p.trans_b = true;
+  p.lda = s.hidden(), p.stride_a = s.head_stride(), p.offset_a = s.head_offset(j);
+  p.ldb = s.seq, p.stride_b = s.scores_stride(), p.offset_b = s.scores_offset(j);
+  p.ldd = s.head_dim, p.stride_d = s.kv_sum_per_head();
+  p.beta = j == 0 ? 0.0f : 1.0f;
+  return p;
+}
+
 }  // namespace twin::kernels::cuda

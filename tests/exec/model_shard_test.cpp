@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "exec/cpu/cpu_backend.hpp"
-#include "exec/errors.hpp"
 #include "exec/model_shard.hpp"
 #include "exec_test_util.hpp"
 #include "kernels/cpu/attention.hpp"
@@ -202,27 +201,6 @@ TEST(ExecModelShard, LlamaShardsReassembleTheSingleRankModel) {
   }
   EXPECT_EQ(static_cast<double>(two.ranks[1]->bucket(0, model::ComputeKind::TransformerLayer).numel),
             model::layer_parameters_per_gpu(two.scenario));
-}
-
-TEST(ExecModelShard, ABackendWithoutLlamaBlocksRefusesThemByName) {
-  const auto s = testing::scenario(testing::parity_toml(), {"model.norm=\"rmsnorm\"", "model.kv_heads=2"});
-  EXPECT_EQ(llama_block_keys(s), (std::vector<std::string>{"model.norm = \"rmsnorm\"", "model.kv_heads = 2"}));
-  EXPECT_TRUE(llama_block_keys(testing::scenario(testing::parity_toml())).empty());
-  // Backend's own implementations, which a backend that does not run these blocks keeps.
-  cpu::CpuBackend backend;
-  const Tensor x = backend.zeros(8, DType::F32), w = backend.zeros(4, DType::F32), r = backend.zeros(2, DType::F32);
-  try {
-    backend.Backend::rmsnorm_forward(x, r, x, w, 2, 4);
-    ADD_FAILURE() << "no error";
-  } catch (const RunError& error) {
-    EXPECT_NE(std::string(error.what()).find("the cpu backend does not run RMSNorm (Llama-style blocks) yet"),
-              std::string::npos)
-        << error.what();
-  }
-  EXPECT_THROW(backend.Backend::swiglu_forward(w, x, 2, 2), RunError);
-  EXPECT_THROW(backend.Backend::rope_forward(x, 1, 1, 1, 1, 2), RunError);
-  const Tensor lse = backend.zeros(4, DType::F32);
-  EXPECT_THROW(backend.Backend::attention_forward_grouped(x, lse, x, 1, 1, 4, 2, 2, Tensor{}), RunError);
 }
 
 TEST(ExecModelShard, ZeroOneShardsPartitionEachBucket) {
