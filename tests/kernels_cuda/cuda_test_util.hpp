@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,17 @@ inline std::vector<float> to_float(const std::vector<__nv_bfloat16>& x) {
 // x rounded to bf16 precision: what a bf16 tensor holds, as fp32 for the CPU twin
 inline std::vector<float> bf16_rounded(const std::vector<float>& x) {
   return to_float(to_bf16(x));
+}
+
+// The normalised error a bf16 result passes at: one bf16 rounding of the result is ~1e-3 normalised.
+inline constexpr double kBf16Tolerance = 5e-3;
+
+// A (rows, channels) case of a row kernel (norms), as tests print it.
+struct Rows {
+  int rows, channels;
+};
+inline std::ostream& operator<<(std::ostream& out, const Rows& c) {
+  return out << "rows " << c.rows << " channels " << c.channels;
 }
 
 // --- comparison

@@ -25,8 +25,7 @@ using testing::normalised_error_below;
 using testing::same_bits;
 using testing::to_bf16;
 using testing::to_float;
-
-constexpr double kBf16Tolerance = 5e-3;  // one bf16 rounding of the result: ~1e-3 normalised
+using testing::kBf16Tolerance;
 
 TEST(CudaCast, BitsEqualTheCpuTwin) {
   TWIN_REQUIRE_GPU();

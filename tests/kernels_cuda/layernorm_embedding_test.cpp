@@ -25,15 +25,8 @@ using testing::normalised_error_below;
 using testing::same_bits;
 using testing::to_bf16;
 using testing::to_float;
-
-constexpr double kBf16Tolerance = 5e-3;
-
-struct Rows {
-  int rows, channels;
-};
-std::ostream& operator<<(std::ostream& out, const Rows& c) {
-  return out << "rows " << c.rows << " channels " << c.channels;
-}
+using testing::kBf16Tolerance;
+using testing::Rows;
 
 class CudaLayerNorm : public ::testing::TestWithParam<Rows> {};
 

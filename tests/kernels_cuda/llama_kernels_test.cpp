@@ -36,17 +36,10 @@ using testing::normalised_error_below;
 using testing::same_bits;
 using testing::to_bf16;
 using testing::to_float;
-
-constexpr double kBf16Tolerance = 5e-3;
+using testing::kBf16Tolerance;
+using testing::Rows;
 
 // --- RMSNorm ---------------------------------------------------------------------------------------------------------
-
-struct Rows {
-  int rows, channels;
-};
-std::ostream& operator<<(std::ostream& out, const Rows& c) {
-  return out << "rows " << c.rows << " channels " << c.channels;
-}
 
 class CudaRmsNorm : public ::testing::TestWithParam<Rows> {};
 

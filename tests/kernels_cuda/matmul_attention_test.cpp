@@ -26,8 +26,7 @@ using testing::normalised_error_below;
 using testing::same_bits;
 using testing::to_bf16;
 using testing::to_float;
-
-constexpr double kBf16Tolerance = 5e-3;
+using testing::kBf16Tolerance;
 
 struct LinearCase {
   int rows, in_features, out_features;
