@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <ostream>
 #include <vector>
@@ -168,6 +170,119 @@ TEST_P(CudaAttentionPlan, ForwardAndBackwardMatchCpuAttention) {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionPlan,
                          ::testing::Values(AttentionCase{1, 1, 1, 1}, AttentionCase{2, 7, 3, 4},
                                            AttentionCase{3, 16, 2, 8}, AttentionCase{1, 33, 4, 16}));
+
+// --- grouped-query attention ----------------------------------------------------------------------------------------
+// Its plans in the order kernels/cuda/attention.cu issues them, against kernels/cpu's attention_forward_gqa and
+// attention_backward_gqa.
+
+struct GqaCase {
+  int batch, seq, heads, kv_heads, head_dim;
+};
+std::ostream& operator<<(std::ostream& out, const GqaCase& c) {
+  return out << "B " << c.batch << " T " << c.seq << " H " << c.heads << " KV " << c.kv_heads << " D " << c.head_dim;
+}
+
+class CudaGroupedAttentionPlan : public ::testing::TestWithParam<GqaCase> {};
+
+TEST_P(CudaGroupedAttentionPlan, ForwardAndBackwardMatchCpuGqa) {
+  const auto [B, T, H, KV, D] = GetParam();
+  const GroupedAttentionShape shape{T, H, KV, D};
+  const int G = shape.group();
+  const std::size_t qkv_count = static_cast<std::size_t>(B) * T * shape.qkv_row();
+  const std::size_t out_count = static_cast<std::size_t>(B) * T * H * D;
+  const auto qkv = random_vector(qkv_count, 31, -2.0f, 2.0f);
+  const auto dout = random_vector(out_count, 32);
+  std::vector<float> want_out(out_count), want_lse(static_cast<std::size_t>(B) * H * T), want_dqkv(qkv_count);
+  cpu::attention_forward_gqa(want_out.data(), want_lse.data(), qkv.data(), B, T, H, KV, D);
+  cpu::attention_backward_gqa(want_dqkv.data(), dout.data(), qkv.data(), want_lse.data(), B, T, H, KV, D);
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int rows = H * T;
+  std::vector<float> out(out_count, std::nanf("")), lse(want_lse.size(), std::nanf("")), dqkv(qkv_count, std::nanf(""));
+  std::vector<int> out_writes(out_count), dqkv_writes(qkv_count);
+  std::vector<float> scores(static_cast<std::size_t>(rows) * T), probs(scores.size()), dprobs(scores.size()),
+      dscores(scores.size());
+  const std::size_t kv_count = static_cast<std::size_t>(KV) * shape.kv_sum_per_head();
+  for (int b = 0; b < B; ++b) {  // attention.cu's loops, with host pointers
+    const float* qkv_b = qkv.data() + static_cast<std::size_t>(b) * T * shape.qkv_row();
+    const float* dout_b = dout.data() + static_cast<std::size_t>(b) * T * shape.hidden();
+    const std::size_t out_offset = static_cast<std::size_t>(b) * T * shape.hidden();
+    const std::size_t dqkv_offset = static_cast<std::size_t>(b) * T * shape.qkv_row();
+    float* lse_b = lse.data() + static_cast<std::size_t>(b) * rows;
+    std::fill(scores.begin(), scores.end(), std::nanf(""));
+    std::vector<int> scratch_writes(scores.size());
+    for (int j = 0; j < G; ++j) {
+      run_plan_on_cpu(plan_grouped_attention_scores(shape, j, scale), qkv_b, qkv_b, scores.data(), &scratch_writes);
+    }
+    for (int w : scratch_writes) ASSERT_EQ(w, 1) << "every score written once";
+    softmax_forward_on_cpu(probs, lse_b, scores, rows, T);
+    for (int j = 0; j < G; ++j) {
+      run_plan_on_cpu(shifted(plan_grouped_attention_output(shape, j), out_offset), qkv_b, probs.data(), out.data(),
+                      &out_writes);
+    }
+
+    std::fill(dprobs.begin(), dprobs.end(), std::nanf(""));
+    std::vector<int> dprobs_writes(dprobs.size());
+    for (int j = 0; j < G; ++j) {
+      run_plan_on_cpu(plan_grouped_attention_dprobs(shape, j), qkv_b, dout_b, dprobs.data(), &dprobs_writes);
+    }
+    for (int w : dprobs_writes) ASSERT_EQ(w, 1) << "every dP written once";
+    softmax_backward_on_cpu(probs, dscores, scores, dprobs, lse_b, rows, T, scale);
+    // the fp32 sums start as garbage: the j = 0 GEMMs (beta 0) must overwrite them
+    std::vector<float> dk_sum(kv_count, std::nanf("")), dv_sum(kv_count, std::nanf(""));
+    std::vector<int> dk_writes(kv_count), dv_writes(kv_count);
+    for (int j = 0; j < G; ++j) {
+      run_plan_on_cpu(plan_grouped_attention_dvalue(shape, j), dout_b, probs.data(), dv_sum.data(), &dv_writes);
+      run_plan_on_cpu(shifted(plan_grouped_attention_dquery(shape, j), dqkv_offset), qkv_b, dscores.data(), dqkv.data(),
+                      &dqkv_writes);
+      run_plan_on_cpu(plan_grouped_attention_dkey(shape, j), qkv_b, dscores.data(), dk_sum.data(), &dk_writes);
+    }
+    for (std::size_t e = 0; e < kv_count; ++e) {
+      ASSERT_EQ(dk_writes[e], G) << "dk sum " << e << ": once per query head of the group";
+      ASSERT_EQ(dv_writes[e], G) << "dv sum " << e;
+    }
+    // grouped_kv_gradient_kernel: element e = (g T + t) D + d of the sums into the k and v slots
+    for (std::size_t e = 0; e < kv_count; ++e) {
+      const std::size_t d = e % D, t = (e / D) % T, g = e / (static_cast<std::size_t>(D) * T);
+      const std::size_t token = dqkv_offset + t * shape.qkv_row();
+      const std::size_t k_index = token + (H + g) * D + d, v_index = token + (H + KV + g) * D + d;
+      dqkv[k_index] = dk_sum[e];
+      dqkv[v_index] = dv_sum[e];
+      ++dqkv_writes[k_index];
+      ++dqkv_writes[v_index];
+    }
+  }
+  for (std::size_t i = 0; i < out_count; ++i) ASSERT_EQ(out_writes[i], 1) << "out element " << i;
+  for (std::size_t i = 0; i < qkv_count; ++i) ASSERT_EQ(dqkv_writes[i], 1) << "dqkv element " << i;
+  EXPECT_TRUE(all_close(out, want_out, 1e-5, 1e-4));
+  EXPECT_TRUE(all_close(lse, want_lse, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(dqkv, want_dqkv, 1e-5, 1e-4));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaGroupedAttentionPlan,
+                         ::testing::Values(GqaCase{1, 1, 2, 1, 1}, GqaCase{2, 7, 4, 2, 4}, GqaCase{1, 9, 3, 1, 8},
+                                           GqaCase{3, 16, 6, 3, 8}, GqaCase{1, 33, 8, 2, 16},
+                                           GqaCase{2, 5, 4, 4, 4}));  // the last: one query head per kv head
+
+// With kv_heads == heads (one group per head, j = 0) every grouped plan is its multi-head twin of gemm_plan.hpp.
+TEST(CudaGroupedAttentionPlan, WithOneQueryHeadPerKvHeadTheyAreTheMultiHeadPlans) {
+  const int T = 13, H = 5, D = 8;
+  const GroupedAttentionShape grouped{T, H, H, D};
+  const AttentionShape mha{T, H, D};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  auto same = [](const GemmPlan& a, const GemmPlan& b) {
+    return a.trans_a == b.trans_a && a.trans_b == b.trans_b && a.m == b.m && a.n == b.n && a.k == b.k &&
+           a.lda == b.lda && a.ldb == b.ldb && a.ldd == b.ldd && a.batch == b.batch && a.stride_a == b.stride_a &&
+           a.stride_b == b.stride_b && a.stride_d == b.stride_d && a.offset_a == b.offset_a &&
+           a.offset_b == b.offset_b && a.offset_d == b.offset_d && a.alpha == b.alpha && a.beta == b.beta;
+  };
+  EXPECT_TRUE(same(plan_grouped_attention_scores(grouped, 0, scale), plan_attention_scores(mha, scale)));
+  EXPECT_TRUE(same(plan_grouped_attention_output(grouped, 0), plan_attention_output(mha)));
+  EXPECT_TRUE(same(plan_grouped_attention_dprobs(grouped, 0), plan_attention_dprobs(mha)));
+  EXPECT_TRUE(same(plan_grouped_attention_dquery(grouped, 0), plan_attention_dquery(mha)));
+  EXPECT_EQ(grouped.qkv_row(), mha.qkv_row());
+  EXPECT_EQ(grouped.v_offset(), 2 * mha.hidden());
+}
 
 }  // namespace
 }  // namespace twin::kernels::cuda
