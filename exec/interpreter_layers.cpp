@@ -3,9 +3,9 @@
 //   x ─ LN1 ─[AG]─ QKV ─ attention core ─ proj ─[AR|RS]─ +bias +x = x2
 //   x2 ─ LN2 ─[AG]─ fc ─ GELU ─ fc_proj ─[AR|RS]─ +bias +x2 = y
 //
-// or a Llama-style block: RMSNorm for LN, rotary embeddings applied to q and k right after the QKV GEMM (so that a
-// selective recompute of the attention core reads them rotated; its backward rotates dq and dk back), grouped-query
-// attention, SwiGLU for GELU on an fc twice as wide, and no biases.
+// or a Llama-style block: RMSNorm for LN, rotary embeddings applied to q and k by the QKV op right after its GEMM
+// (so that a selective recompute of the attention core reads them rotated; its backward rotates dq and dk back before
+// the GEMM's), grouped-query attention, SwiGLU for GELU on an fc twice as wide, and no biases.
 //
 // [AG] and [AR|RS] are the Program's TP collectives (interpreter_comm.cpp); each compute op writes the tensor its
 // collective (if any) transforms, so with tp = 1 the same handlers run without them. Shapes per rank: T = B*S tokens,
@@ -246,10 +246,6 @@ void Interpreter::attention_core_backward(const Op& op) {
   state.work.d_qkv = backend_.allocate(s.qkv.numel, backend_.activation_dtype());
   backend_.attention_backward(state.work.d_qkv, state.work.d_attn, s.qkv, s.attn_lse, dims_.batch, dims_.seq,
                               dims_.heads_local, dims_.kv_heads_local, dims_.head_dim, shard_.alibi_slopes);
-  if (dims_.rope) {  // the gradient of the rotated q and k back to the QKV GEMM's output
-    backend_.rope_backward(state.work.d_qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local,
-                           dims_.head_dim);
-  }
   state.work.d_attn = Tensor{};
 }
 
@@ -259,6 +255,10 @@ void Interpreter::qkv_backward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   TWIN_EXEC_CHECK(!s.ln1_full.empty(), "layer {}: the attention input was not gathered", op.layer);
+  if (dims_.rope) {  // the gradient of the rotated q and k back to the QKV GEMM's output (the Program's op too)
+    backend_.rope_backward(state.work.d_qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local,
+                           dims_.head_dim);
+  }
   state.work.d_ln = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());
   backend_.matmul_backward(state.work.d_ln, g.qkv_weight, g.qkv_bias, state.work.d_qkv, s.ln1_full, w.qkv_weight,
                            dims_.tokens, dims_.hidden, dims_.qkv_local);

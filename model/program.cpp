@@ -183,10 +183,14 @@ Op linear(const Shapes& x, ComputeKind what, Phase phase, double m, double n, do
 // Megatron-DeepSpeed of 2021), and LinearWithGradAccumulationAndAsyncCommunication's `output = output + bias`
 // (2022); the backward sums the output gradient into the bias gradient (`grad_output.sum(dim=0)`). Those passes
 // ride on the GEMM op as bytes beyond its operands: forward read and write the output, backward read its gradient.
+// Rotary embeddings ride on it too: Megatron-Core (megatron/core/transformer/attention.py, 2023-2024) rotates Q and K
+// right after the QKV GEMM, before the core attention, in one fused kernel per pass (apply_rope_fusion: read and
+// write them forward, their gradients backward), as the executor does; a selective recompute of the core leaves them.
 Op qkv_projection(const Shapes& x, Phase phase) {
   const double width = x.qkv_local;
   Op op = linear(x, ComputeKind::QkvProjection, phase, x.tokens, width, x.h);
   if (!x.composer && x.bias) op.bytes += (phase == Phase::Backward ? 1 : 2) * x.e * x.tokens * width;
+  if (x.rope) op.bytes += 2 * x.e * x.tokens * (x.heads_local + x.kv_heads_local) * x.head_dim;
   return op;
 }
 
@@ -225,20 +229,16 @@ void gather_sequence(std::vector<Op>& ops, const Shapes& x, Payload payload, Com
 // [b, s, h, d] views (rearrange) whose last dimension is contiguous, and views its output back: no forward copy; the
 // backward of chunk concatenates the three gradients as split's does.
 //
-// Llama-style attention in Megatron-Core (megatron/core/transformer/attention.py and dot_product_attention.py, 2023-
-// 2024) adds two passes of the same kind. Rotary embeddings rotate Q and K in one fused kernel per pass
-// (apply_rope_fusion: read and write them forward, their gradients backward). Without FlashAttention, grouped-query
-// attention first expands K and V to the query heads (repeat_interleave: read the key/value heads, write the
-// query-head-wide copies) and its backward sums the copies' gradients back (read, write); FlashAttention takes the
-// key/value heads as they are. (A recomputed attention core counts the rotation too: right for full recompute; under
-// selective recompute, which reruns the core alone, it overcounts one pass over Q and K.)
+// Grouped-query attention in Megatron-Core (megatron/core/transformer/dot_product_attention.py, 2023-2024) adds one
+// pass of the same kind without FlashAttention: K and V are first expanded to the query heads (repeat_interleave: read
+// the key/value heads, write the query-head-wide copies), and the backward sums the copies' gradients back (read,
+// write); FlashAttention takes the key/value heads as they are.
 double layout_copy_bytes(const Shapes& x, Phase phase) {
   const double head_tensor = x.e * x.tokens * x.heads_local * x.head_dim;   // Q, the context: [tokens, h/t]
   const double kv_tensor = x.e * x.tokens * x.kv_heads_local * x.head_dim;  // K or V
-  const double rope = x.rope ? 2 * (head_tensor + kv_tensor) : 0;
   const double expand = !x.flash && x.kv_heads_local < x.heads_local ? 2 * (kv_tensor + head_tensor) : 0;
-  if (phase == Phase::Backward) return 2 * (head_tensor + 2 * kv_tensor) + rope + expand;
-  return (x.composer ? 0 : 2 * head_tensor) + rope + expand;
+  if (phase == Phase::Backward) return 2 * (head_tensor + 2 * kv_tensor) + expand;
+  return (x.composer ? 0 : 2 * head_tensor) + expand;
 }
 
 Op attention_core(const Shapes& x, Phase phase) {

@@ -98,14 +98,18 @@ TEST(Llama, GroupedQueriesRotaryAndNoBiasesChangeTheMemoryTraffic) {
   // FlashAttention reads K and V and writes their gradients at the key/value heads' width.
   EXPECT_LT(testing::bytes_of(grouped, Phase::Forward, ComputeKind::AttentionCore),
             testing::bytes_of(gpt, Phase::Forward, ComputeKind::AttentionCore));
-  // Rotary embeddings add a fused pass over Q and K each way (attention_layout_copy_bytes: timed at the streaming
-  // rate): 2 e (Q + K) per token.
+  // Rotary embeddings add a fused pass over Q and K each way, on the QKV projection that they follow (bytes beyond
+  // its operands: timed at the streaming rate): 2 e (Q + K) per token; the attention core is unchanged.
   Scenario rotary = grouped;
   rotary.model.position_embedding = PositionEmbedding::Rope;
   const double e = 2, tokens = 2048, q = 8 * 64, k = 2 * 64;  // per rank: 8 query heads, 2 key/value heads
-  EXPECT_DOUBLE_EQ(
-      attention_layout_copy_bytes(rotary, Phase::Forward) - attention_layout_copy_bytes(grouped, Phase::Forward),
-      2 * e * tokens * (q + k));
+  for (const Phase phase : {Phase::Forward, Phase::Backward}) {
+    EXPECT_DOUBLE_EQ(testing::bytes_of(rotary, phase, ComputeKind::QkvProjection) -
+                         testing::bytes_of(grouped, phase, ComputeKind::QkvProjection),
+                     2 * e * tokens * (q + k));
+    EXPECT_DOUBLE_EQ(testing::bytes_of(rotary, phase, ComputeKind::AttentionCore),
+                     testing::bytes_of(grouped, phase, ComputeKind::AttentionCore));
+  }
   // Without FlashAttention, grouped-query attention expands K and V to the query heads first.
   Scenario unfused = grouped;
   unfused.framework.attention = AttentionKind::Unfused;
