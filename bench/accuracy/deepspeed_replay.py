@@ -54,12 +54,14 @@ PARTNER = {"send_act": ("recv_act", +1), "recv_act": ("send_act", -1),
            "send_grad": ("recv_grad", -1), "recv_grad": ("send_grad", +1)}
 
 
-def replay(p, m, forward_s, backward_s, head_forward_s=0.0, head_backward_s=0.0, delta_s=0.0, order="v0.5"):
-    """Iteration time of the schedule (the last stage to finish); raises RuntimeError on a deadlock."""
-    forward = forward_s if isinstance(forward_s, list) else [forward_s] * p
-    backward = backward_s if isinstance(backward_s, list) else [backward_s] * p
-    forward = forward[:-1] + [forward[-1] + head_forward_s]
-    backward = backward[:-1] + [backward[-1] + head_backward_s]
+def stage_times(p, pass_s, head_s):
+    """A pass's seconds on each of p stages: pass_s, the last stage adding head_s (the LM head and loss)."""
+    return [pass_s] * (p - 1) + [pass_s + head_s]
+
+
+def replay(p, m, forward, backward, delta_s=0.0, order="v0.5"):
+    """Iteration time of the schedule (the last stage to finish), forward and backward the stages' pass times;
+    raises RuntimeError on a deadlock."""
     commands = [stage_commands(p, m, s, order) for s in range(p)]
     at = [0] * p
     clock = [0.0] * p
@@ -99,17 +101,17 @@ def check():
     failures = 0
     for p, m in [(2, 1), (2, 4), (4, 2), (4, 3), (4, 8), (8, 8), (8, 64), (35, 160), (35, 240)]:
         for head in (0.0, 0.2):
-            forward, backward = [1.0] * p, [3.0] * p
-            expected = one_f_one_b(p, m, forward[:-1] + [1.0 + head], backward[:-1] + [3.0 + 3 * head])
+            forward, backward = stage_times(p, 1.0, head), stage_times(p, 3.0, 3 * head)
+            expected = one_f_one_b(p, m, forward, backward)
             for order in ("v0.5", "v0.8.3"):
-                got = replay(p, m, 1.0, 3.0, head, 3 * head, 0.0, order)
+                got = replay(p, m, forward, backward, 0.0, order)
                 ok = abs(got - expected) < 1e-9 * expected
                 failures += not ok
                 if not ok:
                     print(f"p {p} m {m} head {head} {order}: replay {got} against 1F1B {expected}")
             # With messages that take time, both orders still finish; each is at least the compute-only time.
             for order in ("v0.5", "v0.8.3"):
-                got = replay(p, m, 1.0, 3.0, head, 3 * head, 0.01, order)
+                got = replay(p, m, forward, backward, 0.01, order)
                 failures += got < expected
     print("deepspeed_replay: " + ("ok" if failures == 0 else f"{failures} failures"))
     return failures == 0
@@ -131,13 +133,12 @@ def main():
     if not args.stages or not args.micro_batches or args.stages < 2 or args.micro_batches < 1:
         parser.error("give STAGES (at least 2) and MICRO_BATCHES (at least 1), or --check")
     p, m = args.stages, args.micro_batches
-    forward = [args.forward_s] * (p - 1) + [args.forward_s + args.head_forward_s]
-    backward = [args.backward_s] * (p - 1) + [args.backward_s + args.head_backward_s]
+    forward = stage_times(p, args.forward_s, args.head_forward_s)
+    backward = stage_times(p, args.backward_s, args.head_backward_s)
     ideal = one_f_one_b(p, m, forward, backward)
     print(f"1F1B without exchange costs: {ideal:.6f} s")
     for order in ("v0.5", "v0.8.3"):
-        t = replay(p, m, args.forward_s, args.backward_s, args.head_forward_s, args.head_backward_s, args.delta_s,
-                   order)
+        t = replay(p, m, forward, backward, args.delta_s, order)
         print(f"TrainSchedule {order:7}: {t:.6f} s ({100 * (t / ideal - 1):+.3f} %)")
     return 0
 
