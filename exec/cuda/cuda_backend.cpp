@@ -240,7 +240,7 @@ void CudaBackend::position_embedding_backward(const Tensor& dwpe, const Tensor& 
                                  context_->compute());
 }
 
-// --- layernorm, linear, attention, GELU ------------------------------------------------------------------------------
+// --- layernorm, linear, GELU ----------------------------------------------------------------------------------------
 
 void CudaBackend::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                                     const Tensor& weight, const Tensor& bias, int rows, int channels) {
@@ -310,7 +310,7 @@ void CudaBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Ten
                    b16(dout, "gelu_backward", "dout"), dinp.numel, context_->compute());
 }
 
-// --- Llama-style blocks: RMSNorm, SwiGLU, rotary embeddings, grouped-query attention --------------------------------
+// --- RMSNorm, SwiGLU, rotary embeddings, attention (multi-head and grouped-query) ----------------------------------
 
 void CudaBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                   int rows, int channels) {
