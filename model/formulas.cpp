@@ -118,16 +118,20 @@ double activation_bytes_per_layer(const Scenario& s) {
   // (the norms' and the GEMMs' inputs, two dropout masks) and the scores' 5 a s / h (per query head) are unchanged.
   const double kv_share = d(s.model.key_value_heads()) / a;
   const double split = 2 + 4 * kv_share + 2 + 2 * d(s.mlp_up_width()) / h + 2 * d(s.ffn_hidden()) / h;
+  // A parallel block's two layer norms read the same input, kept once, and its one residual op has one dropout
+  // mask: 2 + 1 of the 10 go.
+  const double replicated = s.model.parallel_residual ? 7 : 10;
   switch (s.parallel.recompute) {
     case Recompute::None:
       // FlashAttention keeps no scores: Korthikanti's 5 a s / h term (softmax output, its dropout mask and output)
       // goes, as selective recompute drops it.
       if (s.framework.attention != AttentionKind::Unfused) {
-        return scale * (sp ? sbh * (10 + split) / t : sbh * (10 + split / t));
+        return scale * (sp ? sbh * (replicated + split) / t : sbh * (replicated + split / t));
       }
-      return scale * (sp ? sbh * (10 + split + 5 * a * seq / h) / t : sbh * (10 + split / t + 5 * a * seq / (h * t)));
+      return scale * (sp ? sbh * (replicated + split + 5 * a * seq / h) / t
+                         : sbh * (replicated + split / t + 5 * a * seq / (h * t)));
     case Recompute::Selective:
-      return scale * (sp ? sbh * (10 + split) / t : sbh * (10 + split / t));
+      return scale * (sp ? sbh * (replicated + split) / t : sbh * (replicated + split / t));
     case Recompute::Full:
       return scale * (sp ? 2 * sbh / t : 2 * sbh);
   }

@@ -38,6 +38,7 @@ struct Shapes {
   bool rope;         // model.position_embedding = "rope": queries and keys rotated by position
   bool swiglu;       // model.activation = "swiglu": silu(gate) * up
   bool bias;         // model.linear_bias: the linear layers' biases (added by the elementwise kernels after them)
+  bool parallel;     // model.parallel_residual: attention and MLP side by side on the layer input, one residual add
 
   explicit Shapes(const Scenario& s) {
     seq = d(s.model.seq_len);
@@ -64,6 +65,7 @@ struct Shapes {
     rope = s.model.position_embedding == PositionEmbedding::Rope;
     swiglu = s.model.activation == Activation::Swiglu;
     bias = s.model.linear_bias;
+    parallel = s.model.parallel_residual;
   }
 
   // Memory traffic per element of the elementwise kernels (framework.fused_kernels, framework.dropout), in bytes. A
@@ -93,6 +95,16 @@ struct Shapes {
     if (composer) return accumulate + (dropout ? 2 * e + 1 : 0);
     return accumulate + (dropout ? 2 * e + 1 : 0) + (bias ? e : 0);
   }
+  // A parallel block's one residual op, after the all-reduce of both branches' summed partials: y = x + sum plus
+  // both branches' biases and dropout, in Megatron's fused bias-dropout-add (read x and the sum, write y [+ mask];
+  // the biases are vectors); unfused, each bias add, the dropout and the add a pass of its own. Backward: x reaches
+  // the two layer norms and the residual add, so autograd accumulates three gradients into one (two adds, read two
+  // and write one each, as two sequential residual forks do), dropout's backward, and each bias's gradient reads dy.
+  double parallel_residual_forward() const {
+    const double mask = dropout ? 1 : 0;
+    return fused ? 3 * e + mask : (bias ? 2 * 2 * e : 0) + (dropout ? 2 * e + mask : 0) + 3 * e;
+  }
+  double parallel_residual_backward() const { return 2 * 3 * e + (dropout ? 2 * e + 1 : 0) + (bias ? 2 * e : 0); }
   // unfused: bias add, then GeLU
   double gelu_forward() const { return composer || fused || !bias ? 2 * e : 4 * e; }
   // read dy and x, write dx (, read dx again for the bias gradient)
@@ -278,8 +290,54 @@ Op attention_core(const Shapes& x, Phase phase) {
   return op;
 }
 
+// A parallel block (model.parallel_residual; GPT-J, GPT-NeoX's gpt_j_residual: "x = x + attn(ln(x)) + mlp(ln(x)) ...
+// we can do a single allreduce after we add mlp / attn outputs", megatron/model/transformer.py): both layer norms
+// read the layer input, the MLP-down GEMM accumulates onto the attention projection's partial sums (C = A B + C: one
+// more read of the [tokens, h] partials), one TP all-reduce reduces both branches, and one residual op adds x and
+// the biases. Backward, each branch's column-parallel input gradient still has its all-reduce (the two layer norms
+// differ, so their gradients cannot be summed before them). GPT-NeoX adds each branch's bias with its dropout before
+// the all-reduce and the residual after it, one pass over [tokens, h] more than counted here.
+std::vector<Op> parallel_layer_forward(const Shapes& x, Phase phase) {
+  std::vector<Op> ops;
+  const double attention_width = x.heads_local * x.head_dim;
+  ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_forward() * x.tokens * x.h));
+  ops.push_back(qkv_projection(x, phase));
+  ops.push_back(attention_core(x, phase));
+  ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
+  ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_forward() * x.tokens * x.h));
+  ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
+  ops.push_back(x.swiglu ? compute(ComputeKind::Swiglu, phase, x.swiglu_forward() * x.tokens * x.f / x.t)
+                         : compute(ComputeKind::Gelu, phase, x.gelu_forward() * x.tokens * x.f / x.t));
+  Op down = linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t);
+  down.bytes += x.e * x.tokens * x.h;  // reads the attention branch's partial sums as C
+  ops.push_back(down);
+  reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::MlpDown, phase);
+  ops.push_back(compute(ComputeKind::MlpResidual, phase, x.parallel_residual_forward() * x.tokens * x.h));
+  return ops;
+}
+
+std::vector<Op> parallel_layer_backward(const Shapes& x) {
+  const Phase phase = Phase::Backward;
+  std::vector<Op> ops;
+  const double attention_width = x.heads_local * x.head_dim;
+  ops.push_back(compute(ComputeKind::MlpResidual, phase, x.parallel_residual_backward() * x.tokens * x.h));
+  ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t));
+  ops.push_back(x.swiglu ? compute(ComputeKind::Swiglu, phase, x.swiglu_backward() * x.tokens * x.f / x.t)
+                         : compute(ComputeKind::Gelu, phase, x.gelu_backward() * x.tokens * x.f / x.t));
+  ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
+  reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::MlpUp, phase);
+  ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_backward() * x.tokens * x.h));
+  ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
+  ops.push_back(attention_core(x, phase));
+  ops.push_back(qkv_projection(x, phase));
+  reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::QkvProjection, phase);
+  ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_backward() * x.tokens * x.h));
+  return ops;
+}
+
 // Forward (or recomputed forward) of one transformer layer, op by op.
 std::vector<Op> layer_forward(const Shapes& x, Phase phase) {
+  if (x.parallel) return parallel_layer_forward(x, phase);
   std::vector<Op> ops;
   const double attention_width = x.heads_local * x.head_dim;  // h / t
   ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_forward() * x.tokens_sp * x.h));
@@ -305,6 +363,7 @@ std::vector<Op> layer_forward(const Shapes& x, Phase phase) {
 // gradient before a row-parallel GEMM, re-gather of a column-parallel GEMM's input for its weight gradient, and
 // reduce-scatter of its input gradient).
 std::vector<Op> layer_backward(const Shapes& x) {
+  if (x.parallel) return parallel_layer_backward(x);
   const Phase phase = Phase::Backward;
   std::vector<Op> ops;
   const double attention_width = x.heads_local * x.head_dim;

@@ -471,6 +471,7 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
         fmt::format("{}: model.kv_heads must be positive (leave it out for as many as model.heads), got 0", source));
   }
   model.boolean("linear_bias", scenario.model.linear_bias);
+  model.boolean("parallel_residual", scenario.model.parallel_residual);
   model.reject_unknown_keys();
 
   SectionReader cluster(section_table(root, "cluster", source, problems), "cluster", source, problems);
@@ -825,12 +826,13 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
     // Megatron-Core's here.
     const bool mpt_block = m.norm == Norm::LayerNorm && m.activation == Activation::Gelu &&
                            m.position_embedding != PositionEmbedding::Rope && m.key_value_heads() == m.heads &&
-                           m.linear_bias;
+                           m.linear_bias && !m.parallel_residual;
     if (!mpt_block) {
       problems.push_back(
           fmt::format("{}: framework.name = \"composer\" runs MPT's blocks (LayerNorm, GELU, no rotary embedding, "
-                      "multi-head attention, biases): model.norm, activation, position_embedding, kv_heads and "
-                      "linear_bias must keep their defaults (Llama-style blocks: framework.name = \"megatron\")",
+                      "multi-head attention, biases, attention then MLP): model.norm, activation, "
+                      "position_embedding, kv_heads, linear_bias and parallel_residual must keep their defaults "
+                      "(Llama-style and parallel blocks: framework.name = \"megatron\")",
                       src));
     }
   }
@@ -885,6 +887,14 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
                       src, p.zero_stage));
     }
   }
+  // A parallel block under sequence parallelism would gather its layer input once for both branches and
+  // reduce-scatter their sum: not built (GPT-NeoX has no sequence parallelism either).
+  if (m.parallel_residual && p.sequence_parallel && p.tp > 1) {
+    problems.push_back(
+        fmt::format("{}: model.parallel_residual is not built with parallel.sequence_parallel (tp = {}): set one of "
+                    "them to false",
+                    src, p.tp));
+  }
   if (p.sequence_parallel && seq_ok && tp_ok && m.seq_len % p.tp != 0) {
     problems.push_back(
         fmt::format("{}: parallel.sequence_parallel needs model.seq_len ({}) divisible by parallel.tp "
@@ -936,6 +946,7 @@ std::string to_toml(const Scenario& s) {
   line(fmt::format("activation = \"{}\"", to_string(s.model.activation)));
   line(fmt::format("kv_heads = {}", s.model.key_value_heads()));
   line(fmt::format("linear_bias = {}", s.model.linear_bias));
+  line(fmt::format("parallel_residual = {}", s.model.parallel_residual));
   line("\n[parallel]");
   line(fmt::format("tp = {}", s.parallel.tp));
   line(fmt::format("pp = {}", s.parallel.pp));

@@ -66,6 +66,9 @@ struct ModelSpec {
   // one key and value head; Megatron-Core's --num-query-groups); 0: as many as heads (multi-head attention).
   std::int64_t kv_heads = 0;
   bool linear_bias = true;  // biases on the linear layers (GPT-2); false: none (Llama; --disable-bias-linear)
+  // Parallel attention and MLP (GPT-J, GPT-NeoX's gpt_j_residual): y = x + attn(ln1(x)) + mlp(ln2(x)), the two
+  // branches' row-parallel partial sums added before one TP all-reduce; false: GPT-2's sequential block.
+  bool parallel_residual = false;
 
   std::int64_t head_dim() const { return hidden / heads; }
   std::int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }

@@ -192,7 +192,10 @@ int elementwise_kernels(const model::Scenario& s, const model::Op& op) {
     return residual && s.framework.dropout ? 2 : 1;
   }
   if (op.what == ComputeKind::AttentionResidual || op.what == ComputeKind::MlpResidual) {
-    return fused || !forward ? 1 : (s.framework.dropout ? 3 : 2) - (s.model.linear_bias ? 0 : 1);  // bias, dropout, add
+    // A parallel block's one residual op adds both branches' biases and takes both forks' gradient accumulations.
+    const int biases = s.model.linear_bias ? (s.model.parallel_residual ? 2 : 1) : 0;
+    if (!forward) return s.model.parallel_residual ? 2 : 1;
+    return fused ? 1 : biases + (s.framework.dropout ? 1 : 0) + 1;  // bias adds, dropout, add
   }
   if (op.what == ComputeKind::Gelu) return fused || !forward || !s.model.linear_bias ? 1 : 2;  // bias add, GeLU
   if (op.what == ComputeKind::Swiglu) return fused ? 1 : 2;  // silu, the product (and their backwards)

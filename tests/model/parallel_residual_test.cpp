@@ -1,0 +1,135 @@
+// Parallel blocks (model.parallel_residual: GPT-J, GPT-NeoX's gpt_j_residual): y = x + attn(ln1(x)) + mlp(ln2(x)).
+// The key, the Program's ops and collectives, the activation memory.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "model/formulas.hpp"
+#include "model/program.hpp"
+#include "test_scenarios.hpp"
+
+namespace twin::model {
+namespace {
+
+using testing::make_scenario;
+using testing::problems_of;
+
+Scenario parallel_of(Scenario s) {
+  s.model.parallel_residual = true;
+  return s;
+}
+
+// The ops of one layer in `phase`, compute and collectives, as build_program lays them out.
+std::vector<Op> layer_of(const Scenario& s, Phase phase) {
+  const Program program = build_program(s);
+  std::vector<Op> ops;
+  for (const Op& op : program.stage_ops[0]) {
+    if (op.layer == 0 && op.micro_batch == 0 && op.phase == phase) ops.push_back(op);
+  }
+  return ops;
+}
+
+long count(const std::vector<Op>& ops, OpKind kind, ComputeKind what) {
+  return std::count_if(ops.begin(), ops.end(), [&](const Op& op) { return op.kind == kind && op.what == what; });
+}
+
+long collectives(const std::vector<Op>& ops) {
+  return std::count_if(ops.begin(), ops.end(), [](const Op& op) { return op.kind == OpKind::Collective; });
+}
+
+double flops(const std::vector<Op>& ops) {
+  double sum = 0;
+  for (const Op& op : ops) sum += op.flops;
+  return sum;
+}
+
+TEST(ParallelResidual, OneAllReduceForwardTwoBackward) {
+  const Scenario sequential = make_scenario(2, 1024, 16, 512, 1000, 4, 1, 1, 1, 1);  // tp 4
+  const Scenario parallel = parallel_of(sequential);
+  const auto forward = layer_of(parallel, Phase::Forward);
+  const auto backward = layer_of(parallel, Phase::Backward);
+  // Forward: both branches' partial sums reduced at once, after the MLP-down GEMM; the sequential block reduces
+  // after each row-parallel GEMM.
+  EXPECT_EQ(collectives(layer_of(sequential, Phase::Forward)), 2);
+  EXPECT_EQ(collectives(forward), 1);
+  EXPECT_EQ(count(forward, OpKind::Collective, ComputeKind::MlpDown), 1);
+  // Backward: each column-parallel GEMM's input gradient is still reduced before its own layer norm.
+  EXPECT_EQ(collectives(backward), 2);
+  EXPECT_EQ(count(backward, OpKind::Collective, ComputeKind::QkvProjection), 1);
+  EXPECT_EQ(count(backward, OpKind::Collective, ComputeKind::MlpUp), 1);
+  // One residual op, after the reduction; no residual between the branches.
+  EXPECT_EQ(count(forward, OpKind::Compute, ComputeKind::AttentionResidual), 0);
+  EXPECT_EQ(count(backward, OpKind::Compute, ComputeKind::AttentionResidual), 0);
+  const auto reduce = std::find_if(forward.begin(), forward.end(), [](const Op& op) {
+    return op.kind == OpKind::Collective;
+  });
+  ASSERT_NE(reduce, forward.end());
+  EXPECT_EQ((reduce + 1)->what, ComputeKind::MlpResidual);
+  // The same GEMMs, so the same FLOPs.
+  EXPECT_DOUBLE_EQ(flops(forward), flops(layer_of(sequential, Phase::Forward)));
+  EXPECT_DOUBLE_EQ(flops(backward), flops(layer_of(sequential, Phase::Backward)));
+  EXPECT_DOUBLE_EQ(build_program(parallel).total_flops(), build_program(sequential).total_flops());
+}
+
+TEST(ParallelResidual, TheMlpDownGemmAddsOntoTheAttentionBranch) {
+  const Scenario sequential = make_scenario(2, 1024, 16, 512, 1000, 4, 1, 1, 1, 1);
+  const Scenario parallel = parallel_of(sequential);
+  const double e = 2, tokens = 512, h = 1024;
+  // C = A B + C reads the attention projection's partial sums once more.
+  EXPECT_DOUBLE_EQ(testing::bytes_of(parallel, Phase::Forward, ComputeKind::MlpDown) -
+                       testing::bytes_of(sequential, Phase::Forward, ComputeKind::MlpDown),
+                   e * tokens * h);
+  // The residual op: fused bias-dropout-add of x and the reduced sum (3 e + a 1-byte mask) forward; backward two
+  // fork accumulations (3 e each), dropout's backward (2 e + 1) and both biases' gradients (e each), which the
+  // sequential block spends over two residual ops (each one accumulation, one dropout, one bias).
+  EXPECT_DOUBLE_EQ(testing::bytes_of(parallel, Phase::Forward, ComputeKind::MlpResidual), (3 * e + 1) * tokens * h);
+  EXPECT_DOUBLE_EQ(testing::bytes_of(parallel, Phase::Backward, ComputeKind::MlpResidual),
+                   (6 * e + 2 * e + 1 + 2 * e) * tokens * h);
+  EXPECT_DOUBLE_EQ(testing::bytes_of(sequential, Phase::Backward, ComputeKind::MlpResidual) +
+                       testing::bytes_of(sequential, Phase::Backward, ComputeKind::AttentionResidual),
+                   2 * (3 * e + 2 * e + 1 + e) * tokens * h);
+}
+
+TEST(ParallelResidual, ItsLayerKeepsOneInputAndOneMask) {
+  // Korthikanti's 34 s b h (no TP, no recompute, FlashAttention: no scores) less the second layer norm's input
+  // (2: it is the first's) and one dropout mask (1): 31.
+  Scenario sequential = make_scenario(2, 1024, 16, 1024, 32000, 1, 1, 1, 1, 1);
+  sequential.framework.attention = AttentionKind::Flash2;
+  const double sbh = 1024.0 * 1024;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(sequential), 34 * sbh);
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(parallel_of(sequential)), 31 * sbh);
+  // Under full recompute a layer keeps its input either way.
+  sequential.parallel.recompute = Recompute::Full;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(parallel_of(sequential)), activation_bytes_per_layer(sequential));
+}
+
+TEST(ParallelResidual, TheKeyLoadsRoundTripsAndRefusesWhatIsNotBuilt) {
+  const std::string base =
+      "[model]\nname = \"m\"\nlayers = 2\nhidden = 256\nheads = 8\nseq_len = 64\nvocab = 100\n"
+      "parallel_residual = true\n[parallel]\ntp = 2\n[cluster]\nnode = \"cpu-host\"\n";
+  EXPECT_TRUE(problems_of(base).empty());
+  const Scenario s = parse_scenario(base, "text");
+  EXPECT_TRUE(s.model.parallel_residual);
+  EXPECT_EQ(to_toml(parse_scenario(to_toml(s), "round-trip")), to_toml(s));
+  EXPECT_FALSE(make_scenario(2, 64, 4, 32, 100, 1, 1, 1, 1, 1).model.parallel_residual);  // GPT-2's block by default
+  auto mentions = [](const std::vector<std::string>& problems, const std::string& text) {
+    return std::any_of(problems.begin(), problems.end(),
+                       [&](const std::string& p) { return p.find(text) != std::string::npos; });
+  };
+  std::string sequence_parallel = base;
+  sequence_parallel.insert(sequence_parallel.find("[cluster]"), "sequence_parallel = true\n");
+  EXPECT_TRUE(mentions(problems_of(sequence_parallel),
+                       "model.parallel_residual is not built with parallel.sequence_parallel (tp = 2)"));
+  std::string composer = base;
+  composer.replace(composer.find("tp = 2"), 6, "tp = 1");
+  composer += "[framework]\nname = \"composer\"\n";
+  EXPECT_TRUE(mentions(problems_of(composer), "parallel_residual must keep their defaults"));
+  std::string typo = base;
+  typo.replace(typo.find("parallel_residual = true"), 24, "parallel_residual = \"yes\"");
+  EXPECT_TRUE(mentions(problems_of(typo), "model.parallel_residual"));
+}
+
+}  // namespace
+}  // namespace twin::model
