@@ -98,6 +98,7 @@ class Interpreter {
     Tensor d_qkv;      // (tokens, qkv_local)
     Tensor d_ln;       // (tokens, C) partial input gradient of a column-parallel GEMM; (tokens_sp, C)
                        // after the TP reduction
+    Tensor d_ln_mlp;   // parallel block: the MLP branch's reduced d_ln, kept for the LN1 op (see interpreter_layers)
   };
   struct ChunkState {
     Tensor tokens, targets;            // (tokens) int32: on the first / last virtual stage

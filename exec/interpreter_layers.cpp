@@ -3,6 +3,14 @@
 //   x ─ LN1 ─[AG]─ QKV ─ attention core ─ proj ─[AR|RS]─ +bias +x = x2
 //   x2 ─ LN2 ─[AG]─ fc ─ GELU ─ fc_proj ─[AR|RS]─ +bias +x2 = y
 //
+// or a parallel block (model.parallel_residual; GPT-J, GPT-NeoX):
+//
+//   x ─ LN1 ─ QKV ─ attention core ─ proj ──────────────┐ (partial sums over TP)
+//   x ─ LN2 ─ fc ─ GELU ─ fc_proj ─ + ─[AR]─ +biases +x = y
+//
+// Its backward keeps dy for both branches: the LN2 op only sets the MLP branch's reduced d_ln aside, and the LN1 op
+// adds both layer norms' input gradients (and their weight gradients) to the residual stream's.
+//
 // or a Llama-style block: RMSNorm for LN, rotary embeddings applied to q and k by the QKV op right after its GEMM
 // (so that a selective recompute of the attention core reads them rotated; its backward rotates dq and dk back before
 // the GEMM's), grouped-query attention, SwiGLU for GELU on an fc twice as wide, and no biases.
@@ -85,7 +93,7 @@ void Interpreter::layernorm_mlp_forward(const Op& op) {
   s.ln2 = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   s.ln2_mean = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
   s.ln2_rstd = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
-  norm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.x2, w.ln2_weight, w.ln2_bias);
+  norm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, dims_.parallel_residual ? s.x : s.x2, w.ln2_weight, w.ln2_bias);
   s.ln2_full = s.ln2;
 }
 
@@ -113,6 +121,12 @@ void Interpreter::mlp_down_forward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.fc_proj = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
   backend_.matmul_forward(s.fc_proj, s.gelu, w.fc_proj_weight, Tensor{}, dims_.tokens, dims_.ffn_local, dims_.hidden);
+  if (dims_.parallel_residual) {  // both branches' partial sums, for one TP reduction
+    Tensor sum = backend_.allocate(s.fc_proj.numel, backend_.activation_dtype());
+    backend_.residual_forward(sum, s.fc_proj, s.proj);
+    s.fc_proj = sum;
+    s.proj = Tensor{};
+  }
 }
 
 void Interpreter::mlp_residual_forward(const Op& op) {
@@ -120,7 +134,10 @@ void Interpreter::mlp_residual_forward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   Tensor y = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());  // (T_sp, C)
-  backend_.residual_forward(y, s.x2, s.fc_proj);
+  backend_.residual_forward(y, dims_.parallel_residual ? s.x : s.x2, s.fc_proj);
+  if (dims_.parallel_residual && !w.proj_bias.empty()) {
+    backend_.bias_add(y, w.proj_bias, dims_.tokens_sp, dims_.hidden);
+  }
   if (!w.fc_proj_bias.empty()) backend_.bias_add(y, w.fc_proj_bias, dims_.tokens_sp, dims_.hidden);
   if (!recomputing(op)) state.hidden = y;  // the next layer's input (a recomputed output is not needed)
   finish_layer_forward(op, s);
@@ -172,6 +189,9 @@ void Interpreter::mlp_residual_backward(const Op& op) {
   ChunkState& state = chunk(op);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   if (!g.fc_proj_bias.empty()) backend_.bias_backward(g.fc_proj_bias, state.grad, dims_.tokens_sp, dims_.hidden);
+  if (dims_.parallel_residual && !g.proj_bias.empty()) {
+    backend_.bias_backward(g.proj_bias, state.grad, dims_.tokens_sp, dims_.hidden);
+  }
 }
 
 void Interpreter::mlp_down_backward(const Op& op) {
@@ -216,6 +236,11 @@ void Interpreter::layernorm_mlp_backward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
+  if (dims_.parallel_residual) {  // the attention branch still needs dy: LN1's op adds this one
+    state.work.d_ln_mlp = state.work.d_ln;
+    state.work.d_ln = Tensor{};
+    return;
+  }
   // grad (T_sp, C) += LN2 backward of d_ln (T_sp, C after its TP reduction): dy becomes d(x2)
   norm_backward(state.grad, g.ln2_weight, g.ln2_bias, state.work.d_ln, s.x2, w.ln2_weight, s.ln2_mean, s.ln2_rstd);
   state.work.d_ln = Tensor{};
@@ -273,6 +298,11 @@ void Interpreter::layernorm_attention_backward(const Op& op) {
   // grad += LN1 backward: d(x2) becomes dx, the previous layer's dy
   norm_backward(state.grad, g.ln1_weight, g.ln1_bias, state.work.d_ln, s.x, w.ln1_weight, s.ln1_mean, s.ln1_rstd);
   state.work.d_ln = Tensor{};
+  if (dims_.parallel_residual) {  // and LN2's, of the same input x
+    TWIN_EXEC_CHECK(!state.work.d_ln_mlp.empty(), "layer {}: the MLP branch's input gradient is missing", op.layer);
+    norm_backward(state.grad, g.ln2_weight, g.ln2_bias, state.work.d_ln_mlp, s.x, w.ln2_weight, s.ln2_mean, s.ln2_rstd);
+    state.work.d_ln_mlp = Tensor{};
+  }
   state.layers.erase(op.layer);  // this micro-batch is done with the layer
 }
 

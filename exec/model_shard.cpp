@@ -33,6 +33,7 @@ Dims::Dims(const model::Scenario& s, int rank_in_tp) {
   swiglu = s.model.activation == model::Activation::Swiglu;
   rope = s.model.position_embedding == model::PositionEmbedding::Rope;
   linear_bias = s.model.linear_bias;
+  parallel_residual = s.model.parallel_residual;
   vocab = static_cast<int>(s.model.vocab);
   vocab_local = static_cast<int>(s.padded_vocab()) / tp;
   vocab_start = tp_rank * vocab_local;

@@ -54,6 +54,7 @@ struct Dims {
   int qkv_local = 0;       // the QKV projection's output width on this rank: (heads_local + 2 kv_heads_local) D
   int up_local = 0;        // the MLP-up output width on this rank: ffn_local, 2 ffn_local with SwiGLU
   bool rmsnorm = false, swiglu = false, rope = false, linear_bias = true;  // the block's kind (model/scenario.hpp)
+  bool parallel_residual = false;        // attention and MLP side by side on the layer input
   int vocab = 0;                         // the real vocabulary (valid columns)
   int vocab_local = 0, vocab_start = 0;  // this rank's shard of the padded vocabulary
   int tp = 1, tp_rank = 0;

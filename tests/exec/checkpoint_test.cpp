@@ -181,6 +181,12 @@ TEST_F(ExecBrokenCheckpoint, ALlamaStyleBlock) {  // RMSNorm has no bias, SwiGLU
   }
 }
 
+TEST_F(ExecBrokenCheckpoint, AParallelBlock) {  // the same tensors, wired otherwise: another model
+  const std::string message =
+      resume_error(scenario(small_toml(), {"parallel.tp=2", "model.parallel_residual=true"}), dir_);
+  EXPECT_NE(message.find("model.parallel_residual: false in the checkpoint, true now"), std::string::npos) << message;
+}
+
 TEST_F(ExecBrokenCheckpoint, AnotherPositionEmbedding) {  // ALiBi has no wpe: the same buckets would not line up
   const std::string message =
       resume_error(scenario(small_toml(), {"parallel.tp=2", "model.position_embedding=\"alibi\""}), dir_);

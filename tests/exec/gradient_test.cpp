@@ -133,5 +133,15 @@ TEST(ExecGradient, TheLlamaBlockMatchesFiniteDifferences) {
       "Llama-style block");
 }
 
+TEST(ExecGradient, TheParallelBlockMatchesFiniteDifferences) {
+  // Both branches read the layer input and dy: a backward that handed the attention branch the residual gradient
+  // after LN2's share, or left LN2's input gradient out, fails here on every layer's tensors.
+  expect_gradients_match_finite_differences(tiny({"model.parallel_residual=true"}), "parallel block");
+  expect_gradients_match_finite_differences(
+      tiny({"model.parallel_residual=true", "model.activation=\"swiglu\"", "model.position_embedding=\"rope\"",
+            "model.kv_heads=2", "model.linear_bias=false"}),
+      "parallel block with SwiGLU, rotary embeddings and grouped queries");
+}
+
 }  // namespace
 }  // namespace twin::exec

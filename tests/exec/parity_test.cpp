@@ -184,5 +184,31 @@ TEST(ExecParity, LlamaBlocksAgreeAcrossPlansAndAreAnotherModel) {
   EXPECT_LT(one.back(), one.front());
 }
 
+TEST(ExecParity, ParallelBlocksAgreeAcrossPlansAndAreAnotherModel) {
+  // One TP all-reduce of both branches' partial sums forward, two backward, and both layer norms on the layer input:
+  // with tp 2 a branch reduced alone, or a bias added on every rank before the reduction, would not give the
+  // single-rank losses.
+  TrainOptions options;
+  options.steps = 3;
+  const std::string parallel = "model.parallel_residual=true";
+  const auto one = train(scenario(parity_toml(), {parallel}), options).losses;
+  ASSERT_EQ(one.size(), 3u);
+  for (const auto& plan : std::vector<std::vector<std::string>>{
+           {parallel, "parallel.tp=2", "parallel.pp=2", "parallel.dp=2"},
+           {parallel, "parallel.tp=4", "parallel.recompute=\"selective\"", "parallel.dp=2", "parallel.zero_stage=1"},
+           {parallel, "parallel.tp=2", "parallel.pp=2", "parallel.recompute=\"full\"",
+            "parallel.schedule=\"interleaved\"", "parallel.virtual_stages=2", "parallel.global_batch=8",
+            "parallel.micro_batch=2"},
+           {parallel, "parallel.tp=2", "parallel.pp=2", "framework.name=\"deepspeed\"",
+            "parallel.recompute=\"full\""}}) {
+    const auto many = train(scenario(parity_toml(), plan), options).losses;
+    ASSERT_EQ(many.size(), one.size());
+    for (std::size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(many[i], one[i], kRelativeTolerance * one[i]) << plan[1];
+  }
+  const std::vector<double>& gpt = reference_losses();
+  EXPECT_GT(std::abs(one[2] - gpt[2]), 1e-4) << "model.parallel_residual trained the sequential block";
+  EXPECT_LT(one.back(), one.front());
+}
+
 }  // namespace
 }  // namespace twin::exec

@@ -302,7 +302,8 @@ TEST(CudaStagingCommunicator, CollectivesAndMessagesOnDeviceBuffers) {
 
 // The GPT-2 block with learned positions and with ALiBi (each TP rank's slopes of its global heads), and a
 // Llama-style block (RMSNorm, SwiGLU, rotary embeddings, 2 kv heads for 4 query heads, no biases, untied embeddings:
-// with tp 2 each rank holds one kv head shared by its two query heads) train on the CUDA backend as on the CPU one.
+// with tp 2 each rank holds one kv head shared by its two query heads) and a parallel block (attention and MLP on
+// the layer input, one all-reduce of their summed partials) train on the CUDA backend as on the CPU one.
 TEST(CudaTraining, FollowsTheCpuBackendOnOneRankAndOnFourSharingTheGpu) {
   TWIN_REQUIRE_GPU();
   std::string corpus_text;
@@ -326,7 +327,8 @@ TEST(CudaTraining, FollowsTheCpuBackendOnOneRankAndOnFourSharingTheGpu) {
       {"alibi", {"model.position_embedding=\"alibi\""}},
       {"llama-style",
        {"model.norm=\"rmsnorm\"", "model.activation=\"swiglu\"", "model.position_embedding=\"rope\"",
-        "model.kv_heads=2", "model.linear_bias=false", "framework.tied_embeddings=false"}}};
+        "model.kv_heads=2", "model.linear_bias=false", "framework.tied_embeddings=false"}},
+      {"parallel block", {"model.parallel_residual=true"}}};
   for (const auto& [name, sets] : models) {
     SCOPED_TRACE(name);
     const auto cpu_losses = losses("cpu", 1, 1, sets);
