@@ -40,7 +40,11 @@ void print_summary(const model::Program& program) {
   fmt::print("scenario      {} ({})\n", s.model.name, s.source);
   std::string block;  // what a GPT-2 block does differently
   if (s.model.position_embedding == model::PositionEmbedding::Alibi) block += ", ALiBi (no position embedding)";
-  if (s.model.position_embedding == model::PositionEmbedding::Rope) block += ", rotary positions";
+  if (s.model.position_embedding == model::PositionEmbedding::Rope) {
+    block += s.model.rotary_fraction < 1
+                 ? fmt::format(", rotary positions on {} of {} dimensions", s.model.rotary_dim(), s.model.head_dim())
+                 : std::string(", rotary positions");
+  }
   if (s.model.norm == model::Norm::RmsNorm) block += ", RMSNorm";
   if (s.model.activation == model::Activation::Swiglu) block += ", SwiGLU";
   if (s.model.key_value_heads() != s.model.heads) {

@@ -78,6 +78,16 @@ void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
           "alias of --set parallel.recompute=none|selective|full")
       ->group("Megatron-style aliases");
   command
+      .add_option_function<double>(
+          "--rotary-percent",
+          [&options](const double& value) {
+            options.aliases.push_back({"model.rotary_fraction", fmt::format("{}", value)});
+          },
+          "alias of --set model.rotary_fraction=F (despite its name, Megatron's flag is a fraction: 0.25 rotates a "
+          "quarter of each head)")
+      ->type_name("F")
+      ->group("Megatron-style aliases");
+  command
       .add_option_function<long long>(
           "--virtual-stages",
           [&options](const long long& value) {

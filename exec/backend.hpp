@@ -122,8 +122,10 @@ class Backend {
   // dinp (rows, 2 width) = ... <- inp, dout (rows, width)
   virtual void swiglu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout, int rows, int width) = 0;
   // qkv (B, T, (H + 2 KV) D): rotate q and k in place by position; the backward rotates dq and dk back
-  virtual void rope_forward(const Tensor& qkv, int batch, int seq, int heads, int kv_heads, int head_dim) = 0;
-  virtual void rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim) = 0;
+  virtual void rope_forward(const Tensor& qkv, int batch, int seq, int heads, int kv_heads, int head_dim,
+                            int rotary_dim) = 0;
+  virtual void rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim,
+                             int rotary_dim) = 0;
 
   // --- vocab-parallel cross-entropy (kernels/cpu/cross_entropy.hpp) -----------------------------------------------
   // stats (rows, 3) fp32 <- logits (rows, V_local), targets (rows) int32

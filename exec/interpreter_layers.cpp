@@ -58,7 +58,8 @@ void Interpreter::qkv_forward(const Op& op) {
   s.qkv = backend_.allocate(n(dims_.tokens, width), backend_.activation_dtype());
   backend_.matmul_forward(s.qkv, s.ln1_full, w.qkv_weight, w.qkv_bias, dims_.tokens, dims_.hidden, width);
   if (dims_.rope) {
-    backend_.rope_forward(s.qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local, dims_.head_dim);
+    backend_.rope_forward(s.qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local, dims_.head_dim,
+                          dims_.rotary_dim);
   }
 }
 
@@ -282,7 +283,7 @@ void Interpreter::qkv_backward(const Op& op) {
   TWIN_EXEC_CHECK(!s.ln1_full.empty(), "layer {}: the attention input was not gathered", op.layer);
   if (dims_.rope) {  // the gradient of the rotated q and k back to the QKV GEMM's output (the Program's op too)
     backend_.rope_backward(state.work.d_qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local,
-                           dims_.head_dim);
+                           dims_.head_dim, dims_.rotary_dim);
   }
   state.work.d_ln = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());
   backend_.matmul_backward(state.work.d_ln, g.qkv_weight, g.qkv_bias, state.work.d_qkv, s.ln1_full, w.qkv_weight,

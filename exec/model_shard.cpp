@@ -34,6 +34,7 @@ Dims::Dims(const model::Scenario& s, int rank_in_tp) {
   rope = s.model.position_embedding == model::PositionEmbedding::Rope;
   linear_bias = s.model.linear_bias;
   parallel_residual = s.model.parallel_residual;
+  rotary_dim = static_cast<int>(s.model.rotary_dim());
   vocab = static_cast<int>(s.model.vocab);
   vocab_local = static_cast<int>(s.padded_vocab()) / tp;
   vocab_start = tp_rank * vocab_local;

@@ -472,6 +472,7 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   }
   model.boolean("linear_bias", scenario.model.linear_bias);
   model.boolean("parallel_residual", scenario.model.parallel_residual);
+  model.number("rotary_fraction", scenario.model.rotary_fraction);
   model.reject_unknown_keys();
 
   SectionReader cluster(section_table(root, "cluster", source, problems), "cluster", source, problems);
@@ -647,12 +648,25 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
                     "key/value heads (Megatron-Core's num_query_groups % tensor_model_parallel_size == 0)",
                     src, m.key_value_heads(), p.tp));
   }
-  if (hidden_ok && heads_ok && m.hidden % m.heads == 0 && m.position_embedding == PositionEmbedding::Rope &&
-      m.head_dim() % 2 != 0) {
+  const bool rope = m.position_embedding == PositionEmbedding::Rope;
+  if (!(m.rotary_fraction > 0 && m.rotary_fraction <= 1)) {
+    problems.push_back(fmt::format("{}: model.rotary_fraction must be in (0, 1], got {}", src, m.rotary_fraction));
+  } else if (m.rotary_fraction != 1 && !rope) {
+    problems.push_back(
+        fmt::format("{}: model.rotary_fraction = {} needs model.position_embedding = \"rope\" (got \"{}\")", src,
+                    m.rotary_fraction, to_string(m.position_embedding)));
+  } else if (hidden_ok && heads_ok && m.hidden % m.heads == 0 && rope && m.rotary_fraction == 1 &&
+             m.head_dim() % 2 != 0) {
     problems.push_back(
         fmt::format("{}: model.position_embedding = \"rope\" rotates pairs of a head's dimensions: model.hidden / "
                     "model.heads = {} must be even",
                     src, m.head_dim()));
+  } else if (hidden_ok && heads_ok && m.hidden % m.heads == 0 && rope &&
+             (m.rotary_dim() < 2 || m.rotary_dim() % 2 != 0)) {
+    problems.push_back(fmt::format(
+        "{}: model.rotary_fraction = {} rotates int({} x {}) = {} dimensions of each head: it must be a positive "
+        "even number (whole pairs)",
+        src, m.rotary_fraction, m.head_dim(), m.rotary_fraction, m.rotary_dim()));
   }
   if (hidden_ok && tp_ok && m.ffn_hidden >= 0 && scenario.ffn_hidden() % p.tp != 0) {
     problems.push_back(fmt::format("{}: model.ffn_hidden ({}) must be divisible by parallel.tp ({})", src,
@@ -947,6 +961,7 @@ std::string to_toml(const Scenario& s) {
   line(fmt::format("kv_heads = {}", s.model.key_value_heads()));
   line(fmt::format("linear_bias = {}", s.model.linear_bias));
   line(fmt::format("parallel_residual = {}", s.model.parallel_residual));
+  line(fmt::format("rotary_fraction = {}", s.model.rotary_fraction));
   line("\n[parallel]");
   line(fmt::format("tp = {}", s.parallel.tp));
   line(fmt::format("pp = {}", s.parallel.pp));

@@ -70,7 +70,15 @@ struct ModelSpec {
   // branches' row-parallel partial sums added before one TP all-reduce; false: GPT-2's sequential block.
   bool parallel_residual = false;
 
+  // Rotary embeddings on the leading fraction of each head's dimensions (GPT-NeoX's rotary_pct, Megatron-Core's
+  // --rotary-percent); 1: all of them. With position_embedding = "rope" only.
+  double rotary_fraction = 1.0;
+
   std::int64_t head_dim() const { return hidden / heads; }
+  // Dimensions of a head the rotary embedding rotates: int(head_dim * rotary_fraction), as both frameworks truncate.
+  std::int64_t rotary_dim() const {
+    return static_cast<std::int64_t>(static_cast<double>(head_dim()) * rotary_fraction);
+  }
   std::int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
   // Width of the fused QKV projection's output: the queries, then the keys and values of every key/value head.
   std::int64_t qkv_width() const { return hidden + 2 * key_value_heads() * head_dim(); }

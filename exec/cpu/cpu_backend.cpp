@@ -311,18 +311,20 @@ void CpuBackend::swiglu_backward(const Tensor& dinp, const Tensor& inp, const Te
   });
 }
 
-void CpuBackend::rope_forward(const Tensor& qkv, int batch, int seq, int heads, int kv_heads, int head_dim) {
+void CpuBackend::rope_forward(const Tensor& qkv, int batch, int seq, int heads, int kv_heads, int head_dim,
+                              int rotary_dim) {
   TWIN_EXEC_CHECK(qkv.numel == std::size_t(batch) * seq * (heads + 2 * kv_heads) * head_dim,
                   "rope_forward: qkv {} for ({}, {}, ({} + 2 x {}) x {})", qkv.numel, batch, seq, heads, kv_heads,
                   head_dim);
-  k::rope_forward(qkv.f32(), batch, seq, heads, kv_heads, head_dim);
+  k::rope_forward(qkv.f32(), batch, seq, heads, kv_heads, head_dim, 10000.f, rotary_dim);
 }
 
-void CpuBackend::rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim) {
+void CpuBackend::rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim,
+                               int rotary_dim) {
   TWIN_EXEC_CHECK(dqkv.numel == std::size_t(batch) * seq * (heads + 2 * kv_heads) * head_dim,
                   "rope_backward: dqkv {} for ({}, {}, ({} + 2 x {}) x {})", dqkv.numel, batch, seq, heads, kv_heads,
                   head_dim);
-  k::rope_backward(dqkv.f32(), batch, seq, heads, kv_heads, head_dim);
+  k::rope_backward(dqkv.f32(), batch, seq, heads, kv_heads, head_dim, 10000.f, rotary_dim);
 }
 
 // kernels/cpu's grouped-query attention: with kv_heads == heads it is multi-head attention, with its bits.

@@ -70,8 +70,10 @@ class CpuBackend final : public Backend {
                         const Tensor& weight, const Tensor& rstd, int rows, int channels) override;
   void swiglu_forward(const Tensor& out, const Tensor& inp, int rows, int width) override;
   void swiglu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout, int rows, int width) override;
-  void rope_forward(const Tensor& qkv, int batch, int seq, int heads, int kv_heads, int head_dim) override;
-  void rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim) override;
+  void rope_forward(const Tensor& qkv, int batch, int seq, int heads, int kv_heads, int head_dim,
+                    int rotary_dim) override;
+  void rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim,
+                     int rotary_dim) override;
 
   void cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,
                                  int vocab_start, int vocab_local, int valid_vocab) override;

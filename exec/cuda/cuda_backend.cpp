@@ -352,18 +352,22 @@ void CudaBackend::swiglu_backward(const Tensor& dinp, const Tensor& inp, const T
                      context_->compute());
 }
 
-void CudaBackend::rope_forward(const Tensor& qkv, int batch, int seq, int heads, int kv_heads, int head_dim) {
+void CudaBackend::rope_forward(const Tensor& qkv, int batch, int seq, int heads, int kv_heads, int head_dim,
+                               int rotary_dim) {
   TWIN_EXEC_CHECK(qkv.numel == n(batch, seq) * n(heads + 2 * kv_heads, head_dim),
                   "cuda rope_forward: qkv {} for ({}, {}, ({} + 2 x {}) x {})", qkv.numel, batch, seq, heads, kv_heads,
                   head_dim);
-  k::rope_forward(b16(qkv, "rope_forward", "qkv"), batch, seq, heads, kv_heads, head_dim, context_->compute());
+  k::rope_forward(b16(qkv, "rope_forward", "qkv"), batch, seq, heads, kv_heads, head_dim, context_->compute(), 10000.f,
+                  rotary_dim);
 }
 
-void CudaBackend::rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim) {
+void CudaBackend::rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim,
+                                int rotary_dim) {
   TWIN_EXEC_CHECK(dqkv.numel == n(batch, seq) * n(heads + 2 * kv_heads, head_dim),
                   "cuda rope_backward: dqkv {} for ({}, {}, ({} + 2 x {}) x {})", dqkv.numel, batch, seq, heads,
                   kv_heads, head_dim);
-  k::rope_backward(b16(dqkv, "rope_backward", "dqkv"), batch, seq, heads, kv_heads, head_dim, context_->compute());
+  k::rope_backward(b16(dqkv, "rope_backward", "dqkv"), batch, seq, heads, kv_heads, head_dim, context_->compute(),
+                   10000.f, rotary_dim);
 }
 
 // kernels/cuda's grouped-query attention: with kv_heads == heads it runs the multi-head kernels.

@@ -13,13 +13,13 @@ namespace {
 // Rotates every q and k head vector of qkv by its position's angles, times `direction` (+1 forward, -1 backward):
 // sin(-a) = -sin(a), so the backward uses the forward's very cos and sin, the sign of sin flipped, and is the exact
 // transpose of its fp32 rotation.
-void rotate_q_and_k(float* qkv, int batch, int seq, int heads, int kv_heads, int head_dim, float base,
+void rotate_q_and_k(float* qkv, int batch, int seq, int heads, int kv_heads, int head_dim, float base, int rotary_dim,
                     double direction) {
-  const int half = head_dim / 2;
+  const int half = rotary_dim / 2;
   const std::size_t row = static_cast<std::size_t>(heads + 2 * kv_heads) * head_dim;  // floats per token
   const int rotated_heads = heads + kv_heads;  // q's heads, then k's, contiguous at the start of each row
   std::vector<double> theta(static_cast<std::size_t>(half));
-  for (int i = 0; i < half; ++i) theta[i] = std::pow(static_cast<double>(base), -2.0 * i / head_dim);
+  for (int i = 0; i < half; ++i) theta[i] = std::pow(static_cast<double>(base), -2.0 * i / rotary_dim);
   std::vector<float> cos_angle(static_cast<std::size_t>(half)), sin_angle(static_cast<std::size_t>(half));
   for (int t = 0; t < seq; ++t) {
     // this position's cos and sin, in double, rounded once: the same for every batch element and head
@@ -45,20 +45,22 @@ void rotate_q_and_k(float* qkv, int batch, int seq, int heads, int kv_heads, int
 
 }  // namespace
 
-void rope_forward(float* qkv, int batch, int seq, int heads, int kv_heads, int head_dim, float base) {
+void rope_forward(float* qkv, int batch, int seq, int heads, int kv_heads, int head_dim, float base, int rotary_dim) {
   TWIN_KERNEL_CHECK(batch > 0 && seq > 0 && heads > 0 && kv_heads > 0 && head_dim > 0);
-  TWIN_KERNEL_CHECK(head_dim % 2 == 0);
+  if (rotary_dim == 0) rotary_dim = head_dim;
+  TWIN_KERNEL_CHECK(rotary_dim > 0 && rotary_dim <= head_dim && rotary_dim % 2 == 0);
   TWIN_KERNEL_CHECK(std::isfinite(base) && base > 0.0f);
   TWIN_KERNEL_CHECK(qkv != nullptr);
-  rotate_q_and_k(qkv, batch, seq, heads, kv_heads, head_dim, base, 1.0);
+  rotate_q_and_k(qkv, batch, seq, heads, kv_heads, head_dim, base, rotary_dim, 1.0);
 }
 
-void rope_backward(float* dqkv, int batch, int seq, int heads, int kv_heads, int head_dim, float base) {
+void rope_backward(float* dqkv, int batch, int seq, int heads, int kv_heads, int head_dim, float base, int rotary_dim) {
   TWIN_KERNEL_CHECK(batch > 0 && seq > 0 && heads > 0 && kv_heads > 0 && head_dim > 0);
-  TWIN_KERNEL_CHECK(head_dim % 2 == 0);
+  if (rotary_dim == 0) rotary_dim = head_dim;
+  TWIN_KERNEL_CHECK(rotary_dim > 0 && rotary_dim <= head_dim && rotary_dim % 2 == 0);
   TWIN_KERNEL_CHECK(std::isfinite(base) && base > 0.0f);
   TWIN_KERNEL_CHECK(dqkv != nullptr);
-  rotate_q_and_k(dqkv, batch, seq, heads, kv_heads, head_dim, base, -1.0);
+  rotate_q_and_k(dqkv, batch, seq, heads, kv_heads, head_dim, base, rotary_dim, -1.0);
 }
 
 }  // namespace twin::kernels::cpu

@@ -151,18 +151,19 @@ TWIN_HOST_DEVICE inline float swiglu_dup(float gate, float dout) {
 
 // --- rotary embeddings (kernels/cpu/rope.hpp) ------------------------------------------------------------------------
 // The cos and sin of pair i at position t, as kernels/cpu/rope.cpp computes them: in double,
-//   theta_i = base^(-2i/d),  angle = t theta_i,  cos = (float) cos(angle),  sin = (float) (direction sin(angle))
+//   theta_i = base^(-2i/r),  angle = t theta_i,  cos = (float) cos(angle),  sin = (float) (direction sin(angle))
+// (r the rotated dimensions: the head dimension, or fewer with partial rotary embeddings),
 // each rounded once to fp32; direction +1 forward, -1 backward (the transpose: the same cos, -sin). The device's double
 // pow, cos and sin are within 2 ulp of the host's libm: the fp32 roundings agree but in the rarest ties.
-TWIN_HOST_DEVICE inline void rope_cos_sin(int t, int i, int head_dim, float base, double direction, float* cos_angle,
+TWIN_HOST_DEVICE inline void rope_cos_sin(int t, int i, int rotary_dim, float base, double direction, float* cos_angle,
                                           float* sin_angle) {
 #if defined(__CUDA_ARCH__)
-  const double theta = ::pow(static_cast<double>(base), -2.0 * i / head_dim);
+  const double theta = ::pow(static_cast<double>(base), -2.0 * i / rotary_dim);
   const double angle = static_cast<double>(t) * theta;
   *cos_angle = static_cast<float>(::cos(angle));
   *sin_angle = static_cast<float>(direction * ::sin(angle));
 #else
-  const double theta = std::pow(static_cast<double>(base), -2.0 * i / head_dim);
+  const double theta = std::pow(static_cast<double>(base), -2.0 * i / rotary_dim);
   const double angle = static_cast<double>(t) * theta;
   *cos_angle = static_cast<float>(std::cos(angle));
   *sin_angle = static_cast<float>(direction * std::sin(angle));

@@ -185,6 +185,10 @@ TEST_F(ExecBrokenCheckpoint, AParallelBlock) {  // the same tensors, wired other
   const std::string message =
       resume_error(scenario(small_toml(), {"parallel.tp=2", "model.parallel_residual=true"}), dir_);
   EXPECT_NE(message.find("model.parallel_residual: false in the checkpoint, true now"), std::string::npos) << message;
+  const std::string rotary = resume_error(
+      scenario(small_toml(), {"parallel.tp=2", "model.position_embedding=\"rope\"", "model.rotary_fraction=0.5"}),
+      dir_);
+  EXPECT_NE(rotary.find("model.rotary_fraction: 1 in the checkpoint, 0.5 now"), std::string::npos) << rotary;
 }
 
 TEST_F(ExecBrokenCheckpoint, AnotherPositionEmbedding) {  // ALiBi has no wpe: the same buckets would not line up

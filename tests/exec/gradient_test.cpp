@@ -139,8 +139,8 @@ TEST(ExecGradient, TheParallelBlockMatchesFiniteDifferences) {
   expect_gradients_match_finite_differences(tiny({"model.parallel_residual=true"}), "parallel block");
   expect_gradients_match_finite_differences(
       tiny({"model.parallel_residual=true", "model.activation=\"swiglu\"", "model.position_embedding=\"rope\"",
-            "model.kv_heads=2", "model.linear_bias=false"}),
-      "parallel block with SwiGLU, rotary embeddings and grouped queries");
+            "model.rotary_fraction=0.5", "model.kv_heads=2", "model.linear_bias=false"}),
+      "parallel block with SwiGLU, rotary embeddings on half of each head and grouped queries");
 }
 
 }  // namespace

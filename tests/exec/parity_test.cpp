@@ -185,28 +185,36 @@ TEST(ExecParity, LlamaBlocksAgreeAcrossPlansAndAreAnotherModel) {
 }
 
 TEST(ExecParity, ParallelBlocksAgreeAcrossPlansAndAreAnotherModel) {
-  // One TP all-reduce of both branches' partial sums forward, two backward, and both layer norms on the layer input:
-  // with tp 2 a branch reduced alone, or a bias added on every rank before the reduction, would not give the
-  // single-rank losses.
+  // GPT-NeoX's block: attention and MLP in parallel (one TP all-reduce of both branches' partial sums forward, two
+  // backward, both layer norms on the layer input), rotary embeddings on a quarter of each head (8 of 32 dimensions),
+  // untied embeddings. With tp 2 a branch reduced alone, or a bias added on every rank before the reduction, would not
+  // give the single-rank losses.
   TrainOptions options;
   options.steps = 3;
   const std::string parallel = "model.parallel_residual=true";
-  const auto one = train(scenario(parity_toml(), {parallel}), options).losses;
+  const std::vector<std::string> neox = {parallel, "model.position_embedding=\"rope\"", "model.rotary_fraction=0.25",
+                                         "framework.tied_embeddings=false"};
+  const auto one = train(scenario(parity_toml(), neox), options).losses;
   ASSERT_EQ(one.size(), 3u);
   for (const auto& plan : std::vector<std::vector<std::string>>{
-           {parallel, "parallel.tp=2", "parallel.pp=2", "parallel.dp=2"},
-           {parallel, "parallel.tp=4", "parallel.recompute=\"selective\"", "parallel.dp=2", "parallel.zero_stage=1"},
-           {parallel, "parallel.tp=2", "parallel.pp=2", "parallel.recompute=\"full\"",
-            "parallel.schedule=\"interleaved\"", "parallel.virtual_stages=2", "parallel.global_batch=8",
-            "parallel.micro_batch=2"},
-           {parallel, "parallel.tp=2", "parallel.pp=2", "framework.name=\"deepspeed\"",
-            "parallel.recompute=\"full\""}}) {
-    const auto many = train(scenario(parity_toml(), plan), options).losses;
+           {"parallel.tp=2", "parallel.pp=2", "parallel.dp=2"},
+           {"parallel.tp=4", "parallel.recompute=\"selective\"", "parallel.dp=2", "parallel.zero_stage=1"},
+           {"parallel.tp=2", "parallel.pp=2", "parallel.recompute=\"full\"", "parallel.schedule=\"interleaved\"",
+            "parallel.virtual_stages=2", "parallel.global_batch=8", "parallel.micro_batch=2"},
+           {"parallel.tp=2", "parallel.pp=2", "framework.name=\"deepspeed\"", "parallel.recompute=\"full\""}}) {
+    std::vector<std::string> sets = neox;
+    sets.insert(sets.end(), plan.begin(), plan.end());
+    const auto many = train(scenario(parity_toml(), sets), options).losses;
     ASSERT_EQ(many.size(), one.size());
-    for (std::size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(many[i], one[i], kRelativeTolerance * one[i]) << plan[1];
+    for (std::size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(many[i], one[i], kRelativeTolerance * one[i]) << plan[0];
   }
-  const std::vector<double>& gpt = reference_losses();
-  EXPECT_GT(std::abs(one[2] - gpt[2]), 1e-4) << "model.parallel_residual trained the sequential block";
+  std::vector<std::string> sequential = neox, whole_rotary = neox;
+  sequential[0] = "model.parallel_residual=false";
+  whole_rotary[2] = "model.rotary_fraction=1";
+  const auto sequential_losses = train(scenario(parity_toml(), sequential), options).losses;
+  const auto whole_rotary_losses = train(scenario(parity_toml(), whole_rotary), options).losses;
+  EXPECT_GT(std::abs(one[2] - sequential_losses[2]), 1e-4) << "model.parallel_residual trained the sequential block";
+  EXPECT_GT(std::abs(one[2] - whole_rotary_losses[2]), 1e-5) << "model.rotary_fraction changed nothing";
   EXPECT_LT(one.back(), one.front());
 }
 

@@ -203,7 +203,7 @@ TEST(CpuRope, RejectsOddHeadDimAndBadSizes) {
       }
       ADD_FAILURE() << "an odd head_dim was accepted";
     } catch (const std::invalid_argument& error) {
-      EXPECT_NE(std::string(error.what()).find("head_dim % 2 == 0"), std::string::npos) << error.what();
+      EXPECT_NE(std::string(error.what()).find("rotary_dim % 2 == 0"), std::string::npos) << error.what();
       EXPECT_NE(std::string(error.what()).find(backward ? "rope_backward" : "rope_forward"), std::string::npos)
           << error.what();
     }
@@ -212,6 +212,54 @@ TEST(CpuRope, RejectsOddHeadDimAndBadSizes) {
   EXPECT_THROW(rope_forward(qkv.data(), 1, 0, 2, 1, 8), std::invalid_argument);
   EXPECT_THROW(rope_forward(nullptr, 1, 1, 2, 1, 8), std::invalid_argument);
   EXPECT_THROW(rope_forward(qkv.data(), 1, 1, 1, 1, 2, 0.0f), std::invalid_argument);
+  // a partial rotation must rotate whole pairs, within the head
+  EXPECT_THROW(rope_forward(qkv.data(), 1, 1, 2, 1, 8, 10000.0f, 3), std::invalid_argument);
+  EXPECT_THROW(rope_backward(qkv.data(), 1, 1, 2, 1, 8, 10000.0f, 10), std::invalid_argument);
+  EXPECT_THROW(rope_forward(qkv.data(), 1, 1, 2, 1, 8, 10000.0f, -2), std::invalid_argument);
+  // an odd head keeps an odd tail when the rotated part is even
+  EXPECT_NO_THROW(rope_forward(qkv.data(), 1, 1, 2, 1, 7, 10000.0f, 4));
+}
+
+TEST(CpuRope, APartialRotationRotatesTheLeadingDimensionsAsAVectorOfTheirOwn) {
+  // GPT-NeoX's rotary_pct = 0.25 of head dimension 96: 24 rotated as a 24-dimensional vector (theta_i = base^(-2i/24),
+  // halves [0, 12) and [12, 24)), 72 passed through; v untouched. Equivalent: rotating a head of dimension 24 alone.
+  const Shape x{2, 33, 3, 1, 96};
+  const int rotary = 24;
+  const auto qkv = random_vector(x.size(), 11, -1.5f, 1.5f);
+  auto rotated = qkv;
+  rope_forward(rotated.data(), x.B, x.T, x.H, x.KV, x.D, 10000.0f, rotary);
+  const Shape narrow{1, x.T, 1, 1, rotary};  // one q head of dimension 24, as a reference vector per (b, head)
+  for (int b = 0; b < x.B; ++b) {
+    for (int head = 0; head < x.H + 2 * x.KV; ++head) {
+      std::vector<float> alone(narrow.size(), 0.0f);
+      for (int t = 0; t < x.T; ++t) {
+        for (int i = 0; i < rotary; ++i) alone[t * narrow.row() + i] = qkv[head_offset(x, b, t, head) + i];
+      }
+      const std::vector<double> want = rope_reference(alone, narrow);
+      for (int t = 0; t < x.T; ++t) {
+        const std::size_t at = head_offset(x, b, t, head);
+        for (int i = 0; i < x.D; ++i) {
+          const bool rotated_part = head < x.H + x.KV && i < rotary;
+          const double expected = rotated_part ? want[t * narrow.row() + i] : qkv[at + i];
+          ASSERT_NEAR(rotated[at + i], expected, 2e-6 * (1 + std::abs(expected)))
+              << "b " << b << " head " << head << " t " << t << " i " << i;
+        }
+      }
+    }
+  }
+  // The backward is its transpose: <rope(x), y> = <x, rope_backward(y)>, and it undoes the forward.
+  const auto y = random_vector(x.size(), 12, -1.0f, 1.0f);
+  auto back_y = y;
+  rope_backward(back_y.data(), x.B, x.T, x.H, x.KV, x.D, 10000.0f, rotary);
+  EXPECT_NEAR(dot(rotated, y), dot(qkv, back_y), 1e-6 * x.size());
+  auto round_trip = rotated;
+  rope_backward(round_trip.data(), x.B, x.T, x.H, x.KV, x.D, 10000.0f, rotary);
+  EXPECT_TRUE(all_close(round_trip, qkv, 1e-5f, 1e-5f));
+  // rotary_dim = head_dim is the whole rotation, bit for bit
+  auto whole = qkv, explicit_whole = qkv;
+  rope_forward(whole.data(), x.B, x.T, x.H, x.KV, x.D);
+  rope_forward(explicit_whole.data(), x.B, x.T, x.H, x.KV, x.D, 10000.0f, x.D);
+  EXPECT_TRUE(same_bits(whole, explicit_whole));
 }
 
 }  // namespace

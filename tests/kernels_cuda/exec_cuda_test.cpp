@@ -156,7 +156,7 @@ TEST(CudaBackendTest, LlamaLayerComputeMatchesCpuBackend) {
     be.rmsnorm_forward(norm, rstd, tx, tnw, rows, C);
     Tensor qkv = be.allocate(rows * width, a);
     be.matmul_forward(qkv, norm, tw, Tensor{}, rows, C, width);
-    be.rope_forward(qkv, B, T, H, KV, D);
+    be.rope_forward(qkv, B, T, H, KV, D, D);
     Tensor out = be.allocate(rows * C, a), lse = be.allocate(B * H * T, DType::F32);
     be.attention_forward(out, lse, qkv, B, T, H, KV, D, Tensor{});
     Tensor act = be.allocate(rows * F, a);
@@ -164,7 +164,7 @@ TEST(CudaBackendTest, LlamaLayerComputeMatchesCpuBackend) {
 
     Tensor dqkv = be.allocate(rows * width, a);
     be.attention_backward(dqkv, make(be, d_attn, a), qkv, lse, B, T, H, KV, D, Tensor{});
-    be.rope_backward(dqkv, B, T, H, KV, D);
+    be.rope_backward(dqkv, B, T, H, KV, D, D);
     Tensor dfc = be.allocate(rows * 2 * F, a);
     be.swiglu_backward(dfc, tfc, make(be, d_act, a), rows, F);
     Tensor dx = be.zeros(rows * C, a), dnw = be.zeros(C, DType::F32);
@@ -303,7 +303,8 @@ TEST(CudaStagingCommunicator, CollectivesAndMessagesOnDeviceBuffers) {
 // The GPT-2 block with learned positions and with ALiBi (each TP rank's slopes of its global heads), and a
 // Llama-style block (RMSNorm, SwiGLU, rotary embeddings, 2 kv heads for 4 query heads, no biases, untied embeddings:
 // with tp 2 each rank holds one kv head shared by its two query heads) and a parallel block (attention and MLP on
-// the layer input, one all-reduce of their summed partials) train on the CUDA backend as on the CPU one.
+// the layer input, one all-reduce of their summed partials) with rotary embeddings on a quarter of each head (4 of
+// 16 dimensions), as GPT-NeoX's, train on the CUDA backend as on the CPU one.
 TEST(CudaTraining, FollowsTheCpuBackendOnOneRankAndOnFourSharingTheGpu) {
   TWIN_REQUIRE_GPU();
   std::string corpus_text;
@@ -328,7 +329,9 @@ TEST(CudaTraining, FollowsTheCpuBackendOnOneRankAndOnFourSharingTheGpu) {
       {"llama-style",
        {"model.norm=\"rmsnorm\"", "model.activation=\"swiglu\"", "model.position_embedding=\"rope\"",
         "model.kv_heads=2", "model.linear_bias=false", "framework.tied_embeddings=false"}},
-      {"parallel block", {"model.parallel_residual=true"}}};
+      {"gpt-neox-style",
+       {"model.parallel_residual=true", "model.position_embedding=\"rope\"", "model.rotary_fraction=0.25",
+        "framework.tied_embeddings=false"}}};
   for (const auto& [name, sets] : models) {
     SCOPED_TRACE(name);
     const auto cpu_losses = losses("cpu", 1, 1, sets);

@@ -121,31 +121,35 @@ TEST(CudaMath, SwigluFormulasAreTheCpuTwins) {
 }
 
 // The rotary embeddings' cos / sin and rotation (math.hpp), applied on the host with the device kernel's indexing
-// (pair i of head h of token (b, t)), against kernels/cpu/rope.cpp, forward and backward, bit for bit.
+// (pair i of head h of token (b, t)), against kernels/cpu/rope.cpp, forward and backward, bit for bit; rotating the
+// whole head and, as GPT-NeoX's rotary_pct = 0.25, its first quarter.
 TEST(CudaMath, RopeAnglesAndRotationAreTheCpuTwins) {
-  const int B = 2, T = 300, H = 4, KV = 2, D = 64, half = D / 2;
+  const int B = 2, T = 300, H = 4, KV = 2, D = 64;
   const std::size_t row = static_cast<std::size_t>(H + 2 * KV) * D;
   const auto qkv = random_vector(static_cast<std::size_t>(B) * T * row, 6, -2.0f, 2.0f);
-  for (const double direction : {1.0, -1.0}) {
-    auto want = qkv, got = qkv;
-    if (direction > 0) {
-      cpu::rope_forward(want.data(), B, T, H, KV, D);
-    } else {
-      cpu::rope_backward(want.data(), B, T, H, KV, D);
-    }
-    for (int b = 0; b < B; ++b) {
-      for (int t = 0; t < T; ++t) {
-        for (int h = 0; h < H + KV; ++h) {  // q's heads, then k's; v untouched
-          float* x = got.data() + (static_cast<std::size_t>(b) * T + t) * row + static_cast<std::size_t>(h) * D;
-          for (int i = 0; i < half; ++i) {
-            float c = 0.0f, s = 0.0f;
-            math::rope_cos_sin(t, i, D, 10000.0f, direction, &c, &s);
-            math::rope_rotate(x[i], x[i + half], c, s);
+  for (const int rotary : {D, D / 4}) {
+    for (const double direction : {1.0, -1.0}) {
+      const int half = rotary / 2;
+      auto want = qkv, got = qkv;
+      if (direction > 0) {
+        cpu::rope_forward(want.data(), B, T, H, KV, D, 10000.0f, rotary);
+      } else {
+        cpu::rope_backward(want.data(), B, T, H, KV, D, 10000.0f, rotary);
+      }
+      for (int b = 0; b < B; ++b) {
+        for (int t = 0; t < T; ++t) {
+          for (int h = 0; h < H + KV; ++h) {  // q's heads, then k's; v untouched
+            float* x = got.data() + (static_cast<std::size_t>(b) * T + t) * row + static_cast<std::size_t>(h) * D;
+            for (int i = 0; i < half; ++i) {
+              float c = 0.0f, s = 0.0f;
+              math::rope_cos_sin(t, i, rotary, 10000.0f, direction, &c, &s);
+              math::rope_rotate(x[i], x[i + half], c, s);
+            }
           }
         }
       }
+      EXPECT_TRUE(cpu::testing::same_bits(got, want)) << "direction " << direction << ", rotary_dim " << rotary;
     }
-    EXPECT_TRUE(cpu::testing::same_bits(got, want)) << "direction " << direction;
   }
 }
 

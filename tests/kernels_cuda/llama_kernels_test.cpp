@@ -253,10 +253,13 @@ TEST(CudaLlamaPreconditions, ThrowBeforeAnyLaunch) {
   EXPECT_THROW(rope_forward(fake, 1, 4, 2, 1, 7, nullptr), std::invalid_argument);
   EXPECT_THROW(rope_backward(fake, 1, 4, 2, 1, 8, nullptr, 0.0f), std::invalid_argument);
   EXPECT_THROW(rope_forward(fake, 1, 4, 2, 0, 8, nullptr), std::invalid_argument);
+  EXPECT_THROW(rope_forward(fake, 1, 4, 2, 1, 8, nullptr, 10000.0f, 6 + 4), std::invalid_argument);  // past the head
+  EXPECT_THROW(rope_backward(fake, 1, 4, 2, 1, 8, nullptr, 10000.0f, 3), std::invalid_argument);     // half a pair
   try {
     rope_forward(fake, 1, 4, 2, 1, 7, nullptr);
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("twin::kernels::cuda::rope_forward: precondition failed: head_dim % 2 == 0"),
+    EXPECT_NE(std::string(e.what()).find("twin::kernels::cuda::rope_forward: precondition failed: rotary_dim > 0 && "
+                                         "rotary_dim <= head_dim && rotary_dim % 2 == 0"),
               std::string::npos)
         << e.what();
   }

@@ -188,6 +188,23 @@ TEST(Llama, BadKeysAreNamed) {
   odd.replace(odd.find("hidden = 256"), 12, "hidden = 264");
   odd.insert(odd.find("[parallel]"), "position_embedding = \"rope\"\n");
   EXPECT_TRUE(mentions(problems_of(odd), "model.hidden / model.heads = 33 must be even"));
+  // Partial rotary embeddings (hidden 256 / 8 heads = 32 dimensions a head): whole pairs, with rope only.
+  std::string rope = base;
+  rope.insert(rope.find("[parallel]"), "position_embedding = \"rope\"\n");
+  auto with_fraction = [&](const std::string& text, const std::string& fraction) {
+    std::string t = text;
+    t.insert(t.find("[parallel]"), "rotary_fraction = " + fraction + "\n");
+    return problems_of(t);
+  };
+  EXPECT_TRUE(with_fraction(rope, "0.25").empty());
+  EXPECT_EQ(parse_scenario(rope, "t").model.rotary_dim(), 32);
+  EXPECT_TRUE(mentions(with_fraction(rope, "0.1"),
+                       "model.rotary_fraction = 0.1 rotates int(32 x 0.1) = 3 dimensions of each head: it must be a "
+                       "positive even number"));
+  EXPECT_TRUE(mentions(with_fraction(rope, "0"), "model.rotary_fraction must be in (0, 1], got 0"));
+  EXPECT_TRUE(mentions(with_fraction(rope, "1.5"), "model.rotary_fraction must be in (0, 1], got 1.5"));
+  EXPECT_TRUE(mentions(with_fraction(base, "0.5"),
+                       "model.rotary_fraction = 0.5 needs model.position_embedding = \"rope\" (got \"learned\")"));
   // Composer runs MPT's blocks only.
   std::string composer = base;
   composer.replace(composer.find("tp = 2"), 6, "tp = 1");
