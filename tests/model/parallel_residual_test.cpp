@@ -131,5 +131,22 @@ TEST(ParallelResidual, TheKeyLoadsRoundTripsAndRefusesWhatIsNotBuilt) {
   EXPECT_TRUE(mentions(problems_of(typo), "model.parallel_residual"));
 }
 
+TEST(ParallelResidual, GptNeox20bHasItsParameterCountAndFits) {
+  // scenarios/gpt-neox-20b.toml: per layer QKV 6144 x 18432 and the MLP's 6144 x 24576 and back, the attention output
+  // 6144 x 6144, each with its bias, and two layer norms (weight and bias); the 50432-row input and (untied) output
+  // embeddings, and the final layer norm. No position embedding (rotary), parallel or not the same tensors.
+  const Scenario s = load_scenario(testing::source_dir() + "/scenarios/gpt-neox-20b.toml");
+  EXPECT_TRUE(s.model.parallel_residual);
+  EXPECT_EQ(s.model.rotary_dim(), 24);  // a quarter of 96
+  EXPECT_EQ(s.padded_vocab(), 50432);
+  const double h = 6144, f = 24576, V = 50432;
+  const double layer = (h * 3 * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h) + 2 * 2 * h;
+  EXPECT_DOUBLE_EQ(count_parameters(s).total, 44 * layer + 2 * V * h + 2 * h);
+  EXPECT_DOUBLE_EQ(count_parameters(s).total, 20554567680.0);
+  const MemoryEstimate memory = estimate_memory(s);
+  EXPECT_TRUE(memory.fits) << memory.peak_bytes / 1e9 << " GB";
+  EXPECT_GT(build_program(s, Granularity::Layer).total_flops(), 0);
+}
+
 }  // namespace
 }  // namespace twin::model
