@@ -99,6 +99,8 @@ class Interpreter {
     Tensor d_ln;       // (tokens, C) partial input gradient of a column-parallel GEMM; (tokens_sp, C)
                        // after the TP reduction
     Tensor d_ln_mlp;   // parallel block: the MLP branch's reduced d_ln, kept for the LN1 op (see interpreter_layers)
+    Tensor d_out;      // parallel block: the stream's gradient (T, C) as the MLP-down backward took it, for the
+                       // attention projection's (gathered once under sequence parallelism)
   };
   struct ChunkState {
     Tensor tokens, targets;            // (tokens) int32: on the first / last virtual stage

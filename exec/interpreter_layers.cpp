@@ -5,11 +5,12 @@
 //
 // or a parallel block (model.parallel_residual; GPT-J, GPT-NeoX):
 //
-//   x ─ LN1 ─ QKV ─ attention core ─ proj ──────────────┐ (partial sums over TP)
-//   x ─ LN2 ─ fc ─ GELU ─ fc_proj ─ + ─[AR]─ +biases +x = y
+//   x ─ LN1 ─[AG]─ QKV ─ attention core ─ proj ──────────────┐ (partial sums over TP)
+//   x ─ LN2 ─[AG]─ fc ─ GELU ─ fc_proj ─ + ─[AR|RS]─ +biases +x = y
 //
-// Its backward keeps dy for both branches: the LN2 op only sets the MLP branch's reduced d_ln aside, and the LN1 op
-// adds both layer norms' input gradients (and their weight gradients) to the residual stream's.
+// Its backward keeps dy for both branches: the MLP-down op hands the (gathered) dy on to the attention projection's,
+// the LN2 op only sets the MLP branch's reduced d_ln aside, and the LN1 op adds both layer norms' input gradients
+// (and their weight gradients) to the residual stream's.
 //
 // or a Llama-style block: RMSNorm for LN, rotary embeddings applied to q and k by the QKV op right after its GEMM
 // (so that a selective recompute of the attention core reads them rotated; its backward rotates dq and dk back before
@@ -201,6 +202,7 @@ void Interpreter::mlp_down_backward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   const Tensor d_out = take_grad_full(state);  // (T, C)
+  if (dims_.parallel_residual) state.work.d_out = d_out;  // the attention branch's output gradient too
   state.work.d_hidden = backend_.allocate(n(dims_.tokens, dims_.ffn_local), backend_.activation_dtype());
   backend_.matmul_backward(state.work.d_hidden, g.fc_proj_weight, Tensor{}, d_out, s.gelu, w.fc_proj_weight,
                            dims_.tokens, dims_.ffn_local, dims_.hidden);
@@ -258,7 +260,14 @@ void Interpreter::attention_projection_backward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
-  const Tensor d_out = take_grad_full(state);  // (T, C)
+  Tensor d_out;                   // (T, C)
+  if (dims_.parallel_residual) {  // dy, as the MLP branch's backward took it
+    TWIN_EXEC_CHECK(!state.work.d_out.empty(), "layer {}: the MLP branch left no output gradient", op.layer);
+    d_out = state.work.d_out;
+    state.work.d_out = Tensor{};
+  } else {
+    d_out = take_grad_full(state);
+  }
   const int width = dims_.heads_local * dims_.head_dim;
   TWIN_EXEC_CHECK(!s.attn.empty(), "layer {}: the attention output is neither stashed nor recomputed", op.layer);
   state.work.d_attn = backend_.allocate(n(dims_.tokens, width), backend_.activation_dtype());

@@ -297,14 +297,19 @@ Op attention_core(const Shapes& x, Phase phase) {
 // the biases. Backward, each branch's column-parallel input gradient still has its all-reduce (the two layer norms
 // differ, so their gradients cannot be summed before them). GPT-NeoX adds each branch's bias with its dropout before
 // the all-reduce and the residual after it, one pass over [tokens, h] more than counted here.
+// With sequence parallelism each layer norm's output is gathered before its branch's column-parallel GEMM, the
+// summed partials are reduce-scattered once, and backward the stream's gradient is gathered once for both
+// row-parallel GEMMs.
 std::vector<Op> parallel_layer_forward(const Shapes& x, Phase phase) {
   std::vector<Op> ops;
   const double attention_width = x.heads_local * x.head_dim;
-  ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_forward() * x.tokens * x.h));
+  ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_forward() * x.tokens_sp * x.h));
+  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
   ops.push_back(qkv_projection(x, phase));
   ops.push_back(attention_core(x, phase));
   ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
-  ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_forward() * x.tokens * x.h));
+  ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_forward() * x.tokens_sp * x.h));
+  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
   ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
   ops.push_back(x.swiglu ? compute(ComputeKind::Swiglu, phase, x.swiglu_forward() * x.tokens * x.f / x.t)
                          : compute(ComputeKind::Gelu, phase, x.gelu_forward() * x.tokens * x.f / x.t));
@@ -312,7 +317,7 @@ std::vector<Op> parallel_layer_forward(const Shapes& x, Phase phase) {
   down.bytes += x.e * x.tokens * x.h;  // reads the attention branch's partial sums as C
   ops.push_back(down);
   reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::MlpDown, phase);
-  ops.push_back(compute(ComputeKind::MlpResidual, phase, x.parallel_residual_forward() * x.tokens * x.h));
+  ops.push_back(compute(ComputeKind::MlpResidual, phase, x.parallel_residual_forward() * x.tokens_sp * x.h));
   return ops;
 }
 
@@ -320,18 +325,21 @@ std::vector<Op> parallel_layer_backward(const Shapes& x) {
   const Phase phase = Phase::Backward;
   std::vector<Op> ops;
   const double attention_width = x.heads_local * x.head_dim;
-  ops.push_back(compute(ComputeKind::MlpResidual, phase, x.parallel_residual_backward() * x.tokens * x.h));
+  ops.push_back(compute(ComputeKind::MlpResidual, phase, x.parallel_residual_backward() * x.tokens_sp * x.h));
+  gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::MlpDown, phase);  // for both row-parallel GEMMs
   ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t));
   ops.push_back(x.swiglu ? compute(ComputeKind::Swiglu, phase, x.swiglu_backward() * x.tokens * x.f / x.t)
                          : compute(ComputeKind::Gelu, phase, x.gelu_backward() * x.tokens * x.f / x.t));
+  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
   ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
   reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::MlpUp, phase);
-  ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_backward() * x.tokens * x.h));
+  ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_backward() * x.tokens_sp * x.h));
   ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
   ops.push_back(attention_core(x, phase));
+  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
   ops.push_back(qkv_projection(x, phase));
   reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::QkvProjection, phase);
-  ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_backward() * x.tokens * x.h));
+  ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_backward() * x.tokens_sp * x.h));
   return ops;
 }
 

@@ -901,14 +901,6 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
                       src, p.zero_stage));
     }
   }
-  // A parallel block under sequence parallelism would gather its layer input once for both branches and
-  // reduce-scatter their sum: not built (GPT-NeoX has no sequence parallelism either).
-  if (m.parallel_residual && p.sequence_parallel && p.tp > 1) {
-    problems.push_back(
-        fmt::format("{}: model.parallel_residual is not built with parallel.sequence_parallel (tp = {}): set one of "
-                    "them to false",
-                    src, p.tp));
-  }
   if (p.sequence_parallel && seq_ok && tp_ok && m.seq_len % p.tp != 0) {
     problems.push_back(
         fmt::format("{}: parallel.sequence_parallel needs model.seq_len ({}) divisible by parallel.tp "

@@ -199,6 +199,7 @@ TEST(ExecParity, ParallelBlocksAgreeAcrossPlansAndAreAnotherModel) {
   for (const auto& plan : std::vector<std::vector<std::string>>{
            {"parallel.tp=2", "parallel.pp=2", "parallel.dp=2"},
            {"parallel.tp=4", "parallel.recompute=\"selective\"", "parallel.dp=2", "parallel.zero_stage=1"},
+           {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.pp=2", "parallel.recompute=\"full\""},
            {"parallel.tp=2", "parallel.pp=2", "parallel.recompute=\"full\"", "parallel.schedule=\"interleaved\"",
             "parallel.virtual_stages=2", "parallel.global_batch=8", "parallel.micro_batch=2"},
            {"parallel.tp=2", "parallel.pp=2", "framework.name=\"deepspeed\"", "parallel.recompute=\"full\""}}) {
