@@ -51,7 +51,10 @@ void print_summary(const model::Program& program) {
     block += fmt::format(", {} key/value heads (grouped-query attention)", s.model.key_value_heads());
   }
   if (!s.model.linear_bias) block += ", no linear biases";
-  if (s.model.parallel_residual) block += ", attention and MLP in parallel";
+  if (s.model.parallel_residual) {
+    block +=
+        s.model.shared_norm ? ", attention and MLP in parallel on one layer norm" : ", attention and MLP in parallel";
+  }
   fmt::print("model         {} layers, hidden {}, {} heads, ffn {}, seq {}, vocab {} (padded {}), {}{}\n",
              s.model.layers, s.model.hidden, s.model.heads, s.ffn_hidden(), s.model.seq_len, s.model.vocab,
              s.padded_vocab(), model::to_string(s.model.dtype), block);

@@ -420,6 +420,7 @@ std::vector<std::string> check_compatible(const Manifest& m, const fs::path& ste
   compare(refused, "model.kv_heads", then.model.key_value_heads(), now.model.key_value_heads());
   compare(refused, "model.linear_bias", then.model.linear_bias, now.model.linear_bias);
   compare(refused, "model.parallel_residual", then.model.parallel_residual, now.model.parallel_residual);
+  compare(refused, "model.shared_norm", then.model.shared_norm, now.model.shared_norm);
   compare(refused, "model.rotary_fraction", then.model.rotary_fraction, now.model.rotary_fraction);
   compare(refused, "parallel.tp", then.parallel.tp, now.parallel.tp);
   compare(refused, "parallel.pp", then.parallel.pp, now.parallel.pp);

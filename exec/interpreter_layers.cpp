@@ -10,7 +10,9 @@
 //
 // Its backward keeps dy for both branches: the MLP-down op hands the (gathered) dy on to the attention projection's,
 // the LN2 op only sets the MLP branch's reduced d_ln aside, and the LN1 op adds both layer norms' input gradients
-// (and their weight gradients) to the residual stream's.
+// (and their weight gradients) to the residual stream's. With one shared norm (model.shared_norm) there is no LN2:
+// both branches read LN1's output, and the QKV op adds the MLP-up op's partial d_ln to its own before their one
+// TP reduction.
 //
 // or a Llama-style block: RMSNorm for LN, rotary embeddings applied to q and k by the QKV op right after its GEMM
 // (so that a selective recompute of the attention core reads them rotated; its backward rotates dq and dk back before
@@ -103,7 +105,8 @@ void Interpreter::mlp_up_forward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.fc = backend_.allocate(n(dims_.tokens, dims_.up_local), backend_.activation_dtype());
-  backend_.matmul_forward(s.fc, s.ln2_full, w.fc_weight, w.fc_bias, dims_.tokens, dims_.hidden, dims_.up_local);
+  const Tensor& input = dims_.shared_norm ? s.ln1_full : s.ln2_full;  // (T, C)
+  backend_.matmul_forward(s.fc, input, w.fc_weight, w.fc_bias, dims_.tokens, dims_.hidden, dims_.up_local);
 }
 
 void Interpreter::gelu_forward(const Op& op) {
@@ -227,11 +230,16 @@ void Interpreter::mlp_up_backward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
-  TWIN_EXEC_CHECK(!s.ln2_full.empty(), "layer {}: the MLP input was not gathered", op.layer);
+  const Tensor& input = dims_.shared_norm ? s.ln1_full : s.ln2_full;  // (T, C)
+  TWIN_EXEC_CHECK(!input.empty(), "layer {}: the MLP input was not gathered", op.layer);
   state.work.d_ln = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
-  backend_.matmul_backward(state.work.d_ln, g.fc_weight, g.fc_bias, state.work.d_hidden, s.ln2_full, w.fc_weight,
+  backend_.matmul_backward(state.work.d_ln, g.fc_weight, g.fc_bias, state.work.d_hidden, input, w.fc_weight,
                            dims_.tokens, dims_.hidden, dims_.up_local);
   state.work.d_hidden = Tensor{};
+  if (dims_.shared_norm) {  // unreduced: the QKV op adds its own and reduces both at once
+    state.work.d_ln_mlp = state.work.d_ln;
+    state.work.d_ln = Tensor{};
+  }
 }
 
 void Interpreter::layernorm_mlp_backward(const Op& op) {
@@ -298,6 +306,13 @@ void Interpreter::qkv_backward(const Op& op) {
   backend_.matmul_backward(state.work.d_ln, g.qkv_weight, g.qkv_bias, state.work.d_qkv, s.ln1_full, w.qkv_weight,
                            dims_.tokens, dims_.hidden, dims_.qkv_local);
   state.work.d_qkv = Tensor{};
+  if (dims_.shared_norm) {  // both branches' partial input gradients, for one TP reduction
+    TWIN_EXEC_CHECK(!state.work.d_ln_mlp.empty(), "layer {}: the MLP branch's input gradient is missing", op.layer);
+    Tensor sum = backend_.allocate(state.work.d_ln.numel, backend_.activation_dtype());
+    backend_.residual_forward(sum, state.work.d_ln, state.work.d_ln_mlp);
+    state.work.d_ln = sum;
+    state.work.d_ln_mlp = Tensor{};
+  }
 }
 
 void Interpreter::layernorm_attention_backward(const Op& op) {
@@ -308,7 +323,7 @@ void Interpreter::layernorm_attention_backward(const Op& op) {
   // grad += LN1 backward: d(x2) becomes dx, the previous layer's dy
   norm_backward(state.grad, g.ln1_weight, g.ln1_bias, state.work.d_ln, s.x, w.ln1_weight, s.ln1_mean, s.ln1_rstd);
   state.work.d_ln = Tensor{};
-  if (dims_.parallel_residual) {  // and LN2's, of the same input x
+  if (dims_.parallel_residual && !dims_.shared_norm) {  // and LN2's, of the same input x
     TWIN_EXEC_CHECK(!state.work.d_ln_mlp.empty(), "layer {}: the MLP branch's input gradient is missing", op.layer);
     norm_backward(state.grad, g.ln2_weight, g.ln2_bias, state.work.d_ln_mlp, s.x, w.ln2_weight, s.ln2_mean, s.ln2_rstd);
     state.work.d_ln_mlp = Tensor{};

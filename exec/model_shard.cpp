@@ -34,6 +34,7 @@ Dims::Dims(const model::Scenario& s, int rank_in_tp) {
   rope = s.model.position_embedding == model::PositionEmbedding::Rope;
   linear_bias = s.model.linear_bias;
   parallel_residual = s.model.parallel_residual;
+  shared_norm = s.model.shared_norm;
   rotary_dim = static_cast<int>(s.model.rotary_dim());
   vocab = static_cast<int>(s.model.vocab);
   vocab_local = static_cast<int>(s.padded_vocab()) / tp;
@@ -144,8 +145,8 @@ ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, 
       replicated("ln1.weight", Init::Ones);
       if (norm_bias) replicated("ln1.bias", Init::Zeros);
       if (bias) replicated("attn.proj.bias", Init::Zeros);
-      replicated("ln2.weight", Init::Ones);
-      if (norm_bias) replicated("ln2.bias", Init::Zeros);
+      if (!dims_.shared_norm) replicated("ln2.weight", Init::Ones);
+      if (norm_bias && !dims_.shared_norm) replicated("ln2.bias", Init::Zeros);
       if (bias) replicated("mlp.fc_proj.bias", Init::Zeros);
       b.tensors.push_back(tensor(n + "attn.qkv.weight", QKV, C, Sharding::QkvHeads, Init::Normal, true, false));
       if (bias) b.tensors.push_back(tensor(n + "attn.qkv.bias", QKV, 1, Sharding::QkvHeads, Init::Zeros, false, false));
@@ -245,8 +246,8 @@ void ModelShard::bind_views() {
       bind(&LayerTensors::ln1_weight, "ln1.weight");
       bind(&LayerTensors::ln1_bias, "ln1.bias", norm_bias);
       bind(&LayerTensors::proj_bias, "attn.proj.bias", bias);
-      bind(&LayerTensors::ln2_weight, "ln2.weight");
-      bind(&LayerTensors::ln2_bias, "ln2.bias", norm_bias);
+      bind(&LayerTensors::ln2_weight, "ln2.weight", !dims_.shared_norm);
+      bind(&LayerTensors::ln2_bias, "ln2.bias", norm_bias && !dims_.shared_norm);
       bind(&LayerTensors::fc_proj_bias, "mlp.fc_proj.bias", bias);
       bind(&LayerTensors::qkv_weight, "attn.qkv.weight");
       bind(&LayerTensors::qkv_bias, "attn.qkv.bias", bias);

@@ -55,6 +55,7 @@ struct Dims {
   int up_local = 0;        // the MLP-up output width on this rank: ffn_local, 2 ffn_local with SwiGLU
   bool rmsnorm = false, swiglu = false, rope = false, linear_bias = true;  // the block's kind (model/scenario.hpp)
   bool parallel_residual = false;        // attention and MLP side by side on the layer input
+  bool shared_norm = false;              // ... both on LN1's output (no LN2)
   int rotary_dim = 0;                    // dimensions of a head rotary embeddings rotate (rope)
   int vocab = 0;                         // the real vocabulary (valid columns)
   int vocab_local = 0, vocab_start = 0;  // this rank's shard of the padded vocabulary

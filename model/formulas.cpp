@@ -27,7 +27,7 @@ double layer_parameters_per_rank(const Scenario& s, std::int64_t tp) {
                        + f * h;              // MLP down weight
   const double replicated = bias * h         // attention projection bias
                             + bias * h       // MLP down bias
-                            + 2 * norm_parameters(s);
+                            + (s.model.shared_norm ? 1 : 2) * norm_parameters(s);
   return split / t + replicated;
 }
 
@@ -119,8 +119,8 @@ double activation_bytes_per_layer(const Scenario& s) {
   const double kv_share = d(s.model.key_value_heads()) / a;
   const double split = 2 + 4 * kv_share + 2 + 2 * d(s.mlp_up_width()) / h + 2 * d(s.ffn_hidden()) / h;
   // A parallel block's two layer norms read the same input, kept once, and its one residual op has one dropout
-  // mask: 2 + 1 of the 10 go.
-  const double replicated = s.model.parallel_residual ? 7 : 10;
+  // mask: 2 + 1 of the 10 go; with one shared norm its output too (2 more).
+  const double replicated = s.model.shared_norm ? 5 : s.model.parallel_residual ? 7 : 10;
   switch (s.parallel.recompute) {
     case Recompute::None:
       // FlashAttention keeps no scores: Korthikanti's 5 a s / h term (softmax output, its dropout mask and output)

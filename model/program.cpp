@@ -39,6 +39,7 @@ struct Shapes {
   bool swiglu;       // model.activation = "swiglu": silu(gate) * up
   bool bias;         // model.linear_bias: the linear layers' biases (added by the elementwise kernels after them)
   bool parallel;     // model.parallel_residual: attention and MLP side by side on the layer input, one residual add
+  bool shared_norm;  // model.shared_norm: one layer norm feeds both branches
 
   explicit Shapes(const Scenario& s) {
     seq = d(s.model.seq_len);
@@ -66,6 +67,7 @@ struct Shapes {
     swiglu = s.model.activation == Activation::Swiglu;
     bias = s.model.linear_bias;
     parallel = s.model.parallel_residual;
+    shared_norm = s.model.shared_norm;
   }
 
   // Memory traffic per element of the elementwise kernels (framework.fused_kernels, framework.dropout), in bytes. A
@@ -300,6 +302,9 @@ Op attention_core(const Shapes& x, Phase phase) {
 // With sequence parallelism each layer norm's output is gathered before its branch's column-parallel GEMM, the
 // summed partials are reduce-scattered once, and backward the stream's gradient is gathered once for both
 // row-parallel GEMMs.
+// With one shared layer norm (model.shared_norm: GPT-J, PaLM) there is no second norm, its output is gathered once,
+// and backward the QKV GEMM's input gradient accumulates onto the MLP-up GEMM's (one more read of the [tokens, h]
+// partials), so that one TP all-reduce (reduce-scatter) serves both branches.
 std::vector<Op> parallel_layer_forward(const Shapes& x, Phase phase) {
   std::vector<Op> ops;
   const double attention_width = x.heads_local * x.head_dim;
@@ -308,8 +313,10 @@ std::vector<Op> parallel_layer_forward(const Shapes& x, Phase phase) {
   ops.push_back(qkv_projection(x, phase));
   ops.push_back(attention_core(x, phase));
   ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
-  ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_forward() * x.tokens_sp * x.h));
-  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
+  if (!x.shared_norm) {
+    ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_forward() * x.tokens_sp * x.h));
+    gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
+  }
   ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
   ops.push_back(x.swiglu ? compute(ComputeKind::Swiglu, phase, x.swiglu_forward() * x.tokens * x.f / x.t)
                          : compute(ComputeKind::Gelu, phase, x.gelu_forward() * x.tokens * x.f / x.t));
@@ -330,14 +337,19 @@ std::vector<Op> parallel_layer_backward(const Shapes& x) {
   ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t));
   ops.push_back(x.swiglu ? compute(ComputeKind::Swiglu, phase, x.swiglu_backward() * x.tokens * x.f / x.t)
                          : compute(ComputeKind::Gelu, phase, x.gelu_backward() * x.tokens * x.f / x.t));
-  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
+  // the MLP-up GEMM's input is gathered for its weight gradient (the shared norm's output: QKV's too)
+  gather_sequence(ops, x, Payload::LayerInput, x.shared_norm ? ComputeKind::QkvProjection : ComputeKind::MlpUp, phase);
   ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
-  reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::MlpUp, phase);
-  ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_backward() * x.tokens_sp * x.h));
+  if (!x.shared_norm) {
+    reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::MlpUp, phase);
+    ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_backward() * x.tokens_sp * x.h));
+  }
   ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
   ops.push_back(attention_core(x, phase));
-  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
-  ops.push_back(qkv_projection(x, phase));
+  if (!x.shared_norm) gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
+  Op qkv = qkv_projection(x, phase);
+  if (x.shared_norm) qkv.bytes += x.e * x.tokens * x.h;  // its input gradient accumulates onto the MLP-up GEMM's
+  ops.push_back(qkv);
   reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::QkvProjection, phase);
   ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_backward() * x.tokens_sp * x.h));
   return ops;

@@ -472,6 +472,7 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   }
   model.boolean("linear_bias", scenario.model.linear_bias);
   model.boolean("parallel_residual", scenario.model.parallel_residual);
+  model.boolean("shared_norm", scenario.model.shared_norm);
   model.number("rotary_fraction", scenario.model.rotary_fraction);
   model.reject_unknown_keys();
 
@@ -647,6 +648,12 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
         fmt::format("{}: model.kv_heads ({}) must be divisible by parallel.tp ({}): each TP rank holds whole "
                     "key/value heads (Megatron-Core's num_query_groups % tensor_model_parallel_size == 0)",
                     src, m.key_value_heads(), p.tp));
+  }
+  if (m.shared_norm && !m.parallel_residual) {
+    problems.push_back(
+        fmt::format("{}: model.shared_norm lets one layer norm feed both branches of a parallel block: it needs "
+                    "model.parallel_residual = true",
+                    src));
   }
   const bool rope = m.position_embedding == PositionEmbedding::Rope;
   if (!(m.rotary_fraction > 0 && m.rotary_fraction <= 1)) {
@@ -953,6 +960,7 @@ std::string to_toml(const Scenario& s) {
   line(fmt::format("kv_heads = {}", s.model.key_value_heads()));
   line(fmt::format("linear_bias = {}", s.model.linear_bias));
   line(fmt::format("parallel_residual = {}", s.model.parallel_residual));
+  line(fmt::format("shared_norm = {}", s.model.shared_norm));
   line(fmt::format("rotary_fraction = {}", s.model.rotary_fraction));
   line("\n[parallel]");
   line(fmt::format("tp = {}", s.parallel.tp));

@@ -69,6 +69,9 @@ struct ModelSpec {
   // Parallel attention and MLP (GPT-J, GPT-NeoX's gpt_j_residual): y = x + attn(ln1(x)) + mlp(ln2(x)), the two
   // branches' row-parallel partial sums added before one TP all-reduce; false: GPT-2's sequential block.
   bool parallel_residual = false;
+  // With parallel_residual: one layer norm feeds both branches (GPT-J, PaLM, Falcon-7B; GPT-NeoX's gpt_j_tied), so a
+  // layer has one norm and its backward one TP all-reduce; false: one norm per branch (GPT-NeoX-20B, Falcon-40B).
+  bool shared_norm = false;
 
   // Rotary embeddings on the leading fraction of each head's dimensions (GPT-NeoX's rotary_pct, Megatron-Core's
   // --rotary-percent); 1: all of them. With position_embedding = "rope" only.

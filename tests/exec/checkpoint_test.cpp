@@ -189,6 +189,9 @@ TEST_F(ExecBrokenCheckpoint, AParallelBlock) {  // the same tensors, wired other
       scenario(small_toml(), {"parallel.tp=2", "model.position_embedding=\"rope\"", "model.rotary_fraction=0.5"}),
       dir_);
   EXPECT_NE(rotary.find("model.rotary_fraction: 1 in the checkpoint, 0.5 now"), std::string::npos) << rotary;
+  const std::string shared = resume_error(
+      scenario(small_toml(), {"parallel.tp=2", "model.parallel_residual=true", "model.shared_norm=true"}), dir_);
+  EXPECT_NE(shared.find("model.shared_norm: false in the checkpoint, true now"), std::string::npos) << shared;
 }
 
 TEST_F(ExecBrokenCheckpoint, AnotherPositionEmbedding) {  // ALiBi has no wpe: the same buckets would not line up

@@ -141,6 +141,8 @@ TEST(ExecGradient, TheParallelBlockMatchesFiniteDifferences) {
       tiny({"model.parallel_residual=true", "model.activation=\"swiglu\"", "model.position_embedding=\"rope\"",
             "model.rotary_fraction=0.5", "model.kv_heads=2", "model.linear_bias=false"}),
       "parallel block with SwiGLU, rotary embeddings on half of each head and grouped queries");
+  expect_gradients_match_finite_differences(tiny({"model.parallel_residual=true", "model.shared_norm=true"}),
+                                            "parallel block on one shared layer norm");
 }
 
 }  // namespace

@@ -216,6 +216,28 @@ TEST(ExecParity, ParallelBlocksAgreeAcrossPlansAndAreAnotherModel) {
   const auto whole_rotary_losses = train(scenario(parity_toml(), whole_rotary), options).losses;
   EXPECT_GT(std::abs(one[2] - sequential_losses[2]), 1e-4) << "model.parallel_residual trained the sequential block";
   EXPECT_GT(std::abs(one[2] - whole_rotary_losses[2]), 1e-5) << "model.rotary_fraction changed nothing";
+
+  // PaLM's block: one layer norm for both branches (so one TP reduction of both input gradients), SwiGLU, rotary
+  // embeddings, 2 key/value heads, no biases.
+  const std::vector<std::string> palm = {parallel,
+                                         "model.shared_norm=true",
+                                         "model.activation=\"swiglu\"",
+                                         "model.position_embedding=\"rope\"",
+                                         "model.kv_heads=2",
+                                         "model.linear_bias=false",
+                                         "framework.tied_embeddings=false"};
+  const auto palm_one = train(scenario(parity_toml(), palm), options).losses;
+  for (const auto& plan : std::vector<std::vector<std::string>>{
+           {"parallel.tp=2", "parallel.pp=2", "parallel.dp=2"},
+           {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.recompute=\"full\"", "parallel.dp=2"}}) {
+    std::vector<std::string> sets = palm;
+    sets.insert(sets.end(), plan.begin(), plan.end());
+    const auto many = train(scenario(parity_toml(), sets), options).losses;
+    ASSERT_EQ(many.size(), palm_one.size());
+    for (std::size_t i = 0; i < palm_one.size(); ++i) {
+      EXPECT_NEAR(many[i], palm_one[i], kRelativeTolerance * palm_one[i]) << "shared norm, " << plan[0];
+    }
+  }
   EXPECT_LT(one.back(), one.front());
 }
 

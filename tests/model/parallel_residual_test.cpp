@@ -99,6 +99,43 @@ TEST(ParallelResidual, UnderSequenceParallelismOneReduceScatterAndOneGradientGat
   EXPECT_DOUBLE_EQ(testing::bytes_of(parallel, Phase::Forward, ComputeKind::LayerNormMlp), 2 * 2 * 128 * 1024.0);
 }
 
+TEST(ParallelResidual, OneSharedNormReducesBothBranchesOnceEachWay) {
+  // GPT-J / PaLM: one layer norm feeds both branches. Forward as the two-norm block less LN2; backward the QKV GEMM's
+  // input gradient adds onto the MLP-up GEMM's, one all-reduce for both.
+  Scenario s = parallel_of(make_scenario(2, 1024, 16, 512, 1000, 4, 1, 1, 1, 1));
+  s.model.shared_norm = true;
+  const auto forward = layer_of(s, Phase::Forward), backward = layer_of(s, Phase::Backward);
+  EXPECT_EQ(collectives(forward), 1);
+  EXPECT_EQ(collectives(backward), 1);
+  EXPECT_EQ(count(backward, OpKind::Collective, ComputeKind::QkvProjection), 1);
+  EXPECT_EQ(count(forward, OpKind::Compute, ComputeKind::LayerNormMlp), 0);
+  EXPECT_EQ(count(backward, OpKind::Compute, ComputeKind::LayerNormMlp), 0);
+  const Scenario two_norms = parallel_of(make_scenario(2, 1024, 16, 512, 1000, 4, 1, 1, 1, 1));
+  EXPECT_DOUBLE_EQ(testing::bytes_of(s, Phase::Backward, ComputeKind::QkvProjection) -
+                       testing::bytes_of(two_norms, Phase::Backward, ComputeKind::QkvProjection),
+                   2.0 * 512 * 1024);
+  EXPECT_DOUBLE_EQ(build_program(s).total_flops(), build_program(two_norms).total_flops());
+  // One norm's weight and bias fewer per layer, and one norm output fewer kept (2 s b h).
+  Scenario no_scores = s, no_scores_two = two_norms;
+  no_scores.framework.attention = no_scores_two.framework.attention = AttentionKind::Flash2;
+  no_scores.parallel.tp = no_scores_two.parallel.tp = 1;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(no_scores_two) - activation_bytes_per_layer(no_scores), 2 * 512.0 * 1024);
+  // Sequence parallel: the norm's output gathered once forward and once backward, one reduce-scatter each way.
+  s.parallel.sequence_parallel = true;
+  auto kinds = [](const std::vector<Op>& ops, CollectiveKind kind, Payload payload) {
+    return std::count_if(ops.begin(), ops.end(), [&](const Op& op) {
+      return op.kind == OpKind::Collective && op.collective == kind && op.payload == payload;
+    });
+  };
+  const auto sp_forward = layer_of(s, Phase::Forward), sp_backward = layer_of(s, Phase::Backward);
+  EXPECT_EQ(kinds(sp_forward, CollectiveKind::AllGather, Payload::LayerInput), 1);
+  EXPECT_EQ(kinds(sp_forward, CollectiveKind::ReduceScatter, Payload::LayerOutput), 1);
+  EXPECT_EQ(kinds(sp_backward, CollectiveKind::AllGather, Payload::OutputGrad), 1);
+  EXPECT_EQ(kinds(sp_backward, CollectiveKind::AllGather, Payload::LayerInput), 1);
+  EXPECT_EQ(kinds(sp_backward, CollectiveKind::ReduceScatter, Payload::InputGrad), 1);
+  EXPECT_EQ(collectives(sp_backward), 3);
+}
+
 TEST(ParallelResidual, TheMlpDownGemmAddsOntoTheAttentionBranch) {
   const Scenario sequential = make_scenario(2, 1024, 16, 512, 1000, 4, 1, 1, 1, 1);
   const Scenario parallel = parallel_of(sequential);
@@ -148,6 +185,11 @@ TEST(ParallelResidual, TheKeyLoadsRoundTripsAndRefusesWhatIsNotBuilt) {
   composer.replace(composer.find("tp = 2"), 6, "tp = 1");
   composer += "[framework]\nname = \"composer\"\n";
   EXPECT_TRUE(mentions(problems_of(composer), "parallel_residual must keep their defaults"));
+  std::string alone = base;
+  alone.replace(alone.find("parallel_residual = true"), 24, "shared_norm = true");
+  EXPECT_TRUE(mentions(problems_of(alone),
+                       "model.shared_norm lets one layer norm feed both branches of a parallel "
+                       "block: it needs model.parallel_residual = true"));
   std::string typo = base;
   typo.replace(typo.find("parallel_residual = true"), 24, "parallel_residual = \"yes\"");
   EXPECT_TRUE(mentions(problems_of(typo), "model.parallel_residual"));
