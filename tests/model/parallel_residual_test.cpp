@@ -35,6 +35,12 @@ long count(const std::vector<Op>& ops, OpKind kind, ComputeKind what) {
   return std::count_if(ops.begin(), ops.end(), [&](const Op& op) { return op.kind == kind && op.what == what; });
 }
 
+long count_collectives(const std::vector<Op>& ops, CollectiveKind kind, Payload payload) {
+  return std::count_if(ops.begin(), ops.end(), [&](const Op& op) {
+    return op.kind == OpKind::Collective && op.collective == kind && op.payload == payload;
+  });
+}
+
 long collectives(const std::vector<Op>& ops) {
   return std::count_if(ops.begin(), ops.end(), [](const Op& op) { return op.kind == OpKind::Collective; });
 }
@@ -62,9 +68,8 @@ TEST(ParallelResidual, OneAllReduceForwardTwoBackward) {
   // One residual op, after the reduction; no residual between the branches.
   EXPECT_EQ(count(forward, OpKind::Compute, ComputeKind::AttentionResidual), 0);
   EXPECT_EQ(count(backward, OpKind::Compute, ComputeKind::AttentionResidual), 0);
-  const auto reduce = std::find_if(forward.begin(), forward.end(), [](const Op& op) {
-    return op.kind == OpKind::Collective;
-  });
+  const auto reduce =
+      std::find_if(forward.begin(), forward.end(), [](const Op& op) { return op.kind == OpKind::Collective; });
   ASSERT_NE(reduce, forward.end());
   EXPECT_EQ((reduce + 1)->what, ComputeKind::MlpResidual);
   // The same GEMMs, so the same FLOPs.
@@ -77,23 +82,19 @@ TEST(ParallelResidual, UnderSequenceParallelismOneReduceScatterAndOneGradientGat
   Scenario sequential = make_scenario(2, 1024, 16, 512, 1000, 4, 1, 1, 1, 1);
   sequential.parallel.sequence_parallel = true;
   const Scenario parallel = parallel_of(sequential);
-  auto kinds = [](const std::vector<Op>& ops, CollectiveKind kind, Payload payload) {
-    return std::count_if(ops.begin(), ops.end(), [&](const Op& op) {
-      return op.kind == OpKind::Collective && op.collective == kind && op.payload == payload;
-    });
-  };
   const auto forward = layer_of(parallel, Phase::Forward), backward = layer_of(parallel, Phase::Backward);
   // Forward: each layer norm's output gathered for its branch, the summed partials reduce-scattered once.
-  EXPECT_EQ(kinds(forward, CollectiveKind::AllGather, Payload::LayerInput), 2);
-  EXPECT_EQ(kinds(forward, CollectiveKind::ReduceScatter, Payload::LayerOutput), 1);
+  EXPECT_EQ(count_collectives(forward, CollectiveKind::AllGather, Payload::LayerInput), 2);
+  EXPECT_EQ(count_collectives(forward, CollectiveKind::ReduceScatter, Payload::LayerOutput), 1);
   EXPECT_EQ(collectives(forward), 3);
   EXPECT_EQ(collectives(layer_of(sequential, Phase::Forward)), 4);
   // Backward: dy gathered once for both row-parallel GEMMs (twice in the sequential block), the layer norms'
   // outputs re-gathered for the weight gradients, each branch's input gradient reduce-scattered.
-  EXPECT_EQ(kinds(backward, CollectiveKind::AllGather, Payload::OutputGrad), 1);
-  EXPECT_EQ(kinds(layer_of(sequential, Phase::Backward), CollectiveKind::AllGather, Payload::OutputGrad), 2);
-  EXPECT_EQ(kinds(backward, CollectiveKind::AllGather, Payload::LayerInput), 2);
-  EXPECT_EQ(kinds(backward, CollectiveKind::ReduceScatter, Payload::InputGrad), 2);
+  EXPECT_EQ(count_collectives(backward, CollectiveKind::AllGather, Payload::OutputGrad), 1);
+  EXPECT_EQ(count_collectives(layer_of(sequential, Phase::Backward), CollectiveKind::AllGather, Payload::OutputGrad),
+            2);
+  EXPECT_EQ(count_collectives(backward, CollectiveKind::AllGather, Payload::LayerInput), 2);
+  EXPECT_EQ(count_collectives(backward, CollectiveKind::ReduceScatter, Payload::InputGrad), 2);
   // The layer norms and the residual op work on the rank's 512 / 4 tokens.
   EXPECT_DOUBLE_EQ(testing::bytes_of(parallel, Phase::Forward, ComputeKind::MlpResidual), (3 * 2 + 1) * 128 * 1024.0);
   EXPECT_DOUBLE_EQ(testing::bytes_of(parallel, Phase::Forward, ComputeKind::LayerNormMlp), 2 * 2 * 128 * 1024.0);
@@ -122,17 +123,12 @@ TEST(ParallelResidual, OneSharedNormReducesBothBranchesOnceEachWay) {
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(no_scores_two) - activation_bytes_per_layer(no_scores), 2 * 512.0 * 1024);
   // Sequence parallel: the norm's output gathered once forward and once backward, one reduce-scatter each way.
   s.parallel.sequence_parallel = true;
-  auto kinds = [](const std::vector<Op>& ops, CollectiveKind kind, Payload payload) {
-    return std::count_if(ops.begin(), ops.end(), [&](const Op& op) {
-      return op.kind == OpKind::Collective && op.collective == kind && op.payload == payload;
-    });
-  };
   const auto sp_forward = layer_of(s, Phase::Forward), sp_backward = layer_of(s, Phase::Backward);
-  EXPECT_EQ(kinds(sp_forward, CollectiveKind::AllGather, Payload::LayerInput), 1);
-  EXPECT_EQ(kinds(sp_forward, CollectiveKind::ReduceScatter, Payload::LayerOutput), 1);
-  EXPECT_EQ(kinds(sp_backward, CollectiveKind::AllGather, Payload::OutputGrad), 1);
-  EXPECT_EQ(kinds(sp_backward, CollectiveKind::AllGather, Payload::LayerInput), 1);
-  EXPECT_EQ(kinds(sp_backward, CollectiveKind::ReduceScatter, Payload::InputGrad), 1);
+  EXPECT_EQ(count_collectives(sp_forward, CollectiveKind::AllGather, Payload::LayerInput), 1);
+  EXPECT_EQ(count_collectives(sp_forward, CollectiveKind::ReduceScatter, Payload::LayerOutput), 1);
+  EXPECT_EQ(count_collectives(sp_backward, CollectiveKind::AllGather, Payload::OutputGrad), 1);
+  EXPECT_EQ(count_collectives(sp_backward, CollectiveKind::AllGather, Payload::LayerInput), 1);
+  EXPECT_EQ(count_collectives(sp_backward, CollectiveKind::ReduceScatter, Payload::InputGrad), 1);
   EXPECT_EQ(collectives(sp_backward), 3);
 }
 
