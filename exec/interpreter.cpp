@@ -179,6 +179,7 @@ void Interpreter::build_dispatch_tables() {
   route(Payload::Gradients, &Interpreter::reduce_data_parallel_grads);          // DP: AR, or RS under ZeRO-1 / 3
   route(Payload::GradNormSquared, &Interpreter::gradient_norm);                 // global norm for clipping
   route(Payload::Parameters, &Interpreter::gather_parameters);                  // ZeRO-1 / 3: gather the shards
+  route(Payload::CheckpointedInput, &Interpreter::gather_checkpointed_input);   // DeepSpeed: a layer's kept input
 }
 
 // ---- the loop -------------------------------------------------------------------------------------------------------

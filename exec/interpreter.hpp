@@ -68,6 +68,8 @@ class Interpreter {
   // this rank's: tokens = B*T, tokens_sp = tokens / tp under sequence parallelism.
   struct LayerStash {
     Tensor x;                        // (tokens_sp, C) layer input, kept under every recompute mode
+    Tensor x_part;                   // DeepSpeed's partition_activations: this TP rank's contiguous 1/t of x, kept
+                                     // instead of x between the forward and the recompute
     Tensor ln1, ln1_mean, ln1_rstd;  // (tokens_sp, C), (tokens_sp), (tokens_sp); no mean under RMSNorm
     Tensor ln1_full;                 // (tokens, C) ln1 gathered across TP (sequence parallel), else ln1
     Tensor qkv;                      // (tokens, qkv_local) as (B, T, 3, H/t, D), or [q | k | v] with grouped
@@ -176,6 +178,7 @@ class Interpreter {
   void reduce_tensor_parallel(const model::Op& op);  // LayerOutput, InputGrad: all-reduce or reduce-scatter
   void gather_layer_input(const model::Op& op);      // LayerInput: all-gather of a sequence-sharded input
   void gather_output_grad(const model::Op& op);      // OutputGrad: all-gather of a sequence-sharded gradient
+  void gather_checkpointed_input(const model::Op& op);  // CheckpointedInput: a partitioned layer input, whole again
   void gather_cross_entropy_stats(const model::Op& op);
   void send(const model::Op& op);
   void recv(const model::Op& op);
@@ -208,7 +211,8 @@ class Interpreter {
   int virtual_stages_ = 1;
   std::array<CommGroup, 4> groups_;  // by model::Group
 
-  static constexpr int kComputeKinds = static_cast<int>(model::kComputeKindCount), kPhases = 4, kPayloads = 10;
+  static constexpr int kComputeKinds = static_cast<int>(model::kComputeKindCount), kPhases = 4,
+                       kPayloads = static_cast<int>(model::kPayloadCount);
   std::array<std::array<Handler, kPhases>, kComputeKinds> compute_handlers_{};
   std::array<Handler, kPayloads> collective_handlers_{};
 

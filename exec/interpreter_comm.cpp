@@ -7,6 +7,8 @@
 //                (forward, recompute, and again in the backward for its weight gradient)
 //   OutputGrad   sequence parallel: all-gather the stream's gradient (T_sp, C) -> (T, C) before a row-parallel
 //                GEMM's backward (or the embedding's)
+//   CheckpointedInput  DeepSpeed's partition_activations: all-gather a layer's kept 1/t of its input before its
+//                recompute
 // A sequence shard is a contiguous block of T/tp token rows: every op outside the TP region works row by row.
 #include <fmt/core.h>
 
@@ -87,6 +89,14 @@ void Interpreter::gather_layer_input(const Op& op) {
 void Interpreter::gather_output_grad(const Op& op) {
   ChunkState& state = chunk(op);
   all_gather_sequence(op, state.grad, state.work.grad_full);
+}
+
+// DeepSpeed's partition_activations: the layer kept its rank's contiguous 1/t of the flattened input (see
+// finish_layer_forward); its recompute needs the whole of it.
+void Interpreter::gather_checkpointed_input(const Op& op) {
+  LayerStash& s = stash(op);
+  all_gather_sequence(op, s.x_part, s.x);
+  s.x_part = Tensor{};
 }
 
 void Interpreter::gather_cross_entropy_stats(const Op& op) {

@@ -178,7 +178,14 @@ void Interpreter::finish_layer_forward(const Op& op, LayerStash& s) {
     case Recompute::None:
       break;
     case Recompute::Full:
-      s = LayerStash{.x = s.x};
+      if (scenario_.framework.partition_activations) {  // this rank's contiguous 1/t of the flattened input
+        const std::size_t part = s.x.numel / static_cast<std::size_t>(dims_.tp);
+        Tensor kept = backend_.allocate(part, s.x.dtype);
+        backend_.copy(kept, s.x.slice(static_cast<std::size_t>(coord_.tp) * part, part));
+        s = LayerStash{.x_part = kept};
+      } else {
+        s = LayerStash{.x = s.x};
+      }
       break;
     case Recompute::Selective:
       s.attn = Tensor{};

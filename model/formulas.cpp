@@ -132,8 +132,8 @@ double activation_bytes_per_layer(const Scenario& s) {
                          : sbh * (replicated + split / t + 5 * a * seq / (h * t)));
     case Recompute::Selective:
       return scale * (sp ? sbh * (replicated + split) / t : sbh * (replicated + split / t));
-    case Recompute::Full:
-      return scale * (sp ? 2 * sbh / t : 2 * sbh);
+    case Recompute::Full:  // the layer's input; under DeepSpeed's partition_activations 1/t of it
+      return scale * (sp || s.framework.partition_activations ? 2 * sbh / t : 2 * sbh);
   }
   return 0;
 }

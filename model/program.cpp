@@ -407,16 +407,38 @@ std::vector<Op> layer_backward(const Shapes& x) {
   return ops;
 }
 
+// DeepSpeed's partition_activations (v0.5 runtime/activation_checkpointing/checkpointing.py), around a checkpointed
+// layer: its forward keeps `item.view(-1).narrow(...).clone()`, its rank's contiguous 1/t of the input (read and
+// write e T h / t); before the recompute gather_partitioned_activations zero-fills a flat [T h] buffer (write e T h),
+// copies the rank's part into it (read and write e T h / t) and all-gathers the parts across TP with PyTorch's list
+// all_gather, which gathers into NCCL's own flat buffer and copies each part out (read and write e T h). The copies
+// ride on the layer's first op, the gather is a blocking TP collective on the compute stream before the recompute.
+void partition_checkpointed_input(const Shapes& x, Phase phase, std::vector<Op>& ops) {
+  const double input = x.e * x.tokens * x.h, part = input / x.t;
+  if (phase == Phase::Forward) {
+    ops.front().bytes += 2 * part;
+    return;
+  }
+  ops.front().bytes += input + 2 * part + 2 * input;
+  ops.insert(ops.begin(), tensor_collective(CollectiveKind::AllGather, Payload::CheckpointedInput,
+                                            ComputeKind::LayerNormAttention, phase, input));
+}
+
 // All ops (compute and collectives) of one layer in one phase, op granularity, for one micro-batch.
 std::vector<Op> layer_ops(const Scenario& s, int layer, Phase phase) {
   const Shapes x(s);
   std::vector<Op> ops;
+  const bool partitioned = s.framework.partition_activations && s.recompute_of_layer(layer) == Recompute::Full;
   switch (phase) {
-    case Phase::Forward: ops = layer_forward(x, Phase::Forward); break;
+    case Phase::Forward:
+      ops = layer_forward(x, Phase::Forward);
+      if (partitioned) partition_checkpointed_input(x, Phase::Forward, ops);
+      break;
     case Phase::Backward: ops = layer_backward(x); break;
     case Phase::Recompute:
       if (s.recompute_of_layer(layer) == Recompute::Full) ops = layer_forward(x, Phase::Recompute);
       if (s.recompute_of_layer(layer) == Recompute::Selective) ops.push_back(attention_core(x, Phase::Recompute));
+      if (partitioned) partition_checkpointed_input(x, Phase::Recompute, ops);
       break;
     case Phase::Optimizer: throw std::invalid_argument("layer_ops: a layer has no optimizer phase");
   }
@@ -1018,9 +1040,10 @@ std::string_view to_string(Group value) {
   return lookup(names, value);
 }
 std::string_view to_string(Payload value) {
-  static const char* const names[] = {"layer_output", "layer_input", "input_grad", "output_grad",
-                                      "cross_entropy_stats", "layernorm_grads", "embedding_grads", "gradients",
-                                      "parameters", "grad_norm_squared"};
+  static const char* const names[] = {"layer_output",        "layer_input",       "input_grad",        "output_grad",
+                                      "cross_entropy_stats", "layernorm_grads",   "embedding_grads",   "gradients",
+                                      "parameters",          "grad_norm_squared", "checkpointed_input"};
+  static_assert(std::size(names) == kPayloadCount, "a name for every Payload");
   return lookup(names, value);
 }
 std::string_view to_string(Granularity value) {

@@ -62,18 +62,21 @@ enum class CollectiveKind : std::uint8_t { AllReduce, ReduceScatter, AllGather }
 
 // What a collective carries, so that the executor knows which buffer it reduces or gathers.
 enum class Payload : std::uint8_t {
-  LayerOutput,       // forward: partial sums of a row-parallel output (AR, or RS with sequence parallelism)
-  LayerInput,        // sequence parallel: gather the sequence-sharded input of a column-parallel GEMM
-  InputGrad,         // backward: partial input gradient of a column-parallel GEMM (AR, or RS with SP)
-  OutputGrad,        // sequence parallel backward: gather the sharded output gradient of a row-parallel GEMM
-  CrossEntropyStats, // per token (local max, local sum of exp, target logit) from each vocab shard (AG)
-  LayerNormGrads,    // sequence parallel: gradients of the parameters replicated across TP but applied to a
-                     // sequence shard (layernorm weights and biases, row-parallel biases) summed across TP
-  EmbeddingGrads,    // tied embedding: word-embedding gradient summed between the first and last stage
-  Gradients,         // DP gradient reduction of one bucket (AR, or RS under ZeRO-1)
-  Parameters,        // ZeRO-1: updated parameter shards gathered across DP (AG)
-  GradNormSquared,   // global gradient norm for clipping: one fp32 partial sum per rank (AR over World)
+  LayerOutput,        // forward: partial sums of a row-parallel output (AR, or RS with sequence parallelism)
+  LayerInput,         // sequence parallel: gather the sequence-sharded input of a column-parallel GEMM
+  InputGrad,          // backward: partial input gradient of a column-parallel GEMM (AR, or RS with SP)
+  OutputGrad,         // sequence parallel backward: gather the sharded output gradient of a row-parallel GEMM
+  CrossEntropyStats,  // per token (local max, local sum of exp, target logit) from each vocab shard (AG)
+  LayerNormGrads,     // sequence parallel: gradients of the parameters replicated across TP but applied to a
+                      // sequence shard (layernorm weights and biases, row-parallel biases) summed across TP
+  EmbeddingGrads,     // tied embedding: word-embedding gradient summed between the first and last stage
+  Gradients,          // DP gradient reduction of one bucket (AR, or RS under ZeRO-1)
+  Parameters,         // ZeRO-1: updated parameter shards gathered across DP (AG)
+  GradNormSquared,    // global gradient norm for clipping: one fp32 partial sum per rank (AR over World)
+  CheckpointedInput,  // DeepSpeed's partition_activations: a layer's kept input, 1/t per TP rank, gathered before its
+                      // recompute (AG) (keep it last)
 };
+inline constexpr std::size_t kPayloadCount = static_cast<std::size_t>(Payload::CheckpointedInput) + 1;
 
 enum class Granularity : std::uint8_t {
   Op,     // every GEMM/kernel is an op: what the executor needs

@@ -532,6 +532,7 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   framework.boolean("gradient_accumulation_fusion", scenario.framework.gradient_accumulation_fusion);
   framework.boolean("pipeline_gather_copies", scenario.framework.pipeline_gather_copies);
   framework.boolean("bf16_optimizer", scenario.framework.bf16_optimizer);
+  framework.boolean("partition_activations", scenario.framework.partition_activations);
   framework.reject_unknown_keys();
   if (scenario.framework.name == Framework::Composer) {
     // Composer runs PyTorch's own elementwise kernels (sim/cost_model.cpp); Megatron's fused ones are not there.
@@ -908,6 +909,27 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
                       src, p.zero_stage));
     }
   }
+  // DeepSpeed partitions a checkpointed layer's input across its model-parallel group before keeping it: it needs
+  // DeepSpeed's checkpointing of every layer, ranks to partition across, and a whole input to partition.
+  if (scenario.framework.partition_activations) {
+    const std::string needs =
+        "framework.partition_activations is DeepSpeed's activation checkpointing option: it needs";
+    if (scenario.framework.name != Framework::DeepSpeed) {
+      problems.push_back(fmt::format("{}: {} framework.name = \"deepspeed\", got \"{}\"", src, needs,
+                                     to_string(scenario.framework.name)));
+    }
+    if (p.recompute != Recompute::Full) {
+      problems.push_back(
+          fmt::format("{}: {} parallel.recompute = \"full\", got \"{}\"", src, needs, to_string(p.recompute)));
+    }
+    if (tp_ok && p.tp < 2) {
+      problems.push_back(fmt::format("{}: {} parallel.tp > 1 to partition across, got {}", src, needs, p.tp));
+    }
+    if (p.sequence_parallel) {
+      problems.push_back(
+          fmt::format("{}: {} parallel.sequence_parallel = false (the input is already split)", src, needs));
+    }
+  }
   if (p.sequence_parallel && seq_ok && tp_ok && m.seq_len % p.tp != 0) {
     problems.push_back(
         fmt::format("{}: parallel.sequence_parallel needs model.seq_len ({}) divisible by parallel.tp "
@@ -1005,6 +1027,7 @@ std::string to_toml(const Scenario& s) {
   line(fmt::format("gradient_accumulation_fusion = {}", s.framework.gradient_accumulation_fusion));
   line(fmt::format("pipeline_gather_copies = {}", s.framework.pipeline_gather_copies));
   line(fmt::format("bf16_optimizer = {}", s.framework.bf16_optimizer));
+  line(fmt::format("partition_activations = {}", s.framework.partition_activations));
   line("\n[training]");
   line(fmt::format("seed = {}", s.training.seed));
   line(fmt::format("learning_rate = {:.17g}", s.training.learning_rate));

@@ -158,6 +158,10 @@ struct FrameworkSpec {
                                 // gradients accumulate into an fp32 copy every micro-batch, cross stages partitioned
                                 // across TP, and the optimizer shards its fp32 state across DP; false: the engine of
                                 // v0.5 (2021, fp16 only), gradients accumulating in the 16-bit .grad
+  // DeepSpeed activation checkpointing's partition_activations (runtime/activation_checkpointing/checkpointing.py):
+  // each checkpointed transformer layer keeps 1/t of its input, all-gathered across TP before its recompute;
+  // false: the whole input (with framework.name = "deepspeed", parallel.recompute = "full", tp > 1).
+  bool partition_activations = false;
 };
 
 // Hyper-parameters of real training (the executor); the simulator ignores them.

@@ -74,6 +74,10 @@ INSTANTIATE_TEST_SUITE_P(
         // DeepSpeed's full recompute also runs the embedding, final layer norm and LM head again before their backward
         Plan{"deepspeed_tp2_pp2_recompute_full",
              {"framework.name=\"deepspeed\"", "parallel.tp=2", "parallel.pp=2", "parallel.recompute=\"full\""}},
+        // DeepSpeed's partition_activations: each layer keeps half its input, gathered across TP before the recompute
+        Plan{"deepspeed_tp2_pp2_partition_activations",
+             {"framework.name=\"deepspeed\"", "parallel.tp=2", "parallel.pp=2", "parallel.recompute=\"full\"",
+              "framework.partition_activations=true"}},
         // DeepSpeed's ZeRO-1 all-reduces the whole gradient, then each rank updates its partition
         Plan{"deepspeed_tp2_pp2_dp2_zero1",
              {"framework.name=\"deepspeed\"", "parallel.tp=2", "parallel.pp=2", "parallel.dp=2",

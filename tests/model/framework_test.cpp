@@ -3,8 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
+#include "model/formulas.hpp"
 #include "model/program.hpp"
 #include "test_scenarios.hpp"
 
@@ -260,6 +262,76 @@ TEST(FrameworkKeys, DeepSpeedFullRecomputeAlsoRecomputesTheModelEnds) {
   // Without recompute DeepSpeed checkpoints nothing.
   deepspeed.parallel.recompute = Recompute::None;
   EXPECT_EQ(recomputed(build_program(deepspeed, Granularity::Op), last, ComputeKind::LmHead), 0);
+}
+
+TEST(FrameworkKeys, DeepSpeedPartitionedActivationsAreGatheredBeforeTheRecompute) {
+  // DeepSpeed's partition_activations (v0.5 runtime/activation_checkpointing/checkpointing.py): the forward keeps the
+  // rank's 1/t of each checkpointed layer's input (a clone), the recompute first zero-fills the whole input, copies
+  // the part in and all-gathers the parts across TP (PyTorch's list all_gather copies them out of NCCL's buffer).
+  Scenario whole = parse_scenario(kBase, "case.toml");
+  whole.framework.name = Framework::DeepSpeed;
+  whole.parallel.recompute = Recompute::Full;
+  Scenario partitioned = whole;
+  partitioned.framework.partition_activations = true;
+  const double t = static_cast<double>(whole.parallel.tp);
+  const double input = dtype_bytes(whole.model.dtype) * static_cast<double>(whole.model.seq_len) *
+                       static_cast<double>(whole.parallel.micro_batch) * static_cast<double>(whole.model.hidden);
+  ASSERT_GT(t, 1);
+  // Layer 0's ops of micro-batch 0 in `phase`, as the Program lists them on the first stage.
+  auto layer_ops = [](const Scenario& s, int layer, Phase phase) {
+    std::vector<Op> ops;
+    const Program program = build_program(s, Granularity::Op);
+    for (const Op& op : program.stage_ops[0]) {
+      if (op.layer == layer && op.micro_batch == 0 && op.phase == phase) ops.push_back(op);
+    }
+    return ops;
+  };
+  const std::vector<Op> recompute = layer_ops(partitioned, 0, Phase::Recompute);
+  ASSERT_FALSE(recompute.empty());
+  EXPECT_EQ(recompute.front().kind, OpKind::Collective);
+  EXPECT_EQ(recompute.front().payload, Payload::CheckpointedInput);
+  EXPECT_EQ(recompute.front().collective, CollectiveKind::AllGather);
+  EXPECT_EQ(recompute.front().group, Group::Tensor);
+  EXPECT_DOUBLE_EQ(recompute.front().bytes, input);
+  EXPECT_EQ(recompute[1].what, ComputeKind::LayerNormAttention);
+  EXPECT_DOUBLE_EQ(recompute[1].bytes - layer_ops(whole, 0, Phase::Recompute).front().bytes,
+                   input + 2 * input / t + 2 * input);
+  EXPECT_DOUBLE_EQ(
+      layer_ops(partitioned, 0, Phase::Forward).front().bytes - layer_ops(whole, 0, Phase::Forward).front().bytes,
+      2 * input / t);
+  // Nothing else changes: the backward, and the recompute's other ops.
+  EXPECT_EQ(layer_ops(partitioned, 0, Phase::Backward).size(), layer_ops(whole, 0, Phase::Backward).size());
+  EXPECT_EQ(recompute.size(), layer_ops(whole, 0, Phase::Recompute).size() + 1);
+  // A layer keeps 1/t of its input.
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(partitioned), activation_bytes_per_layer(whole) / t);
+  EXPECT_LT(estimate_memory(partitioned).peak_bytes, estimate_memory(whole).peak_bytes);
+}
+
+TEST(FrameworkKeys, PartitionedActivationsNeedDeepSpeedsFullRecomputeAcrossTp) {
+  const std::string base = std::string(kBase) + "[framework]\nname = \"deepspeed\"\npartition_activations = true\n";
+  auto problems = [](std::string text) {
+    try {
+      parse_scenario(text, "case.toml");
+    } catch (const ScenarioError& error) {
+      return error.problems();
+    }
+    return std::vector<std::string>{};
+  };
+  auto mentions = [](const std::vector<std::string>& found, const std::string& text) {
+    return std::any_of(found.begin(), found.end(),
+                       [&](const std::string& p) { return p.find(text) != std::string::npos; });
+  };
+  const std::string needs = "framework.partition_activations is DeepSpeed's activation checkpointing option: it needs";
+  std::string full = base;
+  full.insert(full.find("[cluster]"), "recompute = \"full\"\n");
+  EXPECT_TRUE(problems(full).empty()) << (problems(full).empty() ? "" : problems(full).front());
+  EXPECT_TRUE(mentions(problems(base), needs + " parallel.recompute = \"full\", got \"none\""));
+  std::string megatron = full;
+  megatron.replace(megatron.find("name = \"deepspeed\""), 18, "name = \"megatron\"");
+  EXPECT_TRUE(mentions(problems(megatron), needs + " framework.name = \"deepspeed\", got \"megatron\""));
+  std::string one_rank = full;
+  one_rank.replace(one_rank.find("tp = "), 6, "tp = 1");
+  EXPECT_TRUE(mentions(problems(one_rank), needs + " parallel.tp > 1 to partition across, got 1"));
 }
 
 TEST(PublishedScenarios, EveryOneLoads) {
