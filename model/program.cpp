@@ -17,7 +17,9 @@
 namespace twin::model {
 namespace {
 
-double d(std::int64_t value) { return static_cast<double>(value); }
+double d(std::int64_t value) {
+  return static_cast<double>(value);
+}
 
 // Sizes of one micro-batch on one rank.
 struct Shapes {
@@ -83,30 +85,23 @@ struct Shapes {
   // two, write one) after nn.Dropout, which at p = 0 returns its input and launches nothing; its backward is
   // autograd's accumulation of the two gradients that meet at the fork (read two, write one). nn.GELU
   // (approximate = 'none') reads and writes once forward, reads dy and x and writes dx backward.
-  double residual_forward() const {  // bias + dropout + residual add (unfused: the bias add a pass of its own)
+  // `branches`: the branches whose output the op adds to the stream, 1, or 2 for a parallel block's one residual op
+  // (after the all-reduce of both branches' summed partials: both biases, one dropout, one add of x).
+  double residual_forward(int branches = 1) const {  // bias + dropout + residual add (unfused: each bias a pass)
     const double mask = dropout ? 1 : 0;
     if (composer) return 3 * e + (dropout ? 2 * e + mask : 0);
-    return fused ? 3 * e + mask : (bias ? 2 * e : 0) + (dropout ? 2 * e + mask : 0) + 3 * e;
+    return fused ? 3 * e + mask : (bias ? branches * 2 * e : 0) + (dropout ? 2 * e + mask : 0) + 3 * e;
   }
   // Backward, in every framework: autograd's accumulation of the two gradients that meet where the residual stream
   // forks into the layer norm and the residual add (torch/csrc/autograd/input_buffer.cpp: one add, read two, write
   // one); Megatron's also dropout's backward (read dy and mask, write dx) and the bias gradient (read dx), Composer's
-  // dropout backward (its biases' gradients are on their GEMMs).
-  double residual_backward() const {
-    const double accumulate = 3 * e;
+  // dropout backward (its biases' gradients are on their GEMMs). A parallel block's input reaches both layer norms
+  // and the residual add: two accumulations, as two sequential forks, and both biases' gradients read dy.
+  double residual_backward(int branches = 1) const {
+    const double accumulate = branches * 3 * e;
     if (composer) return accumulate + (dropout ? 2 * e + 1 : 0);
-    return accumulate + (dropout ? 2 * e + 1 : 0) + (bias ? e : 0);
+    return accumulate + (dropout ? 2 * e + 1 : 0) + (bias ? branches * e : 0);
   }
-  // A parallel block's one residual op, after the all-reduce of both branches' summed partials: y = x + sum plus
-  // both branches' biases and dropout, in Megatron's fused bias-dropout-add (read x and the sum, write y [+ mask];
-  // the biases are vectors); unfused, each bias add, the dropout and the add a pass of its own. Backward: x reaches
-  // the two layer norms and the residual add, so autograd accumulates three gradients into one (two adds, read two
-  // and write one each, as two sequential residual forks do), dropout's backward, and each bias's gradient reads dy.
-  double parallel_residual_forward() const {
-    const double mask = dropout ? 1 : 0;
-    return fused ? 3 * e + mask : (bias ? 2 * 2 * e : 0) + (dropout ? 2 * e + mask : 0) + 3 * e;
-  }
-  double parallel_residual_backward() const { return 2 * 3 * e + (dropout ? 2 * e + 1 : 0) + (bias ? 2 * e : 0); }
   // unfused: bias add, then GeLU
   double gelu_forward() const { return composer || fused || !bias ? 2 * e : 4 * e; }
   // read dy and x, write dx (, read dx again for the bias gradient)
@@ -132,9 +127,7 @@ struct Shapes {
   // row's unmasked elements, the lower triangle with its diagonal ((s + 1) / 2s of them), and writes the whole row
   // (zeros above the diagonal); its backward reads dy and y in the lower triangle and writes the whole dx.
   double causal_fraction() const { return (seq + 1) / (2 * seq); }
-  double scores_forward() const {
-    return (fused ? (causal_fraction() + 1) * e : 6 * e) + (dropout ? 2 * e + 1 : 0);
-  }
+  double scores_forward() const { return (fused ? (causal_fraction() + 1) * e : 6 * e) + (dropout ? 2 * e + 1 : 0); }
   double scores_backward() const {
     return (fused ? (2 * causal_fraction() + 1) * e : 7 * e) + (dropout ? 2 * e + 1 : 0);
   }
@@ -292,27 +285,27 @@ Op attention_core(const Shapes& x, Phase phase) {
   return op;
 }
 
+// Forward (or recomputed forward) of one transformer layer, op by op.
+//
 // A parallel block (model.parallel_residual; GPT-J, GPT-NeoX's gpt_j_residual: "x = x + attn(ln(x)) + mlp(ln(x)) ...
 // we can do a single allreduce after we add mlp / attn outputs", megatron/model/transformer.py): both layer norms
 // read the layer input, the MLP-down GEMM accumulates onto the attention projection's partial sums (C = A B + C: one
-// more read of the [tokens, h] partials), one TP all-reduce reduces both branches, and one residual op adds x and
-// the biases. Backward, each branch's column-parallel input gradient still has its all-reduce (the two layer norms
-// differ, so their gradients cannot be summed before them). GPT-NeoX adds each branch's bias with its dropout before
-// the all-reduce and the residual after it, one pass over [tokens, h] more than counted here.
-// With sequence parallelism each layer norm's output is gathered before its branch's column-parallel GEMM, the
-// summed partials are reduce-scattered once, and backward the stream's gradient is gathered once for both
-// row-parallel GEMMs.
-// With one shared layer norm (model.shared_norm: GPT-J, PaLM) there is no second norm, its output is gathered once,
-// and backward the QKV GEMM's input gradient accumulates onto the MLP-up GEMM's (one more read of the [tokens, h]
-// partials), so that one TP all-reduce (reduce-scatter) serves both branches.
-std::vector<Op> parallel_layer_forward(const Shapes& x, Phase phase) {
+// more read of the [tokens, h] partials), one TP all-reduce (reduce-scatter) reduces both branches, and one residual
+// op adds x and both biases. GPT-NeoX adds each branch's bias with its dropout before the all-reduce and the residual
+// after it, one pass over [tokens, h] more than counted here. With one shared layer norm (model.shared_norm: GPT-J,
+// PaLM) there is no second norm, and its output is gathered once under sequence parallelism.
+std::vector<Op> layer_forward(const Shapes& x, Phase phase) {
   std::vector<Op> ops;
-  const double attention_width = x.heads_local * x.head_dim;
+  const double attention_width = x.heads_local * x.head_dim;  // h / t
   ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_forward() * x.tokens_sp * x.h));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
   ops.push_back(qkv_projection(x, phase));
   ops.push_back(attention_core(x, phase));
   ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
+  if (!x.parallel) {
+    reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::AttentionProjection, phase);
+    ops.push_back(compute(ComputeKind::AttentionResidual, phase, x.residual_forward() * x.tokens_sp * x.h));
+  }
   if (!x.shared_norm) {
     ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_forward() * x.tokens_sp * x.h));
     gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
@@ -321,28 +314,41 @@ std::vector<Op> parallel_layer_forward(const Shapes& x, Phase phase) {
   ops.push_back(x.swiglu ? compute(ComputeKind::Swiglu, phase, x.swiglu_forward() * x.tokens * x.f / x.t)
                          : compute(ComputeKind::Gelu, phase, x.gelu_forward() * x.tokens * x.f / x.t));
   Op down = linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t);
-  down.bytes += x.e * x.tokens * x.h;  // reads the attention branch's partial sums as C
+  if (x.parallel) down.bytes += x.e * x.tokens * x.h;  // reads the attention branch's partial sums as C
   ops.push_back(down);
   reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::MlpDown, phase);
-  ops.push_back(compute(ComputeKind::MlpResidual, phase, x.parallel_residual_forward() * x.tokens_sp * x.h));
+  const int branches = x.parallel ? 2 : 1;
+  ops.push_back(compute(ComputeKind::MlpResidual, phase, x.residual_forward(branches) * x.tokens_sp * x.h));
   return ops;
 }
 
-std::vector<Op> parallel_layer_backward(const Shapes& x) {
+// Backward of one transformer layer: the forward's ops in reverse, each collective replaced by its adjoint
+// (all-reduce of the input gradient of a column-parallel GEMM; with sequence parallelism, all-gather of the output
+// gradient before a row-parallel GEMM, re-gather of a column-parallel GEMM's input for its weight gradient, and
+// reduce-scatter of its input gradient). A parallel block gathers dy once for both row-parallel GEMMs and keeps an
+// all-reduce per branch (its two layer norms differ, so their gradients cannot be summed before them); with one
+// shared norm the QKV GEMM's input gradient accumulates onto the MLP-up GEMM's (one more read of the [tokens, h]
+// partials), so that one all-reduce serves both.
+std::vector<Op> layer_backward(const Shapes& x) {
   const Phase phase = Phase::Backward;
   std::vector<Op> ops;
   const double attention_width = x.heads_local * x.head_dim;
-  ops.push_back(compute(ComputeKind::MlpResidual, phase, x.parallel_residual_backward() * x.tokens_sp * x.h));
-  gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::MlpDown, phase);  // for both row-parallel GEMMs
+  const int branches = x.parallel ? 2 : 1;
+  ops.push_back(compute(ComputeKind::MlpResidual, phase, x.residual_backward(branches) * x.tokens_sp * x.h));
+  gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::MlpDown, phase);
   ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t));
   ops.push_back(x.swiglu ? compute(ComputeKind::Swiglu, phase, x.swiglu_backward() * x.tokens * x.f / x.t)
                          : compute(ComputeKind::Gelu, phase, x.gelu_backward() * x.tokens * x.f / x.t));
-  // the MLP-up GEMM's input is gathered for its weight gradient (the shared norm's output: QKV's too)
+  // the MLP-up GEMM's input, for its weight gradient (the shared norm's output: QKV's too)
   gather_sequence(ops, x, Payload::LayerInput, x.shared_norm ? ComputeKind::QkvProjection : ComputeKind::MlpUp, phase);
   ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
   if (!x.shared_norm) {
     reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::MlpUp, phase);
     ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_backward() * x.tokens_sp * x.h));
+  }
+  if (!x.parallel) {
+    ops.push_back(compute(ComputeKind::AttentionResidual, phase, x.residual_backward() * x.tokens_sp * x.h));
+    gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::AttentionProjection, phase);
   }
   ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
   ops.push_back(attention_core(x, phase));
@@ -350,58 +356,6 @@ std::vector<Op> parallel_layer_backward(const Shapes& x) {
   Op qkv = qkv_projection(x, phase);
   if (x.shared_norm) qkv.bytes += x.e * x.tokens * x.h;  // its input gradient accumulates onto the MLP-up GEMM's
   ops.push_back(qkv);
-  reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::QkvProjection, phase);
-  ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_backward() * x.tokens_sp * x.h));
-  return ops;
-}
-
-// Forward (or recomputed forward) of one transformer layer, op by op.
-std::vector<Op> layer_forward(const Shapes& x, Phase phase) {
-  if (x.parallel) return parallel_layer_forward(x, phase);
-  std::vector<Op> ops;
-  const double attention_width = x.heads_local * x.head_dim;  // h / t
-  ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_forward() * x.tokens_sp * x.h));
-  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
-  ops.push_back(qkv_projection(x, phase));
-  ops.push_back(attention_core(x, phase));
-  ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
-  reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::AttentionProjection, phase);
-  ops.push_back(compute(ComputeKind::AttentionResidual, phase, x.residual_forward() * x.tokens_sp * x.h));
-  ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_forward() * x.tokens_sp * x.h));
-  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
-  ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
-  ops.push_back(x.swiglu ? compute(ComputeKind::Swiglu, phase, x.swiglu_forward() * x.tokens * x.f / x.t)
-                         : compute(ComputeKind::Gelu, phase, x.gelu_forward() * x.tokens * x.f / x.t));
-  ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t));
-  reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::MlpDown, phase);
-  ops.push_back(compute(ComputeKind::MlpResidual, phase, x.residual_forward() * x.tokens_sp * x.h));
-  return ops;
-}
-
-// Backward of one transformer layer: the forward's ops in reverse, each collective replaced by its adjoint
-// (all-reduce of the input gradient of a column-parallel GEMM; with sequence parallelism, all-gather of the output
-// gradient before a row-parallel GEMM, re-gather of a column-parallel GEMM's input for its weight gradient, and
-// reduce-scatter of its input gradient).
-std::vector<Op> layer_backward(const Shapes& x) {
-  if (x.parallel) return parallel_layer_backward(x);
-  const Phase phase = Phase::Backward;
-  std::vector<Op> ops;
-  const double attention_width = x.heads_local * x.head_dim;
-  ops.push_back(compute(ComputeKind::MlpResidual, phase, x.residual_backward() * x.tokens_sp * x.h));
-  gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::MlpDown, phase);
-  ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t));
-  ops.push_back(x.swiglu ? compute(ComputeKind::Swiglu, phase, x.swiglu_backward() * x.tokens * x.f / x.t)
-                         : compute(ComputeKind::Gelu, phase, x.gelu_backward() * x.tokens * x.f / x.t));
-  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
-  ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
-  reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::MlpUp, phase);
-  ops.push_back(compute(ComputeKind::LayerNormMlp, phase, x.layer_norm_backward() * x.tokens_sp * x.h));
-  ops.push_back(compute(ComputeKind::AttentionResidual, phase, x.residual_backward() * x.tokens_sp * x.h));
-  gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::AttentionProjection, phase);
-  ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
-  ops.push_back(attention_core(x, phase));
-  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
-  ops.push_back(qkv_projection(x, phase));
   reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::QkvProjection, phase);
   ops.push_back(compute(ComputeKind::LayerNormAttention, phase, x.layer_norm_backward() * x.tokens_sp * x.h));
   return ops;
@@ -434,13 +388,16 @@ std::vector<Op> layer_ops(const Scenario& s, int layer, Phase phase) {
       ops = layer_forward(x, Phase::Forward);
       if (partitioned) partition_checkpointed_input(x, Phase::Forward, ops);
       break;
-    case Phase::Backward: ops = layer_backward(x); break;
+    case Phase::Backward:
+      ops = layer_backward(x);
+      break;
     case Phase::Recompute:
       if (s.recompute_of_layer(layer) == Recompute::Full) ops = layer_forward(x, Phase::Recompute);
       if (s.recompute_of_layer(layer) == Recompute::Selective) ops.push_back(attention_core(x, Phase::Recompute));
       if (partitioned) partition_checkpointed_input(x, Phase::Recompute, ops);
       break;
-    case Phase::Optimizer: throw std::invalid_argument("layer_ops: a layer has no optimizer phase");
+    case Phase::Optimizer:
+      throw std::invalid_argument("layer_ops: a layer has no optimizer phase");
   }
   for (Op& op : ops) op.layer = layer;
   return ops;
@@ -826,8 +783,8 @@ class StageBuilder {
     if (last) synchronize_bucket(-1, ComputeKind::LmHead, end_bucket_parameters(ComputeKind::LmHead), 2 * x_.h);
 
     // Gradient clipping needs the global norm: every rank contributes its partial sum of squares.
-    Op norm = gradient_op(CollectiveKind::AllReduce, Group::World, Payload::GradNormSquared,
-                          ComputeKind::OptimizerStep, 4, Stream::Compute);
+    Op norm = gradient_op(CollectiveKind::AllReduce, Group::World, Payload::GradNormSquared, ComputeKind::OptimizerStep,
+                          4, Stream::Compute);
     for (const auto& bucket : buckets_) {
       if (bucket.op >= 0 && ops_[bucket.op].stream != Stream::Compute) norm.deps.push_back(bucket.op);
     }
@@ -934,8 +891,8 @@ class StageBuilder {
   const StageSchedule& schedule_;
   int stage_;
   int stages_ = 1, chunks_ = 1, virtual_stages_ = 1, dp_ = 1;
-  double grad_reduce_bytes_ = 4;   // per parameter, DP reduction
-  double tied_reduce_bytes_ = 4;   // per parameter, the tied embedding's reduction between first and last stage
+  double grad_reduce_bytes_ = 4;    // per parameter, DP reduction
+  double tied_reduce_bytes_ = 4;    // per parameter, the tied embedding's reduction between first and last stage
   std::vector<int> last_backward_;  // per chunk: index in the schedule of its last backward step
   std::vector<int> deferred_layers_;
   std::vector<Bucket> buckets_;
@@ -995,7 +952,9 @@ double estimated_stage_ops(const Scenario& scenario, Granularity granularity) {
   return stages * (micro_batches * (layers_per_stage + 1) * per_layer + 8 * (layers_per_stage + 1));
 }
 
-P2PTag p2p_tag(const Op& op) { return P2PTag{op.micro_batch, op.tag_virtual_stage, op.phase}; }
+P2PTag p2p_tag(const Op& op) {
+  return P2PTag{op.micro_batch, op.tag_virtual_stage, op.phase};
+}
 
 std::size_t Program::total_ops() const {
   std::size_t total = 0;
