@@ -100,7 +100,8 @@ class Interpreter {
     Tensor d_qkv;      // (tokens, qkv_local)
     Tensor d_ln;       // (tokens, C) partial input gradient of a column-parallel GEMM; (tokens_sp, C)
                        // after the TP reduction
-    Tensor d_ln_mlp;   // parallel block: the MLP branch's reduced d_ln, kept for the LN1 op (see interpreter_layers)
+    Tensor d_x_mlp;    // parallel block: LN2's input gradient (tokens_sp, C), which the LN1 op adds to the stream's
+    Tensor d_ln_mlp;   // shared norm: the MLP-up GEMM's partial input gradient (tokens, C), summed into QKV's
     Tensor d_out;      // parallel block: the stream's gradient (T, C) as the MLP-down backward took it, for the
                        // attention projection's (gathered once under sequence parallelism)
   };

@@ -9,8 +9,8 @@
 //   x ─ LN2 ─[AG]─ fc ─ GELU ─ fc_proj ─ + ─[AR|RS]─ +biases +x = y
 //
 // Its backward keeps dy for both branches: the MLP-down op hands the (gathered) dy on to the attention projection's,
-// the LN2 op only sets the MLP branch's reduced d_ln aside, and the LN1 op adds both layer norms' input gradients
-// (and their weight gradients) to the residual stream's. With one shared norm (model.shared_norm) there is no LN2:
+// the LN2 op writes its input gradient to a buffer of its own, and the LN1 op adds both layer norms' input gradients
+// to the residual stream's. With one shared norm (model.shared_norm) there is no LN2:
 // both branches read LN1's output, and the QKV op adds the MLP-up op's partial d_ln to its own before their one
 // TP reduction.
 //
@@ -47,6 +47,13 @@ void Interpreter::layernorm_attention_forward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   if (!recomputing(op)) s.x = state.hidden;  // (T_sp, C)
   TWIN_EXEC_CHECK(!s.x.empty(), "layer {} has no input", op.layer);
+  if (!recomputing(op) && scenario_.framework.partition_activations &&
+      scenario_.recompute_of_layer(op.layer) == Recompute::Full) {
+    // DeepSpeed's checkpoint keeps this rank's contiguous 1/t of the flattened input (the Program's bytes on this op)
+    const std::size_t part = s.x.numel / static_cast<std::size_t>(dims_.tp);
+    s.x_part = backend_.allocate(part, s.x.dtype);
+    backend_.copy(s.x_part, s.x.slice(static_cast<std::size_t>(coord_.tp) * part, part));
+  }
   s.ln1 = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   s.ln1_mean = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
   s.ln1_rstd = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
@@ -127,9 +134,7 @@ void Interpreter::mlp_down_forward(const Op& op) {
   s.fc_proj = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
   backend_.matmul_forward(s.fc_proj, s.gelu, w.fc_proj_weight, Tensor{}, dims_.tokens, dims_.ffn_local, dims_.hidden);
   if (dims_.parallel_residual) {  // both branches' partial sums, for one TP reduction
-    Tensor sum = backend_.allocate(s.fc_proj.numel, backend_.activation_dtype());
-    backend_.residual_forward(sum, s.fc_proj, s.proj);
-    s.fc_proj = sum;
+    backend_.accumulate(s.fc_proj, s.proj);
     s.proj = Tensor{};
   }
 }
@@ -177,15 +182,8 @@ void Interpreter::finish_layer_forward(const Op& op, LayerStash& s) {
   switch (scenario_.recompute_of_layer(op.layer)) {
     case Recompute::None:
       break;
-    case Recompute::Full:
-      if (scenario_.framework.partition_activations) {  // this rank's contiguous 1/t of the flattened input
-        const std::size_t part = s.x.numel / static_cast<std::size_t>(dims_.tp);
-        Tensor kept = backend_.allocate(part, s.x.dtype);
-        backend_.copy(kept, s.x.slice(static_cast<std::size_t>(coord_.tp) * part, part));
-        s = LayerStash{.x_part = kept};
-      } else {
-        s = LayerStash{.x = s.x};
-      }
+    case Recompute::Full:  // the input, or under partition_activations the part the LN1 op kept of it
+      s = scenario_.framework.partition_activations ? LayerStash{.x_part = s.x_part} : LayerStash{.x = s.x};
       break;
     case Recompute::Selective:
       s.attn = Tensor{};
@@ -254,8 +252,10 @@ void Interpreter::layernorm_mlp_backward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
-  if (dims_.parallel_residual) {  // the attention branch still needs dy: LN1's op adds this one
-    state.work.d_ln_mlp = state.work.d_ln;
+  if (dims_.parallel_residual) {  // dy must reach the attention branch unchanged: LN2's share waits for the LN1 op
+    state.work.d_x_mlp = backend_.zeros(state.grad.numel, state.grad.dtype);
+    norm_backward(state.work.d_x_mlp, g.ln2_weight, g.ln2_bias, state.work.d_ln, s.x, w.ln2_weight, s.ln2_mean,
+                  s.ln2_rstd);
     state.work.d_ln = Tensor{};
     return;
   }
@@ -315,9 +315,7 @@ void Interpreter::qkv_backward(const Op& op) {
   state.work.d_qkv = Tensor{};
   if (dims_.shared_norm) {  // both branches' partial input gradients, for one TP reduction
     TWIN_EXEC_CHECK(!state.work.d_ln_mlp.empty(), "layer {}: the MLP branch's input gradient is missing", op.layer);
-    Tensor sum = backend_.allocate(state.work.d_ln.numel, backend_.activation_dtype());
-    backend_.residual_forward(sum, state.work.d_ln, state.work.d_ln_mlp);
-    state.work.d_ln = sum;
+    backend_.accumulate(state.work.d_ln, state.work.d_ln_mlp);
     state.work.d_ln_mlp = Tensor{};
   }
 }
@@ -331,9 +329,9 @@ void Interpreter::layernorm_attention_backward(const Op& op) {
   norm_backward(state.grad, g.ln1_weight, g.ln1_bias, state.work.d_ln, s.x, w.ln1_weight, s.ln1_mean, s.ln1_rstd);
   state.work.d_ln = Tensor{};
   if (dims_.parallel_residual && !dims_.shared_norm) {  // and LN2's, of the same input x
-    TWIN_EXEC_CHECK(!state.work.d_ln_mlp.empty(), "layer {}: the MLP branch's input gradient is missing", op.layer);
-    norm_backward(state.grad, g.ln2_weight, g.ln2_bias, state.work.d_ln_mlp, s.x, w.ln2_weight, s.ln2_mean, s.ln2_rstd);
-    state.work.d_ln_mlp = Tensor{};
+    TWIN_EXEC_CHECK(!state.work.d_x_mlp.empty(), "layer {}: the MLP branch's input gradient is missing", op.layer);
+    backend_.accumulate(state.grad, state.work.d_x_mlp);
+    state.work.d_x_mlp = Tensor{};
   }
   state.layers.erase(op.layer);  // this micro-batch is done with the layer
 }
