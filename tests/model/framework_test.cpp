@@ -3,7 +3,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <filesystem>
 
 #include "model/formulas.hpp"
@@ -14,7 +13,9 @@ namespace twin::model {
 namespace {
 
 using testing::bytes_of;
+using ::testing::Contains;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using testing::problems_of;
 
 constexpr const char* kBase = R"(
@@ -106,9 +107,8 @@ TEST(FrameworkKeys, Bf16OptimizerIsDeepSpeedsWithBf16AndZero1) {
 }
 
 TEST(FrameworkKeys, WrongTypesNameTheField) {
-  for (const char* key :
-       {"dropout", "fused_kernels", "tp_comm_overlap", "gradient_accumulation_fusion", "pipeline_gather_copies",
-        "bf16_optimizer"}) {
+  for (const char* key : {"dropout", "fused_kernels", "tp_comm_overlap", "gradient_accumulation_fusion",
+                          "pipeline_gather_copies", "bf16_optimizer", "partition_activations"}) {
     const auto problems = problems_of(std::string(kBase) + "[framework]\n" + key + " = \"yes\"\n");
     ASSERT_EQ(problems.size(), 1u) << key;
     EXPECT_THAT(problems[0], HasSubstr(std::string("framework.") + key + ": expected true or false"));
@@ -277,16 +277,7 @@ TEST(FrameworkKeys, DeepSpeedPartitionedActivationsAreGatheredBeforeTheRecompute
   const double input = dtype_bytes(whole.model.dtype) * static_cast<double>(whole.model.seq_len) *
                        static_cast<double>(whole.parallel.micro_batch) * static_cast<double>(whole.model.hidden);
   ASSERT_GT(t, 1);
-  // Layer 0's ops of micro-batch 0 in `phase`, as the Program lists them on the first stage.
-  auto layer_ops = [](const Scenario& s, int layer, Phase phase) {
-    std::vector<Op> ops;
-    const Program program = build_program(s, Granularity::Op);
-    for (const Op& op : program.stage_ops[0]) {
-      if (op.layer == layer && op.micro_batch == 0 && op.phase == phase) ops.push_back(op);
-    }
-    return ops;
-  };
-  const std::vector<Op> recompute = layer_ops(partitioned, 0, Phase::Recompute);
+  const std::vector<Op> recompute = testing::first_layer_ops(partitioned, Phase::Recompute);
   ASSERT_FALSE(recompute.empty());
   EXPECT_EQ(recompute.front().kind, OpKind::Collective);
   EXPECT_EQ(recompute.front().payload, Payload::CheckpointedInput);
@@ -294,14 +285,15 @@ TEST(FrameworkKeys, DeepSpeedPartitionedActivationsAreGatheredBeforeTheRecompute
   EXPECT_EQ(recompute.front().group, Group::Tensor);
   EXPECT_DOUBLE_EQ(recompute.front().bytes, input);
   EXPECT_EQ(recompute[1].what, ComputeKind::LayerNormAttention);
-  EXPECT_DOUBLE_EQ(recompute[1].bytes - layer_ops(whole, 0, Phase::Recompute).front().bytes,
+  EXPECT_DOUBLE_EQ(recompute[1].bytes - testing::first_layer_ops(whole, Phase::Recompute).front().bytes,
                    input + 2 * input / t + 2 * input);
-  EXPECT_DOUBLE_EQ(
-      layer_ops(partitioned, 0, Phase::Forward).front().bytes - layer_ops(whole, 0, Phase::Forward).front().bytes,
-      2 * input / t);
+  EXPECT_DOUBLE_EQ(testing::first_layer_ops(partitioned, Phase::Forward).front().bytes -
+                       testing::first_layer_ops(whole, Phase::Forward).front().bytes,
+                   2 * input / t);
   // Nothing else changes: the backward, and the recompute's other ops.
-  EXPECT_EQ(layer_ops(partitioned, 0, Phase::Backward).size(), layer_ops(whole, 0, Phase::Backward).size());
-  EXPECT_EQ(recompute.size(), layer_ops(whole, 0, Phase::Recompute).size() + 1);
+  EXPECT_EQ(testing::first_layer_ops(partitioned, Phase::Backward).size(),
+            testing::first_layer_ops(whole, Phase::Backward).size());
+  EXPECT_EQ(recompute.size(), testing::first_layer_ops(whole, Phase::Recompute).size() + 1);
   // A layer keeps 1/t of its input.
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(partitioned), activation_bytes_per_layer(whole) / t);
   EXPECT_LT(estimate_memory(partitioned).peak_bytes, estimate_memory(whole).peak_bytes);
@@ -309,29 +301,17 @@ TEST(FrameworkKeys, DeepSpeedPartitionedActivationsAreGatheredBeforeTheRecompute
 
 TEST(FrameworkKeys, PartitionedActivationsNeedDeepSpeedsFullRecomputeAcrossTp) {
   const std::string base = std::string(kBase) + "[framework]\nname = \"deepspeed\"\npartition_activations = true\n";
-  auto problems = [](std::string text) {
-    try {
-      parse_scenario(text, "case.toml");
-    } catch (const ScenarioError& error) {
-      return error.problems();
-    }
-    return std::vector<std::string>{};
-  };
-  auto mentions = [](const std::vector<std::string>& found, const std::string& text) {
-    return std::any_of(found.begin(), found.end(),
-                       [&](const std::string& p) { return p.find(text) != std::string::npos; });
-  };
   const std::string needs = "framework.partition_activations is DeepSpeed's activation checkpointing option: it needs";
   std::string full = base;
   full.insert(full.find("[cluster]"), "recompute = \"full\"\n");
-  EXPECT_TRUE(problems(full).empty()) << (problems(full).empty() ? "" : problems(full).front());
-  EXPECT_TRUE(mentions(problems(base), needs + " parallel.recompute = \"full\", got \"none\""));
+  EXPECT_THAT(problems_of(full), IsEmpty());
+  EXPECT_THAT(problems_of(base), Contains(HasSubstr(needs + " parallel.recompute = \"full\", got \"none\"")));
   std::string megatron = full;
   megatron.replace(megatron.find("name = \"deepspeed\""), 18, "name = \"megatron\"");
-  EXPECT_TRUE(mentions(problems(megatron), needs + " framework.name = \"deepspeed\", got \"megatron\""));
+  EXPECT_THAT(problems_of(megatron), Contains(HasSubstr(needs + " framework.name = \"deepspeed\", got \"megatron\"")));
   std::string one_rank = full;
   one_rank.replace(one_rank.find("tp = "), 6, "tp = 1");
-  EXPECT_TRUE(mentions(problems(one_rank), needs + " parallel.tp > 1 to partition across, got 1"));
+  EXPECT_THAT(problems_of(one_rank), Contains(HasSubstr(needs + " parallel.tp > 1 to partition across, got 1")));
 }
 
 TEST(PublishedScenarios, EveryOneLoads) {

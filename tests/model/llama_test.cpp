@@ -1,5 +1,6 @@
 // Llama-style blocks (model.norm = "rmsnorm", activation = "swiglu", position_embedding = "rope", kv_heads,
 // linear_bias = false): the scenario keys, the counts, the Program's ops.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,8 @@
 namespace twin::model {
 namespace {
 
+using ::testing::Contains;
+using ::testing::HasSubstr;
 using testing::make_scenario;
 using testing::problems_of;
 
@@ -30,11 +33,6 @@ Scenario llama2_7b() {
   s.model.linear_bias = false;
   s.framework.tied_embeddings = false;
   return s;
-}
-
-bool mentions(const std::vector<std::string>& problems, const std::string& text) {
-  return std::any_of(problems.begin(), problems.end(),
-                     [&](const std::string& p) { return p.find(text) != std::string::npos; });
 }
 
 TEST(Llama, ParameterCountsAreMetasOwn) {
@@ -174,20 +172,22 @@ TEST(Llama, BadKeysAreNamed) {
   EXPECT_TRUE(with_model("kv_heads = 2\nnorm = \"rmsnorm\"\nactivation = \"swiglu\"\nposition_embedding = \"rope\"\n"
                          "linear_bias = false\n")
                   .empty());
-  EXPECT_TRUE(mentions(with_model("kv_heads = 3\n"), "model.heads (8) must be divisible by model.kv_heads (3)"));
-  EXPECT_TRUE(mentions(with_model("kv_heads = 1\n"), "model.kv_heads (1) must be divisible by parallel.tp (2)"));
-  EXPECT_TRUE(mentions(with_model("kv_heads = 0\n"), "model.kv_heads must be positive"));
-  EXPECT_TRUE(mentions(with_model("kv_heads = -2\n"), "model.kv_heads must be positive"));
-  EXPECT_TRUE(mentions(with_model("norm = \"batchnorm\"\n"),
-                       "model.norm: unknown value \"batchnorm\" (expected one of layernorm, rmsnorm)"));
-  EXPECT_TRUE(mentions(with_model("activation = \"relu\"\n"),
-                       "model.activation: unknown value \"relu\" (expected one of gelu, swiglu)"));
-  EXPECT_TRUE(mentions(with_model("linear_bias = 1\n"), "model.linear_bias"));
+  EXPECT_THAT(with_model("kv_heads = 3\n"),
+              Contains(HasSubstr("model.heads (8) must be divisible by model.kv_heads (3)")));
+  EXPECT_THAT(with_model("kv_heads = 1\n"),
+              Contains(HasSubstr("model.kv_heads (1) must be divisible by parallel.tp (2)")));
+  EXPECT_THAT(with_model("kv_heads = 0\n"), Contains(HasSubstr("model.kv_heads must be positive")));
+  EXPECT_THAT(with_model("kv_heads = -2\n"), Contains(HasSubstr("model.kv_heads must be positive")));
+  EXPECT_THAT(with_model("norm = \"batchnorm\"\n"),
+              Contains(HasSubstr("model.norm: unknown value \"batchnorm\" (expected one of layernorm, rmsnorm)")));
+  EXPECT_THAT(with_model("activation = \"relu\"\n"),
+              Contains(HasSubstr("model.activation: unknown value \"relu\" (expected one of gelu, swiglu)")));
+  EXPECT_THAT(with_model("linear_bias = 1\n"), Contains(HasSubstr("model.linear_bias")));
   // Rotary embeddings rotate pairs: an odd head dimension (hidden 264 / 8 heads = 33) is refused.
   std::string odd = base;
   odd.replace(odd.find("hidden = 256"), 12, "hidden = 264");
   odd.insert(odd.find("[parallel]"), "position_embedding = \"rope\"\n");
-  EXPECT_TRUE(mentions(problems_of(odd), "model.hidden / model.heads = 33 must be even"));
+  EXPECT_THAT(problems_of(odd), Contains(HasSubstr("model.hidden / model.heads = 33 must be even")));
   // Partial rotary embeddings (hidden 256 / 8 heads = 32 dimensions a head): whole pairs, with rope only.
   std::string rope = base;
   rope.insert(rope.find("[parallel]"), "position_embedding = \"rope\"\n");
@@ -198,19 +198,21 @@ TEST(Llama, BadKeysAreNamed) {
   };
   EXPECT_TRUE(with_fraction(rope, "0.25").empty());
   EXPECT_EQ(parse_scenario(rope, "t").model.rotary_dim(), 32);
-  EXPECT_TRUE(mentions(with_fraction(rope, "0.1"),
-                       "model.rotary_fraction = 0.1 rotates int(32 x 0.1) = 3 dimensions of each head: it must be a "
-                       "positive even number"));
-  EXPECT_TRUE(mentions(with_fraction(rope, "0"), "model.rotary_fraction must be in (0, 1], got 0"));
-  EXPECT_TRUE(mentions(with_fraction(rope, "1.5"), "model.rotary_fraction must be in (0, 1], got 1.5"));
-  EXPECT_TRUE(mentions(with_fraction(base, "0.5"),
-                       "model.rotary_fraction = 0.5 needs model.position_embedding = \"rope\" (got \"learned\")"));
+  EXPECT_THAT(
+      with_fraction(rope, "0.1"),
+      Contains(HasSubstr("model.rotary_fraction = 0.1 rotates int(32 x 0.1) = 3 dimensions of each head: it must be a "
+                         "positive even number")));
+  EXPECT_THAT(with_fraction(rope, "0"), Contains(HasSubstr("model.rotary_fraction must be in (0, 1], got 0")));
+  EXPECT_THAT(with_fraction(rope, "1.5"), Contains(HasSubstr("model.rotary_fraction must be in (0, 1], got 1.5")));
+  EXPECT_THAT(
+      with_fraction(base, "0.5"),
+      Contains(HasSubstr("model.rotary_fraction = 0.5 needs model.position_embedding = \"rope\" (got \"learned\")")));
   // Composer runs MPT's blocks only.
   std::string composer = base;
   composer.replace(composer.find("tp = 2"), 6, "tp = 1");
   composer.insert(composer.find("[parallel]"), "norm = \"rmsnorm\"\n");
   composer += "[framework]\nname = \"composer\"\n";
-  EXPECT_TRUE(mentions(problems_of(composer), "framework.name = \"composer\" runs MPT's blocks"));
+  EXPECT_THAT(problems_of(composer), Contains(HasSubstr("framework.name = \"composer\" runs MPT's blocks")));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Parallel blocks (model.parallel_residual: GPT-J, GPT-NeoX's gpt_j_residual): y = x + attn(ln1(x)) + mlp(ln2(x)).
 // The key, the Program's ops and collectives, the activation memory.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,22 +14,15 @@
 namespace twin::model {
 namespace {
 
+using ::testing::Contains;
+using testing::first_layer_ops;
+using ::testing::HasSubstr;
 using testing::make_scenario;
 using testing::problems_of;
 
 Scenario parallel_of(Scenario s) {
   s.model.parallel_residual = true;
   return s;
-}
-
-// The ops of one layer in `phase`, compute and collectives, as build_program lays them out.
-std::vector<Op> layer_of(const Scenario& s, Phase phase) {
-  const Program program = build_program(s);
-  std::vector<Op> ops;
-  for (const Op& op : program.stage_ops[0]) {
-    if (op.layer == 0 && op.micro_batch == 0 && op.phase == phase) ops.push_back(op);
-  }
-  return ops;
 }
 
 long count(const std::vector<Op>& ops, OpKind kind, ComputeKind what) {
@@ -54,11 +48,11 @@ double flops(const std::vector<Op>& ops) {
 TEST(ParallelResidual, OneAllReduceForwardTwoBackward) {
   const Scenario sequential = make_scenario(2, 1024, 16, 512, 1000, 4, 1, 1, 1, 1);  // tp 4
   const Scenario parallel = parallel_of(sequential);
-  const auto forward = layer_of(parallel, Phase::Forward);
-  const auto backward = layer_of(parallel, Phase::Backward);
+  const auto forward = first_layer_ops(parallel, Phase::Forward);
+  const auto backward = first_layer_ops(parallel, Phase::Backward);
   // Forward: both branches' partial sums reduced at once, after the MLP-down GEMM; the sequential block reduces
   // after each row-parallel GEMM.
-  EXPECT_EQ(collectives(layer_of(sequential, Phase::Forward)), 2);
+  EXPECT_EQ(collectives(first_layer_ops(sequential, Phase::Forward)), 2);
   EXPECT_EQ(collectives(forward), 1);
   EXPECT_EQ(count(forward, OpKind::Collective, ComputeKind::MlpDown), 1);
   // Backward: each column-parallel GEMM's input gradient is still reduced before its own layer norm.
@@ -73,8 +67,8 @@ TEST(ParallelResidual, OneAllReduceForwardTwoBackward) {
   ASSERT_NE(reduce, forward.end());
   EXPECT_EQ((reduce + 1)->what, ComputeKind::MlpResidual);
   // The same GEMMs, so the same FLOPs.
-  EXPECT_DOUBLE_EQ(flops(forward), flops(layer_of(sequential, Phase::Forward)));
-  EXPECT_DOUBLE_EQ(flops(backward), flops(layer_of(sequential, Phase::Backward)));
+  EXPECT_DOUBLE_EQ(flops(forward), flops(first_layer_ops(sequential, Phase::Forward)));
+  EXPECT_DOUBLE_EQ(flops(backward), flops(first_layer_ops(sequential, Phase::Backward)));
   EXPECT_DOUBLE_EQ(build_program(parallel).total_flops(), build_program(sequential).total_flops());
 }
 
@@ -82,17 +76,18 @@ TEST(ParallelResidual, UnderSequenceParallelismOneReduceScatterAndOneGradientGat
   Scenario sequential = make_scenario(2, 1024, 16, 512, 1000, 4, 1, 1, 1, 1);
   sequential.parallel.sequence_parallel = true;
   const Scenario parallel = parallel_of(sequential);
-  const auto forward = layer_of(parallel, Phase::Forward), backward = layer_of(parallel, Phase::Backward);
+  const auto forward = first_layer_ops(parallel, Phase::Forward), backward = first_layer_ops(parallel, Phase::Backward);
   // Forward: each layer norm's output gathered for its branch, the summed partials reduce-scattered once.
   EXPECT_EQ(count_collectives(forward, CollectiveKind::AllGather, Payload::LayerInput), 2);
   EXPECT_EQ(count_collectives(forward, CollectiveKind::ReduceScatter, Payload::LayerOutput), 1);
   EXPECT_EQ(collectives(forward), 3);
-  EXPECT_EQ(collectives(layer_of(sequential, Phase::Forward)), 4);
+  EXPECT_EQ(collectives(first_layer_ops(sequential, Phase::Forward)), 4);
   // Backward: dy gathered once for both row-parallel GEMMs (twice in the sequential block), the layer norms'
   // outputs re-gathered for the weight gradients, each branch's input gradient reduce-scattered.
   EXPECT_EQ(count_collectives(backward, CollectiveKind::AllGather, Payload::OutputGrad), 1);
-  EXPECT_EQ(count_collectives(layer_of(sequential, Phase::Backward), CollectiveKind::AllGather, Payload::OutputGrad),
-            2);
+  EXPECT_EQ(
+      count_collectives(first_layer_ops(sequential, Phase::Backward), CollectiveKind::AllGather, Payload::OutputGrad),
+      2);
   EXPECT_EQ(count_collectives(backward, CollectiveKind::AllGather, Payload::LayerInput), 2);
   EXPECT_EQ(count_collectives(backward, CollectiveKind::ReduceScatter, Payload::InputGrad), 2);
   // The layer norms and the residual op work on the rank's 512 / 4 tokens.
@@ -105,7 +100,7 @@ TEST(ParallelResidual, OneSharedNormReducesBothBranchesOnceEachWay) {
   // input gradient adds onto the MLP-up GEMM's, one all-reduce for both.
   Scenario s = parallel_of(make_scenario(2, 1024, 16, 512, 1000, 4, 1, 1, 1, 1));
   s.model.shared_norm = true;
-  const auto forward = layer_of(s, Phase::Forward), backward = layer_of(s, Phase::Backward);
+  const auto forward = first_layer_ops(s, Phase::Forward), backward = first_layer_ops(s, Phase::Backward);
   EXPECT_EQ(collectives(forward), 1);
   EXPECT_EQ(collectives(backward), 1);
   EXPECT_EQ(count(backward, OpKind::Collective, ComputeKind::QkvProjection), 1);
@@ -123,7 +118,7 @@ TEST(ParallelResidual, OneSharedNormReducesBothBranchesOnceEachWay) {
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(no_scores_two) - activation_bytes_per_layer(no_scores), 2 * 512.0 * 1024);
   // Sequence parallel: the norm's output gathered once forward and once backward, one reduce-scatter each way.
   s.parallel.sequence_parallel = true;
-  const auto sp_forward = layer_of(s, Phase::Forward), sp_backward = layer_of(s, Phase::Backward);
+  const auto sp_forward = first_layer_ops(s, Phase::Forward), sp_backward = first_layer_ops(s, Phase::Backward);
   EXPECT_EQ(count_collectives(sp_forward, CollectiveKind::AllGather, Payload::LayerInput), 1);
   EXPECT_EQ(count_collectives(sp_forward, CollectiveKind::ReduceScatter, Payload::LayerOutput), 1);
   EXPECT_EQ(count_collectives(sp_backward, CollectiveKind::AllGather, Payload::OutputGrad), 1);
@@ -173,22 +168,18 @@ TEST(ParallelResidual, TheKeyLoadsRoundTripsAndRefusesWhatIsNotBuilt) {
   EXPECT_TRUE(s.model.parallel_residual);
   EXPECT_EQ(to_toml(parse_scenario(to_toml(s), "round-trip")), to_toml(s));
   EXPECT_FALSE(make_scenario(2, 64, 4, 32, 100, 1, 1, 1, 1, 1).model.parallel_residual);  // GPT-2's block by default
-  auto mentions = [](const std::vector<std::string>& problems, const std::string& text) {
-    return std::any_of(problems.begin(), problems.end(),
-                       [&](const std::string& p) { return p.find(text) != std::string::npos; });
-  };
   std::string composer = base;
   composer.replace(composer.find("tp = 2"), 6, "tp = 1");
   composer += "[framework]\nname = \"composer\"\n";
-  EXPECT_TRUE(mentions(problems_of(composer), "parallel_residual must keep their defaults"));
+  EXPECT_THAT(problems_of(composer), Contains(HasSubstr("parallel_residual must keep their defaults")));
   std::string alone = base;
   alone.replace(alone.find("parallel_residual = true"), 24, "shared_norm = true");
-  EXPECT_TRUE(mentions(problems_of(alone),
-                       "model.shared_norm lets one layer norm feed both branches of a parallel "
-                       "block: it needs model.parallel_residual = true"));
+  EXPECT_THAT(problems_of(alone),
+              Contains(HasSubstr("model.shared_norm lets one layer norm feed both branches of a parallel "
+                                 "block: it needs model.parallel_residual = true")));
   std::string typo = base;
   typo.replace(typo.find("parallel_residual = true"), 24, "parallel_residual = \"yes\"");
-  EXPECT_TRUE(mentions(problems_of(typo), "model.parallel_residual"));
+  EXPECT_THAT(problems_of(typo), Contains(HasSubstr("model.parallel_residual")));
 }
 
 TEST(ParallelResidual, GptNeox20bHasItsParameterCountAndFits) {

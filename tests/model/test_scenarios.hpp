@@ -54,6 +54,16 @@ inline double bytes_of(const Scenario& s, Phase phase, ComputeKind what) {
   return bytes;
 }
 
+// Layer 0's ops of micro-batch 0 in `phase`, compute and collectives, as build_program lays them out on stage 0.
+inline std::vector<Op> first_layer_ops(const Scenario& s, Phase phase) {
+  const Program program = build_program(s, Granularity::Op);
+  std::vector<Op> ops;
+  for (const Op& op : program.stage_ops[0]) {
+    if (op.layer == 0 && op.micro_batch == 0 && op.phase == phase) ops.push_back(op);
+  }
+  return ops;
+}
+
 inline std::string source_dir() {
   const char* dir = std::getenv("TWIN_SOURCE_DIR");
   return dir ? dir : TWIN_SOURCE_DIR_FALLBACK;
