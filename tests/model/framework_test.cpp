@@ -15,7 +15,6 @@ namespace {
 using testing::bytes_of;
 using ::testing::Contains;
 using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 using testing::problems_of;
 
 constexpr const char* kBase = R"(
@@ -304,7 +303,7 @@ TEST(FrameworkKeys, PartitionedActivationsNeedDeepSpeedsFullRecomputeAcrossTp) {
   const std::string needs = "framework.partition_activations is DeepSpeed's activation checkpointing option: it needs";
   std::string full = base;
   full.insert(full.find("[cluster]"), "recompute = \"full\"\n");
-  EXPECT_THAT(problems_of(full), IsEmpty());
+  EXPECT_TRUE(problems_of(full).empty()) << ::testing::PrintToString(problems_of(full));
   EXPECT_THAT(problems_of(base), Contains(HasSubstr(needs + " parallel.recompute = \"full\", got \"none\"")));
   std::string megatron = full;
   megatron.replace(megatron.find("name = \"deepspeed\""), 18, "name = \"megatron\"");
