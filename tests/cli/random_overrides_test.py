@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Random scenario overrides fail cleanly: `twin graph` (and a few `twin sim` and `twin run`) with 1 to 4 random
+`--set`s.
+
+Every key the scenario loader reads (found in model/scenario.cpp, so a new key is covered the day it is added) gets
+values of every kind: the values the repository's scenarios give it, and zero, negative, huge, fractional, string,
+array and boolean ones. Each run must exit 0, or 2 with a `twin: error:` line; a signal, another status or a run past
+its timeout fails the test. The seed is fixed, so a failure reproduces with the command it prints.
+"""
+
+import argparse
+import pathlib
+import random
+import re
+import subprocess
+import sys
+import tomllib
+
+JUNK = ["0", "1", "2", "3", "7", "8", "16", "128", "-1", "0.5", "3.5", "1e30", "9223372036854775807", "nan",
+        "true", "false", '"x"', '""', "[1, 2]", "{a = 1}", "[2048, 2048, 2048]", "[0, 1]"]
+
+
+def loader_keys(source: pathlib.Path) -> list[str]:
+    """The section.key pairs model/scenario.cpp reads (SectionReader calls such as `model.integer("layers", ...)`)."""
+    text = source.read_text()
+    keys = set(re.findall(r'\b(model|parallel|cluster|framework|training)\.'
+                          r'(?:integer|number|boolean|choice|text|positive_integers)\("([a-z_0-9]+)"', text))
+    return sorted(f"{section}.{key}" for section, key in keys)
+
+
+def scenario_values(scenarios: pathlib.Path) -> tuple[list[str], dict[str, set[str]]]:
+    """The scenario names under scenarios/ and, per key, the values they give it (as TOML literals)."""
+    names, values = [], {}
+    for path in sorted(scenarios.rglob("*.toml")):
+        if path.name == "published.toml":
+            continue
+        names.append(str(path.relative_to(scenarios).with_suffix("")))
+        with path.open("rb") as file:
+            table = tomllib.load(file)
+        for section, entries in table.items():
+            if not isinstance(entries, dict):
+                continue
+            for key, value in entries.items():
+                literal = f'"{value}"' if isinstance(value, str) else str(value).lower() \
+                    if isinstance(value, bool) else str(value)
+                values.setdefault(f"{section}.{key}", set()).add(literal)
+    return names, values
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--twin", required=True)
+    parser.add_argument("--source", required=True, help="the repository root")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--graphs", type=int, default=150, help="twin graph runs")
+    parser.add_argument("--sims", type=int, default=10, help="twin sim runs (gpt-tiny and gpt-350m-h200)")
+    parser.add_argument("--trainings", type=int, default=10, help="twin run gpt-tiny --steps 1 runs")
+    parser.add_argument("--timeout", type=float, default=120)
+    args = parser.parse_args()
+
+    root = pathlib.Path(args.source)
+    keys = loader_keys(root / "model" / "scenario.cpp")
+    if len(keys) < 40:
+        print(f"found only {len(keys)} keys in model/scenario.cpp: has the loader's reader changed?")
+        return 1
+    names, values = scenario_values(root / "scenarios")
+    rng = random.Random(args.seed)
+    extra = {"graph": [], "sim": ["--quiet"], "run": ["--quiet", "--steps", "1", "--timeout", "60"]}
+
+    failures = 0
+    accepted = {command: 0 for command in extra}
+    runs = ([("graph", names)] * args.graphs + [("sim", ["gpt-tiny", "gpt-350m-h200"])] * args.sims +
+            [("run", ["gpt-tiny"])] * args.trainings)
+    for command, pool in runs:
+        overrides = []
+        for _ in range(rng.randint(1, 4 if command == "graph" else 2)):
+            key = rng.choice(keys)
+            known = sorted(values.get(key, ()))
+            # Mostly values some scenario uses, so that many runs get past validation into the Program, the
+            # simulator and the executor.
+            value = rng.choice(known) if known and rng.random() < 0.7 else rng.choice(JUNK)
+            overrides.append(f"{key}={value}")
+        argv = [args.twin, command, rng.choice(pool)] + extra[command]
+        for override in overrides:
+            argv += ["--set", override]
+        shown = " ".join(argv[1:3] + [f"--set '{o}'" for o in overrides])
+        try:
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout, cwd=root)
+        except subprocess.TimeoutExpired:
+            print(f"FAIL (no answer in {args.timeout:g} s): twin {shown}")
+            failures += 1
+            continue
+        accepted[command] += result.returncode == 0
+        clean = result.returncode == 0 or (result.returncode == 2 and "twin: error:" in result.stderr)
+        if not clean:
+            failures += 1
+            status = f"signal {-result.returncode}" if result.returncode < 0 else f"exit {result.returncode}"
+            print(f"FAIL ({status}): twin {shown}\n    {result.stderr.strip()[-800:]}")
+    print(f"{len(runs)} runs with random overrides of {len(keys)} keys, {failures} failed; accepted (exit 0): " +
+          ", ".join(f"{command} {count}" for command, count in accepted.items()))
+    # Overrides every run refuses would test only the loader's messages, not what runs past them.
+    for command, count in accepted.items():
+        if count == 0 and any(kind == command for kind, _ in runs):
+            print(f"FAIL: no twin {command} run was accepted; the test no longer reaches past validation")
+            failures += 1
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
