@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Replays DeepSpeed's pipeline TrainSchedule with its blocking exchanges, to see whether its lock-step steps cost
-time that the 1F1B bubble does not (docs/accuracy.md, "DeepSpeed, modelled and not").
+time that the 1F1B bubble does not (docs/accuracy-notes.md, "DeepSpeed, modelled and not").
 
 The schedule is `TrainSchedule.steps()` of deepspeed/runtime/pipe/schedule.py (identical from v0.3 to v0.8.2):
 2 (m + p - 1) steps; stage s runs the forward of micro-batch k in step 2k + s and its backward in step

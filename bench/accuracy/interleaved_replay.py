@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Replays Megatron-LM's interleaved 1F1B schedule under two exchange semantics, to see whether lock-step exchanges
-cost time that twin's eager model of them does not (docs/accuracy.md, "Where the error is").
+cost time that twin's eager model of them does not (docs/accuracy-notes.md, "Where the error is").
 
 The schedule is `forward_backward_pipelining_with_interleaving` of megatron/schedules.py at the SC'21 artifact's
 commit (NVIDIA/Megatron-LM 6985e58938d40ad91ac07b0fddcfad8132e1447e): per stage, the warm-up forwards, the steady
