@@ -59,5 +59,6 @@ void register_sim_command(CLI::App& app);  // cli/sim_command.cpp, built when Si
 void register_run_command(CLI::App& app);  // cli/run_command.cpp
 void register_compare_command(CLI::App& app);
 void register_search_command(CLI::App& app);  // cli/search_command.cpp, with the simulator
+void register_sweep_command(CLI::App& app);   // cli/sweep_command.cpp, with the simulator
 
 }  // namespace twin::cli

@@ -4,6 +4,7 @@
 //   twin run SCENARIO     train for real (CPU threads or MPI ranks; CUDA)
 //   twin compare P M      a prediction next to a measurement
 //   twin search SCENARIO  simulate every parallel plan that fits and rank them
+//   twin sweep SCENARIO   simulate the scenario at each value of a key (--vary cluster.nodes=280,350,420)
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
 #ifdef TWIN_HAVE_SIMGRID
   twin::cli::register_sim_command(app);
   twin::cli::register_search_command(app);
+  twin::cli::register_sweep_command(app);
 #endif
 #ifdef TWIN_HAVE_RUN_COMMAND
   twin::cli::register_run_command(app);

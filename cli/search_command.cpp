@@ -2,34 +2,21 @@
 // Enumerates the plans that are valid and fit in GPU memory (tp, pp, micro-batch, schedule and chunks; the model,
 // cluster and global batch stay), simulates each with `twin sim` in its own process (--jobs at a time: SimGrid is
 // sequential, so a search fans out over cores), and ranks them by iteration time.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <map>
 #include <thread>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/simulation_pool.hpp"
 #include "model/formulas.hpp"
 #include "sim/cost_model.hpp"
 #include "topology/hardware.hpp"
 
-extern char** environ;
-
 namespace twin::cli {
 namespace {
-
-namespace fs = std::filesystem;
 
 struct SearchOptions {
   ScenarioOptions scenario;
@@ -51,7 +38,6 @@ struct Plan {
   double ideal_bubble = 0;
   double peak_memory_bytes = 0;
   // Filled by the simulation.
-  bool simulated = false;
   std::string error;
   double iteration_time_s = 0, tflops_per_gpu = 0, bubble_fraction = 0;
 
@@ -194,44 +180,6 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptio
   return plans;
 }
 
-// `twin sim` on one plan in a child process; returns its pid.
-pid_t start_simulation(const std::string& scenario_path, const std::vector<std::string>& user_sets, const Plan& plan,
-                       const fs::path& json_path, const fs::path& log_path) {
-  std::vector<std::string> args{"/proc/self/exe", "sim", scenario_path, "--quiet", "--json", json_path.string()};
-  for (const auto& set : user_sets) args.insert(args.end(), {"--set", set});
-  for (const auto& set : plan.overrides()) args.insert(args.end(), {"--set", set});
-  std::vector<char*> argv;
-  for (auto& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  const int error = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (error != 0) throw std::runtime_error(fmt::format("twin search: cannot start a simulation: {}", strerror(error)));
-  return pid;
-}
-
-void read_result(Plan& plan, const fs::path& json_path, const fs::path& log_path, int status) {
-  plan.simulated = true;
-  std::ifstream in(json_path);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !in) {
-    std::ifstream log(log_path);
-    std::string line, last;
-    while (std::getline(log, line)) {
-      if (!line.empty()) last = line;
-    }
-    plan.error = last.empty() ? "simulation failed" : last;
-    return;
-  }
-  const auto json = nlohmann::json::parse(in);
-  plan.iteration_time_s = json.at("iteration_time_s").get<double>();
-  plan.tflops_per_gpu = json.at("tflops_per_gpu").get<double>();
-  plan.bubble_fraction = json.at("bubble_fraction").get<double>();
-}
-
 void run_search(const SearchOptions& o) {
   const model::Scenario base = load_scenario(o.scenario);
   if (base.cluster.node == model::NodeKind::CpuHost) {
@@ -259,40 +207,24 @@ void run_search(const SearchOptions& o) {
   fmt::print(stderr, "twin search: {} plans of {} fit {} GPUs ({} rejected for memory); simulating {} with {} jobs\n",
              found, base.model.name, base.cluster.total_gpus(), rejected_for_memory, plans.size(), jobs);
 
-  const fs::path scratch = fs::temp_directory_path() / fmt::format("twin-search-{}", getpid());
-  fs::create_directories(scratch);
   const std::string scenario_path = resolve_scenario_path(o.scenario.scenario);
   std::vector<std::string> user_sets = o.scenario.sets;
   for (const auto& alias : o.scenario.aliases) user_sets.push_back(alias.key + "=" + alias.value);
-
-  std::map<pid_t, std::size_t> running;
-  std::size_t next = 0, done = 0;
-  const auto started = std::chrono::steady_clock::now();
-  const bool on_terminal = isatty(STDERR_FILENO) != 0;
-  auto paths = [&scratch](std::size_t i) {
-    return std::pair{scratch / fmt::format("plan-{}.json", i), scratch / fmt::format("plan-{}.log", i)};
-  };
-  while (done < plans.size()) {
-    while (next < plans.size() && running.size() < static_cast<std::size_t>(jobs)) {
-      const auto [json, log] = paths(next);
-      running[start_simulation(scenario_path, user_sets, plans[next], json, log)] = next;
-      ++next;
-    }
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, 0);
-    if (pid < 0) break;
-    const auto it = running.find(pid);
-    if (it == running.end()) continue;
-    const auto [json, log] = paths(it->second);
-    read_result(plans[it->second], json, log, status);
-    running.erase(it);
-    ++done;
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    fmt::print(stderr, "{}[twin search] {}/{} simulated, {:.0f} s{}", on_terminal ? "\r" : "", done, plans.size(),
-               elapsed, on_terminal ? "" : "\n");
+  std::vector<std::vector<std::string>> override_lists;
+  for (const Plan& plan : plans) {
+    std::vector<std::string> sets = user_sets;
+    for (const auto& set : plan.overrides()) sets.push_back(set);
+    override_lists.push_back(std::move(sets));
   }
-  if (on_terminal) fmt::print(stderr, "\n");
-  fs::remove_all(scratch);
+  const std::vector<SimulationOutcome> outcomes = simulate_in_children(scenario_path, override_lists, jobs, "search");
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    Plan& plan = plans[i];
+    plan.error = outcomes[i].error;
+    if (!plan.error.empty()) continue;
+    plan.iteration_time_s = outcomes[i].summary.at("iteration_time_s").get<double>();
+    plan.tflops_per_gpu = outcomes[i].summary.at("tflops_per_gpu").get<double>();
+    plan.bubble_fraction = outcomes[i].summary.at("bubble_fraction").get<double>();
+  }
 
   std::stable_sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {
     if (a.error.empty() != b.error.empty()) return a.error.empty();

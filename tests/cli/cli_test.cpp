@@ -518,6 +518,80 @@ TEST(Cli, SearchVariesSequenceParallelismAndZero) {
   EXPECT_THAT(composer.output, HasSubstr("shards with FSDP"));
 }
 
+TEST(Cli, SweepSimulatesEveryCombinationAsTwinSimWould) {
+  // Two keys of two values: four variants, the first key slowest, each the same prediction as `twin sim` with the
+  // same --set gives; more nodes shorten the iteration (more replicas for the same global batch).
+  const std::string scenario = small_cluster_scenario().string();
+  const fs::path json_path = scratch("sweep.json");
+  const Result r = twin("sweep " + scenario + " --vary cluster.nodes=2,4 --vary parallel.micro_batch=1,2 --jobs 2" +
+                        " --json " + json_path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cluster.nodes parallel.micro_batch"));
+  std::ifstream in(json_path);
+  const auto sweep = nlohmann::json::parse(in);
+  EXPECT_EQ(sweep["varied"], nlohmann::json({"cluster.nodes", "parallel.micro_batch"}));
+  const auto variants = sweep["variants"];
+  ASSERT_EQ(variants.size(), 4u);
+  const std::vector<std::pair<std::string, std::string>> order{{"2", "1"}, {"2", "2"}, {"4", "1"}, {"4", "2"}};
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    EXPECT_EQ(variants[i]["set"]["cluster.nodes"], order[i].first);
+    EXPECT_EQ(variants[i]["set"]["parallel.micro_batch"], order[i].second);
+    EXPECT_EQ(variants[i]["error"], "") << variants[i].dump();
+    EXPECT_EQ(variants[i]["gpus"], 8 * std::stoi(order[i].first));
+    // 32 sequences of 2048 tokens per iteration.
+    EXPECT_NEAR(variants[i]["tokens_per_s"].get<double>() * variants[i]["iteration_time_s"].get<double>(), 32.0 * 2048,
+                1e-6);
+  }
+  EXPECT_LT(variants[2]["iteration_time_s"].get<double>(), variants[0]["iteration_time_s"].get<double>());
+  const fs::path sim_json = scratch("sweep-sim.json");
+  ASSERT_EQ(twin("sim " + scenario + " --quiet --set cluster.nodes=4 --set parallel.micro_batch=2 --json " +
+                 sim_json.string())
+                .status,
+            0);
+  std::ifstream sim_in(sim_json);
+  const auto sim = nlohmann::json::parse(sim_in);
+  EXPECT_DOUBLE_EQ(variants[3]["iteration_time_s"].get<double>(), sim["iteration_time_s"].get<double>());
+  EXPECT_DOUBLE_EQ(variants[3]["memory_per_gpu_bytes"].get<double>(), sim["memory_per_gpu_bytes"].get<double>());
+}
+
+TEST(Cli, SweepShowsWhyAVariantIsRefused) {
+  // 3 nodes with tp 2 x pp 2 give dp 6, over which 32 sequences do not split: that row says so, and the other
+  // variant is simulated.
+  const Result r = twin("sweep " + small_cluster_scenario().string() + " --vary cluster.nodes=2,3 --jobs 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("invalid: "));
+  EXPECT_THAT(r.output, HasSubstr("parallel.global_batch (32) must be divisible"));
+  // Every variant refused: a mistake in what was typed, exit 2, each reason once.
+  const Result none = twin("sweep " + small_cluster_scenario().string() + " --vary cluster.nodes=3,5");
+  EXPECT_EQ(none.status, 2) << none.output;
+  EXPECT_THAT(none.output, HasSubstr("twin: error: "));
+}
+
+TEST(Cli, SweepRefusesAMalformedVary) {
+  const std::string scenario = small_cluster_scenario().string();
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"--vary nodes=2,4", "KEY is section.key"},
+      {"--vary cluster.nodes=", "an empty value"},
+      {"--vary cluster.nodes=2,,4", "an empty value"},
+      {"--vary cluster.nodes", "expected KEY=V1,V2"},
+      {"--vary 'cluster.gemm_shape=[8192,8192'", "unclosed"},
+      {"--vary cluster.nodes=2 --vary cluster.nodes=4", "gives cluster.nodes twice"},
+      {"--vary cluster.nodes=2,4 --nodes 4", "both give cluster.nodes"},
+      {"--vary model.no_such_key=1,2", "model.no_such_key: unknown key"},
+  };
+  for (const auto& [arguments, message] : cases) {
+    const Result r = twin("sweep " + scenario + " " + arguments);
+    EXPECT_EQ(r.status, 2) << arguments << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr(message)) << arguments;
+  }
+  // Commas inside brackets belong to the value: two measured GEMM shapes are two variants.
+  const Result shapes =
+      twin("sweep " + scenario +
+           " --set cluster.gemm_tflops=230 --vary 'cluster.gemm_shape=[8192,8192,8192],[4096,4096,4096]'");
+  ASSERT_EQ(shapes.status, 0) << shapes.output;
+  EXPECT_THAT(shapes.output, HasSubstr("[4096,4096,4096]"));
+}
+
 TEST(Cli, SearchVariesRecomputeBlockRecomputeIncluded) {
   // Every plan in every recompute mode: none, selective, full, and Megatron's block recompute of a quarter, half and
   // three quarters of a chunk's layers, which trade memory for time in between none and full.

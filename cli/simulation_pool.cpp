@@ -1,0 +1,101 @@
+// Child `twin sim` processes: spawned with posix_spawn on /proc/self/exe (the same binary), stdout discarded, stderr
+// kept in a log beside the --json summary in a scratch folder that is removed afterwards.
+#include "cli/simulation_pool.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+
+#include <fmt/core.h>
+
+extern char** environ;
+
+namespace twin::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+pid_t start_simulation(const std::string& scenario_path, const std::vector<std::string>& overrides,
+                       const fs::path& json_path, const fs::path& log_path, const std::string& command) {
+  std::vector<std::string> args{"/proc/self/exe", "sim", scenario_path, "--quiet", "--json", json_path.string()};
+  for (const auto& set : overrides) args.insert(args.end(), {"--set", set});
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  const int error = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (error != 0)
+    throw std::runtime_error(fmt::format("twin {}: cannot start a simulation: {}", command, strerror(error)));
+  return pid;
+}
+
+SimulationOutcome read_outcome(const fs::path& json_path, const fs::path& log_path, int status) {
+  SimulationOutcome outcome;
+  std::ifstream in(json_path);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !in) {
+    std::ifstream log(log_path);
+    std::string line, last;
+    while (std::getline(log, line)) {
+      if (!line.empty()) last = line;
+    }
+    outcome.error = last.empty() ? "simulation failed" : last;
+    return outcome;
+  }
+  outcome.summary = nlohmann::json::parse(in);
+  return outcome;
+}
+
+}  // namespace
+
+std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_path,
+                                                    const std::vector<std::vector<std::string>>& override_lists,
+                                                    int jobs, const std::string& command) {
+  std::vector<SimulationOutcome> outcomes(override_lists.size());
+  const fs::path scratch = fs::temp_directory_path() / fmt::format("twin-{}-{}", command, getpid());
+  fs::create_directories(scratch);
+  auto paths = [&scratch](std::size_t i) {
+    return std::pair{scratch / fmt::format("variant-{}.json", i), scratch / fmt::format("variant-{}.log", i)};
+  };
+  std::map<pid_t, std::size_t> running;
+  std::size_t next = 0, done = 0;
+  const auto started = std::chrono::steady_clock::now();
+  const bool on_terminal = isatty(STDERR_FILENO) != 0;
+  while (done < override_lists.size()) {
+    while (next < override_lists.size() && running.size() < static_cast<std::size_t>(jobs)) {
+      const auto [json, log] = paths(next);
+      running[start_simulation(scenario_path, override_lists[next], json, log, command)] = next;
+      ++next;
+    }
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) break;
+    const auto it = running.find(pid);
+    if (it == running.end()) continue;
+    const auto [json, log] = paths(it->second);
+    outcomes[it->second] = read_outcome(json, log, status);
+    running.erase(it);
+    ++done;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    fmt::print(stderr, "{}[twin {}] {}/{} simulated, {:.0f} s{}", on_terminal ? "\r" : "", command, done,
+               override_lists.size(), elapsed, on_terminal ? "" : "\n");
+  }
+  if (on_terminal) fmt::print(stderr, "\n");
+  fs::remove_all(scratch);
+  return outcomes;
+}
+
+}  // namespace twin::cli

@@ -1,0 +1,23 @@
+// Many simulations of one scenario, each `twin sim` in a child process: SimGrid runs one simulation per process and
+// is sequential, so `twin search` and `twin sweep` fan their variants out over the cores this way.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace twin::cli {
+
+struct SimulationOutcome {
+  nlohmann::json summary;  // the child's `twin sim --json` summary, when it succeeded
+  std::string error;       // otherwise the last line it wrote to stderr
+};
+
+// Runs `twin sim SCENARIO --quiet --json ...` once per list of `--set` overrides, `jobs` at a time, and returns the
+// outcomes in the order of the lists. Progress goes to stderr as "[command] 3/8 simulated, 12 s".
+std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_path,
+                                                    const std::vector<std::vector<std::string>>& override_lists,
+                                                    int jobs, const std::string& command);
+
+}  // namespace twin::cli
