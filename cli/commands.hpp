@@ -45,6 +45,11 @@ CLI::Validator between(double minimum, double maximum);
 // An output file flag's check at parse time, before any work: a name, not a directory, in a directory that exists.
 CLI::Validator output_file();
 
+// A number of tokens as people write it: 300e9, 300B, 1.4T, 500M (suffixes k, M, B or G, T; either case), at least
+// one and at most 1e18. Throws UserError naming the flag otherwise.
+double parse_token_count(const std::string& flag, const std::string& text);
+CLI::Validator token_count(const std::string& flag);  // the same check at parse time
+
 // A file written atomically: a temporary beside it, then rename, so a reader never sees half of it. A symbolic link
 // is followed (the file it points at is replaced, not the link); what is not a regular file (a pipe, a terminal,
 // /dev/stdout) is written in place. Throws UserError naming the path on failure.

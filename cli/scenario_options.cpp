@@ -1,4 +1,5 @@
 // Scenario selection shared by every subcommand: positional SCENARIO, --set overrides, Megatron-style aliases.
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <limits>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include <unistd.h>
 
@@ -191,6 +193,47 @@ CLI::Validator between(double minimum, double maximum) {
         return {};
       },
       std::isfinite(maximum) ? fmt::format("{}..{}", minimum, maximum) : fmt::format(">={}", minimum));
+}
+
+double parse_token_count(const std::string& flag, const std::string& text) {
+  double value = 0;
+  std::size_t used = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  // A trailing k, M, B (or G) or T, in either case, scales the number.
+  constexpr std::pair<char, double> kSuffixes[] = {{'k', 1e3}, {'m', 1e6}, {'b', 1e9}, {'g', 1e9}, {'t', 1e12}};
+  double scale = 1;
+  if (used > 0 && used + 1 == text.size()) {
+    const char suffix = static_cast<char>(std::tolower(static_cast<unsigned char>(text.back())));
+    for (const auto& [letter, factor] : kSuffixes) {
+      if (letter == suffix) {
+        scale = factor;
+        ++used;
+      }
+    }
+  }
+  value *= scale;
+  if (used == 0 || used != text.size() || !std::isfinite(value) || value < 1 || value > 1e18) {
+    throw UserError(
+        fmt::format("{}: expected a number of tokens from 1 to 1e18 (300e9, 300B, 1.4T), got '{}'", flag, text));
+  }
+  return value;
+}
+
+CLI::Validator token_count(const std::string& flag) {
+  return CLI::Validator(
+      [flag](std::string& text) -> std::string {
+        try {
+          parse_token_count(flag, text);
+        } catch (const UserError& error) {
+          return error.what();
+        }
+        return {};
+      },
+      "TOKENS");
 }
 
 CLI::Validator at_least(double minimum) {

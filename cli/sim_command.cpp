@@ -1,6 +1,7 @@
 // twin sim SCENARIO: simulate one training iteration on a SimGrid model of the cluster and report it.
 //   twin sim                                   MT-NLG 530B on 280 DGX A100 nodes
 //   twin sim mtnlg-530b --nodes 420 --json out.json --svg pipeline.svg --trace trace.json --trace-ranks 0-7
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,7 +35,32 @@ struct SimCommandOptions {
   std::string json_path, trace_path, trace_ranks, svg_path;
   bool quiet = false;
   double sensitivity_percent = 0;  // --sensitivity: each rate this much lower and higher (0: not asked)
+  std::string train_tokens;        // --train-tokens: the whole run's length (empty: not asked)
 };
+
+// A whole training run at the simulated iteration time: what a planner buys. Every iteration at the full global
+// batch (no batch-size ramp-up), no evaluation, checkpoints or restarts.
+struct TrainingEstimate {
+  double tokens = 0, tokens_per_iteration = 0, iterations = 0, time_s = 0, gpu_hours = 0;
+};
+
+TrainingEstimate training_estimate(const model::Scenario& s, double iteration_time_s, double tokens) {
+  TrainingEstimate e;
+  e.tokens = tokens;
+  e.tokens_per_iteration = static_cast<double>(s.parallel.global_batch * s.model.seq_len);
+  e.iterations = std::ceil(tokens / e.tokens_per_iteration);
+  e.time_s = e.iterations * iteration_time_s;
+  e.gpu_hours = e.time_s / 3600 * static_cast<double>(s.cluster.total_gpus());
+  return e;
+}
+
+// 3.15e6 -> "3.15 M": the scale a person reads counts of tokens and hours in.
+std::string with_scale(double value) {
+  for (const auto& [scale, name] : {std::pair{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "k"}}) {
+    if (value >= scale) return fmt::format("{:.4g} {}", value / scale, name);
+  }
+  return fmt::format("{:.4g}", value);
+}
 
 // The measured GPU constants the cost model rests on, and whose they are: a large GEMM's rate, a streaming kernel's
 // bandwidth, and the share of it the attention core's batched GEMMs reach (cited: sim/cost_model.cpp).
@@ -153,6 +179,16 @@ void run(const SimCommandOptions& o) {
   const report::Summary summary = report::summarize(program, result.timeline, result.peak_flops_per_gpu, engine,
                                                     result.gpu_memory_bytes, sim::layer_parts(cost, program.scenario));
   fmt::print("{}", report::summary_table(summary));
+  std::optional<TrainingEstimate> training;
+  if (!o.train_tokens.empty()) {
+    training = training_estimate(scenario, result.timeline.iteration_time_s,
+                                 parse_token_count("--train-tokens", o.train_tokens));
+    fmt::print(
+        "\n  training {} tokens: {:.0f} iterations of {} tokens, {:.1f} days on {} GPUs, {} GPU-hours (every iteration "
+        "at the full global batch; no ramp-up, evaluation or restarts)\n",
+        with_scale(training->tokens), training->iterations, with_scale(training->tokens_per_iteration),
+        training->time_s / 86400, scenario.cluster.total_gpus(), with_scale(training->gpu_hours));
+  }
   fmt::print("\n  {}\n", gpu_constants_line(parameters, node.gpu));
   fmt::print("  {}\n", framework_line(scenario));
   const bool own_network = scenario.cluster.nics_per_node > 0 || scenario.cluster.nic_gbps > 0;
@@ -222,6 +258,12 @@ void run(const SimCommandOptions& o) {
     json["cost_model"] = cost.name();
     json["gpu_constants"] = gpu_constants_json(parameters, node.gpu);
     json["granularity"] = model::to_string(program.granularity);
+    if (training) {
+      json["training"] = {
+          {"tokens", training->tokens},         {"tokens_per_iteration", training->tokens_per_iteration},
+          {"iterations", training->iterations}, {"time_s", training->time_s},
+          {"days", training->time_s / 86400},   {"gpu_hours", training->gpu_hours}};
+    }
     write_file_atomically(o.json_path, json.dump(2) + "\n");
     fmt::print("  summary written to {}\n", o.json_path);
   }
@@ -276,6 +318,11 @@ void register_sim_command(CLI::App& app) {
           "also simulate each rate of the hardware model (GEMM, HBM, attention GEMMs, kernel launches, NVLink, "
           "network) this many percent lower and higher (e.g. 10), and report how the iteration time moves")
       ->check(between(1, 50));
+  command
+      ->add_option("--train-tokens", o->train_tokens,
+                   "also estimate a whole training run of this many tokens (300e9, 300B, 1.4T): iterations, days, "
+                   "GPU-hours")
+      ->check(token_count("--train-tokens"));
   command->callback([o] { run(*o); });
 }
 

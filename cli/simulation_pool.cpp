@@ -25,9 +25,11 @@ namespace {
 namespace fs = std::filesystem;
 
 pid_t start_simulation(const std::string& scenario_path, const std::vector<std::string>& overrides,
-                       const fs::path& json_path, const fs::path& log_path, const std::string& command) {
+                       const std::vector<std::string>& extra_arguments, const fs::path& json_path,
+                       const fs::path& log_path, const std::string& command) {
   std::vector<std::string> args{"/proc/self/exe", "sim", scenario_path, "--quiet", "--json", json_path.string()};
   for (const auto& set : overrides) args.insert(args.end(), {"--set", set});
+  args.insert(args.end(), extra_arguments.begin(), extra_arguments.end());
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -63,7 +65,8 @@ SimulationOutcome read_outcome(const fs::path& json_path, const fs::path& log_pa
 
 std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_path,
                                                     const std::vector<std::vector<std::string>>& override_lists,
-                                                    int jobs, const std::string& command) {
+                                                    int jobs, const std::string& command,
+                                                    const std::vector<std::string>& extra_arguments) {
   std::vector<SimulationOutcome> outcomes(override_lists.size());
   const fs::path scratch = fs::temp_directory_path() / fmt::format("twin-{}-{}", command, getpid());
   fs::create_directories(scratch);
@@ -77,7 +80,7 @@ std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_
   while (done < override_lists.size()) {
     while (next < override_lists.size() && running.size() < static_cast<std::size_t>(jobs)) {
       const auto [json, log] = paths(next);
-      running[start_simulation(scenario_path, override_lists[next], json, log, command)] = next;
+      running[start_simulation(scenario_path, override_lists[next], extra_arguments, json, log, command)] = next;
       ++next;
     }
     int status = 0;

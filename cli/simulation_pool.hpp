@@ -14,10 +14,11 @@ struct SimulationOutcome {
   std::string error;       // otherwise the last line it wrote to stderr
 };
 
-// Runs `twin sim SCENARIO --quiet --json ...` once per list of `--set` overrides, `jobs` at a time, and returns the
-// outcomes in the order of the lists. Progress goes to stderr as "[command] 3/8 simulated, 12 s".
+// Runs `twin sim SCENARIO --quiet --json ... EXTRA` once per list of `--set` overrides, `jobs` at a time, and
+// returns the outcomes in the order of the lists. Progress goes to stderr as "[twin command] 3/8 simulated, 12 s".
 std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_path,
                                                     const std::vector<std::vector<std::string>>& override_lists,
-                                                    int jobs, const std::string& command);
+                                                    int jobs, const std::string& command,
+                                                    const std::vector<std::string>& extra_arguments = {});
 
 }  // namespace twin::cli

@@ -23,6 +23,7 @@ struct SweepOptions {
   std::vector<std::string> varies;
   int jobs = 0;  // 0: hardware threads
   std::string json_path;
+  std::string train_tokens;  // passed on to each `twin sim --train-tokens` (empty: not asked)
 };
 
 // One --vary: a scenario key and the values it takes, in order.
@@ -181,7 +182,10 @@ void run_sweep(const SweepOptions& o) {
   for (const Axis& axis : axes) keys += (keys.empty() ? "" : " x ") + axis.key;
   fmt::print(stderr, "twin sweep: {} variants of {} ({} refused by the scenario checks); simulating {} with {} jobs\n",
              variants.size(), keys, variants.size() - simulated.size(), simulated.size(), jobs);
-  const std::vector<SimulationOutcome> outcomes = simulate_in_children(scenario_path, override_lists, jobs, "sweep");
+  std::vector<std::string> extra;
+  if (!o.train_tokens.empty()) extra = {"--train-tokens", o.train_tokens};
+  const std::vector<SimulationOutcome> outcomes =
+      simulate_in_children(scenario_path, override_lists, jobs, "sweep", extra);
   for (std::size_t j = 0; j < simulated.size(); ++j) variants[simulated[j]].outcome = outcomes[j];
 
   fmt::print("{} on {} nodes: {} variants of {}\n\n", model_name, cluster_name, variants.size(), keys);
@@ -193,8 +197,9 @@ void run_sweep(const SweepOptions& o) {
     widths.push_back(width);
     header += fmt::format(" {:>{}}", axes[a].key, width);
   }
-  fmt::print("{} {:>6} {:>10} {:>9} {:>8} {:>9} {:>12}\n", header, "GPUs", "iter s", "TFLOP/s", "bubble", "mem GiB",
-             "tokens/s");
+  const bool training = !o.train_tokens.empty();
+  fmt::print("{} {:>6} {:>10} {:>9} {:>8} {:>9} {:>12}{}\n", header, "GPUs", "iter s", "TFLOP/s", "bubble", "mem GiB",
+             "tokens/s", training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : "");
   nlohmann::json results = nlohmann::json::array();
   std::size_t succeeded = 0;
   for (const Variant& v : variants) {
@@ -223,9 +228,15 @@ void run_sweep(const SweepOptions& o) {
       entry["bubble_fraction"] = summary.at("bubble_fraction").get<double>();
       entry["memory_per_gpu_bytes"] = memory;
       entry["tokens_per_s"] = seconds > 0 ? v.tokens_per_iteration / seconds : 0.0;
-      fmt::print("{} {:>6} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f} {:>12.0f}\n", row, v.gpus, seconds,
+      std::string training_columns;
+      if (training) {
+        entry["training"] = summary.at("training");
+        training_columns = fmt::format(" {:>9.1f} {:>12.0f}", summary.at("training").at("days").get<double>(),
+                                       summary.at("training").at("gpu_hours").get<double>());
+      }
+      fmt::print("{} {:>6} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f} {:>12.0f}{}\n", row, v.gpus, seconds,
                  entry["tflops_per_gpu"].get<double>(), 100 * entry["bubble_fraction"].get<double>(),
-                 memory / (1024.0 * 1024 * 1024), entry["tokens_per_s"].get<double>());
+                 memory / (1024.0 * 1024 * 1024), entry["tokens_per_s"].get<double>(), training_columns);
       ++succeeded;
     } else {
       fmt::print("{}  {}\n", row, error);
@@ -260,6 +271,10 @@ void register_sweep_command(CLI::App& app) {
       ->required();
   command->add_option("--jobs", o->jobs, "simulations at a time (default: one per core)")->check(between(1, 1024));
   command->add_option("--json", o->json_path, "write every variant and its result as JSON")->check(output_file());
+  command
+      ->add_option("--train-tokens", o->train_tokens,
+                   "also estimate each variant's whole training run of this many tokens: days, GPU-hours")
+      ->check(token_count("--train-tokens"));
   command->callback([o] { run_sweep(*o); });
 }
 

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -518,13 +519,47 @@ TEST(Cli, SearchVariesSequenceParallelismAndZero) {
   EXPECT_THAT(composer.output, HasSubstr("shards with FSDP"));
 }
 
+TEST(Cli, SimEstimatesAWholeTrainingRun) {
+  // GPT-3 175B, 300 B tokens on 1024 GPUs: the iterations are whole global batches, the days follow from the
+  // simulated iteration, and they agree with Narayanan et al.'s end-to-end estimate 8 T P / (n X) (SC'21, Sec. 5.1)
+  // taken with twin's own rate X: the estimate leaves out only the attention and logits terms, s/6h + V/16lh, 3 %.
+  const fs::path json_path = scratch("train-tokens.json");
+  const Result r = twin("sim gpt3-175b --quiet --train-tokens 300B --json " + json_path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("training 300 B tokens"));
+  std::ifstream in(json_path);
+  const auto json = nlohmann::json::parse(in);
+  const auto training = json["training"];
+  const double tokens_per_iteration = 1536.0 * 2048;
+  EXPECT_DOUBLE_EQ(training["tokens"].get<double>(), 300e9);
+  EXPECT_DOUBLE_EQ(training["iterations"].get<double>(), std::ceil(300e9 / tokens_per_iteration));
+  EXPECT_DOUBLE_EQ(training["time_s"].get<double>(),
+                   training["iterations"].get<double>() * json["iteration_time_s"].get<double>());
+  EXPECT_DOUBLE_EQ(training["days"].get<double>(), training["time_s"].get<double>() / 86400);
+  EXPECT_DOUBLE_EQ(training["gpu_hours"].get<double>(), training["time_s"].get<double>() / 3600 * 1024);
+  const double l = 96, h = 12288, s = 2048, vocab = 50304;  // 50257 padded to 128 x 8 for TP 8, as Megatron does
+  const double parameters = 12 * l * h * h * (1 + 13 / (12 * h) + (vocab + s) / (12 * l * h));
+  const double estimate_s = 8 * 300e9 * parameters / (1024 * json["tflops_per_gpu"].get<double>() * 1e12);
+  EXPECT_NEAR(training["time_s"].get<double>() / estimate_s, 1 + s / (6 * h) + vocab / (16 * l * h), 0.01);
+  // The same count written another way gives the same run; a count that is not one is refused, naming the flag.
+  const fs::path plain_path = scratch("train-tokens-plain.json");
+  ASSERT_EQ(twin("sim gpt3-175b --quiet --train-tokens 3e11 --json " + plain_path.string()).status, 0);
+  std::ifstream plain_in(plain_path);
+  EXPECT_EQ(nlohmann::json::parse(plain_in)["training"], training);
+  for (const std::string bad : {"0", "-5", "300X", "300 B", "1e19", "nan", "B"}) {
+    const Result refused = twin("sim gpt3-175b --quiet --train-tokens '" + bad + "'");
+    EXPECT_EQ(refused.status, 2) << bad << "\n" << refused.output;
+    EXPECT_THAT(refused.output, HasSubstr("--train-tokens")) << bad;
+  }
+}
+
 TEST(Cli, SweepSimulatesEveryCombinationAsTwinSimWould) {
   // Two keys of two values: four variants, the first key slowest, each the same prediction as `twin sim` with the
   // same --set gives; more nodes shorten the iteration (more replicas for the same global batch).
   const std::string scenario = small_cluster_scenario().string();
   const fs::path json_path = scratch("sweep.json");
   const Result r = twin("sweep " + scenario + " --vary cluster.nodes=2,4 --vary parallel.micro_batch=1,2 --jobs 2" +
-                        " --json " + json_path.string());
+                        " --train-tokens 1B --json " + json_path.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("cluster.nodes parallel.micro_batch"));
   std::ifstream in(json_path);
@@ -541,6 +576,8 @@ TEST(Cli, SweepSimulatesEveryCombinationAsTwinSimWould) {
     // 32 sequences of 2048 tokens per iteration.
     EXPECT_NEAR(variants[i]["tokens_per_s"].get<double>() * variants[i]["iteration_time_s"].get<double>(), 32.0 * 2048,
                 1e-6);
+    EXPECT_DOUBLE_EQ(variants[i]["training"]["time_s"].get<double>(),
+                     std::ceil(1e9 / (32.0 * 2048)) * variants[i]["iteration_time_s"].get<double>());
   }
   EXPECT_LT(variants[2]["iteration_time_s"].get<double>(), variants[0]["iteration_time_s"].get<double>());
   const fs::path sim_json = scratch("sweep-sim.json");
