@@ -47,6 +47,7 @@ pid_t start_simulation(const std::string& scenario_path, const std::vector<std::
 
 SimulationOutcome read_outcome(const fs::path& json_path, const fs::path& log_path, int status) {
   SimulationOutcome outcome;
+  outcome.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::ifstream in(json_path);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !in) {
     std::ifstream log(log_path);

@@ -12,6 +12,7 @@ namespace twin::cli {
 struct SimulationOutcome {
   nlohmann::json summary;  // the child's `twin sim --json` summary, when it succeeded
   std::string error;       // otherwise the last line it wrote to stderr
+  int exit_status = 0;     // the child's (2: a mistake in what it was given; -1: killed by a signal)
 };
 
 // Runs `twin sim SCENARIO --quiet --json ... EXTRA` once per list of `--set` overrides, `jobs` at a time, and

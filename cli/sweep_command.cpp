@@ -252,8 +252,11 @@ void run_sweep(const SweepOptions& o) {
         nlohmann::json{{"scenario", model_name}, {"varied", varied}, {"variants", results}}.dump(1) + "\n");
   }
   if (succeeded == 0) {
+    // Every simulation refused what it was given (exit 2), or some failed: a mistake typed, or a failed run.
+    bool mistakes = true;
+    for (const Variant& v : variants) mistakes &= !v.invalid.empty() || v.outcome.exit_status == 2;
     fmt::print(stderr, "twin: error: no variant could be simulated (each row says why)\n");
-    throw CLI::RuntimeError(1);
+    throw CLI::RuntimeError(mistakes ? 2 : 1);
   }
 }
 

@@ -602,6 +602,13 @@ TEST(Cli, SweepShowsWhyAVariantIsRefused) {
   const Result none = twin("sweep " + small_cluster_scenario().string() + " --vary cluster.nodes=3,5");
   EXPECT_EQ(none.status, 2) << none.output;
   EXPECT_THAT(none.output, HasSubstr("twin: error: "));
+  // A value only the simulation can refuse (a GEMM rate above the GPU's peak): its row says why, and when every
+  // variant is refused so, that is a mistake in what was typed too.
+  const Result rates = twin("sweep " + small_cluster_scenario().string() + " --vary cluster.gemm_tflops=200,9999");
+  ASSERT_EQ(rates.status, 0) << rates.output;
+  EXPECT_THAT(rates.output, HasSubstr("failed: "));
+  EXPECT_THAT(rates.output, HasSubstr("exceeds"));
+  EXPECT_EQ(twin("sweep " + small_cluster_scenario().string() + " --vary cluster.gemm_tflops=8888,9999").status, 2);
 }
 
 TEST(Cli, SweepRefusesAMalformedVary) {
