@@ -3,6 +3,7 @@
 #include "cli/simulation_pool.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <stdexcept>
+#include <system_error>
 
 #include <fmt/core.h>
 
@@ -58,7 +60,11 @@ SimulationOutcome read_outcome(const fs::path& json_path, const fs::path& log_pa
     outcome.error = last.empty() ? "simulation failed" : last;
     return outcome;
   }
-  outcome.summary = nlohmann::json::parse(in);
+  try {
+    outcome.summary = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& error) {
+    outcome.error = fmt::format("unreadable summary {}: {}", json_path.string(), error.what());
+  }
   return outcome;
 }
 
@@ -68,13 +74,26 @@ std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_
                                                     const std::vector<std::vector<std::string>>& override_lists,
                                                     int jobs, const std::string& command,
                                                     const std::vector<std::string>& extra_arguments) {
-  std::vector<SimulationOutcome> outcomes(override_lists.size());
+  std::vector<SimulationOutcome> outcomes(override_lists.size(), SimulationOutcome{{}, "not simulated", -1});
   const fs::path scratch = fs::temp_directory_path() / fmt::format("twin-{}-{}", command, getpid());
   fs::create_directories(scratch);
+  std::map<pid_t, std::size_t> running;
+  // However this ends (a spawn that fails midway included), no child outlives it and the scratch folder goes.
+  struct Cleanup {
+    const fs::path& scratch;
+    std::map<pid_t, std::size_t>& running;
+    ~Cleanup() {
+      for (const auto& [pid, index] : running) {
+        kill(pid, SIGTERM);
+        waitpid(pid, nullptr, 0);
+      }
+      std::error_code ignored;
+      fs::remove_all(scratch, ignored);
+    }
+  } cleanup{scratch, running};
   auto paths = [&scratch](std::size_t i) {
     return std::pair{scratch / fmt::format("variant-{}.json", i), scratch / fmt::format("variant-{}.log", i)};
   };
-  std::map<pid_t, std::size_t> running;
   std::size_t next = 0, done = 0;
   const auto started = std::chrono::steady_clock::now();
   const bool on_terminal = isatty(STDERR_FILENO) != 0;
@@ -98,7 +117,6 @@ std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_
                override_lists.size(), elapsed, on_terminal ? "" : "\n");
   }
   if (on_terminal) fmt::print(stderr, "\n");
-  fs::remove_all(scratch);
   return outcomes;
 }
 
