@@ -175,16 +175,25 @@ CLI::Validator output_file() {
       "FILE");
 }
 
+namespace {
+
+// The number text starts with, and how many characters it took (0: it starts with none).
+std::pair<double, std::size_t> leading_number(const std::string& text) {
+  try {
+    std::size_t used = 0;
+    const double value = std::stod(text, &used);
+    return {value, used};
+  } catch (const std::exception&) {
+    return {0.0, 0};
+  }
+}
+
+}  // namespace
+
 CLI::Validator between(double minimum, double maximum) {
   return CLI::Validator(
       [minimum, maximum](std::string& text) -> std::string {
-        double value = 0;
-        std::size_t used = 0;
-        try {
-          value = std::stod(text, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
+        const auto [value, used] = leading_number(text);
         if (used == 0 || used != text.size() || !std::isfinite(value)) {
           return fmt::format("expected a finite number, got '{}'", text);
         }
@@ -196,13 +205,7 @@ CLI::Validator between(double minimum, double maximum) {
 }
 
 double parse_token_count(const std::string& flag, const std::string& text) {
-  double value = 0;
-  std::size_t used = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
+  auto [value, used] = leading_number(text);
   // A trailing k, M, B (or G) or T, in either case, scales the number.
   constexpr std::pair<char, double> kSuffixes[] = {{'k', 1e3}, {'m', 1e6}, {'b', 1e9}, {'g', 1e9}, {'t', 1e12}};
   double scale = 1;
