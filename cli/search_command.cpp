@@ -26,6 +26,7 @@ struct SearchOptions {
   bool vary_sequence_parallel = false;
   bool vary_zero = false;
   std::string json_path;
+  std::string train_tokens;  // passed on to each `twin sim --train-tokens` (empty: not asked)
 };
 
 struct Plan {
@@ -40,6 +41,7 @@ struct Plan {
   // Filled by the simulation.
   std::string error;
   double iteration_time_s = 0, tflops_per_gpu = 0, bubble_fraction = 0;
+  nlohmann::json training;  // with --train-tokens: the child's `training` summary
 
   std::vector<std::string> overrides() const {
     return {fmt::format("parallel.tp={}", tp),
@@ -216,7 +218,10 @@ void run_search(const SearchOptions& o) {
     for (const auto& set : plan.overrides()) sets.push_back(set);
     override_lists.push_back(std::move(sets));
   }
-  const std::vector<SimulationOutcome> outcomes = simulate_in_children(scenario_path, override_lists, jobs, "search");
+  std::vector<std::string> extra;
+  if (!o.train_tokens.empty()) extra = {"--train-tokens", o.train_tokens};
+  const std::vector<SimulationOutcome> outcomes =
+      simulate_in_children(scenario_path, override_lists, jobs, "search", extra);
   for (std::size_t i = 0; i < plans.size(); ++i) {
     Plan& plan = plans[i];
     plan.error = outcomes[i].error;
@@ -224,6 +229,7 @@ void run_search(const SearchOptions& o) {
     plan.iteration_time_s = outcomes[i].summary.at("iteration_time_s").get<double>();
     plan.tflops_per_gpu = outcomes[i].summary.at("tflops_per_gpu").get<double>();
     plan.bubble_fraction = outcomes[i].summary.at("bubble_fraction").get<double>();
+    if (!o.train_tokens.empty()) plan.training = outcomes[i].summary.at("training");
   }
 
   std::stable_sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {
@@ -233,17 +239,23 @@ void run_search(const SearchOptions& o) {
   fmt::print("{} on {} x {} ({} GPUs), global batch {}: {} plans simulated, fastest first\n\n", base.model.name,
              base.cluster.nodes, model::to_string(base.cluster.node), base.cluster.total_gpus(),
              base.parallel.global_batch, plans.size());
-  fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} {:>10} {:>9} {:>8} {:>9}\n", "tp", "pp", "dp", "mb",
-             "schedule", "recompute", "sharding", "iter s", "TFLOP/s", "bubble", "mem GiB");
+  const bool training = !o.train_tokens.empty();
+  fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} {:>10} {:>9} {:>8} {:>9}{}\n", "tp", "pp", "dp", "mb",
+             "schedule", "recompute", "sharding", "iter s", "TFLOP/s", "bubble", "mem GiB",
+             training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : "");
   nlohmann::json results = nlohmann::json::array();
   for (const Plan& plan : plans) {
     const std::string schedule =
         fmt::format("{}{}", model::to_string(plan.schedule), plan.chunks > 1 ? fmt::format(" v={}", plan.chunks) : "");
     const double gib = plan.peak_memory_bytes / (1024.0 * 1024 * 1024);
     if (plan.error.empty()) {
-      fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f}\n", plan.tp,
+      const std::string training_columns =
+          training ? fmt::format(" {:>9.1f} {:>12.0f}", plan.training.at("days").get<double>(),
+                                 plan.training.at("gpu_hours").get<double>())
+                   : "";
+      fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f}{}\n", plan.tp,
                  plan.pp, plan.dp, plan.micro_batch, schedule, plan.recompute_label(), plan.sharding_label(),
-                 plan.iteration_time_s, plan.tflops_per_gpu, 100 * plan.bubble_fraction, gib);
+                 plan.iteration_time_s, plan.tflops_per_gpu, 100 * plan.bubble_fraction, gib, training_columns);
     } else {
       fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} failed: {}\n", plan.tp, plan.pp, plan.dp,
                  plan.micro_batch, schedule, plan.recompute_label(), plan.sharding_label(), plan.error);
@@ -263,6 +275,7 @@ void run_search(const SearchOptions& o) {
                        {"tflops_per_gpu", plan.tflops_per_gpu},
                        {"bubble_fraction", plan.bubble_fraction},
                        {"error", plan.error}});
+    if (training && plan.error.empty()) results.back()["training"] = plan.training;
   }
   if (!o.json_path.empty()) {
     write_file_atomically(o.json_path,
@@ -289,6 +302,10 @@ void register_search_command(CLI::App& app) {
   command->add_flag("--vary-zero", o->vary_zero,
                     "also try ZeRO stages 0 and 1 (Megatron-LM's distributed optimizer, DeepSpeed's ZeRO-1)");
   command->add_option("--json", o->json_path, "write every plan and its result as JSON")->check(output_file());
+  command
+      ->add_option("--train-tokens", o->train_tokens,
+                   "also estimate each plan's whole training run of this many tokens: days, GPU-hours")
+      ->check(token_count("--train-tokens"));
   command->callback([o] { run_search(*o); });
 }
 

@@ -464,9 +464,10 @@ TEST(Cli, SearchTriesPipelinesThatSplitUnevenLayers) {
 
 TEST(Cli, SearchRanksValidPlansByIterationTime) {
   const fs::path json_path = scratch("search.json");
-  const Result r =
-      twin("search " + small_cluster_scenario().string() + " --max 5 --jobs 2 --json " + json_path.string());
+  const Result r = twin("search " + small_cluster_scenario().string() + " --max 5 --jobs 2 --train-tokens 10B --json " +
+                        json_path.string());
   ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("GPU-hours"));
   std::ifstream in(json_path);
   const auto plans = nlohmann::json::parse(in)["plans"];
   ASSERT_EQ(plans.size(), 5u);
@@ -476,6 +477,9 @@ TEST(Cli, SearchRanksValidPlansByIterationTime) {
     EXPECT_EQ(plan["tp"].get<int>() * plan["pp"].get<int>() * plan["dp"].get<int>(), 16);
     EXPECT_GE(plan["iteration_time_s"].get<double>(), previous);
     previous = plan["iteration_time_s"].get<double>();
+    // The same global batch for every plan: the run takes as many iterations of each plan's own time.
+    EXPECT_DOUBLE_EQ(plan["training"]["time_s"].get<double>(),
+                     std::ceil(10e9 / (32.0 * 2048)) * plan["iteration_time_s"].get<double>());
   }
 }
 
