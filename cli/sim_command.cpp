@@ -160,13 +160,13 @@ void run(const SimCommandOptions& o) {
   sim::SimResult result;
   try {
     // auto would take group fidelity at this size, but the placement splits TP groups across nodes: say why this
-    // run takes minutes instead of a second.
+    // run takes seconds to minutes instead of a fraction of a second.
     if (options.fidelity == sim::Fidelity::Auto && !o.quiet &&
         program.layout.world_size() > options.group_fidelity_above_gpus &&
         sim::choose_fidelity(program, options) == sim::Fidelity::Rank) {
       fmt::print(stderr,
                  "twin sim: placement {} puts TP groups across nodes, which group fidelity cannot simulate: all {} "
-                 "GPUs at rank fidelity (this takes minutes)\n",
+                 "GPUs at rank fidelity (slower: seconds at a hundred GPUs, minutes at a thousand)\n",
                  o.placement, program.layout.world_size());
     }
     result = sim::simulate(program, cost, options);
@@ -286,7 +286,7 @@ void register_sim_command(CLI::App& app) {
   command
       ->add_option("--fidelity", o->fidelity,
                    "rank: one actor per GPU, every collective as flows; group: one actor per TP group, TP "
-                   "collectives analytical; auto: group above 1000 GPUs")
+                   "collectives analytical; auto: group above 64 GPUs")
       ->check(CLI::IsMember({"auto", "rank", "group"}));
   command->add_option("--granularity", o->granularity, "layer (one op per layer and phase) or op (every kernel)")
       ->check(CLI::IsMember({"op", "layer"}));

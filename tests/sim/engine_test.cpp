@@ -66,7 +66,9 @@ TEST(Fidelity, TwoRunsGiveIdenticalJson) {
 TEST(Fidelity, AutoPicksGroupAboveTheThreshold) {
   const model::Program program = model::build_program(make_scenario(sixteen_nodes()), model::Granularity::Layer);
   SimOptions options;
-  EXPECT_EQ(choose_fidelity(program, options), Fidelity::Rank);  // 128 GPUs
+  EXPECT_EQ(choose_fidelity(program, options), Fidelity::Group);  // 128 GPUs, above the default 64
+  options.group_fidelity_above_gpus = 128;
+  EXPECT_EQ(choose_fidelity(program, options), Fidelity::Rank);
   options.group_fidelity_above_gpus = 100;
   EXPECT_EQ(choose_fidelity(program, options), Fidelity::Group);
   options.placement = "dp-tp-pp";  // TP groups spread over nodes: no group fidelity
