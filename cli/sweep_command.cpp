@@ -139,7 +139,7 @@ void run_sweep(const SweepOptions& o) {
   const std::string scenario_path = resolve_scenario_path(o.scenario.scenario);
   std::vector<std::string> user_sets = o.scenario.sets;
   for (const auto& alias : o.scenario.aliases) user_sets.push_back(alias.key + "=" + alias.value);
-  std::string model_name, cluster_name;
+  std::string model_name;
   std::vector<std::vector<std::string>> override_lists;
   std::vector<std::size_t> simulated;  // indices of the variants that are simulated
   for (std::size_t i = 0; i < variants.size(); ++i) {
@@ -156,10 +156,7 @@ void run_sweep(const SweepOptions& o) {
       }
       variants[i].gpus = s.cluster.total_gpus();
       variants[i].tokens_per_iteration = static_cast<double>(s.parallel.global_batch * s.model.seq_len);
-      if (model_name.empty()) {
-        model_name = s.model.name;
-        cluster_name = std::string(model::to_string(s.cluster.node));
-      }
+      if (model_name.empty()) model_name = s.model.name;
       override_lists.push_back(std::move(sets));
       simulated.push_back(i);
     } catch (const model::ScenarioError& error) {
@@ -188,7 +185,7 @@ void run_sweep(const SweepOptions& o) {
       simulate_in_children(scenario_path, override_lists, jobs, "sweep", extra);
   for (std::size_t j = 0; j < simulated.size(); ++j) variants[simulated[j]].outcome = outcomes[j];
 
-  fmt::print("{} on {} nodes: {} variants of {}\n\n", model_name, cluster_name, variants.size(), keys);
+  fmt::print("{}: {} variants of {}\n\n", model_name, variants.size(), keys);
   std::vector<std::size_t> widths;
   std::string header = " ";
   for (std::size_t a = 0; a < axes.size(); ++a) {
