@@ -171,6 +171,10 @@ def main():
     parser.add_argument("--legacy", action="store_true", help="strip framework keys an older twin does not know")
     parser.add_argument("--fidelity", default="group",
                         help="group (default: one actor per TP group) or rank (the same times, slower)")
+    parser.add_argument("--check-fidelity", type=float, default=None, metavar="PERCENT",
+                        help="also simulate every run at rank fidelity and exit 1 when it and --fidelity differ by "
+                             "more than this many percent on any run (the guard behind auto's choice of group "
+                             "fidelity; slow for runs of thousands of GPUs: select with --only)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="one more scenario override for every run, after its own (a sensitivity study; the "
                              "published seconds stay as published)")
@@ -181,6 +185,7 @@ def main():
         runs = [r for r in tomllib.load(f)["run"] if re.search(args.only, r["name"])]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(lambda r: simulate(twin, r, args.legacy, args.fidelity, args.set), runs))
+    selected = list(runs)
 
     rows = []
     for run, result in zip(runs, results):
@@ -263,6 +268,22 @@ def main():
             json.dump(series, f, indent=2)
     if len(ok) != len(rows):
         return 1
+    if args.check_fidelity is not None:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            ranked = list(pool.map(lambda r: simulate(twin, r, args.legacy, "rank", args.set), selected))
+        worst, worst_name = 0.0, ""
+        for row, rank in zip(rows, ranked):
+            if "iteration_time_s" not in rank:
+                print(f"bench/accuracy: {row['name']} failed at rank fidelity: {rank.get('error')}")
+                return 1
+            difference = abs(rank["iteration_time_s"] / row["iteration_time_s"] - 1)
+            if difference >= worst:
+                worst, worst_name = difference, row["name"]
+        print(f"\nrank fidelity against {args.fidelity} over {len(rows)} runs: at most {100 * worst:.4f} % "
+              f"({worst_name})")
+        if 100 * worst > args.check_fidelity:
+            print(f"bench/accuracy: fidelities differ by more than --check-fidelity {args.check_fidelity} %")
+            return 1
     overall = 100 * sum(abs(r["error"]) for r in counted) / max(1, len(counted))
     if args.max_mape is not None and overall > args.max_mape:
         print(f"bench/accuracy: MAPE {overall:.1f} % exceeds --max-mape {args.max_mape} %")
