@@ -113,8 +113,11 @@ std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_
     running.erase(it);
     ++done;
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    fmt::print(stderr, "{}[twin {}] {}/{} simulated, {:.0f} s{}", on_terminal ? "\r" : "", command, done,
-               override_lists.size(), elapsed, on_terminal ? "" : "\n");
+    // What is left at the pace so far (the variants differ in size, so it is a guide).
+    const std::size_t left = override_lists.size() - done;
+    const std::string eta = left > 0 ? fmt::format(", about {:.0f} s left", elapsed / done * left) : "";
+    fmt::print(stderr, "{}[twin {}] {}/{} simulated, {:.0f} s{}{}", on_terminal ? "\r" : "", command, done,
+               override_lists.size(), elapsed, eta, on_terminal ? "   " : "\n");
   }
   if (on_terminal) fmt::print(stderr, "\n");
   return outcomes;
