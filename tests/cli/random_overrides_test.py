@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Random scenario overrides fail cleanly: `twin graph` (and a few `twin sim` and `twin run`) with 1 to 4 random
-`--set`s.
+"""Random scenario overrides fail cleanly: `twin graph` (and a few `twin sim`, `twin run` and `twin sweep`) with 1 to
+4 random `--set`s (a sweep: one, and a random `--vary` of two values).
 
 Every key the scenario loader reads (found in model/scenario.cpp, so a new key is covered the day it is added) gets
 values of every kind: the values the repository's scenarios give it, and zero, negative, huge, fractional, string,
@@ -56,6 +56,7 @@ def main() -> int:
     parser.add_argument("--graphs", type=int, default=150, help="twin graph runs")
     parser.add_argument("--sims", type=int, default=10, help="twin sim runs (gpt-tiny and gpt-350m-h200)")
     parser.add_argument("--trainings", type=int, default=10, help="twin run gpt-tiny --steps 1 runs")
+    parser.add_argument("--sweeps", type=int, default=5, help="twin sweep gpt-350m-h200 runs")
     parser.add_argument("--timeout", type=float, default=120)
     args = parser.parse_args()
 
@@ -71,27 +72,34 @@ def main() -> int:
             every_value.setdefault(key, set()).update(literals)
     # twin run trains for real: its overrides take gpt-tiny's own values (and the junk), so that no valid
     # combination is a model that takes minutes a step; graph and sim take every scenario's.
-    pools = {"graph": every_value, "sim": every_value, "run": by_scenario.get("gpt-tiny", {})}
+    pools = {"graph": every_value, "sim": every_value, "run": by_scenario.get("gpt-tiny", {}), "sweep": every_value}
     rng = random.Random(args.seed)
-    extra = {"graph": [], "sim": ["--quiet"], "run": ["--quiet", "--steps", "1", "--timeout", "60"]}
+    extra = {"graph": [], "sim": ["--quiet"], "run": ["--quiet", "--steps", "1", "--timeout", "60"],
+             "sweep": ["--jobs", "2"]}
 
     failures = 0
     accepted = {command: 0 for command in extra}
     runs = ([("graph", names)] * args.graphs + [("sim", ["gpt-tiny", "gpt-350m-h200"])] * args.sims +
-            [("run", ["gpt-tiny"])] * args.trainings)
+            [("run", ["gpt-tiny"])] * args.trainings + [("sweep", ["gpt-350m-h200"])] * args.sweeps)
     for command, pool in runs:
         overrides = []
-        for _ in range(rng.randint(1, 4 if command == "graph" else 2)):
-            key = rng.choice(keys)
-            known = sorted(pools[command].get(key, ()))
+        def draw(key):
             # Mostly values some scenario uses, so that many runs get past validation into the Program, the
             # simulator and the executor.
-            value = rng.choice(known) if known and rng.random() < 0.7 else rng.choice(JUNK)
-            overrides.append(f"{key}={value}")
+            known = sorted(pools[command].get(key, ()))
+            return rng.choice(known) if known and rng.random() < 0.7 else rng.choice(JUNK)
+
+        for _ in range(rng.randint(1, {"graph": 4, "sweep": 1}.get(command, 2))):
+            key = rng.choice(keys)
+            overrides.append(f"{key}={draw(key)}")
         argv = [args.twin, command, rng.choice(pool)] + extra[command]
         for override in overrides:
             argv += ["--set", override]
-        shown = " ".join(argv[1:3] + [f"--set '{o}'" for o in overrides])
+        if command == "sweep":  # a key both set and varied is refused: vary another one
+            set_keys = {override.split("=")[0] for override in overrides}
+            varied = rng.choice([key for key in keys if key not in set_keys])
+            argv += ["--vary", f"{varied}={draw(varied)},{draw(varied)}"]
+        shown = " ".join(f"'{arg}'" if " " in arg or "[" in arg else arg for arg in argv[1:])
         try:
             result = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout, cwd=root)
         except subprocess.TimeoutExpired:
