@@ -248,6 +248,16 @@ double layout_copy_bytes(const Shapes& x, Phase phase) {
   return (x.composer ? 0 : 2 * head_tensor) + expand;
 }
 
+// The MLP's activation over its [tokens, f/t] intermediate: GeLU, or SwiGLU's silu and product.
+Op activation(const Shapes& x, Phase phase) {
+  const bool backward = phase == Phase::Backward;
+  if (x.swiglu) {
+    return compute(ComputeKind::Swiglu, phase,
+                   (backward ? x.swiglu_backward() : x.swiglu_forward()) * x.tokens * x.f / x.t);
+  }
+  return compute(ComputeKind::Gelu, phase, (backward ? x.gelu_backward() : x.gelu_forward()) * x.tokens * x.f / x.t);
+}
+
 Op attention_core(const Shapes& x, Phase phase) {
   // Two batched GEMMs per head, Q K^T [s, d] x [d, s] and P V [s, s] x [s, d]: 4 b s^2 h / t FLOPs forward (the
   // model's count, Narayanan's, whatever a kernel skips under the causal mask; backward twice that).
@@ -311,8 +321,7 @@ std::vector<Op> layer_forward(const Shapes& x, Phase phase) {
     gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
   }
   ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
-  ops.push_back(x.swiglu ? compute(ComputeKind::Swiglu, phase, x.swiglu_forward() * x.tokens * x.f / x.t)
-                         : compute(ComputeKind::Gelu, phase, x.gelu_forward() * x.tokens * x.f / x.t));
+  ops.push_back(activation(x, phase));
   Op down = linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t);
   if (x.parallel) down.bytes += x.e * x.tokens * x.h;  // reads the attention branch's partial sums as C
   ops.push_back(down);
@@ -337,8 +346,7 @@ std::vector<Op> layer_backward(const Shapes& x) {
   ops.push_back(compute(ComputeKind::MlpResidual, phase, x.residual_backward(branches) * x.tokens_sp * x.h));
   gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::MlpDown, phase);
   ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t));
-  ops.push_back(x.swiglu ? compute(ComputeKind::Swiglu, phase, x.swiglu_backward() * x.tokens * x.f / x.t)
-                         : compute(ComputeKind::Gelu, phase, x.gelu_backward() * x.tokens * x.f / x.t));
+  ops.push_back(activation(x, phase));
   // the MLP-up GEMM's input, for its weight gradient (the shared norm's output: QKV's too)
   gather_sequence(ops, x, Payload::LayerInput, x.shared_norm ? ComputeKind::QkvProjection : ComputeKind::MlpUp, phase);
   ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
