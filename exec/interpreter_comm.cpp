@@ -91,8 +91,8 @@ void Interpreter::gather_output_grad(const Op& op) {
   all_gather_sequence(op, state.grad, state.work.grad_full);
 }
 
-// DeepSpeed's partition_activations: the layer kept its rank's contiguous 1/t of the flattened input (see
-// finish_layer_forward); its recompute needs the whole of it.
+// DeepSpeed's partition_activations: the layer kept its rank's contiguous 1/t of the flattened input (taken by the
+// LN1 op, kept by finish_layer_forward); its recompute needs the whole of it.
 void Interpreter::gather_checkpointed_input(const Op& op) {
   LayerStash& s = stash(op);
   all_gather_sequence(op, s.x_part, s.x);
