@@ -349,7 +349,8 @@ void register_run_command(CLI::App& app) {
   command->add_option("--data", options->data, "text file to train on (default: data/corpus.txt)");
   command
       ->add_option("--checkpoint", options->checkpoint,
-                   "checkpoint directory: resumes from its newest checkpoint, writes new ones")
+                   "checkpoint directory: resumes from its newest checkpoint (one of another plan is re-sharded), "
+                   "writes new ones")
       ->check(CLI::Validator(
           [](std::string& path) -> std::string {
             if (path.empty()) return "the directory name is empty";

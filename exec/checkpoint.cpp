@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include <fcntl.h>
@@ -391,16 +392,28 @@ Manifest read_manifest(const fs::path& step_dir) {
   return m;
 }
 
-std::vector<std::string> check_compatible(const Manifest& m, const fs::path& step_dir, const model::Scenario& now,
-                                          const std::string& data_path, std::uint64_t data_fingerprint) {
+model::Scenario checkpoint_scenario(const Manifest& m, const fs::path& step_dir) {
   const fs::path manifest_path = step_dir / "manifest.json";
-  model::Scenario then;
   try {
-    then = model::parse_scenario(m.scenario_toml, manifest_path.string());
+    return model::parse_scenario(m.scenario_toml, manifest_path.string());
   } catch (const model::ScenarioError& error) {
     throw RunError(
         fmt::format("checkpoint manifest '{}': its scenario does not load: {}", manifest_path.string(), error.what()));
   }
+}
+
+bool same_layout(const model::Scenario& then, const model::Scenario& now) {
+  const auto& a = then.parallel;
+  const auto& b = now.parallel;
+  return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.virtual_stages == b.virtual_stages &&
+         a.first_stage_layers == b.first_stage_layers && a.last_stage_layers == b.last_stage_layers &&
+         a.zero_stage == b.zero_stage && then.shards_parameters() == now.shards_parameters() &&
+         then.padded_vocab() == now.padded_vocab();
+}
+
+std::vector<std::string> check_compatible(const Manifest& m, const fs::path& step_dir, const model::Scenario& now,
+                                          const std::string& data_path, std::uint64_t data_fingerprint) {
+  const model::Scenario then = checkpoint_scenario(m, step_dir);
   std::vector<std::string> refused, notes;
   auto compare = [](std::vector<std::string>& into, std::string_view key, const auto& before, const auto& after) {
     if (before != after) into.push_back(fmt::format("{}: {} in the checkpoint, {} now", key, before, after));
@@ -422,16 +435,7 @@ std::vector<std::string> check_compatible(const Manifest& m, const fs::path& ste
   compare(refused, "model.parallel_residual", then.model.parallel_residual, now.model.parallel_residual);
   compare(refused, "model.shared_norm", then.model.shared_norm, now.model.shared_norm);
   compare(refused, "model.rotary_fraction", then.model.rotary_fraction, now.model.rotary_fraction);
-  compare(refused, "parallel.tp", then.parallel.tp, now.parallel.tp);
-  compare(refused, "parallel.pp", then.parallel.pp, now.parallel.pp);
-  compare(refused, "parallel.dp", then.parallel.dp, now.parallel.dp);
-  compare(refused, "parallel.virtual_stages", then.parallel.virtual_stages, now.parallel.virtual_stages);
-  // The layers each stage's shard holds.
-  compare(refused, "parallel.first_stage_layers", then.parallel.first_stage_layers, now.parallel.first_stage_layers);
-  compare(refused, "parallel.last_stage_layers", then.parallel.last_stage_layers, now.parallel.last_stage_layers);
-  compare(refused, "parallel.zero_stage", then.parallel.zero_stage, now.parallel.zero_stage);
-  compare(refused, "padded vocabulary (parallel.vocab_pad_multiple)", then.padded_vocab(), now.padded_vocab());
-  compare(refused, "parallel.micro_batch", then.parallel.micro_batch, now.parallel.micro_batch);
+  // The sequences of step i are (seed, i * global_batch + j): another global batch is another data order.
   compare(refused, "parallel.global_batch", then.parallel.global_batch, now.parallel.global_batch);
   compare(refused, "framework.tied_embeddings", then.framework.tied_embeddings, now.framework.tied_embeddings);
   compare(refused, "training.seed", then.training.seed, now.training.seed);
@@ -443,12 +447,22 @@ std::vector<std::string> check_compatible(const Manifest& m, const fs::path& ste
   }
   if (!refused.empty()) {
     std::string message = fmt::format(
-        "checkpoint '{}' was written by another model, plan or data set and cannot be resumed here (re-sharding "
-        "across plans is not supported; use another --checkpoint directory):",
+        "checkpoint '{}' was written by another model, global batch or data set and cannot be resumed here (use "
+        "another --checkpoint directory):",
         step_dir.string());
     for (const auto& line : refused) message += "\n  " + line;
     throw RunError(message);
   }
+  // The plan: the same model and data under another layout are re-sharded (reshard), the same math in another order.
+  compare(notes, "parallel.tp", then.parallel.tp, now.parallel.tp);
+  compare(notes, "parallel.pp", then.parallel.pp, now.parallel.pp);
+  compare(notes, "parallel.dp", then.parallel.dp, now.parallel.dp);
+  compare(notes, "parallel.virtual_stages", then.parallel.virtual_stages, now.parallel.virtual_stages);
+  compare(notes, "parallel.first_stage_layers", then.parallel.first_stage_layers, now.parallel.first_stage_layers);
+  compare(notes, "parallel.last_stage_layers", then.parallel.last_stage_layers, now.parallel.last_stage_layers);
+  compare(notes, "parallel.zero_stage", then.parallel.zero_stage, now.parallel.zero_stage);
+  compare(notes, "padded vocabulary (parallel.vocab_pad_multiple)", then.padded_vocab(), now.padded_vocab());
+  compare(notes, "parallel.micro_batch", then.parallel.micro_batch, now.parallel.micro_batch);
   compare(notes, "parallel.schedule", model::to_string(then.parallel.schedule),
           model::to_string(now.parallel.schedule));
   compare(notes, "parallel.recompute", model::to_string(then.parallel.recompute),
@@ -537,6 +551,104 @@ void read_shard(const fs::path& step_dir, const Manifest& m, int rank, ModelShar
     shard.free_other_shards(b);  // ZeRO-3: as after initialisation, only this rank's shard is held
   }
   if (!in.at_end()) throw RunError(fmt::format("checkpoint shard '{}' has trailing bytes", path.string()));
+}
+
+void reshard(const fs::path& step_dir, const Manifest& m, const model::Scenario& then, ModelShard& shard,
+             Backend& backend) {
+  // The full tensors this rank holds a part of, by name (the tied word embedding and its last-stage copy share one):
+  // the values, and Adam's state and the master weights of the elements some rank of the old plan owned.
+  struct FullTensor {
+    std::vector<float> value, adam_m, adam_v, master;
+    std::vector<unsigned char> has_value, has_state;
+  };
+  std::map<std::string, FullTensor> wanted;
+  for (const Bucket& b : shard.buckets()) {
+    for (const ParamTensor& t : b.tensors) {
+      FullTensor& f = wanted[t.name];
+      const auto n = static_cast<std::size_t>(t.rows * t.cols);
+      for (auto* v : {&f.value, &f.adam_m, &f.adam_v, &f.master}) v->assign(n, 0.0f);
+      f.has_value.assign(n, 0);
+      f.has_state.assign(n, 0);
+    }
+  }
+  const model::RankLayout old_layout(static_cast<int>(then.parallel.tp), static_cast<int>(then.parallel.pp),
+                                     static_cast<int>(then.parallel.dp));
+  if (old_layout.world_size() != m.world_size) {
+    throw RunError(
+        fmt::format("checkpoint manifest '{}' has {} shards' world size, its plan TP {} x PP {} x DP {} has {}",
+                    (step_dir / "manifest.json").string(), m.world_size, then.parallel.tp, then.parallel.pp,
+                    then.parallel.dp, old_layout.world_size()));
+  }
+  // Every old rank whose stage holds one of those tensors: its shard read (and checked) as read_shard reads it, and
+  // each of its local elements put where it sits in the full tensor.
+  for (int old_rank = 0; old_rank < m.world_size; ++old_rank) {
+    ModelShard old(then, old_layout.coord_of(old_rank), backend);
+    bool needed = false;
+    for (const Bucket& b : old.buckets()) {
+      for (const ParamTensor& t : b.tensors) needed = needed || wanted.count(t.name) > 0;
+    }
+    if (!needed) continue;
+    read_shard(step_dir, m, old_rank, old, backend);
+    for (const Bucket& b : old.buckets()) {
+      const std::vector<float> params = download(backend, b.params), adam_m = download(backend, b.adam_m),
+                               adam_v = download(backend, b.adam_v);
+      const std::vector<float> master = b.master.empty() ? std::vector<float>() : download(backend, b.master);
+      const std::size_t owned_begin = b.shard_offset, owned_end = b.shard_offset + b.shard_numel;
+      for (const ParamTensor& t : b.tensors) {
+        const auto it = wanted.find(t.name);
+        if (it == wanted.end()) continue;
+        FullTensor& f = it->second;
+        for (std::size_t i = 0; i < t.numel; ++i) {
+          const std::size_t at = t.offset + i;
+          const bool owned = at >= owned_begin && at < owned_end;
+          if (b.parameters_sharded && !owned) continue;  // ZeRO-3: freed (NaN) outside the rank's shard
+          const std::int64_t full = full_element_index(t, old.dims(), i);
+          if (full < 0) continue;  // a padded vocabulary row
+          const auto e = static_cast<std::size_t>(full);
+          f.value[e] = params[at];
+          f.has_value[e] = 1;
+          if (!owned) continue;
+          f.adam_m[e] = adam_m[at - owned_begin];
+          f.adam_v[e] = adam_v[at - owned_begin];
+          f.master[e] = master.empty() ? params[at] : master[at - owned_begin];
+          f.has_state[e] = 1;
+        }
+      }
+    }
+  }
+  // This rank's elements of them, in its own layout (padded vocabulary rows and bucket padding stay zero).
+  for (Bucket& b : shard.buckets()) {
+    std::vector<float> params(b.padded_numel, 0.0f), adam_m(b.shard_numel, 0.0f), adam_v(b.shard_numel, 0.0f),
+        master(b.shard_numel, 0.0f);
+    const std::size_t owned_begin = b.shard_offset, owned_end = b.shard_offset + b.shard_numel;
+    for (const ParamTensor& t : b.tensors) {
+      const FullTensor& f = wanted.at(t.name);
+      for (std::size_t i = 0; i < t.numel; ++i) {
+        const std::int64_t full = full_element_index(t, shard.dims(), i);
+        if (full < 0) continue;
+        const auto e = static_cast<std::size_t>(full);
+        const std::size_t at = t.offset + i;
+        const bool owned = at >= owned_begin && at < owned_end;
+        if (!f.has_value[e] || (owned && !f.has_state[e])) {
+          throw RunError(
+              fmt::format("checkpoint '{}' (TP {} x PP {} x DP {}) holds no {} of {} element {}: its shards "
+                          "do not cover the model this run re-shards them into",
+                          step_dir.string(), then.parallel.tp, then.parallel.pp, then.parallel.dp,
+                          f.has_value[e] ? "Adam state" : "value", t.name, e));
+        }
+        params[at] = f.value[e];
+        if (!owned) continue;
+        adam_m[at - owned_begin] = f.adam_m[e];
+        adam_v[at - owned_begin] = f.adam_v[e];
+        master[at - owned_begin] = f.master[e];
+      }
+    }
+    backend.upload_f32(b.params, params.data());
+    backend.upload_f32(b.adam_m, adam_m.data());
+    backend.upload_f32(b.adam_v, adam_v.data());
+    if (!b.master.empty()) backend.upload_f32(b.master, master.data());
+    shard.free_other_shards(b);  // ZeRO-3: as after initialisation, only this rank's shard is held
+  }
 }
 
 }  // namespace twin::exec

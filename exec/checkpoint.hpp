@@ -7,10 +7,11 @@
 //
 // Loading checks, each failure a RunError naming the file: every file read is a regular file (not a directory or a
 // link loop); the manifest parses, each field has its type and range (named with its value as written otherwise), and
-// its step is the one the folder's name says (a copied or renamed folder is refused); the scenario matches this run's
-// (model and every layout-defining plan field: a checkpoint of another model or plan is refused with the list of
-// differences; re-sharding is not supported); the data is the same; each shard exists, has the manifest's size
-// (else "truncated") and checksum (else "corrupt"), and holds this rank's buckets with their sizes.
+// its step is the one the folder's name says (a copied or renamed folder is refused); the scenario's model, global
+// batch, seed and data are this run's (else refused with the list of differences); each shard exists, has the
+// manifest's size (else "truncated") and checksum (else "corrupt"), and holds the buckets its rank's plan gives it.
+// A checkpoint of another plan (TP, PP, DP, virtual stages, stage sizes, ZeRO stage, vocabulary padding) is re-sharded:
+// every element of every full tensor, and Adam's state of it, goes to whichever rank of the new plan holds it.
 #pragma once
 
 #include <cstdint>
@@ -59,8 +60,14 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
 void prune_checkpoints(const std::filesystem::path& dir, int keep);
 
 Manifest read_manifest(const std::filesystem::path& step_dir);
+// The scenario the checkpoint was written under (its manifest's TOML); RunError naming the manifest if it does not
+// load.
+model::Scenario checkpoint_scenario(const Manifest& manifest, const std::filesystem::path& step_dir);
+// Whether `now` lays the model's tensors out across ranks as `then` did (tp, pp, dp, virtual stages, stage sizes,
+// ZeRO stage, padded vocabulary): each rank then reads its own shard (read_shard), else resuming re-shards (reshard).
+bool same_layout(const model::Scenario& then, const model::Scenario& now);
 // Throws RunError listing every difference that forbids resuming `now` from `manifest`; returns notes about
-// differences that are allowed (schedule, recompute, learning rate, Adam's settings...).
+// differences that are allowed (the plan, schedule, recompute, learning rate, Adam's settings...).
 std::vector<std::string> check_compatible(const Manifest& manifest, const std::filesystem::path& step_dir,
                                           const model::Scenario& now, const std::string& data_path,
                                           std::uint64_t data_fingerprint);
@@ -68,5 +75,12 @@ std::vector<std::string> check_compatible(const Manifest& manifest, const std::f
 // parameters are then freed, as after initialisation.
 void read_shard(const std::filesystem::path& step_dir, const Manifest& manifest, int rank, ModelShard& shard,
                 Backend& backend);
+
+// Restores this rank's shard from a checkpoint written under the plan of `then` (another layout, same_layout false):
+// each old rank's shard that holds one of this rank's tensors is read and checked as read_shard does, its elements
+// placed in the full tensors by name (full_element_index), and this rank's elements taken out, with Adam's state (and
+// master weights) from whichever old DP rank owned each element. Throws RunError naming a tensor element no shard held.
+void reshard(const std::filesystem::path& step_dir, const Manifest& manifest, const model::Scenario& then,
+             ModelShard& shard, Backend& backend);
 
 }  // namespace twin::exec

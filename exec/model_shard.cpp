@@ -100,6 +100,13 @@ struct ShardMap {
 
 }  // namespace
 
+std::int64_t full_element_index(const ParamTensor& tensor, const Dims& dims, std::size_t local) {
+  const ShardMap map{tensor, dims};
+  const auto cols = map.local_cols();
+  const std::int64_t row = map.full_row(static_cast<std::int64_t>(local) / cols);
+  return row < 0 ? -1 : row * tensor.cols + map.full_col(static_cast<std::int64_t>(local) % cols);
+}
+
 ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, Backend& backend)
     : scenario_(scenario), coord_(coord), backend_(backend), dims_(scenario, coord.tp) {
   const auto& p = scenario.parallel;

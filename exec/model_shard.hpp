@@ -99,6 +99,11 @@ struct Bucket {
   bool other_shards_freed = false;
 };
 
+// Where element `local` of `tensor` (row-major in this rank's local shape) sits in the full tensor (row-major,
+// tensor.rows x tensor.cols) on a rank with `dims`, or -1 for a padded vocabulary row: the map initialisation draws
+// by, and the one re-sharding a checkpoint across plans goes through.
+std::int64_t full_element_index(const ParamTensor& tensor, const Dims& dims, std::size_t local);
+
 // Views of one layer's parameters (or of their gradients), shapes local to this rank.
 struct LayerTensors {
   Tensor ln1_weight, ln1_bias;  // (C); the bias empty under RMSNorm

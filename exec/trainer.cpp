@@ -128,12 +128,25 @@ class RankRun {
       if (const auto latest = latest_checkpoint(options_.checkpoint_dir)) {
         const Manifest manifest = read_manifest(*latest);
         const auto notes = check_compatible(manifest, *latest, scenario_, data_.path, data_.fingerprint);
-        read_shard(*latest, manifest, rank_, *shard_, *backend_);
+        const model::Scenario then = checkpoint_scenario(manifest, *latest);
+        const bool resharded = !same_layout(then, scenario_);
+        if (resharded) {
+          reshard(*latest, manifest, then, *shard_, *backend_);
+        } else {
+          read_shard(*latest, manifest, rank_, *shard_, *backend_);
+        }
         if (result_ != nullptr) {
           result_->resumed_from = latest->string();
+          result_->resharded = resharded;
           result_->earlier_losses = manifest.losses;
           if (options_.on_note) {
             options_.on_note(fmt::format("resuming from {} (step {})", latest->string(), manifest.step));
+            if (resharded) {
+              options_.on_note(fmt::format(
+                  "re-sharded from TP {} x PP {} x DP {} (ZeRO {}) to TP {} x PP {} x DP {} (ZeRO {})",
+                  then.parallel.tp, then.parallel.pp, then.parallel.dp, then.parallel.zero_stage, scenario_.parallel.tp,
+                  scenario_.parallel.pp, scenario_.parallel.dp, scenario_.parallel.zero_stage));
+            }
             for (const auto& note : notes) options_.on_note("changed since the checkpoint: " + note);
           }
         }

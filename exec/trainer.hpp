@@ -67,6 +67,7 @@ struct TrainResult {                   // complete on rank 0
   std::optional<report::Timeline> timeline;  // every rank's ops of the traced step
   int traced_step = -1;
   std::string resumed_from;     // step directory, or empty
+  bool resharded = false;       // ... written under another plan, re-sharded into this one
   std::string last_checkpoint;  // step directory written last, or empty
 };
 

@@ -1,6 +1,7 @@
 // Checkpoints: resuming continues bit for bit (also after a real SIGKILL of a training process, and under ZeRO-3, whose
-// ranks save only their shards of the parameters), and a truncated, corrupt, misnamed or foreign checkpoint (or one
-// with a directory or a link loop where a file should be) is refused with a message naming the file and what differs.
+// ranks save only their shards of the parameters); a checkpoint of another plan is re-sharded and trains on as the
+// uninterrupted run does; and a truncated, corrupt, misnamed or foreign checkpoint (or one with a directory or a link
+// loop where a file should be) is refused with a message naming the file and what differs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -103,6 +104,78 @@ TEST(ExecCheckpoint, ZeroThreeSavesEachRanksShardAndResumesBitForBit) {
   fs::remove_all(dir);
 }
 
+// Resuming under another plan re-shards the checkpoint: every element of every full tensor, with its Adam state, goes
+// to the rank of the new plan that holds it. The math does not depend on the plan (the same global batch, the same
+// initialisation), so the resumed losses are the uninterrupted run's up to the order of fp32 sums (the cross-plan
+// agreement of ExecParity); a tensor element put in the wrong place, or Adam's state lost, moves them by far more
+// (checked: zeroed Adam state alone moves step 5's loss by 0.12).
+void expect_same_trajectory(const std::vector<double>& resumed, const std::vector<double>& uninterrupted, int from) {
+  ASSERT_EQ(resumed.size() + static_cast<std::size_t>(from), uninterrupted.size());
+  for (std::size_t k = 0; k < resumed.size(); ++k) {
+    EXPECT_NEAR(resumed[k], uninterrupted[from + k], 1e-6 * std::abs(uninterrupted[from + k])) << "step " << from + k;
+  }
+}
+
+TEST(ExecCheckpoint, AnotherPlanIsReshardedAndTrainsOnAsTheUninterruptedRun) {
+  const auto plan_a =
+      scenario(small_toml(), {"parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "parallel.zero_stage=1"});
+  TrainOptions options;
+  options.steps = 8;
+  const auto uninterrupted = train(plan_a, options).losses;
+  const std::string dir = testing::temp_dir("reshard");
+  train_with_checkpoints(plan_a, 4, dir);
+  // 8 ranks (ZeRO-1: Adam's state in halves across DP) into 2 (one stage per layer, whole tensors, another
+  // micro-batch), then back into the first plan.
+  const auto plan_b = scenario(small_toml(), {"parallel.pp=2", "parallel.micro_batch=1"});
+  TrainOptions resume;
+  resume.steps = 6;
+  resume.checkpoint_dir = dir;
+  std::vector<std::string> notes;
+  resume.on_note = [&notes](const std::string& note) { notes.push_back(note); };
+  const auto resharded = train(plan_b, resume);
+  EXPECT_TRUE(resharded.resharded);
+  EXPECT_EQ(resharded.first_step, 4);
+  EXPECT_NE(std::find(notes.begin(), notes.end(),
+                      "re-sharded from TP 2 x PP 2 x DP 2 (ZeRO 1) to TP 1 x PP 2 x DP 1 (ZeRO 0)"),
+            notes.end())
+      << ::testing::PrintToString(notes);
+  EXPECT_NE(
+      std::find(notes.begin(), notes.end(), "changed since the checkpoint: parallel.tp: 2 in the checkpoint, 1 now"),
+      notes.end())
+      << ::testing::PrintToString(notes);
+  expect_same_trajectory(resharded.losses, std::vector<double>(uninterrupted.begin(), uninterrupted.begin() + 6), 4);
+  const auto back = train_with_checkpoints(plan_a, 8, dir);
+  EXPECT_TRUE(back.resharded);
+  expect_same_trajectory(back.losses, uninterrupted, 6);
+  // The same plan again reads each rank's own shard.
+  EXPECT_FALSE(train_with_checkpoints(plan_a, 9, dir).resharded);
+  fs::remove_all(dir);
+}
+
+// ZeRO-3's files hold each rank's shard of the parameters alone; re-sharded into Megatron's tensor and interleaved
+// pipeline plan, and from there into ZeRO-3 over another number of ranks, the run goes on as if never stopped.
+TEST(ExecCheckpoint, ZeroThreeShardsAreReshardedIntoOtherPlansAndBack) {
+  const auto fsdp = scenario(
+      small_toml(), {"model.layers=4", "framework.name=\"composer\"", "parallel.dp=4", "parallel.zero_stage=3"});
+  TrainOptions options;
+  options.steps = 6;
+  const auto uninterrupted = train(fsdp, options).losses;
+  const std::string dir = testing::temp_dir("reshard-zero3");
+  train_with_checkpoints(fsdp, 2, dir);
+  const auto interleaved =
+      scenario(small_toml(), {"model.layers=4", "parallel.tp=2", "parallel.pp=2", "parallel.schedule=\"interleaved\"",
+                              "parallel.virtual_stages=2", "parallel.dp=2"});
+  const auto megatron = train_with_checkpoints(interleaved, 4, dir);
+  EXPECT_TRUE(megatron.resharded);
+  expect_same_trajectory(megatron.losses, std::vector<double>(uninterrupted.begin(), uninterrupted.begin() + 4), 2);
+  const auto fsdp_two = scenario(
+      small_toml(), {"model.layers=4", "framework.name=\"composer\"", "parallel.dp=2", "parallel.zero_stage=3"});
+  const auto back = train_with_checkpoints(fsdp_two, 6, dir);
+  EXPECT_TRUE(back.resharded);
+  expect_same_trajectory(back.losses, uninterrupted, 4);
+  fs::remove_all(dir);
+}
+
 TEST(ExecCheckpoint, KeepsTheNewestAndIgnoresIncompleteOnes) {
   const auto s = scenario(small_toml());
   const std::string dir = testing::temp_dir("keep");
@@ -153,13 +226,26 @@ TEST_F(ExecBrokenCheckpoint, TruncatedManifest) {
       << message;
 }
 
-TEST_F(ExecBrokenCheckpoint, AnotherPlan) {
-  const std::string message = resume_error(scenario(small_toml(), {"parallel.pp=2"}), dir_);
-  EXPECT_NE(message.find("checkpoint '" + step_ + "' was written by another model, plan or data set"),
+// Another global batch is another order of the data (the sequences of step i are drawn from i * global_batch on):
+// refused like another model, with each difference.
+TEST_F(ExecBrokenCheckpoint, AnotherGlobalBatch) {
+  const std::string message = resume_error(scenario(small_toml(), {"parallel.pp=2", "parallel.global_batch=16"}), dir_);
+  EXPECT_NE(message.find("checkpoint '" + step_ + "' was written by another model, global batch or data set"),
             std::string::npos)
       << message;
-  EXPECT_NE(message.find("parallel.tp: 2 in the checkpoint, 1 now"), std::string::npos) << message;
-  EXPECT_NE(message.find("parallel.pp: 1 in the checkpoint, 2 now"), std::string::npos) << message;
+  EXPECT_NE(message.find("parallel.global_batch: 8 in the checkpoint, 16 now"), std::string::npos) << message;
+  EXPECT_EQ(message.find("parallel.pp"), std::string::npos) << message;  // a plan change alone would be re-sharded
+}
+
+// Re-sharding reads the old plan's shards with read_shard's checks: a corrupt one is named.
+TEST_F(ExecBrokenCheckpoint, CorruptShardOfAnotherPlan) {
+  const std::string shard = step_ + "/rank-00001.bin";
+  std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekp(static_cast<std::streamoff>(fs::file_size(shard) / 2));
+  file.put('\x7f');
+  file.close();
+  const std::string message = resume_error(scenario(small_toml(), {"parallel.pp=2"}), dir_);
+  EXPECT_NE(message.find("checkpoint shard '" + shard + "' is corrupt"), std::string::npos) << message;
 }
 
 TEST_F(ExecBrokenCheckpoint, AnotherModel) {
