@@ -19,7 +19,10 @@ nlohmann::json run_json(const model::Program& program, const TrainResult& result
   json["grad_norms"] = result.grad_norms;
   json["learning_rates"] = result.learning_rates;
   if (!result.earlier_losses.empty()) json["earlier_losses"] = result.earlier_losses;
-  if (!result.resumed_from.empty()) json["resumed_from"] = result.resumed_from;
+  if (!result.resumed_from.empty()) {
+    json["resumed_from"] = result.resumed_from;
+    json["resharded"] = result.resharded;
+  }
   if (!result.last_checkpoint.empty()) json["last_checkpoint"] = result.last_checkpoint;
   if (result.timeline) {
     const report::Summary summary = report::summarize(program, *result.timeline, peak_flops_per_rank, engine);

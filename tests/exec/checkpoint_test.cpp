@@ -426,6 +426,40 @@ TEST(ExecCheckpoint, ABrokenCheckpointIsOneClearLineFromTheCli) {
   fs::remove_all(dir);
 }
 
+// From the command line: a checkpoint of TP 2 resumed under PP 2 is re-sharded, the run says so on stderr and in
+// --json, and its losses are the uninterrupted TP 2 run's.
+TEST(ExecCheckpoint, TwinRunReshardsAnotherPlansCheckpointAndSaysSo) {
+  const std::string dir = testing::temp_dir("reshard-cli");
+  const std::string scenario_file = dir + "/small.toml";
+  std::ofstream(scenario_file) << small_toml();
+  const std::string data = testing::source_dir() + "/data/corpus.txt";
+  auto twin_run = [&](const std::string& steps, const std::string& plan, const std::string& checkpoint,
+                      const std::string& json) {
+    return std::vector<std::string>{TWIN_BINARY, "run",     scenario_file, "--data", data, "--threads",
+                                    "1",         "--steps", steps,         "--set",  plan, "--checkpoint",
+                                    checkpoint,  "--json",  json};
+  };
+  ASSERT_EQ(
+      testing::run_command(twin_run("6", "parallel.tp=2", dir + "/clean", dir + "/clean.json"), dir + "/clean.log"), 0)
+      << testing::read_text(dir + "/clean.log");
+  ASSERT_EQ(testing::run_command(twin_run("3", "parallel.tp=2", dir + "/ck", dir + "/first.json"), dir + "/first.log"),
+            0)
+      << testing::read_text(dir + "/first.log");
+  ASSERT_EQ(
+      testing::run_command(twin_run("6", "parallel.pp=2", dir + "/ck", dir + "/resumed.json"), dir + "/resumed.log"), 0)
+      << testing::read_text(dir + "/resumed.log");
+  const std::string log = testing::read_text(dir + "/resumed.log");
+  EXPECT_NE(log.find("re-sharded from TP 2 x PP 1 x DP 1 (ZeRO 0) to TP 1 x PP 2 x DP 1 (ZeRO 0)"), std::string::npos)
+      << log;
+  const auto resumed = nlohmann::json::parse(testing::read_text(dir + "/resumed.json"));
+  const auto clean = nlohmann::json::parse(testing::read_text(dir + "/clean.json"));
+  EXPECT_TRUE(resumed["resharded"].get<bool>());
+  EXPECT_EQ(resumed["first_step"].get<int>(), 3);
+  const auto all = clean["losses"].get<std::vector<double>>();
+  expect_same_trajectory(resumed["losses"].get<std::vector<double>>(), all, 3);
+  fs::remove_all(dir);
+}
+
 // A real process killed with SIGKILL in the middle of a run resumes from its last complete checkpoint and produces the
 // losses an uninterrupted run produces, bit for bit.
 TEST(ExecCheckpoint, SigkillThenResumeGivesTheUninterruptedLosses) {
@@ -459,6 +493,7 @@ TEST(ExecCheckpoint, SigkillThenResumeGivesTheUninterruptedLosses) {
   const auto resumed = nlohmann::json::parse(testing::read_text(dir + "/resumed.json"));
   const auto clean = nlohmann::json::parse(testing::read_text(dir + "/clean.json"));
   const int first = resumed["first_step"].get<int>();
+  EXPECT_FALSE(resumed["resharded"].get<bool>());
   EXPECT_GE(first, 6);
   EXPECT_EQ(first % 3, 0);
   const auto all = clean["losses"].get<std::vector<double>>();
