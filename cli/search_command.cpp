@@ -27,6 +27,7 @@ struct SearchOptions {
   bool vary_zero = false;
   std::string json_path;
   std::string train_tokens;  // passed on to each `twin sim --train-tokens` (empty: not asked)
+  bool quiet = false;        // nothing on stderr but errors
 };
 
 struct Plan {
@@ -206,8 +207,10 @@ void run_search(const SearchOptions& o) {
   }
   if (plans.size() > static_cast<std::size_t>(o.max_plans)) plans.resize(o.max_plans);
   const int jobs = o.jobs > 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
-  fmt::print(stderr, "twin search: {} plans of {} fit {} GPUs ({} rejected for memory); simulating {} with {} jobs\n",
-             found, base.model.name, base.cluster.total_gpus(), rejected_for_memory, plans.size(), jobs);
+  if (!o.quiet) {
+    fmt::print(stderr, "twin search: {} plans of {} fit {} GPUs ({} rejected for memory); simulating {} with {} jobs\n",
+               found, base.model.name, base.cluster.total_gpus(), rejected_for_memory, plans.size(), jobs);
+  }
 
   const std::string scenario_path = resolve_scenario_path(o.scenario.scenario);
   std::vector<std::string> user_sets = o.scenario.sets;
@@ -221,7 +224,7 @@ void run_search(const SearchOptions& o) {
   std::vector<std::string> extra;
   if (!o.train_tokens.empty()) extra = {"--train-tokens", o.train_tokens};
   const std::vector<SimulationOutcome> outcomes =
-      simulate_in_children(scenario_path, override_lists, jobs, "search", extra);
+      simulate_in_children(scenario_path, override_lists, jobs, "search", extra, !o.quiet);
   for (std::size_t i = 0; i < plans.size(); ++i) {
     Plan& plan = plans[i];
     plan.error = outcomes[i].error;
@@ -306,6 +309,7 @@ void register_search_command(CLI::App& app) {
       ->add_option("--train-tokens", o->train_tokens,
                    "also estimate each plan's whole training run of this many tokens: days, GPU-hours")
       ->check(token_count("--train-tokens"));
+  command->add_flag("--quiet", o->quiet, "no progress on stderr (errors still)");
   command->callback([o] { run_search(*o); });
 }
 

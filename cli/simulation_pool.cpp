@@ -73,7 +73,7 @@ SimulationOutcome read_outcome(const fs::path& json_path, const fs::path& log_pa
 std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_path,
                                                     const std::vector<std::vector<std::string>>& override_lists,
                                                     int jobs, const std::string& command,
-                                                    const std::vector<std::string>& extra_arguments) {
+                                                    const std::vector<std::string>& extra_arguments, bool progress) {
   std::vector<SimulationOutcome> outcomes(override_lists.size(), SimulationOutcome{{}, "not simulated", -1});
   const fs::path scratch = fs::temp_directory_path() / fmt::format("twin-{}-{}", command, getpid());
   fs::create_directories(scratch);
@@ -116,10 +116,12 @@ std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_
     // What is left at the pace so far (the variants differ in size, so it is a guide).
     const std::size_t left = override_lists.size() - done;
     const std::string eta = left > 0 ? fmt::format(", about {:.0f} s left", elapsed / done * left) : "";
-    fmt::print(stderr, "{}[twin {}] {}/{} simulated, {:.0f} s{}{}", on_terminal ? "\r" : "", command, done,
-               override_lists.size(), elapsed, eta, on_terminal ? "   " : "\n");
+    if (progress) {
+      fmt::print(stderr, "{}[twin {}] {}/{} simulated, {:.0f} s{}{}", on_terminal ? "\r" : "", command, done,
+                 override_lists.size(), elapsed, eta, on_terminal ? "   " : "\n");
+    }
   }
-  if (on_terminal) fmt::print(stderr, "\n");
+  if (progress && on_terminal) fmt::print(stderr, "\n");
   return outcomes;
 }
 

@@ -16,10 +16,11 @@ struct SimulationOutcome {
 };
 
 // Runs `twin sim SCENARIO --quiet --json ... EXTRA` once per list of `--set` overrides, `jobs` at a time, and
-// returns the outcomes in the order of the lists. Progress goes to stderr as "[twin command] 3/8 simulated, 12 s".
+// returns the outcomes in the order of the lists. With `progress`, stderr says "[twin command] 3/8 simulated, 12 s".
 std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_path,
                                                     const std::vector<std::vector<std::string>>& override_lists,
                                                     int jobs, const std::string& command,
-                                                    const std::vector<std::string>& extra_arguments = {});
+                                                    const std::vector<std::string>& extra_arguments = {},
+                                                    bool progress = true);
 
 }  // namespace twin::cli

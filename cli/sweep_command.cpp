@@ -24,6 +24,7 @@ struct SweepOptions {
   int jobs = 0;  // 0: hardware threads
   std::string json_path;
   std::string train_tokens;  // passed on to each `twin sim --train-tokens` (empty: not asked)
+  bool quiet = false;        // nothing on stderr but errors
 };
 
 // One --vary: a scenario key and the values it takes, in order.
@@ -177,12 +178,15 @@ void run_sweep(const SweepOptions& o) {
   const int jobs = o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::string keys;
   for (const Axis& axis : axes) keys += (keys.empty() ? "" : " x ") + axis.key;
-  fmt::print(stderr, "twin sweep: {} variants of {} ({} refused by the scenario checks); simulating {} with {} jobs\n",
-             variants.size(), keys, variants.size() - simulated.size(), simulated.size(), jobs);
+  if (!o.quiet) {
+    fmt::print(stderr,
+               "twin sweep: {} variants of {} ({} refused by the scenario checks); simulating {} with {} jobs\n",
+               variants.size(), keys, variants.size() - simulated.size(), simulated.size(), jobs);
+  }
   std::vector<std::string> extra;
   if (!o.train_tokens.empty()) extra = {"--train-tokens", o.train_tokens};
   const std::vector<SimulationOutcome> outcomes =
-      simulate_in_children(scenario_path, override_lists, jobs, "sweep", extra);
+      simulate_in_children(scenario_path, override_lists, jobs, "sweep", extra, !o.quiet);
   for (std::size_t j = 0; j < simulated.size(); ++j) variants[simulated[j]].outcome = outcomes[j];
 
   fmt::print("{}: {} variants of {}\n\n", model_name, variants.size(), keys);
@@ -275,6 +279,7 @@ void register_sweep_command(CLI::App& app) {
       ->add_option("--train-tokens", o->train_tokens,
                    "also estimate each variant's whole training run of this many tokens: days, GPU-hours")
       ->check(token_count("--train-tokens"));
+  command->add_flag("--quiet", o->quiet, "no progress on stderr (errors still)");
   command->callback([o] { run_sweep(*o); });
 }
 

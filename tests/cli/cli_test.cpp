@@ -26,15 +26,21 @@ struct Result {
   std::string output;  // stdout and stderr
 };
 
-Result twin(const std::string& arguments) {
+// `redirect`: what the shell does with the streams (default: stderr into stdout, both captured).
+Result twin(const std::string& arguments, const std::string& redirect = " 2>&1") {
   Result result;
-  const std::string command = std::string(TWIN_BINARY) + " " + arguments + " 2>&1";
+  const std::string command = std::string(TWIN_BINARY) + " " + arguments + redirect;
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
   std::array<char, 4096> buffer{};
   while (std::fgets(buffer.data(), buffer.size(), pipe.get())) result.output += buffer.data();
   const int status = pclose(pipe.release());
   result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// stderr alone (stdout discarded).
+Result twin_stderr(const std::string& arguments) {
+  return twin(arguments, " 2>&1 1>/dev/null");
 }
 
 fs::path scratch_dir() {
@@ -593,6 +599,24 @@ TEST(Cli, SweepSimulatesEveryCombinationAsTwinSimWould) {
   const auto sim = nlohmann::json::parse(sim_in);
   EXPECT_DOUBLE_EQ(variants[3]["iteration_time_s"].get<double>(), sim["iteration_time_s"].get<double>());
   EXPECT_DOUBLE_EQ(variants[3]["memory_per_gpu_bytes"].get<double>(), sim["memory_per_gpu_bytes"].get<double>());
+}
+
+TEST(Cli, SearchAndSweepAreSilentOnStderrWithQuiet) {
+  // Scripts read stdout (or --json); --quiet leaves stderr to errors. Without it the header and progress go there.
+  const std::string scenario = small_cluster_scenario().string();
+  const Result loud = twin_stderr("sweep " + scenario + " --vary cluster.nodes=2,4 --jobs 2");
+  ASSERT_EQ(loud.status, 0) << loud.output;
+  EXPECT_THAT(loud.output, HasSubstr("simulated"));
+  const Result sweep = twin_stderr("sweep " + scenario + " --vary cluster.nodes=2,4 --jobs 2 --quiet");
+  EXPECT_EQ(sweep.status, 0);
+  EXPECT_EQ(sweep.output, "");
+  const Result search = twin_stderr("search " + scenario + " --max 2 --jobs 2 --quiet");
+  EXPECT_EQ(search.status, 0);
+  EXPECT_EQ(search.output, "");
+  // An error still says so.
+  const Result refused = twin_stderr("sweep " + scenario + " --vary cluster.nodes=0 --quiet");
+  EXPECT_EQ(refused.status, 2);
+  EXPECT_THAT(refused.output, HasSubstr("twin: error:"));
 }
 
 TEST(Cli, SweepShowsWhyAVariantIsRefused) {
