@@ -66,6 +66,29 @@ TEST_F(ExecRunFixture, MpiRanksTrainZeroThreeAsThreadsDo) {
   EXPECT_EQ(mpi["losses"].get<std::vector<double>>(), threads.losses);  // bit for bit
 }
 
+// A checkpoint written by 4 threads (TP 2 x PP 2) resumed by 2 MPI ranks (PP 2): each process re-shards from the old
+// shard files by itself, and the run goes on as the uninterrupted one.
+TEST_F(ExecRunFixture, MpiRanksReshardACheckpointOfThreadsInAnotherPlan) {
+  if (!testing::on_path("mpirun"))
+    GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): MPI launcher not tested";
+  const auto plan_a = testing::scenario(testing::small_toml(), {"parallel.tp=2", "parallel.pp=2"});
+  TrainOptions options;
+  options.steps = 5;
+  const auto uninterrupted = testing::train(plan_a, options).losses;
+  options.steps = 3;
+  options.checkpoint_dir = dir + "/ck";
+  testing::train(plan_a, options);
+  auto args = twin_run({"--set", "parallel.pp=2", "--steps", "5", "--checkpoint", dir + "/ck"});
+  args.insert(args.end(), {"--launcher", "mpi", "--json", dir + "/mpi.json"});
+  ASSERT_EQ(testing::run_command(args, dir + "/mpi.log"), 0) << testing::read_text(dir + "/mpi.log");
+  const auto mpi = nlohmann::json::parse(testing::read_text(dir + "/mpi.json"));
+  EXPECT_TRUE(mpi["resharded"].get<bool>());
+  const auto losses = mpi["losses"].get<std::vector<double>>();
+  ASSERT_EQ(losses.size(), 2u);
+  for (std::size_t k = 0; k < losses.size(); ++k)
+    EXPECT_NEAR(losses[k], uninterrupted[3 + k], 1e-6 * uninterrupted[3 + k]) << "step " << 3 + k;
+}
+
 TEST_F(ExecRunFixture, AnMpiJobOfTheWrongSizeIsRefused) {
   if (!testing::on_path("mpirun"))
     GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): MPI launcher not tested";
