@@ -152,6 +152,28 @@ TEST(ExecCheckpoint, AnotherPlanIsReshardedAndTrainsOnAsTheUninterruptedRun) {
   fs::remove_all(dir);
 }
 
+// A Llama-style block splits its tensors in the ways a GPT-2 block does not: grouped-query QKV rows (whole query heads
+// and whole key/value heads per rank), SwiGLU's gate and up halves, an untied LM head. TP 2 into TP 1 x PP 2.
+TEST(ExecCheckpoint, ALlamaStyleBlockIsReshardedAcrossTensorParallelism) {
+  const std::vector<std::string> llama = {
+      "model.norm=\"rmsnorm\"", "model.activation=\"swiglu\"", "model.position_embedding=\"rope\"",
+      "model.kv_heads=2",       "model.linear_bias=false",     "framework.tied_embeddings=false"};
+  auto with = [&](std::vector<std::string> plan) {
+    plan.insert(plan.begin(), llama.begin(), llama.end());
+    return scenario(small_toml(), plan);
+  };
+  const auto tensor_parallel = with({"parallel.tp=2"});
+  TrainOptions options;
+  options.steps = 6;
+  const auto uninterrupted = train(tensor_parallel, options).losses;
+  const std::string dir = testing::temp_dir("reshard-llama");
+  train_with_checkpoints(tensor_parallel, 3, dir);
+  const auto resumed = train_with_checkpoints(with({"parallel.pp=2"}), 6, dir);
+  EXPECT_TRUE(resumed.resharded);
+  expect_same_trajectory(resumed.losses, uninterrupted, 3);
+  fs::remove_all(dir);
+}
+
 // ZeRO-3's files hold each rank's shard of the parameters alone; re-sharded into Megatron's tensor and interleaved
 // pipeline plan, and from there into ZeRO-3 over another number of ranks, the run goes on as if never stopped.
 TEST(ExecCheckpoint, ZeroThreeShardsAreReshardedIntoOtherPlansAndBack) {
