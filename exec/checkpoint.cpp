@@ -575,7 +575,7 @@ void reshard(const fs::path& step_dir, const Manifest& m, const model::Scenario&
                                      static_cast<int>(then.parallel.dp));
   if (old_layout.world_size() != m.world_size) {
     throw RunError(
-        fmt::format("checkpoint manifest '{}' has {} shards' world size, its plan TP {} x PP {} x DP {} has {}",
+        fmt::format("checkpoint manifest '{}' says world_size {}, but its plan TP {} x PP {} x DP {} has {} ranks",
                     (step_dir / "manifest.json").string(), m.world_size, then.parallel.tp, then.parallel.pp,
                     then.parallel.dp, old_layout.world_size()));
   }

@@ -270,6 +270,26 @@ TEST_F(ExecBrokenCheckpoint, CorruptShardOfAnotherPlan) {
   EXPECT_NE(message.find("checkpoint shard '" + shard + "' is corrupt"), std::string::npos) << message;
 }
 
+// A manifest whose world size is not its own scenario's plan (both edited by hand, consistently enough that the
+// scenario loads) cannot be re-sharded from: named, with both sizes.
+TEST_F(ExecBrokenCheckpoint, AWorldSizeThatIsNotThePlansOwn) {
+  const std::string manifest = step_ + "/manifest.json";
+  std::string text = testing::read_text(manifest);
+  const std::string from = "\\ndp = 1\\n";  // inside the JSON string of the scenario's TOML
+  const auto at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, from.size(), "\\ndp = 2\\n");
+  const std::string gpus = "gpus_per_node = 2";  // and the cluster to match, so that the scenario loads
+  ASSERT_NE(text.find(gpus), std::string::npos) << text;
+  text.replace(text.find(gpus), gpus.size(), "gpus_per_node = 4");
+  std::ofstream(manifest, std::ios::trunc) << text;
+  const std::string message = resume_error(scenario(small_toml(), {"parallel.pp=2"}), dir_);
+  EXPECT_NE(message.find("checkpoint manifest '" + manifest +
+                         "' says world_size 2, but its plan TP 2 x PP 1 x DP 2 has 4 ranks"),
+            std::string::npos)
+      << message;
+}
+
 TEST_F(ExecBrokenCheckpoint, AnotherModel) {
   const std::string message =
       resume_error(scenario(small_toml(), {"parallel.tp=2", "model.layers=4", "model.hidden=128"}), dir_);
