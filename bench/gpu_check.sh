@@ -7,7 +7,8 @@
 #      cluster.gemm_shape and cluster.hbm_gb_per_s; and the GEMM rate against its inner dimension K
 #   5. a ~1.1B-parameter GPT at seq 2048 on one GPU: tokens/s, model TFLOP/s, MFU against the measured GEMM peak
 #   6. the executor on the CUDA backend, when exec/cuda is wired into the build: its tests, then `twin run gpt-tiny`
-#      on cpu, cuda, cuda with tp=2 pp=2 (4 ranks sharing the GPU) and cuda with FSDP on dp=2: the loss curves; then
+#      on cpu, cuda, cuda with tp=2 pp=2 (4 ranks sharing the GPU), cuda with FSDP on dp=2 and the tp=2 pp=2 run's
+#      step-30 checkpoint resumed on one rank (re-sharded): the loss curves; then
 #      scenarios/gpt-350m-h200.toml on this GPU, traced op by op (measured_gpt-350m.trace.json), for `twin compare`
 #      against `twin sim`'s trace of the same scenario on a machine with SimGrid (the command is printed)
 # Numbers go to $OUT/gpu_check.txt (or build-gpu/gpu_check.txt without $OUT), the full log beside it. Exit status 0
@@ -177,6 +178,11 @@ else
     run_twin cuda_tp2_pp2 --backend cuda --set parallel.tp=2 --set parallel.pp=2
     run_twin cuda_fsdp_dp2 --backend cuda --set framework.name=composer --set parallel.zero_stage=3 \
       --set parallel.dp=2
+    # A checkpoint of tp=2 pp=2 at step 30, resumed on one rank (re-sharded, master weights included) to step 60.
+    rm -rf "$build/ck_reshard"
+    run_logged "$twin" run "$root/scenarios/gpt-tiny.toml" --steps 30 --quiet --backend cuda --set parallel.tp=2 \
+      --set parallel.pp=2 --checkpoint "$build/ck_reshard" >/dev/null || fail "twin run (checkpoint to re-shard)"
+    run_twin cuda_resharded --backend cuda --checkpoint "$build/ck_reshard"
     python3 - "$build" <<'PY' | tee -a "$report"
 import json, os, sys
 runs = {}
@@ -195,6 +201,16 @@ print(f"  max relative difference: cuda/cpu {rel(cuda, cpu):.2e}, cuda tp2pp2/cu
       f"cuda FSDP/cuda {rel(fsdp, cuda):.2e}; tokens/s cpu {runs['cpu']['tokens_per_s']:.0f} "
       f"cuda {runs['cuda']['tokens_per_s']:.0f}")
 ok = rel(cuda, cpu) < 0.03 and rel(split, cuda) < 0.03 and rel(fsdp, cuda) < 0.03 and cuda[-1] < cuda[0]
+resharded_path = os.path.join(sys.argv[1], "run_cuda_resharded.json")
+if os.path.exists(resharded_path):
+    resharded = json.load(open(resharded_path))
+    tail = resharded["losses"]
+    print(f"  re-sharded tp2 pp2 -> tp1 at step {resharded['first_step']}: losses {tail[0]:.4f} -> {tail[-1]:.4f}, "
+          f"max relative difference to the tp2 pp2 run {rel(tail, split[resharded['first_step']:]):.2e}")
+    ok = ok and resharded.get("resharded") is True and rel(tail, split[resharded["first_step"]:]) < 0.03
+else:
+    print("  re-sharded run missing")
+    ok = False
 print("executor loss curves " + ("agree" if ok else "DISAGREE"))
 sys.exit(0 if ok else 1)
 PY
