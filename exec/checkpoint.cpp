@@ -559,7 +559,7 @@ void reshard(const fs::path& step_dir, const Manifest& m, const model::Scenario&
   // the values, and Adam's state and the master weights of the elements some rank of the old plan owned.
   struct FullTensor {
     std::vector<float> value, adam_m, adam_v, master;
-    std::vector<unsigned char> has_value, has_state;
+    std::vector<unsigned char> has_value, has_state;  // has_value: 0 none, 1 a replica's copy, 2 its owner's
   };
   std::map<std::string, FullTensor> wanted;
   for (const Bucket& b : shard.buckets()) {
@@ -605,8 +605,11 @@ void reshard(const fs::path& step_dir, const Manifest& m, const model::Scenario&
           const std::int64_t full = full_element_index(t, old.dims(), i);
           if (full < 0) continue;  // a padded vocabulary row
           const auto e = static_cast<std::size_t>(full);
-          f.value[e] = params[at];
-          f.has_value[e] = 1;
+          // The owner's value is the one its optimizer step wrote; another DP rank's copy is only as fresh as the
+          // last all-gather, so it fills in where no owner has been read yet and never replaces an owner's.
+          const unsigned char source = owned ? 2 : 1;
+          if (f.has_value[e] <= source) f.value[e] = params[at];
+          f.has_value[e] = std::max(f.has_value[e], source);
           if (!owned) continue;
           f.adam_m[e] = adam_m[at - owned_begin];
           f.adam_v[e] = adam_v[at - owned_begin];
