@@ -524,6 +524,7 @@ class StageBuilder {
     // DeepSpeed's BF16_Optimizer all-reduces the tied weight's fp32 gradient (weight._hp_grad, pipe/engine.py).
     tied_reduce_bytes_ = s.framework.bf16_optimizer ? 4.0 : grad_reduce_bytes_;
     zero3_ = s.shards_parameters();
+    gathers_under_forward_ = s.parallel.overlap_param_gather && s.parallel.zero_stage >= 1 && dp_ > 1 && !zero3_;
     last_backward_.assign(chunks_, -1);
     for (int i = 0; i < static_cast<int>(schedule.size()); ++i) {
       if (schedule[i].pass == Pass::Backward) last_backward_[schedule[i].chunk] = i;
@@ -531,6 +532,7 @@ class StageBuilder {
   }
 
   std::vector<Op> build() {
+    if (gathers_under_forward_ && s_.parallel.schedule == ScheduleKind::Interleaved) dispatch_aligned_gathers();
     for (int i = 0; i < static_cast<int>(schedule_.size()); ++i) {
       const PipelineStep& step = schedule_[i];
       if (step.pass == Pass::Forward) {
@@ -549,7 +551,8 @@ class StageBuilder {
     return static_cast<int>(ops_.size()) - 1;
   }
 
-  // Appends a sequence of ops for one step; the first one waits for `wait_for` (a Recv) when given.
+  // Appends a sequence of ops for one step; the first one waits for `wait_for` (a Recv) when given, and for
+  // pending_gather_ (a parameter gather, parallel.overlap_param_gather) when set.
   void emit_all(std::vector<Op> ops, const PipelineStep& step, int& wait_for) {
     for (Op& op : ops) {
       op.micro_batch = step.micro_batch;
@@ -557,6 +560,10 @@ class StageBuilder {
       if (wait_for >= 0) {
         op.deps.push_back(wait_for);
         wait_for = -1;
+      }
+      if (pending_gather_ >= 0) {
+        op.deps.push_back(pending_gather_);
+        pending_gather_ = -1;
       }
       emit(std::move(op));
     }
@@ -605,6 +612,85 @@ class StageBuilder {
     return static_cast<int>(s_.layers_in_virtual_stage(virtual_stage(stage_, chunk, stages_)));
   }
 
+  // parallel.overlap_param_gather (Megatron-Core's --overlap-param-gather): after the optimizer step the updated
+  // parameters are not gathered at once; the iteration's first forward of a bucket (micro-batch 0 of its chunk)
+  // waits for the bucket's all-gather (distributed_data_parallel.py, the forward pre-hook). When the gathers are
+  // dispatched (megatron/core/distributed/param_and_grad_buffer.py, finish_param_sync; pipeline_parallel/
+  // schedules.py; training/arguments.py):
+  //   1F1B and GPipe (align_param_gather is forced off): each stage on its own. The first bucket's gather is
+  //     dispatched by its own forward (after the Recv), so it is exposed; waiting for bucket k's dispatches bucket
+  //     k + 1's, which starts once the forward before bucket k's has ended and bucket k's gather is done (the
+  //     DataParallel stream is ordered).
+  //   interleaved (align_param_gather, on by default): every stage dispatches the gathers of its first two chunks
+  //     at the start of the schedule, and each later chunk's a few micro-batches ahead of it; twin dispatches them
+  //     all at the start, which hides a later chunk's gathers at least as well as Megatron's timing does.
+  // A chunk's buckets in forward order: the embedding (first virtual stage), its layers, the head (last one).
+  struct GatherBucket {
+    int layer;
+    ComputeKind what;
+    double parameters;
+  };
+  std::vector<GatherBucket> gather_buckets(int chunk) const {
+    const int vs = virtual_stage(stage_, chunk, stages_);
+    std::vector<GatherBucket> buckets;
+    if (vs == 0) buckets.push_back({-1, ComputeKind::Embedding, end_bucket_parameters(ComputeKind::Embedding)});
+    for (int layer = first_layer(chunk); layer < first_layer(chunk) + layers_in(chunk); ++layer) {
+      buckets.push_back({layer, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_)});
+    }
+    if (vs == virtual_stages_ - 1) {
+      buckets.push_back({-1, ComputeKind::LmHead, end_bucket_parameters(ComputeKind::LmHead)});
+    }
+    return buckets;
+  }
+  int parameter_gather(const GatherBucket& bucket, int chunk, int after) {
+    Op op = gradient_op(CollectiveKind::AllGather, Group::Data, Payload::Parameters, bucket.what,
+                        bucket.parameters * x_.e, Stream::DataParallel);
+    op.phase = Phase::Forward;
+    op.layer = bucket.layer;
+    op.micro_batch = 0;
+    op.chunk = chunk;
+    if (after >= 0) op.deps.push_back(after);
+    return emit(std::move(op));
+  }
+  // The interleaved schedule's: every chunk's gathers at the start of the stage's ops.
+  void dispatch_aligned_gathers() {
+    for (int chunk = 0; chunk < chunks_; ++chunk) {
+      std::vector<int> ops;
+      for (const GatherBucket& bucket : gather_buckets(chunk)) ops.push_back(parameter_gather(bucket, chunk, -1));
+      aligned_gathers_.push_back(std::move(ops));
+    }
+  }
+
+  // One forward step's view of them: before each bucket's forward, the gather it waits for (pending_gather_, taken
+  // by the bucket's first op) and, without alignment, the next bucket's dispatch.
+  class ParameterGathers {
+   public:
+    ParameterGathers(StageBuilder& b, const PipelineStep& step) : b_(b), chunk_(step.chunk) {
+      if (!b.gathers_under_forward_ || step.micro_batch != 0) return;
+      buckets_ = b.gather_buckets(chunk_);
+      if (!b.aligned_gathers_.empty()) gathers_ = b.aligned_gathers_[static_cast<std::size_t>(chunk_)];
+    }
+    void before_bucket(int wait_for) {
+      if (next_ >= buckets_.size()) return;
+      const bool aligned = !b_.aligned_gathers_.empty();
+      if (!aligned) {
+        if (next_ == 0) gathers_.push_back(b_.parameter_gather(buckets_[0], chunk_, wait_for));
+        if (next_ + 1 < buckets_.size()) {
+          gathers_.push_back(b_.parameter_gather(buckets_[next_ + 1], chunk_, next_ == 0 ? -1 : b_.last_op()));
+        }
+      }
+      b_.pending_gather_ = gathers_[next_];
+      ++next_;
+    }
+
+   private:
+    StageBuilder& b_;
+    int chunk_;
+    std::vector<GatherBucket> buckets_;
+    std::vector<int> gathers_;
+    std::size_t next_ = 0;
+  };
+
   void forward_step(const PipelineStep& step) {
     const int vs = virtual_stage(stage_, step.chunk, stages_);
     int wait_for = vs > 0 ? recv(step, vs - 1, Phase::Forward) : -1;
@@ -615,16 +701,22 @@ class StageBuilder {
       fsdp_gather(-1, ComputeKind::Embedding, end_bucket_parameters(ComputeKind::Embedding), Phase::Forward, step);
       wait_for = fsdp_gather(-1, ComputeKind::LmHead, end_bucket_parameters(ComputeKind::LmHead), Phase::Forward, step);
     }
-    if (vs == 0) emit_all(embedding_forward(x_), step, wait_for);
     const int first = first_layer(step.chunk), end = first + layers_in(step.chunk);
+    ParameterGathers gathers(*this, step);
+    if (vs == 0) {
+      gathers.before_bucket(wait_for);
+      emit_all(embedding_forward(x_), step, wait_for);
+    }
     for (int layer = first; layer < end; ++layer) {
       if (zero3_)
         wait_for =
             fsdp_gather(layer, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_), Phase::Forward, step);
+      gathers.before_bucket(wait_for);
       emit_layer(layer, Phase::Forward, step, wait_for);
       if (zero3_) fsdp_free(last_op());  // FULL_SHARD reshards a block after its forward
     }
     if (vs == virtual_stages_ - 1) {
+      gathers.before_bucket(wait_for);
       emit_all(head_forward(x_), step, wait_for);
     } else {
       send(step, vs, vs + 1, Phase::Forward, last_op());
@@ -804,7 +896,7 @@ class StageBuilder {
     Op step = compute(ComputeKind::OptimizerStep, Phase::Optimizer, optimizer_bytes(local_parameters, zero));
     const int step_index = emit(std::move(step));
 
-    if (zero) {
+    if (zero && !gathers_under_forward_) {
       const Stream stream = s_.parallel.dp_overlap ? Stream::DataParallel : Stream::Compute;
       for (const auto& bucket : buckets_) {
         Op op = gradient_op(CollectiveKind::AllGather, Group::Data, Payload::Parameters, bucket.what,
@@ -905,6 +997,9 @@ class StageBuilder {
   std::vector<int> deferred_layers_;
   std::vector<Bucket> buckets_;
   std::vector<Op> ops_;
+  bool gathers_under_forward_ = false;  // parallel.overlap_param_gather: ZeRO-1's gathers under the first forward
+  std::vector<std::vector<int>> aligned_gathers_;  // ... interleaved: each chunk's, issued at the start
+  int pending_gather_ = -1;                        // the gather the next emitted op waits for
   bool zero3_ = false;           // parallel.zero_stage = 3 with dp > 1: FSDP's per-unit gathers and reduce-scatters
   std::deque<int> free_events_;  // FSDP: compute ops after which a unit was freed, oldest first
   int last_reduce_ = -1;         // FSDP: the latest reduce-scatter

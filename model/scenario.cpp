@@ -510,6 +510,7 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   parallel.boolean("sequence_parallel", scenario.parallel.sequence_parallel);
   parallel.integer("zero_stage", scenario.parallel.zero_stage);
   parallel.boolean("dp_overlap", scenario.parallel.dp_overlap);
+  parallel.boolean("overlap_param_gather", scenario.parallel.overlap_param_gather);
   parallel.integer("vocab_pad_multiple", scenario.parallel.vocab_pad_multiple);
   parallel.integer("first_stage_layers", scenario.parallel.first_stage_layers);
   parallel.integer("last_stage_layers", scenario.parallel.last_stage_layers);
@@ -909,6 +910,22 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
                       src, p.zero_stage));
     }
   }
+  // Megatron-Core's --overlap-param-gather: "only supported with distributed optimizer" and "Must use
+  // --overlap-param-gather with --overlap-grad-reduce" (megatron/training/arguments.py).
+  if (p.overlap_param_gather) {
+    const std::string needs = "parallel.overlap_param_gather is Megatron-Core's --overlap-param-gather: it needs";
+    if (scenario.framework.name != Framework::Megatron) {
+      problems.push_back(fmt::format("{}: {} framework.name = \"megatron\", got \"{}\"", src, needs,
+                                     to_string(scenario.framework.name)));
+    }
+    if (p.zero_stage != 1) {
+      problems.push_back(
+          fmt::format("{}: {} the distributed optimizer, parallel.zero_stage = 1, got {}", src, needs, p.zero_stage));
+    }
+    if (!p.dp_overlap) {
+      problems.push_back(fmt::format("{}: {} --overlap-grad-reduce, parallel.dp_overlap = true", src, needs));
+    }
+  }
   // DeepSpeed partitions a checkpointed layer's input across its model-parallel group before keeping it: it needs
   // DeepSpeed's checkpointing of every layer, ranks to partition across, and a whole input to partition.
   if (scenario.framework.partition_activations) {
@@ -1001,6 +1018,7 @@ std::string to_toml(const Scenario& s) {
     line(fmt::format("recompute_num_layers = {}", s.parallel.recompute_num_layers));
   }
   line(fmt::format("dp_overlap = {}", s.parallel.dp_overlap));
+  if (s.parallel.overlap_param_gather) line("overlap_param_gather = true");
   line(fmt::format("vocab_pad_multiple = {}", s.parallel.vocab_pad_multiple));
   line("\n[cluster]");
   line(fmt::format("nodes = {}", s.cluster.nodes));

@@ -101,6 +101,10 @@ struct ParallelSpec {
                                       // optimizer state sharded, parameters gathered per layer: PyTorch FSDP's
                                       // FULL_SHARD, framework.name = "composer")
   bool dp_overlap = false;            // reduce DP gradients under the backward pass
+  // ZeRO-1 under Megatron-LM: gather the updated parameters under the next forward instead of after the optimizer
+  // step (Megatron-Core's --overlap-param-gather): the first micro-batch's forward of each bucket waits for its
+  // gather, which was dispatched when the bucket before it began its forward.
+  bool overlap_param_gather = false;
   std::int64_t vocab_pad_multiple = 128;  // Megatron's make-vocab-size-divisible-by (times tp)
   // Transformer layers of the first and of the last pipeline stage, the others sharing the rest evenly (Megatron-Core's
   // --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers: lighter end stages make room for the
