@@ -152,6 +152,29 @@ TEST(ExecCheckpoint, AnotherPlanIsReshardedAndTrainsOnAsTheUninterruptedRun) {
   fs::remove_all(dir);
 }
 
+// Under parallel.overlap_param_gather the updated parameters are gathered only by the next forward: a checkpoint's
+// ZeRO-1 replicas hold stale copies of the regions other DP ranks own. Re-sharding takes each element from its owner.
+TEST(ExecCheckpoint, ReshardingTakesEachParameterFromItsOwnerNotAStaleReplica) {
+  const auto overlapped = scenario(small_toml(), {"parallel.dp=2", "parallel.zero_stage=1", "parallel.dp_overlap=true",
+                                                  "parallel.overlap_param_gather=true"});
+  TrainOptions options;
+  options.steps = 6;
+  const auto uninterrupted = train(overlapped, options).losses;
+  const std::string dir = testing::temp_dir("reshard-stale");
+  train_with_checkpoints(overlapped, 3, dir);
+  const auto resumed = train_with_checkpoints(scenario(small_toml(), {"parallel.tp=2"}), 6, dir);
+  EXPECT_TRUE(resumed.resharded);
+  expect_same_trajectory(resumed.losses, uninterrupted, 3);
+  fs::remove_all(dir);
+  // In the same plan each rank reads its own file back, stale regions included, and the first forward's gathers
+  // refresh them: bit for bit.
+  train_with_checkpoints(overlapped, 3, dir);
+  const auto same_plan = train_with_checkpoints(overlapped, 6, dir);
+  EXPECT_FALSE(same_plan.resharded);
+  EXPECT_EQ(same_plan.losses, std::vector<double>(uninterrupted.begin() + 3, uninterrupted.end()));
+  fs::remove_all(dir);
+}
+
 // A Llama-style block splits its tensors in the ways a GPT-2 block does not: grouped-query QKV rows (whole query heads
 // and whole key/value heads per rank), SwiGLU's gate and up halves, an untied LM head. TP 2 into TP 1 x PP 2.
 TEST(ExecCheckpoint, ALlamaStyleBlockIsReshardedAcrossTensorParallelism) {
