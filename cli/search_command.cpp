@@ -37,6 +37,7 @@ struct Plan {
   std::int64_t recompute_layers = 0;  // parallel.recompute_num_layers: block recompute of full; 0: every layer
   bool sequence_parallel = false;
   std::int64_t zero_stage = 0;
+  bool overlap_param_gather = false;  // the scenario's, kept where it applies (ZeRO-1)
   double ideal_bubble = 0;
   double peak_memory_bytes = 0;
   // Filled by the simulation.
@@ -54,7 +55,8 @@ struct Plan {
             fmt::format("parallel.recompute={}", model::to_string(recompute)),
             fmt::format("parallel.recompute_num_layers={}", recompute_layers),
             fmt::format("parallel.sequence_parallel={}", sequence_parallel),
-            fmt::format("parallel.zero_stage={}", zero_stage)};
+            fmt::format("parallel.zero_stage={}", zero_stage),
+            fmt::format("parallel.overlap_param_gather={}", overlap_param_gather)};
   }
   // The sharding column: sequence parallelism and the ZeRO stage, "-" for neither.
   std::string sharding_label() const {
@@ -155,6 +157,8 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptio
                 s.parallel.sequence_parallel = sequence_parallel;
                 for (const std::int64_t zero_stage : zero_stages) {
                   s.parallel.zero_stage = zero_stage;
+                  // --overlap-param-gather belongs to the distributed optimizer: a ZeRO-0 variant goes without it.
+                  s.parallel.overlap_param_gather = base.parallel.overlap_param_gather && zero_stage == 1;
                   if (!model::validation_problems(s).empty()) continue;
                   const auto memory = model::estimate_memory(s);
                   if (!memory.fits) {
@@ -165,6 +169,7 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptio
                   Plan plan{tp, pp, dp, micro_batch, chunks, s.parallel.schedule, recompute, block};
                   plan.sequence_parallel = sequence_parallel;
                   plan.zero_stage = zero_stage;
+                  plan.overlap_param_gather = s.parallel.overlap_param_gather;
                   plan.ideal_bubble = (pp - 1) / (chunks * m + pp - 1);
                   plan.peak_memory_bytes = memory.peak_bytes;
                   plans.push_back(plan);
@@ -273,6 +278,7 @@ void run_search(const SearchOptions& o) {
                        {"recompute_num_layers", plan.recompute_layers},
                        {"sequence_parallel", plan.sequence_parallel},
                        {"zero_stage", plan.zero_stage},
+                       {"overlap_param_gather", plan.overlap_param_gather},
                        {"memory_per_gpu_bytes", plan.peak_memory_bytes},
                        {"iteration_time_s", plan.iteration_time_s},
                        {"tflops_per_gpu", plan.tflops_per_gpu},

@@ -12,6 +12,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -522,6 +523,22 @@ TEST(Cli, SearchVariesSequenceParallelismAndZero) {
     EXPECT_LT(by["sp/1"], by["sp/0"]) << key;
   }
   EXPECT_GE(complete, 1) << r.output;
+  // The scenario's overlap_param_gather goes with the distributed optimizer: kept on its ZeRO-1 plans, off on ZeRO-0.
+  const fs::path overlap_path = scratch("search-overlap.json");
+  const Result overlap = twin("search " + small_cluster_scenario().string() +
+                              " --set parallel.zero_stage=1 --set parallel.dp_overlap=true"
+                              " --set parallel.overlap_param_gather=true --vary-zero --max 64 --jobs 2 --json " +
+                              overlap_path.string());
+  ASSERT_EQ(overlap.status, 0) << overlap.output;
+  std::ifstream overlap_in(overlap_path);
+  const auto overlap_plans = nlohmann::json::parse(overlap_in)["plans"];
+  std::set<std::int64_t> stages;
+  for (const auto& plan : overlap_plans) {
+    stages.insert(plan["zero_stage"].get<std::int64_t>());
+    EXPECT_EQ(plan["overlap_param_gather"].get<bool>(), plan["zero_stage"] == 1) << plan.dump();
+    EXPECT_EQ(plan["error"], "") << plan.dump();
+  }
+  EXPECT_EQ(stages, (std::set<std::int64_t>{0, 1})) << overlap.output;
   const Result composer = twin("search " + small_cluster_scenario().string() +
                                " --set framework.name=\"composer\" --set parallel.zero_stage=3 --set parallel.tp=1"
                                " --set parallel.pp=1 --vary-zero");
