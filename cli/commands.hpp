@@ -25,9 +25,14 @@ struct ScenarioOptions {
   std::string scenario = "mtnlg-530b";
   std::vector<std::string> sets;
   std::vector<model::Override> aliases;  // filled by the alias flags
+  std::string recompute_method;          // --recompute-method: "uniform", "block" or "" (block)
+  long long layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage (0: not given)
 };
 void add_scenario_options(CLI::App& command, ScenarioOptions& options);
 model::Scenario load_scenario(const ScenarioOptions& options);
+// Every override `options` makes, as `--set` arguments: the --set ones, the aliases, and the keys Megatron derives
+// from them (--swiglu's ffn, --num-layers-per-virtual-pipeline-stage's chunks); what a child `twin sim` is given.
+std::vector<std::string> scenario_sets(const ScenarioOptions& options);
 // Resolves "mtnlg-530b" or "scenarios/x.toml" or "/abs/x.toml" to an existing file; throws UserError if none.
 std::string resolve_scenario_path(const std::string& name_or_path);
 

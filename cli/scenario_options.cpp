@@ -53,6 +53,45 @@ constexpr Alias kAliases[] = {
      "alias of --set parallel.recompute_num_layers=N (Megatron's block method: full recompute of N layers per chunk)"},
 };
 
+// Megatron-LM's switches (megatron/training/arguments.py) that set one scenario key to one value.
+struct SwitchAlias {
+  const char* flag;
+  const char* key;
+  const char* value;
+  const char* help;
+};
+constexpr SwitchAlias kSwitches[] = {
+    {"--sequence-parallel", "parallel.sequence_parallel", "true", "alias of --set parallel.sequence_parallel=true"},
+    {"--use-distributed-optimizer", "parallel.zero_stage", "1", "alias of --set parallel.zero_stage=1"},
+    {"--overlap-grad-reduce", "parallel.dp_overlap", "true", "alias of --set parallel.dp_overlap=true"},
+    {"--overlap-param-gather", "parallel.overlap_param_gather", "true",
+     "alias of --set parallel.overlap_param_gather=true"},
+    {"--tp-comm-overlap", "framework.tp_comm_overlap", "true", "alias of --set framework.tp_comm_overlap=true"},
+    {"--recompute-activations", "parallel.recompute", "selective",
+     "alias of --set parallel.recompute=selective (Megatron's shorthand for --recompute-granularity selective)"},
+    {"--swiglu", "model.activation", "swiglu", "alias of --set model.activation=swiglu"},
+    {"--untie-embeddings-and-output-weights", "framework.tied_embeddings", "false",
+     "alias of --set framework.tied_embeddings=false"},
+    {"--disable-bias-linear", "model.linear_bias", "false", "alias of --set model.linear_bias=false"},
+    {"--bf16", "model.dtype", "bf16", "alias of --set model.dtype=bf16"},
+    {"--fp16", "model.dtype", "fp16", "alias of --set model.dtype=fp16"},
+};
+
+// Megatron-LM's options whose values are named otherwise in a scenario.
+struct ChoiceAlias {
+  const char* flag;
+  const char* key;
+  std::vector<std::pair<std::string, std::string>> values;  // Megatron's spelling -> the scenario's
+};
+const std::vector<ChoiceAlias>& choice_aliases() {
+  static const std::vector<ChoiceAlias> aliases = {
+      {"--recompute-granularity", "parallel.recompute", {{"full", "full"}, {"selective", "selective"}}},
+      {"--normalization", "model.norm", {{"LayerNorm", "layernorm"}, {"RMSNorm", "rmsnorm"}}},
+      {"--position-embedding-type", "model.position_embedding", {{"learned_absolute", "learned"}, {"rope", "rope"}}},
+  };
+  return aliases;
+}
+
 }  // namespace
 
 void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
@@ -89,6 +128,64 @@ void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
           "quarter of each head)")
       ->type_name("F")
       ->group("Megatron-style aliases");
+  for (const SwitchAlias& alias : kSwitches) {
+    command
+        .add_flag_function(
+            alias.flag,
+            [&options, key = std::string(alias.key), value = std::string(alias.value)](std::int64_t) {
+              options.aliases.push_back({key, value});
+            },
+            alias.help)
+        ->group("Megatron-style aliases");
+  }
+  for (const ChoiceAlias& alias : choice_aliases()) {
+    std::vector<std::string> names;
+    for (const auto& [megatron, ours] : alias.values) names.push_back(megatron);
+    std::string help = "alias of --set " + std::string(alias.key) + ":";
+    for (const auto& [megatron, ours] : alias.values) help += " " + megatron + " -> " + ours;
+    command
+        .add_option_function<std::string>(
+            alias.flag,
+            [&options, &alias](const std::string& value) {
+              for (const auto& [megatron, ours] : alias.values) {
+                if (value == megatron) options.aliases.push_back({alias.key, ours});
+              }
+            },
+            help)
+        ->check(CLI::IsMember(names))
+        ->group("Megatron-style aliases");
+  }
+  command
+      .add_option_function<long long>(
+          "--make-vocab-size-divisible-by",
+          [&options](const long long& value) {
+            options.aliases.push_back({"parallel.vocab_pad_multiple", std::to_string(value)});
+          },
+          "alias of --set parallel.vocab_pad_multiple=N")
+      ->type_name("N")
+      ->group("Megatron-style aliases");
+  command
+      .add_option("--recompute-method", options.recompute_method,
+                  "block: --recompute-num-layers N recomputes the first N layers of each chunk (the default here); "
+                  "uniform: every layer is recomputed (N layers per checkpoint: the same FLOPs)")
+      ->check(CLI::IsMember({"uniform", "block"}))
+      ->group("Megatron-style aliases");
+  command
+      .add_option("--num-layers-per-virtual-pipeline-stage", options.layers_per_virtual_stage,
+                  "layers per model chunk: parallel.virtual_stages = layers / (pp x N), the interleaved schedule")
+      ->type_name("N")
+      ->check(CLI::PositiveNumber)
+      ->group("Megatron-style aliases");
+  command
+      .add_option_function<long long>(
+          "--num-virtual-stages-per-pipeline-rank",
+          [&options](const long long& value) {
+            options.aliases.push_back({"parallel.virtual_stages", std::to_string(value)});
+            options.aliases.push_back({"parallel.schedule", "interleaved"});
+          },
+          "alias of --virtual-stages N")
+      ->type_name("N")
+      ->group("Megatron-style aliases");
   command
       .add_option_function<long long>(
           "--virtual-stages",
@@ -117,7 +214,7 @@ std::string resolve_scenario_path(const std::string& name_or_path) {
       fmt::format("scenario '{}': no such file, and no {}.toml under {}", name_or_path, name_or_path, dir.string()));
 }
 
-model::Scenario load_scenario(const ScenarioOptions& options) {
+std::vector<model::Override> scenario_overrides(const ScenarioOptions& options) {
   std::vector<model::Override> overrides;
   for (const auto& text : options.sets) overrides.push_back(model::parse_override(text));
   // An alias and a --set of the same key that disagree: which one was meant is not for twin to guess.
@@ -129,8 +226,63 @@ model::Scenario load_scenario(const ScenarioOptions& options) {
       }
     }
   }
-  overrides.insert(overrides.end(), options.aliases.begin(), options.aliases.end());
-  return model::load_scenario(resolve_scenario_path(options.scenario), overrides);
+  for (const model::Override& alias : options.aliases) {
+    // Megatron's uniform method checkpoints every N-th layer's input and recomputes them all: twin's full recompute.
+    if (alias.key == "parallel.recompute_num_layers" && options.recompute_method == "uniform") {
+      overrides.push_back({alias.key, "0"});
+    } else {
+      overrides.push_back(alias);
+    }
+  }
+  const std::string path = resolve_scenario_path(options.scenario);
+  bool swiglu_switch = false;
+  for (const model::Override& alias : options.aliases)
+    swiglu_switch |= alias.key == "model.activation" && alias.value == "swiglu";
+  if (options.layers_per_virtual_stage <= 0 && !swiglu_switch) return overrides;
+
+  // Keys Megatron derives from the others: read the scenario once with one chunk per stage (so that an interleaved
+  // scenario's own chunks do not stand in the way), then add them.
+  std::vector<model::Override> one_chunk = overrides;
+  one_chunk.push_back({"parallel.virtual_stages", "1"});
+  one_chunk.push_back({"parallel.schedule", "1f1b"});
+  const model::Scenario plan = model::load_scenario(path, one_chunk);
+  if (swiglu_switch && plan.model.ffn_hidden == 0) {
+    // --swiglu without --ffn-hidden-size: 4h x 2/3 rounded down to a multiple of 64, "to keep the number of
+    // parameters in the same ballpark" (megatron/training/arguments.py).
+    overrides.push_back({"model.ffn_hidden", std::to_string(4 * plan.model.hidden * 2 / 3 / 64 * 64)});
+  }
+  if (options.layers_per_virtual_stage > 0) {
+    // --num-layers-per-virtual-pipeline-stage: the chunks follow from the layers and the stages.
+    for (const model::Override& given : overrides) {
+      if (given.key == "parallel.virtual_stages") {
+        throw UserError(
+            fmt::format("--num-layers-per-virtual-pipeline-stage and parallel.virtual_stages = {} both "
+                        "say how many chunks a stage holds: give one",
+                        given.value));
+      }
+    }
+    const std::int64_t per_stage_chunk = plan.parallel.pp * options.layers_per_virtual_stage;
+    if (plan.model.layers % per_stage_chunk != 0) {
+      throw UserError(fmt::format(
+          "--num-layers-per-virtual-pipeline-stage {}: model.layers ({}) is not a multiple of "
+          "parallel.pp x {} = {}",
+          options.layers_per_virtual_stage, plan.model.layers, options.layers_per_virtual_stage, per_stage_chunk));
+    }
+    overrides.push_back({"parallel.virtual_stages", std::to_string(plan.model.layers / per_stage_chunk)});
+    overrides.push_back({"parallel.schedule", "interleaved"});
+  }
+  return overrides;
+}
+
+model::Scenario load_scenario(const ScenarioOptions& options) {
+  return model::load_scenario(resolve_scenario_path(options.scenario), scenario_overrides(options));
+}
+
+std::vector<std::string> scenario_sets(const ScenarioOptions& options) {
+  std::vector<std::string> sets;
+  for (const model::Override& override : scenario_overrides(options))
+    sets.push_back(override.key + "=" + override.value);
+  return sets;
 }
 
 double available_memory_bytes() {

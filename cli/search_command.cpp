@@ -218,8 +218,7 @@ void run_search(const SearchOptions& o) {
   }
 
   const std::string scenario_path = resolve_scenario_path(o.scenario.scenario);
-  std::vector<std::string> user_sets = o.scenario.sets;
-  for (const auto& alias : o.scenario.aliases) user_sets.push_back(alias.key + "=" + alias.value);
+  const std::vector<std::string> user_sets = scenario_sets(o.scenario);
   std::vector<std::vector<std::string>> override_lists;
   for (const Plan& plan : plans) {
     std::vector<std::string> sets = user_sets;

@@ -138,19 +138,16 @@ void run_sweep(const SweepOptions& o) {
     }
   }
   const std::string scenario_path = resolve_scenario_path(o.scenario.scenario);
-  std::vector<std::string> user_sets = o.scenario.sets;
-  for (const auto& alias : o.scenario.aliases) user_sets.push_back(alias.key + "=" + alias.value);
   std::string model_name;
   std::vector<std::vector<std::string>> override_lists;
   std::vector<std::size_t> simulated;  // indices of the variants that are simulated
   for (std::size_t i = 0; i < variants.size(); ++i) {
     ScenarioOptions options = o.scenario;
-    std::vector<std::string> sets = user_sets;
-    for (std::size_t a = 0; a < axes.size(); ++a) {
-      options.sets.push_back(axes[a].key + "=" + variants[i].values[a]);
-      sets.push_back(options.sets.back());
-    }
+    for (std::size_t a = 0; a < axes.size(); ++a) options.sets.push_back(axes[a].key + "=" + variants[i].values[a]);
     try {
+      // The keys Megatron-style flags derive follow the variant (--num-layers-per-virtual-pipeline-stage under a
+      // varied parallel.pp).
+      std::vector<std::string> sets = scenario_sets(options);
       const model::Scenario s = load_scenario(options);
       if (s.cluster.node == model::NodeKind::CpuHost) {
         throw UserError("twin sweep simulates GPU clusters; this variant runs on CPU hosts (cluster.node = cpu-host)");

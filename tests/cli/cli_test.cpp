@@ -14,6 +14,7 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -544,6 +545,75 @@ TEST(Cli, SearchVariesSequenceParallelismAndZero) {
                                " --set parallel.pp=1 --vary-zero");
   EXPECT_EQ(composer.status, 2);
   EXPECT_THAT(composer.output, HasSubstr("shards with FSDP"));
+}
+
+TEST(Cli, MegatronLaunchFlagsGiveTheProgramOfTheKeysTheyName) {
+  // A Megatron-Core launch line's plan flags, pasted, build the same Program (byte for byte in `twin graph --json`) as
+  // the scenario keys they stand for, the ones Megatron derives included: --swiglu's ffn of 4h x 2/3 rounded down to
+  // 64 (2048 -> 5440), and the chunks of --num-layers-per-virtual-pipeline-stage (24 layers / (pp 2 x 3) = 4).
+  const std::string scenario = small_cluster_scenario().string();
+  const fs::path megatron_json = scratch("megatron-flags.json"), keys_json = scratch("megatron-keys.json");
+  const Result megatron =
+      twin("graph " + scenario +
+           " --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --swiglu"
+           " --untie-embeddings-and-output-weights --disable-bias-linear --normalization RMSNorm"
+           " --position-embedding-type rope --recompute-granularity selective --bf16"
+           " --make-vocab-size-divisible-by 64 --num-layers-per-virtual-pipeline-stage 3 --json " +
+           megatron_json.string());
+  ASSERT_EQ(megatron.status, 0) << megatron.output;
+  EXPECT_THAT(megatron.output, HasSubstr("ffn 5440"));
+  EXPECT_THAT(megatron.output, HasSubstr("interleaved (v = 4)"));
+  const Result keys =
+      twin("graph " + scenario +
+           " --set parallel.sequence_parallel=true --set parallel.zero_stage=1 --set parallel.dp_overlap=true"
+           " --set parallel.overlap_param_gather=true --set model.activation=swiglu --set model.ffn_hidden=5440"
+           " --set framework.tied_embeddings=false --set model.linear_bias=false --set model.norm=rmsnorm"
+           " --set model.position_embedding=rope --set parallel.recompute=selective --set model.dtype=bf16"
+           " --set parallel.vocab_pad_multiple=64 --set parallel.virtual_stages=4 --set parallel.schedule=interleaved"
+           " --json " +
+           keys_json.string());
+  ASSERT_EQ(keys.status, 0) << keys.output;
+  auto contents = [](const fs::path& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  EXPECT_FALSE(contents(megatron_json).empty());
+  EXPECT_EQ(contents(megatron_json), contents(keys_json));
+  // A scenario's own ffn_hidden stays.
+  EXPECT_THAT(twin("graph " + scenario + " --swiglu --ffn-hidden-size 6144").output, HasSubstr("ffn 6144"));
+  // Megatron's uniform method recomputes every layer; block (the default here) the first N of each chunk.
+  EXPECT_THAT(twin("graph " + scenario + " --recompute-method uniform --recompute-num-layers 2").output,
+              HasSubstr("recompute full, "));
+  EXPECT_THAT(twin("graph " + scenario + " --recompute-method block --recompute-num-layers 2").output,
+              HasSubstr("recompute full (the first 2 layers of a chunk)"));
+  // Chunks that do not divide the layers, or given twice, are refused by name.
+  const Result uneven = twin("graph " + scenario + " --num-layers-per-virtual-pipeline-stage 5");
+  EXPECT_EQ(uneven.status, 2);
+  EXPECT_THAT(uneven.output, HasSubstr("model.layers (24) is not a multiple of parallel.pp x 5 = 10"));
+  const Result twice = twin("graph " + scenario + " --num-layers-per-virtual-pipeline-stage 3 --virtual-stages 2");
+  EXPECT_EQ(twice.status, 2);
+  EXPECT_THAT(twice.output, HasSubstr("both say how many chunks a stage holds"));
+  // Under twin sweep the derived chunks follow each variant: 24 layers in chunks of 3 are 4 chunks per stage at pp 2
+  // and 2 at pp 4, each variant the prediction `twin sim` gives with those keys.
+  const fs::path sweep_json = scratch("megatron-sweep.json");
+  const Result sweep = twin("sweep " + scenario + " --num-layers-per-virtual-pipeline-stage 3 --vary parallel.pp=2,4" +
+                            " --jobs 2 --quiet --json " + sweep_json.string());
+  ASSERT_EQ(sweep.status, 0) << sweep.output;
+  std::ifstream sweep_in(sweep_json);
+  const auto variants = nlohmann::json::parse(sweep_in)["variants"];
+  ASSERT_EQ(variants.size(), 2u);
+  for (const auto& [variant, pp, chunks] : {std::tuple{0, 2, 4}, std::tuple{1, 4, 2}}) {
+    const fs::path sim_json = scratch("megatron-sweep-sim.json");
+    ASSERT_EQ(twin("sim " + scenario + " --quiet --set parallel.pp=" + std::to_string(pp) +
+                   " --set parallel.virtual_stages=" + std::to_string(chunks) +
+                   " --set parallel.schedule=interleaved --json " + sim_json.string())
+                  .status,
+              0);
+    std::ifstream sim_in(sim_json);
+    EXPECT_DOUBLE_EQ(variants[variant]["iteration_time_s"].get<double>(),
+                     nlohmann::json::parse(sim_in)["iteration_time_s"].get<double>())
+        << "pp " << pp;
+  }
 }
 
 TEST(Cli, SimEstimatesAWholeTrainingRun) {
