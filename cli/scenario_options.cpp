@@ -141,8 +141,11 @@ void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
   for (const ChoiceAlias& alias : choice_aliases()) {
     std::vector<std::string> names;
     for (const auto& [megatron, ours] : alias.values) names.push_back(megatron);
-    std::string help = "alias of --set " + std::string(alias.key) + ":";
-    for (const auto& [megatron, ours] : alias.values) help += " " + megatron + " -> " + ours;
+    std::string help = "alias of --set " + std::string(alias.key) + " (";
+    for (const auto& [megatron, ours] : alias.values) {
+      help += (help.back() == '(' ? "" : ", ") + megatron + ": " + ours;
+    }
+    help += ")";
     command
         .add_option_function<std::string>(
             alias.flag,
