@@ -27,6 +27,7 @@ struct ScenarioOptions {
   std::vector<model::Override> aliases;  // filled by the alias flags
   std::string recompute_method;          // --recompute-method: "uniform", "block" or "" (block)
   long long layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage (0: not given)
+  bool group_query_attention = false;      // --group-query-attention
 };
 void add_scenario_options(CLI::App& command, ScenarioOptions& options);
 model::Scenario load_scenario(const ScenarioOptions& options);

@@ -1,4 +1,5 @@
 // Scenario selection shared by every subcommand: positional SCENARIO, --set overrides, Megatron-style aliases.
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -159,6 +160,10 @@ void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
         ->group("Megatron-style aliases");
   }
   command
+      .add_flag("--group-query-attention", options.group_query_attention,
+                "grouped-query attention: without --num-query-groups, one key/value head (Megatron's default of 1)")
+      ->group("Megatron-style aliases");
+  command
       .add_option_function<long long>(
           "--make-vocab-size-divisible-by",
           [&options](const long long& value) {
@@ -236,6 +241,12 @@ std::vector<model::Override> scenario_overrides(const ScenarioOptions& options) 
     } else {
       overrides.push_back(alias);
     }
+  }
+  if (options.group_query_attention) {
+    // Megatron's --num-query-groups defaults to 1: --group-query-attention alone is multi-query attention.
+    const bool groups_given = std::any_of(overrides.begin(), overrides.end(),
+                                          [](const model::Override& given) { return given.key == "model.kv_heads"; });
+    if (!groups_given) overrides.push_back({"model.kv_heads", "1"});
   }
   const std::string path = resolve_scenario_path(options.scenario);
   bool swiglu_switch = false;

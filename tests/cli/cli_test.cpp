@@ -579,6 +579,11 @@ TEST(Cli, MegatronLaunchFlagsGiveTheProgramOfTheKeysTheyName) {
   };
   EXPECT_FALSE(contents(megatron_json).empty());
   EXPECT_EQ(contents(megatron_json), contents(keys_json));
+  // Megatron's --num-query-groups defaults to 1: --group-query-attention alone is multi-query attention.
+  EXPECT_THAT(twin("graph " + scenario + " --group-query-attention --tensor-model-parallel-size 1").output,
+              HasSubstr("1 key/value heads"));
+  EXPECT_THAT(twin("graph " + scenario + " --group-query-attention --num-query-groups 4").output,
+              HasSubstr("4 key/value heads"));
   // A scenario's own ffn_hidden stays.
   EXPECT_THAT(twin("graph " + scenario + " --swiglu --ffn-hidden-size 6144").output, HasSubstr("ffn 6144"));
   // Megatron's uniform method recomputes every layer; block (the default here) the first N of each chunk.
