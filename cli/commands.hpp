@@ -28,6 +28,8 @@ struct ScenarioOptions {
   std::string recompute_method;          // --recompute-method: "uniform", "block" or "" (block)
   long long layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage (0: not given)
   bool group_query_attention = false;      // --group-query-attention
+  double attention_dropout = -1;           // --attention-dropout, --hidden-dropout (< 0: not given)
+  double hidden_dropout = -1;
 };
 void add_scenario_options(CLI::App& command, ScenarioOptions& options);
 model::Scenario load_scenario(const ScenarioOptions& options);

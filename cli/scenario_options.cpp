@@ -74,6 +74,7 @@ constexpr SwitchAlias kSwitches[] = {
     {"--untie-embeddings-and-output-weights", "framework.tied_embeddings", "false",
      "alias of --set framework.tied_embeddings=false"},
     {"--disable-bias-linear", "model.linear_bias", "false", "alias of --set model.linear_bias=false"},
+    {"--use-flash-attn", "framework.attention", "flash2", "alias of --set framework.attention=flash2"},
     {"--bf16", "model.dtype", "bf16", "alias of --set model.dtype=bf16"},
     {"--fp16", "model.dtype", "fp16", "alias of --set model.dtype=fp16"},
 };
@@ -159,6 +160,15 @@ void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
         ->check(CLI::IsMember(names))
         ->group("Megatron-style aliases");
   }
+  for (auto [flag, rate] : {std::pair{"--attention-dropout", &options.attention_dropout},
+                            std::pair{"--hidden-dropout", &options.hidden_dropout}}) {
+    command
+        .add_option(flag, *rate,
+                    "a dropout probability (Megatron's default 0.1): framework.dropout is off when both are 0")
+        ->type_name("P")
+        ->check(CLI::Range(0.0, 1.0))
+        ->group("Megatron-style aliases");
+  }
   command
       .add_flag("--group-query-attention", options.group_query_attention,
                 "grouped-query attention: without --num-query-groups, one key/value head (Megatron's default of 1)")
@@ -241,6 +251,12 @@ std::vector<model::Override> scenario_overrides(const ScenarioOptions& options) 
     } else {
       overrides.push_back(alias);
     }
+  }
+  if (options.attention_dropout >= 0 || options.hidden_dropout >= 0) {
+    // Megatron's dropout probabilities, 0.1 each unless given; twin's dropout passes run when either is above 0.
+    const double attention = options.attention_dropout >= 0 ? options.attention_dropout : 0.1;
+    const double hidden = options.hidden_dropout >= 0 ? options.hidden_dropout : 0.1;
+    overrides.push_back({"framework.dropout", attention > 0 || hidden > 0 ? "true" : "false"});
   }
   if (options.group_query_attention) {
     // Megatron's --num-query-groups defaults to 1: --group-query-attention alone is multi-query attention.

@@ -584,6 +584,11 @@ TEST(Cli, MegatronLaunchFlagsGiveTheProgramOfTheKeysTheyName) {
               HasSubstr("1 key/value heads"));
   EXPECT_THAT(twin("graph " + scenario + " --group-query-attention --num-query-groups 4").output,
               HasSubstr("4 key/value heads"));
+  // Dropout is off only when both of Megatron's probabilities are 0 (each 0.1 unless given).
+  const std::string no_dropout = twin("sim " + scenario + " --quiet --attention-dropout 0 --hidden-dropout 0").output;
+  EXPECT_THAT(no_dropout, HasSubstr("dropout = false"));
+  EXPECT_THAT(twin("sim " + scenario + " --quiet --attention-dropout 0").output, HasSubstr("dropout = true"));
+  EXPECT_THAT(twin("sim " + scenario + " --quiet --use-flash-attn").output, HasSubstr("attention = flash2"));
   // A scenario's own ffn_hidden stays.
   EXPECT_THAT(twin("graph " + scenario + " --swiglu --ffn-hidden-size 6144").output, HasSubstr("ffn 6144"));
   // Megatron's uniform method recomputes every layer; block (the default here) the first N of each chunk.
