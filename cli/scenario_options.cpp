@@ -194,26 +194,20 @@ void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
       ->type_name("N")
       ->check(CLI::PositiveNumber)
       ->group("Megatron-style aliases");
-  command
-      .add_option_function<long long>(
-          "--num-virtual-stages-per-pipeline-rank",
-          [&options](const long long& value) {
-            options.aliases.push_back({"parallel.virtual_stages", std::to_string(value)});
-            options.aliases.push_back({"parallel.schedule", "interleaved"});
-          },
-          "alias of --virtual-stages N")
-      ->type_name("N")
-      ->group("Megatron-style aliases");
-  command
-      .add_option_function<long long>(
-          "--virtual-stages",
-          [&options](const long long& value) {
-            options.aliases.push_back({"parallel.virtual_stages", std::to_string(value)});
-            options.aliases.push_back({"parallel.schedule", "interleaved"});
-          },
-          "model chunks per stage; selects the interleaved schedule")
-      ->type_name("N")
-      ->group("Megatron-style aliases");
+  for (auto [flag, help] :
+       {std::pair{"--num-virtual-stages-per-pipeline-rank", "alias of --virtual-stages N"},
+        std::pair{"--virtual-stages", "model chunks per stage; selects the interleaved schedule"}}) {
+    command
+        .add_option_function<long long>(
+            flag,
+            [&options](const long long& value) {
+              options.aliases.push_back({"parallel.virtual_stages", std::to_string(value)});
+              options.aliases.push_back({"parallel.schedule", "interleaved"});
+            },
+            help)
+        ->type_name("N")
+        ->group("Megatron-style aliases");
+  }
 }
 
 std::string resolve_scenario_path(const std::string& name_or_path) {

@@ -596,6 +596,10 @@ TEST(Cli, MegatronLaunchFlagsGiveTheProgramOfTheKeysTheyName) {
               HasSubstr("recompute full, "));
   EXPECT_THAT(twin("graph " + scenario + " --recompute-method block --recompute-num-layers 2").output,
               HasSubstr("recompute full (the first 2 layers of a chunk)"));
+  // Chunks per stage directly, by twin's name or Megatron-Core's.
+  for (const char* flag : {"--virtual-stages 2", "--num-virtual-stages-per-pipeline-rank 2"}) {
+    EXPECT_THAT(twin("graph " + scenario + " " + flag).output, HasSubstr("interleaved (v = 2)")) << flag;
+  }
   // Chunks that do not divide the layers, or given twice, are refused by name.
   const Result uneven = twin("graph " + scenario + " --num-layers-per-virtual-pipeline-stage 5");
   EXPECT_EQ(uneven.status, 2);
