@@ -250,7 +250,16 @@ std::vector<model::Override> scenario_overrides(const ScenarioOptions& options) 
     // Megatron's dropout probabilities, 0.1 each unless given; twin's dropout passes run when either is above 0.
     const double attention = options.attention_dropout >= 0 ? options.attention_dropout : 0.1;
     const double hidden = options.hidden_dropout >= 0 ? options.hidden_dropout : 0.1;
-    overrides.push_back({"framework.dropout", attention > 0 || hidden > 0 ? "true" : "false"});
+    const std::string dropout = attention > 0 || hidden > 0 ? "true" : "false";
+    for (const model::Override& set : overrides) {
+      if (set.key == "framework.dropout" && set.value != dropout) {
+        throw UserError(
+            fmt::format("framework.dropout is given twice, as {} by --attention-dropout / --hidden-dropout "
+                        "and as {} by --set",
+                        dropout, set.value));
+      }
+    }
+    overrides.push_back({"framework.dropout", dropout});
   }
   if (options.group_query_attention) {
     // Megatron's --num-query-groups defaults to 1: --group-query-attention alone is multi-query attention.

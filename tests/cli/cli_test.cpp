@@ -589,6 +589,9 @@ TEST(Cli, MegatronLaunchFlagsGiveTheProgramOfTheKeysTheyName) {
   EXPECT_THAT(no_dropout, HasSubstr("dropout = false"));
   EXPECT_THAT(twin("sim " + scenario + " --quiet --attention-dropout 0").output, HasSubstr("dropout = true"));
   EXPECT_THAT(twin("sim " + scenario + " --quiet --use-flash-attn").output, HasSubstr("attention = flash2"));
+  const Result dropout_twice = twin("graph " + scenario + " --hidden-dropout 0.1 --set framework.dropout=false");
+  EXPECT_EQ(dropout_twice.status, 2);
+  EXPECT_THAT(dropout_twice.output, HasSubstr("framework.dropout is given twice"));
   // A scenario's own ffn_hidden stays.
   EXPECT_THAT(twin("graph " + scenario + " --swiglu --ffn-hidden-size 6144").output, HasSubstr("ffn 6144"));
   // Megatron's uniform method recomputes every layer; block (the default here) the first N of each chunk.
