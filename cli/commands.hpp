@@ -33,9 +33,11 @@ struct ScenarioOptions {
 };
 void add_scenario_options(CLI::App& command, ScenarioOptions& options);
 model::Scenario load_scenario(const ScenarioOptions& options);
-// Every override `options` makes, as `--set` arguments: the --set ones, the aliases, and the keys Megatron derives
-// from them (--swiglu's ffn, --num-layers-per-virtual-pipeline-stage's chunks); what a child `twin sim` is given.
-std::vector<std::string> scenario_sets(const ScenarioOptions& options);
+// Every override `options` makes: the --set ones, the aliases, and the keys Megatron derives from them (--swiglu's
+// ffn, --num-layers-per-virtual-pipeline-stage's chunks). load_scenario applies them to the scenario's file.
+std::vector<model::Override> scenario_overrides(const ScenarioOptions& options);
+// The same as `--set` arguments, what a child `twin sim` is given.
+std::vector<std::string> as_sets(const std::vector<model::Override>& overrides);
 // Resolves "mtnlg-530b" or "scenarios/x.toml" or "/abs/x.toml" to an existing file; throws UserError if none.
 std::string resolve_scenario_path(const std::string& name_or_path);
 

@@ -267,11 +267,11 @@ std::vector<model::Override> scenario_overrides(const ScenarioOptions& options) 
                                           [](const model::Override& given) { return given.key == "model.kv_heads"; });
     if (!groups_given) overrides.push_back({"model.kv_heads", "1"});
   }
-  const std::string path = resolve_scenario_path(options.scenario);
   bool swiglu_switch = false;
   for (const model::Override& alias : options.aliases)
     swiglu_switch |= alias.key == "model.activation" && alias.value == "swiglu";
   if (options.layers_per_virtual_stage <= 0 && !swiglu_switch) return overrides;
+  const std::string path = resolve_scenario_path(options.scenario);
 
   // Keys Megatron derives from the others: read the scenario once with one chunk per stage (so that an interleaved
   // scenario's own chunks do not stand in the way), then add them.
@@ -311,10 +311,9 @@ model::Scenario load_scenario(const ScenarioOptions& options) {
   return model::load_scenario(resolve_scenario_path(options.scenario), scenario_overrides(options));
 }
 
-std::vector<std::string> scenario_sets(const ScenarioOptions& options) {
+std::vector<std::string> as_sets(const std::vector<model::Override>& overrides) {
   std::vector<std::string> sets;
-  for (const model::Override& override : scenario_overrides(options))
-    sets.push_back(override.key + "=" + override.value);
+  for (const model::Override& override : overrides) sets.push_back(override.key + "=" + override.value);
   return sets;
 }
 

@@ -218,7 +218,7 @@ void run_search(const SearchOptions& o) {
   }
 
   const std::string scenario_path = resolve_scenario_path(o.scenario.scenario);
-  const std::vector<std::string> user_sets = scenario_sets(o.scenario);
+  const std::vector<std::string> user_sets = as_sets(scenario_overrides(o.scenario));
   std::vector<std::vector<std::string>> override_lists;
   for (const Plan& plan : plans) {
     std::vector<std::string> sets = user_sets;

@@ -147,15 +147,15 @@ void run_sweep(const SweepOptions& o) {
     try {
       // The keys Megatron-style flags derive follow the variant (--num-layers-per-virtual-pipeline-stage under a
       // varied parallel.pp).
-      std::vector<std::string> sets = scenario_sets(options);
-      const model::Scenario s = load_scenario(options);
+      const std::vector<model::Override> overrides = scenario_overrides(options);
+      const model::Scenario s = model::load_scenario(scenario_path, overrides);
       if (s.cluster.node == model::NodeKind::CpuHost) {
         throw UserError("twin sweep simulates GPU clusters; this variant runs on CPU hosts (cluster.node = cpu-host)");
       }
       variants[i].gpus = s.cluster.total_gpus();
       variants[i].tokens_per_iteration = static_cast<double>(s.parallel.global_batch * s.model.seq_len);
       if (model_name.empty()) model_name = s.model.name;
-      override_lists.push_back(std::move(sets));
+      override_lists.push_back(as_sets(overrides));
       simulated.push_back(i);
     } catch (const model::ScenarioError& error) {
       variants[i].invalid = joined(error.problems());
