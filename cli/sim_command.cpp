@@ -89,9 +89,12 @@ std::string framework_line(const model::Scenario& s) {
                        model::to_string(f.attention));
   }
   if (f.name == model::Framework::DeepSpeed) {
-    return fmt::format("framework: deepspeed, {} (bf16_optimizer = {}), {}",
-                       f.bf16_optimizer ? "BF16_Optimizer of v0.6.2 on" : "pipeline engine of v0.5", f.bf16_optimizer,
-                       common);
+    // framework.deepspeed_version when given; else the release each engine model was read in.
+    const bool given = f.deepspeed_version != std::array<int, 3>{0, 0, 0};
+    const std::string release = given ? "v" + model::version_text(f.deepspeed_version) : "";
+    const std::string engine = f.bf16_optimizer ? (given ? "BF16_Optimizer of " + release : "BF16_Optimizer of v0.6.2 on")
+                                                : "pipeline engine of " + (given ? release : std::string("v0.5"));
+    return fmt::format("framework: deepspeed, {} (bf16_optimizer = {}), {}", engine, f.bf16_optimizer, common);
   }
   return fmt::format(
       "framework: megatron (tp_comm_overlap = {}, gradient_accumulation_fusion = {}, "

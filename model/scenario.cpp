@@ -26,6 +26,26 @@ std::string lowercase(std::string_view text) {
   return out;
 }
 
+// "0.9.5" or "0.9" (patch 0) into {0, 9, 5}; false for anything else (a missing part, a sign, a suffix).
+bool parse_version(std::string_view text, std::array<int, 3>& out) {
+  std::array<int, 3> parts{0, 0, 0};
+  std::size_t part = 0, digits = 0;
+  for (const char c : text) {
+    if (c == '.') {
+      if (digits == 0 || ++part > 2) return false;
+      digits = 0;
+    } else if (c >= '0' && c <= '9') {
+      if (++digits > 4) return false;  // no release numbers this long
+      parts[part] = parts[part] * 10 + (c - '0');
+    } else {
+      return false;
+    }
+  }
+  if (digits == 0 || part < 1) return false;
+  out = parts;
+  return true;
+}
+
 template <typename Enum>
 struct EnumName {
   Enum value;
@@ -142,6 +162,18 @@ class SectionReader {
       out = *value;
     } else {
       problem(*node, key, fmt::format("expected a string, got {}", describe(*node)));
+    }
+  }
+
+  // A software release, "0.9.5" or "0.9" (a string: as a TOML number 0.10 would read as 0.1).
+  void version(std::string_view key, std::array<int, 3>& out) {
+    const toml::node* node = take(key);
+    if (!node) return;
+    const auto value = node->value_exact<std::string>();
+    if (!value || !parse_version(*value, out)) {
+      problem(*node, key, fmt::format("expected a release such as \"0.9.5\" (MAJOR.MINOR or MAJOR.MINOR.PATCH, "
+                                      "quoted), got {}",
+                                      describe(*node)));
     }
   }
 
@@ -534,6 +566,7 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   framework.boolean("pipeline_gather_copies", scenario.framework.pipeline_gather_copies);
   framework.boolean("bf16_optimizer", scenario.framework.bf16_optimizer);
   framework.boolean("partition_activations", scenario.framework.partition_activations);
+  framework.version("deepspeed_version", scenario.framework.deepspeed_version);
   framework.reject_unknown_keys();
   if (scenario.framework.name == Framework::Composer) {
     // Composer runs PyTorch's own elementwise kernels (sim/cost_model.cpp); Megatron's fused ones are not there.
@@ -910,6 +943,25 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
                       src, p.zero_stage));
     }
   }
+  // framework.deepspeed_version names the DeepSpeed release whose engine ran; twin's model of that engine starts with
+  // its pipeline engine (0.3.0, September 2020), and BF16_Optimizer with 0.6.2 (April 2022).
+  const std::array<int, 3> version = scenario.framework.deepspeed_version;
+  if (version != std::array<int, 3>{0, 0, 0}) {
+    if (scenario.framework.name != Framework::DeepSpeed) {
+      problems.push_back(fmt::format("{}: framework.deepspeed_version is DeepSpeed's release: it needs "
+                                     "framework.name = \"deepspeed\", got \"{}\"",
+                                     src, to_string(scenario.framework.name)));
+    }
+    if (version < std::array<int, 3>{0, 3, 0}) {
+      problems.push_back(fmt::format("{}: framework.deepspeed_version = \"{}\" predates DeepSpeed's pipeline engine "
+                                     "(0.3.0), where twin's model of DeepSpeed starts",
+                                     src, version_text(version)));
+    } else if (scenario.framework.bf16_optimizer && version < std::array<int, 3>{0, 6, 2}) {
+      problems.push_back(fmt::format("{}: framework.bf16_optimizer is DeepSpeed's BF16_Optimizer, first released in "
+                                     "0.6.2; framework.deepspeed_version = \"{}\" has none",
+                                     src, version_text(version)));
+    }
+  }
   // Megatron-Core's --overlap-param-gather: "only supported with distributed optimizer" and "Must use
   // --overlap-param-gather with --overlap-grad-reduce" (megatron/training/arguments.py).
   if (p.overlap_param_gather) {
@@ -981,6 +1033,27 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
 
 }  // namespace
 
+std::string version_text(const std::array<int, 3>& version) {
+  return fmt::format("{}.{}.{}", version[0], version[1], version[2]);
+}
+
+std::array<int, 3> deepspeed_release(const FrameworkSpec& framework) {
+  if (framework.deepspeed_version != std::array<int, 3>{0, 0, 0}) return framework.deepspeed_version;
+  return framework.bf16_optimizer ? std::array<int, 3>{0, 6, 2} : std::array<int, 3>{0, 5, 0};
+}
+
+bool deepspeed_at_least(const FrameworkSpec& framework, int major, int minor, int patch) {
+  return deepspeed_release(framework) >= std::array<int, 3>{major, minor, patch};
+}
+
+bool deepspeed_partitions_gradients(const FrameworkSpec& framework) {
+  return framework.name == Framework::DeepSpeed && deepspeed_at_least(framework, 0, 5, 4);
+}
+
+bool deepspeed_gradient_first_in_step(const FrameworkSpec& framework) {
+  return framework.name == Framework::DeepSpeed && deepspeed_at_least(framework, 0, 8, 3);
+}
+
 std::string to_toml(const Scenario& s) {
   std::string out;
   auto line = [&out](std::string text) { out += text + "\n"; };
@@ -1046,6 +1119,9 @@ std::string to_toml(const Scenario& s) {
   line(fmt::format("pipeline_gather_copies = {}", s.framework.pipeline_gather_copies));
   line(fmt::format("bf16_optimizer = {}", s.framework.bf16_optimizer));
   line(fmt::format("partition_activations = {}", s.framework.partition_activations));
+  if (s.framework.deepspeed_version != std::array<int, 3>{0, 0, 0}) {
+    line(fmt::format("deepspeed_version = \"{}\"", version_text(s.framework.deepspeed_version)));
+  }
   line("\n[training]");
   line(fmt::format("seed = {}", s.training.seed));
   line(fmt::format("learning_rate = {:.17g}", s.training.learning_rate));

@@ -162,11 +162,29 @@ struct FrameworkSpec {
                                 // gradients accumulate into an fp32 copy every micro-batch, cross stages partitioned
                                 // across TP, and the optimizer shards its fp32 state across DP; false: the engine of
                                 // v0.5 (2021, fp16 only), gradients accumulating in the 16-bit .grad
+  // The DeepSpeed release whose pipeline engine ran (framework.deepspeed_version = "0.9.5"; {0, 0, 0}: not given,
+  // the engine of v0.5, or of v0.6.2 with bf16_optimizer). What twin times differently by release, read in
+  // deepspeed/runtime/pipe/engine.py and schedule.py at their tags: from 0.5.4 (October 2021) the gradients crossing
+  // stages are partitioned across TP like the activations; from 0.8.3 (March 2023) a TrainSchedule step moves the
+  // gradient before the activation. See deepspeed_release().
+  std::array<int, 3> deepspeed_version{0, 0, 0};
   // DeepSpeed activation checkpointing's partition_activations (runtime/activation_checkpointing/checkpointing.py):
   // each checkpointed transformer layer keeps 1/t of its input, all-gathered across TP before its recompute;
   // false: the whole input (with framework.name = "deepspeed", parallel.recompute = "full", tp > 1).
   bool partition_activations = false;
 };
+
+// The DeepSpeed release twin models: framework.deepspeed_version when given, else 0.6.2 under bf16_optimizer (its
+// first release) and 0.5.0 otherwise (the engine of 2021, contemporary with MT-NLG).
+std::array<int, 3> deepspeed_release(const FrameworkSpec& framework);
+bool deepspeed_at_least(const FrameworkSpec& framework, int major, int minor, int patch);
+// Whether DeepSpeed's pipeline engine sends gradients between stages partitioned across TP (is_grad_partitioned =
+// is_model_parallel, v0.5.4 on); through v0.5.3 they cross whole.
+bool deepspeed_partitions_gradients(const FrameworkSpec& framework);
+// Whether a TrainSchedule step moves the gradient before the activation (v0.8.3 on, DeepSpeed #2862); before, the
+// activation first.
+bool deepspeed_gradient_first_in_step(const FrameworkSpec& framework);
+std::string version_text(const std::array<int, 3>& version);  // "0.9.5"
 
 // Hyper-parameters of real training (the executor); the simulator ignores them.
 struct TrainingSpec {

@@ -41,10 +41,10 @@ PipelineTransfer pipeline_transfer(const model::Scenario& scenario, const model:
         transfer.messages = 2;
         transfer.receipt_copy_bytes += 2 * 2 * p2p.bytes / t;
         transfer.receipt_copy_kernels += 2;
-      } else if (scenario.framework.bf16_optimizer) {
-        // v0.5.4 on (is_grad_partitioned = is_model_parallel, DeepSpeed #1407), so in BF16_Optimizer's engine (v0.6.2
-        // on): the gradient is a PartitionedTensor too, and the backward restores both its own output and the
-        // received gradient (_exec_backward_pass).
+      } else if (model::deepspeed_partitions_gradients(scenario.framework)) {
+        // v0.5.4 on (is_grad_partitioned = is_model_parallel, DeepSpeed #1407; BF16_Optimizer's engine, v0.6.2 on,
+        // included): the gradient is a PartitionedTensor too, and the backward restores both its own output and the
+        // received gradient (_exec_backward_pass, unchanged through v0.9.5).
         transfer.wire_bytes = p2p.bytes / t;
         transfer.messages = 2;
         transfer.receipt_gathers = 2;
@@ -74,15 +74,17 @@ std::int64_t deepspeed_step(const model::Op& p2p, int stage, int stages) {
 std::vector<std::int32_t> exchange_order(const model::Scenario& scenario, const std::vector<model::Op>& ops,
                                          std::vector<std::int32_t> exchange, int stage) {
   if (!serialized_exchanges(scenario)) return exchange;
-  // TrainSchedule.steps() of v0.3 to v0.8.2 (2020 to March 2023, the engines the published runs used): a forward
-  // step issues RecvActivation then SendGrad, a backward step SendActivation then RecvGrad; in both, the activation
-  // comes first. (v0.8.3 swapped the two, #2862, when it cut the stage's pipe buffers by one.)
+  // TrainSchedule.steps() of v0.3 to v0.8.2 (2020 to March 2023, the engines the 2021-2022 published runs used): a
+  // forward step issues RecvActivation then SendGrad, a backward step SendActivation then RecvGrad; in both, the
+  // activation comes first. v0.8.3 swapped the two (#2862, when it cut the stage's pipe buffers by one): SendGrad
+  // then RecvActivation, RecvGrad then SendActivation (framework.deepspeed_version).
   const int stages = scenario.parallel.pp;
+  const bool gradient_first = model::deepspeed_gradient_first_in_step(scenario.framework);
   std::stable_sort(exchange.begin(), exchange.end(), [&](std::int32_t a, std::int32_t b) {
     const std::int64_t a_step = deepspeed_step(ops[a], stage, stages), b_step = deepspeed_step(ops[b], stage, stages);
     if (a_step != b_step) return a_step < b_step;
     const bool a_gradient = ops[a].phase == model::Phase::Backward, b_gradient = ops[b].phase == model::Phase::Backward;
-    return !a_gradient && b_gradient;
+    return gradient_first ? a_gradient && !b_gradient : !a_gradient && b_gradient;
   });
   return exchange;
 }

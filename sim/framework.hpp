@@ -16,10 +16,10 @@
 //                         order, see exchange_order). Activations are partitioned across the TP
 //                         group (is_pipe_partitioned: a meta tensor and 1/t of the data, all-gathered on receipt);
 //                         gradients are sent whole (is_grad_partitioned = False through v0.5.3), and receiving one
-//                         first all-gathers the stage's own partitioned output to run the backward. With
-//                         framework.bf16_optimizer (v0.6.2 on; is_grad_partitioned = is_model_parallel since v0.5.4)
-//                         gradients are partitioned too, and the backward restores both its output and the received
-//                         gradient. Each such gather is
+//                         first all-gathers the stage's own partitioned output to run the backward. From v0.5.4
+//                         (framework.deepspeed_version, or framework.bf16_optimizer: v0.6.2 on; is_grad_partitioned
+//                         = is_model_parallel) gradients are partitioned too, and the backward restores both its
+//                         output and the received gradient. Each such gather is
 //                         PartitionedTensor.full() (runtime/utils.py): it zero-fills the full tensor, all-gathers
 //                         into a list of its slices (PyTorch's NCCL group gathers into a flat buffer and copies
 //                         out) and returns a clone: 5 full tensors through HBM in 3 kernels; the received 1/t
@@ -62,7 +62,7 @@ std::int64_t deepspeed_step(const model::Op& p2p, int stage, int stages);
 
 // The order of one exchange's ops on `stage` (indices into `ops`, in Program order) as the framework issues them:
 // batched exchanges keep Program order; serialized ones go by DeepSpeed step, activation ops (Phase::Forward) before
-// gradient ops within a step. (With fewer micro-batches than stages ahead, the last warm-up activation leaves in
+// gradient ops within a step (gradient ops first from DeepSpeed v0.8.3 on). (With fewer micro-batches than stages ahead, the last warm-up activation leaves in
 // an earlier step than the first gradient arrives in: Program order there would deadlock.)
 std::vector<std::int32_t> exchange_order(const model::Scenario& scenario, const std::vector<model::Op>& ops,
                                          std::vector<std::int32_t> exchange, int stage);

@@ -809,6 +809,11 @@ TEST(Cli, SimNamesTheFrameworkModelItFollowed) {
                                 "--set framework.bf16_optimizer=true");
   ASSERT_EQ(deepspeed.status, 0) << deepspeed.output;
   EXPECT_THAT(deepspeed.output, HasSubstr("framework: deepspeed, BF16_Optimizer of v0.6.2 on (bf16_optimizer = true)"));
+  // A named release is the one reported (a bare version on the command line is a string, as the README shows).
+  const Result released = twin("sim " + small_cluster_scenario().string() +
+                               " --quiet --set framework.name=deepspeed --set framework.deepspeed_version=0.9.5");
+  ASSERT_EQ(released.status, 0) << released.output;
+  EXPECT_THAT(released.output, HasSubstr("framework: deepspeed, pipeline engine of v0.9.5 (bf16_optimizer = false)"));
 }
 
 TEST(Cli, SimTakesTheClustersOwnNetwork) {

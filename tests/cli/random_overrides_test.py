@@ -24,7 +24,7 @@ def loader_keys(source: pathlib.Path) -> list[str]:
     """The section.key pairs model/scenario.cpp reads (SectionReader calls such as `model.integer("layers", ...)`)."""
     text = source.read_text()
     keys = set(re.findall(r'\b(model|parallel|cluster|framework|training)\.'
-                          r'(?:integer|number|boolean|choice|text|positive_integers)\("([a-z_0-9]+)"', text))
+                          r'(?:integer|number|boolean|choice|text|positive_integers|version)\("([a-z_0-9]+)"', text))
     return sorted(f"{section}.{key}" for section, key in keys)
 
 

@@ -105,6 +105,60 @@ TEST(FrameworkKeys, Bf16OptimizerIsDeepSpeedsWithBf16AndZero1) {
   EXPECT_THAT(problems[2], HasSubstr("parallel.zero_stage must be 1, got 0"));
 }
 
+TEST(FrameworkKeys, DeepSpeedVersionNamesTheReleaseWhoseEngineRan) {
+  const std::string deepspeed = std::string(kBase) + "[framework]\nname = \"deepspeed\"\n";
+  // Not given: the engine of v0.5 (2021), whole gradients between stages, the activation first in a step.
+  const Scenario plain = parse_scenario(deepspeed, "case.toml");
+  EXPECT_EQ(deepspeed_release(plain.framework), (std::array<int, 3>{0, 5, 0}));
+  EXPECT_FALSE(deepspeed_partitions_gradients(plain.framework));
+  EXPECT_FALSE(deepspeed_gradient_first_in_step(plain.framework));
+  EXPECT_THAT(to_toml(plain), ::testing::Not(HasSubstr("deepspeed_version")));
+  // The two changes twin times, at the releases that made them (0.5.4, 0.8.3), and a MAJOR.MINOR release.
+  auto with = [&](const std::string& version) {
+    return parse_scenario(deepspeed + "deepspeed_version = \"" + version + "\"\n", "case.toml");
+  };
+  EXPECT_FALSE(deepspeed_partitions_gradients(with("0.5.3").framework));
+  EXPECT_TRUE(deepspeed_partitions_gradients(with("0.5.4").framework));
+  EXPECT_FALSE(deepspeed_gradient_first_in_step(with("0.8.2").framework));
+  EXPECT_TRUE(deepspeed_gradient_first_in_step(with("0.8.3").framework));
+  EXPECT_TRUE(deepspeed_gradient_first_in_step(with("0.10").framework));  // 0.10.0, after 0.9.5 (not 0.1)
+  EXPECT_EQ(with("0.10").framework.deepspeed_version, (std::array<int, 3>{0, 10, 0}));
+  // It round-trips through the scenario's TOML.
+  const Scenario given = with("0.9.5");
+  EXPECT_EQ(parse_scenario(to_toml(given), "again.toml").framework.deepspeed_version, (std::array<int, 3>{0, 9, 5}));
+  // BF16_Optimizer without a release is the engine it was read in, v0.6.2: gradients partitioned.
+  Scenario bf16 = plain;
+  bf16.framework.bf16_optimizer = true;
+  EXPECT_EQ(deepspeed_release(bf16.framework), (std::array<int, 3>{0, 6, 2}));
+  EXPECT_TRUE(deepspeed_partitions_gradients(bf16.framework));
+  // Megatron has no DeepSpeed release.
+  Scenario megatron = given;
+  megatron.framework.name = Framework::Megatron;
+  EXPECT_FALSE(deepspeed_gradient_first_in_step(megatron.framework));
+}
+
+TEST(FrameworkKeys, AWrongDeepSpeedVersionIsNamed) {
+  const std::string deepspeed = std::string(kBase) + "[framework]\nname = \"deepspeed\"\n";
+  for (const std::string value : {"0.9", "\"0.9.5.1\"", "\"v0.9.5\"", "\"0.9.\"", "\"9\"", "\"\"", "\"0.9.5rc1\""}) {
+    const auto problems = problems_of(deepspeed + "deepspeed_version = " + value + "\n");
+    ASSERT_EQ(problems.size(), 1u) << value;
+    EXPECT_THAT(problems[0], HasSubstr("framework.deepspeed_version: expected a release such as \"0.9.5\"")) << value;
+  }
+  auto problem = [&](const std::string& text) {
+    const auto problems = problems_of(text);
+    return problems.size() == 1 ? problems[0] : "problems: " + std::to_string(problems.size());
+  };
+  EXPECT_THAT(problem(deepspeed + "deepspeed_version = \"0.2.9\"\n"), HasSubstr("predates DeepSpeed's pipeline engine"));
+  EXPECT_THAT(problem(std::string(kBase) + "[framework]\ndeepspeed_version = \"0.9.5\"\n"),
+              HasSubstr("framework.deepspeed_version is DeepSpeed's release: it needs framework.name = \"deepspeed\""));
+  std::string bf16 = kBase;
+  bf16.replace(bf16.find("dtype = \"fp16\""), 14, "dtype = \"bf16\"");
+  bf16.insert(bf16.find("[cluster]"), "zero_stage = 1\n");
+  bf16 += "[framework]\nname = \"deepspeed\"\nbf16_optimizer = true\n";
+  EXPECT_THAT(problem(bf16 + "deepspeed_version = \"0.6.1\"\n"), HasSubstr("first released in 0.6.2"));
+  EXPECT_TRUE(problems_of(bf16 + "deepspeed_version = \"0.6.2\"\n").empty());
+}
+
 TEST(FrameworkKeys, WrongTypesNameTheField) {
   for (const char* key : {"dropout", "fused_kernels", "tp_comm_overlap", "gradient_accumulation_fusion",
                           "pipeline_gather_copies", "bf16_optimizer", "partition_activations"}) {

@@ -341,6 +341,15 @@ TEST(Framework, PipelineTransfers) {
   EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).receipt_copy_bytes, 2 * 5 * 8e6);
   EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).receipt_copy_bytes, 5 * 8e6 + 2 * 2 * 1e6);
   s.framework.bf16_optimizer = false;
+  // So does any engine from v0.5.4 on (is_grad_partitioned = is_model_parallel), in fp16 too; v0.5.3 still sends
+  // gradients whole.
+  s.framework.deepspeed_version = {0, 5, 3};
+  EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).wire_bytes, 8e6);
+  s.framework.deepspeed_version = {0, 5, 4};
+  EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).wire_bytes, 1e6);
+  EXPECT_EQ(pipeline_transfer(s, gradient).receipt_gathers, 2);
+  EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).receipt_copy_bytes, 2 * 5 * 8e6);
+  s.framework.deepspeed_version = {0, 0, 0};
   const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
   EXPECT_NEAR(cost.memory_copy_s(4e7, 3), cost.memory_time_s(4e7) + 3 * cost.parameters().kernel_launch_s, 1e-15);
   // Sequence parallelism already sends a shard.
@@ -400,6 +409,34 @@ TEST(Framework, DeepSpeedMovesTheActivationFirstWithinAStep) {
   EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{0, 1}));
 }
 
+TEST(Framework, DeepSpeedFrom083MovesTheGradientFirstWithinAStep) {
+  Plan plan;
+  plan.tp = 4;
+  plan.pp = 2;
+  plan.layers = 2;
+  model::Scenario s = make_scenario(plan);
+  s.framework.name = model::Framework::DeepSpeed;
+  // Stage 0 of 2, step 3 (a backward step): the gradient of micro-batch 0 and the activation of micro-batch 1.
+  std::vector<model::Op> ops(2);
+  ops[0].kind = model::OpKind::Send;  // the activation of the forward just done
+  ops[0].phase = model::Phase::Forward;
+  ops[0].micro_batch = 1;
+  ops[1].kind = model::OpKind::Recv;  // the gradient for the backward to come
+  ops[1].phase = model::Phase::Backward;
+  ops[1].micro_batch = 0;
+  s.framework.deepspeed_version = {0, 8, 2};  // SendActivation, then RecvGrad
+  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{0, 1}));
+  s.framework.deepspeed_version = {0, 8, 3};  // RecvGrad, then SendActivation (#2862)
+  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{1, 0}));
+  // Steps still come first: stage 0's activation of micro-batch 2 (step 5) after a gradient of step 3, and the last
+  // warm-up activation (step 3 of 4 stages) before a gradient of step 7.
+  ops[0].micro_batch = 2;
+  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{1, 0}));
+  s.parallel.pp = 4;
+  ops[0].micro_batch = 1;
+  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{0, 1}));
+}
+
 TEST(Framework, DeepSpeedSendsTheLastWarmupActivationBeforeAGradientOfALaterStep) {
   // Stage 0 of 4 with 2 micro-batches: forwards at steps 0 and 2, the activation of micro-batch 1 leaves in step 3,
   // the gradient of micro-batch 0 arrives in step 7. Receiving the gradient first would wait for a gradient that
@@ -424,8 +461,8 @@ TEST(Framework, DeepSpeedSendsTheLastWarmupActivationBeforeAGradientOfALaterStep
 
 TEST(Framework, DeepSpeedReplaysFewAndManyMicroBatchesWithEverySchedule) {
   // Regression: with fewer micro-batches than stages (m < p), and with GPipe, the serialized DeepSpeed order used to
-  // deadlock the replay. Every plan must finish, at both fidelities.
-  for (const std::string schedule : {"1f1b", "gpipe"}) {
+  // deadlock the replay. Every plan must finish, at both fidelities, in v0.5's order and in v0.8.3's.
+  for (const std::string schedule : {"1f1b", "gpipe", "1f1b from 0.8.3"}) {
     for (const int micro_batches : {1, 2, 3, 5, 8}) {
       Plan plan;
       plan.tp = 2;
@@ -435,9 +472,10 @@ TEST(Framework, DeepSpeedReplaysFewAndManyMicroBatchesWithEverySchedule) {
       plan.heads = 4;
       plan.seq = 256;
       plan.global_batch = micro_batches;
-      plan.schedule = schedule;
+      plan.schedule = schedule.substr(0, schedule.find(' '));
       model::Scenario scenario = make_scenario(plan);
       scenario.framework.name = model::Framework::DeepSpeed;
+      if (schedule.find("0.8.3") != std::string::npos) scenario.framework.deepspeed_version = {0, 8, 3};
       const model::Program program = model::build_program(scenario, model::Granularity::Layer);
       const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
       for (const Fidelity fidelity : {Fidelity::Rank, Fidelity::Group}) {
