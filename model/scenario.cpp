@@ -526,6 +526,7 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   cluster.number("attention_gemm_hbm_fraction", scenario.cluster.attention_gemm_hbm_fraction);
   cluster.integer("nics_per_node", scenario.cluster.nics_per_node);
   cluster.number("nic_gbps", scenario.cluster.nic_gbps);
+  cluster.number("host_us_per_kernel", scenario.cluster.host_us_per_kernel);
   cluster.reject_unknown_keys();
 
   SectionReader parallel(section_table(root, "parallel", source, problems), "parallel", source, problems);
@@ -822,6 +823,13 @@ std::vector<std::string> rule_violations(const Scenario& scenario, bool check_wo
                     "node's own; got {}",
                     src, c.nic_gbps));
   }
+  // A host takes microseconds to issue a kernel, not nanoseconds (a value in seconds?) nor tens of milliseconds.
+  if (!(c.host_us_per_kernel == 0 || (c.host_us_per_kernel >= 0.1 && c.host_us_per_kernel <= 10000))) {
+    problems.push_back(
+        fmt::format("{}: cluster.host_us_per_kernel must be the host's microseconds to issue one kernel "
+                    "(0.1..10000), or 0 for a host that is never behind; got {}",
+                    src, c.host_us_per_kernel));
+  }
   const bool composer = scenario.framework.name == Framework::Composer;
   if (p.zero_stage != 0 && p.zero_stage != 1 && p.zero_stage != 3) {
     problems.push_back(fmt::format("{}: parallel.zero_stage must be 0, 1 or 3, got {}", src, p.zero_stage));
@@ -1108,6 +1116,9 @@ std::string to_toml(const Scenario& s) {
   }
   if (s.cluster.nics_per_node > 0) line(fmt::format("nics_per_node = {}", s.cluster.nics_per_node));
   if (s.cluster.nic_gbps > 0) line(fmt::format("nic_gbps = {:.17g}", s.cluster.nic_gbps));
+  if (s.cluster.host_us_per_kernel > 0) {
+    line(fmt::format("host_us_per_kernel = {:.17g}", s.cluster.host_us_per_kernel));
+  }
   line("\n[framework]");
   line(fmt::format("name = \"{}\"", to_string(s.framework.name)));
   line(fmt::format("tied_embeddings = {}", s.framework.tied_embeddings));

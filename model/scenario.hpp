@@ -134,6 +134,9 @@ struct ClusterSpec {
   // DGX H100/H200); 0: the node's. Cloud nodes differ here most (e.g. 4 x 100 Gb/s).
   std::int64_t nics_per_node = 0;  // compute NICs per node, shared by the GPUs when fewer than they
   double nic_gbps = 0;             // line rate of one NIC, Gb/s per direction
+  // The host thread's time to issue one kernel (Python, the framework, PyTorch's dispatcher, the launch call), in
+  // microseconds: the GPU cannot run ahead of it, which paces small kernels. 0: the host is never behind.
+  double host_us_per_kernel = 0;
 
   std::int64_t total_gpus() const { return nodes * gpus_per_node; }
 };

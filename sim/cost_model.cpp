@@ -305,6 +305,8 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu, const m
     p.hbm_efficiency = cluster.hbm_gb_per_s / datasheet_gb_per_s;
     p.hbm_measured_here = true;
   }
+  // The host's time per kernel launched: the cluster's own measurement, or none (see AnalyticalParameters).
+  p.host_s_per_kernel = cluster.host_us_per_kernel * 1e-6;
   if (cluster.attention_gemm_hbm_fraction > 0) {
     // A fraction of the streaming rate: at most all of it (the scenario check), and no GEMM streams its operands at
     // under 5 % of HBM (a percentage slip).
@@ -337,7 +339,7 @@ double AnalyticalCostModel::gemm_time_s(double m, double n, double k, double cou
   return std::max(compute, memory_time_s(operand_bytes) / hbm_fraction);
 }
 
-double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const model::Op& op) const {
+double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const model::Op& op, int& kernels) const {
   using model::ComputeKind;
   using model::Phase;
   const model::DType dtype = scenario.model.dtype;
@@ -356,6 +358,7 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
     const double forward_flops = count / 2 * 2 * m * n * rate.kernel_head_dim;
     const double kernel = (backward ? 2.5 : 1.0) * forward_flops / rate.flops_per_s;
     const double copies = model::attention_layout_copy_bytes(scenario, op.phase);
+    kernels = (copies > 0 ? 1 : 0) + (backward ? 3 : 1);
     return kernel + (copies > 0 ? memory_time_s(copies) + launch : 0) + (backward ? 3 : 1) * launch;
   }
   if (op.what == ComputeKind::AttentionCore && count > 0) {
@@ -373,6 +376,7 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
     const double bias_read = bias_read_bytes > 0 ? memory_time_s(bias_read_bytes) / fraction : 0;
     // The rest of the op's bytes: softmax and dropout over the scores, the layout copies (model/program.cpp).
     const double beyond_gemms = memory_time_s(std::max(0.0, op.bytes - operand_bytes - bias_read_bytes));
+    kernels = (backward ? 4 : 2) + attention_kernels(scenario) + (alibi ? 1 : 0);
     return gemms + bias_read + beyond_gemms +
            ((backward ? 4 : 2) + attention_kernels(scenario) + (alibi ? 1 : 0)) * launch;
   }
@@ -385,21 +389,29 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
       // Input gradient dX = dY W^T: [m,n]x[n,k]; weight gradient dW = X^T dY: [k,m]x[m,n]; then the framework's
       // accumulation of dW (a [k,n] weight) across micro-batches.
       double accumulate = 0;
+      int accumulate_kernels = 0;
       if (has_weight(op.what)) {
         const double bytes = gradient_accumulation_bytes(scenario) * k * n * count;
-        const int kernels = scenario.framework.bf16_optimizer ? 2 : 1;
-        if (bytes > 0) accumulate = memory_time_s(bytes) + kernels * launch;
+        const int accumulations = scenario.framework.bf16_optimizer ? 2 : 1;
+        if (bytes > 0) {
+          accumulate = memory_time_s(bytes) + accumulations * launch;
+          accumulate_kernels = accumulations;
+        }
       }
+      kernels = 2 + accumulate_kernels + (beyond_operands > 0 ? 1 : 0);
       return gemm_time_s(m, k, n, count, dtype) + gemm_time_s(k, n, m, count, dtype) + 2 * launch + accumulate +
              beyond_operands;
     }
+    kernels = 1 + (beyond_operands > 0 ? 1 : 0);
     return gemm_time_s(m, n, k, count, dtype) + launch + beyond_operands;
   }
   if (op.flops > 0) {
     // Matrix FLOPs without a shape: no quantization known.
     const double compute = op.flops / (gpu_.peak_flops(dtype) * parameters_.gemm_efficiency);
+    kernels = 1;
     return std::max(compute, memory_time_s(op.bytes)) + launch;
   }
+  kernels = elementwise_kernels(scenario, op);
   return memory_time_s(op.bytes) + elementwise_kernels(scenario, op) * launch;
 }
 
@@ -427,15 +439,31 @@ double AnalyticalCostModel::memory_copy_s(double bytes, int kernels) const {
 }
 
 double AnalyticalCostModel::compute_time_s(const model::Scenario& scenario, const model::Op& op) const {
-  if (op.what != model::ComputeKind::TransformerLayer) return op_time_s(scenario, op);
+  return timed(scenario, op).first;
+}
+
+std::pair<double, int> AnalyticalCostModel::timed(const model::Scenario& scenario, const model::Op& op) const {
+  int kernels = 0;
+  if (op.what != model::ComputeKind::TransformerLayer) {
+    const double seconds = op_time_s(scenario, op, kernels);
+    return {seconds, kernels};
+  }
   const auto key = std::make_pair(op.layer, static_cast<int>(op.phase));
   if (auto it = layer_cache_.find(key); it != layer_cache_.end()) return it->second;
   double total = 0;
+  int total_kernels = 0;
   for (const model::Op& part : model::layer_compute_ops(scenario, op.layer, op.phase)) {
-    total += op_time_s(scenario, part);
+    total += op_time_s(scenario, part, kernels);
+    total_kernels += kernels;
   }
-  layer_cache_.emplace(key, total);
-  return total;
+  return layer_cache_.emplace(key, std::make_pair(total, total_kernels)).first->second;
+}
+
+HostCost AnalyticalCostModel::host_cost(const model::Scenario& scenario, const model::Op& op) const {
+  if (parameters_.host_s_per_kernel <= 0) return {};
+  // A collective or a point-to-point message: one call into NCCL. A compute op: the kernels it launches.
+  const int kernels = op.kind == model::OpKind::Compute ? std::max(1, timed(scenario, op).second) : 1;
+  return {kernels * parameters_.host_s_per_kernel, kernels};
 }
 
 double FixedCostModel::compute_time_s(const model::Scenario& /*scenario*/, const model::Op& op) const {

@@ -34,6 +34,13 @@
 
 namespace twin::sim {
 
+// What issuing an op costs the host thread that drives a rank's GPU (Python, the framework, PyTorch's dispatcher, the
+// launch calls): `seconds` for its `kernels` launches. The GPU cannot start a kernel before the host has issued it.
+struct HostCost {
+  double seconds = 0;
+  int kernels = 1;
+};
+
 class CostModel {
  public:
   virtual ~CostModel() = default;
@@ -51,6 +58,8 @@ class CostModel {
   // kernels (DeepSpeed's PartitionedTensor.full() on a pipeline receipt, sim/framework.hpp); 0 when the model does
   // not know.
   virtual double memory_copy_s(double /*bytes*/, int /*kernels*/) const { return 0; }
+  // What issuing `op` (any kind) costs the rank's host; nothing when the model does not know.
+  virtual HostCost host_cost(const model::Scenario& /*scenario*/, const model::Op& /*op*/) const { return {}; }
 };
 
 struct GemmTile {
@@ -61,7 +70,10 @@ struct GemmTile {
 struct AnalyticalParameters {
   double gemm_efficiency = 1;  // of peak, for a GEMM with no tile or wave quantization loss
   double hbm_efficiency = 1;   // of datasheet HBM bandwidth, for a streaming kernel
-  double kernel_launch_s = 0;  // per kernel
+  double kernel_launch_s = 0;  // per kernel, on the GPU: the gap between dependent kernels
+  // Per kernel, on the host: the time the framework's host thread takes to issue one (cluster.host_us_per_kernel);
+  // 0: the host is never behind the GPU (no cited value: measure your own, docs/simulator.md).
+  double host_s_per_kernel = 0;
   // Of the streaming rate (hbm_efficiency), what the attention core's batched GEMMs reach: each reads or writes an
   // s x s scores tensor per head with only a head's width on its other side (see cost_model.cpp).
   double attention_gemm_hbm_fraction = 1;
@@ -117,15 +129,21 @@ class AnalyticalCostModel : public CostModel {
   double memory_time_s(double bytes) const;
   double gemm_half_s(const model::Scenario& scenario, model::ComputeKind what, bool weight_gradient) const override;
   double memory_copy_s(double bytes, int kernels) const override;
+  HostCost host_cost(const model::Scenario& scenario, const model::Op& op) const override;
+  // Kernels a compute op launches (a fused layer op: its parts'), as its launch overhead counts them.
+  int kernel_count(const model::Scenario& scenario, const model::Op& op) const { return timed(scenario, op).second; }
   const topology::GpuSpec& gpu() const { return gpu_; }
   const AnalyticalParameters& parameters() const { return parameters_; }
 
  private:
-  double op_time_s(const model::Scenario& scenario, const model::Op& op) const;
+  // Seconds of a compute op that is not a fused layer; `kernels` gets the kernels it launches.
+  double op_time_s(const model::Scenario& scenario, const model::Op& op, int& kernels) const;
+  std::pair<double, int> timed(const model::Scenario& scenario, const model::Op& op) const;  // seconds, kernels
 
   topology::GpuSpec gpu_;
   AnalyticalParameters parameters_;
-  mutable std::map<std::pair<int, int>, double> layer_cache_;  // (layer, phase) -> seconds of a fused layer op
+  // (layer, phase) -> seconds and kernels of a fused layer op
+  mutable std::map<std::pair<int, int>, std::pair<double, int>> layer_cache_;
 };
 
 // Fixed times per phase: what the ideal-pipeline tests need (a forward op costs `forward_s`, a recompute op

@@ -360,6 +360,26 @@ StagePlan Engine::build_plan(int stage) const {
         break;
     }
   }
+  // The host issues the ops in list order (model/program.hpp), without waiting for the GPU. A compute op waits for
+  // its kernels' launches; a collective or a message is one call, whose time delays the ops after it (the GPU reaches
+  // it only after the compute op before it, which the host issued first).
+  plan.issue_first_s.assign(n, 0.0);
+  plan.issue_last_s.assign(n, 0.0);
+  plan.last_kernel_s.assign(n, 0.0);
+  double issued_s = 0;
+  for (std::int32_t i = 0; i < n; ++i) {
+    const HostCost host = cost_.host_cost(scenario, ops[i]);
+    plan.issue_first_s[i] = plan.issue_last_s[i] = issued_s;
+    if (host.seconds <= 0) continue;
+    plan.host_paced = true;
+    if (ops[i].kind == model::OpKind::Compute) {
+      const int kernels = std::max(1, host.kernels);
+      plan.issue_first_s[i] = issued_s + host.seconds / kernels;
+      plan.issue_last_s[i] = issued_s + host.seconds;
+      plan.last_kernel_s[i] = plan.duration[i] / kernels;
+    }
+    issued_s += host.seconds;
+  }
   // Successors (CSR).
   plan.successor_begin.assign(n + 1, 0);
   for (std::int32_t p : predecessors) ++plan.successor_begin[p + 1];

@@ -37,6 +37,13 @@ struct StagePlan {
   std::vector<std::uint8_t> rendezvous;       // 1: a Send/Recv replayed as a blocking two-member exchange
   std::vector<double> lead;                   // a TP collective hidden under a GEMM: seconds of it the GEMM hides
   std::vector<double> receipt_s;              // an eager Recv: seconds after its bytes arrive (TP all-gather)
+  // The host thread issues the stage's ops in list order, each taking its HostCost (0 when the cost model gives
+  // none): an op cannot start before the host has issued its first kernel (issue_first_s), nor end before the host
+  // has issued its last one and that kernel has run (issue_last_s + last_kernel_s). Seconds from the iteration's start.
+  std::vector<double> issue_first_s;
+  std::vector<double> issue_last_s;
+  std::vector<double> last_kernel_s;
+  bool host_paced = false;  // any host cost at all
   std::vector<std::int32_t> pending;          // predecessors: deps + stream predecessor (+1 arrival for a Recv)
   std::vector<std::int32_t> successor_begin;  // CSR, size ops + 1
   std::vector<std::int32_t> successors;

@@ -136,10 +136,25 @@ void Replayer::drain() {
 
 void Replayer::become_ready(std::int32_t op) {
   const model::Op& o = (*plan_.ops)[op];
-  const double ready = ready_[op];
   if (plan_.local[op]) {
-    finish(op, ready, ready, ready + plan_.duration[op]);
-  } else if (plan_.rendezvous[op]) {
+    // Ready once its predecessors are done; running once the host has issued its first kernel; done no earlier than
+    // its last kernel after the host issued that one. A fused op whose kernels the host paces runs in pieces over
+    // [start, end]; it is recorded as busy for its duration at the end (active = end - duration), so that the time
+    // the GPU waited for the host between its kernels counts as the host's.
+    const double ready = ready_[op];
+    const double start = std::max(ready, plan_.issue_first_s[op]);
+    const double host_end = plan_.issue_last_s[op] + plan_.last_kernel_s[op];
+    if (host_end > start + plan_.duration[op]) {
+      finish(op, ready, host_end - plan_.duration[op], host_end);
+    } else {
+      finish(op, ready, start, start + plan_.duration[op]);
+    }
+    return;
+  }
+  // A message or a collective is posted once the host has made the call.
+  ready_[op] = std::max(ready_[op], plan_.issue_last_s[op]);
+  const double ready = ready_[op];
+  if (plan_.rendezvous[op]) {
     arrive(op);  // a blocking Send/Recv: a two-member instance with its peer
   } else if (o.kind == model::OpKind::Recv) {
     const std::int32_t slot = plan_.recv_slot[op];

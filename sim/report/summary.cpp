@@ -12,8 +12,17 @@ namespace twin::report {
 
 namespace {
 
-// What occupies a rank at some instant, in decreasing priority.
-enum Category : int { kCompute = 0, kTensor = 1, kDataBlocking = 2, kDataBackground = 3, kPipeline = 4, kCount = 5 };
+// What occupies a rank at some instant, in decreasing priority. kHost: a compute op whose predecessors are done waits
+// for the host to issue it.
+enum Category : int {
+  kCompute = 0,
+  kTensor = 1,
+  kDataBlocking = 2,
+  kDataBackground = 3,
+  kPipeline = 4,
+  kHost = 5,
+  kCount = 6
+};
 
 int category_of(const model::Op& op) {
   // Both frameworks block on their sends as on their receives (sim/framework.hpp): from the moment its bytes move.
@@ -36,8 +45,12 @@ TimeSplit time_split(const model::Program& program, const RankTimeline& rank, do
   events.reserve(rank.spans.size() * 2);
   for (const OpSpan& span : rank.spans) {
     const int category = category_of(ops[span.op]);
-    // Before `active` a collective or a Recv only waits: that counts as bubble.
-    const double from = ops[span.op].kind == model::OpKind::Compute ? span.start_s : span.active_s;
+    // Before `active` a collective or a Recv only waits: that counts as bubble; a compute op waits for the host.
+    const double from = span.active_s;
+    if (ops[span.op].kind == model::OpKind::Compute && span.active_s > span.start_s) {
+      events.push_back({std::max(0.0, span.start_s), kHost, +1});
+      events.push_back({std::min(iteration_time_s, span.active_s), kHost, -1});
+    }
     if (category < 0 || !(span.end_s > from)) continue;
     events.push_back({std::max(0.0, from), category, +1});
     events.push_back({std::min(iteration_time_s, span.end_s), category, -1});
@@ -70,6 +83,7 @@ TimeSplit time_split(const model::Program& program, const RankTimeline& rank, do
   split.tp_s = seconds[kTensor];
   split.dp_s = seconds[kDataBlocking] + seconds[kDataBackground];
   split.pp_s = seconds[kPipeline];
+  split.host_s = seconds[kHost];
   split.bubble_s = seconds[kCount];
   return split;
 }
@@ -80,7 +94,7 @@ ComputeByKind compute_by_kind(const model::Program& program, const RankTimeline&
   for (const OpSpan& span : rank.spans) {
     const model::Op& op = ops[span.op];
     if (category_of(op) != kCompute) continue;  // what time_split counts as compute
-    const double duration = std::max(0.0, span.end_s - span.start_s);
+    const double duration = std::max(0.0, span.end_s - span.active_s);
     if (op.what == model::ComputeKind::TransformerLayer && layer_parts) {
       const auto parts = layer_parts(op);
       double total = 0;
@@ -149,7 +163,7 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
     for (const OpSpan& span : rank->spans) {
       const model::Op& op = ops[span.op];
       if (op.stream != model::Stream::Compute) continue;
-      entry.busy_s += span.end_s - (op.kind == model::OpKind::Compute ? span.start_s : span.active_s);
+      entry.busy_s += span.end_s - span.active_s;
     }
     entry.idle_s = std::max(0.0, T - entry.busy_s);
     entry.bubble_fraction = T > 0 ? entry.idle_s / T : 0;
@@ -162,6 +176,7 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
     summary.split.tp_s += entry.split.tp_s;
     summary.split.dp_s += entry.split.dp_s;
     summary.split.pp_s += entry.split.pp_s;
+    summary.split.host_s += entry.split.host_s;
     summary.split.bubble_s += entry.split.bubble_s;
     summary.stages.push_back(entry);
   }
@@ -172,6 +187,7 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
     summary.split.tp_s /= n;
     summary.split.dp_s /= n;
     summary.split.pp_s /= n;
+    summary.split.host_s /= n;
     summary.split.bubble_s /= n;
     for (double& seconds : summary.compute_by_kind) seconds /= n;
   }
@@ -185,6 +201,7 @@ nlohmann::json split_to_json(const TimeSplit& split) {
           {"tp_s", split.tp_s},
           {"pp_s", split.pp_s},
           {"dp_s", split.dp_s},
+          {"host_s", split.host_s},
           {"bubble_s", split.bubble_s}};
 }
 
@@ -257,6 +274,7 @@ nlohmann::json summary_to_json(const Summary& summary) {
                         {"tp", fraction(summary.split.tp_s)},
                         {"pp", fraction(summary.split.pp_s)},
                         {"dp", fraction(summary.split.dp_s)},
+                        {"host", fraction(summary.split.host_s)},
                         {"bubble", fraction(summary.split.bubble_s)}};
   json["compute_by_kind_s"] = compute_by_kind_to_json(summary.compute_by_kind);
   json["stages"] = std::move(stages);
@@ -285,18 +303,23 @@ std::string summary_table(const Summary& s) {
   fmt::format_to(line,
                  "  bubble (mean of stages) {:10.1f} %   (idle compute stream: exposed PP and DP + fill/drain)\n\n",
                  100 * s.bubble_fraction);
+  // The host's share only where the host paced the GPU (cluster.host_us_per_kernel): otherwise the lines as always.
+  const bool host = s.split.host_s > 0;
+  const std::string host_share = host ? fmt::format(", host {:.1f} %", percent(s.split.host_s)) : "";
   fmt::format_to(line,
                  "  time split (mean of stages): compute {:.1f} %, exposed TP {:.1f} %, PP {:.1f} %, DP {:.1f} %, "
-                 "fill/drain {:.1f} %\n",
+                 "fill/drain {:.1f} %{}\n",
                  percent(s.split.compute_s), percent(s.split.tp_s), percent(s.split.pp_s), percent(s.split.dp_s),
-                 percent(s.split.bubble_s));
+                 percent(s.split.bubble_s), host_share);
   fmt::format_to(line, "  compute by kernel: {}\n\n", compute_by_kernel_line(s));
-  fmt::format_to(line, "  stage   rank    busy s  bubble %  compute %    TP %    PP %    DP %  fill/drain %\n");
+  fmt::format_to(line, "  stage   rank    busy s  bubble %  compute %    TP %    PP %    DP %  fill/drain %{}\n",
+                 host ? "  host %" : "");
   // A long pipeline's middle stages usually print the same numbers: a run of them is one line, not thirty.
   const auto columns = [&](const StageSummary& stage) {
     return fmt::format("{:9.3f} {:9.1f} {:10.1f} {:7.1f} {:7.1f} {:7.1f} {:12.1f}", stage.busy_s,
                        100 * stage.bubble_fraction, percent(stage.split.compute_s), percent(stage.split.tp_s),
-                       percent(stage.split.pp_s), percent(stage.split.dp_s), percent(stage.split.bubble_s));
+                       percent(stage.split.pp_s), percent(stage.split.dp_s), percent(stage.split.bubble_s)) +
+           (host ? fmt::format(" {:7.1f}", percent(stage.split.host_s)) : "");
   };
   for (std::size_t i = 0; i < s.stages.size();) {
     const std::string row = columns(s.stages[i]);

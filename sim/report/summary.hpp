@@ -8,10 +8,12 @@
 //   dp       a DP / embedding / world collective does, or the compute stream is idle while the DataParallel stream
 //            moves data (exposed gradient reduction)
 //   pp       the compute stream is idle while a Recv's bytes are arriving (exposed pipeline communication)
+//   host     a compute op's predecessors are done but the host has not issued it yet (OpSpan::start_s to active_s:
+//            the host paces the GPU, cluster.host_us_per_kernel)
 //   bubble   the compute stream is idle or only waits (for a Recv whose data has not left, for the other members of
 //            a collective) and nothing of the above is happening: pipeline fill and drain, imbalance
 // The compute stream is busy while a compute op runs or a collective on it moves data; bubble_fraction (DESIGN.md)
-// is the rest over the iteration time: pp + bubble + exposed dp from the DataParallel stream.
+// is the rest over the iteration time: pp + host + bubble + exposed dp from the DataParallel stream.
 #pragma once
 
 #include <array>
@@ -33,6 +35,7 @@ struct TimeSplit {
   double tp_s = 0;
   double dp_s = 0;
   double pp_s = 0;
+  double host_s = 0;
   double bubble_s = 0;
 };
 

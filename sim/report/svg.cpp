@@ -28,7 +28,7 @@ std::vector<Box> boxes_of(const model::Program& program, const RankTimeline& ran
     const BoxKind kind = op.micro_batch < 0                  ? BoxKind::Sync
                          : op.phase == model::Phase::Forward ? BoxKind::Forward
                                                              : BoxKind::Backward;
-    const double start = op.kind == model::OpKind::Compute ? span.start_s : span.active_s;
+    const double start = span.active_s;  // a compute op waiting for the host is not drawn busy
     if (!boxes.empty() && boxes.back().kind == kind && boxes.back().micro_batch == op.micro_batch &&
         boxes.back().chunk == op.chunk && start <= boxes.back().end_s + tolerance_s) {
       boxes.back().end_s = std::max(boxes.back().end_s, span.end_s);

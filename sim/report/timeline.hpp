@@ -11,7 +11,8 @@ namespace twin::report {
 
 // One op of a rank's list, as it ran. Times are seconds since the start of the iteration.
 //   start   when the rank issued it: its dependencies and stream predecessor were done (a Recv: when it was posted)
-//   active  when its work began: = start for compute ops and Sends; for a collective, when the last member arrived
+//   active  when its work began: for a compute op, once the host had issued it (= start unless the host was
+//           behind, cluster.host_us_per_kernel); = start for Sends; for a collective, when the last member arrived
 //           (before that the rank only waits); for a Recv, when its bytes began to arrive (or start, if later).
 //           An engine that cannot tell sets active = start.
 //   end     when it completed (a Send or Recv: when the bytes had arrived)

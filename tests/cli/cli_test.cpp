@@ -816,6 +816,28 @@ TEST(Cli, SimNamesTheFrameworkModelItFollowed) {
   EXPECT_THAT(released.output, HasSubstr("framework: deepspeed, pipeline engine of v0.9.5 (bf16_optimizer = false)"));
 }
 
+TEST(Cli, SimReportsTheHostsShareWhenItPacesTheGpu) {
+  // A small model at micro-batch 1 on one GPU: microsecond kernels, so a host at 100 us a kernel sets the pace.
+  const fs::path scenario = scratch("gpt-small-one-gpu.toml");
+  std::ofstream(scenario) << "[model]\nname = \"gpt-small\"\nlayers = 4\nhidden = 512\nheads = 8\nseq_len = 512\n"
+                             "vocab = 1024\n[parallel]\nglobal_batch = 4\n[cluster]\nnodes = 1\ngpus_per_node = 1\n";
+  const fs::path json_path = scratch("host-paced.json");
+  const Result plain = twin("sim " + scenario.string() + " --quiet");
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  EXPECT_THAT(plain.output, ::testing::Not(HasSubstr("host")));  // the lines as always when the host is never behind
+  const Result paced =
+      twin("sim " + scenario.string() + " --quiet --set cluster.host_us_per_kernel=100 --json " + json_path.string());
+  ASSERT_EQ(paced.status, 0) << paced.output;
+  EXPECT_THAT(paced.output, HasSubstr("fill/drain %  host %"));
+  std::ifstream in(json_path);
+  const nlohmann::json summary = nlohmann::json::parse(in);
+  EXPECT_GT(summary["time_split"]["host"].get<double>(), 0.5);
+  EXPECT_GT(summary["stages"][0]["time_split"]["host_s"].get<double>(), 0);
+  const Result wrong = twin("sim " + scenario.string() + " --quiet --set cluster.host_us_per_kernel=-1");
+  EXPECT_EQ(wrong.status, 2);
+  EXPECT_THAT(wrong.output, HasSubstr("cluster.host_us_per_kernel must be the host's microseconds"));
+}
+
 TEST(Cli, SimTakesTheClustersOwnNetwork) {
   auto iteration_s = [](const std::string& sets, const std::string& name, std::string* text) {
     const fs::path json_path = scratch("network-" + name + ".json");

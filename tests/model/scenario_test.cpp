@@ -159,6 +159,18 @@ TEST(Scenario, TheClustersOwnNetworkIsReadAndRoundTrips) {
   EXPECT_EQ(again.cluster.nics_per_node, 4);
 }
 
+TEST(Scenario, TheHostsTimePerKernelIsReadAndRoundTrips) {
+  // Unset: 0, a host that keeps ahead of the GPU.
+  const Scenario plain = parse_scenario(kValid, "case.toml");
+  EXPECT_EQ(plain.cluster.host_us_per_kernel, 0);
+  EXPECT_THAT(to_toml(plain), ::testing::Not(HasSubstr("host_us_per_kernel")));
+  const Scenario measured = parse_scenario(kValid, "case.toml", {parse_override("cluster.host_us_per_kernel=42.5")});
+  EXPECT_DOUBLE_EQ(measured.cluster.host_us_per_kernel, 42.5);
+  const Scenario again = parse_scenario(to_toml(measured), "again.toml");
+  EXPECT_DOUBLE_EQ(again.cluster.host_us_per_kernel, 42.5);
+  EXPECT_EQ(to_toml(again), to_toml(measured));
+}
+
 TEST(Scenario, UnevenEndStagesSplitTheRestEvenly) {
   // 8 layers on 4 stages, 1 on each end stage: 3 on each of the two others.
   const Scenario s = parse_scenario(replace(kValid, "pp = 2", "pp = 4"), "case.toml",
@@ -314,6 +326,16 @@ INSTANTIATE_TEST_SUITE_P(
                     kV,
                     {parse_override("cluster.nic_gbps=0.025")},
                     "cluster.nic_gbps must be a NIC line rate in Gb/s (1..1600), or 0 for the node's own; got 0.025"},
+        InvalidCase{"host_time_in_seconds",
+                    kV,
+                    {parse_override("cluster.host_us_per_kernel=2e-5")},
+                    "cluster.host_us_per_kernel must be the host's microseconds to issue one kernel (0.1..10000), or "
+                    "0 for a host that is never behind; got 2e-05"},
+        InvalidCase{"negative_host_time",
+                    kV,
+                    {parse_override("cluster.host_us_per_kernel=-3")},
+                    "cluster.host_us_per_kernel must be the host's microseconds to issue one kernel (0.1..10000), or "
+                    "0 for a host that is never behind; got -3"},
         InvalidCase{"infinite_hbm",
                     kV,
                     {parse_override("cluster.hbm_gb_per_s=inf")},

@@ -14,6 +14,7 @@ namespace twin::testing {
 struct Plan {
   int layers = 8, hidden = 1024, heads = 16, seq = 1024, vocab = 50257;
   int tp = 1, pp = 1, dp = 1, micro_batch = 1, global_batch = 8, virtual_stages = 1, nodes = 1;
+  int gpus_per_node = 0;  // 0: the node's (8)
   std::string schedule = "1f1b", recompute = "none", node = "dgx-a100";
   bool dp_overlap = false, sequence_parallel = false;
   int zero_stage = 0;
@@ -44,10 +45,12 @@ zero_stage = {}
 [cluster]
 nodes = {}
 node = "{}"
+{}
 )",
                                        p.layers, p.hidden, p.heads, p.seq, p.vocab, p.tp, p.pp, p.dp, p.micro_batch,
                                        p.global_batch, p.schedule, p.virtual_stages, p.recompute, p.dp_overlap,
-                                       p.sequence_parallel, p.zero_stage, p.nodes, p.node);
+                                       p.sequence_parallel, p.zero_stage, p.nodes, p.node,
+                                       p.gpus_per_node > 0 ? fmt::format("gpus_per_node = {}", p.gpus_per_node) : "");
   return model::parse_scenario(toml, "test");
 }
 
