@@ -92,8 +92,9 @@ std::string framework_line(const model::Scenario& s) {
     // framework.deepspeed_version when given; else the release each engine model was read in.
     const bool given = f.deepspeed_version != std::array<int, 3>{0, 0, 0};
     const std::string release = given ? "v" + model::version_text(f.deepspeed_version) : "";
-    const std::string engine = f.bf16_optimizer ? (given ? "BF16_Optimizer of " + release : "BF16_Optimizer of v0.6.2 on")
-                                                : "pipeline engine of " + (given ? release : std::string("v0.5"));
+    const std::string engine = f.bf16_optimizer
+                                   ? (given ? "BF16_Optimizer of " + release : "BF16_Optimizer of v0.6.2 on")
+                                   : "pipeline engine of " + (given ? release : std::string("v0.5"));
     return fmt::format("framework: deepspeed, {} (bf16_optimizer = {}), {}", engine, f.bf16_optimizer, common);
   }
   return fmt::format(

@@ -148,7 +148,8 @@ TEST(FrameworkKeys, AWrongDeepSpeedVersionIsNamed) {
     const auto problems = problems_of(text);
     return problems.size() == 1 ? problems[0] : "problems: " + std::to_string(problems.size());
   };
-  EXPECT_THAT(problem(deepspeed + "deepspeed_version = \"0.2.9\"\n"), HasSubstr("predates DeepSpeed's pipeline engine"));
+  EXPECT_THAT(problem(deepspeed + "deepspeed_version = \"0.2.9\"\n"),
+              HasSubstr("predates DeepSpeed's pipeline engine"));
   EXPECT_THAT(problem(std::string(kBase) + "[framework]\ndeepspeed_version = \"0.9.5\"\n"),
               HasSubstr("framework.deepspeed_version is DeepSpeed's release: it needs framework.name = \"deepspeed\""));
   std::string bf16 = kBase;

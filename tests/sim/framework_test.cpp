@@ -358,6 +358,15 @@ TEST(Framework, PipelineTransfers) {
   EXPECT_EQ(pipeline_transfer(s, gradient).receipt_gathers, 0);
 }
 
+// One pipeline message of a stage's exchange: a Send or Recv of an activation (Forward) or a gradient (Backward).
+model::Op message(model::OpKind kind, model::Phase phase, int micro_batch) {
+  model::Op op;
+  op.kind = kind;
+  op.phase = phase;
+  op.micro_batch = micro_batch;
+  return op;
+}
+
 TEST(Framework, DeepSpeedMovesTheActivationFirstWithinAStep) {
   Plan plan;
   plan.tp = 4;
@@ -366,13 +375,9 @@ TEST(Framework, DeepSpeedMovesTheActivationFirstWithinAStep) {
   model::Scenario s = make_scenario(plan);
   // Stage 0 of 2 between its forward of micro-batch 1 and its backward of micro-batch 0: both messages belong to
   // TrainSchedule step 3.
-  std::vector<model::Op> ops(2);
-  ops[0].kind = model::OpKind::Recv;  // the gradient for the backward to come
-  ops[0].phase = model::Phase::Backward;
-  ops[0].micro_batch = 0;
-  ops[1].kind = model::OpKind::Send;  // the activation of the forward just done
-  ops[1].phase = model::Phase::Forward;
-  ops[1].micro_batch = 1;
+  std::vector<model::Op> ops = {
+      message(model::OpKind::Recv, model::Phase::Backward, 0),  // the gradient for the backward to come
+      message(model::OpKind::Send, model::Phase::Forward, 1)};  // the activation of the forward just done
   EXPECT_EQ(deepspeed_step(ops[0], 0, 2), 3);
   EXPECT_EQ(deepspeed_step(ops[1], 0, 2), 3);
   EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{0, 1}));  // Megatron: batched, as listed
@@ -381,27 +386,15 @@ TEST(Framework, DeepSpeedMovesTheActivationFirstWithinAStep) {
   EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{1, 0}));
   // Stage 1 of 2 between its backward of micro-batch 0 and its forward of micro-batch 1 (step 3, a forward step):
   // RecvActivation, then SendGrad.
-  ops[0] = {};
-  ops[0].kind = model::OpKind::Send;
-  ops[0].phase = model::Phase::Backward;
-  ops[0].micro_batch = 0;
-  ops[1] = {};
-  ops[1].kind = model::OpKind::Recv;
-  ops[1].phase = model::Phase::Forward;
-  ops[1].micro_batch = 1;
+  ops = {message(model::OpKind::Send, model::Phase::Backward, 0),
+         message(model::OpKind::Recv, model::Phase::Forward, 1)};
   EXPECT_EQ(deepspeed_step(ops[0], 1, 2), 3);
   EXPECT_EQ(deepspeed_step(ops[1], 1, 2), 3);
   EXPECT_EQ(exchange_order(s, ops, {0, 1}, 1), (std::vector<std::int32_t>{1, 0}));
   // Messages of different steps go in step order, whatever their direction: a gradient of step 3 before an
   // activation of step 5 (stage 0's micro-batch 2).
-  ops[0] = {};
-  ops[0].kind = model::OpKind::Send;
-  ops[0].phase = model::Phase::Forward;
-  ops[0].micro_batch = 2;
-  ops[1] = {};
-  ops[1].kind = model::OpKind::Recv;
-  ops[1].phase = model::Phase::Backward;
-  ops[1].micro_batch = 0;
+  ops = {message(model::OpKind::Send, model::Phase::Forward, 2),
+         message(model::OpKind::Recv, model::Phase::Backward, 0)};
   EXPECT_EQ(deepspeed_step(ops[0], 0, 2), 5);
   EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{1, 0}));
   // GPipe is not a DeepSpeed training schedule: batched, as listed.
@@ -417,13 +410,9 @@ TEST(Framework, DeepSpeedFrom083MovesTheGradientFirstWithinAStep) {
   model::Scenario s = make_scenario(plan);
   s.framework.name = model::Framework::DeepSpeed;
   // Stage 0 of 2, step 3 (a backward step): the gradient of micro-batch 0 and the activation of micro-batch 1.
-  std::vector<model::Op> ops(2);
-  ops[0].kind = model::OpKind::Send;  // the activation of the forward just done
-  ops[0].phase = model::Phase::Forward;
-  ops[0].micro_batch = 1;
-  ops[1].kind = model::OpKind::Recv;  // the gradient for the backward to come
-  ops[1].phase = model::Phase::Backward;
-  ops[1].micro_batch = 0;
+  std::vector<model::Op> ops = {
+      message(model::OpKind::Send, model::Phase::Forward, 1),    // the activation of the forward just done
+      message(model::OpKind::Recv, model::Phase::Backward, 0)};  // the gradient for the backward to come
   s.framework.deepspeed_version = {0, 8, 2};  // SendActivation, then RecvGrad
   EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{0, 1}));
   s.framework.deepspeed_version = {0, 8, 3};  // RecvGrad, then SendActivation (#2862)
@@ -447,13 +436,8 @@ TEST(Framework, DeepSpeedSendsTheLastWarmupActivationBeforeAGradientOfALaterStep
   plan.layers = 4;
   model::Scenario s = make_scenario(plan);
   s.framework.name = model::Framework::DeepSpeed;
-  std::vector<model::Op> ops(2);
-  ops[0].kind = model::OpKind::Recv;
-  ops[0].phase = model::Phase::Backward;
-  ops[0].micro_batch = 0;
-  ops[1].kind = model::OpKind::Send;
-  ops[1].phase = model::Phase::Forward;
-  ops[1].micro_batch = 1;
+  const std::vector<model::Op> ops = {message(model::OpKind::Recv, model::Phase::Backward, 0),
+                                      message(model::OpKind::Send, model::Phase::Forward, 1)};
   EXPECT_EQ(deepspeed_step(ops[0], 0, 4), 7);
   EXPECT_EQ(deepspeed_step(ops[1], 0, 4), 3);
   EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{1, 0}));
