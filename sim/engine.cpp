@@ -380,6 +380,11 @@ StagePlan Engine::build_plan(int stage) const {
     }
     issued_s += host.seconds;
   }
+  if (!plan.host_paced) {  // a host that is never behind: nothing to look up while replaying
+    plan.issue_first_s = {};
+    plan.issue_last_s = {};
+    plan.last_kernel_s = {};
+  }
   // Successors (CSR).
   plan.successor_begin.assign(n + 1, 0);
   for (std::int32_t p : predecessors) ++plan.successor_begin[p + 1];

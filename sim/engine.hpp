@@ -43,7 +43,7 @@ struct StagePlan {
   std::vector<double> issue_first_s;
   std::vector<double> issue_last_s;
   std::vector<double> last_kernel_s;
-  bool host_paced = false;  // any host cost at all
+  bool host_paced = false;  // any host cost at all (else the three vectors above are empty)
   std::vector<std::int32_t> pending;          // predecessors: deps + stream predecessor (+1 arrival for a Recv)
   std::vector<std::int32_t> successor_begin;  // CSR, size ops + 1
   std::vector<std::int32_t> successors;

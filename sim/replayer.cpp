@@ -142,6 +142,10 @@ void Replayer::become_ready(std::int32_t op) {
     // [start, end]; it is recorded as busy for its duration at the end (active = end - duration), so that the time
     // the GPU waited for the host between its kernels counts as the host's.
     const double ready = ready_[op];
+    if (!plan_.host_paced) {
+      finish(op, ready, ready, ready + plan_.duration[op]);
+      return;
+    }
     const double start = std::max(ready, plan_.issue_first_s[op]);
     const double host_end = plan_.issue_last_s[op] + plan_.last_kernel_s[op];
     if (host_end > start + plan_.duration[op]) {
@@ -152,7 +156,7 @@ void Replayer::become_ready(std::int32_t op) {
     return;
   }
   // A message or a collective is posted once the host has made the call.
-  ready_[op] = std::max(ready_[op], plan_.issue_last_s[op]);
+  if (plan_.host_paced) ready_[op] = std::max(ready_[op], plan_.issue_last_s[op]);
   const double ready = ready_[op];
   if (plan_.rendezvous[op]) {
     arrive(op);  // a blocking Send/Recv: a two-member instance with its peer
