@@ -377,8 +377,7 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
     // The rest of the op's bytes: softmax and dropout over the scores, the layout copies (model/program.cpp).
     const double beyond_gemms = memory_time_s(std::max(0.0, op.bytes - operand_bytes - bias_read_bytes));
     kernels = (backward ? 4 : 2) + attention_kernels(scenario) + (alibi ? 1 : 0);
-    return gemms + bias_read + beyond_gemms +
-           ((backward ? 4 : 2) + attention_kernels(scenario) + (alibi ? 1 : 0)) * launch;
+    return gemms + bias_read + beyond_gemms + kernels * launch;
   }
   if (count > 0) {
     // Traffic the Program puts on a GEMM op beyond its operands (the QKV projection's unfused bias add, or its
@@ -412,7 +411,7 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
     return std::max(compute, memory_time_s(op.bytes)) + launch;
   }
   kernels = elementwise_kernels(scenario, op);
-  return memory_time_s(op.bytes) + elementwise_kernels(scenario, op) * launch;
+  return memory_time_s(op.bytes) + kernels * launch;
 }
 
 double AnalyticalCostModel::gemm_half_s(const model::Scenario& scenario, model::ComputeKind what,

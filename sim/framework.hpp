@@ -62,8 +62,9 @@ std::int64_t deepspeed_step(const model::Op& p2p, int stage, int stages);
 
 // The order of one exchange's ops on `stage` (indices into `ops`, in Program order) as the framework issues them:
 // batched exchanges keep Program order; serialized ones go by DeepSpeed step, activation ops (Phase::Forward) before
-// gradient ops within a step (gradient ops first from DeepSpeed v0.8.3 on). (With fewer micro-batches than stages ahead, the last warm-up activation leaves in
-// an earlier step than the first gradient arrives in: Program order there would deadlock.)
+// gradient ops within a step (gradient ops first from DeepSpeed v0.8.3 on). (With fewer micro-batches than stages
+// ahead, the last warm-up activation leaves in an earlier step than the first gradient arrives in: Program order
+// there would deadlock.)
 std::vector<std::int32_t> exchange_order(const model::Scenario& scenario, const std::vector<model::Op>& ops,
                                          std::vector<std::int32_t> exchange, int stage);
 
