@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
-#include "sim/report/compare.hpp"
+#include "report/compare.hpp"
 
 namespace twin::cli {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "sim/report/summary.hpp"
-#include "sim/report/trace.hpp"
+#include "report/summary.hpp"
+#include "report/trace.hpp"
 
 namespace twin::exec {
 

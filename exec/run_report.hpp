@@ -2,7 +2,7 @@
 //
 // --json: {"losses": [one per step run], "iteration_time_s": [one per step run], "tokens_per_s", "grad_norms",
 //          "learning_rates", "first_step", "steps", "earlier_losses" (from a resumed checkpoint), "engine",
-//          "summary": {the simulator's summary keys (sim/report/summary.hpp) for the traced step: iteration_time_s,
+//          "summary": {the simulator's summary keys (report/summary.hpp) for the traced step: iteration_time_s,
 //                      bubble_fraction, tflops_per_gpu, mfu, time_split, stages, ...}}
 // Note: the top-level "iteration_time_s" is the per-step list; the summary's is the traced step's.
 #pragma once

@@ -20,7 +20,7 @@
 #include "exec/comm/communicator.hpp"
 #include "exec/data.hpp"
 #include "model/program.hpp"
-#include "sim/report/timeline.hpp"
+#include "report/timeline.hpp"
 
 namespace twin::exec {
 

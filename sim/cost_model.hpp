@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "model/program.hpp"
-#include "sim/report/summary.hpp"
+#include "report/summary.hpp"
 #include "topology/hardware.hpp"
 
 namespace twin::sim {

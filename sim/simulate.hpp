@@ -23,7 +23,7 @@
 #include "model/program.hpp"
 #include "sim/collectives.hpp"
 #include "sim/cost_model.hpp"
-#include "sim/report/timeline.hpp"
+#include "report/timeline.hpp"
 #include "topology/hardware.hpp"
 
 namespace twin::sim {

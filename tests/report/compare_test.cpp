@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <functional>
 
-#include "sim/report/compare.hpp"
-#include "sim/report/trace.hpp"
+#include "report/compare.hpp"
+#include "report/trace.hpp"
 #include "tests/sim/support.hpp"
 
 namespace twin::report {

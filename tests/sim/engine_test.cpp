@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "model/formulas.hpp"
-#include "sim/report/summary.hpp"
-#include "sim/report/trace.hpp"
+#include "report/summary.hpp"
+#include "report/trace.hpp"
 #include "sim/simulate.hpp"
 #include "tests/sim/support.hpp"
 

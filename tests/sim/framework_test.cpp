@@ -8,7 +8,7 @@
 
 #include "model/program.hpp"
 #include "sim/framework.hpp"
-#include "sim/report/summary.hpp"
+#include "report/summary.hpp"
 #include "sim/simulate.hpp"
 #include "tests/sim/support.hpp"
 #include "topology/hardware.hpp"

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "sim/cost_model.hpp"
-#include "sim/report/summary.hpp"
+#include "report/summary.hpp"
 #include "sim/simulate.hpp"
 #include "support.hpp"
 #include "topology/hardware.hpp"

@@ -7,7 +7,7 @@
 
 #include "model/program.hpp"
 #include "sim/cost_model.hpp"
-#include "sim/report/summary.hpp"
+#include "report/summary.hpp"
 #include "sim/simulate.hpp"
 #include "tests/sim/support.hpp"
 

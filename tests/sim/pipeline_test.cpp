@@ -2,7 +2,7 @@
 // (p-1)/(m+p-1) for GPipe and 1F1B, (p-1)/(v m + p-1) for the interleaved schedule.
 #include <gtest/gtest.h>
 
-#include "sim/report/summary.hpp"
+#include "report/summary.hpp"
 #include "sim/simulate.hpp"
 #include "tests/sim/support.hpp"
 

@@ -4,9 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim/report/summary.hpp"
-#include "sim/report/svg.hpp"
-#include "sim/report/trace.hpp"
+#include "report/summary.hpp"
+#include "report/svg.hpp"
+#include "report/trace.hpp"
 #include "tests/sim/support.hpp"
 
 namespace twin::report {

@@ -1,4 +1,4 @@
-#include "sim/report/summary.hpp"
+#include "report/summary.hpp"
 
 #include <algorithm>
 #include <array>

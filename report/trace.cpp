@@ -1,4 +1,4 @@
-#include "sim/report/trace.hpp"
+#include "report/trace.hpp"
 
 #include <algorithm>
 #include <charconv>

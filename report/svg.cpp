@@ -1,4 +1,4 @@
-#include "sim/report/svg.hpp"
+#include "report/svg.hpp"
 
 #include <algorithm>
 #include <cmath>

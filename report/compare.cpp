@@ -1,4 +1,4 @@
-#include "sim/report/compare.hpp"
+#include "report/compare.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "sim/report/summary.hpp"
+#include "report/summary.hpp"
 
 namespace twin::report {
 namespace {
@@ -201,7 +201,7 @@ bool is_trace(const nlohmann::json& document) {
 }
 
 std::string op_class(std::string_view label) {
-  // Tokens of op_label (sim/report/trace.cpp): "L<layer>", "mb<micro-batch>", and a trailing "to|from stage <s>".
+  // Tokens of op_label (report/trace.cpp): "L<layer>", "mb<micro-batch>", and a trailing "to|from stage <s>".
   auto numbered = [](std::string_view token, std::string_view prefix) {
     return token.size() > prefix.size() && token.substr(0, prefix.size()) == prefix &&
            std::all_of(token.begin() + static_cast<std::ptrdiff_t>(prefix.size()), token.end(),

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/program.hpp"
-#include "sim/report/timeline.hpp"
+#include "report/timeline.hpp"
 
 namespace twin::report {
 
