@@ -8,6 +8,10 @@
 #include "model/formulas.hpp"
 #include "model/program.hpp"
 #include "model/program_json.hpp"
+#ifdef TWIN_HAVE_CHAKRA
+#include "measured/chakra.hpp"
+#include "measured/kineto.hpp"
+#endif
 
 namespace twin::cli {
 namespace {
@@ -16,6 +20,7 @@ struct GraphOptions {
   ScenarioOptions scenario;
   std::string granularity = "op";
   std::string json_path;
+  std::string chakra_directory;
 };
 
 std::string gib(double bytes) {
@@ -107,6 +112,9 @@ void register_graph_command(CLI::App& app) {
       ->check(CLI::IsMember({"op", "layer"}));
   command->add_option("--json", options->json_path, "write the Program (per stage: schedule and ops) as JSON")
       ->check(output_file());
+  command->add_option("--chakra", options->chakra_directory,
+                      "write the Program as Chakra execution traces (MLCommons; one file per rank, DIR/twin.RANK.et, "
+                      "and DIR/twin.comm_groups.json), for ASTRA-sim");
   command->callback([options] {
     const model::Scenario scenario = load_scenario(options->scenario);
     const auto granularity = options->granularity == "layer" ? model::Granularity::Layer : model::Granularity::Op;
@@ -115,6 +123,19 @@ void register_graph_command(CLI::App& app) {
     if (!options->json_path.empty()) {
       write_file_atomically(options->json_path, model::program_to_json(program).dump(1) + "\n");
       fmt::print("\nProgram written to {}\n", options->json_path);
+    }
+    if (!options->chakra_directory.empty()) {
+#ifdef TWIN_HAVE_CHAKRA
+      try {
+        const auto files = measured::write_chakra(program, options->chakra_directory);
+        fmt::print("\nChakra execution traces of {} ranks written to {}/twin.RANK.et (groups: twin.comm_groups.json)\n",
+                   files.size() - 1, options->chakra_directory);
+      } catch (const measured::MeasuredError& error) {
+        throw UserError(error.what());
+      }
+#else
+      throw UserError("--chakra: this twin was built without protobuf (apt install libprotobuf-dev protobuf-compiler)");
+#endif
     }
   });
 }

@@ -180,8 +180,9 @@ void run(const SimCommandOptions& o) {
 
   const std::string engine =
       fmt::format("sim, {} fidelity, {} cost model, {}", sim::to_string(result.fidelity), cost.name(), result.hardware);
-  const report::Summary summary = report::summarize(program, result.timeline, result.peak_flops_per_gpu, engine,
-                                                    result.gpu_memory_bytes, sim::layer_parts(cost, program.scenario));
+  report::Summary summary = report::summarize(program, result.timeline, result.peak_flops_per_gpu, engine,
+                                              result.gpu_memory_bytes, sim::layer_parts(cost, program.scenario));
+  if (!o.gpu.empty()) summary.hardware = node.gpu.name;  // a what-if on another GPU than the scenario's node
   fmt::print("{}", report::summary_table(summary));
   std::optional<TrainingEstimate> training;
   if (!o.train_tokens.empty()) {

@@ -120,6 +120,13 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
   summary.pp = program.layout.pp();
   summary.dp = program.layout.dp();
   summary.micro_batches = static_cast<int>(s.parallel.micro_batches());
+  summary.layers = s.model.layers;
+  summary.hidden = s.model.hidden;
+  summary.heads = s.model.heads;
+  summary.seq_len = s.model.seq_len;
+  summary.global_batch = s.parallel.global_batch;
+  summary.micro_batch = s.parallel.micro_batch;
+  summary.hardware = std::string(model::to_string(s.cluster.node));
   summary.iteration_time_s = timeline.iteration_time_s;
   summary.peak_flops_per_gpu = peak_flops_per_gpu;
   const double T = timeline.iteration_time_s;
@@ -254,7 +261,10 @@ nlohmann::json summary_to_json(const Summary& summary) {
   const auto fraction = [T](double seconds) { return T > 0 ? seconds / T : 0.0; };
   nlohmann::json json;
   json["scenario"] = {{"name", summary.scenario}, {"gpus", summary.gpus}, {"tp", summary.tp},
-                      {"pp", summary.pp},         {"dp", summary.dp},     {"micro_batches", summary.micro_batches}};
+                      {"pp", summary.pp},         {"dp", summary.dp},     {"micro_batches", summary.micro_batches},
+                      {"layers", summary.layers}, {"hidden", summary.hidden}, {"heads", summary.heads},
+                      {"seq_len", summary.seq_len}, {"global_batch", summary.global_batch},
+                      {"micro_batch", summary.micro_batch}, {"hardware", summary.hardware}};
   json["engine"] = summary.engine;
   json["iteration_time_s"] = T;
   json["bubble_fraction"] = summary.bubble_fraction;
