@@ -73,6 +73,7 @@ void register_graph_command(CLI::App& app);
 void register_sim_command(CLI::App& app);  // cli/sim_command.cpp, built when SimGrid is present
 void register_run_command(CLI::App& app);  // cli/run_command.cpp
 void register_compare_command(CLI::App& app);
+void register_calibrate_command(CLI::App& app);  // cli/calibrate_command.cpp
 void register_search_command(CLI::App& app);  // cli/search_command.cpp, with the simulator
 void register_sweep_command(CLI::App& app);   // cli/sweep_command.cpp, with the simulator
 

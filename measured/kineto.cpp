@@ -135,7 +135,23 @@ struct CpuOp {
   std::int64_t tid;
   double start_s, end_s;
   std::optional<MatmulShape> shape;
+  double bytes = 0;
 };
+
+// Bytes an operator moves, from its "Input Dims": every input read once and an output the size of the largest.
+double traffic_bytes(const json& event) {
+  const auto args = event.find("args");
+  if (args == event.end() || !args->is_object() || !args->contains("Input Dims")) return 0;
+  double total = 0, largest = 0;
+  for (const json& dims : args->at("Input Dims")) {
+    if (!dims.is_array() || dims.empty()) continue;
+    double elements = 1;
+    for (const json& d : dims) elements *= d.is_number() ? d.get<double>() : 0;
+    total += elements;
+    largest = std::max(largest, elements);
+  }
+  return 4 * (total + largest);
+}
 
 // A trace's rank when distributedInfo has none: "rank-3", "rank_3", "rank3" in the file name.
 int rank_from_file_name(const std::string& path) {
@@ -189,6 +205,7 @@ void cpu_operators_as_kernels(const std::vector<CpuOp>& ops, KinetoTrace& trace)
       k.start_s = open.op->start_s;
       k.duration_s = std::max(0.0, open.op->end_s - open.op->start_s - open.children_s);
       if (open.op->shape) k.shape = *open.op->shape;
+      k.bytes = open.op->bytes;
       k.iteration = step_of(trace.steps, open.op->start_s);
       if (k.duration_s > 0) trace.kernels.push_back(std::move(k));
     };
@@ -249,7 +266,8 @@ KinetoTrace read_kineto_trace(const std::string& path) {
     }
   }
 
-  static const std::regex step_name(R"(ProfilerStep#(\d+))");
+  // "ProfilerStep*" is the legacy profiler's name for the same range (numbered here in time order).
+  static const std::regex step_name(R"(ProfilerStep(?:#(\d+)|\*))");
   std::vector<CpuOp> cpu_ops;
   std::unordered_map<std::int64_t, std::pair<double, std::int64_t>> launches;  // correlation -> (time, thread)
   std::vector<std::pair<std::size_t, const json*>> gpu_events;
@@ -257,12 +275,15 @@ KinetoTrace read_kineto_trace(const std::string& path) {
     const json& event = (*events)[i];
     if (!event.is_object()) throw MeasuredError(fmt::format("'{}': traceEvents[{}] is not an object", path, i));
     if (event.value("ph", std::string()) != "X") continue;  // metadata, flows, instants, counters
-    const std::string category = event.value("cat", std::string());
+    // The legacy profiler's export (a PyTorch built without Kineto) has no categories: its events are operators.
+    const std::string category =
+        event.contains("cat") ? event.value("cat", std::string())
+                              : (event.value("pid", json()) == json("CPU functions") ? "cpu_op" : std::string());
     const std::string name = event.contains("name") && event["name"].is_string() ? event["name"].get<std::string>()
                                                                                   : std::string();
     std::smatch match;
     if ((category == "user_annotation" || category == "cpu_op") && std::regex_match(name, match, step_name)) {
-      trace.steps.push_back({std::stoll(match[1]), reader.seconds(i, event, "ts", false),
+      trace.steps.push_back({match[1].matched ? std::stoll(match[1]) : -1, reader.seconds(i, event, "ts", false),
                              reader.seconds(i, event, "dur", true)});
       continue;
     }
@@ -271,7 +292,7 @@ KinetoTrace read_kineto_trace(const std::string& path) {
     } else if (category == "cpu_op" || category == "user_annotation") {
       const double start = reader.seconds(i, event, "ts", false);
       cpu_ops.push_back({i, name, thread_id(event), start, start + reader.seconds(i, event, "dur", true),
-                         matmul_shape(name, event)});
+                         matmul_shape(name, event), traffic_bytes(event)});
     } else if (category == "cuda_runtime" || category == "cuda_driver") {
       const std::int64_t correlation = integer_arg(event, "correlation", -1);
       if (correlation >= 0) launches[correlation] = {reader.seconds(i, event, "ts", false), thread_id(event)};
@@ -279,6 +300,9 @@ KinetoTrace read_kineto_trace(const std::string& path) {
   }
   std::sort(trace.steps.begin(), trace.steps.end(),
             [](const ProfilerStep& a, const ProfilerStep& b) { return a.start_s < b.start_s; });
+  for (std::size_t i = 0; i < trace.steps.size(); ++i) {
+    if (trace.steps[i].number < 0) trace.steps[i].number = static_cast<std::int64_t>(i) + 1;
+  }
 
   trace.gpu = !gpu_events.empty();
   if (!trace.gpu) {

@@ -47,6 +47,9 @@ struct TracedKernel {
   double start_s = 0, duration_s = 0;
   int iteration = -1;  // index into KinetoTrace::steps; -1: outside every step
   MatmulShape shape;   // GEMMs whose launching operator recorded its input shapes
+  // A CPU operator's traffic estimated from its recorded input shapes: its inputs read and an output as large as the
+  // largest written, at 4 bytes an element (fp32); 0 when no shapes were recorded.
+  double bytes = 0;
 };
 
 struct ProfilerStep {

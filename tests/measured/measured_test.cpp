@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "measured/calibrate.hpp"
 #include "measured/compare_measured.hpp"
 #include "measured/kernel_class.hpp"
 #include "measured/kineto.hpp"
@@ -481,6 +482,60 @@ TEST(CompareMeasured, TorchtitanThroughputBecomesAnIterationTime) {
   EXPECT_EQ(c.values.totals[0].name, "iteration time (s)");
   EXPECT_NEAR(c.values.totals[0].reference, 16.0, 1e-9);
   EXPECT_FALSE(c.notes.empty());
+}
+
+}  // namespace
+}  // namespace twin::measured
+
+namespace twin::measured {
+namespace {
+
+// A CPU trace whose GEMMs take exactly 20 us + FLOPs / 2 GFLOP/s and whose layer norms 5 us + bytes / 4 GB/s.
+json timed_cpu_trace(int batch) {
+  json events = json::array();
+  double t = 0;
+  auto op = [&events, &t](const std::string& name, const json& dims, double seconds) {
+    events.push_back({{"ph", "X"}, {"cat", "cpu_op"}, {"name", name}, {"pid", 1}, {"tid", 1}, {"ts", t * 1e6},
+                      {"dur", seconds * 1e6}, {"args", {{"Input Dims", dims}}}});
+    t += seconds + 1e-6;
+  };
+  events.push_back({{"ph", "X"}, {"cat", "user_annotation"}, {"name", "ProfilerStep#1"}, {"pid", 1}, {"tid", 1},
+                    {"ts", 0}, {"dur", 1e6}});
+  const std::int64_t m = 64 * batch;
+  for (const std::int64_t n : {256, 768, 1024}) {
+    op("aten::mm", {{m, 256}, {256, n}}, 20e-6 + 2.0 * m * n * 256 / 2e9);
+  }
+  for (const std::int64_t width : {256, 512}) {
+    const double bytes = 4.0 * (m * width + width + width + m * width);  // inputs read, the largest written
+    op("aten::native_layer_norm", {{m, width}, {width}, {width}}, 5e-6 + bytes / 4e9);
+  }
+  return {{"traceEvents", events}};
+}
+
+TEST(Calibrate, RecoversTheRatesAndPredictsAnotherPlan) {
+  const std::string a = temporary("calibrate_a.json"), b = temporary("calibrate_b.json");
+  write(a, timed_cpu_trace(2).dump());
+  write(b, timed_cpu_trace(5).dump());
+  const HardwareProfile profile = calibrate({read_kineto_trace(a)});
+  EXPECT_EQ(profile.device, "cpu");
+  EXPECT_NEAR(profile.gemm.rate_per_s, 2e9, 2e9 * 1e-6);
+  EXPECT_NEAR(profile.gemm.overhead_s, 20e-6, 1e-9);
+  EXPECT_LT(profile.gemm.residual_rms, 1e-6);
+  EXPECT_EQ(profile.gemm_shapes.size(), 3u);
+  EXPECT_NEAR(profile.memory.rate_per_s, 4e9, 4e9 * 1e-6);
+  EXPECT_NEAR(profile.memory.overhead_s, 5e-6, 1e-9);
+  // Another batch: shapes the profile never saw, timed by the fit.
+  const OutOfSample check = check_profile(profile, read_kineto_trace(b));
+  EXPECT_NEAR(check.gemm_predicted_s, check.gemm_measured_s, 1e-9);
+  EXPECT_NEAR(check.memory_predicted_s, check.memory_measured_s, 1e-9);
+  const std::string toml = profile_to_toml(profile);
+  EXPECT_THAT(toml, HasSubstr("[gemm]\nflops_per_s = 2.000000e+09"));
+  EXPECT_THAT(toml, HasSubstr("[[gemm.shape]]"));
+  // Without shapes there is nothing to fit.
+  json shapeless = timed_cpu_trace(2);
+  for (json& e : shapeless["traceEvents"]) e.erase("args");
+  write(a, shapeless.dump());
+  EXPECT_THROW(calibrate({read_kineto_trace(a)}), MeasuredError);
 }
 
 }  // namespace

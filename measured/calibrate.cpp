@@ -1,0 +1,192 @@
+#include "measured/calibrate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+namespace twin::measured {
+namespace {
+
+struct Sample {
+  double work, seconds;
+};
+
+// Least squares of seconds = a + work / rate; a is kept >= 0 (a negative per-op time has no meaning: then the line
+// through the origin).
+LinearFit fit(const std::vector<Sample>& samples) {
+  LinearFit out;
+  out.samples = samples.size();
+  if (samples.empty()) return out;
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const Sample& s : samples) {
+    n += 1;
+    sx += s.work;
+    sy += s.seconds;
+    sxx += s.work * s.work;
+    sxy += s.work * s.seconds;
+  }
+  const double denominator = n * sxx - sx * sx;
+  double slope = denominator > 0 ? (n * sxy - sx * sy) / denominator : 0;
+  double intercept = (sy - slope * sx) / n;
+  if (intercept < 0 || slope <= 0) {
+    intercept = 0;
+    slope = sxx > 0 ? sxy / sxx : 0;
+  }
+  out.overhead_s = intercept;
+  out.rate_per_s = slope > 0 ? 1 / slope : 0;
+  double squares = 0;
+  for (const Sample& s : samples) {
+    const double relative = s.seconds > 0 ? (out.predict_s(s.work) - s.seconds) / s.seconds : 0;
+    squares += relative * relative;
+  }
+  out.residual_rms = std::sqrt(squares / n);
+  return out;
+}
+
+using ShapeKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
+ShapeKey key_of(const MatmulShape& s) { return {s.m, s.n, s.k, s.batch}; }
+
+bool counted(const TracedKernel& k, const KinetoTrace& trace) { return trace.steps.empty() || k.iteration >= 0; }
+
+bool memory_bound(const TracedKernel& k) {
+  return (k.kind.kind == KernelClass::Elementwise || k.kind.kind == KernelClass::Norm) && k.bytes > 0;
+}
+
+double iterations_of(const KinetoTrace& trace) {
+  return trace.steps.empty() ? 1.0 : static_cast<double>(trace.steps.size());
+}
+
+}  // namespace
+
+HardwareProfile calibrate(const std::vector<KinetoTrace>& traces) {
+  if (traces.empty()) throw MeasuredError("calibrate: no trace given");
+  HardwareProfile profile;
+  profile.device = traces.front().device;
+  std::vector<Sample> gemms, memory;
+  std::map<ShapeKey, std::pair<double, double>> by_shape;  // flops, seconds
+  std::map<ShapeKey, std::size_t> calls;
+  double between_s = 0, operators = 0;
+  for (const KinetoTrace& trace : traces) {
+    profile.sources.push_back(trace.path);
+    if (trace.device != profile.device) {
+      throw MeasuredError(fmt::format("calibrate: '{}' ran on '{}' but '{}' on '{}': one profile is one device kind",
+                                      traces.front().path, profile.device, trace.path, trace.device));
+    }
+    double busy = 0, ops = 0;
+    for (const TracedKernel& k : trace.kernels) {
+      if (!counted(k, trace)) continue;
+      busy += k.duration_s;
+      ops += 1;
+      if (k.kind.kind == KernelClass::Gemm && k.shape.batch > 0 && k.duration_s > 0) {
+        gemms.push_back({k.shape.flops(), k.duration_s});
+        auto& [flops, seconds] = by_shape[key_of(k.shape)];
+        flops += k.shape.flops();
+        seconds += k.duration_s;
+        ++calls[key_of(k.shape)];
+      } else if (!trace.gpu && memory_bound(k)) {
+        memory.push_back({k.bytes, k.duration_s});
+      }
+    }
+    if (!trace.gpu && !trace.steps.empty()) {
+      double steps_s = 0;
+      for (const ProfilerStep& step : trace.steps) steps_s += step.duration_s;
+      between_s += std::max(0.0, steps_s - busy);
+      operators += ops;
+    }
+  }
+  if (gemms.empty()) {
+    throw MeasuredError("calibrate: no GEMM with a recorded shape in the traces (profile with record_shapes=True)");
+  }
+  profile.gemm = fit(gemms);
+  for (const auto& [key, totals] : by_shape) {
+    const auto& [m, n, k, batch] = key;
+    profile.gemm_shapes.push_back({{m, n, k, batch}, totals.first / totals.second, calls[key]});
+  }
+  std::sort(profile.gemm_shapes.begin(), profile.gemm_shapes.end(),
+            [](const ShapeRate& a, const ShapeRate& b) { return a.shape.flops() > b.shape.flops(); });
+  profile.memory = fit(memory);
+  profile.host_s_per_operator = operators > 0 ? between_s / operators : 0;
+  return profile;
+}
+
+OutOfSample check_profile(const HardwareProfile& profile, const KinetoTrace& trace) {
+  std::map<ShapeKey, double> rates;
+  for (const ShapeRate& s : profile.gemm_shapes) rates[key_of(s.shape)] = s.flops_per_s;
+  OutOfSample out;
+  out.path = trace.path;
+  const double n = iterations_of(trace);
+  for (const TracedKernel& k : trace.kernels) {
+    if (!counted(k, trace)) continue;
+    if (k.kind.kind == KernelClass::Gemm && k.shape.batch > 0) {
+      const auto rate = rates.find(key_of(k.shape));
+      out.gemm_predicted_s += (rate != rates.end() ? k.shape.flops() / rate->second : profile.gemm.predict_s(
+                                                                                            k.shape.flops())) / n;
+      out.gemm_measured_s += k.duration_s / n;
+    } else if (!trace.gpu && memory_bound(k) && profile.memory.samples > 0) {
+      out.memory_predicted_s += profile.memory.predict_s(k.bytes) / n;
+      out.memory_measured_s += k.duration_s / n;
+    }
+  }
+  return out;
+}
+
+std::string profile_to_toml(const HardwareProfile& p) {
+  std::string out;
+  auto line = std::back_inserter(out);
+  fmt::format_to(line, "# A hardware profile fitted by `twin calibrate` from {} trace(s); the fits' residuals are the "
+                 "root mean square of each op's relative error.\n", p.sources.size());
+  fmt::format_to(line, "[profile]\ndevice = \"{}\"\nsources = [", p.device);
+  for (std::size_t i = 0; i < p.sources.size(); ++i) fmt::format_to(line, "{}\"{}\"", i ? ", " : "", p.sources[i]);
+  out += "]\n\n";
+  fmt::format_to(line, "[gemm]\nflops_per_s = {:.6e}\noverhead_s = {:.6e}\nresidual_rms = {:.4f}\nsamples = {}\n\n",
+                 p.gemm.rate_per_s, p.gemm.overhead_s, p.gemm.residual_rms, p.gemm.samples);
+  for (const ShapeRate& s : p.gemm_shapes) {
+    fmt::format_to(line, "[[gemm.shape]]\nm = {}\nn = {}\nk = {}\nbatch = {}\nflops_per_s = {:.6e}\ncalls = {}\n\n",
+                   s.shape.m, s.shape.n, s.shape.k, s.shape.batch, s.flops_per_s, s.calls);
+  }
+  if (p.memory.samples > 0) {
+    fmt::format_to(line, "[memory]\nbytes_per_s = {:.6e}\noverhead_s = {:.6e}\nresidual_rms = {:.4f}\nsamples = {}\n\n",
+                   p.memory.rate_per_s, p.memory.overhead_s, p.memory.residual_rms, p.memory.samples);
+    fmt::format_to(line, "[host]\nseconds_per_operator = {:.6e}\n\n", p.host_s_per_operator);
+  }
+  for (const OutOfSample& c : p.checks) {
+    fmt::format_to(line,
+                   "[[check]]  # another plan's trace, timed by this profile: the out-of-sample error\ntrace = \"{}\"\n"
+                   "gemm_predicted_s = {:.6e}\ngemm_measured_s = {:.6e}\nmemory_predicted_s = {:.6e}\n"
+                   "memory_measured_s = {:.6e}\n\n",
+                   c.path, c.gemm_predicted_s, c.gemm_measured_s, c.memory_predicted_s, c.memory_measured_s);
+  }
+  return out;
+}
+
+std::string profile_table(const HardwareProfile& p) {
+  std::string out;
+  auto line = std::back_inserter(out);
+  fmt::format_to(line, "profile of {} from {} trace(s)\n", p.device.empty() ? "an unnamed device" : p.device,
+                 p.sources.size());
+  fmt::format_to(line, "  GEMM    {:.3f} GFLOP/s + {:.1f} us per call over {} calls (fit residual {:.1f} %), {} shapes\n",
+                 p.gemm.rate_per_s / 1e9, p.gemm.overhead_s * 1e6, p.gemm.samples, 100 * p.gemm.residual_rms,
+                 p.gemm_shapes.size());
+  if (p.memory.samples > 0) {
+    fmt::format_to(line, "  memory  {:.3f} GB/s + {:.1f} us per operator over {} operators (fit residual {:.1f} %)\n",
+                   p.memory.rate_per_s / 1e9, p.memory.overhead_s * 1e6, p.memory.samples,
+                   100 * p.memory.residual_rms);
+    fmt::format_to(line, "  host    {:.1f} us between operators, per operator\n", p.host_s_per_operator * 1e6);
+  }
+  auto error = [](double predicted, double measured) { return measured > 0 ? 100 * (predicted / measured - 1) : 0.0; };
+  for (const OutOfSample& c : p.checks) {
+    fmt::format_to(line, "  out of sample, {}: GEMMs {:.4f} s predicted, {:.4f} s measured ({:+.1f} %)", c.path,
+                   c.gemm_predicted_s, c.gemm_measured_s, error(c.gemm_predicted_s, c.gemm_measured_s));
+    if (c.memory_measured_s > 0) {
+      fmt::format_to(line, "; memory-bound {:.4f} s predicted, {:.4f} s measured ({:+.1f} %)", c.memory_predicted_s,
+                     c.memory_measured_s, error(c.memory_predicted_s, c.memory_measured_s));
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace twin::measured

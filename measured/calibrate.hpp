@@ -1,0 +1,63 @@
+// A hardware profile measured from real runs' traces: the rates twin's cost model times ops with, fitted op by op.
+//   GEMMs      time = overhead + FLOPs / rate, least squares over every GEMM whose shape the profiler recorded
+//              (record_shapes), and each distinct shape's own rate (GEMM efficiency by shape);
+//   memory     time = overhead + bytes / rate over the memory-bound operators (norms, elementwise) of a CPU run, their
+//              bytes estimated from their recorded input shapes (kineto.hpp);
+//   host       a CPU run's time between operators, per operator (Python and the framework).
+// Each fit comes with its residual (root mean square of the relative error of each op it fitted). A profile fitted
+// on one plan is checked on another (`check`): the GEMM and memory time that plan's ops take by the profile against
+// what they took, the out-of-sample error.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "measured/kineto.hpp"
+
+namespace twin::measured {
+
+struct LinearFit {
+  double overhead_s = 0;        // per op
+  double rate_per_s = 0;        // FLOP/s or bytes/s
+  double residual_rms = 0;      // of (fitted - measured) / measured, op by op
+  std::size_t samples = 0;
+  double predict_s(double work) const { return overhead_s + (rate_per_s > 0 ? work / rate_per_s : 0); }
+};
+
+struct ShapeRate {
+  MatmulShape shape;
+  double flops_per_s = 0;
+  std::size_t calls = 0;
+};
+
+struct OutOfSample {
+  std::string path;
+  double gemm_predicted_s = 0, gemm_measured_s = 0;      // per iteration
+  double memory_predicted_s = 0, memory_measured_s = 0;  // per iteration (CPU runs)
+};
+
+struct HardwareProfile {
+  std::string device;  // "cpu" or the GPU's name
+  std::vector<std::string> sources;
+  LinearFit gemm;
+  std::vector<ShapeRate> gemm_shapes;  // largest FLOPs first
+  LinearFit memory;                    // CPU runs only (GPU kernels carry no shapes of their own)
+  double host_s_per_operator = 0;      // CPU runs only
+  std::vector<OutOfSample> checks;
+};
+
+// Fits a profile on traces of one plan (one or more ranks); throws MeasuredError when they hold no GEMM with a
+// recorded shape (the profiler ran without record_shapes=True).
+HardwareProfile calibrate(const std::vector<KinetoTrace>& traces);
+
+// The GEMM and memory time of another plan's trace by `profile` (each GEMM by its shape's rate when the profile
+// measured that shape, else by the fit), against what they measured.
+OutOfSample check_profile(const HardwareProfile& profile, const KinetoTrace& trace);
+
+// The profile as TOML (what --out writes; cluster.gpu_profile will read it).
+std::string profile_to_toml(const HardwareProfile& profile);
+
+// A readable summary: the fits, their residuals, the out-of-sample errors.
+std::string profile_table(const HardwareProfile& profile);
+
+}  // namespace twin::measured
