@@ -27,6 +27,7 @@ struct SimCommandOptions {
   std::string fidelity = "auto";
   std::string granularity = "layer";
   std::string gpu;
+  std::string profile;  // --profile: a cpu-host's measured rates (twin calibrate)
   std::string placement = "tp-dp-pp";
   std::string algorithm = "auto";
   double oversubscription = 1.0;
@@ -120,6 +121,7 @@ void run(const SimCommandOptions& o) {
   const model::Program program = build_program_within_memory(scenario, granularity);
 
   sim::SimOptions options;
+  std::optional<topology::HostProfile> host_profile;
   try {
     options.fidelity = sim::parse_fidelity(o.fidelity);
     options.algorithm = sim::parse_collective_algorithm(o.algorithm);
@@ -127,10 +129,23 @@ void run(const SimCommandOptions& o) {
       options.node = topology::job_part_of_node(topology::node_spec_by_gpu_name(o.gpu), scenario.cluster.gpus_per_node);
     }
     if (scenario.cluster.node == model::NodeKind::CpuHost) {
-      throw UserError("twin sim models GPU clusters; this scenario runs on CPU hosts (cluster.node = cpu-host)");
+      // A CPU host is simulated from its own measured rates only: no cited constants exist for "a CPU".
+      if (o.profile.empty()) {
+        throw UserError("twin sim of a cpu-host needs the host's measured rates: --profile PROFILE.toml (twin "
+                        "calibrate fits one on a profiler trace of a run on this machine)");
+      }
+      if (!o.gpu.empty()) throw UserError("--gpu replaces a DGX node's GPU; this scenario runs on a cpu-host");
+      host_profile = topology::read_host_profile(o.profile);
+      options.node = topology::cpu_host_node(*host_profile, program.layout.world_size());
+      options.fabric = topology::cpu_host_fabric(*host_profile);
+    } else if (!o.profile.empty()) {
+      throw UserError("--profile holds a cpu-host's rates; this scenario runs on " +
+                      std::string(model::to_string(scenario.cluster.node)) +
+                      " (measure GPUs with cluster.gemm_tflops and cluster.hbm_gb_per_s)");
     }
     // The fabric of the node's generation: HDR for DGX A100, NDR for DGX H100/H200.
-    topology::FabricSpec fabric = o.gpu.empty()     ? topology::fabric_spec(scenario.cluster)
+    topology::FabricSpec fabric = host_profile       ? *options.fabric
+                                  : o.gpu.empty()     ? topology::fabric_spec(scenario.cluster)
                                   : o.gpu == "a100" ? topology::infiniband_hdr_fat_tree()
                                                     : topology::infiniband_ndr_fat_tree();
     fabric.oversubscription = o.oversubscription;
@@ -150,13 +165,14 @@ void run(const SimCommandOptions& o) {
   const topology::NodeSpec node = options.node ? *options.node : topology::node_spec(scenario.cluster);
   // The cluster's own GPU measurements describe the scenario's GPU: a --gpu what-if on another GPU uses its cited
   // values instead (and says so).
-  const bool same_gpu = node.gpu.name == topology::node_spec(scenario.cluster.node).gpu.name;
+  const bool same_gpu = host_profile || node.gpu.name == topology::node_spec(scenario.cluster.node).gpu.name;
   const bool measured = scenario.cluster.gemm_tflops > 0 || scenario.cluster.hbm_gb_per_s > 0 ||
                         scenario.cluster.attention_gemm_hbm_fraction > 0;
   sim::AnalyticalParameters parameters;
   try {
-    parameters =
-        same_gpu ? sim::analytical_parameters(node.gpu, scenario.cluster) : sim::analytical_parameters(node.gpu);
+    parameters = host_profile ? sim::host_parameters(*host_profile)
+                 : same_gpu   ? sim::analytical_parameters(node.gpu, scenario.cluster)
+                              : sim::analytical_parameters(node.gpu);
   } catch (const std::invalid_argument& error) {
     throw UserError(fmt::format("{}: {}", scenario.source, error.what()));
   }
@@ -194,7 +210,15 @@ void run(const SimCommandOptions& o) {
         with_scale(training->tokens), training->iterations, with_scale(training->tokens_per_iteration),
         training->time_s / 86400, scenario.cluster.total_gpus(), with_scale(training->gpu_hours));
   }
-  fmt::print("\n  {}\n", gpu_constants_line(parameters, node.gpu));
+  if (host_profile) {
+    fmt::print("\n  host profile {}: GEMM {:.2f} GFLOP/s fitted ({} shapes at their own measured rates), memory {:.2f} "
+               "GB/s, {:.1f} us per operator and {:.1f} us between operators (twin calibrate)\n",
+               host_profile->path, host_profile->gemm_flops_per_s / 1e9, host_profile->gemm_shapes.size(),
+               host_profile->memory_bytes_per_s / 1e9, host_profile->memory_overhead_s * 1e6,
+               host_profile->host_s_per_operator * 1e6);
+  } else {
+    fmt::print("\n  {}\n", gpu_constants_line(parameters, node.gpu));
+  }
   fmt::print("  {}\n", framework_line(scenario));
   const bool own_network = scenario.cluster.nics_per_node > 0 || scenario.cluster.nic_gbps > 0;
   if (own_network && !o.gpu.empty()) {
@@ -261,7 +285,16 @@ void run(const SimCommandOptions& o) {
     json["fidelity"] = sim::to_string(result.fidelity);
     json["hardware"] = result.hardware;
     json["cost_model"] = cost.name();
-    json["gpu_constants"] = gpu_constants_json(parameters, node.gpu);
+    if (host_profile) {
+      json["host_profile"] = {{"path", host_profile->path},
+                              {"gemm_flops_per_s", host_profile->gemm_flops_per_s},
+                              {"gemm_shapes", host_profile->gemm_shapes.size()},
+                              {"memory_bytes_per_s", host_profile->memory_bytes_per_s},
+                              {"seconds_per_operator", host_profile->memory_overhead_s},
+                              {"seconds_between_operators", host_profile->host_s_per_operator}};
+    } else {
+      json["gpu_constants"] = gpu_constants_json(parameters, node.gpu);
+    }
     json["granularity"] = model::to_string(program.granularity);
     if (training) {
       json["training"] = {
@@ -297,6 +330,9 @@ void register_sim_command(CLI::App& app) {
       ->check(CLI::IsMember({"op", "layer"}));
   command->add_option("--gpu", o->gpu, "replace the scenario's GPU: a100, h100 or h200 (in its DGX node)")
       ->check(CLI::IsMember({"a100", "h100", "h200"}));
+  command->add_option("--profile", o->profile,
+                      "a cpu-host scenario: the host's measured rates (a profile twin calibrate writes)")
+      ->check(CLI::ExistingFile);
   command->add_option("--placement", o->placement,
                       "rank to GPU order, innermost axis first (Megatron: tp-dp-pp; what-if: tp-pp-dp, dp-tp-pp, ...)");
   command

@@ -66,8 +66,7 @@ HardwareProfile calibrate(const std::vector<KinetoTrace>& traces) {
   HardwareProfile profile;
   profile.device = traces.front().device;
   std::vector<Sample> gemms, memory;
-  std::map<ShapeKey, std::pair<double, double>> by_shape;  // flops, seconds
-  std::map<ShapeKey, std::size_t> calls;
+  std::map<ShapeKey, std::vector<double>> by_shape;  // each call's seconds
   double between_s = 0, operators = 0;
   for (const KinetoTrace& trace : traces) {
     profile.sources.push_back(trace.path);
@@ -82,10 +81,7 @@ HardwareProfile calibrate(const std::vector<KinetoTrace>& traces) {
       ops += 1;
       if (k.kind.kind == KernelClass::Gemm && k.shape.batch > 0 && k.duration_s > 0) {
         gemms.push_back({k.shape.flops(), k.duration_s});
-        auto& [flops, seconds] = by_shape[key_of(k.shape)];
-        flops += k.shape.flops();
-        seconds += k.duration_s;
-        ++calls[key_of(k.shape)];
+        by_shape[key_of(k.shape)].push_back(k.duration_s);
       } else if (!trace.gpu && memory_bound(k)) {
         memory.push_back({k.bytes, k.duration_s});
       }
@@ -101,9 +97,14 @@ HardwareProfile calibrate(const std::vector<KinetoTrace>& traces) {
     throw MeasuredError("calibrate: no GEMM with a recorded shape in the traces (profile with record_shapes=True)");
   }
   profile.gemm = fit(gemms);
-  for (const auto& [key, totals] : by_shape) {
+  // Each shape at the median of its calls' times: a call that other work on the machine delayed does not move it.
+  for (auto& [key, seconds] : by_shape) {
     const auto& [m, n, k, batch] = key;
-    profile.gemm_shapes.push_back({{m, n, k, batch}, totals.first / totals.second, calls[key]});
+    std::sort(seconds.begin(), seconds.end());
+    const std::size_t half = seconds.size() / 2;
+    const double median = seconds.size() % 2 ? seconds[half] : (seconds[half - 1] + seconds[half]) / 2;
+    const MatmulShape shape{m, n, k, batch};
+    profile.gemm_shapes.push_back({shape, shape.flops() / median, seconds.size()});
   }
   std::sort(profile.gemm_shapes.begin(), profile.gemm_shapes.end(),
             [](const ShapeRate& a, const ShapeRate& b) { return a.shape.flops() > b.shape.flops(); });
@@ -113,17 +114,29 @@ HardwareProfile calibrate(const std::vector<KinetoTrace>& traces) {
 }
 
 OutOfSample check_profile(const HardwareProfile& profile, const KinetoTrace& trace) {
-  std::map<ShapeKey, double> rates;
-  for (const ShapeRate& s : profile.gemm_shapes) rates[key_of(s.shape)] = s.flops_per_s;
+  // As the simulator times them (topology::HostProfile::gemm_time_s): at the nearest measured shape's rate.
+  auto rate_of = [&profile](const MatmulShape& shape) {
+    const ShapeRate* nearest = nullptr;
+    double best = 0;
+    for (const ShapeRate& s : profile.gemm_shapes) {
+      const double distance = std::abs(std::log(static_cast<double>(s.shape.m) / static_cast<double>(shape.m))) +
+                              std::abs(std::log(static_cast<double>(s.shape.n) / static_cast<double>(shape.n))) +
+                              std::abs(std::log(static_cast<double>(s.shape.k) / static_cast<double>(shape.k)));
+      if (!nearest || distance < best) {
+        nearest = &s;
+        best = distance;
+      }
+    }
+    return nearest ? nearest->flops_per_s : 0.0;
+  };
   OutOfSample out;
   out.path = trace.path;
   const double n = iterations_of(trace);
   for (const TracedKernel& k : trace.kernels) {
     if (!counted(k, trace)) continue;
     if (k.kind.kind == KernelClass::Gemm && k.shape.batch > 0) {
-      const auto rate = rates.find(key_of(k.shape));
-      out.gemm_predicted_s += (rate != rates.end() ? k.shape.flops() / rate->second : profile.gemm.predict_s(
-                                                                                            k.shape.flops())) / n;
+      const double rate = rate_of(k.shape);
+      out.gemm_predicted_s += (rate > 0 ? k.shape.flops() / rate : profile.gemm.predict_s(k.shape.flops())) / n;
       out.gemm_measured_s += k.duration_s / n;
     } else if (!trace.gpu && memory_bound(k) && profile.memory.samples > 0) {
       out.memory_predicted_s += profile.memory.predict_s(k.bytes) / n;

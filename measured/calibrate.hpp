@@ -1,6 +1,7 @@
 // A hardware profile measured from real runs' traces: the rates twin's cost model times ops with, fitted op by op.
 //   GEMMs      time = overhead + FLOPs / rate, least squares over every GEMM whose shape the profiler recorded
-//              (record_shapes), and each distinct shape's own rate (GEMM efficiency by shape);
+//              (record_shapes), and each distinct shape's own rate at the median of its calls (GEMM efficiency by
+//              shape; another plan's GEMM is timed at its nearest measured shape's rate);
 //   memory     time = overhead + bytes / rate over the memory-bound operators (norms, elementwise) of a CPU run, their
 //              bytes estimated from their recorded input shapes (kineto.hpp);
 //   host       a CPU run's time between operators, per operator (Python and the framework).
@@ -50,8 +51,8 @@ struct HardwareProfile {
 // recorded shape (the profiler ran without record_shapes=True).
 HardwareProfile calibrate(const std::vector<KinetoTrace>& traces);
 
-// The GEMM and memory time of another plan's trace by `profile` (each GEMM by its shape's rate when the profile
-// measured that shape, else by the fit), against what they measured.
+// The GEMM and memory time of another plan's trace by `profile` (each GEMM at its nearest measured shape's rate, as
+// the simulator times it), against what they measured.
 OutOfSample check_profile(const HardwareProfile& profile, const KinetoTrace& trace);
 
 // The profile as TOML (what --out writes; cluster.gpu_profile will read it).

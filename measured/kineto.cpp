@@ -195,6 +195,7 @@ void cpu_operators_as_kernels(const std::vector<CpuOp>& ops, KinetoTrace& trace)
       const CpuOp* op;
       double children_s;
       KernelClass inherited;
+      bool own;  // the class is the operator's own (not its parent's)
     };
     std::vector<Open> stack;
     auto close = [&trace](const Open& open) {
@@ -204,8 +205,12 @@ void cpu_operators_as_kernels(const std::vector<CpuOp>& ops, KinetoTrace& trace)
       k.stream = open.op->tid;
       k.start_s = open.op->start_s;
       k.duration_s = std::max(0.0, open.op->end_s - open.op->start_s - open.children_s);
-      if (open.op->shape) k.shape = *open.op->shape;
-      k.bytes = open.op->bytes;
+      // Shapes and bytes belong to an operator that does the work itself, not to a wrapper (aten::linear,
+      // aten::matmul, a view) whose own time is only its dispatch.
+      if (open.own) {
+        if (open.op->shape && open.inherited == KernelClass::Gemm) k.shape = *open.op->shape;
+        k.bytes = open.op->bytes;
+      }
       k.iteration = step_of(trace.steps, open.op->start_s);
       if (k.duration_s > 0) trace.kernels.push_back(std::move(k));
     };
@@ -218,7 +223,7 @@ void cpu_operators_as_kernels(const std::vector<CpuOp>& ops, KinetoTrace& trace)
       const KernelClass parent = stack.empty() ? KernelClass::Unclassified : stack.back().inherited;
       const KernelClass kind = parent == KernelClass::Optimizer ? parent : own.value_or(parent);
       if (!stack.empty()) stack.back().children_s += op->end_s - op->start_s;
-      stack.push_back({op, 0.0, kind});
+      stack.push_back({op, 0.0, kind, own.has_value() && parent != KernelClass::Optimizer});
     }
     while (!stack.empty()) {
       close(stack.back());

@@ -331,8 +331,18 @@ double AnalyticalCostModel::memory_time_s(double bytes) const {
   return bytes / (gpu_.hbm_bytes_per_s * parameters_.hbm_efficiency);
 }
 
+AnalyticalParameters host_parameters(const topology::HostProfile& profile) {
+  AnalyticalParameters p;
+  p.kernel_launch_s = profile.memory_overhead_s + profile.host_s_per_operator;
+  p.gemm_measured_flops_per_s = profile.gemm_flops_per_s;
+  p.gemm_measured_here = p.hbm_measured_here = true;
+  p.host = std::make_shared<const topology::HostProfile>(profile);
+  return p;
+}
+
 double AnalyticalCostModel::gemm_time_s(double m, double n, double k, double count, model::DType dtype,
                                         double hbm_fraction) const {
+  if (parameters_.host) return parameters_.host->gemm_time_s(m, n, k, count);
   const double compute = quantized_time_s(m, n, k, count, gpu_.peak_flops(dtype), parameters_.gemm_efficiency,
                                           gpu_.sm_count, parameters_.tiles);
   const double operand_bytes = model::dtype_bytes(dtype) * (m * k + k * n + m * n) * count;

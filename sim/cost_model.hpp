@@ -24,6 +24,7 @@
 
 #include <array>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,7 @@
 #include "model/program.hpp"
 #include "report/summary.hpp"
 #include "topology/hardware.hpp"
+#include "topology/host_profile.hpp"
 
 namespace twin::sim {
 
@@ -85,7 +87,15 @@ struct AnalyticalParameters {
   bool gemm_measured_here = false;
   bool hbm_measured_here = false;
   bool attention_measured_here = false;  // cluster.attention_gemm_hbm_fraction
+  // A CPU host: its GEMMs at the rates its profile measured, shape by shape (topology/host_profile.hpp), in place of
+  // peak x efficiency with tile quantization; empty on a GPU.
+  std::shared_ptr<const topology::HostProfile> host;
 };
+
+// The parameters of a CPU host from its profile: GEMMs at its measured rates, streaming at its memory rate, each
+// kernel costing its per-operator overhead and the framework's time between operators (the host and the "device"
+// are one thread, so they add up).
+AnalyticalParameters host_parameters(const topology::HostProfile& profile);
 
 // Bytes of Megatron-LM's attention core over `batch_heads` heads of a sequence (no causal mask: every softmax row
 // whole), split into what its batched GEMMs move (forward Q K^T and P V, backward their four gradient GEMMs: each

@@ -100,7 +100,7 @@ def run(args):
     warmup = args.steps - args.active
     schedule = torch.profiler.schedule(wait=0, warmup=max(1, warmup) - 1 if warmup > 1 else 0,
                                        active=args.active, repeat=1, skip_first=1 if warmup >= 1 else 0)
-    step_times = []
+    step_times, step_cpu_times = [], []
 
     def save(profiler):
         if args.trace:
@@ -109,15 +109,17 @@ def run(args):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
                                 schedule=schedule, on_trace_ready=save) as profiler:
         for _ in range(args.steps):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             optimizer.zero_grad(set_to_none=True)
             loss = model(tokens, targets)
             loss.backward()
             optimizer.step()
             step_times.append(time.perf_counter() - start)
+            step_cpu_times.append(time.process_time() - start_cpu)
             profiler.step()
     active = step_times[-args.active:]
-    return {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "seq": args.seq, "batch": args.batch,
+    active_cpu = step_cpu_times[-args.active:]
+    return {"step_cpu_s": sum(active_cpu) / len(active_cpu), "layers": args.layers, "hidden": args.hidden, "heads": args.heads, "seq": args.seq, "batch": args.batch,
             "threads": args.threads, "step_s": sum(active) / len(active), "steps_s": active, "trace": args.trace,
             "loss": float(loss)}
 

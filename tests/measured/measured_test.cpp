@@ -524,9 +524,17 @@ TEST(Calibrate, RecoversTheRatesAndPredictsAnotherPlan) {
   EXPECT_EQ(profile.gemm_shapes.size(), 3u);
   EXPECT_NEAR(profile.memory.rate_per_s, 4e9, 4e9 * 1e-6);
   EXPECT_NEAR(profile.memory.overhead_s, 5e-6, 1e-9);
-  // Another batch: shapes the profile never saw, timed by the fit.
+  // Another batch: shapes the profile never saw, each at its nearest measured shape's rate (same n and k, m = 128
+  // instead of 320: the 20 us of a call spread over 2.5 times the FLOPs), the memory-bound ones by the fit.
   const OutOfSample check = check_profile(profile, read_kineto_trace(b));
-  EXPECT_NEAR(check.gemm_predicted_s, check.gemm_measured_s, 1e-9);
+  double expected = 0, measured = 0;
+  for (const double n : {256.0, 768.0, 1024.0}) {
+    const double rate_128 = 2.0 * 128 * n * 256 / (20e-6 + 2.0 * 128 * n * 256 / 2e9);
+    expected += 2.0 * 320 * n * 256 / rate_128;
+    measured += 20e-6 + 2.0 * 320 * n * 256 / 2e9;
+  }
+  EXPECT_NEAR(check.gemm_predicted_s, expected, 1e-12);
+  EXPECT_NEAR(check.gemm_measured_s, measured, 1e-12);
   EXPECT_NEAR(check.memory_predicted_s, check.memory_measured_s, 1e-9);
   const std::string toml = profile_to_toml(profile);
   EXPECT_THAT(toml, HasSubstr("[gemm]\nflops_per_s = 2.000000e+09"));
