@@ -54,6 +54,7 @@ void register_compare_command(CLI::App& app) {
   auto json_path = std::make_shared<std::string>();
   auto allow_mismatch = std::make_shared<bool>(false);
   auto iterations = std::make_shared<int>(0);
+  auto fastest = std::make_shared<bool>(false);
   CLI::App* command = app.add_subcommand(
       "compare",
       "compare a prediction (twin sim --json) with a measurement (twin run --json, PyTorch profiler traces, a "
@@ -72,10 +73,13 @@ void register_compare_command(CLI::App& app) {
   command->add_option("--iterations", *iterations,
                       "with a profiler trace that has no ProfilerStep#N ranges: the iterations it holds")
       ->check(CLI::Range(1, 1000000));
+  command->add_flag("--fastest-step", *fastest,
+                    "with profiler traces: each rank's iteration time is its fastest ProfilerStep (the one other work "
+                    "on a shared machine delayed least), not the mean");
   command->add_option("--top", *top, "with two traces: list the N ops whose times differ most (default 10)")
       ->check(CLI::Range(0, 100000));
   command->add_option("--json", *json_path, "also write the comparison as JSON to this file")->check(output_file());
-  command->callback([predicted_path, measured, top, json_path, allow_mismatch, iterations] {
+  command->callback([predicted_path, measured, top, json_path, allow_mismatch, iterations, fastest] {
     // The table on stdout; with --json the same as JSON, written atomically.
     auto report_it = [&json_path](const std::string& table, const nlohmann::json& json) {
       fmt::print("{}", table);
@@ -120,7 +124,8 @@ void register_compare_command(CLI::App& app) {
         return;
       }
       if (measured::is_measured_input(*measured)) {
-        const measured::MeasuredRun run = measured::read_measured(*measured, *iterations);
+        measured::MeasuredRun run = measured::read_measured(*measured, *iterations);
+        if (*fastest) measured::use_fastest_iteration(run);
         const measured::MeasuredComparison comparison =
             measured::compare_with_measured(predicted, run, *allow_mismatch, *top);
         report_it(measured::measured_comparison_table(comparison), measured::measured_comparison_to_json(comparison));

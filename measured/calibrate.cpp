@@ -37,12 +37,13 @@ LinearFit fit(const std::vector<Sample>& samples) {
   }
   out.overhead_s = intercept;
   out.rate_per_s = slope > 0 ? 1 / slope : 0;
-  double squares = 0;
+  // The residuals' root mean square relative to the times' (an op of a microsecond does not dominate it).
+  double squares = 0, times = 0;
   for (const Sample& s : samples) {
-    const double relative = s.seconds > 0 ? (out.predict_s(s.work) - s.seconds) / s.seconds : 0;
-    squares += relative * relative;
+    squares += (out.predict_s(s.work) - s.seconds) * (out.predict_s(s.work) - s.seconds);
+    times += s.seconds * s.seconds;
   }
-  out.residual_rms = std::sqrt(squares / n);
+  out.residual_rms = times > 0 ? std::sqrt(squares / times) : 0;
   return out;
 }
 
@@ -79,9 +80,9 @@ HardwareProfile calibrate(const std::vector<KinetoTrace>& traces) {
       if (!counted(k, trace)) continue;
       busy += k.duration_s;
       ops += 1;
-      if (k.kind.kind == KernelClass::Gemm && k.shape.batch > 0 && k.duration_s > 0) {
-        gemms.push_back({k.shape.flops(), k.duration_s});
-        by_shape[key_of(k.shape)].push_back(k.duration_s);
+      if (k.kind.kind == KernelClass::Gemm && k.flops > 0 && k.duration_s > 0) {
+        gemms.push_back({k.flops, k.duration_s});
+        if (k.shape.batch > 0) by_shape[key_of(k.shape)].push_back(k.duration_s);
       } else if (!trace.gpu && memory_bound(k)) {
         memory.push_back({k.bytes, k.duration_s});
       }
@@ -94,10 +95,11 @@ HardwareProfile calibrate(const std::vector<KinetoTrace>& traces) {
     }
   }
   if (gemms.empty()) {
-    throw MeasuredError("calibrate: no GEMM with a recorded shape in the traces (profile with record_shapes=True)");
+    throw MeasuredError(
+        "calibrate: no GEMM with a recorded shape or FLOP count in the traces (profile with record_shapes=True)");
   }
   profile.gemm = fit(gemms);
-  // Each shape at the median of its calls' times: a call that other work on the machine delayed does not move it.
+  // Each shape at the median of its calls' times: one call that other work on the machine delayed does not move it.
   for (auto& [key, seconds] : by_shape) {
     const auto& [m, n, k, batch] = key;
     std::sort(seconds.begin(), seconds.end());
@@ -134,9 +136,9 @@ OutOfSample check_profile(const HardwareProfile& profile, const KinetoTrace& tra
   const double n = iterations_of(trace);
   for (const TracedKernel& k : trace.kernels) {
     if (!counted(k, trace)) continue;
-    if (k.kind.kind == KernelClass::Gemm && k.shape.batch > 0) {
-      const double rate = rate_of(k.shape);
-      out.gemm_predicted_s += (rate > 0 ? k.shape.flops() / rate : profile.gemm.predict_s(k.shape.flops())) / n;
+    if (k.kind.kind == KernelClass::Gemm && k.flops > 0) {
+      const double rate = k.shape.batch > 0 ? rate_of(k.shape) : 0;
+      out.gemm_predicted_s += (rate > 0 ? k.flops / rate : profile.gemm.predict_s(k.flops)) / n;
       out.gemm_measured_s += k.duration_s / n;
     } else if (!trace.gpu && memory_bound(k) && profile.memory.samples > 0) {
       out.memory_predicted_s += profile.memory.predict_s(k.bytes) / n;
@@ -149,8 +151,8 @@ OutOfSample check_profile(const HardwareProfile& profile, const KinetoTrace& tra
 std::string profile_to_toml(const HardwareProfile& p) {
   std::string out;
   auto line = std::back_inserter(out);
-  fmt::format_to(line, "# A hardware profile fitted by `twin calibrate` from {} trace(s); the fits' residuals are the "
-                 "root mean square of each op's relative error.\n", p.sources.size());
+  fmt::format_to(line, "# A hardware profile fitted by `twin calibrate` from {} trace(s); a fit's residual is the root "
+                 "mean square of its ops' errors over that of their times.\n", p.sources.size());
   fmt::format_to(line, "[profile]\ndevice = \"{}\"\nsources = [", p.device);
   for (std::size_t i = 0; i < p.sources.size(); ++i) fmt::format_to(line, "{}\"{}\"", i ? ", " : "", p.sources[i]);
   out += "]\n\n";

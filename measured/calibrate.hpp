@@ -1,11 +1,11 @@
 // A hardware profile measured from real runs' traces: the rates twin's cost model times ops with, fitted op by op.
 //   GEMMs      time = overhead + FLOPs / rate, least squares over every GEMM whose shape the profiler recorded
-//              (record_shapes), and each distinct shape's own rate at the median of its calls (GEMM efficiency by
-//              shape; another plan's GEMM is timed at its nearest measured shape's rate);
+//              (record_shapes), and each distinct shape's own rate at its fastest call (GEMM efficiency by shape;
+//              another plan's GEMM is timed at its nearest measured shape's rate);
 //   memory     time = overhead + bytes / rate over the memory-bound operators (norms, elementwise) of a CPU run, their
 //              bytes estimated from their recorded input shapes (kineto.hpp);
 //   host       a CPU run's time between operators, per operator (Python and the framework).
-// Each fit comes with its residual (root mean square of the relative error of each op it fitted). A profile fitted
+// Each fit comes with its residual: the root mean square of its ops' errors over that of their times. A profile fitted
 // on one plan is checked on another (`check`): the GEMM and memory time that plan's ops take by the profile against
 // what they took, the out-of-sample error.
 #pragma once
@@ -20,7 +20,7 @@ namespace twin::measured {
 struct LinearFit {
   double overhead_s = 0;        // per op
   double rate_per_s = 0;        // FLOP/s or bytes/s
-  double residual_rms = 0;      // of (fitted - measured) / measured, op by op
+  double residual_rms = 0;      // rms(fitted - measured) / rms(measured), over the ops fitted
   std::size_t samples = 0;
   double predict_s(double work) const { return overhead_s + (rate_per_s > 0 ? work / rate_per_s : 0); }
 };

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
 #include <regex>
+#include <sstream>
 #include <unordered_map>
 
 #include <fmt/core.h>
@@ -208,7 +210,10 @@ void cpu_operators_as_kernels(const std::vector<CpuOp>& ops, KinetoTrace& trace)
       // Shapes and bytes belong to an operator that does the work itself, not to a wrapper (aten::linear,
       // aten::matmul, a view) whose own time is only its dispatch.
       if (open.own) {
-        if (open.op->shape && open.inherited == KernelClass::Gemm) k.shape = *open.op->shape;
+        if (open.op->shape && open.inherited == KernelClass::Gemm) {
+          k.shape = *open.op->shape;
+          k.flops = k.shape.flops();
+        }
         k.bytes = open.op->bytes;
       }
       k.iteration = step_of(trace.steps, open.op->start_s);
@@ -230,6 +235,55 @@ void cpu_operators_as_kernels(const std::vector<CpuOp>& ops, KinetoTrace& trace)
       stack.pop_back();
     }
   }
+}
+
+// twin's own trace of one iteration: compute ops of the lowest rank, classified by their kind.
+void read_twin_trace(const json& events, const Reader& reader, KinetoTrace& trace) {
+  std::map<std::string, KernelClass> classes;
+  for (std::size_t index = 0; index < model::kComputeKindCount; ++index) {
+    const auto kind = static_cast<model::ComputeKind>(index);
+    classes[std::string(model::to_string(kind))] = class_of(kind).value_or(KernelClass::Unclassified);
+  }
+  std::int64_t first_rank = std::numeric_limits<std::int64_t>::max();
+  for (const json& event : events) {
+    if (event.is_object() && event.value("cat", std::string()) == "compute" && event.contains("pid") &&
+        event["pid"].is_number_integer()) {
+      first_rank = std::min(first_rank, event["pid"].get<std::int64_t>());
+    }
+  }
+  double begin = std::numeric_limits<double>::infinity(), end = -begin;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const json& event = events[i];
+    if (!event.is_object() || event.value("ph", std::string()) != "X" || !event.contains("pid") ||
+        !event["pid"].is_number_integer() || event["pid"].get<std::int64_t>() != first_rank) {
+      continue;
+    }
+    const double start = reader.seconds(i, event, "ts", false), duration = reader.seconds(i, event, "dur", true);
+    begin = std::min(begin, start);
+    end = std::max(end, start + duration);
+    if (event.value("cat", std::string()) != "compute") continue;
+    // "forward qkv_projection L3 mb2": the phase, the kind, then where it sits.
+    const std::string label = event.value("name", std::string());
+    std::istringstream words(label);
+    std::string phase, kind;
+    words >> phase >> kind;
+    TracedKernel k;
+    k.name = phase + " " + kind;
+    const auto found = classes.find(kind);
+    k.kind.kind = found != classes.end() ? found->second : KernelClass::Unclassified;
+    k.stream = thread_id(event);
+    k.start_s = start;
+    k.duration_s = duration;
+    k.iteration = 0;
+    const json args = event.value("args", json::object());
+    k.flops = args.value("flops", 0.0);
+    k.bytes = args.value("bytes", 0.0);
+    trace.kernels.push_back(std::move(k));
+  }
+  if (trace.kernels.empty()) throw MeasuredError(fmt::format("'{}': a twin trace without compute ops", trace.path));
+  trace.rank = static_cast<int>(first_rank);
+  trace.device = "cpu";
+  trace.steps.push_back({1, begin, end - begin});
 }
 
 }  // namespace
@@ -254,6 +308,11 @@ KinetoTrace read_kineto_trace(const std::string& path) {
   const Reader reader{path};
   KinetoTrace trace;
   trace.path = path;
+  if (document.is_object() && document.contains("otherData") && document["otherData"].is_object() &&
+      document["otherData"].value("engine", std::string()).rfind("exec", 0) == 0) {
+    read_twin_trace(*events, reader, trace);
+    return trace;
+  }
   trace.rank = rank_from_file_name(path);
   if (document.is_object() && document.contains("distributedInfo") && document["distributedInfo"].is_object()) {
     const json& info = document["distributedInfo"];
@@ -337,7 +396,10 @@ KinetoTrace read_kineto_trace(const std::string& path) {
       issued_s = launch->second.first;
       if (k.kind.kind == KernelClass::Gemm) {
         if (const auto thread = shaped.find(launch->second.second); thread != shaped.end()) {
-          if (const CpuOp* op = enclosing(thread->second, issued_s)) k.shape = *op->shape;
+          if (const CpuOp* op = enclosing(thread->second, issued_s)) {
+            k.shape = *op->shape;
+            k.flops = k.shape.flops();
+          }
         }
       }
     }

@@ -50,6 +50,7 @@ struct TracedKernel {
   // A CPU operator's traffic estimated from its recorded input shapes: its inputs read and an output as large as the
   // largest written, at 4 bytes an element (fp32); 0 when no shapes were recorded.
   double bytes = 0;
+  double flops = 0;  // matrix FLOPs when known: the shape's, or what the trace states (twin's own traces)
 };
 
 struct ProfilerStep {
@@ -68,7 +69,9 @@ struct KinetoTrace {
   std::vector<TracedKernel> kernels;
 };
 
-// Reads one trace (plain or gzipped JSON). Throws MeasuredError naming the file and, for a malformed event, its
+// Reads one trace (plain or gzipped JSON). twin's own traces (`twin run --trace`: "otherData": {"engine": "exec"})
+// are read too, as a CPU run of one iteration: each compute op of the first rank one kernel, its class from its kind,
+// its FLOPs and bytes from the op's arguments. Throws MeasuredError naming the file and, for a malformed event, its
 // index and field.
 KinetoTrace read_kineto_trace(const std::string& path);
 

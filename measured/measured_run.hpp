@@ -75,6 +75,10 @@ MeasuredRun read_measured(const std::string& path, int iterations_given = 0);
 // rather than twin's own JSON.
 bool is_measured_input(const std::string& path);
 
+// Each rank's iteration time becomes its fastest iteration (the one other work on a shared machine delayed least)
+// instead of the mean; the run's is their mean. Kernel times per class stay means.
+void use_fastest_iteration(MeasuredRun& run);
+
 // The share of kernel time classified (not Unclassified), over every rank: what the bench reports.
 double classified_share(const MeasuredRun& run);
 

@@ -1,7 +1,7 @@
 // A CPU host as twin simulates it: rates measured on the machine itself (`twin calibrate` fits them on profiler traces
 // and writes a profile, measured/calibrate.hpp), never typed in. The simulator reads the profile through here.
 //   [gemm]        flops_per_s, overhead_s        a GEMM call: overhead + FLOPs / rate (the least-squares fit)
-//   [[gemm.shape]] m, n, k, batch, flops_per_s   each shape the profile measured, at its own (median) rate
+//   [[gemm.shape]] m, n, k, batch, flops_per_s   each shape the profile measured, at its own rate
 //   [memory]      bytes_per_s, overhead_s        a memory-bound operator: overhead + bytes / rate
 //   [host]        seconds_per_operator           the framework's time between two operators
 // Workers (threads, MPI ranks) of one host exchange data through shared memory: a copy at the memory rate.

@@ -548,3 +548,39 @@ TEST(Calibrate, RecoversTheRatesAndPredictsAnotherPlan) {
 
 }  // namespace
 }  // namespace twin::measured
+
+namespace twin::measured {
+namespace {
+
+// twin's own trace (`twin run --trace`) of one iteration: read as a CPU run, its ops' FLOPs and bytes from their args.
+TEST(Kineto, TwinsOwnTraceIsACpuRunOfOneIteration) {
+  json events = json::array();
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", "rank 0"}}}});
+  events.push_back({{"name", "forward qkv_projection L0 mb0"}, {"cat", "compute"}, {"ph", "X"}, {"pid", 0},
+                    {"tid", 0}, {"ts", 0}, {"dur", 1000}, {"args", {{"op", 0}, {"bytes", 4e6}, {"flops", 2e7}}}});
+  events.push_back({{"name", "forward layernorm_mlp L0 mb0"}, {"cat", "compute"}, {"ph", "X"}, {"pid", 0},
+                    {"tid", 0}, {"ts", 1100}, {"dur", 400}, {"args", {{"op", 1}, {"bytes", 8e5}, {"flops", 0}}}});
+  events.push_back({{"name", "all_reduce data gradients"}, {"cat", "collective"}, {"ph", "X"}, {"pid", 0},
+                    {"tid", 1}, {"ts", 1500}, {"dur", 500}, {"args", {{"op", 2}, {"bytes", 1e6}, {"flops", 0}}}});
+  events.push_back({{"name", "forward qkv_projection L0 mb0"}, {"cat", "compute"}, {"ph", "X"}, {"pid", 1},
+                    {"tid", 0}, {"ts", 0}, {"dur", 9000}, {"args", {{"op", 0}, {"bytes", 4e6}, {"flops", 2e7}}}});
+  const std::string path = temporary("twin_trace.json");
+  write(path, json{{"displayTimeUnit", "ms"}, {"otherData", {{"engine", "exec"}}}, {"traceEvents", events}}.dump());
+  const KinetoTrace trace = read_kineto_trace(path);
+  EXPECT_FALSE(trace.gpu);
+  EXPECT_EQ(trace.device, "cpu");
+  EXPECT_EQ(trace.rank, 0);
+  ASSERT_EQ(trace.steps.size(), 1u);
+  EXPECT_NEAR(trace.steps[0].duration_s, 2000e-6, 1e-12);  // first op's start to the collective's end, rank 0 only
+  ASSERT_EQ(trace.kernels.size(), 2u);                       // the compute ops of rank 0
+  EXPECT_EQ(trace.kernels[0].name, "forward qkv_projection");
+  EXPECT_EQ(trace.kernels[0].kind.kind, KernelClass::Gemm);
+  EXPECT_EQ(trace.kernels[0].flops, 2e7);
+  EXPECT_EQ(trace.kernels[1].kind.kind, KernelClass::Norm);
+  EXPECT_EQ(trace.kernels[1].bytes, 8e5);
+  const HardwareProfile profile = calibrate({trace});
+  EXPECT_NEAR(profile.gemm.rate_per_s, 2e7 / 1000e-6, 1);  // one GEMM: the line through the origin
+}
+
+}  // namespace
+}  // namespace twin::measured
