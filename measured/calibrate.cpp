@@ -14,6 +14,18 @@ struct Sample {
   double work, seconds;
 };
 
+// `fit` with its residual: the residuals' root mean square relative to the times' (an op of a microsecond does not
+// dominate it).
+LinearFit residuals_of(LinearFit fit, const std::vector<Sample>& samples) {
+  double squares = 0, times = 0;
+  for (const Sample& s : samples) {
+    squares += (fit.predict_s(s.work) - s.seconds) * (fit.predict_s(s.work) - s.seconds);
+    times += s.seconds * s.seconds;
+  }
+  fit.residual_rms = times > 0 ? std::sqrt(squares / times) : 0;
+  return fit;
+}
+
 // Least squares of seconds = a + work / rate; a is kept >= 0 (a negative per-op time has no meaning: then the line
 // through the origin).
 LinearFit fit(const std::vector<Sample>& samples) {
@@ -37,14 +49,7 @@ LinearFit fit(const std::vector<Sample>& samples) {
   }
   out.overhead_s = intercept;
   out.rate_per_s = slope > 0 ? 1 / slope : 0;
-  // The residuals' root mean square relative to the times' (an op of a microsecond does not dominate it).
-  double squares = 0, times = 0;
-  for (const Sample& s : samples) {
-    squares += (out.predict_s(s.work) - s.seconds) * (out.predict_s(s.work) - s.seconds);
-    times += s.seconds * s.seconds;
-  }
-  out.residual_rms = times > 0 ? std::sqrt(squares / times) : 0;
-  return out;
+  return residuals_of(out, samples);
 }
 
 using ShapeKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
@@ -54,6 +59,23 @@ bool counted(const TracedKernel& k, const KinetoTrace& trace) { return trace.ste
 
 bool memory_bound(const TracedKernel& k) {
   return (k.kind.kind == KernelClass::Elementwise || k.kind.kind == KernelClass::Norm) && k.bytes > 0;
+}
+
+// The memory-bound classes whose rate is measured kind by kind.
+bool streams(KernelClass kind) {
+  return kind == KernelClass::Elementwise || kind == KernelClass::Norm || kind == KernelClass::Optimizer ||
+         kind == KernelClass::Embedding || kind == KernelClass::Loss;
+}
+
+// twin's kind of a kernel of twin's own trace ("forward optimizer_step" -> "optimizer_step"), or "".
+std::string twin_kind(const TracedKernel& k) {
+  const std::size_t space = k.name.find(' ');
+  if (space == std::string::npos) return "";
+  const std::string kind = k.name.substr(space + 1);
+  for (std::size_t index = 0; index < model::kComputeKindCount; ++index) {
+    if (model::to_string(static_cast<model::ComputeKind>(index)) == kind) return kind;
+  }
+  return "";
 }
 
 double iterations_of(const KinetoTrace& trace) {
@@ -68,6 +90,8 @@ HardwareProfile calibrate(const std::vector<KinetoTrace>& traces) {
   profile.device = traces.front().device;
   std::vector<Sample> gemms, memory;
   std::map<ShapeKey, std::vector<double>> by_shape;  // each call's seconds
+  std::map<KernelClass, std::pair<double, double>> by_class;  // bytes, seconds (PyTorch's operators)
+  std::map<std::string, std::pair<double, double>> by_kind;   // bytes, seconds (twin's own ops)
   double between_s = 0, operators = 0;
   for (const KinetoTrace& trace : traces) {
     profile.sources.push_back(trace.path);
@@ -86,6 +110,12 @@ HardwareProfile calibrate(const std::vector<KinetoTrace>& traces) {
       } else if (!trace.gpu && memory_bound(k)) {
         memory.push_back({k.bytes, k.duration_s});
       }
+      if (!trace.gpu && k.bytes > 0 && streams(k.kind.kind)) {
+        const std::string kind = twin_kind(k);
+        auto& [bytes, seconds] = kind.empty() ? by_class[k.kind.kind] : by_kind[kind];
+        bytes += k.bytes;
+        seconds += k.duration_s;
+      }
     }
     if (!trace.gpu && !trace.steps.empty()) {
       double steps_s = 0;
@@ -99,6 +129,16 @@ HardwareProfile calibrate(const std::vector<KinetoTrace>& traces) {
         "calibrate: no GEMM with a recorded shape or FLOP count in the traces (profile with record_shapes=True)");
   }
   profile.gemm = fit(gemms);
+  if (by_shape.empty()) {
+    // No shapes (twin's own traces give each GEMM op's FLOPs, not its shape): the rate is the median of the ops'
+    // rates, which one op that other work on the machine delayed does not move, as it moves a least-squares line.
+    std::vector<double> rates;
+    for (const Sample& g : gemms) rates.push_back(g.work / g.seconds);
+    std::sort(rates.begin(), rates.end());
+    const std::size_t half = rates.size() / 2;
+    const double median = rates.size() % 2 ? rates[half] : (rates[half - 1] + rates[half]) / 2;
+    profile.gemm = residuals_of({0, median, 0, gemms.size()}, gemms);
+  }
   // Each shape at the median of its calls' times: one call that other work on the machine delayed does not move it.
   for (auto& [key, seconds] : by_shape) {
     const auto& [m, n, k, batch] = key;
@@ -111,6 +151,17 @@ HardwareProfile calibrate(const std::vector<KinetoTrace>& traces) {
   std::sort(profile.gemm_shapes.begin(), profile.gemm_shapes.end(),
             [](const ShapeRate& a, const ShapeRate& b) { return a.shape.flops() > b.shape.flops(); });
   profile.memory = fit(memory);
+  for (std::size_t index = 0; index < model::kComputeKindCount; ++index) {
+    const auto kind = static_cast<model::ComputeKind>(index);
+    const auto cls = class_of(kind);
+    if (!cls) continue;
+    if (const auto it = by_class.find(*cls); it != by_class.end() && it->second.second > 0) {
+      profile.memory_bytes_per_s_by_kind[std::string(model::to_string(kind))] = it->second.first / it->second.second;
+    }
+  }
+  for (const auto& [kind, totals] : by_kind) {
+    if (totals.second > 0) profile.memory_bytes_per_s_by_kind[kind] = totals.first / totals.second;
+  }
   profile.host_s_per_operator = operators > 0 ? between_s / operators : 0;
   return profile;
 }
@@ -166,6 +217,11 @@ std::string profile_to_toml(const HardwareProfile& p) {
     fmt::format_to(line, "[memory]\nbytes_per_s = {:.6e}\noverhead_s = {:.6e}\nresidual_rms = {:.4f}\nsamples = {}\n\n",
                    p.memory.rate_per_s, p.memory.overhead_s, p.memory.residual_rms, p.memory.samples);
     fmt::format_to(line, "[host]\nseconds_per_operator = {:.6e}\n\n", p.host_s_per_operator);
+  }
+  if (!p.memory_bytes_per_s_by_kind.empty()) {
+    out += "[memory.kind]  # bytes per second each memory-bound kind of the Program streams at\n";
+    for (const auto& [kind, rate] : p.memory_bytes_per_s_by_kind) fmt::format_to(line, "{} = {:.6e}\n", kind, rate);
+    out += "\n";
   }
   for (const OutOfSample& c : p.checks) {
     fmt::format_to(line,

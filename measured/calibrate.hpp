@@ -1,7 +1,8 @@
 // A hardware profile measured from real runs' traces: the rates twin's cost model times ops with, fitted op by op.
 //   GEMMs      time = overhead + FLOPs / rate, least squares over every GEMM whose shape the profiler recorded
 //              (record_shapes), and each distinct shape's own rate at its fastest call (GEMM efficiency by shape;
-//              another plan's GEMM is timed at its nearest measured shape's rate);
+//              another plan's GEMM is timed at its nearest measured shape's rate); from twin's own traces (FLOPs
+//              per op, no shapes) the median of the ops' rates;
 //   memory     time = overhead + bytes / rate over the memory-bound operators (norms, elementwise) of a CPU run, their
 //              bytes estimated from their recorded input shapes (kineto.hpp);
 //   host       a CPU run's time between operators, per operator (Python and the framework).
@@ -10,6 +11,7 @@
 // what they took, the out-of-sample error.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -43,6 +45,10 @@ struct HardwareProfile {
   LinearFit gemm;
   std::vector<ShapeRate> gemm_shapes;  // largest FLOPs first
   LinearFit memory;                    // CPU runs only (GPU kernels carry no shapes of their own)
+  // CPU runs: each memory-bound kind of twin's Program (layernorm_attention, gelu, optimizer_step, ...) at the rate
+  // its operators reached (their bytes over their time): a norm, an activation and an optimizer stream at different
+  // rates. From a PyTorch trace every kind of a class gets the class's rate; from twin's own trace each kind its own.
+  std::map<std::string, double> memory_bytes_per_s_by_kind;
   double host_s_per_operator = 0;      // CPU runs only
   std::vector<OutOfSample> checks;
 };

@@ -421,6 +421,9 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
     return std::max(compute, memory_time_s(op.bytes)) + launch;
   }
   kernels = elementwise_kernels(scenario, op);
+  if (parameters_.host) {  // a CPU host: each kind at the rate its profile measured for it
+    return parameters_.host->memory_time_s(std::string(model::to_string(op.what)), op.bytes) + kernels * launch;
+  }
   return memory_time_s(op.bytes) + kernels * launch;
 }
 

@@ -27,6 +27,11 @@ double HostProfile::gemm_time_s(double m, double n, double k, double count) cons
   return count * (gemm_overhead_s + 2 * m * n * k / gemm_flops_per_s);
 }
 
+double HostProfile::memory_time_s(const std::string& kind, double bytes) const {
+  const auto it = memory_bytes_per_s_by_kind.find(kind);
+  return bytes / (it != memory_bytes_per_s_by_kind.end() ? it->second : memory_bytes_per_s);
+}
+
 namespace {
 
 double positive(const toml::table& table, const std::string& path, const char* section, const char* key,
@@ -62,6 +67,15 @@ HostProfile read_host_profile(const std::string& path) {
   p.memory_bytes_per_s = positive(table, path, "memory", "bytes_per_s", false);
   p.memory_overhead_s = positive(table, path, "memory", "overhead_s", true);
   p.host_s_per_operator = positive(table, path, "host", "seconds_per_operator", true);
+  if (const toml::table* kinds = table["memory"]["kind"].as_table()) {
+    for (const auto& [key, value] : *kinds) {
+      const std::optional<double> rate = value.value<double>();
+      if (!rate || !(*rate > 0) || !std::isfinite(*rate)) {
+        throw std::invalid_argument(fmt::format("{}: memory.kind.{} must be a positive number", path, key.str()));
+      }
+      p.memory_bytes_per_s_by_kind[std::string(key.str())] = *rate;
+    }
+  }
   if (const toml::array* shapes = table["gemm"]["shape"].as_array()) {
     for (std::size_t i = 0; i < shapes->size(); ++i) {
       const toml::table* shape = shapes->get(i)->as_table();

@@ -3,10 +3,12 @@
 //   [gemm]        flops_per_s, overhead_s        a GEMM call: overhead + FLOPs / rate (the least-squares fit)
 //   [[gemm.shape]] m, n, k, batch, flops_per_s   each shape the profile measured, at its own rate
 //   [memory]      bytes_per_s, overhead_s        a memory-bound operator: overhead + bytes / rate
+//   [memory.kind] KIND = bytes_per_s             each memory-bound kind of the Program at its own measured rate
 //   [host]        seconds_per_operator           the framework's time between two operators
 // Workers (threads, MPI ranks) of one host exchange data through shared memory: a copy at the memory rate.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,11 @@ struct HostProfile {
   double memory_bytes_per_s = 0;
   double memory_overhead_s = 0;
   double host_s_per_operator = 0;
+  std::map<std::string, double> memory_bytes_per_s_by_kind;  // [memory.kind]: twin's kind name -> bytes/s
+
+  // Seconds a memory-bound op of twin's kind `kind` streams `bytes` for: at its kind's measured rate, else at the
+  // memory rate.
+  double memory_time_s(const std::string& kind, double bytes) const;
 
   // Seconds of `count` GEMMs [m, k] x [k, n]: at the measured rate of the nearest shape the profile measured (log
   // distance over m, n, k), or by the fit (overhead + FLOPs / rate per GEMM) when it measured none.
