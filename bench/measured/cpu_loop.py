@@ -120,26 +120,28 @@ def main():
 
 
 def twin_executor_loop(args, plans, work):
-    """The same with twin's own CPU executor: `twin run` of every plan (in turn, twice, so that load on the machine
-    falls on all), `twin calibrate` on the first plan's trace of one step (twin run --trace), `twin sim` of every plan
-    with that profile against the fastest step `twin run` measured."""
+    """The same with twin's own CPU executor: `twin run` of every plan (in turn, three times, so that load on the
+    machine falls on all), `twin calibrate` on the first plan's three traced steps (twin run --trace), `twin sim` of
+    every plan with that profile against the fastest step `twin run` measured."""
     environment = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     steps = {plan: [] for plan in plans}
-    for repeat in range(2):
+    traces = []
+    for repeat in range(3):
         for layers, batch in plans:
             scenario = os.path.join(work, f"scenario_{layers}x{batch}.toml")
             result = os.path.join(work, f"run_{layers}x{batch}_{repeat}.json")
             command = [args.twin, "run", scenario, "--threads", "1", "--steps", str(args.steps), "--quiet", "--json",
                        result]
-            if repeat == 1 and (layers, batch) == plans[0]:
-                command += ["--trace", os.path.join(work, "twin_run_trace.json")]
+            if (layers, batch) == plans[0]:  # one traced step (the last) per run of the calibration plan
+                traces.append(os.path.join(work, f"twin_run_trace_{repeat}.json"))
+                command += ["--trace", traces[-1]]
             run(command, env=environment)
             with open(result) as f:
                 steps[(layers, batch)] += json.load(f)["iteration_time_s"][1:]  # the first step warms up
     profile = os.path.join(work, "twin_host.toml")
-    print(run([args.twin, "calibrate", os.path.join(work, "twin_run_trace.json"), "--out", profile]))
+    print(run([args.twin, "calibrate", *traces, "--out", profile]))
     rows = []
-    print(f"{'plan':>10} {'predicted s':>12} {'fastest step':>13} {'error':>8}   (twin run, {2 * (args.steps - 1)} "
+    print(f"{'plan':>10} {'predicted s':>12} {'fastest step':>13} {'error':>8}   (twin run, {3 * (args.steps - 1)} "
           f"steps per plan)")
     for layers, batch in plans:
         predicted = os.path.join(work, f"predicted_run_{layers}x{batch}.json")
