@@ -3,7 +3,7 @@
 // by implementing this class; nothing in the interpreter changes.
 //
 //   cpu   exec/cpu/cpu_backend.cpp: fp32 everywhere, kernels/cpu (OpenBLAS sgemm)
-//   cuda  (issue 6) bf16 activations and working weights, fp32 gradients, fp32 master weights and Adam state,
+//   cuda  bf16 activations and working weights, fp32 gradients, fp32 master weights and Adam state,
 //         cuBLASLt GEMMs, kernels/cuda; the collectives go to an NCCL Communicator on device pointers.
 //
 // Conventions, the same as kernels/cpu/kernels.hpp: outputs first; shapes in comments; parameter gradients ACCUMULATE

@@ -29,7 +29,7 @@ struct GptConfig {
   int padded_vocab() const { return (vocab + 127) / 128 * 128; }
   int head_dim() const { return channels / heads; }
   int rows() const { return batch * seq; }
-  // model FLOPs per step without recompute (DESIGN.md, Narayanan et al.): 72 B s l h^2 (1 + s/(6h) + V/(12 l h))
+  // model FLOPs per step without recompute (docs/architecture.md, Narayanan et al.): 72 B s l h^2 (1 + s/(6h) + V/(12 l h))
   double flops_per_step() const {
     const double B = batch, s = seq, l = layers, h = channels, V = padded_vocab();
     return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
