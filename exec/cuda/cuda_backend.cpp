@@ -15,33 +15,6 @@ using bf16 = __nv_bfloat16;
 
 namespace {
 
-// The device pointer of a tensor that must be on this backend's device, with this dtype, and not empty.
-template <class T>
-T* device_pointer(const Tensor& t, DType dtype, const char* kernel, const char* tensor) {
-  TWIN_EXEC_CHECK(!t.empty(), "cuda {}: {} is empty", kernel, tensor);
-  TWIN_EXEC_CHECK(t.device == Device::Cuda && t.dtype == dtype,
-                  "cuda {}: {} must be a {} tensor on the GPU, not {} on "
-                  "the {}",
-                  kernel, tensor, to_string(dtype), to_string(t.dtype), t.device == Device::Cuda ? "GPU" : "host");
-  return static_cast<T*>(t.data);
-}
-bf16* b16(const Tensor& t, const char* kernel, const char* tensor) {
-  return device_pointer<bf16>(t, DType::BF16, kernel, tensor);
-}
-float* f32(const Tensor& t, const char* kernel, const char* tensor) {
-  return device_pointer<float>(t, DType::F32, kernel, tensor);
-}
-int* i32(const Tensor& t, const char* kernel, const char* tensor) {
-  return device_pointer<int>(t, DType::I32, kernel, tensor);
-}
-// nullptr for an empty (optional) tensor
-bf16* optional_b16(const Tensor& t, const char* kernel, const char* tensor) {
-  return t.empty() ? nullptr : b16(t, kernel, tensor);
-}
-float* optional_f32(const Tensor& t, const char* kernel, const char* tensor) {
-  return t.empty() ? nullptr : f32(t, kernel, tensor);
-}
-
 std::size_t n(int rows, int columns) {
   return static_cast<std::size_t>(rows) * static_cast<std::size_t>(columns);
 }
@@ -59,6 +32,15 @@ CudaBackend::CudaBackend(const BackendOptions& options)
 }
 
 CudaBackend::~CudaBackend() = default;
+
+void* CudaBackend::checked(const Tensor& t, DType dtype, const char* kernel, const char* tensor) {
+  TWIN_EXEC_CHECK(!t.empty(), "cuda {}: {} is empty", kernel, tensor);
+  TWIN_EXEC_CHECK(t.device == Device::Cuda && t.dtype == dtype,
+                  "cuda {}: {} must be a {} tensor on the GPU, not {} on the {}", kernel, tensor, to_string(dtype),
+                  to_string(t.dtype), t.device == Device::Cuda ? "GPU" : "host");
+  context_->order_touch(t.data, t.bytes());
+  return t.data;
+}
 
 // --- memory ----------------------------------------------------------------------------------------------------------
 
@@ -143,6 +125,7 @@ void CudaBackend::fill(const Tensor& x, float value) {
     case DType::F64:
     case DType::I32:
       TWIN_EXEC_CHECK(value == 0.0f, "cuda fill: {} tensors can only be zeroed", to_string(x.dtype));
+      context_->order_touch(x.data, x.bytes());
       TWIN_CUDA_CHECK(cudaMemsetAsync(x.data, 0, x.bytes(), context_->compute()));
       return;
   }
@@ -153,6 +136,8 @@ void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
       dst.numel == src.numel && dst.dtype == src.dtype && dst.device == Device::Cuda && src.device == Device::Cuda,
       "cuda copy: {} {} into {} {}", src.numel, to_string(src.dtype), dst.numel, to_string(dst.dtype));
   if (src.numel == 0) return;
+  context_->order_touch(dst.data, dst.bytes());
+  context_->order_touch(src.data, src.bytes());
   TWIN_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, context_->compute()));
 }
 
@@ -192,6 +177,24 @@ double CudaBackend::squared_norm(const Tensor& x) {
   k::squared_norm(static_cast<double*>(result_.data), x.numel == 0 ? nullptr : f32(x, "squared_norm", "x"), x.numel,
                   context_->compute());
   return read_result();
+}
+
+double CudaBackend::squared_norm_sum(const std::vector<Tensor>& xs) {
+  context_->wait_deferred();  // gradients under an overlapped DP reduction
+  if (xs.empty()) return 0;
+  if (norms_.numel < xs.size()) norms_ = allocate(xs.size(), DType::F64);
+  double* norms = static_cast<double*>(norms_.data);
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const Tensor& x = xs[i];
+    k::squared_norm(norms + i, x.numel == 0 ? nullptr : f32(x, "squared_norm_sum", "x"), x.numel, context_->compute());
+  }
+  std::vector<double> values(xs.size());
+  TWIN_CUDA_CHECK(cudaMemcpyAsync(values.data(), norms, values.size() * sizeof(double), cudaMemcpyDeviceToHost,
+                                  context_->compute()));
+  synchronize();  // the one wait of the gradient norm
+  double total = 0;
+  for (double value : values) total += value;  // in order, as Backend::squared_norm_sum adds them
+  return total;
 }
 
 double CudaBackend::sum(const Tensor& x) {
@@ -386,15 +389,15 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const 
                            optional_f32(alibi_slopes, kernel, "alibi_slopes"));
 }
 
-void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
-                                     int batch, int seq, int heads, int kv_heads, int head_dim,
+void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                     const Tensor& lse, int batch, int seq, int heads, int kv_heads, int head_dim,
                                      const Tensor& alibi_slopes) {
   const std::size_t tokens = n(batch, seq), hidden = n(heads, head_dim);
   const std::size_t row = n(heads + 2 * kv_heads, head_dim);
   TWIN_EXEC_CHECK(qkv.numel == tokens * row && dqkv.numel == qkv.numel && dout.numel == tokens * hidden &&
-                      lse.numel == tokens * heads,
-                  "cuda attention_backward: dqkv {} dout {} qkv {} lse {} for B {} T {} H {} KV {} D {}", dqkv.numel,
-                  dout.numel, qkv.numel, lse.numel, batch, seq, heads, kv_heads, head_dim);
+                      out.numel == tokens * hidden && lse.numel == tokens * heads,
+                  "cuda attention_backward: dqkv {} dout {} qkv {} out {} lse {} for B {} T {} H {} KV {} D {}",
+                  dqkv.numel, dout.numel, qkv.numel, out.numel, lse.numel, batch, seq, heads, kv_heads, head_dim);
   TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == n(heads, 1),
                   "cuda attention_backward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
   const char* kernel = "attention_backward";

@@ -12,7 +12,7 @@ DeviceContext::DeviceContext(int device) : device_(device) {
 DeviceContext::~DeviceContext() {
   // destructors do not throw: errors here are left for the process's end
   cudaSetDevice(device_);
-  for (cudaEvent_t event : deferred_) cudaEventDestroy(event);
+  for (auto& entry : deferred_.take_all()) cudaEventDestroy(entry.done);
   if (compute_ != nullptr) {
     cudaStreamSynchronize(compute_);
     cudaStreamDestroy(compute_);
@@ -36,14 +36,16 @@ void DeviceContext::compute_waits(cudaEvent_t done) const {
   TWIN_CUDA_CHECK(status);
 }
 
-void DeviceContext::defer(cudaEvent_t done) {
-  deferred_.push_back(done);
+void DeviceContext::defer(cudaEvent_t done, std::string what, std::vector<ByteRange> memory) {
+  deferred_.add({done, std::move(what), std::move(memory)});
 }
 
 void DeviceContext::wait_deferred() {
-  std::vector<cudaEvent_t> events;
-  events.swap(deferred_);
-  for (cudaEvent_t event : events) compute_waits(event);
+  for (auto& entry : deferred_.take_all()) compute_waits(entry.done);
+}
+
+void DeviceContext::order_touch_slow(const void* data, std::size_t bytes) {
+  for (auto& entry : deferred_.take_through_overlapping(data, bytes)) compute_waits(entry.done);
 }
 
 }  // namespace twin::exec::cuda

@@ -3,13 +3,18 @@
 // makes the stream wait for their results, so the interpreter can treat every call as if it had finished.
 //
 // Deferred waits: a collective that may overlap compute (DP gradient reduction under dp_overlap) does not make the
-// compute stream wait at once; its completion event is deferred here, and the backend waits for every deferred event
-// before it reads gradients (norm, optimizer) or hands data to the host.
+// compute stream wait at once; its completion event is deferred here with the memory it holds. The backend waits for
+// every deferred event before it reads gradients (norm, optimizer) or hands data to the host, and orders any other
+// kernel that touches that memory after the collective (an event wait on the compute stream, no host
+// synchronization): the interpreter may treat every call as finished.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <string>
 #include <vector>
+
+#include "exec/comm/deferred_work.hpp"
 
 namespace twin::exec::cuda {
 
@@ -28,15 +33,22 @@ class DeviceContext {
   cudaEvent_t record_compute() const;
   // The compute stream waits for `done` before its next work; `done` is destroyed here.
   void compute_waits(cudaEvent_t done) const;
-  // As compute_waits, but only at the next wait_deferred().
-  void defer(cudaEvent_t done);
+  // As compute_waits, but only at the next wait_deferred(), or before a kernel touches `memory` (order_touch).
+  void defer(cudaEvent_t done, std::string what, std::vector<ByteRange> memory);
   void wait_deferred();
   bool has_deferred() const { return !deferred_.empty(); }
+  // The compute stream's next work reads or writes [data, data + bytes): it waits for the deferred collectives that
+  // hold that memory (and those issued before them).
+  void order_touch(const void* data, std::size_t bytes) {
+    if (!deferred_.empty()) order_touch_slow(data, bytes);
+  }
 
  private:
+  void order_touch_slow(const void* data, std::size_t bytes);
+
   int device_;
   cudaStream_t compute_ = nullptr;
-  std::vector<cudaEvent_t> deferred_;
+  DeferredWork<cudaEvent_t> deferred_;
 };
 
 }  // namespace twin::exec::cuda

@@ -134,7 +134,8 @@ bool NcclCommunicator::deferred(const CommGroup& group) const {
 }
 
 template <class Enqueue>
-void NcclCommunicator::run(Channel& channel, bool defer, Enqueue&& enqueue) {
+void NcclCommunicator::run(Channel& channel, bool defer, std::string_view what, std::vector<ByteRange> memory,
+                           Enqueue&& enqueue) {
   context_.make_current();
   if (!defer) context_.wait_deferred();  // anything else comes after the overlapped DP reductions
   cudaEvent_t ready = context_.record_compute();
@@ -146,7 +147,7 @@ void NcclCommunicator::run(Channel& channel, bool defer, Enqueue&& enqueue) {
   TWIN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   TWIN_CUDA_CHECK(cudaEventRecord(done, channel.stream));
   if (defer) {
-    context_.defer(done);
+    context_.defer(done, std::string(what), std::move(memory));
   } else {
     context_.compute_waits(done);
   }
@@ -158,7 +159,7 @@ void NcclCommunicator::run(Channel& channel, bool defer, Enqueue&& enqueue) {
 void NcclCommunicator::all_reduce(const CommGroup& group, void* data, std::size_t count, DType dtype,
                                   std::string_view label) {
   if (!is_device_pointer(data)) return host_.all_reduce(group, data, count, dtype, label);
-  run(group_channel(group), deferred(group), [&](Channel& c) {
+  run(group_channel(group), deferred(group), label, {{data, count * dtype_bytes(dtype)}}, [&](Channel& c) {
     TWIN_NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, c.comm, c.stream));
   });
 }
@@ -166,23 +167,25 @@ void NcclCommunicator::all_reduce(const CommGroup& group, void* data, std::size_
 void NcclCommunicator::reduce_scatter(const CommGroup& group, const void* in, void* out, std::size_t count, DType dtype,
                                       std::string_view label) {
   if (!is_device_pointer(in)) return host_.reduce_scatter(group, in, out, count, dtype, label);
-  run(group_channel(group), deferred(group), [&](Channel& c) {
-    TWIN_NCCL_CHECK(ncclReduceScatter(in, out, count, nccl_type(dtype), ncclSum, c.comm, c.stream));
-  });
+  const std::size_t bytes = count * dtype_bytes(dtype);
+  run(group_channel(group), deferred(group), label, {{in, bytes * group.members.size()}, {out, bytes}},
+      [&](Channel& c) {
+        TWIN_NCCL_CHECK(ncclReduceScatter(in, out, count, nccl_type(dtype), ncclSum, c.comm, c.stream));
+      });
 }
 
 void NcclCommunicator::all_gather(const CommGroup& group, const void* in, void* out, std::size_t count, DType dtype,
                                   std::string_view label) {
   if (!is_device_pointer(out)) return host_.all_gather(group, in, out, count, dtype, label);
   // never deferred: ZeRO-1's parameter gather feeds the next forward, which waits for nothing else
-  run(group_channel(group), false,
+  run(group_channel(group), false, label, {},
       [&](Channel& c) { TWIN_NCCL_CHECK(ncclAllGather(in, out, count, nccl_type(dtype), c.comm, c.stream)); });
 }
 
 void NcclCommunicator::broadcast(const CommGroup& group, void* data, std::size_t count, DType dtype, int root,
                                  std::string_view label) {
   if (!is_device_pointer(data)) return host_.broadcast(group, data, count, dtype, root, label);
-  run(group_channel(group), false,
+  run(group_channel(group), false, label, {},
       [&](Channel& c) { TWIN_NCCL_CHECK(ncclBroadcast(data, data, count, nccl_type(dtype), root, c.comm, c.stream)); });
 }
 

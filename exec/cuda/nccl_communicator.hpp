@@ -72,7 +72,7 @@ class NcclCommunicator final : public Communicator {
   // `enqueue(channel)` issues NCCL calls on the channel's stream after the compute stream's current work; the compute
   // stream then waits for them (or defers that wait).
   template <class Enqueue>
-  void run(Channel& channel, bool deferred, Enqueue&& enqueue);
+  void run(Channel& channel, bool deferred, std::string_view what, std::vector<ByteRange> memory, Enqueue&& enqueue);
   bool deferred(const CommGroup& group) const;
   // a received (tag, bytes) header, read on the host
   struct Header {
