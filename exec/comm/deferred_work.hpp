@@ -75,6 +75,14 @@ class DeferredWork {
     return taken;
   }
 
+  // Exactly the entries whose memory overlaps [data, data + bytes), removed (for work that completes in no order).
+  std::vector<Entry> take_overlapping(const void* data, std::size_t bytes) {
+    std::vector<Entry> taken, kept;
+    for (Entry& entry : entries_) (touches(entry, data, bytes) ? taken : kept).push_back(std::move(entry));
+    entries_ = std::move(kept);
+    return taken;
+  }
+
   std::vector<Entry> take_all() { return std::exchange(entries_, {}); }
 
  private:

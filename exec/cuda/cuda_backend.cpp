@@ -54,8 +54,8 @@ Tensor CudaBackend::allocate(std::size_t numel, DType dtype) {
   const std::size_t bytes = (numel * dtype_bytes(dtype) + 255) / 256 * 256;
   void* block = nullptr;
   TWIN_CUDA_CHECK(cudaMallocAsync(&block, bytes, context_->compute()));
-  t.storage = std::shared_ptr<void>(block, [context = context_](void* p) {
-    cudaFreeAsync(p, context->compute());  // stream-ordered: after every kernel already issued that may use it
+  t.storage = std::shared_ptr<void>(block, [context = context_, bytes](void* p) {
+    context->release(p, bytes);  // stream-ordered, and after any send still reading it
   });
   t.data = block;
   return t;
@@ -101,7 +101,7 @@ void CudaBackend::upload_i32(const Tensor& dst, const int* host) {
 
 void CudaBackend::synchronize() {
   context_->wait_deferred();
-  TWIN_CUDA_CHECK(cudaStreamSynchronize(context_->compute()));
+  context_->synchronize();  // a communication failure (a dead peer's collective aborted) is reported, not hung on
 }
 
 double CudaBackend::read_result() {
