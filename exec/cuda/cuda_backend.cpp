@@ -1,5 +1,6 @@
 #include "exec/cuda/cuda_backend.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -31,7 +32,16 @@ CudaBackend::CudaBackend(const BackendOptions& options)
   result_ = allocate(1, DType::F64);
 }
 
-CudaBackend::~CudaBackend() = default;
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(context_->device());  // no throw from a destructor
+  for (Upload& slot : uploads_) {
+    if (slot.done != nullptr) {
+      cudaEventSynchronize(slot.done);
+      cudaEventDestroy(slot.done);
+    }
+    if (slot.host != nullptr) cudaFreeHost(slot.host);
+  }
+}
 
 void* CudaBackend::checked(const Tensor& t, DType dtype, const char* kernel, const char* tensor) {
   TWIN_EXEC_CHECK(!t.empty(), "cuda {}: {} is empty", kernel, tensor);
@@ -94,9 +104,19 @@ void CudaBackend::download_f32(float* host, const Tensor& src) {
 
 void CudaBackend::upload_i32(const Tensor& dst, const int* host) {
   if (dst.numel == 0) return;
-  TWIN_CUDA_CHECK(
-      cudaMemcpyAsync(i32(dst, "upload_i32", "dst"), host, dst.bytes(), cudaMemcpyHostToDevice, context_->compute()));
-  synchronize();  // the caller may reuse its host buffer at once
+  int* device = i32(dst, "upload_i32", "dst");
+  Upload& slot = uploads_[next_upload_++ % kUploadSlots];
+  if (slot.done != nullptr) TWIN_CUDA_CHECK(cudaEventSynchronize(slot.done));  // the copy kUploadSlots uploads ago
+  if (slot.capacity < dst.numel) {
+    if (slot.host != nullptr) TWIN_CUDA_CHECK(cudaFreeHost(slot.host));
+    slot.host = nullptr;
+    TWIN_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&slot.host), dst.bytes()));
+    slot.capacity = dst.numel;
+  }
+  std::copy(host, host + dst.numel, slot.host);  // the caller may reuse its buffer at once
+  TWIN_CUDA_CHECK(cudaMemcpyAsync(device, slot.host, dst.bytes(), cudaMemcpyHostToDevice, context_->compute()));
+  if (slot.done == nullptr) TWIN_CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
+  TWIN_CUDA_CHECK(cudaEventRecord(slot.done, context_->compute()));
 }
 
 void CudaBackend::synchronize() {

@@ -14,6 +14,7 @@
 
 #include <cuda_bf16.h>
 
+#include <array>
 #include <memory>
 
 #include "exec/backend.hpp"
@@ -127,6 +128,16 @@ class CudaBackend final : public Backend {
   std::unique_ptr<kernels::cuda::Cublas> blas_;
   Tensor result_;  // (1) f64 on the device
   Tensor norms_;   // (tensors) f64 on the device: squared_norm_sum's terms
+  // Pinned host slots of upload_i32 (token ids, every micro-batch): the copy runs after the call returns, with no host
+  // wait; a slot is reused once the copy that read it kUploadSlots uploads ago has finished (long done by then).
+  struct Upload {
+    int* host = nullptr;
+    std::size_t capacity = 0;  // ints
+    cudaEvent_t done = nullptr;
+  };
+  static constexpr std::size_t kUploadSlots = 4;
+  std::array<Upload, kUploadSlots> uploads_{};
+  std::size_t next_upload_ = 0;
 };
 
 }  // namespace twin::exec::cuda
