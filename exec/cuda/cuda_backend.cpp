@@ -393,7 +393,8 @@ void CudaBackend::rope_backward(const Tensor& dqkv, int batch, int seq, int head
                    10000.f, rotary_dim);
 }
 
-// kernels/cuda's grouped-query attention: with kv_heads == heads it runs the multi-head kernels.
+// The fused kernels (kernels/cuda/flash_attention.cuh) for the head sizes they are built for; the unfused
+// grouped-query path (GEMMs around a softmax kernel, (heads, seq, seq) scratch) for the others.
 void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
                                     int heads, int kv_heads, int head_dim, const Tensor& alibi_slopes) {
   const std::size_t tokens = n(batch, seq), hidden = n(heads, head_dim);
@@ -404,6 +405,12 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const 
   TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == n(heads, 1),
                   "cuda attention_forward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
   const char* kernel = "attention_forward";
+  if (k::flash_attention_supports(head_dim)) {
+    k::flash_attention_forward(b16(out, kernel, "out"), f32(lse, kernel, "lse"), b16(qkv, kernel, "qkv"), batch, seq,
+                               heads, kv_heads, head_dim, context_->compute(),
+                               optional_f32(alibi_slopes, kernel, "alibi_slopes"));
+    return;
+  }
   k::attention_forward_gqa(b16(out, kernel, "out"), f32(lse, kernel, "lse"), b16(qkv, kernel, "qkv"), batch, seq, heads,
                            kv_heads, head_dim, *blas_, context_->compute(),
                            optional_f32(alibi_slopes, kernel, "alibi_slopes"));
@@ -421,6 +428,12 @@ void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, con
   TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == n(heads, 1),
                   "cuda attention_backward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
   const char* kernel = "attention_backward";
+  if (k::flash_attention_supports(head_dim)) {
+    k::flash_attention_backward(b16(dqkv, kernel, "dqkv"), b16(dout, kernel, "dout"), b16(qkv, kernel, "qkv"),
+                                b16(out, kernel, "out"), f32(lse, kernel, "lse"), batch, seq, heads, kv_heads, head_dim,
+                                context_->compute(), optional_f32(alibi_slopes, kernel, "alibi_slopes"));
+    return;
+  }
   k::attention_backward_gqa(b16(dqkv, kernel, "dqkv"), b16(dout, kernel, "dout"), b16(qkv, kernel, "qkv"),
                             f32(lse, kernel, "lse"), batch, seq, heads, kv_heads, head_dim, *blas_, context_->compute(),
                             optional_f32(alibi_slopes, kernel, "alibi_slopes"));
