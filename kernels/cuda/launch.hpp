@@ -37,6 +37,19 @@ constexpr unsigned row_blocks(std::size_t rows) {
   return static_cast<unsigned>(ceil_div(rows, kWarpsPerRowBlock));
 }
 
+// --- norms of a row by a block (layernorm, rmsnorm): each thread keeps up to kNormPacks packs of 8 bf16 of the row in
+// registers, so the row is read once; rows whose channels are not a multiple of 8 go to the warp-per-row kernels ----
+inline constexpr int kNormPacks = 4;
+inline constexpr int kNormMaxThreads = 1024;
+// threads of a block for one row of `channels` (a multiple of 32, enough for kNormPacks packs each), or 0 when the
+// row does not fit the block path (channels not a multiple of 8, or more than 8 * kNormPacks * 1024 = 32768)
+constexpr int norm_threads(int channels) {
+  if (channels <= 0 || channels % 8 != 0) return 0;
+  const std::size_t packs = static_cast<std::size_t>(channels) / 8;
+  const std::size_t threads = (ceil_div(packs, kNormPacks) + 31) / 32 * 32;
+  return threads > static_cast<std::size_t>(kNormMaxThreads) ? 0 : static_cast<int>(threads);
+}
+
 // --- column sums over rows (bias and LayerNorm weight gradients), deterministic ------------------------------------
 // Stage 1: blocks of (32 columns x kColumnLanes rows-lanes) each sum kRowsPerChunk consecutive rows of 32 columns
 // into partial (chunks, channels); stage 2 sums the chunks of each column in order into the output. The order of
