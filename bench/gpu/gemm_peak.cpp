@@ -8,7 +8,7 @@
 // instead of the cited ones (README, "Scenarios"; sim/cost_model.cpp). MFU is not measured against this peak but
 // against the datasheet's (bench/gpu/step_report.py).
 //
-//   twin_gemm_peak                      squares 4096 and 8192, the ~1B GPT's linear layers at 16384 rows, HBM, attention
+//   twin_gemm_peak                      squares, the ~1B GPT's linear layers at 16384 rows, HBM, attention
 //   twin_gemm_peak M N K [M N K ...]    the given GEMMs only (out (M, N) = inp (M, K) @ weight (N, K)^T)
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
