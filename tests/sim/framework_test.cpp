@@ -6,9 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "model/compute_ops.hpp"
 #include "model/program.hpp"
-#include "sim/framework.hpp"
 #include "report/summary.hpp"
+#include "sim/framework.hpp"
 #include "sim/simulate.hpp"
 #include "tests/sim/support.hpp"
 #include "topology/hardware.hpp"
@@ -22,13 +23,13 @@ using testing::Plan;
 const topology::NodeSpec kNode = topology::dgx_a100();
 const NcclTuning kNccl;
 
-model::Op gemm_op(model::ComputeKind what, model::Phase phase, double m, double n, double k) {
-  model::Op op;
-  op.what = what;
-  op.phase = phase;
-  op.gemm = {static_cast<std::int64_t>(m), static_cast<std::int64_t>(n), static_cast<std::int64_t>(k), 1};
-  op.flops = (phase == model::Phase::Backward ? 4 : 2) * m * n * k;
-  return op;
+// The compute op `what` of layer 0 in `phase`, as the Program has it (with its kernels).
+model::Op layer_op(const model::Scenario& s, model::ComputeKind what, model::Phase phase) {
+  for (const model::Op& op : model::layer_compute_ops(s, 0, phase)) {
+    if (op.what == what) return op;
+  }
+  ADD_FAILURE() << "no " << model::to_string(what) << " op";
+  return {};
 }
 
 // One layer of h 4096 on 8 tensor-parallel ranks, sequence 2048.
@@ -64,12 +65,9 @@ TEST(KernelModel, FusedElementwiseKernelsAreFaster) {
   model::Scenario unfused = fused;
   unfused.framework.fused_kernels = false;
   const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
-  model::Op layer;
-  layer.what = model::ComputeKind::TransformerLayer;
-  layer.phase = model::Phase::Forward;
-  layer.layer = 0;
-  const double t_fused = cost.compute_time_s(fused, layer);
-  const double t_unfused = AnalyticalCostModel(topology::a100_sxm4_80gb()).compute_time_s(unfused, layer);
+  const double t_fused = cost.compute_time_s(fused, model::fused_layer_op(fused, 0, model::Phase::Forward));
+  const double t_unfused = AnalyticalCostModel(topology::a100_sxm4_80gb())
+                               .compute_time_s(unfused, model::fused_layer_op(unfused, 0, model::Phase::Forward));
   EXPECT_GT(t_unfused, 1.02 * t_fused);
 }
 
@@ -83,20 +81,22 @@ TEST(KernelModel, GradientAccumulationFusionSavesAMemoryPass) {
   model::Scenario fusion = separate;
   fusion.framework.gradient_accumulation_fusion = true;
   const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
-  const double m = 1024, n = 4 * 8192 / 8, k = 8192;  // MLP up on one TP rank
-  const auto op = gemm_op(model::ComputeKind::MlpUp, model::Phase::Backward, m, n, k);
-  const double saved = cost.compute_time_s(separate, op) - cost.compute_time_s(fusion, op);
+  const double n = 4 * 8192 / 8, k = 8192;  // MLP up's weight on one TP rank
+  const auto op = [](const model::Scenario& s) {
+    return layer_op(s, model::ComputeKind::MlpUp, model::Phase::Backward);
+  };
+  const double saved = cost.compute_time_s(separate, op(separate)) - cost.compute_time_s(fusion, op(fusion));
   EXPECT_NEAR(saved, cost.memory_time_s(k * n * (2 + 8)) + cost.parameters().kernel_launch_s, 1e-12);
   // Autograd accumulation (DeepSpeed) costs nothing with a single micro-batch.
   model::Scenario single = separate;
   single.framework.name = model::Framework::DeepSpeed;
   single.parallel.global_batch = 1;
-  EXPECT_DOUBLE_EQ(cost.compute_time_s(single, op), cost.compute_time_s(fusion, op));
+  EXPECT_DOUBLE_EQ(cost.compute_time_s(single, op(single)), cost.compute_time_s(fusion, op(fusion)));
   // DeepSpeed's BF16_Optimizer adds every micro-batch's bf16 gradient into its fp32 copy, even a single one:
   // hp_grad.add_(lp.grad.to(fp32)) reads 2 and writes 4, then reads 4 + 4 and writes 4, in two kernels.
   single.framework.bf16_optimizer = true;
   single.parallel.zero_stage = 1;
-  EXPECT_NEAR(cost.compute_time_s(single, op) - cost.compute_time_s(fusion, op),
+  EXPECT_NEAR(cost.compute_time_s(single, op(single)) - cost.compute_time_s(fusion, op(fusion)),
               cost.memory_time_s(k * n * (2 + 16)) + 2 * cost.parameters().kernel_launch_s, 1e-12);
 }
 
@@ -105,27 +105,18 @@ TEST(KernelModel, LayerNormBackwardReadsItsInputsTwiceInThreeKernels) {
   // gradient reads them again and writes dx; the forward reads x and writes y.
   const model::Scenario s = make_scenario(tensor_parallel_layer());
   const double elements = 2048.0 * 4096, e = 2;  // micro-batch 1, bf16; no sequence parallelism: x is replicated
-  double forward_bytes = -1, backward_bytes = -1;
-  for (const model::Op& op : model::layer_compute_ops(s, 0, model::Phase::Forward)) {
-    if (op.what == model::ComputeKind::LayerNormMlp) forward_bytes = op.bytes;
-  }
-  for (const model::Op& op : model::layer_compute_ops(s, 0, model::Phase::Backward)) {
-    if (op.what == model::ComputeKind::LayerNormMlp) backward_bytes = op.bytes;
-  }
-  EXPECT_DOUBLE_EQ(forward_bytes, 2 * e * elements);
-  EXPECT_DOUBLE_EQ(backward_bytes, 5 * e * elements);
+  const model::Op forward = layer_op(s, model::ComputeKind::LayerNormMlp, model::Phase::Forward);
+  const model::Op backward = layer_op(s, model::ComputeKind::LayerNormMlp, model::Phase::Backward);
+  EXPECT_DOUBLE_EQ(forward.bytes, 2 * e * elements);
+  EXPECT_DOUBLE_EQ(backward.bytes, 5 * e * elements);
+  ASSERT_EQ(backward.breakdown->kernels.size(), 1u);
+  EXPECT_EQ(backward.breakdown->kernels[0].launches, 3);
+  EXPECT_EQ(forward.breakdown->kernels[0].launches, 1);
 
   const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
-  model::Op backward;
-  backward.what = model::ComputeKind::LayerNormMlp;
-  backward.phase = model::Phase::Backward;
-  backward.bytes = backward_bytes;
-  model::Op forward = backward;
-  forward.phase = model::Phase::Forward;
-  forward.bytes = forward_bytes;
   const double launch = cost.parameters().kernel_launch_s;
-  EXPECT_NEAR(cost.compute_time_s(s, backward), cost.memory_time_s(backward_bytes) + 3 * launch, 1e-12);
-  EXPECT_NEAR(cost.compute_time_s(s, forward), cost.memory_time_s(forward_bytes) + launch, 1e-12);
+  EXPECT_NEAR(cost.compute_time_s(s, backward), cost.memory_time_s(backward.bytes) + 3 * launch, 1e-12);
+  EXPECT_NEAR(cost.compute_time_s(s, forward), cost.memory_time_s(forward.bytes) + launch, 1e-12);
 }
 
 TEST(KernelModel, TheQkvBiasIsAddedAndReducedInKernelsOfItsOwn) {
@@ -145,8 +136,17 @@ TEST(KernelModel, TheQkvBiasIsAddedAndReducedInKernelsOfItsOwn) {
     if (op.what == model::ComputeKind::QkvProjection) backward = op;
   }
   EXPECT_DOUBLE_EQ(forward.bytes, operands + 2 * e * tokens * width);                     // read and write the output
-  EXPECT_DOUBLE_EQ(backward.bytes, 2 * operands + e * tokens * width);                    // read the output gradient
   EXPECT_DOUBLE_EQ(mlp_up.bytes, e * (tokens * h + h * 4 * h / 8 + tokens * 4 * h / 8));  // bias in bias-GeLU
+  // Backward: the two gradient GEMMs, Megatron's fp32 main_grad.add_() of the weight gradient (bf16: read e and 4,
+  // write 4 per weight), then the bias gradient's read of the output gradient.
+  ASSERT_EQ(backward.breakdown->kernels.size(), 3u);
+  EXPECT_EQ(backward.breakdown->kernels[0].kind, model::KernelKind::Gemm);
+  EXPECT_EQ(backward.breakdown->kernels[0].launches, 2);
+  EXPECT_DOUBLE_EQ(backward.breakdown->kernels[0].bytes, 2 * operands);
+  EXPECT_DOUBLE_EQ(backward.breakdown->kernels[1].bytes, (e + 8) * h * width);
+  EXPECT_DOUBLE_EQ(backward.breakdown->kernels[2].bytes, e * tokens * width);
+  EXPECT_EQ(backward.breakdown->kernels[2].launches, 1);
+  EXPECT_DOUBLE_EQ(backward.bytes, 2 * operands + (e + 8) * h * width + e * tokens * width);
 
   const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
   const double launch = cost.parameters().kernel_launch_s;
@@ -230,17 +230,17 @@ TEST(KernelModel, AlibiCopiesTheBiasIntoTheScoresAndQkReadsItBack) {
 double modelled_attention_s(bool dropout, model::Phase phase, std::int64_t seq = 2048) {
   model::Scenario s = make_scenario(tensor_parallel_layer());
   s.model.dtype = model::DType::FP16;
-  s.framework.fused_kernels = true;
-  s.framework.dropout = dropout;
   const double batch_heads = 16 * 8, head_dim = 64;
-  const AttentionTraffic t = attention_traffic(batch_heads, static_cast<double>(seq), head_dim, 2, dropout);
+  const model::AttentionBenchmarkKernels kernels =
+      model::unmasked_attention_kernels(batch_heads, static_cast<double>(seq), head_dim, 2, dropout);
   const bool backward = phase == model::Phase::Backward;
+  auto breakdown = std::make_shared<model::KernelBreakdown>();
+  breakdown->kernels = backward ? kernels.backward : kernels.forward;
   model::Op op;
   op.what = model::ComputeKind::AttentionCore;
   op.phase = phase;
   op.gemm = {seq, seq, 64, 2 * 16 * 8};
-  op.bytes = backward ? t.gemm_bytes_backward + t.elementwise_bytes_backward
-                      : t.gemm_bytes_forward + t.elementwise_bytes_forward;
+  op.breakdown = std::move(breakdown);
   return AnalyticalCostModel(topology::a100_sxm4_40gb()).compute_time_s(s, op);
 }
 
@@ -413,7 +413,7 @@ TEST(Framework, DeepSpeedFrom083MovesTheGradientFirstWithinAStep) {
   std::vector<model::Op> ops = {
       message(model::OpKind::Send, model::Phase::Forward, 1),    // the activation of the forward just done
       message(model::OpKind::Recv, model::Phase::Backward, 0)};  // the gradient for the backward to come
-  s.framework.deepspeed_version = {0, 8, 2};  // SendActivation, then RecvGrad
+  s.framework.deepspeed_version = {0, 8, 2};                     // SendActivation, then RecvGrad
   EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{0, 1}));
   s.framework.deepspeed_version = {0, 8, 3};  // RecvGrad, then SendActivation (#2862)
   EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{1, 0}));
