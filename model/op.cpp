@@ -1,5 +1,9 @@
 #include "model/op.hpp"
 
+#include <stdexcept>
+
+#include <fmt/format.h>
+
 namespace twin::model {
 namespace {
 
@@ -13,6 +17,20 @@ std::string_view lookup(const char* const (&names)[N], Enum value) {
 
 P2PTag p2p_tag(const Op& op) {
   return P2PTag{op.micro_batch, op.tag_virtual_stage, op.phase};
+}
+
+std::uint64_t p2p_tag_key(const P2PTag& tag) {
+  if (tag.micro_batch < 0 || tag.micro_batch >= kP2PTagMicroBatches || tag.sender_virtual_stage < 0 ||
+      tag.sender_virtual_stage >= kP2PTagVirtualStages ||
+      (tag.phase != Phase::Forward && tag.phase != Phase::Backward)) {
+    throw std::out_of_range(
+        fmt::format("point-to-point tag out of range: micro-batch {} (0 to {}), virtual stage {} (0 to {}), phase {}",
+                    tag.micro_batch, kP2PTagMicroBatches - 1, tag.sender_virtual_stage, kP2PTagVirtualStages - 1,
+                    to_string(tag.phase)));
+  }
+  const std::uint64_t backward = tag.phase == Phase::Backward ? 1 : 0;
+  return backward << 29 | static_cast<std::uint64_t>(tag.sender_virtual_stage) << 18 |
+         static_cast<std::uint64_t>(tag.micro_batch);
 }
 
 std::string_view to_string(OpKind value) {

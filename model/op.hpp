@@ -139,6 +139,15 @@ struct P2PTag {
 };
 P2PTag p2p_tag(const Op& op);
 
+// A P2PTag packed into one integer, what both engines match messages by: bits 0-17 the micro-batch, bits 18-28 the
+// sender's virtual stage, bit 29 the phase (1: backward). Under 2^30, so that it fits an MPI tag. Distinct tags give
+// distinct keys; throws std::out_of_range for a micro-batch outside [0, kP2PTagMicroBatches), a virtual stage
+// outside [0, kP2PTagVirtualStages), or a phase other than Forward and Backward.
+inline constexpr int kP2PTagMicroBatches = 1 << 18;
+inline constexpr int kP2PTagVirtualStages = 1 << 11;
+inline constexpr std::uint64_t kP2PTagKeys = std::uint64_t{1} << 30;  // every key is below it
+std::uint64_t p2p_tag_key(const P2PTag& tag);
+
 std::string_view to_string(OpKind kind);
 std::string_view to_string(Phase phase);
 std::string_view to_string(Stream stream);

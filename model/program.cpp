@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "model/compute_ops.hpp"
 #include "model/layer_ops.hpp"
 #include "model/stage_builder.hpp"
@@ -35,6 +37,13 @@ Op fused_layer_op(const Scenario& scenario, int layer, Phase phase) {
 Program build_program(const Scenario& scenario, Granularity granularity) {
   if (auto problems = validation_problems(scenario); !problems.empty()) throw ScenarioError(problems);
   const auto& p = scenario.parallel;
+  // Every pipeline message's tag must pack into one key (p2p_tag_key).
+  if (p.pp > 1 && (p.micro_batches() >= kP2PTagMicroBatches || p.pp * p.virtual_stages >= kP2PTagVirtualStages)) {
+    throw ScenarioError(
+        {fmt::format("parallel: {} micro-batches and {} virtual stages (pp x virtual_stages) exceed "
+                     "what a pipeline message's tag holds ({} and {})",
+                     p.micro_batches(), p.pp * p.virtual_stages, kP2PTagMicroBatches - 1, kP2PTagVirtualStages - 1)});
+  }
   Program program;
   program.scenario = scenario;
   program.granularity = granularity;
@@ -42,8 +51,10 @@ Program build_program(const Scenario& scenario, Granularity granularity) {
   program.schedule = build_schedule(p.schedule, static_cast<int>(p.pp), static_cast<int>(p.micro_batches()),
                                     static_cast<int>(p.virtual_stages));
   program.stage_ops.reserve(p.pp);
+  program.exchange_issue = exchange_issue(scenario);
   for (int stage = 0; stage < p.pp; ++stage) {
     program.stage_ops.push_back(StageBuilder(scenario, granularity, program.schedule[stage], stage).build());
+    program.stage_exchanges.push_back(pipeline_exchanges(scenario, program.stage_ops.back(), stage));
   }
   return program;
 }

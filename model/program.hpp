@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "model/exchanges.hpp"
 #include "model/op.hpp"
 #include "model/ranks.hpp"
 #include "model/scenario.hpp"
@@ -33,6 +34,10 @@ struct Program {
   RankLayout layout{1, 1, 1};
   std::vector<StageSchedule> schedule;     // per stage, as build_schedule gave it
   std::vector<std::vector<Op>> stage_ops;  // per stage: the op list every rank of the stage runs
+  // How the framework issues its pipeline exchanges, and per stage each exchange's Send/Recv ops in the order the
+  // framework issues them (exchanges.hpp).
+  ExchangeIssue exchange_issue = ExchangeIssue::Batched;
+  std::vector<std::vector<PipelineExchange>> stage_exchanges;
 
   int stages() const { return static_cast<int>(stage_ops.size()); }
   const std::vector<Op>& ops_of_rank(int rank) const { return stage_ops[layout.coord_of(rank).pp]; }

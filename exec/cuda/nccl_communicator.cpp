@@ -51,15 +51,6 @@ ncclDataType_t nccl_type(DType dtype) {
   throw CommError("nccl communicator: unknown dtype");
 }
 
-int index_in(const CommGroup& group, int rank) {
-  const auto it = std::find(group.members.begin(), group.members.end(), rank);
-  if (it == group.members.end()) {
-    throw CommError(
-        fmt::format("rank {} is not a member of the {} group ({})", rank, group.kind, format_ranks(group.members)));
-  }
-  return static_cast<int>(it - group.members.begin());
-}
-
 // An NCCL communicator of `size` ranks in which this rank is `index`, on `device`, with its own stream.
 std::unique_ptr<NcclCommunicator::Channel> make_channel(const ncclUniqueId& id, int size, int index,
                                                         const DeviceContext& context) {

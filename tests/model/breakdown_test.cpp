@@ -206,7 +206,7 @@ TEST(Breakdown, ElementwiseKernelCountsFollowTheFramework) {
   };
   EXPECT_EQ(launches(megatron, ComputeKind::AttentionResidual, Phase::Forward), 1);  // fused bias-dropout-add
   EXPECT_EQ(launches(megatron, ComputeKind::LayerNormMlp, Phase::Backward), 3);
-  EXPECT_EQ(launches(megatron, ComputeKind::Gelu, Phase::Forward), 1);  // fused bias-GeLU
+  EXPECT_EQ(launches(megatron, ComputeKind::Gelu, Phase::Forward), 1);          // fused bias-GeLU
   EXPECT_EQ(launches(megatron, ComputeKind::CrossEntropy, Phase::Forward), 6);  // cast, max, sub, exp, sum, div
   Scenario unfused = megatron;
   unfused.framework.fused_kernels = false;

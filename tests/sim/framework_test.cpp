@@ -9,7 +9,7 @@
 #include "model/compute_ops.hpp"
 #include "model/program.hpp"
 #include "report/summary.hpp"
-#include "sim/framework.hpp"
+#include "sim/collectives.hpp"
 #include "sim/simulate.hpp"
 #include "tests/sim/support.hpp"
 #include "topology/hardware.hpp"
@@ -303,144 +303,11 @@ TEST(KernelModel, CrossEntropyPassesOverFp32LogitsAsMegatronRunsThem) {
   EXPECT_NEAR(cost.compute_time_s(half, backward), cost.memory_time_s(backward.bytes) + 2 * launch, 1e-12);
 }
 
-TEST(Framework, PipelineTransfers) {
-  Plan plan;
-  plan.tp = 8;
-  plan.pp = 2;
-  plan.layers = 2;
-  plan.nodes = 2;
-  model::Scenario s = make_scenario(plan);
-  model::Op activation;
-  activation.kind = model::OpKind::Send;
-  activation.phase = model::Phase::Forward;
-  activation.bytes = 8e6;
-  model::Op gradient = activation;
-  gradient.phase = model::Phase::Backward;
-  // Megatron: scatter/gather both ways; until February 2022 gather_split_1d_tensor's list all_gather copies the
-  // tensor out of NCCL's flat buffer (read, write; one copy per chunk), after it gathers in place.
-  EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).wire_bytes, 1e6);
-  EXPECT_EQ(pipeline_transfer(s, gradient).receipt_gathers, 1);
-  EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).receipt_copy_bytes, 2 * 8e6);
-  EXPECT_EQ(pipeline_transfer(s, gradient).receipt_copy_kernels, 8);
-  s.framework.pipeline_gather_copies = false;
-  EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).receipt_copy_bytes, 0);
-  // DeepSpeed: partitioned activations (meta + data), whole gradients; every gather is PartitionedTensor.full()
-  // (zero-fill, copy-out, clone: 5 full tensors), and the received partition is cloned twice (receive, forward).
-  s.framework.name = model::Framework::DeepSpeed;
-  EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).wire_bytes, 1e6);
-  EXPECT_EQ(pipeline_transfer(s, activation).messages, 2);
-  EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).wire_bytes, 8e6);
-  EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).receipt_copy_bytes, 5 * 8e6 + 2 * 2 * 1e6);
-  EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).receipt_copy_bytes, 5 * 8e6);
-  EXPECT_EQ(pipeline_transfer(s, gradient).receipt_gathers, 1);
-  // BF16_Optimizer's engine (v0.6.2 on) partitions gradients too; the backward restores the output and the gradient.
-  s.framework.bf16_optimizer = true;
-  EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).wire_bytes, 1e6);
-  EXPECT_EQ(pipeline_transfer(s, gradient).messages, 2);
-  EXPECT_EQ(pipeline_transfer(s, gradient).receipt_gathers, 2);
-  EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).receipt_copy_bytes, 2 * 5 * 8e6);
-  EXPECT_DOUBLE_EQ(pipeline_transfer(s, activation).receipt_copy_bytes, 5 * 8e6 + 2 * 2 * 1e6);
-  s.framework.bf16_optimizer = false;
-  // So does any engine from v0.5.4 on (is_grad_partitioned = is_model_parallel), in fp16 too; v0.5.3 still sends
-  // gradients whole.
-  s.framework.deepspeed_version = {0, 5, 3};
-  EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).wire_bytes, 8e6);
-  s.framework.deepspeed_version = {0, 5, 4};
-  EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).wire_bytes, 1e6);
-  EXPECT_EQ(pipeline_transfer(s, gradient).receipt_gathers, 2);
-  EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).receipt_copy_bytes, 2 * 5 * 8e6);
-  s.framework.deepspeed_version = {0, 0, 0};
+TEST(Framework, AReceiptsCopiesCostTheirBytesAndLaunches) {
+  // DeepSpeed's PartitionedTensor.full() on a receipt (model::pipeline_transfer): 5 full tensors in 3 kernels.
   const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
   EXPECT_NEAR(cost.memory_copy_s(4e7, 3), cost.memory_time_s(4e7) + 3 * cost.parameters().kernel_launch_s, 1e-15);
-  // Sequence parallelism already sends a shard.
-  s.parallel.sequence_parallel = true;
-  EXPECT_DOUBLE_EQ(pipeline_transfer(s, gradient).wire_bytes, 8e6);
-  EXPECT_EQ(pipeline_transfer(s, gradient).receipt_gathers, 0);
-}
-
-// One pipeline message of a stage's exchange: a Send or Recv of an activation (Forward) or a gradient (Backward).
-model::Op message(model::OpKind kind, model::Phase phase, int micro_batch) {
-  model::Op op;
-  op.kind = kind;
-  op.phase = phase;
-  op.micro_batch = micro_batch;
-  return op;
-}
-
-TEST(Framework, DeepSpeedMovesTheActivationFirstWithinAStep) {
-  Plan plan;
-  plan.tp = 4;
-  plan.pp = 2;
-  plan.layers = 2;
-  model::Scenario s = make_scenario(plan);
-  // Stage 0 of 2 between its forward of micro-batch 1 and its backward of micro-batch 0: both messages belong to
-  // TrainSchedule step 3.
-  std::vector<model::Op> ops = {
-      message(model::OpKind::Recv, model::Phase::Backward, 0),  // the gradient for the backward to come
-      message(model::OpKind::Send, model::Phase::Forward, 1)};  // the activation of the forward just done
-  EXPECT_EQ(deepspeed_step(ops[0], 0, 2), 3);
-  EXPECT_EQ(deepspeed_step(ops[1], 0, 2), 3);
-  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{0, 1}));  // Megatron: batched, as listed
-  s.framework.name = model::Framework::DeepSpeed;
-  // v0.5's TrainSchedule (a backward step): SendActivation, then RecvGrad.
-  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{1, 0}));
-  // Stage 1 of 2 between its backward of micro-batch 0 and its forward of micro-batch 1 (step 3, a forward step):
-  // RecvActivation, then SendGrad.
-  ops = {message(model::OpKind::Send, model::Phase::Backward, 0),
-         message(model::OpKind::Recv, model::Phase::Forward, 1)};
-  EXPECT_EQ(deepspeed_step(ops[0], 1, 2), 3);
-  EXPECT_EQ(deepspeed_step(ops[1], 1, 2), 3);
-  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 1), (std::vector<std::int32_t>{1, 0}));
-  // Messages of different steps go in step order, whatever their direction: a gradient of step 3 before an
-  // activation of step 5 (stage 0's micro-batch 2).
-  ops = {message(model::OpKind::Send, model::Phase::Forward, 2),
-         message(model::OpKind::Recv, model::Phase::Backward, 0)};
-  EXPECT_EQ(deepspeed_step(ops[0], 0, 2), 5);
-  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{1, 0}));
-  // GPipe is not a DeepSpeed training schedule: batched, as listed.
-  s.parallel.schedule = model::ScheduleKind::GPipe;
-  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{0, 1}));
-}
-
-TEST(Framework, DeepSpeedFrom083MovesTheGradientFirstWithinAStep) {
-  Plan plan;
-  plan.tp = 4;
-  plan.pp = 2;
-  plan.layers = 2;
-  model::Scenario s = make_scenario(plan);
-  s.framework.name = model::Framework::DeepSpeed;
-  // Stage 0 of 2, step 3 (a backward step): the gradient of micro-batch 0 and the activation of micro-batch 1.
-  std::vector<model::Op> ops = {
-      message(model::OpKind::Send, model::Phase::Forward, 1),    // the activation of the forward just done
-      message(model::OpKind::Recv, model::Phase::Backward, 0)};  // the gradient for the backward to come
-  s.framework.deepspeed_version = {0, 8, 2};                     // SendActivation, then RecvGrad
-  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{0, 1}));
-  s.framework.deepspeed_version = {0, 8, 3};  // RecvGrad, then SendActivation (#2862)
-  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{1, 0}));
-  // Steps still come first: stage 0's activation of micro-batch 2 (step 5) after a gradient of step 3, and the last
-  // warm-up activation (step 3 of 4 stages) before a gradient of step 7.
-  ops[0].micro_batch = 2;
-  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{1, 0}));
-  s.parallel.pp = 4;
-  ops[0].micro_batch = 1;
-  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{0, 1}));
-}
-
-TEST(Framework, DeepSpeedSendsTheLastWarmupActivationBeforeAGradientOfALaterStep) {
-  // Stage 0 of 4 with 2 micro-batches: forwards at steps 0 and 2, the activation of micro-batch 1 leaves in step 3,
-  // the gradient of micro-batch 0 arrives in step 7. Receiving the gradient first would wait for a gradient that
-  // needs this very activation (stage 1 runs both forwards before its first backward).
-  Plan plan;
-  plan.tp = 2;
-  plan.pp = 4;
-  plan.layers = 4;
-  model::Scenario s = make_scenario(plan);
-  s.framework.name = model::Framework::DeepSpeed;
-  const std::vector<model::Op> ops = {message(model::OpKind::Recv, model::Phase::Backward, 0),
-                                      message(model::OpKind::Send, model::Phase::Forward, 1)};
-  EXPECT_EQ(deepspeed_step(ops[0], 0, 4), 7);
-  EXPECT_EQ(deepspeed_step(ops[1], 0, 4), 3);
-  EXPECT_EQ(exchange_order(s, ops, {0, 1}, 0), (std::vector<std::int32_t>{1, 0}));
+  EXPECT_DOUBLE_EQ(cost.memory_copy_s(0, 3), 0);
 }
 
 TEST(Framework, DeepSpeedReplaysFewAndManyMicroBatchesWithEverySchedule) {
