@@ -13,6 +13,8 @@
 //   - a collective completes when every member of its group has reached it; all members issue the same collectives
 //     in the same order.
 // A sequential interpreter (the CPU executor) may simply run the list in order: that is one valid execution.
+// What the framework adds, the simulator replays: each compute op's kernels (Op::breakdown) and how the framework
+// issues its Send/Recv ops, in which order and whether they wait for their peer (stage_exchanges, exchanges.hpp).
 #pragma once
 
 #include <cstddef>
@@ -53,7 +55,7 @@ Program build_program(const Scenario& scenario, Granularity granularity = Granul
 // and micro-batches each stage runs, without building anything: what a caller checks against the memory it has
 // before building a Program (about kProgramBytesPerOp each) for a scenario with absurd sizes.
 double estimated_stage_ops(const Scenario& scenario, Granularity granularity);
-// Measured: `twin graph mtnlg-530b` (0.94 M stage ops at op granularity) peaks at 290 MB resident.
+// Measured: `twin graph mtnlg-530b` (0.94 M stage ops at op granularity) peaks at 300 MB resident.
 inline constexpr double kProgramBytesPerOp = 300;
 
 // The op-granularity compute ops of one transformer layer (global index `layer`) in one phase, for one micro-batch,
