@@ -16,6 +16,7 @@
 #include "measured/compare_measured.hpp"
 #include "measured/measured_run.hpp"
 #include "report/compare.hpp"
+#include "report/compare_traces.hpp"
 
 namespace twin::cli {
 namespace {

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "measured/kineto.hpp"
-#include "report/trace.hpp"
+#include "model/op_label.hpp"
 
 namespace twin::measured {
 namespace {
@@ -80,7 +80,7 @@ pb::Node node_of(const model::Program& program, int rank, std::size_t index, Gro
   const model::RankLayout& layout = program.layout;
   pb::Node node;
   node.set_id(index);
-  node.set_name(report::op_label(op));
+  node.set_name(model::op_label(op));
   for (std::int32_t dep : op.deps) node.add_data_deps(static_cast<std::uint64_t>(dep));
   if (op.stream != model::Stream::Pipeline) {
     if (auto it = last_on_stream.find(op.stream); it != last_on_stream.end()) node.add_ctrl_deps(it->second);

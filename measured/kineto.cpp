@@ -10,11 +10,12 @@
 #include <memory>
 #include <optional>
 #include <regex>
-#include <sstream>
 #include <unordered_map>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
+
+#include "model/op_label.hpp"
 
 namespace twin::measured {
 
@@ -166,7 +167,8 @@ int rank_from_file_name(const std::string& path) {
 
 // The innermost operator of `ops` (one thread's, sorted by start) around time `t`, or nullptr.
 const CpuOp* enclosing(const std::vector<const CpuOp*>& ops, double t) {
-  auto it = std::upper_bound(ops.begin(), ops.end(), t, [](double time, const CpuOp* op) { return time < op->start_s; });
+  auto it =
+      std::upper_bound(ops.begin(), ops.end(), t, [](double time, const CpuOp* op) { return time < op->start_s; });
   while (it != ops.begin()) {
     --it;
     if ((*it)->end_s >= t) return *it;
@@ -262,13 +264,11 @@ void read_twin_trace(const json& events, const Reader& reader, KinetoTrace& trac
     begin = std::min(begin, start);
     end = std::max(end, start + duration);
     if (event.value("cat", std::string()) != "compute") continue;
-    // "forward qkv_projection L3 mb2": the phase, the kind, then where it sits.
-    const std::string label = event.value("name", std::string());
-    std::istringstream words(label);
-    std::string phase, kind;
-    words >> phase >> kind;
+    // "forward qkv_projection layer 3 micro-batch 2" (model/op_label.hpp): its class is the phase and the kind.
+    const std::string op_class = model::op_class(event.value("name", std::string()));
+    const std::string kind = op_class.substr(op_class.find(' ') + 1);
     TracedKernel k;
-    k.name = phase + " " + kind;
+    k.name = op_class;
     const auto found = classes.find(kind);
     k.kind.kind = found != classes.end() ? found->second : KernelClass::Unclassified;
     k.stream = thread_id(event);
@@ -340,11 +340,11 @@ KinetoTrace read_kineto_trace(const std::string& path) {
     if (!event.is_object()) throw MeasuredError(fmt::format("'{}': traceEvents[{}] is not an object", path, i));
     if (event.value("ph", std::string()) != "X") continue;  // metadata, flows, instants, counters
     // The legacy profiler's export (a PyTorch built without Kineto) has no categories: its events are operators.
-    const std::string category =
-        event.contains("cat") ? event.value("cat", std::string())
-                              : (event.value("pid", json()) == json("CPU functions") ? "cpu_op" : std::string());
-    const std::string name = event.contains("name") && event["name"].is_string() ? event["name"].get<std::string>()
-                                                                                  : std::string();
+    const std::string category = event.contains("cat")
+                                     ? event.value("cat", std::string())
+                                     : (event.value("pid", json()) == json("CPU functions") ? "cpu_op" : std::string());
+    const std::string name =
+        event.contains("name") && event["name"].is_string() ? event["name"].get<std::string>() : std::string();
     std::smatch match;
     if ((category == "user_annotation" || category == "cpu_op") && std::regex_match(name, match, step_name)) {
       trace.steps.push_back({match[1].matched ? std::stoll(match[1]) : -1, reader.seconds(i, event, "ts", false),

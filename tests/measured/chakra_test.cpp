@@ -13,7 +13,7 @@
 
 #include "measured/chakra.hpp"
 #include "measured/kineto.hpp"
-#include "report/trace.hpp"
+#include "model/op_label.hpp"
 #include "tests/model/test_scenarios.hpp"
 
 namespace twin::measured {
@@ -27,8 +27,8 @@ TEST(Chakra, EveryOpAndDependencyRoundTrips) {
   s.parallel.zero_stage = 1;
   s.parallel.dp_overlap = true;
   const model::Program program = model::build_program(s, model::Granularity::Op);
-  const std::string dir = (std::filesystem::temp_directory_path() / ("twin-chakra-" + std::to_string(::getpid())))
-                              .string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("twin-chakra-" + std::to_string(::getpid()))).string();
   const std::vector<std::string> files = write_chakra(program, dir);
   ASSERT_EQ(files.size(), 9u);  // 8 ranks and the groups
 
@@ -46,7 +46,7 @@ TEST(Chakra, EveryOpAndDependencyRoundTrips) {
       const model::Op& op = ops[i];
       const ChakraNode& node = trace.nodes[i];
       ASSERT_EQ(node.id, i);
-      EXPECT_EQ(node.name, report::op_label(op));
+      EXPECT_EQ(node.name, model::op_label(op));
       EXPECT_EQ(node.data_deps, std::vector<std::uint64_t>(op.deps.begin(), op.deps.end())) << node.name;
       std::vector<std::uint64_t> control;
       if (op.stream != model::Stream::Pipeline) {
@@ -62,9 +62,9 @@ TEST(Chakra, EveryOpAndDependencyRoundTrips) {
           break;
         case model::OpKind::Collective: {
           EXPECT_EQ(node.type, kCollNode);
-          const int expected_type = op.collective == model::CollectiveKind::AllReduce       ? 0
-                                    : op.collective == model::CollectiveKind::AllGather     ? 2
-                                                                                            : 7;
+          const int expected_type = op.collective == model::CollectiveKind::AllReduce   ? 0
+                                    : op.collective == model::CollectiveKind::AllGather ? 2
+                                                                                        : 7;
           EXPECT_EQ(node.comm_type, expected_type);
           EXPECT_EQ(node.comm_size, static_cast<std::int64_t>(op.bytes));
           ASSERT_TRUE(groups.contains(node.pg_name)) << node.pg_name;
@@ -97,8 +97,8 @@ TEST(Chakra, EveryOpAndDependencyRoundTrips) {
 TEST(Chakra, ATruncatedTraceIsNamed) {
   const model::Program program =
       model::build_program(model::testing::make_scenario(2, 64, 4, 32, 256, 1, 1, 1, 1, 1), model::Granularity::Op);
-  const std::string dir = (std::filesystem::temp_directory_path() / ("twin-chakra-t-" + std::to_string(::getpid())))
-                              .string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("twin-chakra-t-" + std::to_string(::getpid()))).string();
   write_chakra(program, dir);
   const std::string path = dir + "/twin.0.et";
   std::filesystem::resize_file(path, std::filesystem::file_size(path) - 3);

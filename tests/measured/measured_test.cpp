@@ -34,7 +34,9 @@ std::string temporary(const std::string& name) {
   return (dir / name).string();
 }
 
-void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+void write(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
 
 void write_gzipped(const std::string& path, const std::string& text) {
   gzFile file = gzopen(path.c_str(), "wb");
@@ -99,8 +101,9 @@ TEST(KernelClass, NamesOfRealKernels) {
   for (const auto& [name, expected] : cases) {
     EXPECT_EQ(classify_kernel(name).kind, expected) << name;
   }
-  const Classified nccl = classify_kernel("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, "
-                                          "ncclWork*)");
+  const Classified nccl = classify_kernel(
+      "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, "
+      "ncclWork*)");
   EXPECT_EQ(nccl.kind, KernelClass::Communication);
   EXPECT_EQ(nccl.comm, CommKind::ReduceScatter);
   EXPECT_EQ(classify_kernel("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)").comm, CommKind::AllReduce);
@@ -132,30 +135,80 @@ json made_up_trace() {
   json events = json::array();
   for (int step = 0; step < 2; ++step) {
     const double t0 = 1000 + step * 5000;  // microseconds
-    events.push_back({{"ph", "X"}, {"cat", "user_annotation"}, {"name", "ProfilerStep#" + std::to_string(7 + step)},
-                      {"pid", 1}, {"tid", 1}, {"ts", t0}, {"dur", 5000}});
+    events.push_back({{"ph", "X"},
+                      {"cat", "user_annotation"},
+                      {"name", "ProfilerStep#" + std::to_string(7 + step)},
+                      {"pid", 1},
+                      {"tid", 1},
+                      {"ts", t0},
+                      {"dur", 5000}});
     const int gemm_id = 100 + step * 10, norm_id = gemm_id + 1, comm_id = gemm_id + 2;
-    events.push_back({{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::mm"}, {"pid", 1}, {"tid", 1}, {"ts", t0 + 10},
-                      {"dur", 30}, {"args", {{"Input Dims", {{64, 32}, {32, 16}}}}}});
-    events.push_back({{"ph", "X"}, {"cat", "cuda_runtime"}, {"name", "cudaLaunchKernel"}, {"pid", 1}, {"tid", 1},
-                      {"ts", t0 + 20}, {"dur", 5}, {"args", {{"correlation", gemm_id}}}});
-    events.push_back({{"ph", "X"}, {"cat", "cuda_runtime"}, {"name", "cudaLaunchKernel"}, {"pid", 1}, {"tid", 1},
-                      {"ts", t0 + 50}, {"dur", 5}, {"args", {{"correlation", norm_id}}}});
-    events.push_back({{"ph", "X"}, {"cat", "cuda_runtime"}, {"name", "cudaLaunchKernel"}, {"pid", 1}, {"tid", 1},
-                      {"ts", t0 + 60}, {"dur", 5}, {"args", {{"correlation", comm_id}}}});
-    events.push_back({{"ph", "X"}, {"cat", "kernel"}, {"name", "ampere_sgemm_128x64_nn"}, {"pid", 0}, {"tid", 7},
-                      {"ts", t0 + 100}, {"dur", 1000}, {"args", {{"stream", 7}, {"correlation", gemm_id}}}});
-    events.push_back({{"ph", "X"}, {"cat", "kernel"},
+    events.push_back({{"ph", "X"},
+                      {"cat", "cpu_op"},
+                      {"name", "aten::mm"},
+                      {"pid", 1},
+                      {"tid", 1},
+                      {"ts", t0 + 10},
+                      {"dur", 30},
+                      {"args", {{"Input Dims", {{64, 32}, {32, 16}}}}}});
+    events.push_back({{"ph", "X"},
+                      {"cat", "cuda_runtime"},
+                      {"name", "cudaLaunchKernel"},
+                      {"pid", 1},
+                      {"tid", 1},
+                      {"ts", t0 + 20},
+                      {"dur", 5},
+                      {"args", {{"correlation", gemm_id}}}});
+    events.push_back({{"ph", "X"},
+                      {"cat", "cuda_runtime"},
+                      {"name", "cudaLaunchKernel"},
+                      {"pid", 1},
+                      {"tid", 1},
+                      {"ts", t0 + 50},
+                      {"dur", 5},
+                      {"args", {{"correlation", norm_id}}}});
+    events.push_back({{"ph", "X"},
+                      {"cat", "cuda_runtime"},
+                      {"name", "cudaLaunchKernel"},
+                      {"pid", 1},
+                      {"tid", 1},
+                      {"ts", t0 + 60},
+                      {"dur", 5},
+                      {"args", {{"correlation", comm_id}}}});
+    events.push_back({{"ph", "X"},
+                      {"cat", "kernel"},
+                      {"name", "ampere_sgemm_128x64_nn"},
+                      {"pid", 0},
+                      {"tid", 7},
+                      {"ts", t0 + 100},
+                      {"dur", 1000},
+                      {"args", {{"stream", 7}, {"correlation", gemm_id}}}});
+    events.push_back({{"ph", "X"},
+                      {"cat", "kernel"},
                       {"name", "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>()"},
-                      {"pid", 0}, {"tid", 7}, {"ts", t0 + 1100}, {"dur", 500},
+                      {"pid", 0},
+                      {"tid", 7},
+                      {"ts", t0 + 1100},
+                      {"dur", 500},
                       {"args", {{"stream", 7}, {"correlation", norm_id}}}});
-    events.push_back({{"ph", "X"}, {"cat", "kernel"}, {"name", "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"},
-                      {"pid", 0}, {"tid", 20}, {"ts", t0 + 100}, {"dur", 2000},
+    events.push_back({{"ph", "X"},
+                      {"cat", "kernel"},
+                      {"name", "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"},
+                      {"pid", 0},
+                      {"tid", 20},
+                      {"ts", t0 + 100},
+                      {"dur", 2000},
                       {"args", {{"stream", 20}, {"correlation", comm_id}}}});
   }
   // A kernel before the first step: recorded, not counted.
-  events.push_back({{"ph", "X"}, {"cat", "kernel"}, {"name", "ampere_sgemm_128x64_nn"}, {"pid", 0}, {"tid", 7},
-                    {"ts", 10}, {"dur", 100}, {"args", {{"stream", 7}, {"correlation", 1}}}});
+  events.push_back({{"ph", "X"},
+                    {"cat", "kernel"},
+                    {"name", "ampere_sgemm_128x64_nn"},
+                    {"pid", 0},
+                    {"tid", 7},
+                    {"ts", 10},
+                    {"dur", 100},
+                    {"args", {{"stream", 7}, {"correlation", 1}}}});
   return {{"schemaVersion", 1},
           {"deviceProperties", {{{"id", 0}, {"name", "NVIDIA A100-SXM4-80GB"}, {"totalGlobalMem", 85899345920.0}}}},
           {"distributedInfo", {{"backend", "nccl"}, {"rank", 3}, {"world_size", 8}}},
@@ -302,16 +355,32 @@ TEST(Kineto, RanksOfOneRunFromADirectory) {
 // A CPU run: operators' self times, the optimizer step's children the optimizer's.
 TEST(Kineto, CpuRunOperatorsBySelfTime) {
   json events = json::array();
-  events.push_back({{"ph", "X"}, {"cat", "user_annotation"}, {"name", "ProfilerStep#1"}, {"pid", 1}, {"tid", 1},
-                    {"ts", 0}, {"dur", 1000}});
-  events.push_back({{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::linear"}, {"pid", 1}, {"tid", 1}, {"ts", 10},
-                    {"dur", 400}});
-  events.push_back({{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::addmm"}, {"pid", 1}, {"tid", 1}, {"ts", 20},
-                    {"dur", 380}, {"args", {{"Input Dims", {{16}, {8, 32}, {32, 16}}}}}});
-  events.push_back({{"ph", "X"}, {"cat", "user_annotation"}, {"name", "Optimizer.step#AdamW.step"}, {"pid", 1},
-                    {"tid", 1}, {"ts", 500}, {"dur", 300}});
-  events.push_back({{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::add_"}, {"pid", 1}, {"tid", 1}, {"ts", 510},
-                    {"dur", 100}});
+  events.push_back({{"ph", "X"},
+                    {"cat", "user_annotation"},
+                    {"name", "ProfilerStep#1"},
+                    {"pid", 1},
+                    {"tid", 1},
+                    {"ts", 0},
+                    {"dur", 1000}});
+  events.push_back(
+      {{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::linear"}, {"pid", 1}, {"tid", 1}, {"ts", 10}, {"dur", 400}});
+  events.push_back({{"ph", "X"},
+                    {"cat", "cpu_op"},
+                    {"name", "aten::addmm"},
+                    {"pid", 1},
+                    {"tid", 1},
+                    {"ts", 20},
+                    {"dur", 380},
+                    {"args", {{"Input Dims", {{16}, {8, 32}, {32, 16}}}}}});
+  events.push_back({{"ph", "X"},
+                    {"cat", "user_annotation"},
+                    {"name", "Optimizer.step#AdamW.step"},
+                    {"pid", 1},
+                    {"tid", 1},
+                    {"ts", 500},
+                    {"dur", 300}});
+  events.push_back(
+      {{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::add_"}, {"pid", 1}, {"tid", 1}, {"ts", 510}, {"dur", 100}});
   const std::string path = temporary("cpu.json");
   write(path, json{{"traceEvents", events}}.dump());
   const KinetoTrace trace = read_kineto_trace(path);
@@ -319,7 +388,7 @@ TEST(Kineto, CpuRunOperatorsBySelfTime) {
   EXPECT_EQ(trace.device, "cpu");
   const RankMeasurement r = measure_rank(trace);
   EXPECT_NEAR(r.class_s[static_cast<int>(KernelClass::Gemm)], 380e-6, 1e-12);
-  EXPECT_NEAR(r.class_s[static_cast<int>(KernelClass::Optimizer)], 300e-6, 1e-12);  // step's own 200 + add_'s 100
+  EXPECT_NEAR(r.class_s[static_cast<int>(KernelClass::Optimizer)], 300e-6, 1e-12);    // step's own 200 + add_'s 100
   EXPECT_NEAR(r.class_s[static_cast<int>(KernelClass::Unclassified)], 20e-6, 1e-12);  // aten::linear's own
   EXPECT_NEAR(r.outside_operators_s, 1000e-6 - 700e-6, 1e-12);
 }
@@ -397,9 +466,19 @@ TEST(TrainingLog, NemoAndTorchtitanLogs) {
 // A prediction's summary as `twin sim --json` writes it (the fields compare reads).
 json prediction(const std::string& hardware, int gpus, int tp) {
   return {{"scenario",
-           {{"name", "gpt"}, {"gpus", gpus}, {"tp", tp}, {"pp", 2}, {"dp", gpus / (2 * tp)}, {"micro_batches", 16},
-            {"layers", 24}, {"hidden", 2048}, {"heads", 16}, {"seq_len", 2048}, {"global_batch", 64},
-            {"micro_batch", 2}, {"hardware", hardware}}},
+           {{"name", "gpt"},
+            {"gpus", gpus},
+            {"tp", tp},
+            {"pp", 2},
+            {"dp", gpus / (2 * tp)},
+            {"micro_batches", 16},
+            {"layers", 24},
+            {"hidden", 2048},
+            {"heads", 16},
+            {"seq_len", 2048},
+            {"global_batch", 64},
+            {"micro_batch", 2},
+            {"hardware", hardware}}},
           {"engine", "sim"},
           {"iteration_time_s", 1.0},
           {"tflops_per_gpu", 100.0},
@@ -495,12 +574,23 @@ json timed_cpu_trace(int batch) {
   json events = json::array();
   double t = 0;
   auto op = [&events, &t](const std::string& name, const json& dims, double seconds) {
-    events.push_back({{"ph", "X"}, {"cat", "cpu_op"}, {"name", name}, {"pid", 1}, {"tid", 1}, {"ts", t * 1e6},
-                      {"dur", seconds * 1e6}, {"args", {{"Input Dims", dims}}}});
+    events.push_back({{"ph", "X"},
+                      {"cat", "cpu_op"},
+                      {"name", name},
+                      {"pid", 1},
+                      {"tid", 1},
+                      {"ts", t * 1e6},
+                      {"dur", seconds * 1e6},
+                      {"args", {{"Input Dims", dims}}}});
     t += seconds + 1e-6;
   };
-  events.push_back({{"ph", "X"}, {"cat", "user_annotation"}, {"name", "ProfilerStep#1"}, {"pid", 1}, {"tid", 1},
-                    {"ts", 0}, {"dur", 1e6}});
+  events.push_back({{"ph", "X"},
+                    {"cat", "user_annotation"},
+                    {"name", "ProfilerStep#1"},
+                    {"pid", 1},
+                    {"tid", 1},
+                    {"ts", 0},
+                    {"dur", 1e6}});
   const std::int64_t m = 64 * batch;
   for (const std::int64_t n : {256, 768, 1024}) {
     op("aten::mm", {{m, 256}, {256, n}}, 20e-6 + 2.0 * m * n * 256 / 2e9);
@@ -556,14 +646,38 @@ namespace {
 TEST(Kineto, TwinsOwnTraceIsACpuRunOfOneIteration) {
   json events = json::array();
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", "rank 0"}}}});
-  events.push_back({{"name", "forward qkv_projection L0 mb0"}, {"cat", "compute"}, {"ph", "X"}, {"pid", 0},
-                    {"tid", 0}, {"ts", 0}, {"dur", 1000}, {"args", {{"op", 0}, {"bytes", 4e6}, {"flops", 2e7}}}});
-  events.push_back({{"name", "forward layernorm_mlp L0 mb0"}, {"cat", "compute"}, {"ph", "X"}, {"pid", 0},
-                    {"tid", 0}, {"ts", 1100}, {"dur", 400}, {"args", {{"op", 1}, {"bytes", 8e5}, {"flops", 0}}}});
-  events.push_back({{"name", "all_reduce data gradients"}, {"cat", "collective"}, {"ph", "X"}, {"pid", 0},
-                    {"tid", 1}, {"ts", 1500}, {"dur", 500}, {"args", {{"op", 2}, {"bytes", 1e6}, {"flops", 0}}}});
-  events.push_back({{"name", "forward qkv_projection L0 mb0"}, {"cat", "compute"}, {"ph", "X"}, {"pid", 1},
-                    {"tid", 0}, {"ts", 0}, {"dur", 9000}, {"args", {{"op", 0}, {"bytes", 4e6}, {"flops", 2e7}}}});
+  events.push_back({{"name", "forward qkv_projection layer 0 micro-batch 0"},
+                    {"cat", "compute"},
+                    {"ph", "X"},
+                    {"pid", 0},
+                    {"tid", 0},
+                    {"ts", 0},
+                    {"dur", 1000},
+                    {"args", {{"op", 0}, {"bytes", 4e6}, {"flops", 2e7}}}});
+  events.push_back({{"name", "forward layernorm_mlp layer 0 micro-batch 0"},
+                    {"cat", "compute"},
+                    {"ph", "X"},
+                    {"pid", 0},
+                    {"tid", 0},
+                    {"ts", 1100},
+                    {"dur", 400},
+                    {"args", {{"op", 1}, {"bytes", 8e5}, {"flops", 0}}}});
+  events.push_back({{"name", "all_reduce data gradients"},
+                    {"cat", "collective"},
+                    {"ph", "X"},
+                    {"pid", 0},
+                    {"tid", 1},
+                    {"ts", 1500},
+                    {"dur", 500},
+                    {"args", {{"op", 2}, {"bytes", 1e6}, {"flops", 0}}}});
+  events.push_back({{"name", "forward qkv_projection layer 0 micro-batch 0"},
+                    {"cat", "compute"},
+                    {"ph", "X"},
+                    {"pid", 1},
+                    {"tid", 0},
+                    {"ts", 0},
+                    {"dur", 9000},
+                    {"args", {{"op", 0}, {"bytes", 4e6}, {"flops", 2e7}}}});
   const std::string path = temporary("twin_trace.json");
   write(path, json{{"displayTimeUnit", "ms"}, {"otherData", {{"engine", "exec"}}}, {"traceEvents", events}}.dump());
   const KinetoTrace trace = read_kineto_trace(path);
@@ -572,7 +686,7 @@ TEST(Kineto, TwinsOwnTraceIsACpuRunOfOneIteration) {
   EXPECT_EQ(trace.rank, 0);
   ASSERT_EQ(trace.steps.size(), 1u);
   EXPECT_NEAR(trace.steps[0].duration_s, 2000e-6, 1e-12);  // first op's start to the collective's end, rank 0 only
-  ASSERT_EQ(trace.kernels.size(), 2u);                       // the compute ops of rank 0
+  ASSERT_EQ(trace.kernels.size(), 2u);                     // the compute ops of rank 0
   EXPECT_EQ(trace.kernels[0].name, "forward qkv_projection");
   EXPECT_EQ(trace.kernels[0].kind.kind, KernelClass::Gemm);
   EXPECT_EQ(trace.kernels[0].flops, 2e7);
