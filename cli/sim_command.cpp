@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
+#include "cli/measured_hardware.hpp"
 #include "model/program.hpp"
 #include "sim/cost_model.hpp"
 #include "report/summary.hpp"
@@ -65,16 +66,22 @@ std::string with_scale(double value) {
 
 // The measured GPU constants the cost model rests on, and whose they are: a large GEMM's rate, a streaming kernel's
 // bandwidth, and the share of it the attention core's batched GEMMs reach (cited: sim/cost_model.cpp).
-std::string gpu_constants_line(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu) {
+// Where a GPU constant came from: the cluster's measurement key, its profile (cluster.gpu_profile), or a citation.
+const char* constant_source(bool measured_here, bool from_profile, const char* key) {
+  return !measured_here ? "cited" : from_profile ? "cluster.gpu_profile" : key;
+}
+
+std::string gpu_constants_line(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu, bool from_profile) {
   const auto& shape = p.gemm_measured_shape;
   const bool any_cited = !p.gemm_measured_here || !p.hbm_measured_here || !p.attention_measured_here;
   return fmt::format(
       "GPU constants: GEMM {:.1f} TFLOP/s at {:g}x{:g}x{:g} ({}), HBM {:.0f} GB/s ({}), attention GEMMs at {:.2f} of "
       "it ({}){}",
       p.gemm_measured_flops_per_s / 1e12, shape[0], shape[1], shape[2],
-      p.gemm_measured_here ? "cluster.gemm_tflops" : "cited", gpu.hbm_bytes_per_s * p.hbm_efficiency / 1e9,
-      p.hbm_measured_here ? "cluster.hbm_gb_per_s" : "cited", p.attention_gemm_hbm_fraction,
-      p.attention_measured_here ? "cluster.attention_gemm_hbm_fraction" : "cited",
+      constant_source(p.gemm_measured_here, from_profile, "cluster.gemm_tflops"),
+      gpu.hbm_bytes_per_s * p.hbm_efficiency / 1e9,
+      constant_source(p.hbm_measured_here, from_profile, "cluster.hbm_gb_per_s"), p.attention_gemm_hbm_fraction,
+      constant_source(p.attention_measured_here, from_profile, "cluster.attention_gemm_hbm_fraction"),
       any_cited ? "; your own: bench/gpu twin_gemm_peak" : "");
 }
 
@@ -104,14 +111,16 @@ std::string framework_line(const model::Scenario& s) {
       f.tp_comm_overlap, f.gradient_accumulation_fusion, f.pipeline_gather_copies, common);
 }
 
-nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu) {
+nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu,
+                                  bool from_profile) {
   return {{"gemm_tflops", p.gemm_measured_flops_per_s / 1e12},
           {"gemm_shape", p.gemm_measured_shape},
-          {"gemm_source", p.gemm_measured_here ? "cluster.gemm_tflops" : "cited"},
+          {"gemm_source", constant_source(p.gemm_measured_here, from_profile, "cluster.gemm_tflops")},
           {"hbm_gb_per_s", gpu.hbm_bytes_per_s * p.hbm_efficiency / 1e9},
-          {"hbm_source", p.hbm_measured_here ? "cluster.hbm_gb_per_s" : "cited"},
+          {"hbm_source", constant_source(p.hbm_measured_here, from_profile, "cluster.hbm_gb_per_s")},
           {"attention_gemm_hbm_fraction", p.attention_gemm_hbm_fraction},
-          {"attention_source", p.attention_measured_here ? "cluster.attention_gemm_hbm_fraction" : "cited"}};
+          {"attention_source",
+           constant_source(p.attention_measured_here, from_profile, "cluster.attention_gemm_hbm_fraction")}};
 }
 
 void run(const SimCommandOptions& o) {
@@ -121,28 +130,18 @@ void run(const SimCommandOptions& o) {
   const model::Program program = build_program_within_memory(scenario, granularity);
 
   sim::SimOptions options;
-  std::optional<topology::HostProfile> host_profile;
+  const MeasuredHardware measured_hardware = read_measured_hardware(scenario, o.profile, !o.gpu.empty());
+  const bool host_profile = measured_hardware.host.has_value();
   try {
     options.fidelity = sim::parse_fidelity(o.fidelity);
     options.algorithm = sim::parse_collective_algorithm(o.algorithm);
     if (!o.gpu.empty()) {
       options.node = topology::job_part_of_node(topology::node_spec_by_gpu_name(o.gpu), scenario.cluster.gpus_per_node);
+    } else if (host_profile || measured_hardware.gpu) {
+      const topology::NodeSpec cited = host_profile ? topology::NodeSpec{} : topology::node_spec(scenario.cluster);
+      options.node = measured_hardware.node(cited, program.layout.world_size());
     }
-    if (scenario.cluster.node == model::NodeKind::CpuHost) {
-      // A CPU host is simulated from its own measured rates only: no cited constants exist for "a CPU".
-      if (o.profile.empty()) {
-        throw UserError("twin sim of a cpu-host needs the host's measured rates: --profile PROFILE.toml (twin "
-                        "calibrate fits one on a profiler trace of a run on this machine)");
-      }
-      if (!o.gpu.empty()) throw UserError("--gpu replaces a DGX node's GPU; this scenario runs on a cpu-host");
-      host_profile = topology::read_host_profile(o.profile);
-      options.node = topology::cpu_host_node(*host_profile, program.layout.world_size());
-      options.fabric = topology::cpu_host_fabric(*host_profile);
-    } else if (!o.profile.empty()) {
-      throw UserError("--profile holds a cpu-host's rates; this scenario runs on " +
-                      std::string(model::to_string(scenario.cluster.node)) +
-                      " (measure GPUs with cluster.gemm_tflops and cluster.hbm_gb_per_s)");
-    }
+    if (host_profile) options.fabric = topology::cpu_host_fabric(*measured_hardware.host);
     // The fabric of the node's generation: HDR for DGX A100, NDR for DGX H100/H200.
     topology::FabricSpec fabric = host_profile       ? *options.fabric
                                   : o.gpu.empty()     ? topology::fabric_spec(scenario.cluster)
@@ -170,9 +169,8 @@ void run(const SimCommandOptions& o) {
                         scenario.cluster.attention_gemm_hbm_fraction > 0;
   sim::AnalyticalParameters parameters;
   try {
-    parameters = host_profile ? sim::host_parameters(*host_profile)
-                 : same_gpu   ? sim::analytical_parameters(node.gpu, scenario.cluster)
-                              : sim::analytical_parameters(node.gpu);
+    parameters = same_gpu ? measured_hardware.parameters(node.gpu, scenario.cluster)
+                          : sim::analytical_parameters(node.gpu);
   } catch (const std::invalid_argument& error) {
     throw UserError(fmt::format("{}: {}", scenario.source, error.what()));
   }
@@ -211,13 +209,10 @@ void run(const SimCommandOptions& o) {
         training->time_s / 86400, scenario.cluster.total_gpus(), with_scale(training->gpu_hours));
   }
   if (host_profile) {
-    fmt::print("\n  host profile {}: GEMM {:.2f} GFLOP/s fitted ({} shapes at their own measured rates), memory {:.2f} "
-               "GB/s, {:.1f} us per operator and {:.1f} us between operators (twin calibrate)\n",
-               host_profile->path, host_profile->gemm_flops_per_s / 1e9, host_profile->gemm_shapes.size(),
-               host_profile->memory_bytes_per_s / 1e9, host_profile->memory_overhead_s * 1e6,
-               host_profile->host_s_per_operator * 1e6);
+    fmt::print("\n  {}\n", measured_hardware.line());
   } else {
-    fmt::print("\n  {}\n", gpu_constants_line(parameters, node.gpu));
+    fmt::print("\n  {}\n", gpu_constants_line(parameters, node.gpu, measured_hardware.gpu.has_value()));
+    if (measured_hardware.gpu) fmt::print("  {}\n", measured_hardware.line());
   }
   fmt::print("  {}\n", framework_line(scenario));
   const bool own_network = scenario.cluster.nics_per_node > 0 || scenario.cluster.nic_gbps > 0;
@@ -286,14 +281,10 @@ void run(const SimCommandOptions& o) {
     json["hardware"] = result.hardware;
     json["cost_model"] = cost.name();
     if (host_profile) {
-      json["host_profile"] = {{"path", host_profile->path},
-                              {"gemm_flops_per_s", host_profile->gemm_flops_per_s},
-                              {"gemm_shapes", host_profile->gemm_shapes.size()},
-                              {"memory_bytes_per_s", host_profile->memory_bytes_per_s},
-                              {"seconds_per_operator", host_profile->memory_overhead_s},
-                              {"seconds_between_operators", host_profile->host_s_per_operator}};
+      json["host_profile"] = measured_hardware.json();
     } else {
-      json["gpu_constants"] = gpu_constants_json(parameters, node.gpu);
+      json["gpu_constants"] = gpu_constants_json(parameters, node.gpu, measured_hardware.gpu.has_value());
+      if (measured_hardware.gpu) json["gpu_profile"] = measured_hardware.json();
     }
     json["granularity"] = model::to_string(program.granularity);
     if (training) {
@@ -331,7 +322,8 @@ void register_sim_command(CLI::App& app) {
   command->add_option("--gpu", o->gpu, "replace the scenario's GPU: a100, h100 or h200 (in its DGX node)")
       ->check(CLI::IsMember({"a100", "h100", "h200"}));
   command->add_option("--profile", o->profile,
-                      "a cpu-host scenario: the host's measured rates (a profile twin calibrate writes)")
+                      "a hardware profile twin calibrate wrote (a cpu-host's rates, or a GPU's), in place of the "
+                      "scenario's cluster.gpu_profile")
       ->check(CLI::ExistingFile);
   command->add_option("--placement", o->placement,
                       "rank to GPU order, innermost axis first (Megatron: tp-dp-pp; what-if: tp-pp-dp, dp-tp-pp, ...)");

@@ -19,7 +19,7 @@
 
 namespace twin::measured {
 
-std::string read_maybe_gzipped(const std::string& path) {
+std::string read_maybe_gzipped(const std::string& path, std::size_t max_bytes) {
   std::error_code ignored;
   if (std::filesystem::is_directory(path, ignored)) {
     throw MeasuredError(fmt::format("'{}' is a directory, not a file", path));
@@ -29,8 +29,8 @@ std::string read_maybe_gzipped(const std::string& path) {
   if (!file) throw MeasuredError(fmt::format("cannot open '{}'", path));
   std::string text;
   char buffer[1 << 16];
-  for (;;) {
-    const int got = gzread(file.get(), buffer, sizeof buffer);
+  while (text.size() < max_bytes) {
+    const int got = gzread(file.get(), buffer, static_cast<unsigned>(std::min(sizeof buffer, max_bytes - text.size())));
     if (got < 0) {
       int code = 0;
       throw MeasuredError(fmt::format("'{}': cannot decompress: {}", path, gzerror(file.get(), &code)));
@@ -87,51 +87,6 @@ std::int64_t thread_id(const json& event) {
   return 0;
 }
 
-// The shape of a matrix-multiply operator from its "Input Dims" (PyTorch's record_shapes): aten::mm [[m,k],[k,n]],
-// aten::addmm [[bias],[m,k],[k,n]], aten::bmm [[b,m,k],[b,k,n]], aten::baddbmm [[b,m,n],[b,m,k],[b,k,n]],
-// aten::linear [[..., k], [n, k], (bias)], aten::matmul [[..., m, k], [..., k, n]].
-std::optional<MatmulShape> matmul_shape(const std::string& name, const json& event) {
-  const auto args = event.find("args");
-  if (args == event.end() || !args->is_object() || !args->contains("Input Dims")) return std::nullopt;
-  const json& dims = args->at("Input Dims");
-  auto dims_of = [&dims](std::size_t i) -> std::vector<std::int64_t> {
-    if (!dims.is_array() || i >= dims.size() || !dims[i].is_array()) return {};
-    std::vector<std::int64_t> out;
-    for (const json& d : dims[i]) {
-      if (!d.is_number_integer()) return {};
-      out.push_back(d.get<std::int64_t>());
-    }
-    return out;
-  };
-  auto product = [](const std::vector<std::int64_t>& v, std::size_t count) {
-    std::int64_t p = 1;
-    for (std::size_t i = 0; i < count && i < v.size(); ++i) p *= v[i];
-    return p;
-  };
-  MatmulShape s;
-  if (name == "aten::mm" || name == "aten::addmm") {
-    const auto a = dims_of(name == "aten::mm" ? 0 : 1), b = dims_of(name == "aten::mm" ? 1 : 2);
-    if (a.size() != 2 || b.size() != 2) return std::nullopt;
-    s = {a[0], b[1], a[1], 1};
-  } else if (name == "aten::bmm" || name == "aten::baddbmm") {
-    const auto a = dims_of(name == "aten::bmm" ? 0 : 1), b = dims_of(name == "aten::bmm" ? 1 : 2);
-    if (a.size() != 3 || b.size() != 3) return std::nullopt;
-    s = {a[1], b[2], a[2], a[0]};
-  } else if (name == "aten::linear") {
-    const auto x = dims_of(0), w = dims_of(1);
-    if (x.empty() || w.size() != 2) return std::nullopt;
-    s = {product(x, x.size() - 1), w[0], w[1], 1};
-  } else if (name == "aten::matmul") {
-    const auto a = dims_of(0), b = dims_of(1);
-    if (a.size() < 2 || b.size() < 2) return std::nullopt;
-    s = {a[a.size() - 2], b[b.size() - 1], a[a.size() - 1], product(a, a.size() - 2)};
-  } else {
-    return std::nullopt;
-  }
-  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return std::nullopt;
-  return s;
-}
-
 struct CpuOp {
   std::size_t index;  // in traceEvents
   std::string name;
@@ -139,22 +94,8 @@ struct CpuOp {
   double start_s, end_s;
   std::optional<MatmulShape> shape;
   double bytes = 0;
+  const json* args = nullptr;  // the event's "args" (nullptr: none)
 };
-
-// Bytes an operator moves, from its "Input Dims": every input read once and an output the size of the largest.
-double traffic_bytes(const json& event) {
-  const auto args = event.find("args");
-  if (args == event.end() || !args->is_object() || !args->contains("Input Dims")) return 0;
-  double total = 0, largest = 0;
-  for (const json& dims : args->at("Input Dims")) {
-    if (!dims.is_array() || dims.empty()) continue;
-    double elements = 1;
-    for (const json& d : dims) elements *= d.is_number() ? d.get<double>() : 0;
-    total += elements;
-    largest = std::max(largest, elements);
-  }
-  return 4 * (total + largest);
-}
 
 // A trace's rank when distributedInfo has none: "rank-3", "rank_3", "rank3" in the file name.
 int rank_from_file_name(const std::string& path) {
@@ -163,18 +104,6 @@ int rank_from_file_name(const std::string& path) {
   const std::string name = std::filesystem::path(path).filename().string();
   if (std::regex_search(name, match, pattern)) return std::stoi(match[1]);
   return -1;
-}
-
-// The innermost operator of `ops` (one thread's, sorted by start) around time `t`, or nullptr.
-const CpuOp* enclosing(const std::vector<const CpuOp*>& ops, double t) {
-  auto it =
-      std::upper_bound(ops.begin(), ops.end(), t, [](double time, const CpuOp* op) { return time < op->start_s; });
-  while (it != ops.begin()) {
-    --it;
-    if ((*it)->end_s >= t) return *it;
-    // Operators on one thread nest: one that ended before t may sit inside an earlier one that did not.
-  }
-  return nullptr;
 }
 
 int step_of(const std::vector<ProfilerStep>& steps, double t) {
@@ -277,6 +206,10 @@ void read_twin_trace(const json& events, const Reader& reader, KinetoTrace& trac
     k.iteration = 0;
     const json args = event.value("args", json::object());
     k.flops = args.value("flops", 0.0);
+    // The attention core's FLOPs as the cost model counts a fused kernel's (op_args.hpp attention_flops): the
+    // Program counts both score matrices whole (4 b s^2 h d forward, twice that backward), the kernel computes the
+    // causal half forward and 2.5 times that backward.
+    if (kind == "attention_core") k.flops *= op_class.rfind("backward", 0) == 0 ? 5.0 / 8.0 : 0.5;
     k.bytes = args.value("bytes", 0.0);
     trace.kernels.push_back(std::move(k));
   }
@@ -284,6 +217,117 @@ void read_twin_trace(const json& events, const Reader& reader, KinetoTrace& trac
   trace.rank = static_cast<int>(first_rank);
   trace.device = "cpu";
   trace.steps.push_back({1, begin, end - begin});
+}
+
+using Launches = std::unordered_map<std::int64_t, std::pair<double, std::int64_t>>;  // correlation -> (time, thread)
+
+// One thread's operators, sorted by start, and the longest one's duration (no operator that started longer before a
+// time can be around it).
+struct ThreadOps {
+  std::vector<const CpuOp*> ops;
+  double longest_s = 0;
+};
+
+// The innermost operator of `thread` around time `t` for which `wanted` holds, or nullptr.
+template <typename Wanted>
+const CpuOp* enclosing_where(const ThreadOps& thread, double t, Wanted wanted) {
+  const auto& ops = thread.ops;
+  auto it =
+      std::upper_bound(ops.begin(), ops.end(), t, [](double time, const CpuOp* op) { return time < op->start_s; });
+  while (it != ops.begin()) {
+    --it;
+    if (t - (*it)->start_s > thread.longest_s) break;
+    // Operators on one thread nest: one that ended before t may sit inside an earlier one that did not.
+    if ((*it)->end_s >= t && wanted(**it)) return *it;
+  }
+  return nullptr;
+}
+
+// Each kernel's work from the operator that launched it (the innermost one around its launch, on the launching
+// thread): a GEMM's shape; a memory-bound kernel's bytes when that operator launched it alone (an operator's bytes
+// are not split among several kernels); a fused attention kernel's FLOPs (the longest kernel of its operator: the
+// others are its small pre- and post-processing); a collective's size and group, recorded on the NCCL kernel itself
+// or on the operator (record_param_comms) that launched it.
+void attribute_work(std::vector<TracedKernel>& kernels, const std::vector<const CpuOp*>& launchers,
+                    const std::vector<const CpuOp*>& collective_launchers) {
+  std::map<const CpuOp*, int> launched;
+  std::map<const CpuOp*, std::size_t> longest_attention;
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    if (!launchers[i]) continue;
+    ++launched[launchers[i]];
+    if (kernels[i].kind.kind != KernelClass::Attention) continue;
+    auto [it, fresh] = longest_attention.emplace(launchers[i], i);
+    if (!fresh && kernels[i].duration_s > kernels[it->second].duration_s) it->second = i;
+  }
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    TracedKernel& k = kernels[i];
+    const CpuOp* op = launchers[i];
+    if (op && (k.kind.kind == KernelClass::Elementwise || k.kind.kind == KernelClass::Norm) && launched[op] == 1) {
+      k.bytes = op->bytes;
+    }
+    if (op && op->args && k.kind.kind == KernelClass::Attention && longest_attention[op] == i) {
+      k.flops = attention_flops(op->name, *op->args);
+    }
+    if (k.kind.kind == KernelClass::Communication && k.collective.bytes == 0 && collective_launchers[i]) {
+      k.collective = collective_call(*collective_launchers[i]->args).value_or(CollectiveCall{});
+    }
+  }
+}
+
+// A GPU run: every kernel, memcpy and memset, with its stream, time, class, iteration (that of its launch) and work.
+void gpu_kernels(const std::vector<std::pair<std::size_t, const json*>>& gpu_events, const std::vector<CpuOp>& cpu_ops,
+                 const Launches& launches, const Reader& reader, KinetoTrace& trace) {
+  std::map<std::int64_t, ThreadOps> by_thread;
+  for (const CpuOp& op : cpu_ops) {
+    ThreadOps& thread = by_thread[op.tid];
+    thread.ops.push_back(&op);
+    thread.longest_s = std::max(thread.longest_s, op.end_s - op.start_s);
+  }
+  for (auto& [tid, thread] : by_thread) {
+    std::stable_sort(thread.ops.begin(), thread.ops.end(),
+                     [](const CpuOp* a, const CpuOp* b) { return a->start_s < b->start_s; });
+  }
+  std::vector<const CpuOp*> launchers, collective_launchers;
+  for (const auto& [index, event_pointer] : gpu_events) {
+    const json& event = *event_pointer;
+    TracedKernel k;
+    k.name = event.value("name", std::string());
+    const std::string category = event.value("cat", std::string());
+    k.kind = category == "kernel" ? classify_kernel(k.name) : Classified{KernelClass::Copy, CommKind::Other};
+    k.stream = integer_arg(event, "stream", thread_id(event));
+    k.start_s = reader.seconds(index, event, "ts", false);
+    k.duration_s = reader.seconds(index, event, "dur", true);
+    if (k.kind.kind == KernelClass::Communication && event.contains("args")) {
+      k.collective = collective_call(event["args"]).value_or(CollectiveCall{});
+    }
+    double issued_s = k.start_s;
+    const CpuOp *launcher = nullptr, *collective_launcher = nullptr;
+    if (const auto launch = launches.find(integer_arg(event, "correlation", -1)); launch != launches.end()) {
+      issued_s = launch->second.first;
+      if (const auto thread = by_thread.find(launch->second.second); thread != by_thread.end()) {
+        launcher = enclosing_where(thread->second, issued_s, [](const CpuOp&) { return true; });
+        // A GEMM's shape from the matrix-multiply operator around it (a wrapper's child may be innermost).
+        const CpuOp* shaped =
+            k.kind.kind == KernelClass::Gemm
+                ? enclosing_where(thread->second, issued_s, [](const CpuOp& op) { return op.shape.has_value(); })
+                : nullptr;
+        if (shaped) {
+          k.shape = *shaped->shape;
+          k.flops = k.shape.flops();
+        }
+        if (k.kind.kind == KernelClass::Communication) {
+          collective_launcher = enclosing_where(thread->second, issued_s, [](const CpuOp& op) {
+            return op.args && collective_call(*op.args).has_value();
+          });
+        }
+      }
+    }
+    k.iteration = step_of(trace.steps, issued_s);
+    trace.kernels.push_back(std::move(k));
+    launchers.push_back(launcher);
+    collective_launchers.push_back(collective_launcher);
+  }
+  attribute_work(trace.kernels, launchers, collective_launchers);
 }
 
 }  // namespace
@@ -333,7 +377,7 @@ KinetoTrace read_kineto_trace(const std::string& path) {
   // "ProfilerStep*" is the legacy profiler's name for the same range (numbered here in time order).
   static const std::regex step_name(R"(ProfilerStep(?:#(\d+)|\*))");
   std::vector<CpuOp> cpu_ops;
-  std::unordered_map<std::int64_t, std::pair<double, std::int64_t>> launches;  // correlation -> (time, thread)
+  Launches launches;
   std::vector<std::pair<std::size_t, const json*>> gpu_events;
   for (std::size_t i = 0; i < events->size(); ++i) {
     const json& event = (*events)[i];
@@ -355,8 +399,11 @@ KinetoTrace read_kineto_trace(const std::string& path) {
       gpu_events.emplace_back(i, &event);
     } else if (category == "cpu_op" || category == "user_annotation") {
       const double start = reader.seconds(i, event, "ts", false);
+      const auto args = event.find("args");
+      const json* args_of = args != event.end() && args->is_object() ? &*args : nullptr;
       cpu_ops.push_back({i, name, thread_id(event), start, start + reader.seconds(i, event, "dur", true),
-                         matmul_shape(name, event), traffic_bytes(event)});
+                         args_of ? matmul_shape(name, *args_of) : std::nullopt, args_of ? traffic_bytes(*args_of) : 0.0,
+                         args_of});
     } else if (category == "cuda_runtime" || category == "cuda_driver") {
       const std::int64_t correlation = integer_arg(event, "correlation", -1);
       if (correlation >= 0) launches[correlation] = {reader.seconds(i, event, "ts", false), thread_id(event)};
@@ -374,38 +421,7 @@ KinetoTrace read_kineto_trace(const std::string& path) {
     cpu_operators_as_kernels(cpu_ops, trace);
     return trace;
   }
-  // The matrix-multiply operators with shapes, per thread, to give each GEMM kernel the shape it was launched with.
-  std::map<std::int64_t, std::vector<const CpuOp*>> shaped;
-  for (const CpuOp& op : cpu_ops) {
-    if (op.shape) shaped[op.tid].push_back(&op);
-  }
-  for (auto& [tid, list] : shaped) {
-    std::sort(list.begin(), list.end(), [](const CpuOp* a, const CpuOp* b) { return a->start_s < b->start_s; });
-  }
-  for (const auto& [index, event_pointer] : gpu_events) {
-    const json& event = *event_pointer;
-    TracedKernel k;
-    k.name = event.value("name", std::string());
-    const std::string category = event.value("cat", std::string());
-    k.kind = category == "kernel" ? classify_kernel(k.name) : Classified{KernelClass::Copy, CommKind::Other};
-    k.stream = integer_arg(event, "stream", thread_id(event));
-    k.start_s = reader.seconds(index, event, "ts", false);
-    k.duration_s = reader.seconds(index, event, "dur", true);
-    double issued_s = k.start_s;
-    if (const auto launch = launches.find(integer_arg(event, "correlation", -1)); launch != launches.end()) {
-      issued_s = launch->second.first;
-      if (k.kind.kind == KernelClass::Gemm) {
-        if (const auto thread = shaped.find(launch->second.second); thread != shaped.end()) {
-          if (const CpuOp* op = enclosing(thread->second, issued_s)) {
-            k.shape = *op->shape;
-            k.flops = k.shape.flops();
-          }
-        }
-      }
-    }
-    k.iteration = step_of(trace.steps, issued_s);
-    trace.kernels.push_back(std::move(k));
-  }
+  gpu_kernels(gpu_events, cpu_ops, launches, reader, trace);
   std::sort(trace.kernels.begin(), trace.kernels.end(),
             [](const TracedKernel& a, const TracedKernel& b) { return a.start_s < b.start_s; });
   return trace;

@@ -2,8 +2,10 @@
 // export_chrome_trace / tensorboard_trace_handler writes, one file per rank. What twin reads from one:
 //   - iterations: the "ProfilerStep#N" ranges that profiler.step() records (or a count given by the user);
 //   - GPU kernels ("cat": "kernel"): name, stream, start and duration, classified (kernel_class.hpp), each assigned to
-//     the iteration its launch (the "cuda_runtime" event of the same "correlation") fell in; a GEMM's shape from the
-//     operator that launched it ("External id") when the profiler recorded shapes (record_shapes=True);
+//     the iteration its launch (the "cuda_runtime" event of the same "correlation") fell in; from the operator that
+//     launched it (around the launch on the launching thread) when the profiler recorded shapes (record_shapes=True):
+//     a GEMM's shape, a memory-bound kernel's bytes, a fused attention kernel's FLOPs; a collective's size and group
+//     from the NCCL kernel's args or its record_param_comms operator's (op_args.hpp);
 //   - for a trace of a CPU run (no kernels): the CPU operators ("cat": "cpu_op") by their self time, each classified
 //     by its own name or by the nearest operator around it that has a class (an optimizer step's adds are the
 //     optimizer's);
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "measured/kernel_class.hpp"
+#include "measured/op_args.hpp"
 
 namespace twin::measured {
 
@@ -29,15 +32,9 @@ class MeasuredError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The text of a file, gunzipped when it is gzip-compressed (any name); throws MeasuredError naming the file.
-std::string read_maybe_gzipped(const std::string& path);
-
-// A GEMM's shape as the operator that ran it was called: [m, k] x [k, n], `batch` times (0: not recorded).
-struct MatmulShape {
-  std::int64_t m = 0, n = 0, k = 0, batch = 0;
-  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) *
-                                static_cast<double>(batch); }
-};
+// The text of a file (its first `max_bytes`), gunzipped when it is gzip-compressed (any name); throws MeasuredError
+// naming the file.
+std::string read_maybe_gzipped(const std::string& path, std::size_t max_bytes = std::string::npos);
 
 // One GPU kernel, or for a CPU run one operator's self time.
 struct TracedKernel {
@@ -47,10 +44,13 @@ struct TracedKernel {
   double start_s = 0, duration_s = 0;
   int iteration = -1;  // index into KinetoTrace::steps; -1: outside every step
   MatmulShape shape;   // GEMMs whose launching operator recorded its input shapes
-  // A CPU operator's traffic estimated from its recorded input shapes: its inputs read and an output as large as the
-  // largest written, at 4 bytes an element (fp32); 0 when no shapes were recorded.
+  // A memory-bound operator's (CPU) or kernel's (GPU: the operator that launched it alone) traffic estimated from the
+  // operator's recorded input shapes and types (op_args.hpp traffic_bytes); 0 when no shapes were recorded.
   double bytes = 0;
-  double flops = 0;  // matrix FLOPs when known: the shape's, or what the trace states (twin's own traces)
+  // FLOPs when known: a GEMM's shape's, a fused attention kernel's from its operator's shapes (op_args.hpp
+  // attention_flops), or what the trace states (twin's own traces).
+  double flops = 0;
+  CollectiveCall collective;  // a communication kernel's size and group, when recorded (bytes 0: not recorded)
 };
 
 struct ProfilerStep {
@@ -60,10 +60,10 @@ struct ProfilerStep {
 
 struct KinetoTrace {
   std::string path;
-  int rank = -1;        // distributedInfo.rank, else a "rank-N" / "rank_N" / "rankN" in the file name, else -1
-  int world_size = 0;   // distributedInfo.world_size; 0: not recorded
-  bool gpu = false;     // kernels recorded (a GPU run); false: a CPU run's operators
-  std::string device;   // deviceProperties[0].name ("NVIDIA A100-SXM4-80GB"); "cpu" for a CPU run
+  int rank = -1;       // distributedInfo.rank, else a "rank-N" / "rank_N" / "rankN" in the file name, else -1
+  int world_size = 0;  // distributedInfo.world_size; 0: not recorded
+  bool gpu = false;    // kernels recorded (a GPU run); false: a CPU run's operators
+  std::string device;  // deviceProperties[0].name ("NVIDIA A100-SXM4-80GB"); "cpu" for a CPU run
   double device_memory_bytes = 0;
   std::vector<ProfilerStep> steps;  // in time order
   std::vector<TracedKernel> kernels;

@@ -140,6 +140,10 @@ struct ClusterSpec {
   // The host thread's time to issue one kernel (Python, the framework, PyTorch's dispatcher, the launch call), in
   // microseconds: the GPU cannot run ahead of it, which paces small kernels. 0: the host is never behind.
   double host_us_per_kernel = 0;
+  // A hardware profile measured on this cluster (`twin calibrate` writes one): a GPU's GEMM, HBM, attention and
+  // collective rates, or a cpu-host's rates, in place of the cited ones. A path (relative ones from the scenario
+  // file's folder); empty: none.
+  std::string gpu_profile;
 
   std::int64_t total_gpus() const { return nodes * gpus_per_node; }
 };

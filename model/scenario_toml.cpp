@@ -2,6 +2,7 @@
 // reported with its line), `--set` overrides applied on the document first, defaults that depend on other fields
 // derived, then every rule checked (scenario_rules.cpp); and to_toml, the documented schema that reads back the same.
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -133,6 +134,13 @@ bool read_cluster(const toml::table& root, const std::string& source, ClusterSpe
   cluster.integer("nics_per_node", c.nics_per_node);
   cluster.number("nic_gbps", c.nic_gbps);
   cluster.number("host_us_per_kernel", c.host_us_per_kernel);
+  cluster.text("gpu_profile", c.gpu_profile);
+  // A profile named in the file sits beside it (from --set: as given, from where twin runs).
+  const toml::node* profile_node = cluster.has("gpu_profile") ? root["cluster"]["gpu_profile"].node() : nullptr;
+  if (profile_node && profile_node->source().begin.line > 0 && !c.gpu_profile.empty() &&
+      std::filesystem::path(c.gpu_profile).is_relative()) {
+    c.gpu_profile = (std::filesystem::path(source).parent_path() / c.gpu_profile).lexically_normal().string();
+  }
   cluster.reject_unknown_keys();
   return size_given;
 }
@@ -340,6 +348,10 @@ std::string to_toml(const Scenario& s) {
   if (s.cluster.nic_gbps > 0) line(fmt::format("nic_gbps = {:.17g}", s.cluster.nic_gbps));
   if (s.cluster.host_us_per_kernel > 0) {
     line(fmt::format("host_us_per_kernel = {:.17g}", s.cluster.host_us_per_kernel));
+  }
+  if (!s.cluster.gpu_profile.empty()) {
+    // Absolute, so that the written scenario names the same file wherever it is saved.
+    line(fmt::format("gpu_profile = \"{}\"", std::filesystem::absolute(s.cluster.gpu_profile).string()));
   }
   line("\n[framework]");
   line(fmt::format("name = \"{}\"", to_string(s.framework.name)));

@@ -253,6 +253,7 @@ AnalyticalParameters host_parameters(const topology::HostProfile& profile) {
   p.kernel_launch_s = profile.memory_overhead_s + profile.host_s_per_operator;
   p.gemm_measured_flops_per_s = profile.gemm_flops_per_s;
   p.gemm_measured_here = p.hbm_measured_here = true;
+  p.attention_flops_per_s = profile.attention_flops_per_s;
   p.host = std::make_shared<const topology::HostProfile>(profile);
   return p;
 }
@@ -343,9 +344,13 @@ double AnalyticalCostModel::attention_gemms_s(const model::Scenario& scenario, c
 double AnalyticalCostModel::flash_attention_s(const model::Scenario& scenario, const model::Op& op) const {
   const double m = static_cast<double>(op.gemm.m), n = static_cast<double>(op.gemm.n);
   const double k = static_cast<double>(op.gemm.k), count = static_cast<double>(op.gemm.count);
+  const double backward = op.phase == model::Phase::Backward ? 2.5 : 1.0;
+  if (parameters_.attention_flops_per_s > 0) {  // measured on this kernel's FLOPs at the model's head dimension
+    return backward * count / 2 * 2 * m * n * k / parameters_.attention_flops_per_s;
+  }
   const FlashAttentionRate rate = flash_attention_rate(gpu_, scenario.framework.attention, m, k);
   const double forward_flops = count / 2 * 2 * m * n * rate.kernel_head_dim;
-  return (op.phase == model::Phase::Backward ? 2.5 : 1.0) * forward_flops / rate.flops_per_s;
+  return backward * forward_flops / rate.flops_per_s;
 }
 
 double AnalyticalCostModel::gemm_half_s(const model::Scenario& scenario, model::ComputeKind what,

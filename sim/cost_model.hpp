@@ -75,6 +75,9 @@ struct AnalyticalParameters {
   // Of the streaming rate (hbm_efficiency), what the attention core's batched GEMMs reach: each reads or writes an
   // s x s scores tensor per head with only a head's width on its other side (see cost_model.cpp).
   double attention_gemm_hbm_fraction = 1;
+  // A fused attention kernel's measured rate (a profile's: cluster.gpu_profile), in place of flash_attention_rate's
+  // cited one; 0: the cited one.
+  double attention_flops_per_s = 0;
   std::vector<GemmTile> tiles;
   // Where the two efficiencies come from, for reports: the GEMM measurement they were derived from, and whether it
   // (and the HBM bandwidth) is this cluster's own (cluster.gemm_tflops, cluster.hbm_gb_per_s) or a cited one.

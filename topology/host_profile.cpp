@@ -16,8 +16,8 @@ double HostProfile::gemm_time_s(double m, double n, double k, double count) cons
   const HostGemmRate* nearest = nullptr;
   double best = 0;
   for (const HostGemmRate& shape : gemm_shapes) {
-    const double distance = std::abs(std::log(shape.m / m)) + std::abs(std::log(shape.n / n)) +
-                            std::abs(std::log(shape.k / k));
+    const double distance =
+        std::abs(std::log(shape.m / m)) + std::abs(std::log(shape.n / n)) + std::abs(std::log(shape.k / k));
     if (!nearest || distance < best) {
       nearest = &shape;
       best = distance;
@@ -39,8 +39,8 @@ double positive(const toml::table& table, const std::string& path, const char* s
   const auto* node = table[section][key].node();
   const std::optional<double> value = node ? node->value<double>() : std::nullopt;
   if (!value || !std::isfinite(*value) || *value < 0 || (!zero_allowed && *value == 0)) {
-    throw std::invalid_argument(fmt::format("{}: {}.{} must be a {} number", path, section, key,
-                                            zero_allowed ? "non-negative" : "positive"));
+    throw std::invalid_argument(
+        fmt::format("{}: {}.{} must be a {} number", path, section, key, zero_allowed ? "non-negative" : "positive"));
   }
   return *value;
 }
@@ -59,14 +59,18 @@ HostProfile read_host_profile(const std::string& path) {
   p.path = path;
   p.device = table["profile"]["device"].value_or(std::string());
   if (p.device != "cpu") {
-    throw std::invalid_argument(fmt::format("{}: profile.device is \"{}\": a cpu-host profile is fitted on a CPU run's "
-                                            "trace (device = \"cpu\")", path, p.device));
+    throw std::invalid_argument(
+        fmt::format("{}: profile.device is \"{}\": a cpu-host profile is fitted on a CPU run's "
+                    "trace (device = \"cpu\")",
+                    path, p.device));
   }
   p.gemm_flops_per_s = positive(table, path, "gemm", "flops_per_s", false);
   p.gemm_overhead_s = positive(table, path, "gemm", "overhead_s", true);
   p.memory_bytes_per_s = positive(table, path, "memory", "bytes_per_s", false);
   p.memory_overhead_s = positive(table, path, "memory", "overhead_s", true);
   p.host_s_per_operator = positive(table, path, "host", "seconds_per_operator", true);
+  if (table["attention"]["flops_per_s"])
+    p.attention_flops_per_s = positive(table, path, "attention", "flops_per_s", false);
   if (const toml::table* kinds = table["memory"]["kind"].as_table()) {
     for (const auto& [key, value] : *kinds) {
       const std::optional<double> rate = value.value<double>();
@@ -82,8 +86,8 @@ HostProfile read_host_profile(const std::string& path) {
       const std::string where = fmt::format("{}: gemm.shape[{}]", path, i);
       if (!shape) throw std::invalid_argument(where + " must be a table");
       HostGemmRate rate;
-      for (auto [field, key] : {std::pair{&rate.m, "m"}, {&rate.n, "n"}, {&rate.k, "k"}, {&rate.flops_per_s,
-                                                                                           "flops_per_s"}}) {
+      for (auto [field, key] :
+           {std::pair{&rate.m, "m"}, {&rate.n, "n"}, {&rate.k, "k"}, {&rate.flops_per_s, "flops_per_s"}}) {
         const std::optional<double> value = (*shape)[key].value<double>();
         if (!value || !(*value > 0) || !std::isfinite(*value)) {
           throw std::invalid_argument(fmt::format("{}.{} must be a positive number", where, key));

@@ -5,6 +5,7 @@
 //   [memory]      bytes_per_s, overhead_s        a memory-bound operator: overhead + bytes / rate
 //   [memory.kind] KIND = bytes_per_s             each memory-bound kind of the Program at its own measured rate
 //   [host]        seconds_per_operator           the framework's time between two operators
+//   [attention]   flops_per_s                    a fused attention kernel's rate (optional)
 // Workers (threads, MPI ranks) of one host exchange data through shared memory: a copy at the memory rate.
 #pragma once
 
@@ -30,6 +31,7 @@ struct HostProfile {
   double memory_bytes_per_s = 0;
   double memory_overhead_s = 0;
   double host_s_per_operator = 0;
+  double attention_flops_per_s = 0;  // 0: not measured
   std::map<std::string, double> memory_bytes_per_s_by_kind;  // [memory.kind]: twin's kind name -> bytes/s
 
   // Seconds a memory-bound op of twin's kind `kind` streams `bytes` for: at its kind's measured rate, else at the
