@@ -36,8 +36,10 @@ MeasuredHardware read_measured_hardware(const model::Scenario& scenario, const s
                       named_by));
     }
     measured.gpu = topology::read_gpu_profile(path);
+    // Its bus bandwidths against the node's datasheet links now, so that the error names where the file came from.
+    topology::with_measured_links(topology::node_spec(scenario.cluster), *measured.gpu);
   } catch (const std::invalid_argument& error) {
-    throw UserError(fmt::format("{} {}: {}", named_by, path, error.what()));
+    throw UserError(fmt::format("{}: {}", named_by, error.what()));
   }
   const std::string gpu_name = topology::node_spec(scenario.cluster.node).gpu.name;
   if (measured.gpu->device.empty()) {

@@ -103,6 +103,51 @@ TEST(MeasuredCli, CalibrateThenSimulateACpuHost) {
 }
 #endif
 
+#ifdef TWIN_HAVE_SIMGRID
+// A GPU's profile (as twin calibrate writes one) named by the scenario key: its rates replace the cited ones, the
+// summary says whose they are; a missing file, another GPU's profile, or --gpu with it get one error line.
+TEST(MeasuredCli, GpuProfileScenarioKeyTimesWithTheMeasuredRates) {
+  const fs::path profile = scratch("a100.toml"), cited = scratch("cited.json"), measured = scratch("measured.json");
+  std::ofstream(profile) << "[profile]\ndevice = \"NVIDIA A100-SXM4-80GB\"\n"
+                            "[[gemm.shape]]\nm = 8192\nn = 8192\nk = 8192\nbatch = 1\nflops_per_s = 1.5e14\n"
+                            "[memory]\nbytes_per_s = 1.2e12\n"
+                            "[[collective]]\nkind = \"all_reduce\"\nranks = 8\nnodes = 1\nlatency_s = 2e-5\n"
+                            "bus_bytes_per_s = 1.0e11\n[[collective.size]]\nbytes = 1e8\n";
+  const std::string key = "--set 'cluster.gpu_profile=\"" + profile.string() + "\"'";
+  ASSERT_EQ(twin("sim gpt3-175b --quiet --json " + cited.string()).status, 0);
+  const Result r = twin("sim gpt3-175b --quiet " + key + " --json " + measured.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("GPU constants: GEMM 150.0 TFLOP/s at 8192x8192x8192 (cluster.gpu_profile)"));
+  EXPECT_THAT(r.output, HasSubstr("HBM 1200 GB/s (cluster.gpu_profile)"));
+  EXPECT_THAT(r.output, HasSubstr("NVLink bus 100.0 GB/s (all_reduce of 8 ranks on 1 node)"));
+  std::ifstream cited_in(cited), measured_in(measured);
+  const json a = json::parse(cited_in), b = json::parse(measured_in);
+  EXPECT_EQ(b["gpu_constants"]["gemm_source"], "cluster.gpu_profile");
+  EXPECT_NEAR(b["gpu_constants"]["gemm_tflops"].get<double>(), 150, 1e-9);
+  EXPECT_EQ(a["gpu_constants"]["gemm_source"], "cited");
+  // Slower GEMMs, HBM and NVLink than the cited A100's: a longer iteration.
+  EXPECT_GT(b["iteration_time_s"].get<double>(), 1.05 * a["iteration_time_s"].get<double>());
+
+  const Result missing = twin("sim gpt3-175b --quiet --set 'cluster.gpu_profile=\"/nonexistent/p.toml\"'");
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_THAT(missing.output, HasSubstr("cluster.gpu_profile: no such file '/nonexistent/p.toml'"));
+  const Result what_if = twin("sim gpt3-175b --quiet --gpu h100 " + key);
+  EXPECT_EQ(what_if.status, 2);
+  EXPECT_THAT(what_if.output, HasSubstr("twin: error: cluster.gpu_profile measured the scenario's GPU"));
+  std::ofstream(scratch("h100.toml"))
+      << "[profile]\ndevice = \"NVIDIA H100 80GB HBM3\"\n[memory]\nbytes_per_s = 3e12\n";
+  const Result other = twin("sim gpt3-175b --quiet --profile " + scratch("h100.toml").string());
+  EXPECT_EQ(other.status, 2);
+  EXPECT_THAT(other.output, HasSubstr("measured NVIDIA H100 80GB HBM3; this scenario runs on"));
+  std::ofstream(scratch("fast.toml")) << "[[collective]]\nkind = \"all_reduce\"\nranks = 8\nnodes = 1\n"
+                                         "bus_bytes_per_s = 9e11\n";
+  const Result fast = twin("sim gpt3-175b --quiet --profile " + scratch("fast.toml").string());
+  EXPECT_EQ(fast.status, 2);
+  EXPECT_THAT(fast.output, HasSubstr("twin: error: --profile"));
+  EXPECT_THAT(fast.output, HasSubstr("exceeds the link's datasheet rate"));
+}
+#endif
+
 TEST(MeasuredCli, BadMeasuredFilesGetOneErrorLine) {
   const fs::path predicted = scratch("predicted.json");
   std::ofstream(predicted) << R"({"scenario": {"tp": 1, "pp": 1, "dp": 1, "micro_batches": 1}, "engine": "sim",
