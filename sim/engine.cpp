@@ -56,8 +56,7 @@ int Engine::node_of(int replayer) const {
 }
 
 int Engine::peer_replayer(const Replayer& from, int stage) const {
-  const model::RankCoord coord = program_.layout.coord_of(representative_rank(from.id()));
-  const int rank = program_.layout.rank_of({coord.dp, stage, coord.tp});
+  const int rank = program_.layout.rank_on_stage(representative_rank(from.id()), stage);
   return fidelity_ == Fidelity::Rank ? rank : rank / program_.layout.tp();
 }
 
@@ -228,10 +227,10 @@ StagePlan Engine::build_plan(int stage) const {
 
   // How each group's collectives are timed on this stage (the same for every op of the stage).
   enum class GroupKind { Single, InsideTensorGroup, Flows };
-  GroupKind group_kind[4];
-  std::vector<int> group_nodes[4];
+  GroupKind group_kind[model::kGroupCount];
+  std::vector<int> group_nodes[model::kGroupCount];
   const int rank0 = program_.layout.rank_of({0, stage, 0});
-  for (int group = 0; group < 4; ++group) {
+  for (int group = 0; group < model::kGroupCount; ++group) {
     const std::vector<int> ranks = program_.layout.group_members(static_cast<model::Group>(group), rank0);
     for (int rank : ranks) group_nodes[group].push_back(placement_.node_of_rank(rank));
     if (ranks.size() <= 1) {
