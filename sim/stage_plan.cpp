@@ -146,7 +146,7 @@ void Engine::time_ops(StagePlan& plan) const {
     if (created) it->second = cost_.gemm_half_s(scenario, op.what, under == model::HiddenUnder::WeightGradient);
     return it->second;
   };
-  int collectives_seen[4] = {0, 0, 0, 0};
+  int collectives_seen[model::kGroupCount] = {};
   for (std::int32_t i = 0; i < static_cast<std::int32_t>(ops.size()); ++i) {
     const model::Op& op = ops[i];
     switch (op.kind) {
