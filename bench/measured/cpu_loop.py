@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
 """The loop on this machine: PyTorch trains a GPT on the CPU under its profiler; twin calibrates a CPU host profile on
-one plan's trace, simulates other plans with it and compares each prediction with PyTorch's measured run of that plan.
+one plan's traces, simulates other plans with it and compares each prediction with PyTorch's measured run of that plan.
 
 bench/measured/torch_cpu_gpt.py trains twin's GPT (hidden 256, 4 heads, sequence 128, fp32, one thread) on every plan
-(layers, batch), one step of each in turn, and writes each plan's profiler trace. `twin calibrate` fits the profile on the first plan's trace only;
+(layers, batch), one step of each in turn, and writes each plan's profiler trace; it does so --repeats times (each a
+fresh process, every thread pool pinned to one thread: OMP, OpenBLAS, MKL), so that a burst of other work on a shared
+machine falls on one repeat, not on one plan. `twin calibrate` fits the profile on the first plan's traces of every
+repeat together (each GEMM shape at the median of its calls, the time between operators at the median over steps);
 every other plan is simulated (`twin sim --profile`, cluster.node = "cpu-host", framework.name = "composer": PyTorch's
-own kernels, dropout off as in the script) and compared with its trace (`twin compare`): the out-of-sample error of
-the iteration time, against the fastest profiled step (the one other work on a shared machine delayed least) and
-against the mean step. Then the same loop with twin's own CPU executor: `twin run` of every plan, a profile calibrated
-on the first plan's `twin run --trace`, `twin sim` of every plan against the fastest step `twin run` measured. Prints
-the tables and exits 1 when an out-of-sample error (fastest step) exceeds --tolerance (default 0.10).
+own kernels, dropout off as in the script) and compared with its traces (`twin compare --fastest-step`): the
+out-of-sample error against each plan's fastest step over all repeats (the one other work delayed least), with the
+spread of that plan's fastest step from repeat to repeat, and the spread of its prediction when the profile is
+calibrated on one repeat alone (how much the calibration's own noise moves it). Then the same loop with twin's own
+CPU executor: `twin run` of every plan (in turn, --repeats times), a profile calibrated on the first plan's traced
+steps (twin run --trace), `twin sim` of every plan against the fastest step `twin run` measured. Prints the tables and
+exits 1 when an out-of-sample error exceeds --tolerance (default 0.10).
 
-    bench/measured/cpu_loop.py [--twin build/cli/twin] [--plans 2x8,1x8,3x8,2x4,1x16] [--json out.json]
+    bench/measured/cpu_loop.py [--twin build/cli/twin] [--plans 2x8,1x8,3x8,2x4,1x16] [--repeats 3] [--json out.json]
 
 Needs a built twin and Debian's python3-torch (run with any Python 3; the script runs the trainer with
 /usr/bin/python3, where Debian installs torch). On a machine other work loads, wall-clock times vary by more than the
-tolerance: run it alone.
+tolerance: the spreads printed say by how much.
 """
 import argparse
 import json
@@ -66,6 +71,7 @@ def main():
     parser.add_argument("--plans", default="2x8,1x8,3x8,2x4,1x16", help="LAYERSxBATCH, the first one calibrates")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--active", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3, help="trainer runs (fresh processes), and twin runs per plan")
     parser.add_argument("--tolerance", type=float, default=0.10)
     parser.add_argument("--json")
     parser.add_argument("--no-executor", action="store_true", help="skip the loop with twin's own executor")
@@ -75,38 +81,56 @@ def main():
     work = args.work or tempfile.mkdtemp(prefix="twin-cpu-loop-")
     os.makedirs(work, exist_ok=True)
 
-    out = run([args.python, TRAINER, "--plans", args.plans, "--hidden", str(SHAPE["hidden"]), "--heads",
-               str(SHAPE["heads"]), "--seq", str(SHAPE["seq"]), "--vocab", str(SHAPE["vocab"]), "--steps",
-               str(args.steps), "--active", str(args.active), "--trace-dir", work])
-    measured = [json.loads(line) for line in out.strip().splitlines() if line.startswith("{")]
+    # Every thread pool of the trainer and of twin run at one thread: a step's time is one core's work.
+    environment = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    measured = []  # per repeat, per plan: the trainer's line
+    for repeat in range(args.repeats):
+        out = run([args.python, TRAINER, "--plans", args.plans, "--hidden", str(SHAPE["hidden"]), "--heads",
+                   str(SHAPE["heads"]), "--seq", str(SHAPE["seq"]), "--vocab", str(SHAPE["vocab"]), "--steps",
+                   str(args.steps), "--active", str(args.active), "--trace-dir",
+                   os.path.join(work, f"repeat_{repeat}")], env=environment)
+        measured.append([json.loads(line) for line in out.strip().splitlines() if line.startswith("{")])
+    calibration_traces = [m[0]["trace"] for m in measured]
     profile = os.path.join(work, "host.toml")
-    checks = sum((["--check", m["trace"]] for m in measured[1:]), [])
-    calibration = run([args.twin, "calibrate", measured[0]["trace"], *checks, "--out", profile])
+    checks = sum((["--check", m[i]["trace"]] for m in measured for i in range(1, len(plans))), [])
+    calibration = run([args.twin, "calibrate", *calibration_traces, *checks, "--out", profile])
+    # The calibration's own noise: a profile from each repeat's trace alone.
+    single_profiles = []
+    for repeat, trace in enumerate(calibration_traces):
+        single_profiles.append(os.path.join(work, f"host_repeat_{repeat}.toml"))
+        run([args.twin, "calibrate", trace, "--out", single_profiles[-1]])
 
     rows = []
-    for (layers, batch), m in zip(plans, measured):
+    for index, (layers, batch) in enumerate(plans):
         scenario = os.path.join(work, f"scenario_{layers}x{batch}.toml")
         with open(scenario, "w") as f:
             f.write(SCENARIO.format(layers=layers, batch=batch, **SHAPE))
-        predicted = os.path.join(work, f"predicted_{layers}x{batch}.json")
-        run([args.twin, "sim", scenario, "--profile", profile, "--granularity", "op", "--quiet", "--json", predicted])
-        totals = {}
-        for statistic, flags in (("fastest", ["--fastest-step"]), ("mean", [])):
-            comparison = os.path.join(work, f"compare_{layers}x{batch}_{statistic}.json")
-            run([args.twin, "compare", predicted, m["trace"], *flags, "--json", comparison])
-            with open(comparison) as f:
-                totals[statistic] = json.load(f)["totals"][0]
-        rows.append({"layers": layers, "batch": batch, "calibrated_on": (layers, batch) == plans[0],
-                     "predicted_s": totals["fastest"]["predicted"], "measured_s": totals["fastest"]["measured"],
-                     "error": totals["fastest"]["error"], "mean_step_s": totals["mean"]["measured"],
-                     "mean_error": totals["mean"]["error"]})
+        predicted = simulate(args, scenario, profile, os.path.join(work, f"predicted_{layers}x{batch}.json"))
+        fastest, mean = [], []
+        for repeat in range(args.repeats):
+            for statistic, flags, into in (("fastest", ["--fastest-step"], fastest), ("mean", [], mean)):
+                comparison = os.path.join(work, f"compare_{layers}x{batch}_{repeat}_{statistic}.json")
+                run([args.twin, "compare", predicted["path"], measured[repeat][index]["trace"], *flags, "--json",
+                     comparison])
+                with open(comparison) as f:
+                    into.append(json.load(f)["totals"][0]["measured"])
+        singles = [simulate(args, scenario, p, os.path.join(work, f"predicted_{layers}x{batch}_{r}.json"))["s"]
+                   for r, p in enumerate(single_profiles)]
+        best = min(fastest)
+        rows.append({"layers": layers, "batch": batch, "calibrated_on": index == 0, "predicted_s": predicted["s"],
+                     "measured_s": best, "error": predicted["s"] / best - 1, "fastest_by_repeat_s": fastest,
+                     "spread": max(fastest) / best - 1, "mean_step_s": min(mean),
+                     "mean_error": predicted["s"] / min(mean) - 1, "predicted_by_repeat_s": singles,
+                     "prediction_spread": max(singles) / min(singles) - 1})
 
     print(calibration)
-    print(f"{'plan':>10} {'predicted s':>12} {'fastest step':>13} {'error':>8} {'mean step':>10} {'error':>8}")
+    print(f"{'plan':>10} {'predicted s':>12} {'fastest step':>13} {'error':>8} {'spread':>7} {'mean step':>10} "
+          f"{'error':>8} {'prediction spread':>18}   ({args.repeats} repeats of {args.active} profiled steps)")
     for r in rows:
         note = "  (calibrated on: in-sample)" if r["calibrated_on"] else ""
         print(f"{r['layers']:>4}x{r['batch']:<5} {r['predicted_s']:12.4f} {r['measured_s']:13.4f} "
-              f"{100 * r['error']:+7.1f}% {r['mean_step_s']:10.4f} {100 * r['mean_error']:+7.1f}%{note}")
+              f"{100 * r['error']:+7.1f}% {100 * r['spread']:6.1f}% {r['mean_step_s']:10.4f} "
+              f"{100 * r['mean_error']:+7.1f}% {100 * r['prediction_spread']:17.1f}%{note}")
     out_of_sample = [r for r in rows if not r["calibrated_on"]]
     worst = max(abs(r["error"]) for r in out_of_sample) if out_of_sample else 0
     print(f"\nPyTorch, out of sample: {len(out_of_sample)} plans, largest error {100 * worst:.1f} % "
@@ -119,14 +143,20 @@ def main():
     return 1 if max(worst, worst_executor) > args.tolerance else 0
 
 
+def simulate(args, scenario, profile, path):
+    run([args.twin, "sim", scenario, "--profile", profile, "--granularity", "op", "--quiet", "--json", path])
+    with open(path) as f:
+        return {"path": path, "s": json.load(f)["iteration_time_s"]}
+
+
 def twin_executor_loop(args, plans, work):
-    """The same with twin's own CPU executor: `twin run` of every plan (in turn, three times, so that load on the
-    machine falls on all), `twin calibrate` on the first plan's three traced steps (twin run --trace), `twin sim` of
-    every plan with that profile against the fastest step `twin run` measured."""
-    environment = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    steps = {plan: [] for plan in plans}
+    """The same with twin's own CPU executor: `twin run` of every plan (in turn, --repeats times, so that load on the
+    machine falls on all), `twin calibrate` on the first plan's traced steps (twin run --trace), `twin sim` of every
+    plan with that profile against the fastest step `twin run` measured."""
+    environment = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    steps = {plan: [] for plan in plans}  # per repeat, the steps after the first (which warms up)
     traces = []
-    for repeat in range(3):
+    for repeat in range(args.repeats):
         for layers, batch in plans:
             scenario = os.path.join(work, f"scenario_{layers}x{batch}.toml")
             result = os.path.join(work, f"run_{layers}x{batch}_{repeat}.json")
@@ -137,25 +167,25 @@ def twin_executor_loop(args, plans, work):
                 command += ["--trace", traces[-1]]
             run(command, env=environment)
             with open(result) as f:
-                steps[(layers, batch)] += json.load(f)["iteration_time_s"][1:]  # the first step warms up
+                steps[(layers, batch)].append(json.load(f)["iteration_time_s"][1:])
     profile = os.path.join(work, "twin_host.toml")
     print(run([args.twin, "calibrate", *traces, "--out", profile]))
     rows = []
-    print(f"{'plan':>10} {'predicted s':>12} {'fastest step':>13} {'error':>8}   (twin run, {3 * (args.steps - 1)} "
-          f"steps per plan)")
+    print(f"{'plan':>10} {'predicted s':>12} {'fastest step':>13} {'error':>8} {'spread':>7}   (twin run, "
+          f"{args.repeats} x {args.steps - 1} steps per plan)")
     for layers, batch in plans:
-        predicted = os.path.join(work, f"predicted_run_{layers}x{batch}.json")
-        run([args.twin, "sim", os.path.join(work, f"scenario_{layers}x{batch}.toml"), "--profile", profile,
-             "--granularity", "op", "--quiet", "--json", predicted])
-        with open(predicted) as f:
-            predicted_s = json.load(f)["iteration_time_s"]
-        fastest = min(steps[(layers, batch)])
+        predicted_s = simulate(args, os.path.join(work, f"scenario_{layers}x{batch}.toml"), profile,
+                               os.path.join(work, f"predicted_run_{layers}x{batch}.json"))["s"]
+        by_repeat = [min(s) for s in steps[(layers, batch)]]
+        fastest = min(by_repeat)
         row = {"layers": layers, "batch": batch, "calibrated_on": (layers, batch) == plans[0],
                "predicted_s": predicted_s, "measured_s": fastest, "error": predicted_s / fastest - 1,
+               "fastest_by_repeat_s": by_repeat, "spread": max(by_repeat) / fastest - 1,
                "steps_s": steps[(layers, batch)]}
         rows.append(row)
         note = "  (calibrated on: in-sample)" if row["calibrated_on"] else ""
-        print(f"{layers:>4}x{batch:<5} {predicted_s:12.4f} {fastest:13.4f} {100 * row['error']:+7.1f}%{note}")
+        print(f"{layers:>4}x{batch:<5} {predicted_s:12.4f} {fastest:13.4f} {100 * row['error']:+7.1f}% "
+              f"{100 * row['spread']:6.1f}%{note}")
     return rows
 
 
