@@ -148,6 +148,20 @@ TEST(MeasuredCli, GpuProfileScenarioKeyTimesWithTheMeasuredRates) {
 }
 #endif
 
+#ifdef TWIN_HAVE_SIMGRID
+// The README's example, word for word: the prediction of gpt3-175b against docs/examples/megatron-gpt3-175b.log.
+TEST(MeasuredCli, TheReadmesMegatronLogExample) {
+  const fs::path predicted = scratch("readme_predicted.json");
+  ASSERT_EQ(twin("sim gpt3-175b --json " + predicted.string() + " --quiet").status, 0);
+  const std::string log = TWIN_SOURCE_ROOT "/docs/examples/megatron-gpt3-175b.log";
+  const Result r = twin("compare " + predicted.string() + " " + log);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("  measured:  megatron-lm log"));
+  EXPECT_THAT(r.output, HasSubstr("  iteration time (s)              31.8388        32.0753     -0.7%"));
+  EXPECT_THAT(r.output, HasSubstr("  model TFLOP/s per GPU          138.3611       138.0000     +0.3%"));
+}
+#endif
+
 TEST(MeasuredCli, BadMeasuredFilesGetOneErrorLine) {
   const fs::path predicted = scratch("predicted.json");
   std::ofstream(predicted) << R"({"scenario": {"tp": 1, "pp": 1, "dp": 1, "micro_batches": 1}, "engine": "sim",
