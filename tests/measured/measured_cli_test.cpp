@@ -149,6 +149,27 @@ TEST(MeasuredCli, GpuProfileScenarioKeyTimesWithTheMeasuredRates) {
 #endif
 
 #ifdef TWIN_HAVE_SIMGRID
+// bench/gpu twin_gemm_peak's printout -> twin calibrate -> the scenario's cluster.gpu_profile: the H200's measured GEMM
+// and HBM rates time the simulation; --check has no plan to check on such a profile.
+TEST(MeasuredCli, GemmPeakPrintoutCalibratesTheSimulatedGpu) {
+  const fs::path printout = scratch("h200.txt"), profile = scratch("h200.toml");
+  std::ofstream(printout) << "device NVIDIA H200, 132 SMs, 143771 MiB\n"
+                             "gemm bf16 m 8192 n 8192 k 8192: median 1.570 ms (min 1.560), 700.3 TFLOP/s\n"
+                             "hbm scale fp32 4096 MiB in place: median 2.100 ms, 4090 GB/s read + write\n";
+  const Result calibrated = twin("calibrate " + printout.string() + " --out " + profile.string());
+  ASSERT_EQ(calibrated.status, 0) << calibrated.output;
+  EXPECT_THAT(calibrated.output, HasSubstr("profile of NVIDIA H200"));
+  const Result r = twin("sim gpt-350m-h200 --quiet --set 'cluster.gpu_profile=\"" + profile.string() + "\"'");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("GEMM 700.3 TFLOP/s at 8192x8192x8192 (cluster.gpu_profile), HBM 4090 GB/s "
+                                  "(cluster.gpu_profile)"));
+  const Result check = twin("calibrate " + printout.string() + " --check " + printout.string());
+  EXPECT_EQ(check.status, 2);
+  EXPECT_THAT(check.output, HasSubstr("a microbenchmark's profile has no plan"));
+}
+#endif
+
+#ifdef TWIN_HAVE_SIMGRID
 // The README's example, word for word: the prediction of gpt3-175b against docs/examples/megatron-gpt3-175b.log.
 TEST(MeasuredCli, TheReadmesMegatronLogExample) {
   const fs::path predicted = scratch("readme_predicted.json");
