@@ -19,6 +19,8 @@
 #include "kernels/cpu/elementwise.hpp"    // residual_forward, accumulate, bias_add, bias_backward, scale, copy, fill,
                                           // squared_norm
 #include "kernels/cpu/embedding.hpp"      // embedding_forward/backward, position_embedding_forward/backward
+#include "kernels/cpu/fp8.hpp"            // float_to_fp8, fp8_to_float, round_to_fp8, fp8_quantize_dequantize(_*),
+                                          // DelayedScaling, mxfp8_quantize_dequantize
 #include "kernels/cpu/gelu.hpp"           // gelu_forward, gelu_backward
 #include "kernels/cpu/layernorm.hpp"      // layernorm_forward, layernorm_backward
 #include "kernels/cpu/matmul.hpp"         // matmul_forward, matmul_backward, set_blas_threads
