@@ -25,6 +25,7 @@
 #include "kernels/cpu/gelu.hpp"             // gelu_forward, gelu_backward
 #include "kernels/cpu/layernorm.hpp"        // layernorm_forward, layernorm_backward
 #include "kernels/cpu/matmul.hpp"           // matmul_forward, matmul_backward, set_blas_threads
+#include "kernels/cpu/ring_attention.hpp"   // ring_attention_*_step, all_gather_attention_*, ulysses_*, cp_*
 #include "kernels/cpu/rmsnorm.hpp"          // rmsnorm_forward, rmsnorm_backward
 #include "kernels/cpu/rope.hpp"             // rope_forward, rope_backward
 #include "kernels/cpu/swiglu.hpp"           // swiglu_forward, swiglu_backward
