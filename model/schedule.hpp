@@ -40,8 +40,9 @@ std::vector<StageSchedule> build_schedule(ScheduleKind kind, int stages, int mic
 int warmup_steps(ScheduleKind kind, int stage, int stages, int micro_batches, int chunks, int group = 0);
 
 // Megatron-Core's rule for a group size it runs without "dependency bubbles": stages <= group <= micro_batches and
-// micro_batches % group either 0 or at least `stages` (schedules.py raises otherwise). Smaller groups (fewer
-// micro-batches than stages, as Llama 3 allows) still run, with stages waiting on each other.
+// micro_batches % group either 0 or at least `stages` (schedules.py raises otherwise). Other groups (fewer
+// micro-batches than stages, as Llama 3 allows) run every forward first: in Megatron-Core's order a stage would wait
+// forever on one of them.
 bool group_without_dependency_bubbles(int stages, int micro_batches, int group);
 
 // The most (micro-batch, chunk) pairs whose forward has run and backward has not, at any point of the schedule:
