@@ -15,7 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
-#include "model/scenario.hpp"
+#include "model/errors.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"twin: a digital twin of large-scale Transformer training (simulate or run one shared Program)"};
@@ -51,15 +51,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& error) {
     const int status = app.exit(error);  // prints the help, the version or the mistake
     return status == 0 ? 0 : 2;          // every mistake in what was typed exits 2, as the errors below
-  } catch (const twin::model::ScenarioError& error) {
-    for (const auto& problem : error.problems()) fmt::print(stderr, "twin: error: {}\n", problem);
-    return 2;
-  } catch (const twin::cli::UserError& error) {
-    fmt::print(stderr, "twin: error: {}\n", error.what());
-    return 2;
-  } catch (const std::exception& error) {
-    fmt::print(stderr, "twin: internal error: {}\n", error.what());
-    return 1;
+  } catch (const std::exception& error) {  // the one mapping of errors to lines and statuses: model/errors.hpp
+    for (const std::string& line : twin::error_lines(error)) fmt::print(stderr, "twin: {}\n", line);
+    return twin::exit_status(error);
   }
   // What was printed may still sit in stdout's buffer: a report that never reached its file (a full disk, a closed
   // pipe) is a failure, not a success.

@@ -9,23 +9,21 @@
 //                     cause
 //   TrainingDiverged  the logits, the loss or the gradients became non-finite: a failed run, exit 1
 //
-// Bugs are InternalError (exec/check.hpp).
+// Bugs are InternalError (exec/check.hpp). The three roots, UserError, RunFailure and InternalError, are
+// model/errors.hpp's.
 #pragma once
 
-#include <stdexcept>
+#include "model/errors.hpp"
 
 namespace twin::exec {
 
-class RunError : public std::runtime_error {
+class RunError : public UserError {
  public:
-  using std::runtime_error::runtime_error;
+  using UserError::UserError;
 };
 
 // A run that started and failed (exit 1): its message is the whole story, naming the rank.
-class RunFailure : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+using twin::RunFailure;
 
 class CommError : public RunFailure {
  public:

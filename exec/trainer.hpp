@@ -52,6 +52,9 @@ struct TrainOptions {
   double comm_timeout_s = 60;  // a collective or recv waiting longer fails, naming the missing ranks
   int threads_per_rank = 0;    // CPU compute threads of each rank; 0: the cores / ranks on this host
   int trace_step = -1;         // step whose ops are timed for the timeline; -1: the run's last step; -2: none
+  // Debug, host backends: hold dp_overlap's DP gradient reductions back as the GPU path does, and fail when a kernel
+  // touches their memory before the rank waits for them (exec/deferred_emulation.hpp, strict mode).
+  bool check_deferred_collectives = false;
   std::function<void(const StepReport&)> on_step;   // rank 0, after every step
   std::function<void(const std::string&)> on_note;  // rank 0: what resuming found
   FaultInjection fault;

@@ -71,9 +71,9 @@ struct SimResult {
 
 // A scenario the simulator cannot run (CPU cluster, group fidelity impossible, ...) or a replay that cannot finish
 // (deadlocked Program).
-class SimulationError : public std::runtime_error {
+class SimulationError : public UserError {
  public:
-  using std::runtime_error::runtime_error;
+  using UserError::UserError;
 };
 
 // The fidelity `options` selects for `program` (resolving Auto); throws SimulationError when Group is requested but

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "report/compare.hpp"
+#include "report/compare_traces.hpp"
 #include "report/trace.hpp"
 #include "tests/sim/support.hpp"
 

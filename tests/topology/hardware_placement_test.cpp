@@ -103,11 +103,14 @@ TEST(Hardware, EveryDgxKindAScenarioNamesHasItsGpuAndFabric) {
   const NodeSpec h200 = node_spec(model::NodeKind::DgxH200);
   EXPECT_EQ(h200.gpu.name, "H200-SXM-141GB");
   EXPECT_EQ(fabric_spec(model::NodeKind::DgxH200).name, fabric_spec(model::NodeKind::DgxH100).name);
-  // What validation and the memory check use agrees with the specs.
-  EXPECT_NEAR(model::gpu_memory_bytes(model::NodeKind::DgxA100_40GB), a100_40.gpu.hbm_bytes,
-              0.1 * a100_40.gpu.hbm_bytes);
-  EXPECT_NEAR(model::gpu_memory_bytes(model::NodeKind::DgxH200), h200.gpu.hbm_bytes, 1e6);
-  EXPECT_EQ(model::default_gpus_per_node(model::NodeKind::DgxH200), h200.gpus);
+  // What validation and the memory check use is the specs' memory, in the same unit (one table: model/'s).
+  for (const model::NodeKind kind : {model::NodeKind::DgxA100, model::NodeKind::DgxA100_40GB, model::NodeKind::DgxH100,
+                                     model::NodeKind::DgxH200}) {
+    EXPECT_EQ(model::gpu_memory_bytes(kind), node_spec(kind).gpu.hbm_bytes) << model::to_string(kind);
+    EXPECT_EQ(model::default_gpus_per_node(kind), node_spec(kind).gpus) << model::to_string(kind);
+  }
+  EXPECT_EQ(model::gpu_memory_bytes(model::NodeKind::DgxA100), 80.0 * 1024 * 1024 * 1024);  // 81920 MiB
+  EXPECT_GT(model::gpu_memory_bytes(model::NodeKind::DgxH200), 140.0 * 1024 * 1024 * 1024);  // 143771 MiB
 }
 
 TEST(Placement, MegatronOrderIsIdentity) {
