@@ -1,28 +1,16 @@
 // Context parallelism's exchanges in closed form, as Transformer Engine's context_parallel.py issues them.
 #include "model/context_parallel.hpp"
 
+#include "model/scenario_names.hpp"
+
 namespace twin::model {
 
-namespace {
-struct CommName {
-  CpComm comm;
-  std::string_view name;
-};
-constexpr CommName kCommNames[] = {{CpComm::P2P, "p2p"}, {CpComm::AllGather, "all_gather"}, {CpComm::AllToAll, "a2a"}};
-}  // namespace
-
 std::string_view to_string(CpComm comm) {
-  for (const CommName& entry : kCommNames) {
-    if (entry.comm == comm) return entry.name;
-  }
-  return "?";
+  return names::name_of(names::kCpComms, comm);
 }
 
 std::optional<CpComm> cp_comm_from_name(std::string_view name) {
-  for (const CommName& entry : kCommNames) {
-    if (entry.name == name) return entry.comm;
-  }
-  return std::nullopt;
+  return names::value_named(names::kCpComms, name);
 }
 
 double CpAttention::kv_tensor_bytes() const {

@@ -148,8 +148,7 @@ MemoryEstimate estimate_memory(const Scenario& s) {
   const auto& p = s.parallel;
   MemoryEstimate estimate;
   estimate.capacity_bytes = gpu_memory_bytes(s.cluster.node);
-  const auto schedule = build_schedule(p.schedule, static_cast<int>(p.pp), static_cast<int>(p.micro_batches()),
-                                       static_cast<int>(p.virtual_stages));
+  const auto schedule = build_schedule(p);
   const StateBytesPerParameter per_param = state_bytes_per_parameter(s);
   const double layer_stash = activation_bytes_per_layer(s);
   Scenario kept = s;  // a layer block recompute leaves alone keeps what it would without recompute
@@ -172,12 +171,17 @@ MemoryEstimate estimate_memory(const Scenario& s) {
       m.gradients_bytes = m.parameters * per_param.gradients / d(p.dp) + e * std::max(root, block);
     }
     m.in_flight_micro_batches = max_in_flight(schedule[stage]);
-    // Chunks of one stage hold the same number of layers (an uneven split has no interleaving).
+    // The chunks of a stage may differ (the embedding or the loss counted as a layer): the most layers in flight.
+    std::vector<std::int64_t> chunk_layers;
+    for (int chunk = 0; chunk < p.virtual_stages; ++chunk) {
+      chunk_layers.push_back(s.layers_in_virtual_stage(virtual_stage(stage, chunk, static_cast<int>(p.pp))));
+    }
+    const double layers_in_flight = d(max_in_flight_weighted(schedule[stage], chunk_layers));
     // A stage's layers each stash layer_stash, or kept_stash past the first recompute_num_layers of each chunk.
     const double layers = d(s.layers_on_stage(stage));
     const double recomputed = p.recompute == Recompute::Full ? d(s.recomputed_layers_on_stage(stage)) : layers;
     const double stash = layers > 0 ? (recomputed * layer_stash + (layers - recomputed) * kept_stash) / layers : 0;
-    m.activations_bytes = m.in_flight_micro_batches * d(s.layers_in_virtual_stage(stage)) * stash;
+    m.activations_bytes = layers_in_flight * stash;
     // Recompute rebuilds one layer's full activations before its backward.
     if (p.recompute != Recompute::None) m.activations_bytes += layer_working_set_bytes(s);
     // The last stage holds one micro-batch of fp32 logits for the cross-entropy (s b V/t floats).

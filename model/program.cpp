@@ -1026,12 +1026,15 @@ std::vector<Op> layer_compute_ops(const Scenario& scenario, int layer, Phase pha
 Program build_program(const Scenario& scenario, Granularity granularity) {
   if (auto problems = validation_problems(scenario); !problems.empty()) throw ScenarioError(problems);
   const auto& p = scenario.parallel;
+  if (p.cp > 1) {
+    throw ScenarioError({scenario.source + ": parallel.cp = " + std::to_string(p.cp) +
+                         ": context parallelism is not in the Program yet (parallel.cp = 1)"});
+  }
   Program program;
   program.scenario = scenario;
   program.granularity = granularity;
   program.layout = RankLayout(static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp));
-  program.schedule = build_schedule(p.schedule, static_cast<int>(p.pp), static_cast<int>(p.micro_batches()),
-                                    static_cast<int>(p.virtual_stages));
+  program.schedule = build_schedule(p);
   program.stage_ops.reserve(p.pp);
   for (int stage = 0; stage < p.pp; ++stage) {
     program.stage_ops.push_back(StageBuilder(scenario, granularity, program.schedule[stage], stage).build());

@@ -104,6 +104,21 @@ std::vector<StageSchedule> build_schedule(ScheduleKind kind, int stages, int mic
   return schedule;
 }
 
+std::vector<StageSchedule> build_schedule(const ParallelSpec& p) {
+  return build_schedule(p.schedule, static_cast<int>(p.pp), static_cast<int>(p.micro_batches()),
+                        static_cast<int>(p.virtual_stages), static_cast<int>(p.microbatch_group));
+}
+
+std::int64_t max_in_flight_weighted(const StageSchedule& schedule, const std::vector<std::int64_t>& chunk_weight) {
+  std::int64_t in_flight = 0, peak = 0;
+  for (const auto& step : schedule) {
+    const std::int64_t weight = chunk_weight.at(static_cast<std::size_t>(step.chunk));
+    in_flight += step.pass == Pass::Forward ? weight : -weight;
+    peak = std::max(peak, in_flight);
+  }
+  return peak;
+}
+
 int max_in_flight(const StageSchedule& schedule) {
   int in_flight = 0;
   int peak = 0;

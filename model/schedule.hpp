@@ -45,9 +45,15 @@ int warmup_steps(ScheduleKind kind, int stage, int stages, int micro_batches, in
 // forever on one of them.
 bool group_without_dependency_bubbles(int stages, int micro_batches, int group);
 
+// The schedule a scenario's plan runs: parallel.schedule, pp, micro-batches, virtual stages and micro-batch group.
+std::vector<StageSchedule> build_schedule(const ParallelSpec& parallel);
+
 // The most (micro-batch, chunk) pairs whose forward has run and backward has not, at any point of the schedule:
 // how many chunks' activations the stage stashes at its peak.
 int max_in_flight(const StageSchedule& schedule);
+// The same, each pair counted with its chunk's weight (its layers, when chunks differ): the most layers' activations
+// the stage stashes at once.
+std::int64_t max_in_flight_weighted(const StageSchedule& schedule, const std::vector<std::int64_t>& chunk_weight);
 
 // Virtual stage of a chunk on a stage: chunk * stages + stage. Layers are assigned to virtual stages in order.
 inline int virtual_stage(int stage, int chunk, int stages) { return chunk * stages + stage; }

@@ -88,8 +88,13 @@ constexpr FlashAttentionRates kFlash2H100{{141, 192, 232, 257, 273, 284}, {163, 
 FlashAttentionRate flash_attention_rate(const topology::GpuSpec& gpu, model::AttentionKind kind, double seq,
                                         double head_dim) {
   if (kind == model::AttentionKind::Unfused) throw std::invalid_argument("flash_attention_rate: not a flash kernel");
-  // H200: the H100's die and clocks with faster HBM; the kernels are compute bound, so the H100's rates.
-  const bool hopper = gpu.name.rfind("H100", 0) == 0 || gpu.name.rfind("H200", 0) == 0;
+  // H200 and H800: the H100's die and clocks (faster HBM, slower NVLink); the kernels are compute bound, so the
+  // H100's rates. Blackwell (B200, GB200): no fused-attention measurement by sequence length was found published
+  // (FlashAttention-4, Zadouri et al., arXiv:2603.05451, reports its forward's best, 1613 TFLOP/s on a B200): the
+  // H100's rates scaled by the ratio of the 16-bit peaks, an assumption (sim/cost_model.cpp's note in
+  // docs/accuracy.md).
+  const bool hopper = gpu.compute_capability >= 90;
+  const double scale = gpu.compute_capability >= 100 ? gpu.bf16_flops / topology::h100_sxm5_80gb().bf16_flops : 1.0;
   const bool v2 = kind == model::AttentionKind::Flash2;
   const FlashAttentionRates& rates = hopper ? (v2 ? kFlash2H100 : kFlash1H100) : (v2 ? kFlash2A100 : kFlash1A100);
   // Head dimensions: the measured 64 and 128. A kernel computes on its head-dimension block: FlashAttention's
@@ -104,7 +109,7 @@ FlashAttentionRate flash_attention_rate(const topology::GpuSpec& gpu, model::Att
   const double x = std::clamp(std::log2(seq), std::log2(kFlashSequences[0]), std::log2(kFlashSequences[5]));
   const int i = std::min(4, static_cast<int>(std::floor(x - std::log2(kFlashSequences[0]))));
   const double f = x - std::log2(kFlashSequences[i]);
-  out.flops_per_s = 1e12 * (row[i] + f * (row[i + 1] - row[i]));
+  out.flops_per_s = scale * 1e12 * (row[i] + f * (row[i + 1] - row[i]));
   return out;
 }
 
@@ -229,8 +234,8 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu) {
   //   reads and writes (8 bytes per FLOP) of the datasheet's 2039 GB/s (M. Li, github.com/mli/transformers-benchmarks,
   //   README "Micro-Benchmarking Summary", VectorMul, micro_bench.ipynb, NGC PyTorch 22.07).
   //   A100 40GB (HBM2 at 1555 GB/s): the same fraction, assumed.
-  //   H100 / H200: 0.90, an assumption (STREAM-style kernels reach about 90%); the first number to replace when a
-  //   measurement lands in bench/.
+  //   H100 / H200 / H800, B200 / GB200: 0.90, an assumption (STREAM-style kernels reach about 90%); the first number
+  //   to replace when a measurement lands in bench/.
   p.hbm_efficiency = gpu.name.rfind("A100", 0) == 0 ? kA100StreamingFraction : 0.90;
   // Launch: back-to-back dependent kernels leave a gap of a few microseconds (NVIDIA Technical Blog, "Getting Started
   // with CUDA Graphs", 2019, measures ~2-4 us per kernel of launch overhead); 2 us per kernel.
@@ -244,13 +249,20 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu) {
   //   267.9 TFLOP/s at its best shape (mamf-finder.py, S. Bekman, "Machine Learning Engineering Open Book",
   //   compute/accelerator/README.md, MAMF table: 6912 x 16384 x 2048, bf16); pass that in AnalyticalParameters to
   //   model a current software stack.
-  //   H100 / H200: maximum achievable matmul FLOPs of the same MAMF table (bf16, CUDA 12.x).
+  //   H100 / H200, B200 / GB200: maximum achievable matmul FLOPs of the same MAMF table (bf16, CUDA 12.x / 13.0);
+  //   H800 (no entry): the H100's.
   GemmMeasurement measured{};
   if (gpu.name.rfind("A100", 0) == 0) {
     // A100 SXM 80GB, CUDA 11.7: 230 TFLOPS (73.7% of 312); the 40GB part has the same SMs and clocks.
     measured = {230e12, 8192, 8192, 8192};
   } else if (gpu.name.rfind("H100", 0) == 0) {
     measured = {792.1e12, 6144, 17920, 2816};  // H100 SXM: 792.1 TFLOPS (80.1% of 989)
+  } else if (gpu.name.rfind("H800", 0) == 0) {
+    measured = {792.1e12, 6144, 17920, 2816};  // the H100 SXM's: the same GH100 at the same clocks
+  } else if (gpu.name.rfind("B200", 0) == 0) {
+    measured = {1745.0e12, 1792, 16128, 3072};  // B200 SXM: 1745.0 TFLOPS (77.6% of 2250), torch 2.7.1+cu128
+  } else if (gpu.name.rfind("GB200", 0) == 0) {
+    measured = {1822.0e12, 4096, 9728, 2048};  // GB200: 1822.0 TFLOPS (72.9% of 2500), torch 2.10 nightly+cu130
   } else if (gpu.name.rfind("H200", 0) == 0) {
     // No H200 entry; GH200 (the same GH100 die with HBM3e): 821.0 TFLOPS (83.0% of 989).
     measured = {821.0e12, 11264, 19712, 1536};

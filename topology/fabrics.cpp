@@ -40,11 +40,27 @@ FabricSpec roce_400g_fabric() {
   return fabric;
 }
 
+FabricSpec fabric_spec(model::Fabric fabric) {
+  switch (fabric) {
+    case model::Fabric::InfinibandHdr:
+      return infiniband_hdr_fat_tree();
+    case model::Fabric::InfinibandNdr:
+      return infiniband_ndr_fat_tree();
+    case model::Fabric::InfinibandXdr:
+      return infiniband_xdr_fat_tree();
+    case model::Fabric::Roce:
+      return roce_400g_fabric();
+    case model::Fabric::NodeDefault:
+      break;
+  }
+  throw std::invalid_argument("fabric_spec: the node's own fabric has no spec of its own (fabric_spec(NodeKind))");
+}
+
 FabricSpec fabric_by_name(std::string_view name) {
-  if (name == "infiniband-hdr") return infiniband_hdr_fat_tree();
-  if (name == "infiniband-ndr") return infiniband_ndr_fat_tree();
-  if (name == "infiniband-xdr") return infiniband_xdr_fat_tree();
-  if (name == "roce") return roce_400g_fabric();
+  for (model::Fabric fabric : {model::Fabric::InfinibandHdr, model::Fabric::InfinibandNdr, model::Fabric::InfinibandXdr,
+                               model::Fabric::Roce}) {
+    if (model::to_string(fabric) == name) return fabric_spec(fabric);
+  }
   throw std::invalid_argument("unknown fabric '" + std::string(name) +
                               "' (expected infiniband-hdr, infiniband-ndr, infiniband-xdr or roce)");
 }

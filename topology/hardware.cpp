@@ -192,12 +192,18 @@ NodeSpec node_spec(model::NodeKind kind) {
       return dgx_h100();
     case model::NodeKind::DgxH200:
       return dgx_h200();
+    case model::NodeKind::HgxH800:
+      return hgx_h800();
+    case model::NodeKind::DgxB200:
+      return dgx_b200();
+    case model::NodeKind::Gb200Nvl72:
+      return gb200_nvl72();
     case model::NodeKind::CpuHost:
       break;
   }
   throw std::invalid_argument(
-      "the simulator models GPU clusters: cluster.node must be a DGX node (dgx-a100, dgx-a100-40gb, dgx-h100 or "
-      "dgx-h200), not a CPU host");
+      "the simulator models GPU clusters: cluster.node must be a GPU node (dgx-a100, dgx-a100-40gb, dgx-h100, "
+      "dgx-h200, hgx-h800, dgx-b200 or gb200-nvl72), not a CPU host");
 }
 
 FabricSpec fabric_spec(model::NodeKind kind) {
@@ -207,6 +213,9 @@ FabricSpec fabric_spec(model::NodeKind kind) {
       return infiniband_hdr_fat_tree();
     case model::NodeKind::DgxH100:
     case model::NodeKind::DgxH200:
+    case model::NodeKind::HgxH800:  // DeepSeek's H800 nodes: 400G InfiniBand (CX7) NICs
+    case model::NodeKind::DgxB200:
+    case model::NodeKind::Gb200Nvl72:  // their ConnectX-7 NICs are 400 Gb/s NDR
       return infiniband_ndr_fat_tree();
     case model::NodeKind::CpuHost:
       break;
@@ -268,7 +277,9 @@ NodeSpec node_spec(const model::ClusterSpec& cluster) {
 }
 
 FabricSpec fabric_spec(const model::ClusterSpec& cluster) {
-  FabricSpec fabric = fabric_spec(cluster.node);
+  FabricSpec fabric =
+      cluster.fabric == model::Fabric::NodeDefault ? fabric_spec(cluster.node) : fabric_spec(cluster.fabric);
+  fabric.rail_optimized = fabric.rail_optimized || cluster.rail_optimized;
   if (cluster.nic_gbps > 0) {
     fabric.name = fmt::format("fat-tree of {:g} Gb/s links", cluster.nic_gbps);
     fabric.link_bytes_per_s = cluster.nic_gbps * kGiga / 8;

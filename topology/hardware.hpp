@@ -92,6 +92,8 @@ FabricSpec roce_400g_fabric();
 // The fabric a scenario's cluster.fabric names: "infiniband-hdr", "infiniband-ndr", "infiniband-xdr" or "roce";
 // throws std::invalid_argument naming the known ones otherwise.
 FabricSpec fabric_by_name(std::string_view name);
+// The fabric cluster.fabric names (not NodeDefault: that is the node's, fabric_spec(NodeKind)).
+FabricSpec fabric_spec(model::Fabric fabric);
 
 // The node and fabric a scenario's `cluster.node` names. Throws std::invalid_argument for kinds that have no GPU
 // (CpuHost): the simulator models GPU clusters only.

@@ -10,7 +10,6 @@ namespace {
 constexpr double kTera = 1e12;
 constexpr double kGiga = 1e9;
 constexpr double kGB = 1e9;  // datasheets count bandwidth in powers of ten
-constexpr double kMiB = 1024.0 * 1024.0;
 }  // namespace
 
 // NVIDIA H800 Tensor Core GPU datasheet ("H800 SXM5"): the GH100 of H100 SXM5 with the same tensor-core peaks (FP8
@@ -19,6 +18,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 GpuSpec h800_sxm5_80gb() {
   GpuSpec gpu = h100_sxm5_80gb();
   gpu.name = "H800-SXM5-80GB";
+  gpu.hbm_bytes = model::gpu_memory_bytes(model::NodeKind::HgxH800);
   return gpu;
 }
 
@@ -35,7 +35,7 @@ GpuSpec b200_sxm_180gb() {
   gpu.fp32_flops = 75 * kTera;
   gpu.fp8_flops = 9000 * kTera / 2;
   gpu.hbm_bytes_per_s = 8000 * kGB;
-  gpu.hbm_bytes = 183359 * kMiB;
+  gpu.hbm_bytes = model::gpu_memory_bytes(model::NodeKind::DgxB200);  // model/'s one table of GPU memory
   gpu.sm_count = 148;
   gpu.compute_capability = 100;
   return gpu;
@@ -54,7 +54,7 @@ GpuSpec gb200_186gb() {
   gpu.fp32_flops = 80 * kTera;
   gpu.fp8_flops = 10000 * kTera / 2;
   gpu.hbm_bytes_per_s = 8000 * kGB;
-  gpu.hbm_bytes = 189471 * kMiB;
+  gpu.hbm_bytes = model::gpu_memory_bytes(model::NodeKind::Gb200Nvl72);  // model/'s one table of GPU memory
   gpu.sm_count = 152;
   gpu.compute_capability = 100;
   return gpu;
