@@ -197,6 +197,8 @@ def main():
                         help="also simulate every run at rank fidelity and exit 1 when it and --fidelity differ by "
                              "more than this many percent on any run (the guard behind auto's choice of group "
                              "fidelity; slow for runs of thousands of GPUs: select with --only)")
+    parser.add_argument("--with-slow", action="store_true",
+                        help="also the runs marked slow = true (tens of seconds each: Llama 3 405B on 8K-16K GPUs)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="one more scenario override for every run, after its own (a sensitivity study; the "
                              "published seconds stay as published)")
@@ -204,7 +206,8 @@ def main():
     twin = args.twin or find_twin()
 
     with open(os.path.join(PUBLISHED, "published.toml"), "rb") as f:
-        runs = [r for r in tomllib.load(f)["run"] if re.search(args.only, r["name"])]
+        runs = [r for r in tomllib.load(f)["run"]
+                if re.search(args.only, r["name"]) and (args.with_slow or not r.get("slow", False))]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(lambda r: simulate(twin, r, args.legacy, args.fidelity, args.set), runs))
     selected = list(runs)
