@@ -59,7 +59,7 @@ class Interpreter {
                                 double epoch_s = 0);
 
   const std::vector<model::Op>& ops() const { return ops_; }
-  // "op #12 forward qkv_projection layer 3 micro-batch 1": how messages name op i
+  // "op #12 forward qkv_projection layer 3 micro-batch 1" (model::op_label): how messages name op i
   const std::string& label(std::size_t op_index) const { return labels_[op_index]; }
 
  private:
@@ -224,8 +224,5 @@ class Interpreter {
   IterationOutput output_;
   double grad_norm_squared_ = 0;
 };
-
-// The tag of a pipeline message (model::P2PTag) packed below kMaxP2PTag.
-std::uint64_t p2p_message_tag(const model::Op& op);
 
 }  // namespace twin::exec

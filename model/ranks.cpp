@@ -1,8 +1,14 @@
 #include "model/ranks.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace twin::model {
+
+int index_in(const std::vector<int>& members, int rank) {
+  const auto it = std::find(members.begin(), members.end(), rank);
+  return it == members.end() ? -1 : static_cast<int>(it - members.begin());
+}
 
 RankLayout::RankLayout(int tp, int pp, int dp) : tp_(tp), pp_(pp), dp_(dp) {
   if (tp < 1 || pp < 1 || dp < 1) throw std::invalid_argument("RankLayout: tp, pp and dp must be >= 1");

@@ -22,6 +22,9 @@ enum class Group : std::uint8_t {
   World,      // every rank
 };
 
+// `rank`'s index in a group's `members` (global ranks in group-index order); -1 when it is not one of them.
+int index_in(const std::vector<int>& members, int rank);
+
 class RankLayout {
  public:
   RankLayout(int tp, int pp, int dp);

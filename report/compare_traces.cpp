@@ -9,28 +9,15 @@
 
 #include <fmt/format.h>
 
+#include "model/op_label.hpp"
+
 namespace twin::report {
 bool is_trace(const nlohmann::json& document) {
   return document.is_object() && document.contains("traceEvents") && document.at("traceEvents").is_array();
 }
 
 std::string op_class(std::string_view label) {
-  // Tokens of op_label (report/trace.cpp): "L<layer>", "mb<micro-batch>", and a trailing "to|from stage <s>".
-  auto numbered = [](std::string_view token, std::string_view prefix) {
-    return token.size() > prefix.size() && token.substr(0, prefix.size()) == prefix &&
-           std::all_of(token.begin() + static_cast<std::ptrdiff_t>(prefix.size()), token.end(),
-                       [](char c) { return c >= '0' && c <= '9'; });
-  };
-  std::string out;
-  std::istringstream words{std::string(label)};
-  std::string word;
-  while (words >> word) {
-    if (word == "to" || word == "from") break;
-    if (numbered(word, "L") || numbered(word, "mb")) continue;
-    if (!out.empty()) out += ' ';
-    out += word;
-  }
-  return out;
+  return model::op_class(label);  // the labels both engines write (model/op_label.hpp)
 }
 
 namespace {

@@ -25,7 +25,7 @@ enum Category : int {
 };
 
 int category_of(const model::Op& op) {
-  // Both frameworks block on their sends as on their receives (sim/framework.hpp): from the moment its bytes move.
+  // Both frameworks block on their sends as on their receives (model/exchanges.hpp): from the moment its bytes move.
   if (op.kind == model::OpKind::Recv || op.kind == model::OpKind::Send) return kPipeline;
   if (op.stream == model::Stream::DataParallel) return kDataBackground;
   if (op.kind == model::OpKind::Compute) return kCompute;

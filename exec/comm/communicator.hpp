@@ -68,5 +68,7 @@ class Communicator {
 
 // "ranks 1, 3" for messages
 std::string format_ranks(const std::vector<int>& ranks);
+// `rank`'s index in `group` (model::index_in); throws CommError naming the group when it is not a member.
+int index_in(const CommGroup& group, int rank);
 
 }  // namespace twin::exec

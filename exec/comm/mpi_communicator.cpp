@@ -133,7 +133,7 @@ class MpiCommunicator final : public Communicator {
   int world_size() const override { return size_; }
 
   void all_reduce(const CommGroup& group, void* data, std::size_t count, DType dtype, std::string_view label) override {
-    const int me = index_in(group), size = static_cast<int>(group.members.size());
+    const int me = index_in(group, rank_), size = static_cast<int>(group.members.size());
     if (size == 1) return;
     check_sum_dtype(dtype, group, label);
     const std::size_t element = dtype_bytes(dtype);
@@ -165,7 +165,7 @@ class MpiCommunicator final : public Communicator {
 
   void reduce_scatter(const CommGroup& group, const void* in, void* out, std::size_t count, DType dtype,
                       std::string_view label) override {
-    const int me = index_in(group), size = static_cast<int>(group.members.size());
+    const int me = index_in(group, rank_), size = static_cast<int>(group.members.size());
     check_sum_dtype(dtype, group, label);
     const std::size_t chunk = count * dtype_bytes(dtype);
     const auto* bytes = static_cast<const std::byte*>(in);
@@ -184,7 +184,7 @@ class MpiCommunicator final : public Communicator {
 
   void all_gather(const CommGroup& group, const void* in, void* out, std::size_t count, DType dtype,
                   std::string_view label) override {
-    const int me = index_in(group), size = static_cast<int>(group.members.size());
+    const int me = index_in(group, rank_), size = static_cast<int>(group.members.size());
     const std::size_t chunk = count * dtype_bytes(dtype);
     auto* target = static_cast<std::byte*>(out);
     Requests requests(*this);
@@ -200,7 +200,7 @@ class MpiCommunicator final : public Communicator {
 
   void broadcast(const CommGroup& group, void* data, std::size_t count, DType dtype, int root,
                  std::string_view label) override {
-    const int me = index_in(group), size = static_cast<int>(group.members.size());
+    const int me = index_in(group, rank_), size = static_cast<int>(group.members.size());
     const std::size_t bytes = count * dtype_bytes(dtype);
     Requests requests(*this);
     if (me == root) {
@@ -214,7 +214,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void barrier(const CommGroup& group, std::string_view label) override {
-    const int me = index_in(group), size = static_cast<int>(group.members.size());
+    const int me = index_in(group, rank_), size = static_cast<int>(group.members.size());
     Requests requests(*this);
     for (int j = 0; j < size; ++j) {
       if (j == me) continue;
@@ -353,15 +353,6 @@ class MpiCommunicator final : public Communicator {
   }
 
   int tag(const CommGroup& group, int phase) const { return kind_index(group.kind) * 2 + phase; }
-
-  int index_in(const CommGroup& group) const {
-    auto it = std::find(group.members.begin(), group.members.end(), rank_);
-    if (it == group.members.end()) {
-      throw CommError(
-          fmt::format("rank {} is not a member of the {} group ({})", rank_, group.kind, format_ranks(group.members)));
-    }
-    return static_cast<int>(it - group.members.begin());
-  }
 
   void check_sum_dtype(DType dtype, const CommGroup& group, std::string_view label) const {
     if (dtype != DType::F32 && dtype != DType::F64) {

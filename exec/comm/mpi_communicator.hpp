@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "exec/comm/communicator.hpp"
+#include "model/op.hpp"
 
 namespace twin::exec {
 
@@ -18,7 +19,7 @@ bool have_mpi();
 // when built without MPI. Destroying it finalises MPI.
 std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options = {});
 
-// Message tags a Program's sends and receives use must be below this (the MPI tag space is limited).
-inline constexpr std::uint64_t kMaxP2PTag = std::uint64_t{1} << 30;
+// Message tags a Program's sends and receives use (model::p2p_tag_key) are below this; MPI's tag space is limited.
+inline constexpr std::uint64_t kMaxP2PTag = model::kP2PTagKeys;
 
 }  // namespace twin::exec

@@ -51,11 +51,6 @@ ncclDataType_t nccl_type(DType dtype) {
   throw CommError("nccl communicator: unknown dtype");
 }
 
-int index_in(const CommGroup& group, int rank) {
-  const auto it = std::find(group.members.begin(), group.members.end(), rank);
-  return it == group.members.end() ? -1 : static_cast<int>(it - group.members.begin());
-}
-
 Clock::time_point deadline_after(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
@@ -119,7 +114,7 @@ void NcclCommunicator::create_channels() {
     return channel;
   };
   for (const CommGroup& group : options_.groups) {
-    if (index_in(group, me) < 0) continue;
+    if (std::find(group.members.begin(), group.members.end(), me) == group.members.end()) continue;
     auto key = std::make_pair(std::string(group.kind), group.members);
     if (groups_.count(key) == 0) groups_.emplace(std::move(key), start(group, group_name(group)));
   }
