@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 
 #include "model/compute_ops.hpp"
+#include "sim/fp8_gemm.hpp"
 
 namespace twin::sim {
 
@@ -39,10 +40,11 @@ struct GemmMeasurement {
   double flops_per_s, m, n, k;
 };
 
-// The efficiency left once the measurement's own tile/wave quantization is accounted for.
+// The efficiency left once the measurement's own tile/wave quantization is accounted for, against `peak` (the
+// 16-bit tensor-core peak unless given).
 double base_efficiency(const topology::GpuSpec& gpu, const GemmMeasurement& measured,
-                       const std::vector<GemmTile>& tiles) {
-  const double peak = gpu.bf16_flops;
+                       const std::vector<GemmTile>& tiles, double peak = 0) {
+  if (peak <= 0) peak = gpu.bf16_flops;
   const double quantized = quantized_time_s(measured.m, measured.n, measured.k, 1, peak, 1.0, gpu.sm_count, tiles);
   const double achieved = 2 * measured.m * measured.n * measured.k / measured.flops_per_s;
   return std::min(1.0, quantized / achieved);
@@ -260,6 +262,18 @@ double AnalyticalCostModel::memory_time_s(double bytes) const {
   return bytes / (gpu_.hbm_bytes_per_s * parameters_.hbm_efficiency);
 }
 
+double AnalyticalCostModel::fp8_gemm_time_s(double m, double n, double k, double count, model::Fp8Recipe recipe) const {
+  auto it = fp8_efficiency_.find(recipe);
+  if (it == fp8_efficiency_.end()) {
+    const Fp8GemmMeasurement fp8 = fp8_gemm_measurement(gpu_, recipe);
+    const GemmMeasurement measured{fp8.flops_per_s, fp8.m, fp8.n, fp8.k};
+    it = fp8_efficiency_.emplace(recipe, base_efficiency(gpu_, measured, parameters_.tiles, gpu_.fp8_flops)).first;
+  }
+  const double compute = quantized_time_s(m, n, k, count, gpu_.fp8_flops, it->second, gpu_.sm_count, parameters_.tiles);
+  const double operand_bytes = (m * k + k * n + 2 * m * n) * count;
+  return std::max(compute, memory_time_s(operand_bytes));
+}
+
 double AnalyticalCostModel::gemm_time_s(double m, double n, double k, double count, model::DType dtype,
                                         double hbm_fraction) const {
   const double compute = quantized_time_s(m, n, k, count, gpu_.peak_flops(dtype), parameters_.gemm_efficiency,
@@ -287,6 +301,9 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
     switch (kernel.kind) {
       case model::KernelKind::Gemm:
         seconds += gemm_kernels_s(scenario, op) + kernel.launches * launch;
+        break;
+      case model::KernelKind::Fp8Gemm:
+        seconds += fp8_gemm_kernels_s(scenario, op) + kernel.launches * launch;
         break;
       case model::KernelKind::Stream:
         seconds += memory_time_s(kernel.bytes) + kernel.launches * launch;
@@ -322,6 +339,15 @@ double AnalyticalCostModel::gemm_kernels_s(const model::Scenario& scenario, cons
   return gemm_time_s(m, k, n, count, dtype) + gemm_time_s(k, n, m, count, dtype);
 }
 
+// The same in FP8: TE runs the weight-gradient GEMM in FP8 too (fp8_wgrad, Megatron-Core's default).
+double AnalyticalCostModel::fp8_gemm_kernels_s(const model::Scenario& scenario, const model::Op& op) const {
+  const double m = static_cast<double>(op.gemm.m), n = static_cast<double>(op.gemm.n);
+  const double k = static_cast<double>(op.gemm.k), count = static_cast<double>(op.gemm.count);
+  const model::Fp8Recipe recipe = scenario.framework.fp8_recipe;
+  if (op.phase != model::Phase::Backward) return fp8_gemm_time_s(m, n, k, count, recipe);
+  return fp8_gemm_time_s(m, k, n, count, recipe) + fp8_gemm_time_s(k, n, m, count, recipe);
+}
+
 // The attention core's batched GEMMs, at the attention GEMMs' fraction of the streaming rate when memory bound: half
 // are Q K^T [s,d]x[d,s] (m = n = s, k = d), half P V [s,s]x[s,d]. Backward: the gradients of both (dP: [s,d]x[d,s];
 // dV, dQ, dK: [s,s]x[s,d]).
@@ -351,6 +377,10 @@ double AnalyticalCostModel::gemm_half_s(const model::Scenario& scenario, model::
   const double m = static_cast<double>(shape.m), n = static_cast<double>(shape.n), k = static_cast<double>(shape.k);
   const double count = static_cast<double>(shape.count);
   if (count <= 0) return 0;
+  if (model::runs_in_fp8(scenario, what)) {
+    const model::Fp8Recipe recipe = scenario.framework.fp8_recipe;
+    return weight_gradient ? fp8_gemm_time_s(k, n, m, count, recipe) : fp8_gemm_time_s(m, k, n, count, recipe);
+  }
   const model::DType dtype = scenario.model.dtype;
   return weight_gradient ? gemm_time_s(k, n, m, count, dtype) : gemm_time_s(m, k, n, count, dtype);
 }
