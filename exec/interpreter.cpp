@@ -45,8 +45,9 @@ Interpreter::Interpreter(const model::Program& program, int rank, Backend& backe
     throw std::invalid_argument("the executor runs op-granularity Programs (build_program(scenario, Granularity::Op))");
   }
   virtual_stages_ = static_cast<int>(scenario_.parallel.pp * scenario_.parallel.virtual_stages);
-  for (model::Group g : {model::Group::Tensor, model::Group::Data, model::Group::Embedding, model::Group::World}) {
-    groups_[static_cast<int>(g)] = CommGroup{model::to_string(g), program.layout.group_members(g, rank)};
+  for (int g = 0; g < model::kGroupCount; ++g) {
+    const auto group = static_cast<model::Group>(g);
+    groups_[g] = CommGroup{model::to_string(group), program.layout.group_members(group, rank)};
   }
   labels_.reserve(ops_.size());
   std::map<std::pair<int, int>, std::size_t> last_op;

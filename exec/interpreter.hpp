@@ -210,7 +210,7 @@ class Interpreter {
   std::vector<Bucket*> parameters_read_;
   std::vector<std::vector<Bucket*>> free_after_;
   int virtual_stages_ = 1;
-  std::array<CommGroup, 4> groups_;  // by model::Group
+  std::array<CommGroup, model::kGroupCount> groups_;  // by model::Group
 
   static constexpr int kComputeKinds = static_cast<int>(model::kComputeKindCount), kPhases = 4,
                        kPayloads = static_cast<int>(model::kPayloadCount);

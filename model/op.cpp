@@ -58,7 +58,13 @@ std::string_view to_string(CollectiveKind value) {
   return lookup(names, value);
 }
 std::string_view to_string(Group value) {
-  static const char* const names[] = {"tensor", "data", "embedding", "world"};
+  static const char* const names[] = {"tensor",        "data",
+                                      "embedding",     "world",
+                                      "context",       "data_with_context",
+                                      "pipeline",      "expert",
+                                      "expert_tensor", "expert_tensor_and_expert",
+                                      "expert_data"};
+  static_assert(std::size(names) == kGroupCount, "a name for every Group");
   return lookup(names, value);
 }
 std::string_view to_string(Payload value) {

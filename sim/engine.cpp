@@ -49,8 +49,7 @@ int Engine::node_of(int replayer) const {
 }
 
 int Engine::peer_replayer(const Replayer& from, int stage) const {
-  const model::RankCoord coord = program_.layout.coord_of(representative_rank(from.id()));
-  const int rank = program_.layout.rank_of({coord.dp, stage, coord.tp});
+  const int rank = program_.layout.rank_on_stage(representative_rank(from.id()), stage);
   return fidelity_ == Fidelity::Rank ? rank : rank / program_.layout.tp();
 }
 

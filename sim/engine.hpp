@@ -190,8 +190,8 @@ class Engine {
   StagePlan build_plan(int stage) const;
   std::vector<std::vector<std::int32_t>> exchange_dependencies(StagePlan& plan) const;  // extra predecessors
   struct GroupTiming {
-    enum Kind { Single, InsideTensorGroup, Flows } kind[4] = {};  // per model::Group
-    std::vector<int> nodes[4];                                      // the nodes of the group's members
+    enum Kind { Single, InsideTensorGroup, Flows } kind[model::kGroupCount] = {};  // per model::Group
+    std::vector<int> nodes[model::kGroupCount];  // the nodes of the group's members
   };
   GroupTiming group_timing(int stage) const;
   void time_ops(StagePlan& plan) const;

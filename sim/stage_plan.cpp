@@ -116,7 +116,7 @@ std::vector<std::vector<std::int32_t>> Engine::exchange_dependencies(StagePlan& 
 Engine::GroupTiming Engine::group_timing(int stage) const {
   GroupTiming timing;
   const int rank0 = program_.layout.rank_of({0, stage, 0});
-  for (int group = 0; group < 4; ++group) {
+  for (int group = 0; group < model::kGroupCount; ++group) {
     const std::vector<int> ranks = program_.layout.group_members(static_cast<model::Group>(group), rank0);
     for (int rank : ranks) timing.nodes[group].push_back(placement_.node_of_rank(rank));
     if (ranks.size() <= 1) {
@@ -146,7 +146,7 @@ void Engine::time_ops(StagePlan& plan) const {
     if (created) it->second = cost_.gemm_half_s(scenario, op.what, under == model::HiddenUnder::WeightGradient);
     return it->second;
   };
-  int collectives_seen[4] = {0, 0, 0, 0};
+  int collectives_seen[model::kGroupCount] = {};
   for (std::int32_t i = 0; i < static_cast<std::int32_t>(ops.size()); ++i) {
     const model::Op& op = ops[i];
     switch (op.kind) {

@@ -12,12 +12,14 @@
 #include <limits>
 #include <list>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include <fmt/core.h>
 
 #include "exec/comm/mpi_shim.hpp"
+#include "model/program.hpp"  // model::Group, to_string
 
 namespace twin::exec {
 
@@ -84,12 +86,12 @@ const TwinMpiApi* load_shim(std::string& problem) {
 // Tags: collectives of each group kind use their own pair (phase 1 and 2), point-to-point messages start above.
 constexpr int kP2PTagBase = 64;
 
+// A group kind's index: its model::Group value (the interpreter names groups by model::to_string), or kGroupCount.
 int kind_index(std::string_view kind) {
-  if (kind == "tensor") return 0;
-  if (kind == "data") return 1;
-  if (kind == "embedding") return 2;
-  if (kind == "world") return 3;
-  return 4;
+  static_assert(2 * (model::kGroupCount + 1) <= kP2PTagBase, "collective tags stay below the point-to-point ones");
+  int index = 0;
+  while (index < model::kGroupCount && model::to_string(static_cast<model::Group>(index)) != kind) ++index;
+  return index;
 }
 
 int as_count(std::size_t bytes) {

@@ -115,10 +115,9 @@ std::vector<std::pair<int, int>> pipeline_pairs(const model::Program& program) {
   std::set<std::pair<int, int>> pairs;
   const model::RankLayout& layout = program.layout;
   for (int rank = 0; rank < layout.world_size(); ++rank) {
-    const model::RankCoord coord = layout.coord_of(rank);
     for (const model::Op& op : program.ops_of_rank(rank)) {
       if (op.kind != model::OpKind::Send) continue;
-      pairs.insert({rank, layout.rank_of({coord.dp, op.peer_stage, coord.tp})});
+      pairs.insert({rank, layout.rank_on_stage(rank, op.peer_stage)});
     }
   }
   return {pairs.begin(), pairs.end()};

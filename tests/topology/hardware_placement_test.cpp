@@ -145,6 +145,20 @@ TEST(Placement, OtherOrders) {
   EXPECT_THROW(Placement(layout, 8, "tp-dp"), std::invalid_argument);
 }
 
+TEST(Placement, ContextParallelSitsOutsideTensorUnlessNamed) {
+  const model::RankLayout layout(model::LayoutSizes{.tp = 2, .pp = 2, .dp = 2, .cp = 2});  // 16 ranks
+  const Placement megatron(layout, 8);  // "tp-dp-pp": cp right outside tp, as the ranks are numbered
+  for (int rank = 0; rank < layout.world_size(); ++rank) EXPECT_EQ(megatron.gpu_of(rank), rank);
+  EXPECT_EQ(megatron.order(), "tp-dp-pp");
+  const Placement cp_outer(layout, 8, "tp-dp-cp-pp");
+  EXPECT_EQ(cp_outer.order(), "tp-dp-cp-pp");
+  EXPECT_EQ(cp_outer.gpu_of(layout.rank_of({.dp = 0, .pp = 0, .tp = 0, .cp = 1})), 4);
+  EXPECT_EQ(cp_outer.gpu_of(layout.rank_of({.dp = 1, .pp = 0, .tp = 1, .cp = 0})), 3);
+  EXPECT_TRUE(cp_outer.tensor_groups_inside_nodes());
+  EXPECT_THROW(Placement(layout, 8, "tp-cp-dp-cp-pp"), std::invalid_argument);
+  EXPECT_THROW(Placement(layout, 8, "tp-cp-pp"), std::invalid_argument);
+}
+
 TEST(FatTreeShape, NonBlockingAndOptions) {
   PlatformOptions options;
   options.nodes = 560;
