@@ -134,7 +134,7 @@ void run(const SimCommandOptions& o) {
                                   : o.gpu == "a100" ? topology::infiniband_hdr_fat_tree()
                                                     : topology::infiniband_ndr_fat_tree();
     fabric.oversubscription = o.oversubscription;
-    fabric.rail_optimized = o.rail_optimized;
+    fabric.rail_optimized = fabric.rail_optimized || o.rail_optimized;  // cluster.rail_optimized, or the flag
     options.fabric = fabric;
     if (!o.trace_ranks.empty()) {
       options.record_ranks = report::parse_rank_list(o.trace_ranks, program.layout.world_size());

@@ -56,6 +56,12 @@ class RankRun {
                                  comm.world_size(), program.layout.tp(), program.layout.pp(), program.layout.dp(),
                                  program.layout.world_size()));
     }
+    // The Program carries FP8's kernels and amax reductions for the simulator; the interpreter does not run them yet.
+    if (scenario_.model.fp8 != model::Fp8Format::None) {
+      throw RunError(fmt::format("{}: model.fp8 = \"{}\": the executor does not train in FP8 yet (twin sim predicts "
+                                 "it); run with model.fp8 = \"none\"",
+                                 scenario_.source, model::to_string(scenario_.model.fp8)));
+    }
     BackendOptions backend_options;
     backend_options.threads = threads;
     backend_options.shares_process = shares_process;

@@ -46,8 +46,9 @@ FatTreeShape fat_tree_shape(const PlatformOptions& options) {
   shape.link_bytes_per_s = options.node.compute_nics * fabric.link_bytes_per_s;
   // A rail-optimized leaf (really one switch per rail) serves a scalable unit; otherwise a leaf switch gives half its
   // ports to nodes (the other half goes up) and each node takes compute_nics of them.
-  const int per_leaf = fabric.rail_optimized ? fabric.scalable_unit_nodes
-                                             : std::max(1, fabric.switch_radix / 2 / options.node.compute_nics);
+  int per_leaf = std::max(1, fabric.switch_radix / 2 / options.node.compute_nics);
+  if (fabric.nodes_per_leaf > 0) per_leaf = fabric.nodes_per_leaf;  // the fabric's own racks (RoCE)
+  if (fabric.rail_optimized) per_leaf = fabric.scalable_unit_nodes;
   if (options.nodes <= per_leaf) {
     shape.levels = 1;
     shape.nodes_per_leaf = options.nodes;

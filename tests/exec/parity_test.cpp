@@ -71,6 +71,18 @@ INSTANTIATE_TEST_SUITE_P(
              {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=\"interleaved\"", "parallel.dp=2",
               "parallel.zero_stage=1", "parallel.dp_overlap=true", "parallel.overlap_param_gather=true"}},
         Plan{"tp2_sequence_parallel", {"parallel.tp=2", "parallel.sequence_parallel=true"}},
+        // Llama 3's pipeline: the embedding and the loss counted as layers (10 over 2 x 5 chunks: the first and last
+        // chunk hold no transformer layer), micro-batches in groups of 3 (8 is no multiple of it), lighter end
+        // stages under interleaving
+        Plan{"pp2_v5_embedding_and_loss_as_layers",
+             {"parallel.pp=2", "parallel.virtual_stages=5", "parallel.schedule=\"interleaved\"",
+              "parallel.account_for_embedding=true", "parallel.account_for_loss=true"}},
+        Plan{"pp2_v2_microbatch_group_3",
+             {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=\"interleaved\"",
+              "parallel.microbatch_group=3"}},
+        Plan{"pp4_v2_lighter_end_stages",
+             {"parallel.pp=4", "parallel.virtual_stages=2", "parallel.schedule=\"interleaved\"",
+              "parallel.first_stage_layers=2", "parallel.last_stage_layers=2"}},
         Plan{"recompute_full", {"parallel.recompute=\"full\""}},
         Plan{"recompute_selective", {"parallel.recompute=\"selective\""}},
         // Megatron's block recompute: of each chunk's 2 layers only the first runs forward again
