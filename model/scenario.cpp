@@ -486,8 +486,9 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   model.integer("layers", scenario.model.layers);
   model.integer("hidden", scenario.model.hidden);
   model.integer("heads", scenario.model.heads);
+  const std::size_t problems_before_ffn = problems.size();  // a value out of range is one problem, not two
   model.integer("ffn_hidden", scenario.model.ffn_hidden);
-  if (model.has("ffn_hidden") && scenario.model.ffn_hidden == 0) {
+  if (model.has("ffn_hidden") && problems.size() == problems_before_ffn && scenario.model.ffn_hidden == 0) {
     problems.push_back(
         fmt::format("{}: model.ffn_hidden must be positive (leave it out for 4 x model.hidden), got 0", source));
   }

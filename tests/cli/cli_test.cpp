@@ -1,9 +1,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +18,7 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -224,6 +229,110 @@ TEST(Cli, FlagMistakesNameTheFlagAndExitTwo) {
   EXPECT_THAT(late_trace.output, HasSubstr("--trace-step 3 is past the last step (--steps 2)"));
 #endif
 }
+
+// CLI11's own mistakes are one `twin: error:` line like every other, without "Run with --help" and without a doubled
+// "--flag: --flag:" prefix; an unknown flag (a Megatron-LM flag twin does not take) lists the Megatron flags it takes.
+TEST(Cli, ParseErrorsAreOneTwinErrorLine) {
+  const auto one_line = [](const Result& r) {
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_EQ(r.output.rfind("twin: error: ", 0), 0u) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_THAT(r.output, ::testing::Not(HasSubstr("Run with --help")));
+  };
+  const Result no_command = twin("");
+  one_line(no_command);
+  EXPECT_THAT(no_command.output, HasSubstr("a command is required (graph"));
+  const Result missing_value = twin("graph gpt-tiny --set");
+  one_line(missing_value);
+  EXPECT_THAT(missing_value.output, HasSubstr("twin: error: --set needs a value (KEY=VALUE)"));
+#ifdef TWIN_HAVE_SIMGRID
+  const Result tokens = twin("sim gpt3-175b --train-tokens abc");
+  one_line(tokens);
+  EXPECT_THAT(tokens.output, HasSubstr("twin: error: --train-tokens: expected a number of tokens"));
+  const Result gpu = twin("sim gpt3-175b --gpu b200");
+  one_line(gpu);
+  EXPECT_THAT(gpu.output, HasSubstr("--gpu: b200 not in {a100,h100,h200}"));
+#endif
+#ifdef TWIN_HAVE_RUN_COMMAND
+  const Result zero_steps = twin("run gpt-tiny --steps 0");
+  one_line(zero_steps);
+  EXPECT_EQ(zero_steps.output, "twin: error: --steps: must be at least 1, got 0\n");
+  const Result megatron = twin("run gpt-tiny --lr 1e-4");
+  one_line(megatron);
+  EXPECT_THAT(megatron.output, HasSubstr("twin: error: twin run: unknown flag --lr (of Megatron-LM's flags, twin "
+                                         "takes only those of the plan and the model: --tensor-model-parallel-size, "));
+  EXPECT_THAT(megatron.output, HasSubstr("--num-layers-per-virtual-pipeline-stage"));
+#endif
+  const Result graph_flag = twin("graph gpt-tiny --data-path x");
+  one_line(graph_flag);
+  EXPECT_THAT(graph_flag.output, HasSubstr("twin graph: unknown flag --data-path"));
+}
+
+// A value past a key's range is one problem, not two (ffn_hidden = 2^40 is not also "0").
+TEST(Cli, AnOutOfRangeValueIsOneError) {
+  const Result r = twin("graph gpt-tiny --set model.ffn_hidden=1099511627776");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.output, HasSubstr("model.ffn_hidden: 1099511627776 is too large (at most 2147483647)"));
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
+#ifdef TWIN_HAVE_RUN_COMMAND
+// Every size guard of twin run runs before anything grows with the plan: a global batch of 2^31 - 4 is refused from
+// the scenario's sizes, as twin graph refuses it, in well under a second and without the memory its schedule would
+// take (here capped at 4 GB, so that a regression fails instead of exhausting the machine).
+TEST(Cli, RunRefusesAnAbsurdPlanBeforeAllocatingByIt) {
+  const auto start = std::chrono::steady_clock::now();
+  Result r;
+  const std::string command = "sh -c 'ulimit -v 4000000; exec " + std::string(TWIN_BINARY) +
+                              " run gpt-tiny --set parallel.global_batch=2147483644 --steps 1 --quiet' 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  std::array<char, 4096> buffer{};
+  while (std::fgets(buffer.data(), buffer.size(), pipe.get())) r.output += buffer.data();
+  const int status = pclose(pipe.release());
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("twin: error: the Program of gpt-tiny would hold about"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("--granularity")));  // twin run has none to suggest
+  EXPECT_LT(seconds, 5.0);
+}
+
+// Output paths are checked before step 1: a run of 100000 steps whose --json, --trace or checkpoint directory cannot
+// be written stops at once (exit 2), naming the flag, instead of throwing the training away at its end.
+TEST(Cli, RunChecksItsOutputsBeforeTraining) {
+  for (const std::string flag :
+       {"--json /proc/twin-test.json", "--trace /proc/twin-test.json", "--checkpoint /proc/twin-test-checkpoints"}) {
+    const auto start = std::chrono::steady_clock::now();
+    const Result r = twin("run gpt-tiny --steps 100000 --quiet " + flag);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(r.status, 2) << flag << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr("twin: error: " + flag.substr(0, flag.find(' ')) + " '/proc/twin-test")) << flag;
+    EXPECT_LT(seconds, 10.0) << flag;
+  }
+}
+
+// Two runs on one checkpoint directory: the second is refused, naming the first's pid and host.
+TEST(Cli, ACheckpointDirectoryInUseIsRefused) {
+  const fs::path dir = scratch("locked-checkpoints");
+  FILE* first = popen((std::string(TWIN_BINARY) + " run gpt-tiny --steps 1000 --quiet --checkpoint " + dir.string() +
+                       " 2>/dev/null & echo $!")
+                          .c_str(),
+                      "r");
+  char pid_text[32] = {};
+  ASSERT_NE(std::fgets(pid_text, sizeof pid_text, first), nullptr);
+  pclose(first);
+  const int pid = std::atoi(pid_text);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!fs::exists(dir / "twin.lock") && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the holder writes its pid after taking the lock
+  const Result second = twin("run gpt-tiny --steps 1 --quiet --checkpoint " + dir.string());
+  kill(pid, SIGKILL);
+  EXPECT_EQ(second.status, 2) << second.output;
+  EXPECT_THAT(second.output, HasSubstr("is in use by another twin run (pid " + std::to_string(pid) + " on host "));
+}
+#endif
 
 TEST(Cli, RunRefusesAModelThatCannotFitInHostMemory) {
   const Result r = twin("run mtnlg-530b --steps 1 --quiet");
