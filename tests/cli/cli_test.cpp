@@ -586,12 +586,14 @@ TEST(Cli, SearchRanksValidPlansByIterationTime) {
                         json_path.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("GPU-hours"));
+  EXPECT_THAT(r.output, HasSubstr(" mem GiB  fits"));
   std::ifstream in(json_path);
   const auto plans = nlohmann::json::parse(in)["plans"];
   ASSERT_EQ(plans.size(), 5u);
   double previous = 0;
   for (const auto& plan : plans) {
     EXPECT_EQ(plan["error"], "");
+    EXPECT_TRUE(plan["fits"].get<bool>());  // search simulates only plans that fit: it says so per plan
     EXPECT_EQ(plan["tp"].get<int>() * plan["pp"].get<int>() * plan["dp"].get<int>(), 16);
     EXPECT_GE(plan["iteration_time_s"].get<double>(), previous);
     previous = plan["iteration_time_s"].get<double>();
@@ -831,6 +833,53 @@ TEST(Cli, SearchAndSweepAreSilentOnStderrWithQuiet) {
   const Result refused = twin_stderr("sweep " + scenario + " --vary cluster.nodes=0 --quiet");
   EXPECT_EQ(refused.status, 2);
   EXPECT_THAT(refused.output, HasSubstr("twin: error:"));
+}
+
+// A variant whose memory does not fit one GPU is still simulated, and says so: the fits column and JSON field (and
+// twin sim --json's), where only its memory column showed it.
+TEST(Cli, SweepAndSimSayWhetherAPlanFitsInMemory) {
+  const fs::path json_path = scratch("fits.json");
+  const Result r = twin("sweep gpt3-175b --vary parallel.pp=8,2 --quiet --jobs 2 --json " + json_path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(" fits "));
+  const auto variants = nlohmann::json::parse(std::ifstream(json_path))["variants"];
+  ASSERT_EQ(variants.size(), 2u);
+  EXPECT_TRUE(variants[0]["fits"].get<bool>());   // pp 8: 52 GiB of 80
+  EXPECT_FALSE(variants[1]["fits"].get<bool>());  // pp 2: 189 GiB
+  EXPECT_THAT(r.output, HasSubstr("     189.1    NO "));
+  const fs::path sim_json = scratch("fits-sim.json");
+  ASSERT_EQ(twin("sim gpt3-175b --quiet --set parallel.pp=2 --json " + sim_json.string()).status, 0);
+  EXPECT_FALSE(nlohmann::json::parse(std::ifstream(sim_json))["fits"].get<bool>());
+}
+
+// A platform of 100,000 nodes takes SimGrid hours to build: twin sim says so before it starts (the test stops it after
+// 3 s; the progress lines that follow every 10 s come from the same code as the replay's).
+TEST(Cli, SimSaysUpFrontWhatAHugePlatformWillCost) {
+  const std::string log = scratch("huge-platform.log").string();
+  const std::string command =
+      std::string(TWIN_BINARY) +
+      " sim gpt3-175b --set cluster.nodes=100000 --set parallel.global_batch=100000 > /dev/null 2> " + log +
+      " & sleep 3; kill -9 $! 2> /dev/null; wait";
+  ASSERT_EQ(std::system(("sh -c '" + command + "'").c_str()) != -1, true);
+  std::stringstream text;
+  text << std::ifstream(log).rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("[twin sim] building the platform of 100000 nodes (800000 GPUs) in SimGrid: about "
+                                    "2.0 h on a 2-core machine"));
+}
+
+// A trace's size is estimated before simulating: past 200 MB it needs --large-trace (MT-NLG's 1024 first ranks: about
+// 1.5 GB, refused at once); a small one is written as before.
+TEST(Cli, SimEstimatesATracesSizeFirst) {
+  const fs::path trace = scratch("big-trace.json");
+  const auto start = std::chrono::steady_clock::now();
+  const Result big = twin("sim --quiet --trace " + trace.string() + " --trace-ranks 0-1023");
+  EXPECT_EQ(big.status, 2) << big.output;
+  EXPECT_THAT(big.output, HasSubstr("twin: error: --trace of ranks 0-1023 would be about 1.5 GB"));
+  EXPECT_THAT(big.output, HasSubstr("add --large-trace to write it anyway"));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  EXPECT_FALSE(fs::exists(trace));
+  EXPECT_EQ(twin("sim gpt3-175b --quiet --trace " + trace.string() + " --trace-ranks 0-1").status, 0);
+  EXPECT_TRUE(fs::exists(trace));
 }
 
 TEST(Cli, SweepShowsWhyAVariantIsRefused) {
