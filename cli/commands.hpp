@@ -8,16 +8,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include "model/errors.hpp"
 #include "model/program.hpp"
 #include "model/scenario.hpp"
 
 namespace twin::cli {
 
-// A mistake in what the user typed (flag, file, value): printed as one line, exit status 2.
-class UserError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// A mistake in what the user typed (flag, file, value): printed as one line, exit status 2 (model/errors.hpp).
+using twin::UserError;
 
 // The scenario a command works on: a TOML file or a name under scenarios/, with `--set key=value` overrides and
 // Megatron-style aliases (--tensor-model-parallel-size 8 is --set parallel.tp=8).

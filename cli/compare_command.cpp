@@ -14,6 +14,7 @@
 
 #include "cli/commands.hpp"
 #include "report/compare.hpp"
+#include "report/compare_traces.hpp"
 
 namespace twin::cli {
 namespace {

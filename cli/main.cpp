@@ -14,11 +14,10 @@
 
 #include <fmt/format.h>
 
-#include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
-#include "model/scenario.hpp"
+#include "model/errors.hpp"
 
 namespace {
 
@@ -126,18 +125,12 @@ int main(int argc, char** argv) {
     return error.get_exit_code();
   } catch (const CLI::ParseError& error) {
     if (error.get_exit_code() == 0) return app.exit(error);  // --help, --version: CLI11 prints them
-    // every mistake in what was typed: one line, exit 2, as the errors below
+    // every mistake in what was typed: one line, exit 2, as a UserError's
     fmt::print(stderr, "twin: error: {}\n", parse_error_line(app, error, argc, argv));
-    return 2;
-  } catch (const twin::model::ScenarioError& error) {
-    for (const auto& problem : error.problems()) fmt::print(stderr, "twin: error: {}\n", problem);
-    return 2;
-  } catch (const twin::cli::UserError& error) {
-    fmt::print(stderr, "twin: error: {}\n", error.what());
-    return 2;
-  } catch (const std::exception& error) {
-    fmt::print(stderr, "twin: internal error: {}\n", error.what());
-    return 1;
+    return twin::kExitUsage;
+  } catch (const std::exception& error) {  // the one mapping of errors to lines and statuses: model/errors.hpp
+    for (const std::string& line : twin::error_lines(error)) fmt::print(stderr, "twin: {}\n", line);
+    return twin::exit_status(error);
   }
   // What was printed may still sit in stdout's buffer: a report that never reached its file (a full disk, a closed
   // pipe) is a failure, not a success.

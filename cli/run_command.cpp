@@ -301,13 +301,7 @@ void require_writable_outputs(const RunOptions& o) {
     ::close(fd);
     ::unlink(probe.c_str());
   }
-  if (!o.checkpoint.empty()) {
-    try {
-      exec::require_writable_checkpoint_directory(o.checkpoint);
-    } catch (const exec::RunError& error) {
-      throw UserError(error.what());
-    }
-  }
+  if (!o.checkpoint.empty()) exec::require_writable_checkpoint_directory(o.checkpoint);  // a RunError: a UserError
 }
 
 exec::TrainOptions train_options(const RunOptions& o, Progress& progress) {
@@ -334,11 +328,7 @@ exec::TrainOptions train_options(const RunOptions& o, Progress& progress) {
     throw UserError(fmt::format("--trace-step {} is past the last step (--steps {})", o.trace_step, o.steps));
   }
   options.trace_step = o.trace_step == -1 ? -1 : o.trace_step - 1;  // the trainer counts steps from 0
-  try {
-    options.fault = exec::fault_from_environment();
-  } catch (const exec::RunError& error) {
-    throw UserError(error.what());
-  }
+  options.fault = exec::fault_from_environment();
   options.on_step = [&progress](const exec::StepReport& r) { progress.step(r); };
   options.on_note = [&progress](const std::string& text) { progress.note(text); };
   return options;
@@ -369,12 +359,8 @@ void run_threads(const RunOptions& o, const model::Program& program, const exec:
   write_outputs(o, program, result, fmt::format("exec ({}, threads)", o.backend));
 }
 
-// What a failure under MPI exits with: 2 for what the user can fix, 1 for a failed run.
-int exit_code_of(const std::exception& error) {
-  return dynamic_cast<const exec::RunError*>(&error) != nullptr || dynamic_cast<const UserError*>(&error) != nullptr
-             ? 2
-             : 1;
-}
+// What a failure under MPI exits with: model/errors.hpp's mapping (2 for what the user can fix, 1 for a failed run).
+int exit_code_of(const std::exception& error) { return twin::exit_status(error); }
 
 // One rank of an MPI job. A failure is printed as one `twin: error:` line and ends the job with the exit status the
 // threads launcher gives the same failure: by the rank that raised it, or, when every rank raises it alike (a guard),
@@ -488,8 +474,6 @@ void run(const RunOptions& o) {
     }
     const exec::TextDataset data = exec::load_text(data_path, min_tokens);
     run_threads(o, program, options, data, progress);
-  } catch (const exec::RunError& error) {
-    throw UserError(error.what());
   } catch (const exec::RunFailure& error) {  // a communication failure, a diverged run
     if (progress.drawn_in_place()) fmt::print(stderr, "\n");
     fail(error.what());

@@ -16,6 +16,12 @@ Tensor Backend::zeros(std::size_t numel, DType dtype) {
   return t;
 }
 
+double Backend::squared_norm_sum(const std::vector<Tensor>& xs) {
+  double total = 0;
+  for (const Tensor& x : xs) total += squared_norm(x);
+  return total;
+}
+
 std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOptions& options) {
   if (name == "cpu") return std::make_unique<cpu::CpuBackend>(options);
 #ifdef TWIN_HAVE_CUDA

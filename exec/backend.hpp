@@ -3,7 +3,7 @@
 // by implementing this class; nothing in the interpreter changes.
 //
 //   cpu   exec/cpu/cpu_backend.cpp: fp32 everywhere, kernels/cpu (OpenBLAS sgemm)
-//   cuda  (issue 6) bf16 activations and working weights, fp32 gradients, fp32 master weights and Adam state,
+//   cuda  bf16 activations and working weights, fp32 gradients, fp32 master weights and Adam state,
 //         cuBLASLt GEMMs, kernels/cuda; the collectives go to an NCCL Communicator on device pointers.
 //
 // Conventions, the same as kernels/cpu/kernels.hpp: outputs first; shapes in comments; parameter gradients ACCUMULATE
@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "exec/tensor.hpp"
 
@@ -70,7 +71,10 @@ class Backend {
                         int channels) = 0;  // out (rows, C) += bias (C)
   virtual void bias_backward(const Tensor& dbias, const Tensor& dout, int rows, int channels) = 0;  // dbias += sum_r
   virtual double squared_norm(const Tensor& x) = 0;  // sum x^2 in double, to the host
-  virtual double sum(const Tensor& x) = 0;           // sum x in double, to the host
+  // sum over the tensors of their squared_norm, added in their order in double: one host read where a device
+  // backend would otherwise wait for each tensor (the gradient norm reads ~300 of them a step)
+  virtual double squared_norm_sum(const std::vector<Tensor>& xs);
+  virtual double sum(const Tensor& x) = 0;  // sum x in double, to the host
 
   // --- embeddings -------------------------------------------------------------------------------------------------
   // out (rows, C) = wte_local[token - vocab_start] or 0 outside the shard;  tokens (rows) int32
@@ -103,9 +107,10 @@ class Backend {
   // alibi_slopes (H) fp32: ALiBi's slope of each query head (kernels/cpu/attention.hpp), or empty for no bias
   virtual void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq, int heads,
                                  int kv_heads, int head_dim, const Tensor& alibi_slopes) = 0;
-  // dqkv (B, T, (H + 2 KV) D) = ... <- dout (B, T, H*D), qkv, lse, the forward's alibi_slopes
-  virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
-                                  int batch, int seq, int heads, int kv_heads, int head_dim,
+  // dqkv (B, T, (H + 2 KV) D) = ... <- dout (B, T, H*D), qkv, the forward's out (B, T, H*D) and lse, its
+  // alibi_slopes (out gives a fused backward its rowsum(dout * out) without recomputing the probabilities' rows)
+  virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                  const Tensor& lse, int batch, int seq, int heads, int kv_heads, int head_dim,
                                   const Tensor& alibi_slopes) = 0;
   virtual void gelu_forward(const Tensor& out, const Tensor& inp) = 0;                        // out (n) = gelu(inp)
   virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;  // dinp = gelu'(inp) dout

@@ -9,12 +9,11 @@
 
 #include <fmt/core.h>
 
+#include "model/errors.hpp"
+
 namespace twin::exec {
 
-class InternalError : public std::logic_error {
- public:
-  using std::logic_error::logic_error;
-};
+using twin::InternalError;
 
 [[noreturn]] inline void fail_check(const char* condition, const std::string& message, const char* file, int line) {
   const char* in_repo = std::strstr(file, "exec/");

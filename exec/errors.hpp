@@ -15,26 +15,26 @@
 // EveryRank marks an error every rank raises alike at the same point (a guard decides on values every rank holds): an
 // MPI job prints it once, from rank 0.
 //
-// Bugs are InternalError (exec/check.hpp).
+// Bugs are InternalError (exec/check.hpp). The three roots, UserError, RunFailure and InternalError, are
+// model/errors.hpp's.
 #pragma once
 
-#include <stdexcept>
+#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "model/errors.hpp"
+
 namespace twin::exec {
 
-class RunError : public std::runtime_error {
+class RunError : public UserError {
  public:
-  using std::runtime_error::runtime_error;
+  using UserError::UserError;
 };
 
 // A run that started and failed (exit 1): its message is the whole story, naming the rank.
-class RunFailure : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+using twin::RunFailure;
 
 class CommError : public RunFailure {
  public:

@@ -12,6 +12,7 @@
 #include "exec/check.hpp"
 #include "exec/comm/mpi_communicator.hpp"
 #include "exec/errors.hpp"
+#include "model/op_label.hpp"
 
 namespace twin::exec {
 
@@ -24,43 +25,11 @@ using model::Phase;
 
 namespace {
 
-std::string op_label(std::size_t index, const Op& op) {
-  std::string text = fmt::format("op #{} ", index);
-  switch (op.kind) {
-    case OpKind::Compute:
-      text += fmt::format("{} {}", model::to_string(op.phase), model::to_string(op.what));
-      break;
-    case OpKind::Collective:
-      text += fmt::format("{} {} ({} {})", model::to_string(op.collective), model::to_string(op.payload),
-                          model::to_string(op.phase), model::to_string(op.what));
-      break;
-    case OpKind::Send:
-    case OpKind::Recv:
-      text += fmt::format("{} {} {} stage {}", model::to_string(op.kind), model::to_string(op.phase),
-                          op.kind == OpKind::Send ? "to" : "from", op.peer_stage);
-      break;
-  }
-  if (op.layer >= 0) text += fmt::format(" layer {}", op.layer);
-  if (op.micro_batch >= 0) text += fmt::format(" micro-batch {}", op.micro_batch);
-  if (op.chunk > 0) text += fmt::format(" chunk {}", op.chunk);
-  return text;
-}
-
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
-
-std::uint64_t p2p_message_tag(const Op& op) {
-  const model::P2PTag tag = model::p2p_tag(op);
-  TWIN_EXEC_CHECK(tag.micro_batch >= 0 && tag.micro_batch < (1 << 18) && tag.sender_virtual_stage >= 0 &&
-                      tag.sender_virtual_stage < (1 << 11),
-                  "p2p tag out of range: micro-batch {} virtual stage {}", tag.micro_batch, tag.sender_virtual_stage);
-  const std::uint64_t backward = tag.phase == Phase::Backward ? 1 : 0;
-  return backward << 29 | static_cast<std::uint64_t>(tag.sender_virtual_stage) << 18 |
-         static_cast<std::uint64_t>(tag.micro_batch);
-}
 
 Interpreter::Interpreter(const model::Program& program, int rank, Backend& backend, Communicator& comm,
                          ModelShard& shard)
@@ -77,13 +46,14 @@ Interpreter::Interpreter(const model::Program& program, int rank, Backend& backe
     throw std::invalid_argument("the executor runs op-granularity Programs (build_program(scenario, Granularity::Op))");
   }
   virtual_stages_ = static_cast<int>(scenario_.parallel.pp * scenario_.parallel.virtual_stages);
-  for (model::Group g : {model::Group::Tensor, model::Group::Data, model::Group::Embedding, model::Group::World}) {
-    groups_[static_cast<int>(g)] = CommGroup{model::to_string(g), program.layout.group_members(g, rank)};
+  for (int g = 0; g < model::kGroupCount; ++g) {
+    const auto group = static_cast<model::Group>(g);
+    groups_[g] = CommGroup{model::to_string(group), program.layout.group_members(group, rank)};
   }
   labels_.reserve(ops_.size());
   std::map<std::pair<int, int>, std::size_t> last_op;
   for (std::size_t i = 0; i < ops_.size(); ++i) {
-    labels_.push_back(op_label(i, ops_[i]));
+    labels_.push_back(fmt::format("op #{} {}", i, model::op_label(ops_[i])));
     if (ops_[i].micro_batch >= 0 && ops_[i].chunk >= 0) last_op[{ops_[i].micro_batch, ops_[i].chunk}] = i;
   }
   release_after_.assign(ops_.size(), false);

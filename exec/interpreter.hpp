@@ -74,7 +74,7 @@ class Interpreter {
                                 double epoch_s = 0);
 
   const std::vector<model::Op>& ops() const { return ops_; }
-  // "op #12 forward qkv_projection layer 3 micro-batch 1": how messages name op i
+  // "op #12 forward qkv_projection layer 3 micro-batch 1" (model::op_label): how messages name op i
   const std::string& label(std::size_t op_index) const { return labels_[op_index]; }
 
  private:
@@ -230,7 +230,7 @@ class Interpreter {
   std::vector<Bucket*> parameters_read_;
   std::vector<std::vector<Bucket*>> free_after_;
   int virtual_stages_ = 1;
-  std::array<CommGroup, 4> groups_;  // by model::Group
+  std::array<CommGroup, model::kGroupCount> groups_;  // by model::Group
 
   static constexpr int kComputeKinds = static_cast<int>(model::kComputeKindCount), kPhases = 4,
                        kPayloads = static_cast<int>(model::kPayloadCount);
@@ -245,8 +245,5 @@ class Interpreter {
   double grad_norm_squared_ = 0;
   bool saw_nonfinite_ = false;  // skip_nonfinite: this rank saw non-finite logits or loss this iteration
 };
-
-// The tag of a pipeline message (model::P2PTag) packed below kMaxP2PTag.
-std::uint64_t p2p_message_tag(const model::Op& op);
 
 }  // namespace twin::exec

@@ -113,16 +113,16 @@ void Interpreter::send(const Op& op) {
   ChunkState& state = chunk(op);
   const Tensor& tensor = op.phase == Phase::Forward ? state.hidden : state.grad;
   TWIN_EXEC_CHECK(!tensor.empty(), "rank {}: {}: nothing to send", rank_, labels_[current_op_]);
-  const int peer = program_.layout.rank_of({coord_.dp, op.peer_stage, coord_.tp});
-  comm_.send(peer, p2p_message_tag(op), tensor.data, tensor.bytes());
+  const int peer = program_.layout.rank_on_stage(rank_, op.peer_stage);
+  comm_.send(peer, model::p2p_tag_key(model::p2p_tag(op)), tensor.data, tensor.bytes());
 }
 
 void Interpreter::recv(const Op& op) {
   ChunkState& state = chunk(op);
   Tensor tensor =
       backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp) * dims_.hidden, backend_.activation_dtype());
-  const int peer = program_.layout.rank_of({coord_.dp, op.peer_stage, coord_.tp});
-  comm_.recv(peer, p2p_message_tag(op), tensor.data, tensor.bytes(), labels_[current_op_]);
+  const int peer = program_.layout.rank_on_stage(rank_, op.peer_stage);
+  comm_.recv(peer, model::p2p_tag_key(model::p2p_tag(op)), tensor.data, tensor.bytes(), labels_[current_op_]);
   (op.phase == Phase::Forward ? state.hidden : state.grad) = tensor;
 }
 

@@ -294,7 +294,7 @@ void Interpreter::attention_core_backward(const Op& op) {
   ChunkState& state = chunk(op);
   LayerStash& s = stash(op);
   state.work.d_qkv = backend_.allocate(s.qkv.numel, backend_.activation_dtype());
-  backend_.attention_backward(state.work.d_qkv, state.work.d_attn, s.qkv, s.attn_lse, dims_.batch, dims_.seq,
+  backend_.attention_backward(state.work.d_qkv, state.work.d_attn, s.qkv, s.attn, s.attn_lse, dims_.batch, dims_.seq,
                               dims_.heads_local, dims_.kv_heads_local, dims_.head_dim, shard_.alibi_slopes);
   state.work.d_attn = Tensor{};
 }

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "exec/check.hpp"
 #include "exec/interpreter.hpp"
@@ -42,10 +43,13 @@ void Interpreter::reduce_data_parallel_grads(const Op& op) {
     const Tensor mine = b.grads.slice(b.shard_offset, b.shard_numel);
     comm_.reduce_scatter(group(op.group), b.grads.data, mine.data, b.shard_numel, b.grads.dtype, labels_[current_op_]);
     // The rank keeps the sum of its own shard; the rest of the buffer held only its partial sums of the others', now
-    // counted in their owners' shards. Zeroed, the next micro-batch's backward (ZeRO-3 reduce-scatters after each)
-    // accumulates only its own contribution there, and the next reduce-scatter adds it to the owner's running sum:
-    // the owner's region holds S + g_owner, every other rank's copy g_rank, and their sum is S + the micro-batch's
-    // whole gradient.
+    // counted in their owners' shards. Under ZeRO-3 (a reduce-scatter after every micro-batch) that rest is zeroed:
+    // the next micro-batch's backward accumulates only its own contribution there, and the next reduce-scatter adds
+    // it to the owner's running sum (the owner's region holds S + g_owner, every other rank's copy g_rank, and their
+    // sum is S + the micro-batch's whole gradient). ZeRO-1 reduce-scatters once, after the last micro-batch, and
+    // nothing reads the rest before the next step zeroes every gradient: left alone, since under dp_overlap the
+    // reduce-scatter may still be reading it (a device communicator defers it, exec/comm/deferred_work.hpp).
+    if (!scenario_.shards_parameters()) return;
     const std::size_t end = b.shard_offset + b.shard_numel;
     if (b.shard_offset > 0) backend_.fill(b.grads.slice(0, b.shard_offset), 0.0f);
     if (end < b.padded_numel) backend_.fill(b.grads.slice(end, b.padded_numel - end), 0.0f);
@@ -54,17 +58,18 @@ void Interpreter::reduce_data_parallel_grads(const Op& op) {
 
 void Interpreter::gradient_norm(const Op& op) {
   const bool zero = scenario_.parallel.zero_stage >= 1 && scenario_.parallel.dp > 1;  // ZeRO-1 or ZeRO-3: shards
-  double partial = 0;
+  std::vector<Tensor> counted;  // summed in this order (one host read on a device)
   if (zero || coord_.dp == 0) {
     for (Bucket& b : shard_.buckets()) {
       const std::size_t begin = b.shard_offset, end = b.shard_offset + b.shard_numel;
       for (const ParamTensor& t : b.tensors) {
         if (t.copy || (t.tp_replicated && coord_.tp != 0)) continue;
         const std::size_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
-        if (hi > lo) partial += backend_.squared_norm(b.grads.slice(lo, hi - lo));
+        if (hi > lo) counted.push_back(b.grads.slice(lo, hi - lo));
       }
     }
   }
+  double partial = backend_.squared_norm_sum(counted);
   // skip_nonfinite: a rank that saw non-finite logits or a non-finite loss makes the world's norm NaN, so that every
   // rank skips the update (its own gradients may be finite: another stage's NaN never reached them)
   if (saw_nonfinite_) partial = std::numeric_limits<double>::quiet_NaN();

@@ -14,6 +14,7 @@
 
 #include "exec/backend.hpp"
 #include "exec/checkpoint.hpp"
+#include "exec/deferred_emulation.hpp"
 #include "exec/errors.hpp"
 #include "exec/interpreter.hpp"
 #include "exec/model_shard.hpp"
@@ -61,9 +62,15 @@ class RankRun {
     backend_options.threads = threads;
     backend_options.shares_process = threads_launcher && program.layout.world_size() > 1;
     backend_ = make_backend(options.backend, backend_options);
+    if (options.check_deferred_collectives && backend_->device() == Device::Host) {
+      deferred_ = std::make_unique<DeferredCollectives>(rank_, DeferredCheck::Strict);
+      backend_ = make_deferred_check_backend(std::move(backend_), *deferred_);
+      device_comm_ = std::make_unique<DeferringCommunicator>(
+          comm, *deferred_, DeferralRule::of(scenario_.parallel.dp_overlap, scenario_.shards_parameters()));
+    }
 #ifdef TWIN_HAVE_CUDA
     // device buffers need a device communicator (NCCL, or staging through this one); host pointers pass through
-    device_comm_ = cuda::make_device_communicator(comm, *backend_, program, options.comm_timeout_s);
+    if (!device_comm_) device_comm_ = cuda::make_device_communicator(comm, *backend_, program, options.comm_timeout_s);
 #endif
     shard_ = std::make_unique<ModelShard>(scenario_, program.layout.coord_of(rank_), *backend_);
   }
@@ -377,6 +384,7 @@ class RankRun {
   bool threads_launcher_;
   TrainResult* result_;
   RankProgress* progress_;
+  std::unique_ptr<DeferredCollectives> deferred_;  // check_deferred_collectives: shared by the two below
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Communicator> device_comm_;  // the interpreter's, for a device backend (destroyed before it)
   std::unique_ptr<ModelShard> shard_;

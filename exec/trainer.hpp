@@ -54,6 +54,9 @@ struct TrainOptions {
   int trace_step = -1;          // step whose ops are timed for the timeline; -1: the run's last step; -2: none
   GuardOptions guards;          // loss-spike and weight-growth limits
   bool skip_nonfinite = false;  // skip an update whose logits, loss or gradients are non-finite, as a loss scaler does
+  // Debug, host backends: hold dp_overlap's DP gradient reductions back as the GPU path does, and fail when a kernel
+  // touches their memory before the rank waits for them (exec/deferred_emulation.hpp, strict mode).
+  bool check_deferred_collectives = false;
   std::function<void(const StepReport&)> on_step;   // rank 0, after every step
   std::function<void(const std::string&)> on_note;  // rank 0: what resuming found
   FaultInjection fault;

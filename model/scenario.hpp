@@ -1,5 +1,6 @@
 // Scenario: what to train (ModelSpec), how to split it (ParallelSpec), on what (ClusterSpec), with which framework's
-// habits (FrameworkSpec) and training hyper-parameters (TrainingSpec). Loaded from TOML, validated, immutable after.
+// habits (FrameworkSpec) and training hyper-parameters (TrainingSpec). Loaded from TOML (scenario_toml.cpp), validated
+// (scenario_rules.cpp), immutable after; its names and derived quantities are in scenario.cpp.
 #pragma once
 
 #include <array>
@@ -9,6 +10,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "model/errors.hpp"
 
 namespace twin::model {
 
@@ -45,8 +48,8 @@ std::string_view to_string(Norm norm);
 std::string_view to_string(Activation activation);
 std::string_view to_string(AttentionKind attention);
 
-// GPUs per node and memory per GPU of the node kinds a scenario may name. The full performance specs (FLOP/s, HBM and
-// link bandwidths) live in topology/; these two numbers are all that validation and the memory check need.
+// GPUs per node and memory per GPU (bytes) of the node kinds a scenario may name: the one table of them. The full
+// performance specs (FLOP/s, HBM and link bandwidths) live in topology/, which takes its GPU memory from here.
 int default_gpus_per_node(NodeKind node);
 double gpu_memory_bytes(NodeKind node);
 
@@ -234,13 +237,9 @@ struct Scenario {
 };
 
 // A scenario the user wrote is wrong: every problem is listed, each naming its field and values.
-class ScenarioError : public std::runtime_error {
+class ScenarioError : public UserError {
  public:
-  explicit ScenarioError(std::vector<std::string> problems);
-  const std::vector<std::string>& problems() const { return problems_; }
-
- private:
-  std::vector<std::string> problems_;
+  using UserError::UserError;
 };
 
 // One `--set section.key=value` override, applied on top of the file before validation.
@@ -254,7 +253,8 @@ Scenario load_scenario(const std::filesystem::path& path, const std::vector<Over
 Scenario parse_scenario(std::string_view toml_text, std::string_view source_name,
                         const std::vector<Override>& overrides = {});
 
-// Every rule a valid scenario obeys; empty when valid. load_/parse_scenario throw ScenarioError with these.
+// Every rule a valid scenario obeys (scenario_rules.cpp); empty when valid. load_/parse_scenario throw ScenarioError
+// with these.
 std::vector<std::string> validation_problems(const Scenario& scenario);
 
 // The scenario as TOML, in the documented schema (round-trips through parse_scenario).

@@ -25,7 +25,7 @@ enum Category : int {
 };
 
 int category_of(const model::Op& op) {
-  // Both frameworks block on their sends as on their receives (sim/framework.hpp): from the moment its bytes move.
+  // Both frameworks block on their sends as on their receives (model/exchanges.hpp): from the moment its bytes move.
   if (op.kind == model::OpKind::Recv || op.kind == model::OpKind::Send) return kPipeline;
   if (op.stream == model::Stream::DataParallel) return kDataBackground;
   if (op.kind == model::OpKind::Compute) return kCompute;
@@ -284,7 +284,7 @@ nlohmann::json summary_to_json(const Summary& summary) {
 std::string summary_table(const Summary& s) {
   const double T = s.iteration_time_s;
   const auto percent = [T](double seconds) { return T > 0 ? 100.0 * seconds / T : 0.0; };
-  const auto gb = [](double bytes) { return bytes / 1e9; };
+  const auto gib = [](double bytes) { return bytes / (1024.0 * 1024 * 1024); };  // as twin graph, search and sweep
   std::string out;
   auto line = std::back_inserter(out);
   fmt::format_to(line, "{}: {} GPUs, TP {} x PP {} x DP {}, {} micro-batches per iteration  [{}]\n\n", s.scenario,
@@ -295,11 +295,11 @@ std::string summary_table(const Summary& s) {
   fmt::format_to(line, "  MFU                     {:10.1f} %   (72-form model FLOPs over {:.0f} TFLOP/s peak)\n",
                  100 * s.mfu, s.peak_flops_per_gpu / 1e12);
   fmt::format_to(line,
-                 "  memory per GPU          {:10.1f} GB  of {:.0f} GB{} (weights {:.1f}, gradients {:.1f}, optimizer "
+                 "  memory per GPU          {:10.1f} GiB of {:.0f} GiB{} (weights {:.1f}, gradients {:.1f}, optimizer "
                  "{:.1f}, activations {:.1f})\n",
-                 gb(s.memory.peak_bytes), gb(s.memory.capacity_bytes), s.memory.fits ? "" : " - DOES NOT FIT",
-                 gb(s.memory.weights_bytes), gb(s.memory.gradients_bytes), gb(s.memory.optimizer_bytes),
-                 gb(s.memory.activations_bytes));
+                 gib(s.memory.peak_bytes), gib(s.memory.capacity_bytes), s.memory.fits ? "" : " - DOES NOT FIT",
+                 gib(s.memory.weights_bytes), gib(s.memory.gradients_bytes), gib(s.memory.optimizer_bytes),
+                 gib(s.memory.activations_bytes));
   fmt::format_to(line,
                  "  bubble (mean of stages) {:10.1f} %   (idle compute stream: exposed PP and DP + fill/drain)\n\n",
                  100 * s.bubble_fraction);

@@ -12,7 +12,7 @@
 //            the host paces the GPU, cluster.host_us_per_kernel)
 //   bubble   the compute stream is idle or only waits (for a Recv whose data has not left, for the other members of
 //            a collective) and nothing of the above is happening: pipeline fill and drain, imbalance
-// The compute stream is busy while a compute op runs or a collective on it moves data; bubble_fraction (DESIGN.md)
+// The compute stream is busy while a compute op runs or a collective on it moves data; bubble_fraction (docs/architecture.md)
 // is the rest over the iteration time: pp + host + bubble + exposed dp from the DataParallel stream.
 #pragma once
 

@@ -6,31 +6,9 @@
 
 #include <fmt/format.h>
 
-namespace twin::report {
+#include "model/op_label.hpp"
 
-std::string op_label(const model::Op& op) {
-  using model::OpKind;
-  switch (op.kind) {
-    case OpKind::Compute: {
-      std::string label = fmt::format("{} {}", model::to_string(op.phase), model::to_string(op.what));
-      if (op.layer >= 0) label += fmt::format(" L{}", op.layer);
-      if (op.micro_batch >= 0) label += fmt::format(" mb{}", op.micro_batch);
-      return label;
-    }
-    case OpKind::Collective: {
-      std::string label = fmt::format("{} {} {}", model::to_string(op.collective), model::to_string(op.group),
-                                      model::to_string(op.payload));
-      if (op.layer >= 0) label += fmt::format(" L{}", op.layer);
-      if (op.micro_batch >= 0) label += fmt::format(" mb{}", op.micro_batch);
-      return label;
-    }
-    case OpKind::Send:
-      return fmt::format("send {} mb{} to stage {}", model::to_string(op.phase), op.micro_batch, op.peer_stage);
-    case OpKind::Recv:
-      return fmt::format("recv {} mb{} from stage {}", model::to_string(op.phase), op.micro_batch, op.peer_stage);
-  }
-  return "op";
-}
+namespace twin::report {
 
 std::string chrome_trace(const model::Program& program, const Timeline& timeline, const std::vector<int>& ranks) {
   std::string out;
@@ -65,8 +43,8 @@ std::string chrome_trace(const model::Program& program, const Timeline& timeline
       fmt::format_to(it,
                      "{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},"
                      "\"args\":{{\"op\":{},\"bytes\":{:.0f},\"flops\":{:.0f},\"wait_us\":{:.3f}}}}}",
-                     op_label(op), model::to_string(op.kind), rank.rank, static_cast<int>(op.stream), shown_start * 1e6,
-                     (span.end_s - shown_start) * 1e6, span.op, op.bytes, op.flops,
+                     model::op_label(op), model::to_string(op.kind), rank.rank, static_cast<int>(op.stream),
+                     shown_start * 1e6, (span.end_s - shown_start) * 1e6, span.op, op.bytes, op.flops,
                      (span.active_s - shown_start) * 1e6);
     }
   }

@@ -1,5 +1,5 @@
 // Chrome trace JSON of a Timeline (opens in Perfetto or chrome://tracing): one process per rank, one track (thread)
-// per stream: 0 compute, 1 data-parallel, 2 pipeline. Times in microseconds.
+// per stream: 0 compute, 1 data-parallel, 2 pipeline; each op named by model::op_label. Times in microseconds.
 #pragma once
 
 #include <string>
@@ -13,10 +13,6 @@ namespace twin::report {
 
 // The trace of the recorded ranks listed in `ranks` (all recorded ranks when empty).
 std::string chrome_trace(const model::Program& program, const Timeline& timeline, const std::vector<int>& ranks = {});
-
-// A short readable name of an op: "forward transformer_layer L12 mb3", "all_reduce tensor layer_output",
-// "send forward mb3 to stage 4".
-std::string op_label(const model::Op& op);
 
 // "0,5,10-15" -> {0, 5, 10, ..., 15}; throws std::invalid_argument when malformed or out of [0, world_size).
 std::vector<int> parse_rank_list(std::string_view text, int world_size);

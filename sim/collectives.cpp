@@ -297,4 +297,10 @@ CollectivePlan plan_collective(model::CollectiveKind kind, double bytes, const s
   return plan;
 }
 
+double exposed_beside_gemm_s(double collective_s, double gemm_s, double sm_share) {
+  if (collective_s <= 0) return 0;
+  if (gemm_s <= 0) return collective_s;
+  return std::max(collective_s - gemm_s, std::clamp(sm_share, 0.0, 1.0) * collective_s);
+}
+
 }  // namespace twin::sim

@@ -122,4 +122,13 @@ CollectivePlan plan_collective(model::CollectiveKind kind, double bytes, const s
                                const CommunicationModel& model, CollectiveAlgorithm requested,
                                double bandwidth_scale = 1);
 
+// framework.tp_comm_overlap (model/tp_overlap.hpp): the time a collective of `collective_s` adds to a GEMM of `gemm_s`
+// it runs beside, when the collective's thread blocks hold `sm_share` of the SMs meanwhile (NCCL launches one block
+// per channel, and a cuBLAS GEMM block does not fit beside one: NVIDIA Developer Forums, "Compute-Communication
+// Overlap Causes Severe GEMM Performance Degradation because of Tail Effect", 2025, profiles an all-gather's 24 blocks
+// pushing a 132-block GEMM into a second wave on an H100): the GEMM advances at 1 - sm_share while the collective
+// runs, so the pair takes max(collective, gemm + sm_share x collective), i.e. max(collective - gemm, sm_share x
+// collective) past the GEMM. The GEMM's wave quantization on the SMs left is not modelled.
+double exposed_beside_gemm_s(double collective_s, double gemm_s, double sm_share);
+
 }  // namespace twin::sim

@@ -9,6 +9,8 @@
 
 #include <fmt/core.h>
 
+#include "model/compute_ops.hpp"
+
 namespace twin::sim {
 
 namespace {
@@ -108,112 +110,27 @@ FlashAttentionRate flash_attention_rate(const topology::GpuSpec& gpu, model::Att
   return out;
 }
 
-AttentionTraffic attention_traffic(double batch_heads, double seq, double head_dim, double element_bytes,
-                                   bool dropout) {
-  const double e = element_bytes, scores = batch_heads * seq * seq;
-  const double head_tensor = e * batch_heads * seq * head_dim;  // Q, K, V, the context, or a gradient of one
-  AttentionTraffic t;
-  // Each GEMM: the scores (written or read) and two head-wide tensors. Forward 2 GEMMs, backward 4.
-  t.gemm_bytes_forward = 2 * (e * scores + 2 * head_tensor);
-  t.gemm_bytes_backward = 4 * (e * scores + 2 * head_tensor);
-  // Softmax (not causal: the whole row), then dropout (read, write, a one-byte mask; backward read dy and the mask,
-  // write dx), the layout copies (context permute forward; Q, K, V gradients concatenated backward).
-  t.elementwise_bytes_forward = scores * (2 * e + (dropout ? 2 * e + 1 : 0)) + 2 * head_tensor;
-  t.elementwise_bytes_backward = scores * (3 * e + (dropout ? 2 * e + 1 : 0)) + 6 * head_tensor;
-  return t;
-}
-
 namespace {
 
 // The fraction of the streaming rate the attention GEMMs reach, from kMegatronAttentionA100 and the cited A100
-// streaming rate (the 40GB part's bandwidth at the 80GB part's measured fraction, as analytical_parameters assumes).
+// streaming rate (the 40GB part's bandwidth at the 80GB part's measured fraction, as analytical_parameters assumes):
+// the measured time less the other kernels' (streaming) and every launch is the GEMMs'.
 double attention_gemm_hbm_fraction_measured(double a100_hbm_efficiency, double kernel_launch_s) {
   const AttentionMeasurement& m = kMegatronAttentionA100;
   const double streaming = topology::a100_sxm4_40gb().hbm_bytes_per_s * a100_hbm_efficiency;
-  const AttentionTraffic t = attention_traffic(m.batch_heads, m.seq, m.head_dim, 2, false);
-  const int kernels = 2 + 1 + 1 + 4 + 1 + 1;  // GEMMs, softmax, copy: forward, then backward
-  const double elementwise_s =
-      (t.elementwise_bytes_forward + t.elementwise_bytes_backward) / streaming + kernels * kernel_launch_s;
-  const double gemm_streaming_s = (t.gemm_bytes_forward + t.gemm_bytes_backward) / streaming;
+  const model::AttentionBenchmarkKernels k =
+      model::unmasked_attention_kernels(m.batch_heads, m.seq, m.head_dim, 2, false);
+  double gemm_bytes = 0, pass_bytes = 0;
+  int launches = 0;
+  for (const auto* pass : {&k.forward, &k.backward}) {
+    for (const model::Kernel& kernel : *pass) {
+      (kernel.kind == model::KernelKind::AttentionGemms ? gemm_bytes : pass_bytes) += kernel.bytes;
+      launches += kernel.launches;
+    }
+  }
+  const double elementwise_s = pass_bytes / streaming + launches * kernel_launch_s;
+  const double gemm_streaming_s = gemm_bytes / streaming;
   return std::min(1.0, gemm_streaming_s / (m.seconds - elementwise_s));
-}
-
-bool has_weight(model::ComputeKind what) {
-  using model::ComputeKind;
-  return what == ComputeKind::QkvProjection || what == ComputeKind::AttentionProjection || what == ComputeKind::MlpUp ||
-         what == ComputeKind::MlpDown || what == ComputeKind::LmHead;
-}
-
-// Bytes per weight element the framework moves to accumulate one micro-batch's weight gradient, averaged over the
-// iteration's micro-batches:
-//   Megatron accumulating in fp32 (bf16 forces --accumulate-allreduce-grads-in-fp32 and contiguous buffers,
-//     megatron/arguments.py): a gradient hook adds the model-dtype gradient into the fp32 main-gradient buffer,
-//     param.main_grad.add_(param.grad.data) (megatron/model/distributed.py, 2021): read e and 4 bytes, write 4, every
-//     micro-batch; nothing with framework.gradient_accumulation_fusion, where the weight-gradient GEMM accumulates
-//     into main_grad itself (megatron/mpu/layers.py with fused_weight_gradient_mlp_cuda, 2022);
-//   Megatron with fp16, PyTorch DDP and DeepSpeed (ZeRO-1 keeps gradients in .grad until the accumulation boundary,
-//     deepspeed/runtime/zero/stage2.py): autograd accumulates into .grad in the model dtype (read two, write one:
-//     3 e bytes) from the second micro-batch of the iteration on;
-//   DeepSpeed's BF16_Optimizer (framework.bf16_optimizer; runtime/bf16_optimizer.py, v0.6.2): autograd writes a
-//     fresh bf16 gradient (clear_lp_grads sets .grad to None before every backward) and update_hp_grads adds it into
-//     the fp32 copy, hp_grad.add_(lp.grad.to(fp32)): a conversion (read e, write 4) and an add (read 4 + 4, write 4),
-//     every micro-batch, in two kernels.
-double gradient_accumulation_bytes(const model::Scenario& s) {
-  const double e = model::dtype_bytes(s.model.dtype);
-  const double m = static_cast<double>(std::max<std::int64_t>(1, s.parallel.micro_batches()));
-  if (s.framework.bf16_optimizer) return e + 16;
-  // Composer: under FSDP every micro-batch's backward writes a fresh unsharded gradient (FSDP moves the sharded one
-  // aside, flat_param.py prepare_gradient) and the reduced shard is added on FSDP's own stream; under DDP autograd
-  // adds each fp32 gradient into .grad in place (read 4 + 4, write 4) from the second micro-batch on.
-  if (s.framework.name == model::Framework::Composer) {
-    return s.parallel.zero_stage == 3 ? 0 : 12 * (m - 1) / m;
-  }
-  if (s.framework.name == model::Framework::Megatron && s.model.dtype == model::DType::BF16) {
-    return s.framework.gradient_accumulation_fusion ? 0 : e + 8;
-  }
-  return 3 * e * (m - 1) / m;
-}
-
-// Kernels an elementwise op launches (framework.fused_kernels, framework.dropout), matching the passes that
-// model/program.cpp counts in Op::bytes.
-int elementwise_kernels(const model::Scenario& s, const model::Op& op) {
-  using model::ComputeKind;
-  const bool fused = s.framework.fused_kernels, forward = op.phase != model::Phase::Backward;
-  if (s.framework.name == model::Framework::Composer) {
-    // PyTorch's kernels, as model/program.cpp Shapes counts them: the layer norm's backward in two (dx; the weight
-    // and bias gradients), the embedding's lookups and add (backward: both tables), the loss's fused cross-entropy
-    // and the two training metrics' cast, log_softmax and nll_loss each.
-    const bool layer_norm = op.what == ComputeKind::LayerNormAttention || op.what == ComputeKind::LayerNormMlp ||
-                            op.what == ComputeKind::FinalLayerNorm;
-    if (layer_norm) return forward ? 1 : 2;
-    if (op.what == ComputeKind::Embedding) return forward ? 3 : 2 * 3 + 1;     // backward: fill, pass, rows; twice; add
-    if (op.what == ComputeKind::CrossEntropy) return forward ? 1 + 2 * 2 : 1;  // the metrics' small kernels aside
-    const bool residual = op.what == ComputeKind::AttentionResidual || op.what == ComputeKind::MlpResidual;
-    return residual && s.framework.dropout ? 2 : 1;
-  }
-  if (op.what == ComputeKind::AttentionResidual || op.what == ComputeKind::MlpResidual) {
-    // A parallel block's one residual op adds both branches' biases and takes both forks' gradient accumulations.
-    const int biases = s.model.linear_bias ? (s.model.parallel_residual ? 2 : 1) : 0;
-    if (!forward) return s.model.parallel_residual ? 2 : 1;
-    return fused ? 1 : biases + (s.framework.dropout ? 1 : 0) + 1;  // bias adds, dropout, add
-  }
-  if (op.what == ComputeKind::Gelu) return fused || !forward || !s.model.linear_bias ? 1 : 2;  // bias add, GeLU
-  if (op.what == ComputeKind::Swiglu) return fused ? 1 : 2;  // silu, the product (and their backwards)
-  const bool layer_norm = op.what == ComputeKind::LayerNormAttention || op.what == ComputeKind::LayerNormMlp ||
-                          op.what == ComputeKind::FinalLayerNorm;
-  if (layer_norm && !forward) return 3;  // partial weight gradients, their sum, input gradient
-  if (op.what == ComputeKind::CrossEntropy) {
-    // model/program.cpp Shapes::cross_entropy_*: cast, max, sub, exp, sum, div; backward mul, cast (none in fp32).
-    const bool cast = s.model.dtype != model::DType::FP32;
-    return forward ? 5 + (cast ? 1 : 0) : 1 + (cast ? 1 : 0);
-  }
-  return 1;
-}
-
-// Kernels of the attention core besides its GEMMs: softmax (fused scale+mask+softmax, or three passes), dropout,
-// and one layout copy (the context's permute forward, the Q/K/V gradients' concatenation backward).
-int attention_kernels(const model::Scenario& s) {
-  return (s.framework.fused_kernels ? 1 : 3) + (s.framework.dropout ? 1 : 0) + 1;
 }
 
 }  // namespace
@@ -340,92 +257,85 @@ double AnalyticalCostModel::gemm_time_s(double m, double n, double k, double cou
 }
 
 double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const model::Op& op, int& kernels) const {
-  using model::ComputeKind;
-  using model::Phase;
-  const model::DType dtype = scenario.model.dtype;
   const double launch = parameters_.kernel_launch_s;
-  const bool backward = op.phase == Phase::Backward;
-  const double m = static_cast<double>(op.gemm.m), n = static_cast<double>(op.gemm.n);
-  const double k = static_cast<double>(op.gemm.k), count = static_cast<double>(op.gemm.count);
-
-  if (op.what == ComputeKind::AttentionCore && count > 0 &&
-      scenario.framework.attention != model::AttentionKind::Unfused) {
-    // One fused kernel per pass at its measured rate (flash_attention_rate), on the causal FLOPs it computes with
-    // its head-dimension block: forward 2 b s^2 heads d (m = n = s, k = d, count = 2 b heads), backward 2.5 times
-    // that; the recompute is a forward. Around it, the framework's layout copies at the streaming rate, and the
-    // launches: forward one kernel; backward its preprocess, the kernel, and the fp32 dQ's copy into the model dtype.
-    const FlashAttentionRate rate = flash_attention_rate(gpu_, scenario.framework.attention, m, k);
-    const double forward_flops = count / 2 * 2 * m * n * rate.kernel_head_dim;
-    const double kernel = (backward ? 2.5 : 1.0) * forward_flops / rate.flops_per_s;
-    const double copies = model::attention_layout_copy_bytes(scenario, op.phase);
-    kernels = (copies > 0 ? 1 : 0) + (backward ? 3 : 1);
-    return kernel + (copies > 0 ? memory_time_s(copies) + launch : 0) + (backward ? 3 : 1) * launch;
-  }
-  if (op.what == ComputeKind::AttentionCore && count > 0) {
-    // Half the GEMMs are Q K^T [s,d]x[d,s] (m=s, n=s, k=d), half P V [s,s]x[s,d] (m=s, n=d, k=s). Backward: the
-    // gradients of both (dP: [s,d]x[d,s]; dV, dQ, dK: [s,s]x[s,d]).
-    const double half = count / 2, fraction = parameters_.attention_gemm_hbm_fraction;
-    const double score_like = gemm_time_s(m, n, k, half, dtype, fraction);
-    const double value_like = gemm_time_s(m, k, n, half, dtype, fraction);
-    const double gemms = backward ? score_like + 3 * value_like : score_like + value_like;
-    const double operand_bytes = (backward ? 2 : 1) * model::dtype_bytes(dtype) * count * (m * k + k * n + m * n);
-    // ALiBi (model/program.cpp): Q K^T also reads the bias, expanded into its output by a copy, as its C operand: the
-    // read at the GEMMs' rate, the copy at the streaming rate (one more kernel).
-    const bool alibi = scenario.model.position_embedding == model::PositionEmbedding::Alibi && !backward;
-    const double bias_read_bytes = alibi ? model::dtype_bytes(dtype) * half * m * n : 0;
-    const double bias_read = bias_read_bytes > 0 ? memory_time_s(bias_read_bytes) / fraction : 0;
-    // The rest of the op's bytes: softmax and dropout over the scores, the layout copies (model/program.cpp).
-    const double beyond_gemms = memory_time_s(std::max(0.0, op.bytes - operand_bytes - bias_read_bytes));
-    kernels = (backward ? 4 : 2) + attention_kernels(scenario) + (alibi ? 1 : 0);
-    return gemms + bias_read + beyond_gemms + kernels * launch;
-  }
-  if (count > 0) {
-    // Traffic the Program puts on a GEMM op beyond its operands (the QKV projection's unfused bias add, or its
-    // gradient's reduction): one more memory-bound kernel.
-    const double operand_bytes = (backward ? 2 : 1) * model::dtype_bytes(dtype) * count * (m * k + k * n + m * n);
-    const double beyond_operands = op.bytes - operand_bytes > 1 ? memory_time_s(op.bytes - operand_bytes) + launch : 0;
-    if (backward) {
-      // Input gradient dX = dY W^T: [m,n]x[n,k]; weight gradient dW = X^T dY: [k,m]x[m,n]; then the framework's
-      // accumulation of dW (a [k,n] weight) across micro-batches.
-      double accumulate = 0;
-      int accumulate_kernels = 0;
-      if (has_weight(op.what)) {
-        const double bytes = gradient_accumulation_bytes(scenario) * k * n * count;
-        const int accumulations = scenario.framework.bf16_optimizer ? 2 : 1;
-        if (bytes > 0) {
-          accumulate = memory_time_s(bytes) + accumulations * launch;
-          accumulate_kernels = accumulations;
-        }
-      }
-      kernels = 2 + accumulate_kernels + (beyond_operands > 0 ? 1 : 0);
-      return gemm_time_s(m, k, n, count, dtype) + gemm_time_s(k, n, m, count, dtype) + 2 * launch + accumulate +
-             beyond_operands;
-    }
-    kernels = 1 + (beyond_operands > 0 ? 1 : 0);
-    return gemm_time_s(m, n, k, count, dtype) + launch + beyond_operands;
-  }
-  if (op.flops > 0) {
-    // Matrix FLOPs without a shape: no quantization known.
-    const double compute = op.flops / (gpu_.peak_flops(dtype) * parameters_.gemm_efficiency);
+  if (!op.breakdown || op.breakdown->kernels.empty()) {
+    // An op without its kernels (not from a Program: a test's): one kernel, memory bound unless its FLOPs, at the
+    // large-GEMM efficiency without a shape to quantize, take longer.
+    const double compute = op.flops / (gpu_.peak_flops(scenario.model.dtype) * parameters_.gemm_efficiency);
     kernels = 1;
     return std::max(compute, memory_time_s(op.bytes)) + launch;
   }
-  kernels = elementwise_kernels(scenario, op);
-  return memory_time_s(op.bytes) + kernels * launch;
+  // The kernels in the order the Program lists them, each with its launches; the attention core's own kernels
+  // charge theirs after the op's other times (the order of the additions every golden file was recorded with).
+  double seconds = 0;
+  int attention_launches = 0;
+  kernels = 0;
+  for (const model::Kernel& kernel : op.breakdown->kernels) {
+    kernels += kernel.launches;
+    switch (kernel.kind) {
+      case model::KernelKind::Gemm:
+        seconds += gemm_kernels_s(scenario, op) + kernel.launches * launch;
+        break;
+      case model::KernelKind::Stream:
+        seconds += memory_time_s(kernel.bytes) + kernel.launches * launch;
+        break;
+      case model::KernelKind::AttentionGemms:
+        seconds += attention_gemms_s(scenario, op);
+        attention_launches += kernel.launches;
+        break;
+      case model::KernelKind::AttentionOperand:
+        seconds += memory_time_s(kernel.bytes) / parameters_.attention_gemm_hbm_fraction;
+        attention_launches += kernel.launches;
+        break;
+      case model::KernelKind::AttentionPasses:
+        seconds += memory_time_s(kernel.bytes);
+        attention_launches += kernel.launches;
+        break;
+      case model::KernelKind::FlashAttention:
+        seconds += flash_attention_s(scenario, op);
+        attention_launches += kernel.launches;
+        break;
+    }
+  }
+  return seconds + attention_launches * launch;
+}
+
+// A GEMM op's GEMMs: forward [m,k]x[k,n]; backward the input gradient dX = dY W^T ([m,n]x[n,k]) and the weight
+// gradient dW = X^T dY ([k,m]x[m,n]).
+double AnalyticalCostModel::gemm_kernels_s(const model::Scenario& scenario, const model::Op& op) const {
+  const double m = static_cast<double>(op.gemm.m), n = static_cast<double>(op.gemm.n);
+  const double k = static_cast<double>(op.gemm.k), count = static_cast<double>(op.gemm.count);
+  const model::DType dtype = scenario.model.dtype;
+  if (op.phase != model::Phase::Backward) return gemm_time_s(m, n, k, count, dtype);
+  return gemm_time_s(m, k, n, count, dtype) + gemm_time_s(k, n, m, count, dtype);
+}
+
+// The attention core's batched GEMMs, at the attention GEMMs' fraction of the streaming rate when memory bound: half
+// are Q K^T [s,d]x[d,s] (m = n = s, k = d), half P V [s,s]x[s,d]. Backward: the gradients of both (dP: [s,d]x[d,s];
+// dV, dQ, dK: [s,s]x[s,d]).
+double AnalyticalCostModel::attention_gemms_s(const model::Scenario& scenario, const model::Op& op) const {
+  const double m = static_cast<double>(op.gemm.m), n = static_cast<double>(op.gemm.n);
+  const double k = static_cast<double>(op.gemm.k), half = static_cast<double>(op.gemm.count) / 2;
+  const double fraction = parameters_.attention_gemm_hbm_fraction;
+  const double score_like = gemm_time_s(m, n, k, half, scenario.model.dtype, fraction);
+  const double value_like = gemm_time_s(m, k, n, half, scenario.model.dtype, fraction);
+  return op.phase == model::Phase::Backward ? score_like + 3 * value_like : score_like + value_like;
+}
+
+// FlashAttention's kernel at its measured rate (flash_attention_rate), on the causal FLOPs it computes with its
+// head-dimension block: forward 2 b s^2 heads d (m = n = s, k = d, count = 2 b heads), backward 2.5 times that; the
+// recompute is a forward.
+double AnalyticalCostModel::flash_attention_s(const model::Scenario& scenario, const model::Op& op) const {
+  const double m = static_cast<double>(op.gemm.m), n = static_cast<double>(op.gemm.n);
+  const double k = static_cast<double>(op.gemm.k), count = static_cast<double>(op.gemm.count);
+  const FlashAttentionRate rate = flash_attention_rate(gpu_, scenario.framework.attention, m, k);
+  const double forward_flops = count / 2 * 2 * m * n * rate.kernel_head_dim;
+  return (op.phase == model::Phase::Backward ? 2.5 : 1.0) * forward_flops / rate.flops_per_s;
 }
 
 double AnalyticalCostModel::gemm_half_s(const model::Scenario& scenario, model::ComputeKind what,
                                         bool weight_gradient) const {
-  model::GemmShape shape;
-  if (what == model::ComputeKind::LmHead) {
-    const auto t = scenario.parallel.tp;
-    shape = {scenario.model.seq_len * scenario.parallel.micro_batch, scenario.padded_vocab() / t, scenario.model.hidden,
-             1};
-  } else {
-    for (const model::Op& op : model::layer_compute_ops(scenario, 0, model::Phase::Backward)) {
-      if (op.what == what && op.gemm.count > 0) shape = op.gemm;
-    }
-  }
+  const model::GemmShape shape = model::weight_gemm_shape(scenario, what);
   const double m = static_cast<double>(shape.m), n = static_cast<double>(shape.n), k = static_cast<double>(shape.k);
   const double count = static_cast<double>(shape.count);
   if (count <= 0) return 0;
@@ -443,19 +353,22 @@ double AnalyticalCostModel::compute_time_s(const model::Scenario& scenario, cons
 
 std::pair<double, int> AnalyticalCostModel::timed(const model::Scenario& scenario, const model::Op& op) const {
   int kernels = 0;
-  if (op.what != model::ComputeKind::TransformerLayer) {
+  if (!op.breakdown || op.breakdown->parts.empty()) {
     const double seconds = op_time_s(scenario, op, kernels);
     return {seconds, kernels};
   }
-  const auto key = std::make_pair(op.layer, static_cast<int>(op.phase));
-  if (auto it = layer_cache_.find(key); it != layer_cache_.end()) return it->second;
+  // A fused layer op: the sum of its parts. Every micro-batch's op of a layer and phase shares one breakdown; the
+  // cache keeps it alive, so that its address names it.
+  if (auto it = layer_cache_.find(op.breakdown.get()); it != layer_cache_.end()) return it->second.timed;
   double total = 0;
   int total_kernels = 0;
-  for (const model::Op& part : model::layer_compute_ops(scenario, op.layer, op.phase)) {
+  for (const model::Op& part : op.breakdown->parts) {
     total += op_time_s(scenario, part, kernels);
     total_kernels += kernels;
   }
-  return layer_cache_.emplace(key, std::make_pair(total, total_kernels)).first->second;
+  const auto timed = std::make_pair(total, total_kernels);
+  layer_cache_.emplace(op.breakdown.get(), FusedLayerTime{op.breakdown, timed});
+  return timed;
 }
 
 HostCost AnalyticalCostModel::host_cost(const model::Scenario& scenario, const model::Op& op) const {
@@ -488,8 +401,10 @@ report::LayerParts layer_parts(const CostModel& cost, const model::Scenario& sce
     const auto key = std::make_pair(static_cast<int>(fused.layer), static_cast<int>(fused.phase));
     if (auto it = cache->find(key); it != cache->end()) return it->second;
     std::vector<std::pair<model::ComputeKind, double>> parts;
-    for (const model::Op& part : model::layer_compute_ops(scenario, fused.layer, fused.phase)) {
-      parts.emplace_back(part.what, cost.compute_time_s(scenario, part));
+    if (fused.breakdown) {
+      for (const model::Op& part : fused.breakdown->parts) {
+        parts.emplace_back(part.what, cost.compute_time_s(scenario, part));
+      }
     }
     return cache->emplace(key, std::move(parts)).first->second;
   };

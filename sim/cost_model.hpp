@@ -1,29 +1,26 @@
 // CostModel: how long one rank spends on a compute op. The simulator asks it for every Compute op of the Program;
 // communication is timed by the flows on the platform (sim/collectives.hpp), not here.
 //
-// `analytical` (A100 / H100 / H200):
-//   GEMM      time = max(compute, memory) + launch. compute = waves x (one tile's FLOPs per SM) / (per-SM peak x
+// `analytical` (A100 / H100 / H200) times each kernel the Program lists for the op (model::KernelBreakdown):
+//   Gemm      time = max(compute, memory). compute = waves x (one tile's FLOPs per SM) / (per-SM peak x
 //             gemm_efficiency), with the CTA tile cuBLAS would pick among `tiles` (tile quantization: partial tiles
 //             cost a whole tile; wave quantization: a partial last wave costs a whole wave of `sm_count` tiles).
 //             memory = operand bytes / (HBM x hbm_efficiency): small or skinny GEMMs become memory bound (a dimension
 //             narrower than every tile is not quantized: cuBLAS has GEMV-like kernels for it). A backward
-//             GEMM op runs the input-gradient GEMM [m,n]x[n,k] and the weight-gradient GEMM [k,m]x[m,n]. Bytes the
-//             Program puts on a GEMM op beyond its operands (the QKV bias's own add and reduction) are one more
-//             memory-bound kernel.
-//   flash     framework.attention = "flash1" | "flash2": one kernel per pass at FlashAttention's measured rate on the
-//             causal FLOPs it computes, plus the framework's layout copies at the streaming rate.
-//   attention the two batched GEMMs of each head (Q K^T [s,d]x[d,s], P V [s,s]x[s,d]) plus the softmax and dropout
-//             traffic (the op's bytes not read by the GEMMs) over HBM. The GEMMs are memory bound (one side only a
-//             head wide) and move their bytes at attention_gemm_hbm_fraction of the streaming rate.
-//   other     memory bound: Op::bytes over HBM + launch.
-//   gradient  a backward GEMM with a weight also accumulates the weight gradient across micro-batches, as the
-//   accumul.  framework does (see gradient_accumulation_bytes in cost_model.cpp): a memory-bound kernel.
-//   layer     a fused TransformerLayer op costs the sum of its parts (model::layer_compute_ops).
+//             GEMM op runs the input-gradient GEMM [m,n]x[n,k] and the weight-gradient GEMM [k,m]x[m,n].
+//   Stream    memory bound: its bytes over HBM (elementwise passes, copies, the weight-gradient accumulation).
+//   flash     FlashAttention's kernel at its measured rate on the causal FLOPs it computes.
+//   attention the two batched GEMMs of each head (Q K^T [s,d]x[d,s], P V [s,s]x[s,d]) and the bytes they read beyond
+//             their operands at attention_gemm_hbm_fraction of the streaming rate (one side only a head wide), the
+//             softmax, dropout and layout-copy passes over HBM.
+//   each kernel adds kernel_launch_s per launch.
+//   layer     a fused TransformerLayer op costs the sum of its parts.
 // No constant is fitted to a published training run; each one cites its source in cost_model.cpp.
 #pragma once
 
 #include <array>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,7 +52,7 @@ class CostModel {
     return 0;
   }
   // Seconds of copies the framework makes outside the Program's ops: `bytes` through HBM in `kernels` memory-bound
-  // kernels (DeepSpeed's PartitionedTensor.full() on a pipeline receipt, sim/framework.hpp); 0 when the model does
+  // kernels (DeepSpeed's PartitionedTensor.full() on a pipeline receipt, model/exchanges.hpp); 0 when the model does
   // not know.
   virtual double memory_copy_s(double /*bytes*/, int /*kernels*/) const { return 0; }
   // What issuing `op` (any kind) costs the rank's host; nothing when the model does not know.
@@ -86,17 +83,6 @@ struct AnalyticalParameters {
   bool hbm_measured_here = false;
   bool attention_measured_here = false;  // cluster.attention_gemm_hbm_fraction
 };
-
-// Bytes of Megatron-LM's attention core over `batch_heads` heads of a sequence (no causal mask: every softmax row
-// whole), split into what its batched GEMMs move (forward Q K^T and P V, backward their four gradient GEMMs: each
-// the scores once and two head-wide tensors) and what its other kernels move (softmax, dropout when on, the layout
-// copies). What the attention measurement in cost_model.cpp is read with, and what its checks use.
-struct AttentionTraffic {
-  double gemm_bytes_forward = 0, gemm_bytes_backward = 0;
-  double elementwise_bytes_forward = 0, elementwise_bytes_backward = 0;
-};
-AttentionTraffic attention_traffic(double batch_heads, double seq, double head_dim, double element_bytes,
-                                   bool dropout);
 
 // FlashAttention's measured forward + backward rate under the causal mask on `gpu` (sim/cost_model.cpp cites the
 // measurement) for a sequence of `seq` and heads of `head_dim`, and the head dimension its kernel computes on.
@@ -138,12 +124,18 @@ class AnalyticalCostModel : public CostModel {
  private:
   // Seconds of a compute op that is not a fused layer; `kernels` gets the kernels it launches.
   double op_time_s(const model::Scenario& scenario, const model::Op& op, int& kernels) const;
+  double gemm_kernels_s(const model::Scenario& scenario, const model::Op& op) const;
+  double attention_gemms_s(const model::Scenario& scenario, const model::Op& op) const;
+  double flash_attention_s(const model::Scenario& scenario, const model::Op& op) const;
   std::pair<double, int> timed(const model::Scenario& scenario, const model::Op& op) const;  // seconds, kernels
 
   topology::GpuSpec gpu_;
   AnalyticalParameters parameters_;
-  // (layer, phase) -> seconds and kernels of a fused layer op
-  mutable std::map<std::pair<int, int>, std::pair<double, int>> layer_cache_;
+  struct FusedLayerTime {
+    std::shared_ptr<const model::KernelBreakdown> breakdown;  // kept alive: its address is the key
+    std::pair<double, int> timed;                             // seconds, kernels
+  };
+  mutable std::map<const model::KernelBreakdown*, FusedLayerTime> layer_cache_;
 };
 
 // Fixed times per phase: what the ideal-pipeline tests need (a forward op costs `forward_s`, a recompute op
@@ -159,7 +151,7 @@ class FixedCostModel : public CostModel {
   double forward_s_, backward_s_, recompute_s_, optimizer_s_;
 };
 
-// What `cost` charges each part of a fused layer op of `scenario` (model::layer_compute_ops), for a summary's
+// What `cost` charges each part of a fused layer op of `scenario` (its KernelBreakdown's parts), for a summary's
 // compute_by_kind at layer granularity. Both must outlive the returned function.
 report::LayerParts layer_parts(const CostModel& cost, const model::Scenario& scenario);
 

@@ -9,25 +9,18 @@
 #include <fmt/format.h>
 #include <simgrid/s4u.hpp>
 
-#include "sim/framework.hpp"
-
 namespace twin::sim::detail {
 
 namespace sg4 = simgrid::s4u;
 
 std::uint64_t p2p_key(int from_stage, const model::P2PTag& tag) {
-  return (static_cast<std::uint64_t>(from_stage) << 44) ^ (static_cast<std::uint64_t>(tag.sender_virtual_stage) << 28) ^
-         (static_cast<std::uint64_t>(tag.micro_batch) << 4) ^ static_cast<std::uint64_t>(tag.phase);
+  return static_cast<std::uint64_t>(from_stage) << 32 | model::p2p_tag_key(tag);
 }
 
 namespace {
 
 topology::NodeSpec node_of_options(const model::Program& program, const SimOptions& options) {
   return options.node ? *options.node : topology::node_spec(program.scenario.cluster);
-}
-
-bool ordered(model::Stream stream) {
-  return stream != model::Stream::Pipeline;
 }
 
 }  // namespace
@@ -56,8 +49,7 @@ int Engine::node_of(int replayer) const {
 }
 
 int Engine::peer_replayer(const Replayer& from, int stage) const {
-  const model::RankCoord coord = program_.layout.coord_of(representative_rank(from.id()));
-  const int rank = program_.layout.rank_of({coord.dp, stage, coord.tp});
+  const int rank = program_.layout.rank_on_stage(representative_rank(from.id()), stage);
   return fidelity_ == Fidelity::Rank ? rank : rank / program_.layout.tp();
 }
 
@@ -121,24 +113,22 @@ double Engine::tensor_gather_s(double bytes) const {
   return it->second;
 }
 
-double Engine::receipt_s(const PipelineTransfer& transfer) const {
+double Engine::receipt_s(const model::PipelineTransfer& transfer) const {
   const double gather = transfer.receipt_gathers * tensor_gather_s(transfer.full_bytes);
   return gather + cost_.memory_copy_s(transfer.receipt_copy_bytes, transfer.receipt_copy_kernels);
 }
 
-// A blocking Send/Recv pair (sim/framework.hpp) as a two-member instance: sender and receiver register when they
+// A blocking Send/Recv pair (model/exchanges.hpp) as a two-member instance: sender and receiver register when they
 // post; the transfer starts once both have; the receiver then all-gathers a scattered tensor across its TP group.
 CollectiveInstance* Engine::point_to_point(const Replayer& member, std::int32_t op) {
   const model::Op& o = program_.stage_ops[member.stage()][op];
   const bool sending = o.kind == model::OpKind::Send;
   const int peer = peer_replayer(member, o.peer_stage);
   const int sender = sending ? member.id() : peer, receiver = sending ? peer : member.id();
-  const model::P2PTag tag = model::p2p_tag(o);
-  // Bit 63 marks point-to-point keys (collective keys use bits 60-61 for their group).
-  const std::uint64_t key = (std::uint64_t{1} << 63) | (static_cast<std::uint64_t>(sender & 0xFFFFF) << 40) |
-                            (static_cast<std::uint64_t>(tag.micro_batch & 0xFFFFFF) << 16) |
-                            (static_cast<std::uint64_t>(tag.sender_virtual_stage & 0x3FFF) << 2) |
-                            static_cast<std::uint64_t>(tag.phase);
+  // Bit 63 marks point-to-point keys (collective keys use bits 60-61 for their group); the message's tag key is
+  // under 2^30 and a replayer id under 2^31.
+  const std::uint64_t key =
+      (std::uint64_t{1} << 63) | static_cast<std::uint64_t>(sender) << 32 | model::p2p_tag_key(model::p2p_tag(o));
   auto [it, created] = collectives_.try_emplace(key);
   if (created) {
     auto instance = std::make_unique<CollectiveInstance>();
@@ -149,7 +139,7 @@ CollectiveInstance* Engine::point_to_point(const Replayer& member, std::int32_t 
     instance->extra_s.assign(2, 0.0);
     instance->plan.algorithm = CollectiveAlgorithm::Ring;
     if (!communication_.ideal) {
-      const PipelineTransfer transfer = pipeline_transfer(program_.scenario, o);
+      const model::PipelineTransfer transfer = model::pipeline_transfer(program_.scenario, o);
       FlowPhase phase;
       if (transfer.wire_bytes > 0) phase.flows.push_back({0, 1, transfer.wire_bytes * bytes_scale()});
       phase.latency_s = transfer.messages * p2p_latency_s(*replayers_[sender], *replayers_[receiver]);
@@ -210,196 +200,11 @@ void Engine::settle(Replayer& running) {
   }
 }
 
-StagePlan Engine::build_plan(int stage) const {
-  const model::Scenario& scenario = program_.scenario;
-  const std::vector<model::Op>& ops = program_.stage_ops[stage];
-  const auto n = static_cast<std::int32_t>(ops.size());
-  StagePlan plan;
-  plan.stage = stage;
-  plan.ops = &ops;
-  plan.duration.assign(n, 0.0);
-  plan.local.assign(n, 0);
-  plan.rendezvous.assign(n, 0);
-  plan.lead.assign(n, 0.0);
-  plan.receipt_s.assign(n, 0.0);
-  plan.pending.assign(n, 0);
-  plan.collective_seq.assign(n, -1);
-  plan.recv_slot.assign(n, -1);
-
-  // How each group's collectives are timed on this stage (the same for every op of the stage).
-  enum class GroupKind { Single, InsideTensorGroup, Flows };
-  GroupKind group_kind[4];
-  std::vector<int> group_nodes[4];
-  const int rank0 = program_.layout.rank_of({0, stage, 0});
-  for (int group = 0; group < 4; ++group) {
-    const std::vector<int> ranks = program_.layout.group_members(static_cast<model::Group>(group), rank0);
-    for (int rank : ranks) group_nodes[group].push_back(placement_.node_of_rank(rank));
-    if (ranks.size() <= 1) {
-      group_kind[group] = GroupKind::Single;
-    } else if (fidelity_ == Fidelity::Group &&
-               group_members(static_cast<model::Group>(group), rank0 / program_.layout.tp()).size() <= 1) {
-      group_kind[group] = GroupKind::InsideTensorGroup;
-    } else {
-      group_kind[group] = GroupKind::Flows;
-    }
-  }
-  std::map<std::tuple<int, int, double>, double> estimates;
-
-  // Blocking pipeline exchanges (sim/framework.hpp): the compute op after the Send/Recv ops that separate it from
-  // the previous compute op waits for all of them. With 1F1B and GPipe they also rendezvous: they are posted when
-  // the previous compute op ends (serialized exchanges: one after the other, in the framework's order) and a
-  // transfer starts once both sides have posted. The interleaved schedule's Program order pairs sends and receives
-  // differently from Megatron's combined calls, so there its messages leave eagerly (a send still blocks its sender
-  // until the bytes have arrived).
-  const bool blocking = options_.blocking_p2p;
-  const bool rendezvous = blocking && scenario.parallel.schedule != model::ScheduleKind::Interleaved;
-  std::vector<std::vector<std::int32_t>> extra(n);
-  if (blocking) {
-    std::int32_t last_compute = -1;
-    std::vector<std::int32_t> exchange;
-    const bool serialized = serialized_exchanges(scenario);
-    const auto close = [&](std::int32_t next_compute) {
-      if (exchange.empty()) return;
-      const std::vector<std::int32_t> order = exchange_order(scenario, ops, exchange, stage);
-      for (std::size_t k = 0; k < order.size(); ++k) {
-        if (rendezvous && last_compute >= 0) extra[order[k]].push_back(last_compute);
-        if (rendezvous && serialized && k > 0) extra[order[k]].push_back(order[k - 1]);
-        if (next_compute >= 0) extra[next_compute].push_back(order[k]);
-      }
-      exchange.clear();
-    };
-    for (std::int32_t i = 0; i < n; ++i) {
-      if (ops[i].stream == model::Stream::Pipeline) {
-        exchange.push_back(i);
-        plan.rendezvous[i] = rendezvous ? 1 : 0;
-      } else if (ops[i].stream == model::Stream::Compute) {
-        close(i);
-        last_compute = i;
-      }
-    }
-    close(-1);
-  }
-  // framework.tp_comm_overlap: how long a backward TP collective can hide under the GEMM half beside it.
-  std::map<std::pair<int, int>, double> hidden;
-  const auto lead_of = [&](const model::Op& op) {
-    const HiddenUnder under = tp_overlap(scenario, op);
-    if (under == HiddenUnder::Nothing) return 0.0;
-    const auto key = std::make_pair(static_cast<int>(op.what), static_cast<int>(under));
-    auto [it, created] = hidden.try_emplace(key, 0.0);
-    if (created) it->second = cost_.gemm_half_s(scenario, op.what, under == HiddenUnder::WeightGradient);
-    return it->second;
-  };
-
-  // Predecessors: deps plus the previous op of the same ordered stream (plus the exchange rules above).
-  std::vector<std::int32_t> predecessor_begin(n + 1, 0), predecessors;
-  std::int32_t last_on_stream[3] = {-1, -1, -1};
-  int collectives_seen[4] = {0, 0, 0, 0};
-  for (std::int32_t i = 0; i < n; ++i) {
-    const model::Op& op = ops[i];
-    const std::size_t first = predecessors.size();
-    for (std::int32_t dep : op.deps) {
-      if (dep < 0 || dep >= i) {
-        throw SimulationError(fmt::format("stage {} op {}: dependency {} is not an earlier op", stage, i, dep));
-      }
-      predecessors.push_back(dep);
-    }
-    for (std::int32_t before : extra[i]) predecessors.push_back(before);
-    const auto stream = static_cast<int>(op.stream);
-    if (ordered(op.stream) && last_on_stream[stream] >= 0) predecessors.push_back(last_on_stream[stream]);
-    std::sort(predecessors.begin() + static_cast<std::ptrdiff_t>(first), predecessors.end());
-    predecessors.erase(std::unique(predecessors.begin() + static_cast<std::ptrdiff_t>(first), predecessors.end()),
-                       predecessors.end());
-    predecessor_begin[i + 1] = static_cast<std::int32_t>(predecessors.size());
-    if (ordered(op.stream)) last_on_stream[stream] = i;
-    plan.pending[i] = predecessor_begin[i + 1] - predecessor_begin[i];
-
-    switch (op.kind) {
-      case model::OpKind::Compute:
-        plan.local[i] = 1;
-        plan.duration[i] = cost_.compute_time_s(scenario, op);
-        break;
-      case model::OpKind::Collective: {
-        const auto group = static_cast<int>(op.group);
-        plan.collective_seq[i] = collectives_seen[group]++;
-        plan.lead[i] = lead_of(op);
-        if (group_kind[group] == GroupKind::Single) {
-          plan.local[i] = 1;  // a group of one: nothing to do
-        } else if (group_kind[group] == GroupKind::InsideTensorGroup) {
-          // All members in one TP group (TP collectives, or any group when dp = pp = 1): inside one node, on NVLinks
-          // nothing else uses, so NCCL's time without flows.
-          plan.local[i] = 1;
-          const auto key = std::make_tuple(group, static_cast<int>(op.collective), op.bytes);
-          auto [it, created] = estimates.try_emplace(key, 0.0);
-          if (created) {
-            it->second =
-                plan_collective(op.collective, op.bytes, group_nodes[group], communication_, options_.algorithm)
-                    .estimate_s;
-          }
-          // Only what the GEMM does not hide, and the SMs the collective took from it.
-          plan.duration[i] = exposed_beside_gemm_s(it->second, plan.lead[i], collective_sm_share());
-        }
-        break;
-      }
-      case model::OpKind::Recv: {
-        const int from = op.peer_stage;
-        if (!plan.recv_by_tag.emplace(p2p_key(from, model::p2p_tag(op)), i).second) {
-          throw SimulationError(fmt::format("stage {}: two Recv ops share the tag of op {}", stage, i));
-        }
-        if (rendezvous) break;  // matched as a two-member instance, not through an inbox
-        plan.pending[i] += 1;   // the eager message itself
-        if (!communication_.ideal) {
-          plan.receipt_s[i] = receipt_s(pipeline_transfer(scenario, op));
-        }
-        plan.recv_slot[i] = plan.recv_count++;
-        if (std::find(plan.peer_stages.begin(), plan.peer_stages.end(), from) == plan.peer_stages.end()) {
-          plan.peer_stages.push_back(from);
-        }
-        break;
-      }
-      case model::OpKind::Send:
-        break;
-    }
-  }
-  // The host issues the ops in list order (model/program.hpp), without waiting for the GPU. A compute op waits for
-  // its kernels' launches; a collective or a message is one call, whose time delays the ops after it (the GPU reaches
-  // it only after the compute op before it, which the host issued first).
-  plan.issue_first_s.assign(n, 0.0);
-  plan.issue_last_s.assign(n, 0.0);
-  plan.last_kernel_s.assign(n, 0.0);
-  double issued_s = 0;
-  for (std::int32_t i = 0; i < n; ++i) {
-    const HostCost host = cost_.host_cost(scenario, ops[i]);
-    plan.issue_first_s[i] = plan.issue_last_s[i] = issued_s;
-    if (host.seconds <= 0) continue;
-    plan.host_paced = true;
-    if (ops[i].kind == model::OpKind::Compute) {
-      const int kernels = std::max(1, host.kernels);
-      plan.issue_first_s[i] = issued_s + host.seconds / kernels;
-      plan.issue_last_s[i] = issued_s + host.seconds;
-      plan.last_kernel_s[i] = plan.duration[i] / kernels;
-    }
-    issued_s += host.seconds;
-  }
-  if (!plan.host_paced) {  // a host that is never behind: nothing to look up while replaying
-    plan.issue_first_s = {};
-    plan.issue_last_s = {};
-    plan.last_kernel_s = {};
-  }
-  // Successors (CSR).
-  plan.successor_begin.assign(n + 1, 0);
-  for (std::int32_t p : predecessors) ++plan.successor_begin[p + 1];
-  for (std::int32_t i = 0; i < n; ++i) plan.successor_begin[i + 1] += plan.successor_begin[i];
-  plan.successors.assign(predecessors.size(), 0);
-  std::vector<std::int32_t> fill(plan.successor_begin.begin(), plan.successor_begin.end() - 1);
-  for (std::int32_t i = 0; i < n; ++i) {
-    for (std::int32_t k = predecessor_begin[i]; k < predecessor_begin[i + 1]; ++k) {
-      plan.successors[fill[predecessors[k]]++] = i;
-    }
-  }
-  return plan;
-}
-
 void Engine::build_plans() {
+  if (program_.stage_exchanges.size() != program_.stage_ops.size()) {
+    throw SimulationError(fmt::format("the Program lists the pipeline exchanges of {} of its {} stages",
+                                      program_.stage_exchanges.size(), program_.stage_ops.size()));
+  }
   plans_.clear();
   for (int stage = 0; stage < program_.stages(); ++stage) plans_.push_back(build_plan(stage));
 }

@@ -22,7 +22,6 @@
 #include <simgrid/forward.h>
 
 #include "sim/collectives.hpp"
-#include "sim/framework.hpp"
 #include "sim/simulate.hpp"
 #include "topology/placement.hpp"
 #include "topology/platform.hpp"
@@ -54,6 +53,7 @@ struct StagePlan {
   std::int32_t recv_count = 0;
 };
 
+// A Recv's key on its stage: the stage it receives from and the message's tag (model::p2p_tag_key).
 std::uint64_t p2p_key(int from_stage, const model::P2PTag& tag);
 
 class Replayer;
@@ -186,13 +186,24 @@ class Engine {
 
  private:
   void build_plans();
+  // sim/stage_plan.cpp
   StagePlan build_plan(int stage) const;
+  std::vector<std::vector<std::int32_t>> exchange_dependencies(StagePlan& plan) const;  // extra predecessors
+  struct GroupTiming {
+    enum Kind { Single, InsideTensorGroup, Flows } kind[model::kGroupCount] = {};  // per model::Group
+    std::vector<int> nodes[model::kGroupCount];  // the nodes of the group's members
+  };
+  GroupTiming group_timing(int stage) const;
+  void time_ops(StagePlan& plan) const;
+  void plan_recv(StagePlan& plan, std::int32_t op) const;
+  void pace_host(StagePlan& plan) const;
+
   std::vector<int> group_members(model::Group group, int replayer) const;
   CollectiveInstance* point_to_point(const Replayer& member, std::int32_t op);
   double tensor_gather_s(double bytes) const;
   // What the receiver of a pipeline message does on its compute stream once the bytes are in: the TP all-gather of
-  // a scattered tensor and the framework's copies around it (sim/framework.hpp).
-  double receipt_s(const PipelineTransfer& transfer) const;
+  // a scattered tensor and the framework's copies around it (model::pipeline_transfer).
+  double receipt_s(const model::PipelineTransfer& transfer) const;
   // Share of a GPU's SMs an NCCL collective inside the node holds while it runs (one block per channel).
   double collective_sm_share() const;
   int node_of(int replayer) const;

@@ -14,8 +14,8 @@
 
 #include <simgrid/s4u.hpp>
 
+#include "model/exchanges.hpp"
 #include "sim/engine.hpp"
-#include "sim/framework.hpp"
 
 namespace twin::sim::detail {
 
@@ -192,7 +192,7 @@ void Replayer::send(std::int32_t op) {
   Replayer& peer = engine_.replayer(engine_.peer_replayer(*this, o.peer_stage));
   const double bytes = engine_.communication().ideal
                            ? 0
-                           : pipeline_transfer(engine_.program().scenario, o).wire_bytes * engine_.bytes_scale();
+                           : model::pipeline_transfer(engine_.program().scenario, o).wire_bytes * engine_.bytes_scale();
   // The payload names the op; the receiver finds the matching Recv from its tag.
   void* payload = reinterpret_cast<void*>(static_cast<std::uintptr_t>(op) + 1);
   engine_.count_activity();
@@ -271,7 +271,7 @@ void Replayer::handle(std::size_t index) {
       const Replayer& sender = engine_.replayer(engine_.peer_replayer(*this, from_stage));
       const std::int32_t slot = plan_.recv_slot[op];
       transfer_start_s_[slot] = activity->get_start_time();
-      const int messages = pipeline_transfer(engine_.program().scenario, sent).messages;
+      const int messages = model::pipeline_transfer(engine_.program().scenario, sent).messages;
       arrival_s_[slot] = now + messages * engine_.p2p_latency_s(sender, *this) + plan_.receipt_s[op];
       if (--pending_[op] == 0) ready_list_.push_back(op);
       post_inbox(waiting.index);
@@ -285,7 +285,7 @@ void Replayer::handle(std::size_t index) {
     case Wait::Send: {
       const model::Op& o = (*plan_.ops)[waiting.index];
       const Replayer& peer = engine_.replayer(engine_.peer_replayer(*this, o.peer_stage));
-      const int messages = pipeline_transfer(engine_.program().scenario, o).messages;
+      const int messages = model::pipeline_transfer(engine_.program().scenario, o).messages;
       finish(waiting.index, waiting.start_s, waiting.start_s, now + messages * engine_.p2p_latency_s(*this, peer));
       break;
     }

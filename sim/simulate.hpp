@@ -43,7 +43,7 @@ struct SimOptions {
   std::optional<topology::FabricSpec> fabric;  // default: the node's InfiniBand fabric
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::Auto;
   bool ideal_network = false;     // infinite bandwidth, zero latency: the pipeline schedule alone
-  bool blocking_p2p = true;       // Send/Recv block both sides as the frameworks do (sim/framework.hpp); false: a
+  bool blocking_p2p = true;       // Send/Recv block both sides as the frameworks do (model/exchanges.hpp); false: a
                                   // Send leaves eagerly and only the receiver waits
   std::vector<int> record_ranks;  // ranks whose full timeline is kept, besides dp = 0, tp = 0 of every stage
   bool isolate = true;            // run SimGrid in a child process
@@ -71,9 +71,9 @@ struct SimResult {
 
 // A scenario the simulator cannot run (CPU cluster, group fidelity impossible, ...) or a replay that cannot finish
 // (deadlocked Program).
-class SimulationError : public std::runtime_error {
+class SimulationError : public UserError {
  public:
-  using std::runtime_error::runtime_error;
+  using UserError::UserError;
 };
 
 // The fidelity `options` selects for `program` (resolving Auto); throws SimulationError when Group is requested but

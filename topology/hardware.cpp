@@ -39,7 +39,7 @@ GpuSpec a100_sxm4_80gb() {
   gpu.tf32_flops = 156 * kTera;
   gpu.fp32_flops = 19.5 * kTera;
   gpu.hbm_bytes_per_s = 2039 * kGB;
-  gpu.hbm_bytes = 80 * kGB;
+  gpu.hbm_bytes = model::gpu_memory_bytes(model::NodeKind::DgxA100);  // model/'s one table of GPU memory
   gpu.sm_count = 108;
   return gpu;
 }
@@ -49,7 +49,7 @@ GpuSpec a100_sxm4_40gb() {
   GpuSpec gpu = a100_sxm4_80gb();
   gpu.name = "A100-SXM4-40GB";
   gpu.hbm_bytes_per_s = 1555 * kGB;
-  gpu.hbm_bytes = 40 * kGB;
+  gpu.hbm_bytes = model::gpu_memory_bytes(model::NodeKind::DgxA100_40GB);  // model/'s one table of GPU memory
   return gpu;
 }
 
@@ -64,7 +64,7 @@ GpuSpec h100_sxm5_80gb() {
   gpu.tf32_flops = 989 * kTera / 2;
   gpu.fp32_flops = 67 * kTera;
   gpu.hbm_bytes_per_s = 3350 * kGB;
-  gpu.hbm_bytes = 80 * kGB;
+  gpu.hbm_bytes = model::gpu_memory_bytes(model::NodeKind::DgxH100);  // model/'s one table of GPU memory
   gpu.sm_count = 132;
   return gpu;
 }
@@ -79,7 +79,7 @@ GpuSpec h200_sxm_141gb() {
   gpu.tf32_flops = 989 * kTera / 2;
   gpu.fp32_flops = 67 * kTera;
   gpu.hbm_bytes_per_s = 4800 * kGB;
-  gpu.hbm_bytes = 141 * kGB;
+  gpu.hbm_bytes = model::gpu_memory_bytes(model::NodeKind::DgxH200);  // model/'s one table of GPU memory
   gpu.sm_count = 132;
   return gpu;
 }

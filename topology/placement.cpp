@@ -1,5 +1,6 @@
 #include "topology/placement.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -15,43 +16,86 @@ std::string_view axis_name(Axis axis) {
       return "dp";
     case Axis::Pp:
       return "pp";
+    case Axis::Cp:
+      return "cp";
   }
   return "?";
 }
 
+int digit_of(const model::RankCoord& coord, Axis axis) {
+  switch (axis) {
+    case Axis::Tp:
+      return coord.tp;
+    case Axis::Dp:
+      return coord.dp;
+    case Axis::Pp:
+      return coord.pp;
+    case Axis::Cp:
+      return coord.cp;
+  }
+  return 0;
+}
+
+int size_of(const model::RankLayout& layout, Axis axis) {
+  switch (axis) {
+    case Axis::Tp:
+      return layout.tp();
+    case Axis::Dp:
+      return layout.dp();
+    case Axis::Pp:
+      return layout.pp();
+    case Axis::Cp:
+      return layout.cp();
+  }
+  return 1;
+}
+
+// The named axes with cp right outside tp when they leave it out.
+std::array<Axis, 4> every_axis(const std::vector<Axis>& named) {
+  std::vector<Axis> axes = named;
+  if (std::find(axes.begin(), axes.end(), Axis::Cp) == axes.end()) {
+    axes.insert(std::find(axes.begin(), axes.end(), Axis::Tp) + 1, Axis::Cp);
+  }
+  return {axes[0], axes[1], axes[2], axes[3]};
+}
+
 }  // namespace
 
-std::array<Axis, 3> parse_placement_order(std::string_view order) {
+std::vector<Axis> parse_placement_order(std::string_view order) {
   const auto bad = [&] {
     return std::invalid_argument("placement order '" + std::string(order) +
-                                 "' must name tp, dp and pp once each, innermost first, e.g. tp-dp-pp");
+                                 "' must name tp, dp and pp once each (cp at most once), innermost first, e.g. "
+                                 "tp-dp-pp");
   };
-  std::array<Axis, 3> axes{};
+  std::vector<Axis> axes;
   std::size_t position = 0;
-  for (int i = 0; i < 3; ++i) {
+  while (true) {
     if (position + 2 > order.size()) throw bad();
     const std::string_view word = order.substr(position, 2);
     if (word == "tp")
-      axes[i] = Axis::Tp;
+      axes.push_back(Axis::Tp);
     else if (word == "dp")
-      axes[i] = Axis::Dp;
+      axes.push_back(Axis::Dp);
     else if (word == "pp")
-      axes[i] = Axis::Pp;
+      axes.push_back(Axis::Pp);
+    else if (word == "cp")
+      axes.push_back(Axis::Cp);
     else
       throw bad();
     position += 2;
-    if (i < 2) {
-      if (position >= order.size() || (order[position] != '-' && order[position] != ',')) throw bad();
-      ++position;
-    }
+    if (position == order.size()) break;
+    if (order[position] != '-' && order[position] != ',') throw bad();
+    ++position;
   }
-  if (position != order.size()) throw bad();
-  if (axes[0] == axes[1] || axes[1] == axes[2] || axes[0] == axes[2]) throw bad();
+  for (Axis axis : {Axis::Tp, Axis::Dp, Axis::Pp, Axis::Cp}) {
+    const auto count = std::count(axes.begin(), axes.end(), axis);
+    if (count > 1 || (count == 0 && axis != Axis::Cp)) throw bad();
+  }
   return axes;
 }
 
 Placement::Placement(const model::RankLayout& layout, int gpus_per_node, std::string_view order)
-    : layout_(layout), gpus_per_node_(gpus_per_node), order_(parse_placement_order(order)) {
+    : layout_(layout), gpus_per_node_(gpus_per_node), named_(parse_placement_order(order)), order_(every_axis(named_)) {
   if (gpus_per_node < 1) throw std::invalid_argument("Placement: gpus_per_node must be >= 1");
   const int world = layout.world_size();
   gpu_of_rank_.assign(world, 0);
@@ -62,10 +106,8 @@ Placement::Placement(const model::RankLayout& layout, int gpus_per_node, std::st
     int gpu = 0;
     int stride = 1;
     for (Axis axis : order_) {
-      const int digit = axis == Axis::Tp ? coord.tp : axis == Axis::Dp ? coord.dp : coord.pp;
-      const int size = axis == Axis::Tp ? layout.tp() : axis == Axis::Dp ? layout.dp() : layout.pp();
-      gpu += digit * stride;
-      stride *= size;
+      gpu += digit_of(coord, axis) * stride;
+      stride *= size_of(layout, axis);
     }
     gpu_of_rank_[rank] = gpu;
     rank_of_gpu_[gpu] = rank;
@@ -74,9 +116,9 @@ Placement::Placement(const model::RankLayout& layout, int gpus_per_node, std::st
 
 std::string Placement::order() const {
   std::string text;
-  for (int i = 0; i < 3; ++i) {
-    if (i > 0) text += '-';
-    text += axis_name(order_[i]);
+  for (Axis axis : named_) {
+    if (!text.empty()) text += '-';
+    text += axis_name(axis);
   }
   return text;
 }

@@ -1,9 +1,11 @@
 // Placement: which GPU runs which rank.
 //
-// Ranks are numbered as Megatron numbers them (model::RankLayout: tp innermost, then dp, pp outermost). GPUs are
+// Ranks are numbered as Megatron numbers them (model::RankLayout: tp innermost, then cp, dp, pp outermost). GPUs are
 // numbered node by node: GPU g sits in node g / gpus_per_node. The default order "tp-dp-pp" puts rank r on GPU r, so
 // a TP group of 8 fills one DGX node, as Megatron-LM and DeepSpeed do. Other orders (innermost first) are what-if
-// studies: "tp-pp-dp" packs pipeline neighbours together, "dp-tp-pp" spreads TP groups across nodes.
+// studies: "tp-pp-dp" packs pipeline neighbours together, "dp-tp-pp" spreads TP groups across nodes. An order that
+// leaves out cp keeps it right outside tp, as in the rank order. The expert grid numbers the same ranks, so it
+// needs no axes of its own here.
 #pragma once
 
 #include <array>
@@ -15,11 +17,11 @@
 
 namespace twin::topology {
 
-enum class Axis : unsigned char { Tp, Dp, Pp };
+enum class Axis : unsigned char { Tp, Dp, Pp, Cp };
 
 class Placement {
  public:
-  // `order`: the three axes innermost first, e.g. "tp-dp-pp"; throws std::invalid_argument when malformed.
+  // `order`: the axes innermost first, e.g. "tp-dp-pp" or "tp-cp-dp-pp"; throws std::invalid_argument when malformed.
   Placement(const model::RankLayout& layout, int gpus_per_node, std::string_view order = "tp-dp-pp");
 
   int gpu_of(int rank) const { return gpu_of_rank_[rank]; }
@@ -38,12 +40,14 @@ class Placement {
  private:
   model::RankLayout layout_;
   int gpus_per_node_;
-  std::array<Axis, 3> order_;
+  std::vector<Axis> named_;    // the axes as `order` names them (for order())
+  std::array<Axis, 4> order_;  // every axis, cp placed when `order` leaves it out
   std::vector<int> gpu_of_rank_;
   std::vector<int> rank_of_gpu_;
 };
 
-// "tp-dp-pp" -> {Tp, Dp, Pp}; throws std::invalid_argument unless it names each axis once.
-std::array<Axis, 3> parse_placement_order(std::string_view order);
+// "tp-dp-pp" -> {Tp, Dp, Pp}; throws std::invalid_argument unless it names tp, dp and pp once each and cp at most
+// once.
+std::vector<Axis> parse_placement_order(std::string_view order);
 
 }  // namespace twin::topology

@@ -35,7 +35,7 @@ TABLE_4 = [
     ("selective + sequence", ["parallel.recompute=selective", "parallel.sequence_parallel=true"], 7.2, 13.1),
 ]
 
-OP_NAME = re.compile(r"^(forward|recompute|backward) \S+ L(\d+) mb0$")
+OP_NAME = re.compile(r"^(forward|recompute|backward) \S+ layer (\d+) micro-batch 0$")  # model::op_label
 
 
 def layer_starts(trace_path):

@@ -1,13 +1,15 @@
-// twin_gemm_peak: the bf16 GEMM rate this GPU reaches through cuBLASLt (kernels/cuda's gemm), the ceiling the GPT's
-// MFU is measured against, the HBM bandwidth of a streaming kernel, and the share of it the attention core's batched
-// GEMMs reach (Q K^T and P V of an unfused attention, as Megatron-LM runs it). Random data (never zeros: they run
+// twin_gemm_peak: the bf16 GEMM rate this GPU reaches through cuBLASLt (kernels/cuda's gemm), the HBM bandwidth of a
+// streaming kernel, the share of it the attention core's batched GEMMs reach (Q K^T and P V of an unfused attention,
+// as Megatron-LM runs it), and the rate of twin's fused attention (kernels/cuda/flash_attention.cuh) at the ~1B GPT's
+// shape, beside the GEMMs' (the aim: within 2x of their rate per FLOP). Random data (never zeros: they run
 // faster than real data), inputs larger than the L2, 3 warm-up runs, then the median of 20 timed with CUDA events.
-// Prints one line per shape, "peak_tflops X", "hbm_gb_per_s Y", "attention_gemm_hbm_fraction Z", and last the
-// [cluster] keys with which `twin sim` models this GPU and software stack instead of the cited ones (README,
-// "Scenarios"; sim/cost_model.cpp).
+// Prints one line per measurement, "peak_tflops X", "hbm_gb_per_s Y", "attention_gemm_hbm_fraction Z",
+// "flash_attention_tflops F B", and last the [cluster] keys with which `twin sim` models this GPU and software stack
+// instead of the cited ones (README, "Scenarios"; sim/cost_model.cpp). MFU is not measured against this peak but
+// against the datasheet's (bench/gpu/step_report.py).
 //
-//   twin_gemm_peak                      squares 4096 and 8192, and the ~1B GPT's linear layers at 16384 rows
-//   twin_gemm_peak M N K [M N K ...]    the given shapes (out (M, N) = inp (M, K) @ weight (N, K)^T)
+//   twin_gemm_peak                      squares, the ~1B GPT's linear layers at 16384 rows, HBM, attention
+//   twin_gemm_peak M N K [M N K ...]    the given GEMMs only (out (M, N) = inp (M, K) @ weight (N, K)^T)
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -143,11 +145,45 @@ double time_attention_gemms(int heads, int seq, int head_dim, double hbm_gb_per_
   return fraction;
 }
 
+// The fused attention at (batch, seq, heads, head_dim), causal: forward and backward TFLOP/s, counting the causal half
+// of the score matrix (forward 2 matmuls of B H T^2 D / 2 multiply-adds each: 2 B H T^2 D FLOPs; backward 2.5 times
+// that, as FlashAttention-2 counts it, although twin's deterministic backward recomputes S and dP for dq).
+void time_flash_attention(int batch, int seq, int heads, int head_dim, cudaStream_t stream) {
+  using namespace twin::kernels::cuda;
+  const std::size_t qkv_count = static_cast<std::size_t>(batch) * seq * 3 * heads * head_dim;
+  const std::size_t out_count = static_cast<std::size_t>(batch) * seq * heads * head_dim;
+  __nv_bfloat16 *qkv = device_random_bf16(qkv_count, 5), *dout = device_random_bf16(out_count, 6);
+  __nv_bfloat16 *out = nullptr, *dqkv = nullptr;
+  float* lse = nullptr;
+  TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), out_count * 2));
+  TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dqkv), qkv_count * 2));
+  TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&lse), static_cast<std::size_t>(batch) * heads * seq * 4));
+  const Timing forward = time_on(stream, [&] {
+    flash_attention_forward(out, lse, qkv, batch, seq, heads, heads, head_dim, stream);
+  });
+  const Timing backward = time_on(stream, [&] {
+    flash_attention_backward(dqkv, dout, qkv, out, lse, batch, seq, heads, heads, head_dim, stream);
+  });
+  const double flops = 2.0 * batch * heads * static_cast<double>(seq) * seq * head_dim;
+  std::printf("flash attention bf16 causal, %d x %d heads of %d, seq %d: forward median %.3f ms %.1f TFLOP/s, "
+              "backward %.3f ms %.1f TFLOP/s\n",
+              batch, heads, head_dim, seq, forward.median_s * 1e3, flops / forward.median_s / 1e12,
+              backward.median_s * 1e3, 2.5 * flops / backward.median_s / 1e12);
+  std::printf("flash_attention_tflops %.1f %.1f\n", flops / forward.median_s / 1e12,
+              2.5 * flops / backward.median_s / 1e12);
+  cudaFree(qkv);
+  cudaFree(dout);
+  cudaFree(out);
+  cudaFree(dqkv);
+  cudaFree(lse);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     std::vector<Shape> shapes;
+    const bool gemms_only = argc > 1;  // a sweep of given shapes: no HBM or attention measurement repeated with it
     if (argc > 1) {
       if ((argc - 1) % 3 != 0) {
         std::fprintf(stderr, "usage: twin_gemm_peak [M N K]...\n");
@@ -177,12 +213,18 @@ int main(int argc, char** argv) {
       }
     }
     std::printf("peak_tflops %.1f\n", peak);
+    if (gemms_only) {
+      cudaStreamDestroy(stream);
+      return 0;
+    }
     const double hbm = time_hbm_gb_per_s(stream);
     std::printf("hbm_gb_per_s %.0f\n", hbm);
     // The cited measurement's shape (16 sequences x 8 heads of 64, sequence 2048: 128 heads' worth), then heads of 128.
     const double attention = time_attention_gemms(16 * 8, 2048, 64, hbm, blas, stream);
     time_attention_gemms(16 * 8, 2048, 128, hbm, blas, stream);
     std::printf("attention_gemm_hbm_fraction %.2f\n", attention);
+    time_flash_attention(8, 2048, 16, 128, stream);  // the ~1B GPT's attention (bench/gpu/gpt-1b-h200.toml)
+    time_flash_attention(8, 2048, 32, 64, stream);   // the same width in heads of 64
     std::printf("# [cluster] keys for this GPU and software stack (twin sim uses them instead of the cited values):\n");
     std::printf("gemm_tflops = %.1f\ngemm_shape = [%d, %d, %d]\nhbm_gb_per_s = %.0f\n"
                 "attention_gemm_hbm_fraction = %.2f\n",

@@ -2,7 +2,7 @@
 //
 //   threads  comm/threads_communicator.hpp  ranks are threads of one process; shared memory
 //   mpi      comm/mpi_communicator.hpp      one process per rank (OpenMPI), launched by mpirun or srun
-//   nccl     (issue 6) device buffers, bootstrapped over MPI
+//   nccl     device buffers, bootstrapped over MPI
 //
 // Semantics every implementation keeps:
 //   - every member of a group calls the same collectives in the same order (the Program guarantees it);
@@ -68,5 +68,7 @@ class Communicator {
 
 // "ranks 1, 3" for messages
 std::string format_ranks(const std::vector<int>& ranks);
+// `rank`'s index in `group` (model::index_in); throws CommError naming the group when it is not a member.
+int index_in(const CommGroup& group, int rank);
 
 }  // namespace twin::exec

@@ -12,12 +12,14 @@
 #include <limits>
 #include <list>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include <fmt/core.h>
 
 #include "exec/comm/mpi_shim.hpp"
+#include "model/program.hpp"  // model::Group, to_string
 
 namespace twin::exec {
 
@@ -83,12 +85,12 @@ const TwinMpiApi* load_shim(std::string& problem) {
 // Tags: collectives of each group kind use their own pair (phase 1 and 2), point-to-point messages start above.
 constexpr int kP2PTagBase = 64;
 
+// A group kind's index: its model::Group value (the interpreter names groups by model::to_string), or kGroupCount.
 int kind_index(std::string_view kind) {
-  if (kind == "tensor") return 0;
-  if (kind == "data") return 1;
-  if (kind == "embedding") return 2;
-  if (kind == "world") return 3;
-  return 4;
+  static_assert(2 * (model::kGroupCount + 1) <= kP2PTagBase, "collective tags stay below the point-to-point ones");
+  int index = 0;
+  while (index < model::kGroupCount && model::to_string(static_cast<model::Group>(index)) != kind) ++index;
+  return index;
 }
 
 int as_count(std::size_t bytes) {
@@ -132,7 +134,7 @@ class MpiCommunicator final : public Communicator {
   int world_size() const override { return size_; }
 
   void all_reduce(const CommGroup& group, void* data, std::size_t count, DType dtype, std::string_view label) override {
-    const int me = index_in(group), size = static_cast<int>(group.members.size());
+    const int me = index_in(group, rank_), size = static_cast<int>(group.members.size());
     if (size == 1) return;
     check_sum_dtype(dtype, group, label);
     const std::size_t element = dtype_bytes(dtype);
@@ -164,7 +166,7 @@ class MpiCommunicator final : public Communicator {
 
   void reduce_scatter(const CommGroup& group, const void* in, void* out, std::size_t count, DType dtype,
                       std::string_view label) override {
-    const int me = index_in(group), size = static_cast<int>(group.members.size());
+    const int me = index_in(group, rank_), size = static_cast<int>(group.members.size());
     check_sum_dtype(dtype, group, label);
     const std::size_t chunk = count * dtype_bytes(dtype);
     const auto* bytes = static_cast<const std::byte*>(in);
@@ -183,7 +185,7 @@ class MpiCommunicator final : public Communicator {
 
   void all_gather(const CommGroup& group, const void* in, void* out, std::size_t count, DType dtype,
                   std::string_view label) override {
-    const int me = index_in(group), size = static_cast<int>(group.members.size());
+    const int me = index_in(group, rank_), size = static_cast<int>(group.members.size());
     const std::size_t chunk = count * dtype_bytes(dtype);
     auto* target = static_cast<std::byte*>(out);
     Requests requests(*this);
@@ -199,7 +201,7 @@ class MpiCommunicator final : public Communicator {
 
   void broadcast(const CommGroup& group, void* data, std::size_t count, DType dtype, int root,
                  std::string_view label) override {
-    const int me = index_in(group), size = static_cast<int>(group.members.size());
+    const int me = index_in(group, rank_), size = static_cast<int>(group.members.size());
     const std::size_t bytes = count * dtype_bytes(dtype);
     Requests requests(*this);
     if (me == root) {
@@ -213,7 +215,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void barrier(const CommGroup& group, std::string_view label) override {
-    const int me = index_in(group), size = static_cast<int>(group.members.size());
+    const int me = index_in(group, rank_), size = static_cast<int>(group.members.size());
     Requests requests(*this);
     for (int j = 0; j < size; ++j) {
       if (j == me) continue;
@@ -352,15 +354,6 @@ class MpiCommunicator final : public Communicator {
   }
 
   int tag(const CommGroup& group, int phase) const { return kind_index(group.kind) * 2 + phase; }
-
-  int index_in(const CommGroup& group) const {
-    auto it = std::find(group.members.begin(), group.members.end(), rank_);
-    if (it == group.members.end()) {
-      throw CommError(
-          fmt::format("rank {} is not a member of the {} group ({})", rank_, group.kind, format_ranks(group.members)));
-    }
-    return static_cast<int>(it - group.members.begin());
-  }
 
   void check_sum_dtype(DType dtype, const CommGroup& group, std::string_view label) const {
     if (dtype != DType::F32 && dtype != DType::F64) {

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "exec/comm/communicator.hpp"
+#include "model/op.hpp"
 
 namespace twin::exec {
 
@@ -22,7 +23,7 @@ std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options = {});
 // has already said why. Without MPI (or before it is loaded) it exits this process with that code.
 [[noreturn]] void abort_mpi_job(int exit_code);
 
-// Message tags a Program's sends and receives use must be below this (the MPI tag space is limited).
-inline constexpr std::uint64_t kMaxP2PTag = std::uint64_t{1} << 30;
+// Message tags a Program's sends and receives use (model::p2p_tag_key) are below this; MPI's tag space is limited.
+inline constexpr std::uint64_t kMaxP2PTag = model::kP2PTagKeys;
 
 }  // namespace twin::exec

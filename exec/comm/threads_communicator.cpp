@@ -15,10 +15,6 @@
 
 namespace twin::exec {
 
-std::string format_ranks(const std::vector<int>& ranks) {
-  return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "));
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -231,15 +227,6 @@ class ThreadsCommunicator final : public Communicator {
     if (s_->failure) throw PeerFailure(fmt::format("rank {}: {} abandoned: {}", rank_, label, *s_->failure));
   }
 
-  int index_in(const CommGroup& group) const {
-    auto it = std::find(group.members.begin(), group.members.end(), rank_);
-    if (it == group.members.end()) {
-      throw CommError(
-          fmt::format("rank {} is not a member of the {} group ({})", rank_, group.kind, format_ranks(group.members)));
-    }
-    return static_cast<int>(it - group.members.begin());
-  }
-
   // "all_reduce <label> on the tensor group (ranks 2, 3)"; the kind is left out when the label already names it.
   std::string describe(const CommGroup& group, CollectiveKind kind, std::string_view label) const {
     const bool named = label.find(to_string(kind)) != std::string_view::npos;
@@ -264,7 +251,7 @@ class ThreadsCommunicator final : public Communicator {
 
   void collective(const CommGroup& group, CollectiveKind kind, const void* in, void* out, std::size_t count,
                   DType dtype, int root, std::string_view label) {
-    const int me = index_in(group);
+    const int me = index_in(group, rank_);
     const int size = static_cast<int>(group.members.size());
     if (kind == CollectiveKind::AllReduce || kind == CollectiveKind::ReduceScatter) {
       if (dtype != DType::F32 && dtype != DType::F64) {

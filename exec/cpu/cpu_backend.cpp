@@ -350,8 +350,8 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const T
   with_single_threaded_blas([&](ThreadPool* pool) { for_each_batch(batch, pool, slice); });
 }
 
-void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
-                                    int batch, int seq, int heads, int kv_heads, int head_dim,
+void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& /*out*/,
+                                    const Tensor& lse, int batch, int seq, int heads, int kv_heads, int head_dim,
                                     const Tensor& alibi_slopes) {
   const std::size_t tokens = std::size_t(batch) * seq, width = std::size_t(heads) * head_dim;
   const std::size_t row = std::size_t(heads + 2 * kv_heads) * head_dim;

@@ -59,8 +59,10 @@ class CpuBackend final : public Backend {
                        const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features) override;
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq, int heads,
                          int kv_heads, int head_dim, const Tensor& alibi_slopes) override;
-  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse, int batch,
-                          int seq, int heads, int kv_heads, int head_dim, const Tensor& alibi_slopes) override;
+  // the plain attention's backward (kernels/cpu/attention.hpp): it recomputes the probabilities and needs no `out`
+  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& lse, int batch, int seq, int heads, int kv_heads, int head_dim,
+                          const Tensor& alibi_slopes) override;
   void gelu_forward(const Tensor& out, const Tensor& inp) override;
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
 

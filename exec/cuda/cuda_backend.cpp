@@ -1,5 +1,6 @@
 #include "exec/cuda/cuda_backend.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -14,33 +15,6 @@ namespace k = twin::kernels::cuda;
 using bf16 = __nv_bfloat16;
 
 namespace {
-
-// The device pointer of a tensor that must be on this backend's device, with this dtype, and not empty.
-template <class T>
-T* device_pointer(const Tensor& t, DType dtype, const char* kernel, const char* tensor) {
-  TWIN_EXEC_CHECK(!t.empty(), "cuda {}: {} is empty", kernel, tensor);
-  TWIN_EXEC_CHECK(t.device == Device::Cuda && t.dtype == dtype,
-                  "cuda {}: {} must be a {} tensor on the GPU, not {} on "
-                  "the {}",
-                  kernel, tensor, to_string(dtype), to_string(t.dtype), t.device == Device::Cuda ? "GPU" : "host");
-  return static_cast<T*>(t.data);
-}
-bf16* b16(const Tensor& t, const char* kernel, const char* tensor) {
-  return device_pointer<bf16>(t, DType::BF16, kernel, tensor);
-}
-float* f32(const Tensor& t, const char* kernel, const char* tensor) {
-  return device_pointer<float>(t, DType::F32, kernel, tensor);
-}
-int* i32(const Tensor& t, const char* kernel, const char* tensor) {
-  return device_pointer<int>(t, DType::I32, kernel, tensor);
-}
-// nullptr for an empty (optional) tensor
-bf16* optional_b16(const Tensor& t, const char* kernel, const char* tensor) {
-  return t.empty() ? nullptr : b16(t, kernel, tensor);
-}
-float* optional_f32(const Tensor& t, const char* kernel, const char* tensor) {
-  return t.empty() ? nullptr : f32(t, kernel, tensor);
-}
 
 std::size_t n(int rows, int columns) {
   return static_cast<std::size_t>(rows) * static_cast<std::size_t>(columns);
@@ -58,7 +32,25 @@ CudaBackend::CudaBackend(const BackendOptions& options)
   result_ = allocate(1, DType::F64);
 }
 
-CudaBackend::~CudaBackend() = default;
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(context_->device());  // no throw from a destructor
+  for (Upload& slot : uploads_) {
+    if (slot.done != nullptr) {
+      cudaEventSynchronize(slot.done);
+      cudaEventDestroy(slot.done);
+    }
+    if (slot.host != nullptr) cudaFreeHost(slot.host);
+  }
+}
+
+void* CudaBackend::checked(const Tensor& t, DType dtype, const char* kernel, const char* tensor) {
+  TWIN_EXEC_CHECK(!t.empty(), "cuda {}: {} is empty", kernel, tensor);
+  TWIN_EXEC_CHECK(t.device == Device::Cuda && t.dtype == dtype,
+                  "cuda {}: {} must be a {} tensor on the GPU, not {} on the {}", kernel, tensor, to_string(dtype),
+                  to_string(t.dtype), t.device == Device::Cuda ? "GPU" : "host");
+  context_->order_touch(t.data, t.bytes());
+  return t.data;
+}
 
 // --- memory ----------------------------------------------------------------------------------------------------------
 
@@ -72,8 +64,8 @@ Tensor CudaBackend::allocate(std::size_t numel, DType dtype) {
   const std::size_t bytes = (numel * dtype_bytes(dtype) + 255) / 256 * 256;
   void* block = nullptr;
   TWIN_CUDA_CHECK(cudaMallocAsync(&block, bytes, context_->compute()));
-  t.storage = std::shared_ptr<void>(block, [context = context_](void* p) {
-    cudaFreeAsync(p, context->compute());  // stream-ordered: after every kernel already issued that may use it
+  t.storage = std::shared_ptr<void>(block, [context = context_, bytes](void* p) {
+    context->release(p, bytes);  // stream-ordered, and after any send still reading it
   });
   t.data = block;
   return t;
@@ -112,14 +104,24 @@ void CudaBackend::download_f32(float* host, const Tensor& src) {
 
 void CudaBackend::upload_i32(const Tensor& dst, const int* host) {
   if (dst.numel == 0) return;
-  TWIN_CUDA_CHECK(
-      cudaMemcpyAsync(i32(dst, "upload_i32", "dst"), host, dst.bytes(), cudaMemcpyHostToDevice, context_->compute()));
-  synchronize();  // the caller may reuse its host buffer at once
+  int* device = i32(dst, "upload_i32", "dst");
+  Upload& slot = uploads_[next_upload_++ % kUploadSlots];
+  if (slot.done != nullptr) TWIN_CUDA_CHECK(cudaEventSynchronize(slot.done));  // the copy kUploadSlots uploads ago
+  if (slot.capacity < dst.numel) {
+    if (slot.host != nullptr) TWIN_CUDA_CHECK(cudaFreeHost(slot.host));
+    slot.host = nullptr;
+    TWIN_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&slot.host), dst.bytes()));
+    slot.capacity = dst.numel;
+  }
+  std::copy(host, host + dst.numel, slot.host);  // the caller may reuse its buffer at once
+  TWIN_CUDA_CHECK(cudaMemcpyAsync(device, slot.host, dst.bytes(), cudaMemcpyHostToDevice, context_->compute()));
+  if (slot.done == nullptr) TWIN_CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
+  TWIN_CUDA_CHECK(cudaEventRecord(slot.done, context_->compute()));
 }
 
 void CudaBackend::synchronize() {
   context_->wait_deferred();
-  TWIN_CUDA_CHECK(cudaStreamSynchronize(context_->compute()));
+  context_->synchronize();  // a communication failure (a dead peer's collective aborted) is reported, not hung on
 }
 
 double CudaBackend::read_result() {
@@ -143,6 +145,7 @@ void CudaBackend::fill(const Tensor& x, float value) {
     case DType::F64:
     case DType::I32:
       TWIN_EXEC_CHECK(value == 0.0f, "cuda fill: {} tensors can only be zeroed", to_string(x.dtype));
+      context_->order_touch(x.data, x.bytes());
       TWIN_CUDA_CHECK(cudaMemsetAsync(x.data, 0, x.bytes(), context_->compute()));
       return;
   }
@@ -153,6 +156,8 @@ void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
       dst.numel == src.numel && dst.dtype == src.dtype && dst.device == Device::Cuda && src.device == Device::Cuda,
       "cuda copy: {} {} into {} {}", src.numel, to_string(src.dtype), dst.numel, to_string(dst.dtype));
   if (src.numel == 0) return;
+  context_->order_touch(dst.data, dst.bytes());
+  context_->order_touch(src.data, src.bytes());
   TWIN_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, context_->compute()));
 }
 
@@ -192,6 +197,24 @@ double CudaBackend::squared_norm(const Tensor& x) {
   k::squared_norm(static_cast<double*>(result_.data), x.numel == 0 ? nullptr : f32(x, "squared_norm", "x"), x.numel,
                   context_->compute());
   return read_result();
+}
+
+double CudaBackend::squared_norm_sum(const std::vector<Tensor>& xs) {
+  context_->wait_deferred();  // gradients under an overlapped DP reduction
+  if (xs.empty()) return 0;
+  if (norms_.numel < xs.size()) norms_ = allocate(xs.size(), DType::F64);
+  double* norms = static_cast<double*>(norms_.data);
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const Tensor& x = xs[i];
+    k::squared_norm(norms + i, x.numel == 0 ? nullptr : f32(x, "squared_norm_sum", "x"), x.numel, context_->compute());
+  }
+  std::vector<double> values(xs.size());
+  TWIN_CUDA_CHECK(cudaMemcpyAsync(values.data(), norms, values.size() * sizeof(double), cudaMemcpyDeviceToHost,
+                                  context_->compute()));
+  synchronize();  // the one wait of the gradient norm
+  double total = 0;
+  for (double value : values) total += value;  // in order, as Backend::squared_norm_sum adds them
+  return total;
 }
 
 double CudaBackend::sum(const Tensor& x) {
@@ -370,7 +393,8 @@ void CudaBackend::rope_backward(const Tensor& dqkv, int batch, int seq, int head
                    10000.f, rotary_dim);
 }
 
-// kernels/cuda's grouped-query attention: with kv_heads == heads it runs the multi-head kernels.
+// The fused kernels (kernels/cuda/flash_attention.cuh) for the head sizes they are built for; the unfused
+// grouped-query path (GEMMs around a softmax kernel, (heads, seq, seq) scratch) for the others.
 void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
                                     int heads, int kv_heads, int head_dim, const Tensor& alibi_slopes) {
   const std::size_t tokens = n(batch, seq), hidden = n(heads, head_dim);
@@ -381,23 +405,35 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const 
   TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == n(heads, 1),
                   "cuda attention_forward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
   const char* kernel = "attention_forward";
+  if (k::flash_attention_supports(head_dim)) {
+    k::flash_attention_forward(b16(out, kernel, "out"), f32(lse, kernel, "lse"), b16(qkv, kernel, "qkv"), batch, seq,
+                               heads, kv_heads, head_dim, context_->compute(),
+                               optional_f32(alibi_slopes, kernel, "alibi_slopes"));
+    return;
+  }
   k::attention_forward_gqa(b16(out, kernel, "out"), f32(lse, kernel, "lse"), b16(qkv, kernel, "qkv"), batch, seq, heads,
                            kv_heads, head_dim, *blas_, context_->compute(),
                            optional_f32(alibi_slopes, kernel, "alibi_slopes"));
 }
 
-void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
-                                     int batch, int seq, int heads, int kv_heads, int head_dim,
+void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                     const Tensor& lse, int batch, int seq, int heads, int kv_heads, int head_dim,
                                      const Tensor& alibi_slopes) {
   const std::size_t tokens = n(batch, seq), hidden = n(heads, head_dim);
   const std::size_t row = n(heads + 2 * kv_heads, head_dim);
   TWIN_EXEC_CHECK(qkv.numel == tokens * row && dqkv.numel == qkv.numel && dout.numel == tokens * hidden &&
-                      lse.numel == tokens * heads,
-                  "cuda attention_backward: dqkv {} dout {} qkv {} lse {} for B {} T {} H {} KV {} D {}", dqkv.numel,
-                  dout.numel, qkv.numel, lse.numel, batch, seq, heads, kv_heads, head_dim);
+                      out.numel == tokens * hidden && lse.numel == tokens * heads,
+                  "cuda attention_backward: dqkv {} dout {} qkv {} out {} lse {} for B {} T {} H {} KV {} D {}",
+                  dqkv.numel, dout.numel, qkv.numel, out.numel, lse.numel, batch, seq, heads, kv_heads, head_dim);
   TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == n(heads, 1),
                   "cuda attention_backward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
   const char* kernel = "attention_backward";
+  if (k::flash_attention_supports(head_dim)) {
+    k::flash_attention_backward(b16(dqkv, kernel, "dqkv"), b16(dout, kernel, "dout"), b16(qkv, kernel, "qkv"),
+                                b16(out, kernel, "out"), f32(lse, kernel, "lse"), batch, seq, heads, kv_heads, head_dim,
+                                context_->compute(), optional_f32(alibi_slopes, kernel, "alibi_slopes"));
+    return;
+  }
   k::attention_backward_gqa(b16(dqkv, kernel, "dqkv"), b16(dout, kernel, "dout"), b16(qkv, kernel, "qkv"),
                             f32(lse, kernel, "lse"), batch, seq, heads, kv_heads, head_dim, *blas_, context_->compute(),
                             optional_f32(alibi_slopes, kernel, "alibi_slopes"));

@@ -12,6 +12,9 @@
 // (device_context()).
 #pragma once
 
+#include <cuda_bf16.h>
+
+#include <array>
 #include <memory>
 
 #include "exec/backend.hpp"
@@ -47,6 +50,7 @@ class CudaBackend final : public Backend {
   void bias_add(const Tensor& out, const Tensor& bias, int rows, int channels) override;
   void bias_backward(const Tensor& dbias, const Tensor& dout, int rows, int channels) override;
   double squared_norm(const Tensor& x) override;
+  double squared_norm_sum(const std::vector<Tensor>& xs) override;  // one synchronization for all of them
   double sum(const Tensor& x) override;
 
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte_local, int rows, int channels,
@@ -67,8 +71,9 @@ class CudaBackend final : public Backend {
                        const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features) override;
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq, int heads,
                          int kv_heads, int head_dim, const Tensor& alibi_slopes) override;
-  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse, int batch,
-                          int seq, int heads, int kv_heads, int head_dim, const Tensor& alibi_slopes) override;
+  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& lse, int batch, int seq, int heads, int kv_heads, int head_dim,
+                          const Tensor& alibi_slopes) override;
   void gelu_forward(const Tensor& out, const Tensor& inp) override;
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
 
@@ -99,9 +104,40 @@ class CudaBackend final : public Backend {
  private:
   double read_result();  // the device double of squared_norm / sum, after synchronizing
 
+  // The device pointer of a tensor that must be on this backend's device, with this dtype, and not empty. The kernel
+  // about to touch it is ordered after the deferred collectives that hold its memory (DeviceContext::order_touch).
+  void* checked(const Tensor& t, DType dtype, const char* kernel, const char* tensor);
+  __nv_bfloat16* b16(const Tensor& t, const char* kernel, const char* tensor) {
+    return static_cast<__nv_bfloat16*>(checked(t, DType::BF16, kernel, tensor));
+  }
+  float* f32(const Tensor& t, const char* kernel, const char* tensor) {
+    return static_cast<float*>(checked(t, DType::F32, kernel, tensor));
+  }
+  int* i32(const Tensor& t, const char* kernel, const char* tensor) {
+    return static_cast<int*>(checked(t, DType::I32, kernel, tensor));
+  }
+  // nullptr for an empty (optional) tensor
+  __nv_bfloat16* optional_b16(const Tensor& t, const char* kernel, const char* tensor) {
+    return t.empty() ? nullptr : b16(t, kernel, tensor);
+  }
+  float* optional_f32(const Tensor& t, const char* kernel, const char* tensor) {
+    return t.empty() ? nullptr : f32(t, kernel, tensor);
+  }
+
   std::shared_ptr<DeviceContext> context_;  // shared with every Tensor's deleter: the stream outlives the memory
   std::unique_ptr<kernels::cuda::Cublas> blas_;
   Tensor result_;  // (1) f64 on the device
+  Tensor norms_;   // (tensors) f64 on the device: squared_norm_sum's terms
+  // Pinned host slots of upload_i32 (token ids, every micro-batch): the copy runs after the call returns, with no host
+  // wait; a slot is reused once the copy that read it kUploadSlots uploads ago has finished (long done by then).
+  struct Upload {
+    int* host = nullptr;
+    std::size_t capacity = 0;  // ints
+    cudaEvent_t done = nullptr;
+  };
+  static constexpr std::size_t kUploadSlots = 4;
+  std::array<Upload, kUploadSlots> uploads_{};
+  std::size_t next_upload_ = 0;
 };
 
 }  // namespace twin::exec::cuda

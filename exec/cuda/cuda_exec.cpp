@@ -84,10 +84,9 @@ std::unique_ptr<Communicator> make_device_communicator(Communicator& host, Backe
 #ifdef TWIN_HAVE_NCCL
   if (host.name() == "mpi" && every_rank_has_its_own_gpu(host, context.device())) {
     NcclOptions options;
+    options.groups = collective_groups(program);
     options.pipeline_pairs = pipeline_pairs(program);
-    // Only gradient reductions that nothing reads before the optimizer may finish later: ZeRO-3's gathers feed the
-    // next kernel, and its reduce-scatters run under the next micro-batch's backward into the same buffers.
-    options.overlap_data_parallel = program.scenario.parallel.dp_overlap && !program.scenario.shards_parameters();
+    options.deferral = DeferralRule::of(program.scenario.parallel.dp_overlap, program.scenario.shards_parameters());
     options.timeout_s = timeout_s;
     return std::make_unique<NcclCommunicator>(host, context, std::move(options));
   }
@@ -98,14 +97,27 @@ std::unique_ptr<Communicator> make_device_communicator(Communicator& host, Backe
   return std::make_unique<StagingCommunicator>(host, context);
 }
 
+std::vector<CommGroup> collective_groups(const model::Program& program) {
+  std::set<std::pair<std::string_view, std::vector<int>>> groups;
+  const model::RankLayout& layout = program.layout;
+  for (int rank = 0; rank < layout.world_size(); ++rank) {
+    for (const model::Op& op : program.ops_of_rank(rank)) {
+      if (op.kind != model::OpKind::Collective) continue;
+      groups.insert({model::to_string(op.group), layout.group_members(op.group, rank)});
+    }
+  }
+  std::vector<CommGroup> sorted;
+  for (const auto& [kind, members] : groups) sorted.push_back(CommGroup{kind, members});
+  return sorted;
+}
+
 std::vector<std::pair<int, int>> pipeline_pairs(const model::Program& program) {
   std::set<std::pair<int, int>> pairs;
   const model::RankLayout& layout = program.layout;
   for (int rank = 0; rank < layout.world_size(); ++rank) {
-    const model::RankCoord coord = layout.coord_of(rank);
     for (const model::Op& op : program.ops_of_rank(rank)) {
       if (op.kind != model::OpKind::Send) continue;
-      pairs.insert({rank, layout.rank_of({coord.dp, op.peer_stage, coord.tp})});
+      pairs.insert({rank, layout.rank_on_stage(rank, op.peer_stage)});
     }
   }
   return {pairs.begin(), pairs.end()};

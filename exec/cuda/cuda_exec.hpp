@@ -26,6 +26,10 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);
 std::unique_ptr<Communicator> make_device_communicator(Communicator& host, Backend& backend,
                                                        const model::Program& program, double timeout_s);
 
+// Every group the Program's collectives run on (kind and members), sorted: the same list on every rank. The
+// interpreter builds its groups alike (model::RankLayout::group_members).
+std::vector<CommGroup> collective_groups(const model::Program& program);
+
 // Every (sender, receiver) pair of global ranks that the Program's sends connect, sorted: the same list on every rank.
 std::vector<std::pair<int, int>> pipeline_pairs(const model::Program& program);
 

@@ -1,20 +1,28 @@
 // NCCL between GPUs, one process per GPU (mpirun / srun), bootstrapped over the job's host communicator (MPI).
 //
-//   collectives  one NCCL communicator per CommGroup, created when the group first communicates: member 0's unique
-//                id is broadcast over the host communicator, then ncclCommInitRank (all members reach that point
-//                together, as every collective requires). Each has its own stream, which first waits for the work
-//                already on the rank's compute stream; the compute stream then waits for the collective, so the
-//                interpreter sees a finished call. Under dp_overlap the "data" group's gradient reductions
-//                (all-reduce, reduce-scatter) are deferred instead: the compute stream goes on with the backward and
-//                waits only before it reads gradients (norm, AdamW), hands data to the host, or before another
-//                collective (DeviceContext::wait_deferred).
-//   P2P          one two-rank NCCL communicator and stream per (sender, receiver) pair, created when this object is
-//                built, for every pair of the job in one global order (so the blocking inits cannot deadlock). A send
-//                copies the message (buffered: it returns at once, the caller may free or overwrite its buffer) and
-//                sends a (tag, bytes) header then the payload inside one ncclGroupStart/End; a receive reads headers in
-//                arrival order and keeps the messages of other tags until asked for: messages are matched by tag,
-//                never by order, as the Program's semantics require. A receive waits at most the timeout, then fails
-//                naming the peer.
+//   set-up       every NCCL communicator the Program needs is created when this object is built, before any
+//                kernel runs: one per collective group, and one per (sender, receiver) pair of the pipeline, each
+//                rank walking the job's whole list in one global order (so the unique-id broadcasts over the host
+//                communicator cannot cross). Communicators are non-blocking (ncclConfig_t::blocking = 0): their
+//                initialisation proceeds together and is awaited within the timeout. A call on a group or pair
+//                outside the Program's is an error, never a late ncclCommInitRank with kernels in flight.
+//   collectives  each group has its own stream, which first waits for the work already on the rank's compute
+//                stream; the compute stream then waits for the collective, so the interpreter sees a finished call.
+//                Under dp_overlap the "data" group's gradient reductions (DeferralRule) are deferred instead: the
+//                compute stream goes on and waits only before it reads gradients, hands data to the host, touches
+//                their memory, or before another collective (DeviceContext).
+//   P2P          one two-rank communicator and stream per (sender, receiver) pair. A send passes the caller's buffer
+//                to ncclSend as it is (no copy, no allocation): the compute stream's next touch of that memory, and
+//                the buffer's release, wait for the send (DeviceContext::hold). Its (tag, bytes) header goes over
+//                the host communicator (buffered, tag-matched, with the host's timeouts and aborts) on one reserved
+//                tag, in send order; a receive reads headers in that order, keeps the payloads of other tags (in
+//                stream-ordered scratch) until asked for, and receives its own straight into the caller's buffer:
+//                messages are matched by tag, never by order, and no host thread polls the device for them.
+//   failures     a watchdog thread (exec/comm/watchdog.hpp) follows every NCCL call issued: one that has not
+//                finished within the timeout, or an error ncclCommGetAsyncError reports, aborts every NCCL
+//                communicator of the rank (ncclCommAbort: their kernels end, host waits return) and is recorded in
+//                the DeviceContext, whose next host wait, like the next call here, throws CommError with the story.
+//                abort() aborts them too before the host communicator's abort.
 //   host memory  calls on host pointers (the trainer's loss sums, the gradient norm) go to the host communicator.
 //
 // NCCL sums in its own order (ring or tree): results are deterministic for a given job shape, but their bits differ
@@ -31,15 +39,21 @@
 #include <vector>
 
 #include "exec/comm/communicator.hpp"
+#include "exec/comm/deferred_work.hpp"
+#include "exec/comm/watchdog.hpp"
 #include "exec/cuda/device_context.hpp"
 
 namespace twin::exec::cuda {
 
 struct NcclOptions {
+  std::vector<CommGroup> groups;                    // every collective group of the job, the same list on every rank
   std::vector<std::pair<int, int>> pipeline_pairs;  // every (sender, receiver) of the job, the same list on every rank
-  bool overlap_data_parallel = false;               // the scenario's dp_overlap
-  double timeout_s = 60;                            // a receive waiting longer fails
+  DeferralRule deferral;                            // which collectives may run under compute
+  double timeout_s = 60;                            // a call not finished by then fails, and aborts NCCL
 };
+
+// The host tag that carries NCCL messages' headers (Program tags stay below it).
+inline constexpr std::uint64_t kNcclHeaderTag = (std::uint64_t{1} << 30) - 1;
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -67,30 +81,31 @@ class NcclCommunicator final : public Communicator {
   struct Channel;  // an NCCL communicator with its stream (nccl_communicator.cpp)
 
  private:
-  Channel& group_channel(const CommGroup& group);
+  void create_channels();
+  Channel& group_channel(const CommGroup& group, std::string_view label);
   Channel& pair_channel(int from, int to, std::string_view label);
   // `enqueue(channel)` issues NCCL calls on the channel's stream after the compute stream's current work; the compute
-  // stream then waits for them (or defers that wait).
+  // stream then waits for them (or defers that wait, holding `memory`). Returns the completion event.
   template <class Enqueue>
-  void run(Channel& channel, bool deferred, Enqueue&& enqueue);
-  bool deferred(const CommGroup& group) const;
-  // a received (tag, bytes) header, read on the host
-  struct Header {
-    std::uint64_t tag = 0, bytes = 0;
-  };
-  Header next_header(Channel& channel, int peer, std::uint64_t wanted_tag, std::string_view label);
+  SharedEvent run(Channel& channel, bool deferred, const std::string& what, std::vector<ByteRange> memory,
+                  Enqueue&& enqueue);
+  // an event on the channel's stream now, watched until it completes
+  SharedEvent watched_event(Channel& channel, const std::string& what);
+  void abort_nccl(const std::string& story);  // every channel, once; the story for the rank's next call
+  std::string health();                       // the first asynchronous NCCL error, "" if none
 
   Communicator& host_;
   DeviceContext& context_;
   NcclOptions options_;
-  std::map<std::pair<std::string, std::vector<int>>, std::unique_ptr<Channel>> groups_;
-  std::map<std::pair<int, int>, std::unique_ptr<Channel>> pairs_;
+  std::map<std::pair<std::string, std::vector<int>>, std::unique_ptr<Channel>> groups_;  // fixed after set-up
+  std::map<std::pair<int, int>, std::unique_ptr<Channel>> pairs_;                        // fixed after set-up
   struct Stashed {  // a message that arrived before its receive was asked for
     void* data = nullptr;
     std::size_t bytes = 0;
-    cudaEvent_t ready = nullptr;
+    SharedEvent ready;
   };
   std::multimap<std::pair<int, std::uint64_t>, Stashed> stash_;  // by (peer, tag), in arrival order
+  std::unique_ptr<Watchdog> watchdog_;                           // last: stopped first
 };
 
 }  // namespace twin::exec::cuda

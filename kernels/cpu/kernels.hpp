@@ -11,17 +11,18 @@
 //     BLAS thread count (set_blas_threads) but not on timing. Safe to call from several threads at once.
 #pragma once
 
-#include "kernels/cpu/adamw.hpp"          // adamw_update
-#include "kernels/cpu/attention.hpp"      // attention_forward, attention_backward, attention_forward_gqa,
-                                          // attention_backward_gqa, alibi_slopes
-#include "kernels/cpu/cast.hpp"           // float_to_bf16, bf16_to_float, cast_*, round_to_bf16
-#include "kernels/cpu/cross_entropy.hpp"  // cross_entropy_local_stats, cross_entropy_combine, cross_entropy_backward
-#include "kernels/cpu/elementwise.hpp"    // residual_forward, accumulate, bias_add, bias_backward, scale, copy, fill,
-                                          // squared_norm
-#include "kernels/cpu/embedding.hpp"      // embedding_forward/backward, position_embedding_forward/backward
-#include "kernels/cpu/gelu.hpp"           // gelu_forward, gelu_backward
-#include "kernels/cpu/layernorm.hpp"      // layernorm_forward, layernorm_backward
-#include "kernels/cpu/matmul.hpp"         // matmul_forward, matmul_backward, set_blas_threads
-#include "kernels/cpu/rmsnorm.hpp"        // rmsnorm_forward, rmsnorm_backward
-#include "kernels/cpu/rope.hpp"           // rope_forward, rope_backward
-#include "kernels/cpu/swiglu.hpp"         // swiglu_forward, swiglu_backward
+#include "kernels/cpu/adamw.hpp"            // adamw_update
+#include "kernels/cpu/attention.hpp"        // attention_forward, attention_backward, attention_forward_gqa,
+                                            // attention_backward_gqa, alibi_slopes
+#include "kernels/cpu/cast.hpp"             // float_to_bf16, bf16_to_float, cast_*, round_to_bf16
+#include "kernels/cpu/cross_entropy.hpp"    // cross_entropy_local_stats, cross_entropy_combine, cross_entropy_backward
+#include "kernels/cpu/elementwise.hpp"      // residual_forward, accumulate, bias_add, bias_backward, scale, copy, fill,
+                                            // squared_norm
+#include "kernels/cpu/embedding.hpp"        // embedding_forward/backward, position_embedding_forward/backward
+#include "kernels/cpu/flash_attention.hpp"  // flash_attention_forward/backward, the block functions of ring attention
+#include "kernels/cpu/gelu.hpp"             // gelu_forward, gelu_backward
+#include "kernels/cpu/layernorm.hpp"        // layernorm_forward, layernorm_backward
+#include "kernels/cpu/matmul.hpp"           // matmul_forward, matmul_backward, set_blas_threads
+#include "kernels/cpu/rmsnorm.hpp"          // rmsnorm_forward, rmsnorm_backward
+#include "kernels/cpu/rope.hpp"             // rope_forward, rope_backward
+#include "kernels/cpu/swiglu.hpp"           // swiglu_forward, swiglu_backward

@@ -7,7 +7,10 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 
+#include "kernels/cuda/check.cuh"
 #include "kernels/cuda/launch.hpp"
 
 namespace twin::kernels::cuda::device {
@@ -61,6 +64,67 @@ __device__ T block_sum(T x, T* shared) {
   T total = lane < warps ? shared[lane] : T(0);
   total = warp_sum(total);  // every warp computes the same total from the same values
   return total;
+}
+
+// --- 16-byte packs: element-wise kernels move 8 bf16 or 4 fp32 per load and store -----------------------------------
+template <class T>
+struct alignas(16) Pack {
+  static constexpr int kSize = 16 / static_cast<int>(sizeof(T));
+  T v[kSize];
+};
+template <class T>
+__device__ __forceinline__ Pack<T> load_pack(const T* p) {  // p 16-byte aligned
+  Pack<T> x;
+  *reinterpret_cast<uint4*>(x.v) = *reinterpret_cast<const uint4*>(p);
+  return x;
+}
+template <class T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T>& x) {
+  *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(x.v);
+}
+// true when every pointer is 16-byte aligned (host side: whether a kernel may take the packed path)
+inline bool aligned_16(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
+}
+
+// out[i] = op(i, x0[i], x1[i]) for i < n, in fp32 on T storage; the inputs past `Inputs` are not read (0 is passed).
+// Packed (every pointer 16-byte aligned, as launch_map checks): 16 bytes at a time, then the tail element by element.
+// Each element's value depends on its inputs alone: packed or not, the same bits.
+template <int Inputs, class T, class Op>
+__global__ void map_kernel(T* out, const T* x0, const T* x1, std::size_t n, Op op, bool packed) {
+  const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  constexpr int K = Pack<T>::kSize;
+  std::size_t done = 0;
+  if (packed) {
+    const std::size_t packs = n / K;
+    for (std::size_t p = first; p < packs; p += stride) {
+      Pack<T> a{}, b{}, o;
+      if constexpr (Inputs >= 1) a = load_pack(x0 + p * K);
+      if constexpr (Inputs >= 2) b = load_pack(x1 + p * K);
+#pragma unroll
+      for (int k = 0; k < K; ++k) o.v[k] = from_float<T>(op(p * K + k, to_float(a.v[k]), to_float(b.v[k])));
+      store_pack(out + p * K, o);
+    }
+    done = packs * K;
+  }
+  for (std::size_t i = done + first; i < n; i += stride) {
+    const float a = Inputs >= 1 ? to_float(x0[i]) : 0.0f, b = Inputs >= 2 ? to_float(x1[i]) : 0.0f;
+    out[i] = from_float<T>(op(i, a, b));
+  }
+}
+
+template <int Inputs, class T, class Op>
+void launch_map(T* out, const T* x0, const T* x1, std::size_t n, Op op, cudaStream_t stream) {
+  if (n == 0) return;
+  const bool packed = aligned_16({out, x0, x1});
+  const std::size_t work = packed ? n / Pack<T>::kSize + n % Pack<T>::kSize : n;
+  map_kernel<Inputs>
+      <<<launch::grid_stride_blocks(work), launch::kElementwiseThreads, 0, stream>>>(out, x0, x1, n, op, packed);
+  TWIN_CUDA_CHECK_LAUNCH();
 }
 
 // Grid-stride loop over [0, n): for (std::size_t i : grid_stride(n)) ... is spelled with this macro for clarity.

@@ -12,45 +12,24 @@ using device::to_float;
 
 namespace {
 
-// out[i] = a[i] + b[i]
+// the element-wise operations, in fp32 (device::map_kernel applies them 16 bytes at a time)
+struct Add {
+  __device__ float operator()(std::size_t, float a, float b) const { return a + b; }
+};
+struct Scale {
+  float factor;
+  __device__ float operator()(std::size_t, float x, float) const { return x * factor; }
+};
+struct Value {
+  float value;
+  __device__ float operator()(std::size_t, float, float) const { return value; }
+};
 template <class T>
-__global__ void residual_forward_kernel(T* out, const T* a, const T* b, std::size_t n) {
-  TWIN_GRID_STRIDE_LOOP(i, n) {
-    out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
-  }
-}
-
-// y[i] += x[i]
-template <class T>
-__global__ void accumulate_kernel(T* y, const T* x, std::size_t n) {
-  TWIN_GRID_STRIDE_LOOP(i, n) {
-    y[i] = from_float<T>(to_float(y[i]) + to_float(x[i]));
-  }
-}
-
-// out[r, c] += bias[c], flat index i = r * channels + c
-template <class T>
-__global__ void bias_add_kernel(T* out, const T* bias, std::size_t n, int channels) {
-  TWIN_GRID_STRIDE_LOOP(i, n) {
-    out[i] = from_float<T>(to_float(out[i]) + to_float(bias[i % channels]));
-  }
-}
-
-// x[i] *= factor
-template <class T>
-__global__ void scale_kernel(T* x, std::size_t n, float factor) {
-  TWIN_GRID_STRIDE_LOOP(i, n) {
-    x[i] = from_float<T>(to_float(x[i]) * factor);
-  }
-}
-
-// x[i] = value
-template <class T>
-__global__ void fill_kernel(T* x, std::size_t n, float value) {
-  TWIN_GRID_STRIDE_LOOP(i, n) {
-    x[i] = from_float<T>(value);
-  }
-}
+struct AddBias {  // out[r, c] += bias[c], flat index i = r * channels + c
+  const T* bias;
+  int channels;
+  __device__ float operator()(std::size_t i, float x, float) const { return x + to_float(bias[i % channels]); }
+};
 
 // term of bias_backward's column sums: dout[r, c]
 template <class T>
@@ -87,17 +66,13 @@ __global__ void reduce_finish_kernel(double* result, const double* partial, int 
 template <class T>
 void launch_residual(T* out, const T* a, const T* b, std::size_t n, cudaStream_t stream) {
   TWIN_CUDA_REQUIRE(n == 0 || (out != nullptr && a != nullptr && b != nullptr));
-  if (n == 0) return;
-  residual_forward_kernel<<<launch::grid_stride_blocks(n), launch::kElementwiseThreads, 0, stream>>>(out, a, b, n);
-  TWIN_CUDA_CHECK_LAUNCH();
+  device::launch_map<2>(out, a, b, n, Add{}, stream);
 }
 
 template <class T>
 void launch_accumulate(T* y, const T* x, std::size_t n, cudaStream_t stream) {
   TWIN_CUDA_REQUIRE(n == 0 || (y != nullptr && x != nullptr));
-  if (n == 0) return;
-  accumulate_kernel<<<launch::grid_stride_blocks(n), launch::kElementwiseThreads, 0, stream>>>(y, x, n);
-  TWIN_CUDA_CHECK_LAUNCH();
+  device::launch_map<2>(y, static_cast<const T*>(y), x, n, Add{}, stream);
 }
 
 template <class T>
@@ -105,8 +80,8 @@ void launch_bias_add(T* out, const T* bias, int rows, int channels, cudaStream_t
   TWIN_CUDA_REQUIRE(rows > 0 && channels > 0);
   TWIN_CUDA_REQUIRE(out != nullptr && bias != nullptr);
   const std::size_t n = static_cast<std::size_t>(rows) * channels;
-  bias_add_kernel<<<launch::grid_stride_blocks(n), launch::kElementwiseThreads, 0, stream>>>(out, bias, n, channels);
-  TWIN_CUDA_CHECK_LAUNCH();
+  device::launch_map<1>(out, static_cast<const T*>(out), static_cast<const T*>(nullptr), n, AddBias<T>{bias, channels},
+                        stream);
 }
 
 template <class T>
@@ -119,9 +94,7 @@ void launch_bias_backward(float* dbias, const T* dout, int rows, int channels, c
 template <class T>
 void launch_scale(T* x, std::size_t n, float factor, cudaStream_t stream) {
   TWIN_CUDA_REQUIRE(n == 0 || x != nullptr);
-  if (n == 0) return;
-  scale_kernel<<<launch::grid_stride_blocks(n), launch::kElementwiseThreads, 0, stream>>>(x, n, factor);
-  TWIN_CUDA_CHECK_LAUNCH();
+  device::launch_map<1>(x, static_cast<const T*>(x), static_cast<const T*>(nullptr), n, Scale{factor}, stream);
 }
 
 template <class T>
@@ -135,9 +108,7 @@ void launch_copy(T* out, const T* inp, std::size_t n, cudaStream_t stream) {
 template <class T>
 void launch_fill(T* x, std::size_t n, float value, cudaStream_t stream) {
   TWIN_CUDA_REQUIRE(n == 0 || x != nullptr);
-  if (n == 0) return;
-  fill_kernel<T><<<launch::grid_stride_blocks(n), launch::kElementwiseThreads, 0, stream>>>(x, n, value);
-  TWIN_CUDA_CHECK_LAUNCH();
+  device::launch_map<0>(x, static_cast<const T*>(nullptr), static_cast<const T*>(nullptr), n, Value{value}, stream);
 }
 
 template <bool Square>

@@ -17,9 +17,10 @@
 #include "kernels/cuda/elementwise.cuh"    // residual_forward, accumulate, bias_add, bias_backward, scale, copy, fill,
                                            // squared_norm, sum
 #include "kernels/cuda/embedding.cuh"      // embedding_forward/backward, position_embedding_forward/backward
-#include "kernels/cuda/gelu.cuh"           // gelu_forward, gelu_backward
-#include "kernels/cuda/layernorm.cuh"      // layernorm_forward, residual_layernorm_forward, layernorm_backward
-#include "kernels/cuda/matmul.cuh"         // Cublas, gemm, matmul_forward, matmul_forward_gelu, matmul_backward
-#include "kernels/cuda/rmsnorm.cuh"        // rmsnorm_forward, rmsnorm_backward
-#include "kernels/cuda/rope.cuh"           // rope_forward, rope_backward
-#include "kernels/cuda/swiglu.cuh"         // swiglu_forward, swiglu_backward
+#include "kernels/cuda/flash_attention.cuh"  // flash_attention_forward/backward (fused), flash_attention_supports
+#include "kernels/cuda/gelu.cuh"             // gelu_forward, gelu_backward
+#include "kernels/cuda/layernorm.cuh"        // layernorm_forward, residual_layernorm_forward, layernorm_backward
+#include "kernels/cuda/matmul.cuh"           // Cublas, gemm, matmul_forward, matmul_forward_gelu, matmul_backward
+#include "kernels/cuda/rmsnorm.cuh"          // rmsnorm_forward, rmsnorm_backward
+#include "kernels/cuda/rope.cuh"             // rope_forward, rope_backward
+#include "kernels/cuda/swiglu.cuh"           // swiglu_forward, swiglu_backward

@@ -37,6 +37,19 @@ constexpr unsigned row_blocks(std::size_t rows) {
   return static_cast<unsigned>(ceil_div(rows, kWarpsPerRowBlock));
 }
 
+// --- norms of a row by a block (layernorm, rmsnorm): each thread keeps up to kNormPacks packs of 8 bf16 of the row in
+// registers, so the row is read once; rows whose channels are not a multiple of 8 go to the warp-per-row kernels ----
+inline constexpr int kNormPacks = 4;
+inline constexpr int kNormMaxThreads = 1024;
+// threads of a block for one row of `channels` (a multiple of 32, enough for kNormPacks packs each), or 0 when the
+// row does not fit the block path (channels not a multiple of 8, or more than 8 * kNormPacks * 1024 = 32768)
+constexpr int norm_threads(int channels) {
+  if (channels <= 0 || channels % 8 != 0) return 0;
+  const std::size_t packs = static_cast<std::size_t>(channels) / 8;
+  const std::size_t threads = (ceil_div(packs, kNormPacks) + 31) / 32 * 32;
+  return threads > static_cast<std::size_t>(kNormMaxThreads) ? 0 : static_cast<int>(threads);
+}
+
 // --- column sums over rows (bias and LayerNorm weight gradients), deterministic ------------------------------------
 // Stage 1: blocks of (32 columns x kColumnLanes rows-lanes) each sum kRowsPerChunk consecutive rows of 32 columns
 // into partial (chunks, channels); stage 2 sums the chunks of each column in order into the output. The order of
@@ -95,5 +108,47 @@ constexpr unsigned reduce_blocks(std::size_t n) {
 
 // --- cross-entropy: one block per row ------------------------------------------------------------------------------
 inline constexpr int kCrossEntropyThreads = 512;
+
+// --- fused attention (flash_attention.cuh): a block of 4 warps per tile, tiles of kernels/cpu/flash_attention.hpp --
+inline constexpr int kFlashThreads = 128;
+inline constexpr int kFlashQueryTile = 64;  // kernels::cpu::kFlashQueryTile
+inline constexpr int kFlashKeyTile = 64;    // kernels::cpu::kFlashKeyTile
+inline constexpr int kFlashPadding = 8;  // bf16 per shared-memory row beyond head_dim: ldmatrix rows hit 8 bank groups
+constexpr int flash_backward_query_tile(int head_dim) {  // kernels::cpu::flash_backward_query_tile
+  return head_dim <= 64 ? 64 : 32;
+}
+constexpr bool flash_supports_head_dim(int head_dim) {  // the kernels' instantiations
+  return head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128;
+}
+
+struct FlashShape {
+  unsigned query_tiles = 0, key_tiles = 0;  // gridDim.x of the forward and dq kernels, of the dk/dv kernel
+  unsigned query_heads = 0, kv_heads = 0;   // gridDim.y: batch * heads, batch * kv_heads
+  std::size_t forward_smem_bytes = 0;       // Q, K and V tiles
+  std::size_t dkdv_smem_bytes = 0;          // K and V tiles, a query step of Q and dout, its lse and delta
+  std::size_t dq_smem_bytes = 0;            // Q, dout, K and V tiles
+};
+
+inline FlashShape flash_shape(int batch, int seq, int heads, int kv_heads, int head_dim) {
+  if (batch <= 0 || seq <= 0 || heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0) {
+    throw std::invalid_argument("flash_shape: batch, seq, heads > 0 and heads a multiple of kv_heads");
+  }
+  if (!flash_supports_head_dim(head_dim)) {
+    throw std::invalid_argument("flash_shape: head_dim " + std::to_string(head_dim) + " (32, 64, 96 or 128)");
+  }
+  const std::size_t query_heads = static_cast<std::size_t>(batch) * heads;
+  if (query_heads > kMaxGridY) throw std::invalid_argument("flash_shape: batch * heads exceeds the grid's limit");
+  FlashShape shape;
+  shape.query_tiles = static_cast<unsigned>(ceil_div(static_cast<std::size_t>(seq), kFlashQueryTile));
+  shape.key_tiles = static_cast<unsigned>(ceil_div(static_cast<std::size_t>(seq), kFlashKeyTile));
+  shape.query_heads = static_cast<unsigned>(query_heads);
+  shape.kv_heads = static_cast<unsigned>(static_cast<std::size_t>(batch) * kv_heads);
+  const std::size_t row_bytes = 2 * static_cast<std::size_t>(head_dim + kFlashPadding);
+  const std::size_t step = static_cast<std::size_t>(flash_backward_query_tile(head_dim));
+  shape.forward_smem_bytes = (kFlashQueryTile + 2 * kFlashKeyTile) * row_bytes;
+  shape.dkdv_smem_bytes = (2 * kFlashKeyTile + 2 * step) * row_bytes + 2 * step * sizeof(float);
+  shape.dq_smem_bytes = (2 * kFlashQueryTile + 2 * kFlashKeyTile) * row_bytes;
+  return shape;
+}
 
 }  // namespace twin::kernels::cuda::launch

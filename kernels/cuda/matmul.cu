@@ -1,17 +1,29 @@
 #include "kernels/cuda/matmul.cuh"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/reduce.cuh"
 
 namespace twin::kernels::cuda {
 
 using bf16 = __nv_bfloat16;
 
-Cublas::Cublas(std::size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+Cublas::Cublas(std::size_t workspace_bytes, Autotune autotune) : workspace_bytes_(workspace_bytes) {
+  if (autotune == Autotune::FromEnvironment) {
+    const char* setting = std::getenv("TWIN_CUBLASLT_AUTOTUNE");
+    autotune_ = setting == nullptr || std::string_view(setting) != "0";
+  } else {
+    autotune_ = autotune == Autotune::On;
+  }
   TWIN_CUBLAS_CHECK(cublasLtCreate(&handle_));
   if (workspace_bytes_ > 0) {
     const cudaError_t status = cudaMalloc(&workspace_, workspace_bytes_);
@@ -22,29 +34,54 @@ Cublas::Cublas(std::size_t workspace_bytes) : workspace_bytes_(workspace_bytes) 
   }
 }
 
-Cublas::~Cublas() {
-  if (workspace_ != nullptr) cudaFree(workspace_);  // destructors do not throw
-  if (handle_ != nullptr) cublasLtDestroy(handle_);
-}
-
-namespace {
-
-// The cuBLASLt descriptors of one call, destroyed on every path out (a check may throw between creations).
-struct Descriptors {
+// The cuBLASLt descriptors of one problem and its algorithm (none: cuBLASLt has no algorithm for it), destroyed with
+// the Cublas (a check may throw between creations: every path out destroys what exists).
+struct Cublas::Plan {
   cublasLtMatmulDesc_t operation = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t preference = nullptr;
-  Descriptors() = default;
-  Descriptors(const Descriptors&) = delete;
-  Descriptors& operator=(const Descriptors&) = delete;
-  ~Descriptors() {
-    if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+  cublasLtMatmulAlgo_t algorithm{};
+  bool has_algorithm = false;
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
     if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
     if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
     if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
     if (operation != nullptr) cublasLtMatmulDescDestroy(operation);
   }
 };
+
+Cublas::~Cublas() {
+  plans_.clear();
+  if (workspace_ != nullptr) cudaFree(workspace_);  // destructors do not throw
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+Cublas::Plan* Cublas::find(const GemmKey& key) const {
+  const auto it = plans_.find(key);
+  return it == plans_.end() ? nullptr : it->second.get();
+}
+
+Cublas::Plan& Cublas::remember(const GemmKey& key, std::unique_ptr<Plan> plan) {
+  return *(plans_[key] = std::move(plan));
+}
+
+std::size_t GemmKeyHash::operator()(const GemmKey& key) const {
+  std::size_t h = 1469598103934665603ull;  // FNV-1a over the fields
+  const auto mix = [&](std::uint64_t value) { h = (h ^ value) * 1099511628211ull; };
+  mix(static_cast<std::uint64_t>(key.trans_a) | static_cast<std::uint64_t>(key.trans_b) << 1 |
+      static_cast<std::uint64_t>(key.accumulate) << 2);
+  for (std::int64_t v :
+       {std::int64_t{key.m}, std::int64_t{key.n}, std::int64_t{key.k}, std::int64_t{key.batch}, key.lda, key.ldb,
+        key.ldd, key.stride_a, key.stride_b, key.stride_d, key.aux_ld, std::int64_t{key.d_type},
+        std::int64_t{key.epilogue}, std::int64_t{key.align_a}, std::int64_t{key.align_b}, std::int64_t{key.align_d}}) {
+    mix(static_cast<std::uint64_t>(v));
+  }
+  return h;
+}
+
+namespace {
 
 std::size_t element_bytes(cudaDataType_t type) {
   switch (type) {
@@ -63,13 +100,13 @@ std::uint32_t alignment_bytes(const void* base, std::int64_t stride_bytes) {
   return static_cast<std::uint32_t>(address & (~address + 1));  // lowest set bit
 }
 
-// A column-major (rows, cols) matrix with leading dimension ld, batched as the plan says.
+// A column-major (rows, cols) matrix with leading dimension ld, batched as the key says.
 void make_layout(cublasLtMatrixLayout_t* layout, cudaDataType_t type, int rows, int cols, std::int64_t ld,
-                 const GemmPlan& plan, std::int64_t stride) {
+                 const GemmKey& key, std::int64_t stride) {
   TWIN_CUBLAS_CHECK(
       cublasLtMatrixLayoutCreate(layout, type, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols), ld));
-  if (plan.batch > 1) {
-    const std::int32_t count = plan.batch;
+  if (key.batch > 1) {
+    const std::int32_t count = key.batch;
     TWIN_CUBLAS_CHECK(
         cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
     TWIN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
@@ -77,18 +114,177 @@ void make_layout(cublasLtMatrixLayout_t* layout, cudaDataType_t type, int rows, 
   }
 }
 
-std::string describe(const GemmPlan& p) {
+std::string describe(const GemmKey& p) {
   return "m=" + std::to_string(p.m) + " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) +
          " trans_a=" + std::to_string(p.trans_a) + " trans_b=" + std::to_string(p.trans_b) +
          " lda=" + std::to_string(p.lda) + " ldb=" + std::to_string(p.ldb) + " ldd=" + std::to_string(p.ldd) +
-         " batch=" + std::to_string(p.batch) + " strides=" + std::to_string(p.stride_a) + "," +
-         std::to_string(p.stride_b) + "," + std::to_string(p.stride_d);
+         " batch=" + std::to_string(p.batch) + " epilogue=" + std::to_string(p.epilogue) +
+         " d_type=" + std::to_string(p.d_type);
+}
+
+cublasLtEpilogue_t epilogue_mode(GemmEpilogue epilogue) {
+  switch (epilogue) {
+    case GemmEpilogue::Bias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::GeluAuxBias:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case GemmEpilogue::BiasGradientB:
+      return CUBLASLT_EPILOGUE_BGRADB;
+    case GemmEpilogue::None:
+      break;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// The descriptors of a problem (pointers are set per call).
+std::unique_ptr<Cublas::Plan> make_plan(const GemmKey& key) {
+  auto plan = std::make_unique<Cublas::Plan>();
+  TWIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t trans_a = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t trans_b = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  TWIN_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
+  TWIN_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+  const auto epilogue = static_cast<GemmEpilogue>(key.epilogue);
+  if (epilogue != GemmEpilogue::None) {
+    const cublasLtEpilogue_t mode = epilogue_mode(epilogue);
+    TWIN_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &mode, sizeof(mode)));
+    const cudaDataType_t bias_type = epilogue == GemmEpilogue::BiasGradientB ? CUDA_R_32F : CUDA_R_16BF;
+    TWIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                     sizeof(bias_type)));
+    if (epilogue == GemmEpilogue::GeluAuxBias) {
+      TWIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                       &key.aux_ld, sizeof(key.aux_ld)));
+    }
+  }
+  const auto d_type = static_cast<cudaDataType_t>(key.d_type);
+  make_layout(&plan->a, CUDA_R_16BF, key.trans_a ? key.k : key.m, key.trans_a ? key.m : key.k, key.lda, key,
+              key.stride_a);
+  make_layout(&plan->b, CUDA_R_16BF, key.trans_b ? key.n : key.k, key.trans_b ? key.k : key.n, key.ldb, key,
+              key.stride_b);
+  make_layout(&plan->d, d_type, key.m, key.n, key.ldd, key, key.stride_d);
+  return plan;
+}
+
+// The heuristic's best `count` algorithms for a problem (fewer when it knows fewer).
+std::vector<cublasLtMatmulHeuristicResult_t> candidates(Cublas& blas, const GemmKey& key, const Cublas::Plan& plan,
+                                                        int count) {
+  cublasLtMatmulPreference_t preference = nullptr;
+  TWIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<std::size_t>(count));
+  int found = 0;
+  const std::size_t workspace_bytes = blas.workspace_bytes();
+  const cublasStatus_t status = [&] {
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, const std::uint32_t*> alignments[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_d},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d}};
+    cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                            &workspace_bytes, sizeof(workspace_bytes));
+    for (const auto& [attribute, value] : alignments) {
+      if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceSetAttribute(preference, attribute, value, 4);
+    }
+    if (s != CUBLAS_STATUS_SUCCESS) return s;
+    return cublasLtMatmulAlgoGetHeuristic(blas.handle(), plan.operation, plan.a, plan.b, plan.d, plan.d, preference,
+                                          count, results.data(), &found);
+  }();
+  cublasLtMatmulPreferenceDestroy(preference);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED)
+    found = 0;  // no algorithm for this problem (an epilogue, a type)
+  else
+    TWIN_CUBLAS_CHECK(status);
+  results.resize(static_cast<std::size_t>(std::max(found, 0)));
+  return results;
+}
+
+// Everything one call passes to cublasLtMatmul besides the plan.
+struct Operands {
+  const bf16 *a, *b;
+  void* d;
+  const void* bias;
+  bf16* aux;
+  float alpha, beta;
+};
+
+cublasStatus_t matmul(Cublas& blas, const Cublas::Plan& plan, const cublasLtMatmulAlgo_t& algorithm, const Operands& x,
+                      cudaStream_t stream) {
+  return cublasLtMatmul(blas.handle(), plan.operation, &x.alpha, x.a, plan.a, x.b, plan.b, &x.beta, x.d, plan.d, x.d,
+                        plan.d, &algorithm, blas.workspace(), blas.workspace_bytes(), stream);
+}
+
+void set_pointers(const Cublas::Plan& plan, GemmEpilogue epilogue, const void* bias, bf16* aux) {
+  if (epilogue == GemmEpilogue::None) return;
+  TWIN_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  if (epilogue == GemmEpilogue::GeluAuxBias) {
+    TWIN_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+  }
+}
+
+// Times each candidate on scratch outputs (the real D, aux and bias gradient stay untouched: a weight GEMM
+// accumulates into D), a warm-up then kRepeats runs each; returns the index of the one to keep: the heuristic's first
+// unless another is kAutotuneMargin faster.
+std::size_t fastest(Cublas& blas, const GemmKey& key, Cublas::Plan& plan,
+                    const std::vector<cublasLtMatmulHeuristicResult_t>& results, Operands x, cudaStream_t stream) {
+  constexpr int kRepeats = 3;
+  const auto epilogue = static_cast<GemmEpilogue>(key.epilogue);
+  const std::size_t d_bytes = element_bytes(static_cast<cudaDataType_t>(key.d_type)) *
+                              static_cast<std::size_t>(key.stride_d * (key.batch - 1) + key.ldd * key.n);
+  const std::size_t aux_bytes =
+      epilogue == GemmEpilogue::GeluAuxBias ? 2 * static_cast<std::size_t>(key.aux_ld) * key.n : 0;
+  const std::size_t grad_bytes = epilogue == GemmEpilogue::BiasGradientB ? 4 * static_cast<std::size_t>(key.n) : 0;
+  void* scratch = nullptr;
+  TWIN_CUDA_CHECK(cudaMallocAsync(&scratch, d_bytes + aux_bytes + grad_bytes + 512, stream));
+  TWIN_CUDA_CHECK(cudaMemsetAsync(scratch, 0, d_bytes, stream));  // finite values for beta = 1
+  auto* base = static_cast<char*>(scratch);
+  x.d = base;
+  if (aux_bytes > 0) x.aux = reinterpret_cast<bf16*>(base + (d_bytes + 255) / 256 * 256);
+  if (grad_bytes > 0) x.bias = base + (d_bytes + aux_bytes + 511) / 256 * 256;
+  set_pointers(plan, epilogue, x.bias, x.aux);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  TWIN_CUDA_CHECK(cudaEventCreate(&start));
+  TWIN_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> times(results.size(), -1.0f);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (matmul(blas, plan, results[i].algo, x, stream) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up, or unusable
+    TWIN_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int r = 0; r < kRepeats; ++r) TWIN_CUBLAS_CHECK(matmul(blas, plan, results[i].algo, x, stream));
+    TWIN_CUDA_CHECK(cudaEventRecord(stop, stream));
+    TWIN_CUDA_CHECK(cudaEventSynchronize(stop));
+    TWIN_CUDA_CHECK(cudaEventElapsedTime(&times[i], start, stop));
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  TWIN_CUDA_CHECK(cudaFreeAsync(scratch, stream));
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < results.size(); ++i) {
+    const bool usable = times[i] >= 0, first_usable = times[best] >= 0;
+    if (usable && (!first_usable || times[i] < times[best] * (1.0 - Cublas::kAutotuneMargin))) best = i;
+  }
+  return best;
+}
+
+// The problem's cached plan, made (with its algorithm chosen) on its first call.
+Cublas::Plan& plan_for(Cublas& blas, const GemmKey& key, const Operands& x, cudaStream_t stream) {
+  if (Cublas::Plan* plan = blas.find(key)) return *plan;
+  auto plan = make_plan(key);
+  const auto results = candidates(blas, key, *plan, blas.autotunes() ? Cublas::kAutotuneCandidates : 1);
+  if (!results.empty()) {
+    const std::size_t chosen = results.size() > 1 ? fastest(blas, key, *plan, results, x, stream) : 0;
+    plan->algorithm = results[chosen].algo;
+    plan->has_algorithm = true;
+  }
+  return blas.remember(key, std::move(plan));
 }
 
 }  // namespace
 
-void gemm(Cublas& blas, const GemmPlan& plan, const bf16* a, const bf16* b, void* d, cudaDataType_t d_type,
-          cudaStream_t stream, GemmEpilogue epilogue, const bf16* bias, bf16* aux, std::int64_t aux_ld) {
+bool try_gemm(Cublas& blas, const GemmPlan& plan, const bf16* a, const bf16* b, void* d, cudaDataType_t d_type,
+              cudaStream_t stream, GemmEpilogue epilogue, const void* bias, bf16* aux, std::int64_t aux_ld) {
   const GemmPlan& p = plan;
   TWIN_CUDA_REQUIRE(p.m > 0 && p.n > 0 && p.k > 0 && p.batch > 0);
   TWIN_CUDA_REQUIRE(a != nullptr && b != nullptr && d != nullptr);
@@ -97,80 +293,43 @@ void gemm(Cublas& blas, const GemmPlan& plan, const bf16* a, const bf16* b, void
   TWIN_CUDA_REQUIRE(p.batch == 1 || (p.stride_a >= 0 && p.stride_b >= 0 && p.stride_d > 0));
   TWIN_CUDA_REQUIRE((epilogue == GemmEpilogue::None) == (bias == nullptr));
   TWIN_CUDA_REQUIRE((epilogue == GemmEpilogue::GeluAuxBias) == (aux != nullptr));
-  TWIN_CUDA_REQUIRE(epilogue == GemmEpilogue::None || (p.batch == 1 && d_type == CUDA_R_16BF));
+  TWIN_CUDA_REQUIRE(epilogue == GemmEpilogue::None || p.batch == 1);
+  TWIN_CUDA_REQUIRE(epilogue == GemmEpilogue::None ||
+                    (d_type == CUDA_R_16BF) == (epilogue != GemmEpilogue::BiasGradientB));
   TWIN_CUDA_REQUIRE(aux == nullptr || (aux_ld >= p.m && aux_ld % 8 == 0));
   const std::size_t d_bytes = element_bytes(d_type);
-  const bf16* a_entry = a + p.offset_a;
-  const bf16* b_entry = b + p.offset_b;
-  void* d_entry = static_cast<char*>(d) + p.offset_d * static_cast<std::int64_t>(d_bytes);
+  Operands x{a + p.offset_a,
+             b + p.offset_b,
+             static_cast<char*>(d) + p.offset_d * static_cast<std::int64_t>(d_bytes),
+             bias,
+             aux,
+             p.alpha,
+             p.beta};
+  GemmKey key;
+  key.trans_a = p.trans_a, key.trans_b = p.trans_b, key.accumulate = p.beta != 0.0f;
+  key.m = p.m, key.n = p.n, key.k = p.k, key.batch = p.batch;
+  key.lda = p.lda, key.ldb = p.ldb, key.ldd = p.ldd;
+  key.stride_a = p.stride_a, key.stride_b = p.stride_b, key.stride_d = p.stride_d, key.aux_ld = aux_ld;
+  key.d_type = static_cast<int>(d_type), key.epilogue = static_cast<int>(epilogue);
+  key.align_a = alignment_bytes(x.a, p.stride_a * 2);
+  key.align_b = alignment_bytes(x.b, p.stride_b * 2);
+  key.align_d = alignment_bytes(x.d, p.stride_d * static_cast<std::int64_t>(d_bytes));
+  Cublas::Plan& cached = plan_for(blas, key, x, stream);
+  if (!cached.has_algorithm) return false;
+  set_pointers(cached, epilogue, bias, aux);
+  TWIN_CUBLAS_CHECK(matmul(blas, cached, cached.algorithm, x, stream));
+  return true;
+}
 
-  Descriptors desc;
-  TWIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t trans_a = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t trans_b = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  TWIN_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(desc.operation, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
-  TWIN_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(desc.operation, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
-  if (epilogue != GemmEpilogue::None) {
-    const cublasLtEpilogue_t mode =
-        epilogue == GemmEpilogue::Bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    TWIN_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc.operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &mode, sizeof(mode)));
-    const cudaDataType_t bias_type = CUDA_R_16BF;
-    TWIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                     sizeof(bias_type)));
-    TWIN_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    if (aux != nullptr) {
-      TWIN_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(desc.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-      TWIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
-                                                       sizeof(aux_ld)));
-    }
+void gemm(Cublas& blas, const GemmPlan& plan, const bf16* a, const bf16* b, void* d, cudaDataType_t d_type,
+          cudaStream_t stream, GemmEpilogue epilogue, const void* bias, bf16* aux, std::int64_t aux_ld) {
+  if (!try_gemm(blas, plan, a, b, d, d_type, stream, epilogue, bias, aux, aux_ld)) {
+    GemmKey key;
+    key.m = plan.m, key.n = plan.n, key.k = plan.k, key.trans_a = plan.trans_a, key.trans_b = plan.trans_b;
+    key.lda = plan.lda, key.ldb = plan.ldb, key.ldd = plan.ldd, key.batch = plan.batch;
+    key.epilogue = static_cast<int>(epilogue), key.d_type = static_cast<int>(d_type);
+    throw std::runtime_error("twin::kernels::cuda::gemm: cuBLASLt has no algorithm for " + describe(key));
   }
-  make_layout(&desc.a, CUDA_R_16BF, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.lda, p, p.stride_a);
-  make_layout(&desc.b, CUDA_R_16BF, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.ldb, p, p.stride_b);
-  make_layout(&desc.d, d_type, p.m, p.n, p.ldd, p, p.stride_d);
-
-  TWIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.preference));
-  const std::size_t workspace_bytes = blas.workspace_bytes();
-  TWIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                         &workspace_bytes, sizeof(workspace_bytes)));
-  const std::uint32_t align_a = alignment_bytes(a_entry, p.stride_a * 2);
-  const std::uint32_t align_b = alignment_bytes(b_entry, p.stride_b * 2);
-  const std::uint32_t align_d = alignment_bytes(d_entry, p.stride_d * static_cast<std::int64_t>(d_bytes));
-  TWIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                         &align_a, sizeof(align_a)));
-  TWIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                         &align_b, sizeof(align_b)));
-  TWIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                         &align_d, sizeof(align_d)));
-  TWIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                         &align_d, sizeof(align_d)));
-
-  const std::string key = describe(p) + " d_type=" + std::to_string(static_cast<int>(d_type)) +
-                          " epilogue=" + std::to_string(static_cast<int>(epilogue)) +
-                          " aux_ld=" + std::to_string(aux_ld) + " align=" + std::to_string(align_a) + "," +
-                          std::to_string(align_b) + "," + std::to_string(align_d) +
-                          " beta=" + std::to_string(p.beta != 0.0f);
-  const cublasLtMatmulAlgo_t* algorithm = blas.find_algorithm(key);
-  if (algorithm == nullptr) {
-    cublasLtMatmulHeuristicResult_t heuristic{};
-    int found = 0;
-    TWIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(blas.handle(), desc.operation, desc.a, desc.b, desc.d, desc.d,
-                                                     desc.preference, 1, &heuristic, &found));
-    if (found == 0) {
-      throw std::runtime_error("twin::kernels::cuda::gemm: cuBLASLt has no algorithm for " + key);
-    }
-    blas.remember_algorithm(key, heuristic.algo);
-    algorithm = blas.find_algorithm(key);
-  }
-  const float alpha = p.alpha;
-  const float beta = p.beta;
-  TWIN_CUBLAS_CHECK(cublasLtMatmul(blas.handle(), desc.operation, &alpha, a_entry, desc.a, b_entry, desc.b, &beta,
-                                   d_entry, desc.d, d_entry, desc.d, algorithm, blas.workspace(),
-                                   blas.workspace_bytes(), stream));
 }
 
 void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int rows, int in_features,
@@ -203,8 +362,18 @@ void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
   if (dinp != nullptr) {
     gemm(blas, plan_linear_backward_input(rows, in_features, out_features), weight, dout, dinp, CUDA_R_16BF, stream);
   }
-  // dweight (fp32, beta = 1): A = inp, B = dout
-  gemm(blas, plan_linear_backward_weight(rows, in_features, out_features), inp, dout, dweight, CUDA_R_32F, stream);
+  // dweight (fp32, beta = 1): A = inp, B = dout; dbias from the same read of dout where cuBLASLt can (BGRADB writes
+  // the sum of op(B) = dout over the rows: added to dbias, which accumulates)
+  const GemmPlan weight_plan = plan_linear_backward_weight(rows, in_features, out_features);
+  if (dbias != nullptr) {
+    device::Scratch grad(static_cast<std::size_t>(out_features) * sizeof(float), stream);
+    if (try_gemm(blas, weight_plan, inp, dout, dweight, CUDA_R_32F, stream, GemmEpilogue::BiasGradientB,
+                 grad.as<float>())) {
+      accumulate(dbias, grad.as<float>(), static_cast<std::size_t>(out_features), stream);
+      return;
+    }
+  }
+  gemm(blas, weight_plan, inp, dout, dweight, CUDA_R_32F, stream);
   if (dbias != nullptr) bias_backward(dbias, dout, rows, out_features, stream);
 }
 

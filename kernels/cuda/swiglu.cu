@@ -34,6 +34,39 @@ __global__ void swiglu_backward_kernel(bf16* dinp, const bf16* inp, const bf16* 
   }
 }
 
+// The same, 8 columns at a time (width a multiple of 8, 16-byte aligned pointers): pack p covers out[r, c .. c + 8)
+__global__ void swiglu_forward_packed_kernel(bf16* out, const bf16* inp, std::size_t packs, int width) {
+  TWIN_GRID_STRIDE_LOOP(p, packs) {
+    const std::size_t i = p * 8, r = i / static_cast<std::size_t>(width), c = i % static_cast<std::size_t>(width);
+    const bf16* gate = inp + r * 2 * static_cast<std::size_t>(width) + c;
+    const device::Pack<bf16> g = device::load_pack(gate), up = device::load_pack(gate + width);
+    device::Pack<bf16> y;
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      y.v[e] = __float2bfloat16_rn(math::swiglu(__bfloat162float(g.v[e]), __bfloat162float(up.v[e])));
+    device::store_pack(out + i, y);
+  }
+}
+
+__global__ void swiglu_backward_packed_kernel(bf16* dinp, const bf16* inp, const bf16* dout, std::size_t packs,
+                                              int width) {
+  TWIN_GRID_STRIDE_LOOP(p, packs) {
+    const std::size_t i = p * 8, r = i / static_cast<std::size_t>(width), c = i % static_cast<std::size_t>(width);
+    const std::size_t row = r * 2 * static_cast<std::size_t>(width);
+    const device::Pack<bf16> g = device::load_pack(inp + row + c), up = device::load_pack(inp + row + width + c);
+    const device::Pack<bf16> dy = device::load_pack(dout + i);
+    device::Pack<bf16> dgate, dup;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float gv = __bfloat162float(g.v[e]), uv = __bfloat162float(up.v[e]), dv = __bfloat162float(dy.v[e]);
+      dgate.v[e] = __float2bfloat16_rn(math::swiglu_dgate(gv, uv, dv));
+      dup.v[e] = __float2bfloat16_rn(math::swiglu_dup(gv, dv));
+    }
+    device::store_pack(dinp + row + c, dgate);
+    device::store_pack(dinp + row + width + c, dup);
+  }
+}
+
 }  // namespace
 
 void swiglu_forward(bf16* out, const bf16* inp, int rows, int width, cudaStream_t stream) {
@@ -41,6 +74,12 @@ void swiglu_forward(bf16* out, const bf16* inp, int rows, int width, cudaStream_
   TWIN_CUDA_REQUIRE(out != nullptr && inp != nullptr);
   TWIN_CUDA_REQUIRE(out != inp);
   const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(width);
+  if (width % 8 == 0 && device::aligned_16({out, inp})) {
+    swiglu_forward_packed_kernel<<<launch::grid_stride_blocks(n / 8), launch::kElementwiseThreads, 0, stream>>>(
+        out, inp, n / 8, width);
+    TWIN_CUDA_CHECK_LAUNCH();
+    return;
+  }
   swiglu_forward_kernel<<<launch::grid_stride_blocks(n), launch::kElementwiseThreads, 0, stream>>>(out, inp, n, width);
   TWIN_CUDA_CHECK_LAUNCH();
 }
@@ -50,6 +89,12 @@ void swiglu_backward(bf16* dinp, const bf16* inp, const bf16* dout, int rows, in
   TWIN_CUDA_REQUIRE(dinp != nullptr && inp != nullptr && dout != nullptr);
   TWIN_CUDA_REQUIRE(dinp != inp && dinp != dout);
   const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(width);
+  if (width % 8 == 0 && device::aligned_16({dinp, inp, dout})) {
+    swiglu_backward_packed_kernel<<<launch::grid_stride_blocks(n / 8), launch::kElementwiseThreads, 0, stream>>>(
+        dinp, inp, dout, n / 8, width);
+    TWIN_CUDA_CHECK_LAUNCH();
+    return;
+  }
   swiglu_backward_kernel<<<launch::grid_stride_blocks(n), launch::kElementwiseThreads, 0, stream>>>(dinp, inp, dout, n,
                                                                                                     width);
   TWIN_CUDA_CHECK_LAUNCH();

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -132,6 +133,26 @@ TEST(ExecThreadsCommunicator, BroadcastBarrierAndSubgroups) {
   });
   EXPECT_EQ(seen, (std::vector<int>{4201, 4201, 4205, 4205}));
   for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
+TEST(ExecCommunicators, ARankOutsideItsGroupIsNamedWithTheGroup) {
+  // One index_in for every communicator (threads, MPI, NCCL): the rank's place in group order, or a CommError.
+  const CommGroup data{"data", {3, 11, 19}};
+  EXPECT_EQ(index_in(data, 3), 0);
+  EXPECT_EQ(index_in(data, 19), 2);
+  try {
+    index_in(data, 4);
+    FAIL() << "no error";
+  } catch (const CommError& error) {
+    EXPECT_EQ(std::string(error.what()), "rank 4 is not a member of the data group (ranks 3, 11, 19)");
+  }
+  // A collective called on a group without the caller fails the same way.
+  ThreadsWorld world(2);
+  const auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
+    float x = 1;
+    comm.all_reduce(CommGroup{"tensor", {1 - rank}}, &x, 1, DType::F32, "stranger");
+  });
+  EXPECT_EQ(errors[0], "rank 0 is not a member of the tensor group (rank 1)");
 }
 
 TEST(ExecThreadsCommunicator, MessagesMatchByTagNotOrder) {

@@ -163,7 +163,7 @@ TEST(CudaBackendTest, LlamaLayerComputeMatchesCpuBackend) {
     be.swiglu_forward(act, tfc, rows, F);
 
     Tensor dqkv = be.allocate(rows * width, a);
-    be.attention_backward(dqkv, make(be, d_attn, a), qkv, lse, B, T, H, KV, D, Tensor{});
+    be.attention_backward(dqkv, make(be, d_attn, a), qkv, out, lse, B, T, H, KV, D, Tensor{});
     be.rope_backward(dqkv, B, T, H, KV, D, D);
     Tensor dfc = be.allocate(rows * 2 * F, a);
     be.swiglu_backward(dfc, tfc, make(be, d_act, a), rows, F);

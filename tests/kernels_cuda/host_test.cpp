@@ -205,6 +205,20 @@ TEST(CudaLaunch, EmbeddingBackwardShapeOwnsEveryVocabularyRowOnce) {
   EXPECT_THROW(launch::embedding_backward_shape(0, 10), std::invalid_argument);
 }
 
+TEST(CudaLaunch, NormRowsFitABlockOfRegistersOrTakeTheWarpPath) {
+  EXPECT_EQ(launch::norm_threads(768), 32);                        // 96 packs of 8: 3 per thread
+  EXPECT_EQ(launch::norm_threads(2048), 64);                       // 256 packs: 4 per thread
+  EXPECT_EQ(launch::norm_threads(20480), 640);                     // MT-NLG's hidden size
+  EXPECT_EQ(launch::norm_threads(32768), 1024);                    // the largest row a block holds
+  for (int channels : {8, 64, 1024, 4096, 12288, 20480, 32768}) {  // every pack owned by a thread, at most 4 each
+    const int threads = launch::norm_threads(channels);
+    EXPECT_EQ(threads % 32, 0);
+    EXPECT_GE(threads * launch::kNormPacks * 8, channels);
+  }
+  EXPECT_EQ(launch::norm_threads(100), 0);    // not a multiple of 8: one warp per row
+  EXPECT_EQ(launch::norm_threads(32776), 0);  // too long for a block's registers
+}
+
 TEST(CudaLaunch, ReduceBlocksDependOnSizeAlone) {
   EXPECT_EQ(launch::reduce_blocks(1), 1u);
   EXPECT_EQ(launch::reduce_blocks(1024), 1u);

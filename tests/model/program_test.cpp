@@ -376,6 +376,22 @@ TEST(Program, RankLayoutIsMegatronsOrder) {
   EXPECT_EQ(layout.group_members(Group::Embedding, 3), (std::vector<int>{3, 3 + 8 * 8 * 34}));
 }
 
+TEST(Ranks, IndexInIsTheRanksPlaceInItsGroup) {
+  EXPECT_EQ(index_in({3, 11, 19}, 11), 1);
+  EXPECT_EQ(index_in({3, 11, 19}, 4), -1);
+  EXPECT_EQ(index_in({}, 0), -1);
+  // Every rank of every group of a TP 2 x PP 3 x DP 4 layout sits where its coordinates say.
+  const RankLayout layout(2, 3, 4);
+  for (int rank = 0; rank < layout.world_size(); ++rank) {
+    for (Group group : {Group::Tensor, Group::Data, Group::Embedding, Group::World}) {
+      const RankCoord coord = layout.coord_of(rank);
+      if (group == Group::Embedding && coord.pp != 0 && coord.pp != layout.pp() - 1) continue;
+      EXPECT_EQ(index_in(layout.group_members(group, rank), rank), layout.index_in_group(group, rank))
+          << to_string(group) << " rank " << rank;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, EveryShape, ::testing::ValuesIn(shapes()),
                          [](const ::testing::TestParamInfo<Shape>& shape_info) { return std::string(shape_info.param.name); });
 

@@ -63,6 +63,20 @@ TEST(Scenario, LoadsAValidTextAndDerivesDefaults) {
   EXPECT_EQ(s.parallel.schedule, ScheduleKind::OneFOneB);
 }
 
+// Every node kind a scenario may name has its row of GPUs and memory (model/'s one table): a kind added without
+// one is an internal error, not a silent copy of another kind's row.
+TEST(Scenario, EveryNodeKindHasItsGpusAndMemory) {
+  for (const char* node : {"dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "cpu-host"}) {
+    const Scenario s = parse_scenario(std::string(kValid).replace(std::string(kValid).find("dgx-a100"), 8, node),
+                                      "node.toml", {{"parallel.dp", "1"}, {"cluster.gpus_per_node", "4"}});
+    EXPECT_GT(gpu_memory_bytes(s.cluster.node), 0) << node;
+    EXPECT_GT(default_gpus_per_node(s.cluster.node), 0) << node;
+  }
+  EXPECT_EQ(gpu_memory_bytes(NodeKind::DgxA100_40GB), gpu_memory_bytes(NodeKind::DgxA100) / 2);
+  EXPECT_EQ(gpu_memory_bytes(NodeKind::CpuHost), 16.0 * 1024 * 1024 * 1024);
+  EXPECT_THROW(gpu_memory_bytes(static_cast<NodeKind>(250)), InternalError);
+}
+
 TEST(Scenario, ShippedScenariosLoad) {
   const std::string dir = testing::source_dir() + "/scenarios/";
   const Scenario mtnlg = load_scenario(dir + "mtnlg-530b.toml");

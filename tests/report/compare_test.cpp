@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <functional>
 
+#include "model/op_label.hpp"
 #include "report/compare.hpp"
+#include "report/compare_traces.hpp"
 #include "report/trace.hpp"
 #include "tests/sim/support.hpp"
 
@@ -124,18 +126,23 @@ TEST(CompareTraces, AnOpsClassIsItsLabelWithoutLayerMicroBatchOrPeer) {
   gemm.phase = model::Phase::Backward;
   gemm.layer = 12;
   gemm.micro_batch = 3;
-  EXPECT_EQ(op_label(gemm), "backward mlp_up L12 mb3");
+  // The labels both engines write (model::op_label), and their classes as README.md documents them.
+  using model::op_label;
+  EXPECT_EQ(op_label(gemm), "backward mlp_up layer 12 micro-batch 3");
   EXPECT_EQ(op_class(op_label(gemm)), "backward mlp_up");
   model::Op reduce = testing::collective(model::CollectiveKind::AllReduce, model::Group::Tensor, 1e6);
   reduce.payload = model::Payload::LayerOutput;
   reduce.layer = 4;
+  reduce.what = model::ComputeKind::MlpDown;
+  EXPECT_EQ(op_label(reduce), "all_reduce tensor layer_output (forward mlp_down) layer 4");
   EXPECT_EQ(op_class(op_label(reduce)), "all_reduce tensor layer_output");
   model::Op send;
   send.kind = model::OpKind::Send;
   send.phase = model::Phase::Forward;
   send.micro_batch = 10;
   send.peer_stage = 2;
-  EXPECT_EQ(op_label(send), "send forward mb10 to stage 2");
+  send.chunk = 1;
+  EXPECT_EQ(op_label(send), "send forward micro-batch 10 chunk 1 to stage 2");
   EXPECT_EQ(op_class(op_label(send)), "send forward");
   model::Op recv = send;
   recv.kind = model::OpKind::Recv;
@@ -211,7 +218,7 @@ TEST(CompareTraces, EachOpIsTimedFromWhenItsWorkBeganAndGroupedByClass) {
   EXPECT_NEAR(c.classes[2].reference_s, 0.25, 1e-9);
   ASSERT_EQ(c.largest.size(), 1u);  // top = 1
   EXPECT_NEAR(c.largest[0].candidate_s - c.largest[0].reference_s, 1.0, 1e-9);
-  EXPECT_EQ(c.largest[0].label, "forward mlp_up L0 mb0");
+  EXPECT_EQ(c.largest[0].label, "forward mlp_up layer 0 micro-batch 0");
   const std::string table = trace_comparison_table(c);
   EXPECT_THAT(table, HasSubstr("8 ops on 2 ranks (0-1)"));
   EXPECT_THAT(table, HasSubstr("+50.0%"));
@@ -224,7 +231,7 @@ TEST(CompareTraces, EachOpIsTimedFromWhenItsWorkBeganAndGroupedByClass) {
   EXPECT_EQ(json["classes"][0]["name"], "forward mlp_up");
   EXPECT_NEAR(json["classes"][0]["error"].get<double>(), 0.5, 1e-9);
   EXPECT_NEAR(json["classes"][0]["measured_s"].get<double>(), 4.0, 1e-9);
-  EXPECT_EQ(json["largest"][0]["label"], "forward mlp_up L0 mb0");
+  EXPECT_EQ(json["largest"][0]["label"], "forward mlp_up layer 0 micro-batch 0");
   EXPECT_EQ(json["largest"][0]["rank"], 0);
   // Only the ranks both recorded are compared.
   const nlohmann::json rank0 = nlohmann::json::parse(chrome_trace(f.program, TwoTraces::timeline("sim", 3.0), {0}));
@@ -243,10 +250,13 @@ TEST(CompareTraces, RefusesTracesOfDifferentProgramsOrWithoutACommonRank) {
   };
   nlohmann::json relabelled = f.predicted;
   for (auto& event : relabelled["traceEvents"]) {
-    if (event.value("name", "") == "forward mlp_up L1 mb0") event["name"] = "forward gelu L1 mb0";
+    if (event.value("name", "") == "forward mlp_up layer 1 micro-batch 0") {
+      event["name"] = "forward gelu layer 1 micro-batch 0";
+    }
   }
-  EXPECT_THAT(refused(relabelled), HasSubstr("rank 0 op 1 is 'forward mlp_up L1 mb0' in m.json and 'forward gelu L1 "
-                                             "mb0' in p.json: the traces are of different Programs"));
+  EXPECT_THAT(refused(relabelled),
+              HasSubstr("rank 0 op 1 is 'forward mlp_up layer 1 micro-batch 0' in m.json and 'forward gelu layer 1 "
+                        "micro-batch 0' in p.json: the traces are of different Programs"));
   nlohmann::json fewer = f.predicted;
   auto& events = fewer["traceEvents"];
   events.erase(std::remove_if(

@@ -108,7 +108,7 @@ TEST(PointToPoint, OneMessageBetweenNodes) {
   recv.kind = model::OpKind::Recv;
   recv.peer_stage = 0;
   const auto program = hand_program(make_scenario(plan), {{send}, {recv}});
-  // Megatron's scatter/gather (sim/framework.hpp): each TP rank sends 1/8 of the tensor over its own NIC (bandwidth,
+  // Megatron's scatter/gather (model::pipeline_transfer): each TP rank sends 1/8 of the tensor over its own NIC (bandwidth,
   // NCCL's network step latency, two fabric links: both nodes under one leaf switch), then the receivers all-gather
   // it on NVLink.
   const double gather = kNccl.ring_simple_base_s + 7 * kNccl.ring_simple_nvlink_step_s +

@@ -122,11 +122,7 @@ TEST(CostModel, FusedLayerCostsTheSumOfItsParts) {
   for (model::Phase phase : {model::Phase::Forward, model::Phase::Backward}) {
     double parts = 0;
     for (const model::Op& op : model::layer_compute_ops(scenario, 3, phase)) parts += cost.compute_time_s(scenario, op);
-    model::Op layer;
-    layer.what = model::ComputeKind::TransformerLayer;
-    layer.phase = phase;
-    layer.layer = 3;
-    EXPECT_DOUBLE_EQ(cost.compute_time_s(scenario, layer), parts);
+    EXPECT_DOUBLE_EQ(cost.compute_time_s(scenario, model::fused_layer_op(scenario, 3, phase)), parts);
     EXPECT_GT(parts, 0);
   }
 }
@@ -139,13 +135,9 @@ TEST(CostModel, BackwardCostsAboutTwiceTheForward) {
   plan.seq = 2048;
   const model::Scenario scenario = testing::make_scenario(plan);
   const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
-  model::Op layer;
-  layer.what = model::ComputeKind::TransformerLayer;
-  layer.layer = 0;
-  layer.phase = model::Phase::Forward;
-  const double forward = cost.compute_time_s(scenario, layer);
-  layer.phase = model::Phase::Backward;
-  EXPECT_NEAR(cost.compute_time_s(scenario, layer) / forward, 2.0, 0.25);
+  const double forward = cost.compute_time_s(scenario, model::fused_layer_op(scenario, 0, model::Phase::Forward));
+  const double backward = cost.compute_time_s(scenario, model::fused_layer_op(scenario, 0, model::Phase::Backward));
+  EXPECT_NEAR(backward / forward, 2.0, 0.25);
 }
 
 const topology::NodeSpec kNode = topology::dgx_a100();

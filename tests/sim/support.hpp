@@ -62,6 +62,10 @@ inline model::Program hand_program(const model::Scenario& scenario, std::vector<
   program.layout = model::RankLayout(static_cast<int>(scenario.parallel.tp), static_cast<int>(scenario.parallel.pp),
                                      static_cast<int>(scenario.parallel.dp));
   program.stage_ops = std::move(stage_ops);
+  program.exchange_issue = model::exchange_issue(scenario);
+  for (int stage = 0; stage < program.stages(); ++stage) {
+    program.stage_exchanges.push_back(model::pipeline_exchanges(scenario, program.stage_ops[stage], stage));
+  }
   return program;
 }
 

@@ -103,11 +103,14 @@ TEST(Hardware, EveryDgxKindAScenarioNamesHasItsGpuAndFabric) {
   const NodeSpec h200 = node_spec(model::NodeKind::DgxH200);
   EXPECT_EQ(h200.gpu.name, "H200-SXM-141GB");
   EXPECT_EQ(fabric_spec(model::NodeKind::DgxH200).name, fabric_spec(model::NodeKind::DgxH100).name);
-  // What validation and the memory check use agrees with the specs.
-  EXPECT_NEAR(model::gpu_memory_bytes(model::NodeKind::DgxA100_40GB), a100_40.gpu.hbm_bytes,
-              0.1 * a100_40.gpu.hbm_bytes);
-  EXPECT_NEAR(model::gpu_memory_bytes(model::NodeKind::DgxH200), h200.gpu.hbm_bytes, 1e6);
-  EXPECT_EQ(model::default_gpus_per_node(model::NodeKind::DgxH200), h200.gpus);
+  // What validation and the memory check use is the specs' memory, in the same unit (one table: model/'s).
+  for (const model::NodeKind kind : {model::NodeKind::DgxA100, model::NodeKind::DgxA100_40GB, model::NodeKind::DgxH100,
+                                     model::NodeKind::DgxH200}) {
+    EXPECT_EQ(model::gpu_memory_bytes(kind), node_spec(kind).gpu.hbm_bytes) << model::to_string(kind);
+    EXPECT_EQ(model::default_gpus_per_node(kind), node_spec(kind).gpus) << model::to_string(kind);
+  }
+  EXPECT_EQ(model::gpu_memory_bytes(model::NodeKind::DgxA100), 80.0 * 1024 * 1024 * 1024);  // 81920 MiB
+  EXPECT_GT(model::gpu_memory_bytes(model::NodeKind::DgxH200), 140.0 * 1024 * 1024 * 1024);  // 143771 MiB
 }
 
 TEST(Placement, MegatronOrderIsIdentity) {
@@ -140,6 +143,20 @@ TEST(Placement, OtherOrders) {
   EXPECT_EQ(gpus.size(), 32u);  // a bijection
   EXPECT_THROW(Placement(layout, 8, "tp-tp-pp"), std::invalid_argument);
   EXPECT_THROW(Placement(layout, 8, "tp-dp"), std::invalid_argument);
+}
+
+TEST(Placement, ContextParallelSitsOutsideTensorUnlessNamed) {
+  const model::RankLayout layout(model::LayoutSizes{.tp = 2, .pp = 2, .dp = 2, .cp = 2});  // 16 ranks
+  const Placement megatron(layout, 8);  // "tp-dp-pp": cp right outside tp, as the ranks are numbered
+  for (int rank = 0; rank < layout.world_size(); ++rank) EXPECT_EQ(megatron.gpu_of(rank), rank);
+  EXPECT_EQ(megatron.order(), "tp-dp-pp");
+  const Placement cp_outer(layout, 8, "tp-dp-cp-pp");
+  EXPECT_EQ(cp_outer.order(), "tp-dp-cp-pp");
+  EXPECT_EQ(cp_outer.gpu_of(layout.rank_of({.dp = 0, .pp = 0, .tp = 0, .cp = 1})), 4);
+  EXPECT_EQ(cp_outer.gpu_of(layout.rank_of({.dp = 1, .pp = 0, .tp = 1, .cp = 0})), 3);
+  EXPECT_TRUE(cp_outer.tensor_groups_inside_nodes());
+  EXPECT_THROW(Placement(layout, 8, "tp-cp-dp-cp-pp"), std::invalid_argument);
+  EXPECT_THROW(Placement(layout, 8, "tp-cp-pp"), std::invalid_argument);
 }
 
 TEST(FatTreeShape, NonBlockingAndOptions) {

@@ -1,0 +1,108 @@
+// The checks of numeric and file flags at parse time, before any work, with messages a person can read.
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include <unistd.h>
+
+#include <fmt/core.h>
+
+#include "cli/commands.hpp"
+
+namespace twin::cli {
+
+namespace fs = std::filesystem;
+
+CLI::Validator output_file() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        if (path.empty()) return "the file name is empty";
+        std::error_code error;
+        if (fs::is_directory(path, error)) return fmt::format("'{}' is a directory: give a file name", path);
+        const fs::path parent = fs::path(path).parent_path();
+        if (!parent.empty() && !fs::is_directory(parent, error)) {
+          return fmt::format("'{}': there is no directory '{}'", path, parent.string());
+        }
+        return {};
+      },
+      "FILE");
+}
+
+namespace {
+
+// The number text starts with, and how many characters it took (0: it starts with none).
+std::pair<double, std::size_t> leading_number(const std::string& text) {
+  try {
+    std::size_t used = 0;
+    const double value = std::stod(text, &used);
+    return {value, used};
+  } catch (const std::exception&) {
+    return {0.0, 0};
+  }
+}
+
+}  // namespace
+
+CLI::Validator between(double minimum, double maximum) {
+  return CLI::Validator(
+      [minimum, maximum](std::string& text) -> std::string {
+        const auto [value, used] = leading_number(text);
+        if (used == 0 || used != text.size() || !std::isfinite(value)) {
+          return fmt::format("expected a finite number, got '{}'", text);
+        }
+        if (value < minimum) return fmt::format("must be at least {}, got {}", minimum, text);
+        if (value > maximum) return fmt::format("must be at most {}, got {}", maximum, text);
+        return {};
+      },
+      std::isfinite(maximum) ? fmt::format("{}..{}", minimum, maximum) : fmt::format(">={}", minimum));
+}
+
+double parse_token_count(const std::string& flag, const std::string& text) {
+  auto [value, used] = leading_number(text);
+  // A trailing k, M, B (or G) or T, in either case, scales the number.
+  constexpr std::pair<char, double> kSuffixes[] = {{'k', 1e3}, {'m', 1e6}, {'b', 1e9}, {'g', 1e9}, {'t', 1e12}};
+  double scale = 1;
+  if (used > 0 && used + 1 == text.size()) {
+    const char suffix = static_cast<char>(std::tolower(static_cast<unsigned char>(text.back())));
+    for (const auto& [letter, factor] : kSuffixes) {
+      if (letter == suffix) {
+        scale = factor;
+        ++used;
+      }
+    }
+  }
+  value *= scale;
+  if (used == 0 || used != text.size() || !std::isfinite(value) || value < 1 || value > 1e18) {
+    throw UserError(
+        fmt::format("{}: expected a number of tokens from 1 to 1e18 (300e9, 300B, 1.4T), got '{}'", flag, text));
+  }
+  return value;
+}
+
+CLI::Validator token_count(const std::string& flag) {
+  return CLI::Validator(
+      [flag](std::string& text) -> std::string {
+        try {
+          parse_token_count(flag, text);
+        } catch (const UserError& error) {
+          return error.what();
+        }
+        return {};
+      },
+      "TOKENS");
+}
+
+CLI::Validator at_least(double minimum) {
+  return between(minimum, std::numeric_limits<double>::infinity());
+}
+
+}  // namespace twin::cli

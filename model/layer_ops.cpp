@@ -1,0 +1,243 @@
+#include "model/layer_ops.hpp"
+
+#include <memory>
+#include <stdexcept>
+#include <utility>
+
+#include "model/compute_ops.hpp"
+
+namespace twin::model {
+namespace {
+
+// Forward (or recomputed forward) of one transformer layer, op by op.
+//
+// A parallel block (model.parallel_residual; GPT-J, GPT-NeoX's gpt_j_residual: "x = x + attn(ln(x)) + mlp(ln(x)) ...
+// we can do a single allreduce after we add mlp / attn outputs", megatron/model/transformer.py): both layer norms
+// read the layer input, the MLP-down GEMM accumulates onto the attention projection's partial sums (C = A B + C: one
+// more read of the [tokens, h] partials), one TP all-reduce (reduce-scatter) reduces both branches, and one residual
+// op adds x and both biases. GPT-NeoX adds each branch's bias with its dropout before the all-reduce and the residual
+// after it, one pass over [tokens, h] more than counted here. With one shared layer norm (model.shared_norm: GPT-J,
+// PaLM) there is no second norm, and its output is gathered once under sequence parallelism.
+std::vector<Op> layer_forward(const Shapes& x, Phase phase) {
+  std::vector<Op> ops;
+  const double attention_width = x.heads_local * x.head_dim;  // h / t
+  ops.push_back(elementwise(ComputeKind::LayerNormAttention, phase, x.layer_norm_forward() * x.tokens_sp * x.h,
+                            x.layer_norm_launches(phase)));
+  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
+  ops.push_back(qkv_projection(x, phase));
+  ops.push_back(attention_core(x, phase));
+  ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
+  if (!x.parallel) {
+    reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::AttentionProjection, phase);
+    ops.push_back(elementwise(ComputeKind::AttentionResidual, phase, x.residual_forward() * x.tokens_sp * x.h,
+                              x.residual_launches(phase)));
+  }
+  if (!x.shared_norm) {
+    ops.push_back(elementwise(ComputeKind::LayerNormMlp, phase, x.layer_norm_forward() * x.tokens_sp * x.h,
+                              x.layer_norm_launches(phase)));
+    gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
+  }
+  ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
+  ops.push_back(activation(x, phase));
+  const double partial_sums = x.parallel ? x.e * x.tokens * x.h : 0;  // reads the attention branch's as C
+  ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t, partial_sums));
+  reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::MlpDown, phase);
+  const int branches = x.parallel ? 2 : 1;
+  ops.push_back(elementwise(ComputeKind::MlpResidual, phase, x.residual_forward(branches) * x.tokens_sp * x.h,
+                            x.residual_launches(phase, branches)));
+  return ops;
+}
+
+// Backward of one transformer layer: the forward's ops in reverse, each collective replaced by its adjoint
+// (all-reduce of the input gradient of a column-parallel GEMM; with sequence parallelism, all-gather of the output
+// gradient before a row-parallel GEMM, re-gather of a column-parallel GEMM's input for its weight gradient, and
+// reduce-scatter of its input gradient). A parallel block gathers dy once for both row-parallel GEMMs and keeps an
+// all-reduce per branch (its two layer norms differ, so their gradients cannot be summed before them); with one
+// shared norm the QKV GEMM's input gradient accumulates onto the MLP-up GEMM's (one more read of the [tokens, h]
+// partials), so that one all-reduce serves both.
+std::vector<Op> layer_backward(const Shapes& x) {
+  const Phase phase = Phase::Backward;
+  std::vector<Op> ops;
+  const double attention_width = x.heads_local * x.head_dim;
+  const int branches = x.parallel ? 2 : 1;
+  ops.push_back(elementwise(ComputeKind::MlpResidual, phase, x.residual_backward(branches) * x.tokens_sp * x.h,
+                            x.residual_launches(phase, branches)));
+  gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::MlpDown, phase);
+  ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t));
+  ops.push_back(activation(x, phase));
+  // the MLP-up GEMM's input, for its weight gradient (the shared norm's output: QKV's too)
+  gather_sequence(ops, x, Payload::LayerInput, x.shared_norm ? ComputeKind::QkvProjection : ComputeKind::MlpUp, phase);
+  ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
+  if (!x.shared_norm) {
+    reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::MlpUp, phase);
+    ops.push_back(elementwise(ComputeKind::LayerNormMlp, phase, x.layer_norm_backward() * x.tokens_sp * x.h,
+                              x.layer_norm_launches(phase)));
+  }
+  if (!x.parallel) {
+    ops.push_back(elementwise(ComputeKind::AttentionResidual, phase, x.residual_backward() * x.tokens_sp * x.h,
+                              x.residual_launches(phase)));
+    gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::AttentionProjection, phase);
+  }
+  ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
+  ops.push_back(attention_core(x, phase));
+  if (!x.shared_norm) gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
+  const double mlp_input_gradient = x.shared_norm ? x.e * x.tokens * x.h : 0;  // accumulated onto, read as C
+  ops.push_back(qkv_projection(x, phase, mlp_input_gradient));
+  reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::QkvProjection, phase);
+  ops.push_back(elementwise(ComputeKind::LayerNormAttention, phase, x.layer_norm_backward() * x.tokens_sp * x.h,
+                            x.layer_norm_launches(phase)));
+  return ops;
+}
+
+// DeepSpeed's partition_activations (v0.5 runtime/activation_checkpointing/checkpointing.py), around a checkpointed
+// layer: its forward keeps `item.view(-1).narrow(...).clone()`, its rank's contiguous 1/t of the input (read and
+// write e T h / t); before the recompute gather_partitioned_activations zero-fills a flat [T h] buffer (write e T h),
+// copies the rank's part into it (read and write e T h / t) and all-gathers the parts across TP with PyTorch's list
+// all_gather, which gathers into NCCL's own flat buffer and copies each part out (read and write e T h). The copies
+// ride on the layer's first op, the gather is a blocking TP collective on the compute stream before the recompute.
+void partition_checkpointed_input(const Shapes& x, Phase phase, std::vector<Op>& ops) {
+  const double input = x.e * x.tokens * x.h, part = input / x.t;
+  if (phase == Phase::Forward) {
+    add_stream_bytes(ops.front(), 2 * part);
+    return;
+  }
+  add_stream_bytes(ops.front(), input + 2 * part + 2 * input);
+  ops.insert(ops.begin(), tensor_collective(CollectiveKind::AllGather, Payload::CheckpointedInput,
+                                            ComputeKind::LayerNormAttention, phase, input));
+}
+
+}  // namespace
+
+std::vector<Op> layer_ops(const Scenario& s, int layer, Phase phase) {
+  const Shapes x(s);
+  std::vector<Op> ops;
+  const bool partitioned = s.framework.partition_activations && s.recompute_of_layer(layer) == Recompute::Full;
+  switch (phase) {
+    case Phase::Forward:
+      ops = layer_forward(x, Phase::Forward);
+      if (partitioned) partition_checkpointed_input(x, Phase::Forward, ops);
+      break;
+    case Phase::Backward:
+      ops = layer_backward(x);
+      break;
+    case Phase::Recompute:
+      if (s.recompute_of_layer(layer) == Recompute::Full) ops = layer_forward(x, Phase::Recompute);
+      if (s.recompute_of_layer(layer) == Recompute::Selective) ops.push_back(attention_core(x, Phase::Recompute));
+      if (partitioned) partition_checkpointed_input(x, Phase::Recompute, ops);
+      break;
+    case Phase::Optimizer:
+      throw std::invalid_argument("layer_ops: a layer has no optimizer phase");
+  }
+  for (Op& op : ops) op.layer = layer;
+  return ops;
+}
+
+// `layer` granularity: one TransformerLayer compute op carrying the sum of the layer's compute, then its collectives
+// in their original order.
+std::vector<Op> fuse_layer(const std::vector<Op>& ops) {
+  if (ops.empty()) return ops;
+  auto parts = std::make_shared<KernelBreakdown>();
+  Op fused;
+  fused.what = ComputeKind::TransformerLayer;
+  fused.phase = ops.front().phase;
+  fused.layer = ops.front().layer;
+  std::vector<Op> out{fused};
+  for (const Op& op : ops) {
+    if (op.kind == OpKind::Compute) {
+      out.front().flops += op.flops;
+      out.front().bytes += op.bytes;
+      parts->parts.push_back(op);
+    } else {
+      out.push_back(op);
+    }
+  }
+  out.front().breakdown = std::move(parts);
+  return out;
+}
+
+// The embedding's forward, or its recomputation before its backward (DeepSpeed, below).
+std::vector<Op> embedding_forward(const Shapes& x, Phase phase) {
+  // Vocab-parallel lookup (rows outside this rank's shard give zeros) plus position embedding, then summed across TP;
+  // Megatron's embedding dropout follows (read, write, mask). Composer's MPT looks up wte and wpe in two kernels
+  // (read and write each) and adds them (read two, write one).
+  const double dropout = x.dropout ? 2 * x.e + 1 : 0;
+  const double lookup = x.composer ? 7 * x.e : 2 * x.e;
+  std::vector<Op> ops{
+      elementwise(ComputeKind::Embedding, phase, (lookup + dropout) * x.tokens * x.h, x.embedding_launches(phase))};
+  reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::Embedding, phase);
+  return ops;
+}
+
+std::vector<Op> embedding_backward(const Shapes& x) {
+  std::vector<Op> ops;
+  gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::Embedding, Phase::Backward);
+  // The embedding's backward reads the gradient into the word embedding's. Composer's runs PyTorch's dense embedding
+  // backward twice, for wte and wpe (embedding_dense_backward_cuda: zero-fill the table's gradient, one pass over
+  // the [tokens, h] gradient, write the touched rows), then adds the tied head's gradient of wte to it (autograd's
+  // out-of-place add: read two, write one).
+  double bytes = 2 * x.tokens * x.h * x.e;
+  if (x.composer) {
+    const double tables = x.vocab_local + (x.alibi ? 0 : x.seq);
+    bytes = 2 * x.tokens * x.h * x.e + 2 * tables * x.h * x.e + 3 * x.vocab_local * x.h * x.e;
+  }
+  ops.push_back(elementwise(ComputeKind::Embedding, Phase::Backward, bytes, x.embedding_launches(Phase::Backward)));
+  return ops;
+}
+
+namespace {
+
+// The final layer norm and the LM head's logits: their forward, or their recomputation before their backward.
+std::vector<Op> head_logits(const Shapes& x, Phase phase) {
+  std::vector<Op> ops;
+  ops.push_back(elementwise(ComputeKind::FinalLayerNorm, phase, x.layer_norm_forward() * x.tokens_sp * x.h,
+                            x.layer_norm_launches(phase)));
+  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::LmHead, phase);
+  ops.push_back(gemm(x, ComputeKind::LmHead, phase, x.tokens, x.vocab_local, x.h));
+  return ops;
+}
+
+}  // namespace
+
+std::vector<Op> head_forward(const Shapes& x) {
+  std::vector<Op> ops = head_logits(x, Phase::Forward);
+  // Cross-entropy in fp32 over the rank's vocabulary shard; one all-gather of (max, sum of exp, target logit) per
+  // token combines the shards.
+  ops.push_back(elementwise(ComputeKind::CrossEntropy, Phase::Forward,
+                            x.tokens * x.vocab_local * x.cross_entropy_forward(),
+                            x.cross_entropy_launches(Phase::Forward)));
+  if (x.tensor_comm) {
+    ops.push_back(tensor_collective(CollectiveKind::AllGather, Payload::CrossEntropyStats, ComputeKind::CrossEntropy,
+                                    Phase::Forward, x.t * x.tokens * 3 * 4));
+  }
+  return ops;
+}
+
+// `recompute_logits`: the final layer norm and LM head run again between the loss's backward and theirs.
+std::vector<Op> head_backward(const Shapes& x, bool recompute_logits) {
+  std::vector<Op> ops;
+  ops.push_back(elementwise(ComputeKind::CrossEntropy, Phase::Backward,
+                            x.tokens * x.vocab_local * x.cross_entropy_backward(),
+                            x.cross_entropy_launches(Phase::Backward)));
+  if (recompute_logits) {
+    for (Op& op : head_logits(x, Phase::Recompute)) ops.push_back(std::move(op));
+  }
+  gather_sequence(ops, x, Payload::LayerInput, ComputeKind::LmHead, Phase::Backward);
+  ops.push_back(gemm(x, ComputeKind::LmHead, Phase::Backward, x.tokens, x.vocab_local, x.h));
+  reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::LmHead, Phase::Backward);
+  ops.push_back(elementwise(ComputeKind::FinalLayerNorm, Phase::Backward, x.layer_norm_backward() * x.tokens_sp * x.h,
+                            x.layer_norm_launches(Phase::Backward)));
+  return ops;
+}
+
+// Full recompute in DeepSpeed's pipeline engine also recomputes the model's ends. PipelineModule.forward wraps every
+// `activation_checkpoint_interval` consecutive layers of the stage in a checkpoint when _is_checkpointable says so,
+// and that test (deepspeed/runtime/pipe/module.py, v0.5) keeps to transformer layers only for a model class named
+// 'GPT2ModelPipe'; for any other it checkpoints every layer that has parameters. Megatron-DeepSpeed's model is
+// 'GPTModelPipe' (megatron/model/gpt_model.py, June 2021, interval = --checkpoint-num-layers, 1 by default), so the
+// embedding on the first stage and the final layer norm and tied LM head on the last are recomputed before their
+// backward, as the transformer layers are. Megatron-LM checkpoints only its transformer layers.
+bool recompute_model_ends(const Scenario& s) {
+  return s.framework.name == Framework::DeepSpeed && s.parallel.recompute == Recompute::Full;
+}
+
+}  // namespace twin::model

@@ -1,0 +1,16 @@
+// The rules a valid scenario obeys (model/scenario_rules.cpp), for the TOML reader, which checks them once the fields
+// were read. Internal to model/: everyone else calls validation_problems (scenario.hpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/scenario.hpp"
+
+namespace twin::model {
+
+// Every rule `scenario` breaks; `check_world_size` false leaves out whether the plan fills the cluster (when dp could
+// not be derived, the reader has said why already).
+std::vector<std::string> scenario_rule_violations(const Scenario& scenario, bool check_world_size);
+
+}  // namespace twin::model

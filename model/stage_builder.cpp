@@ -1,0 +1,273 @@
+#include "model/stage_builder.hpp"
+
+#include <utility>
+
+#include "model/formulas.hpp"
+#include "model/layer_ops.hpp"
+
+namespace twin::model {
+
+StageBuilder::StageBuilder(const Scenario& s, Granularity granularity, const StageSchedule& schedule, int stage)
+    : s_(s), x_(s), granularity_(granularity), schedule_(schedule), stage_(stage) {
+  stages_ = static_cast<int>(s.parallel.pp);
+  chunks_ = static_cast<int>(s.parallel.virtual_stages);
+  virtual_stages_ = stages_ * chunks_;
+  dp_ = static_cast<int>(s.parallel.dp);
+  // Megatron-LM reduces gradients in fp32 for bf16 training (it sets accumulate_allreduce_grads_in_fp32 with
+  // --bf16), in the model dtype otherwise. DeepSpeed reduces them in the model dtype: v0.5's ZeRO-1
+  // (runtime/zero/stage2.py, allreduce_bucket) converts to fp32 only under allreduce_always_fp32, off by default.
+  // Composer's DDP reduces the fp32 gradients of its fp32 parameters (autocast); its FSDP reduce-scatters in the
+  // model dtype (fsdp_reduce).
+  const bool fp32_reduction = (s.framework.name == Framework::Megatron && s.model.dtype == DType::BF16) ||
+                              s.framework.name == Framework::Composer;
+  grad_reduce_bytes_ = fp32_reduction ? 4.0 : dtype_bytes(s.model.dtype);
+  // DeepSpeed's BF16_Optimizer all-reduces the tied weight's fp32 gradient (weight._hp_grad, pipe/engine.py).
+  tied_reduce_bytes_ = s.framework.bf16_optimizer ? 4.0 : grad_reduce_bytes_;
+  zero3_ = s.shards_parameters();
+  gathers_under_forward_ = s.parallel.overlap_param_gather && s.parallel.zero_stage >= 1 && dp_ > 1 && !zero3_;
+  last_backward_.assign(chunks_, -1);
+  for (int i = 0; i < static_cast<int>(schedule.size()); ++i) {
+    if (schedule[i].pass == Pass::Backward) last_backward_[schedule[i].chunk] = i;
+  }
+}
+
+std::vector<Op> StageBuilder::build() {
+  if (gathers_under_forward_ && s_.parallel.schedule == ScheduleKind::Interleaved) dispatch_aligned_gathers();
+  for (int i = 0; i < static_cast<int>(schedule_.size()); ++i) {
+    const PipelineStep& step = schedule_[i];
+    if (step.pass == Pass::Forward) {
+      forward_step(step);
+    } else {
+      backward_step(step, i == last_backward_[step.chunk]);
+    }
+  }
+  finish_iteration();
+  return std::move(ops_);
+}
+
+int StageBuilder::emit(Op op) {
+  ops_.push_back(std::move(op));
+  return static_cast<int>(ops_.size()) - 1;
+}
+
+void StageBuilder::emit_all(std::vector<Op> ops, const PipelineStep& step, int& wait_for) {
+  for (Op& op : ops) {
+    op.micro_batch = step.micro_batch;
+    op.chunk = step.chunk;
+    if (wait_for >= 0) {
+      op.deps.push_back(wait_for);
+      wait_for = -1;
+    }
+    if (pending_gather_ >= 0) {
+      op.deps.push_back(pending_gather_);
+      pending_gather_ = -1;
+    }
+    emit(std::move(op));
+  }
+}
+
+void StageBuilder::emit_layer(int layer, Phase phase, const PipelineStep& step, int& wait_for) {
+  auto [it, created] = layer_ops_.try_emplace({layer, phase});
+  if (created) {
+    it->second = layer_ops(s_, layer, phase);
+    if (granularity_ == Granularity::Layer) it->second = fuse_layer(it->second);
+  }
+  emit_all(it->second, step, wait_for);
+}
+
+int StageBuilder::recv(const PipelineStep& step, int from_virtual_stage, Phase phase) {
+  Op op;
+  op.kind = OpKind::Recv;
+  op.stream = Stream::Pipeline;
+  op.phase = phase;
+  op.micro_batch = step.micro_batch;
+  op.chunk = step.chunk;
+  op.peer_stage = from_virtual_stage % stages_;
+  op.tag_virtual_stage = from_virtual_stage;
+  op.bytes = x_.tokens_sp * x_.h * x_.e;
+  return emit(std::move(op));
+}
+
+void StageBuilder::send(const PipelineStep& step, int my_virtual_stage, int to_virtual_stage, Phase phase,
+                        int producer) {
+  Op op;
+  op.kind = OpKind::Send;
+  op.stream = Stream::Pipeline;
+  op.phase = phase;
+  op.micro_batch = step.micro_batch;
+  op.chunk = step.chunk;
+  op.peer_stage = to_virtual_stage % stages_;
+  op.tag_virtual_stage = my_virtual_stage;
+  op.bytes = x_.tokens_sp * x_.h * x_.e;
+  op.deps.push_back(producer);
+  emit(std::move(op));
+}
+
+int StageBuilder::first_layer(int chunk) const {
+  return static_cast<int>(s_.first_layer_of_virtual_stage(virtual_stage(stage_, chunk, stages_)));
+}
+
+int StageBuilder::layers_in(int chunk) const {
+  return static_cast<int>(s_.layers_in_virtual_stage(virtual_stage(stage_, chunk, stages_)));
+}
+
+// parallel.overlap_param_gather (Megatron-Core's --overlap-param-gather): after the optimizer step the updated
+// parameters are not gathered at once; the iteration's first forward of a bucket (micro-batch 0 of its chunk)
+// waits for the bucket's all-gather (distributed_data_parallel.py, the forward pre-hook). When the gathers are
+// dispatched (megatron/core/distributed/param_and_grad_buffer.py, finish_param_sync; pipeline_parallel/
+// schedules.py; training/arguments.py):
+//   1F1B and GPipe (align_param_gather is forced off): each stage on its own. The first bucket's gather is
+//     dispatched by its own forward (after the Recv), so it is exposed; waiting for bucket k's dispatches bucket
+//     k + 1's, which starts once the forward before bucket k's has ended and bucket k's gather is done (the
+//     DataParallel stream is ordered).
+//   interleaved (align_param_gather, on by default): every stage dispatches the gathers of its first two chunks
+//     at the start of the schedule, and each later chunk's a few micro-batches ahead of it; twin dispatches them
+//     all at the start, which hides a later chunk's gathers at least as well as Megatron's timing does.
+// A chunk's buckets in forward order: the embedding (first virtual stage), its layers, the head (last one).
+std::vector<StageBuilder::GatherBucket> StageBuilder::gather_buckets(int chunk) const {
+  const int vs = virtual_stage(stage_, chunk, stages_);
+  std::vector<GatherBucket> buckets;
+  if (vs == 0) buckets.push_back({-1, ComputeKind::Embedding, end_bucket_parameters(ComputeKind::Embedding)});
+  for (int layer = first_layer(chunk); layer < first_layer(chunk) + layers_in(chunk); ++layer) {
+    buckets.push_back({layer, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_)});
+  }
+  if (vs == virtual_stages_ - 1) {
+    buckets.push_back({-1, ComputeKind::LmHead, end_bucket_parameters(ComputeKind::LmHead)});
+  }
+  return buckets;
+}
+
+int StageBuilder::parameter_gather(const GatherBucket& bucket, int chunk, int after) {
+  Op op = gradient_op(CollectiveKind::AllGather, Group::Data, Payload::Parameters, bucket.what,
+                      bucket.parameters * x_.e, Stream::DataParallel);
+  op.phase = Phase::Forward;
+  op.layer = bucket.layer;
+  op.micro_batch = 0;
+  op.chunk = chunk;
+  if (after >= 0) op.deps.push_back(after);
+  return emit(std::move(op));
+}
+
+// The interleaved schedule's: every chunk's gathers at the start of the stage's ops.
+void StageBuilder::dispatch_aligned_gathers() {
+  for (int chunk = 0; chunk < chunks_; ++chunk) {
+    std::vector<int> ops;
+    for (const GatherBucket& bucket : gather_buckets(chunk)) ops.push_back(parameter_gather(bucket, chunk, -1));
+    aligned_gathers_.push_back(std::move(ops));
+  }
+}
+
+// One forward step's view of them: before each bucket's forward, the gather it waits for (pending_gather_, taken
+// by the bucket's first op) and, without alignment, the next bucket's dispatch.
+class StageBuilder::ParameterGathers {
+ public:
+  ParameterGathers(StageBuilder& b, const PipelineStep& step) : b_(b), chunk_(step.chunk) {
+    if (!b.gathers_under_forward_ || step.micro_batch != 0) return;
+    buckets_ = b.gather_buckets(chunk_);
+    if (!b.aligned_gathers_.empty()) gathers_ = b.aligned_gathers_[static_cast<std::size_t>(chunk_)];
+  }
+  void before_bucket(int wait_for) {
+    if (next_ >= buckets_.size()) return;
+    const bool aligned = !b_.aligned_gathers_.empty();
+    if (!aligned) {
+      if (next_ == 0) gathers_.push_back(b_.parameter_gather(buckets_[0], chunk_, wait_for));
+      if (next_ + 1 < buckets_.size()) {
+        gathers_.push_back(b_.parameter_gather(buckets_[next_ + 1], chunk_, next_ == 0 ? -1 : b_.last_op()));
+      }
+    }
+    b_.pending_gather_ = gathers_[next_];
+    ++next_;
+  }
+
+ private:
+  StageBuilder& b_;
+  int chunk_;
+  std::vector<GatherBucket> buckets_;
+  std::vector<int> gathers_;
+  std::size_t next_ = 0;
+};
+
+void StageBuilder::forward_step(const PipelineStep& step) {
+  const int vs = virtual_stage(stage_, step.chunk, stages_);
+  int wait_for = vs > 0 ? recv(step, vs - 1, Phase::Forward) : -1;
+  if (zero3_) {
+    // FSDP's root unit (the embeddings and the final layer norm) is gathered at the start of every micro-batch
+    // and stays so through its backward; the DataParallel stream's order puts this after the previous
+    // micro-batch's reduce-scatters, which the root's backward made the compute stream wait for.
+    fsdp_gather(-1, ComputeKind::Embedding, end_bucket_parameters(ComputeKind::Embedding), Phase::Forward, step);
+    wait_for = fsdp_gather(-1, ComputeKind::LmHead, end_bucket_parameters(ComputeKind::LmHead), Phase::Forward, step);
+  }
+  const int first = first_layer(step.chunk), end = first + layers_in(step.chunk);
+  ParameterGathers gathers(*this, step);
+  if (vs == 0) {
+    gathers.before_bucket(wait_for);
+    emit_all(embedding_forward(x_), step, wait_for);
+  }
+  for (int layer = first; layer < end; ++layer) {
+    if (zero3_)
+      wait_for = fsdp_gather(layer, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_), Phase::Forward, step);
+    gathers.before_bucket(wait_for);
+    emit_layer(layer, Phase::Forward, step, wait_for);
+    if (zero3_) fsdp_free(last_op());  // FULL_SHARD reshards a block after its forward
+  }
+  if (vs == virtual_stages_ - 1) {
+    gathers.before_bucket(wait_for);
+    emit_all(head_forward(x_), step, wait_for);
+  } else {
+    send(step, vs, vs + 1, Phase::Forward, last_op());
+  }
+}
+
+void StageBuilder::backward_step(const PipelineStep& step, bool last_backward_of_chunk) {
+  const int vs = virtual_stage(stage_, step.chunk, stages_);
+  int wait_for = vs < virtual_stages_ - 1 ? recv(step, vs + 1, Phase::Backward) : -1;
+  if (vs == virtual_stages_ - 1) emit_all(head_backward(x_, recompute_model_ends(s_)), step, wait_for);
+  int gradient_producer = last_op();
+  const int first = first_layer(step.chunk);
+  const int last = first + layers_in(step.chunk) - 1;
+  int prefetched = -1;  // FSDP: the all-gather of the next block in backward order, issued by the previous one
+  for (int layer = last; layer >= first; --layer) {
+    if (zero3_) {
+      // The last block's parameters are gathered in its own pre-backward hook; every other block's was
+      // prefetched in the post-backward hook of the block after it (Composer's BACKWARD_POST).
+      wait_for = layer == last ? fsdp_gather(layer, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_),
+                                             Phase::Backward, step)
+                               : prefetched;
+    }
+    emit_layer(layer, Phase::Recompute, step, wait_for);
+    emit_layer(layer, Phase::Backward, step, wait_for);
+    gradient_producer = last_op();  // before any gradient-synchronisation op of this layer
+    if (zero3_) {
+      // Post-backward hook: reshard the block, prefetch the next one, reduce-scatter this one's gradient (every
+      // micro-batch: Composer never enters no_sync), after its backward on the compute stream.
+      fsdp_free(gradient_producer);
+      if (layer > first) {
+        prefetched =
+            fsdp_gather(layer - 1, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_), Phase::Backward, step);
+      }
+      fsdp_reduce(layer, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_), gradient_producer, step);
+      continue;
+    }
+    if (last_backward_of_chunk) {
+      if (s_.parallel.dp_overlap) {
+        synchronize_layer_gradients(layer);
+      } else {
+        deferred_layers_.push_back(layer);
+      }
+    }
+  }
+  if (vs == 0) {
+    if (recompute_model_ends(s_)) emit_all(embedding_forward(x_, Phase::Recompute), step, wait_for);
+    emit_all(embedding_backward(x_), step, wait_for);
+  }
+  if (zero3_) {
+    // The root's post-backward: reshard it and reduce-scatter its gradient, last.
+    const int producer = last_op();
+    fsdp_free(producer);
+    fsdp_reduce(-1, ComputeKind::LmHead, end_bucket_parameters(ComputeKind::LmHead), producer, step);
+    fsdp_reduce(-1, ComputeKind::Embedding, end_bucket_parameters(ComputeKind::Embedding), producer, step);
+  }
+  if (vs > 0) send(step, vs, vs - 1, Phase::Backward, gradient_producer);
+}
+
+}  // namespace twin::model
