@@ -82,7 +82,6 @@ const TwinMpiApi* load_shim(std::string& problem) {
   return loaded ? &api : nullptr;
 }
 
-
 // Tags: collectives of each group kind use their own pair (phase 1 and 2), point-to-point messages start above.
 constexpr int kP2PTagBase = 64;
 
@@ -428,6 +427,15 @@ bool have_mpi() {
 #else
   return false;
 #endif
+}
+
+void abort_mpi_job(int exit_code) {
+  std::fflush(nullptr);
+#ifdef TWIN_HAVE_MPI
+  std::string problem;
+  if (const TwinMpiApi* api = load_shim(problem)) api->abort(exit_code);
+#endif
+  std::_Exit(exit_code);
 }
 
 std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options) {

@@ -91,7 +91,33 @@ TEST(ExecThreadsCommunicator, ReduceScatterAndAllGatherInPlace) {
       const int i = rank * count + k;
       EXPECT_EQ(scattered[static_cast<std::size_t>(rank)][static_cast<std::size_t>(k)], 0.0 + 100.0 + 200.0 + 3.0 * i);
     }
-    EXPECT_EQ(gathered[static_cast<std::size_t>(rank)], gathered[0]);
+    // the concatenation of every rank's reduced chunk, in group order (not only the same on every rank)
+    std::vector<double> concatenation;
+    for (int member = 0; member < n; ++member) {
+      for (int k = 0; k < count; ++k) concatenation.push_back(300.0 + 3.0 * (member * count + k));
+    }
+    EXPECT_EQ(gathered[static_cast<std::size_t>(rank)], concatenation) << "rank " << rank;
+  }
+}
+
+// Out of place, on a group whose order is not the ranks' (as a DP group of a TP x DP plan lists its members): chunk i
+// of the result is member i's input, whatever that member's rank.
+TEST(ExecThreadsCommunicator, AllGatherConcatenatesInGroupOrder) {
+  const CommGroup group{"data", {3, 0, 2}};
+  const int count = 3;
+  ThreadsWorld world(4);
+  std::vector<std::vector<float>> gathered(4);
+  const auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
+    if (rank == 1) return;  // not a member
+    std::vector<float> mine(count), all(3 * count, -1.0f);
+    for (int k = 0; k < count; ++k) mine[static_cast<std::size_t>(k)] = 10.0f * static_cast<float>(rank) + k;
+    comm.all_gather(group, mine.data(), all.data(), count, DType::F32, "ag");
+    gathered[static_cast<std::size_t>(rank)] = all;
+  });
+  const std::vector<float> expected = {30, 31, 32, 0, 1, 2, 20, 21, 22};
+  for (int rank : {0, 2, 3}) {
+    EXPECT_EQ(errors[static_cast<std::size_t>(rank)], "");
+    EXPECT_EQ(gathered[static_cast<std::size_t>(rank)], expected) << "rank " << rank;
   }
 }
 
