@@ -13,7 +13,9 @@ namespace twin::kernels::cpu {
 
 namespace {
 
-std::size_t at(int row, int width) { return static_cast<std::size_t>(row) * static_cast<std::size_t>(width); }
+std::size_t at(int row, int width) {
+  return static_cast<std::size_t>(row) * static_cast<std::size_t>(width);
+}
 
 // out (n) <- softmax of x (n); x's largest first subtracted, so exp's argument is <= 0.
 void softmax_row(float* out, const float* x, int n) {
@@ -32,8 +34,7 @@ void softmax_row(float* out, const float* x, int n) {
 
 // ---- Routing -------------------------------------------------------------------------------------------------------
 
-void moe_topk_softmax_forward(float* probs, int* experts, const float* logits, int tokens, int num_experts,
-                              int top_k) {
+void moe_topk_softmax_forward(float* probs, int* experts, const float* logits, int tokens, int num_experts, int top_k) {
   TWIN_KERNEL_CHECK(tokens > 0 && num_experts > 0);
   TWIN_KERNEL_CHECK(top_k > 0 && top_k <= num_experts);
   TWIN_KERNEL_CHECK(probs != nullptr && experts != nullptr && logits != nullptr);
@@ -53,8 +54,8 @@ void moe_topk_softmax_forward(float* probs, int* experts, const float* logits, i
   }
 }
 
-void moe_topk_softmax_backward(float* dlogits, const float* dprobs, const float* probs, const int* experts,
-                               int tokens, int num_experts, int top_k) {
+void moe_topk_softmax_backward(float* dlogits, const float* dprobs, const float* probs, const int* experts, int tokens,
+                               int num_experts, int top_k) {
   TWIN_KERNEL_CHECK(tokens > 0 && num_experts > 0);
   TWIN_KERNEL_CHECK(top_k > 0 && top_k <= num_experts);
   TWIN_KERNEL_CHECK(dlogits != nullptr && dprobs != nullptr && probs != nullptr && experts != nullptr);
@@ -240,8 +241,8 @@ void move_chunks(float* to, const float* from, const int* chunk_rows, const int*
     seen[c] = true;
     const std::size_t count = static_cast<std::size_t>(chunk_rows[c]) * hidden;
     const std::size_t unsorted = starts[c] * hidden, sorted = sorted_start * hidden;
-    if (count > 0) std::memcpy(to + (kForward ? sorted : unsorted), from + (kForward ? unsorted : sorted),
-                               count * sizeof(float));
+    if (count > 0)
+      std::memcpy(to + (kForward ? sorted : unsorted), from + (kForward ? unsorted : sorted), count * sizeof(float));
     sorted_start += chunk_rows[c];
   }
 }
@@ -275,8 +276,8 @@ void moe_grouped_matmul_forward(float* out, const float* inp, const float* weigh
     const int rows = rows_per_group[g];
     TWIN_KERNEL_CHECK(rows >= 0);
     if (rows > 0) {
-      matmul_forward(out + row * out_features, inp + row * in_features,
-                     weights + at(g, out_features) * in_features, nullptr, rows, in_features, out_features);
+      matmul_forward(out + row * out_features, inp + row * in_features, weights + at(g, out_features) * in_features,
+                     nullptr, rows, in_features, out_features);
     }
     row += rows;
   }

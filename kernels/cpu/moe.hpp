@@ -21,14 +21,13 @@ namespace twin::kernels::cpu {
 
 // probs (tokens, top_k), experts (tokens, top_k) <- logits (tokens, num_experts): each token's top_k largest logits
 // (slot 0 the largest; equal logits: the lower expert first), and a softmax over those top_k logits.
-void moe_topk_softmax_forward(float* probs, int* experts, const float* logits, int tokens, int num_experts,
-                              int top_k);
+void moe_topk_softmax_forward(float* probs, int* experts, const float* logits, int tokens, int num_experts, int top_k);
 
 // dlogits (tokens, num_experts) <- the softmax's backward on each token's chosen columns, 0 on the others:
 //   dlogits[t, experts[t, j]] = probs[t, j] (dprobs[t, j] - sum_i probs[t, i] dprobs[t, i])
 // OVERWRITES dlogits (moe_aux_loss_backward then accumulates into it).
-void moe_topk_softmax_backward(float* dlogits, const float* dprobs, const float* probs, const int* experts,
-                               int tokens, int num_experts, int top_k);
+void moe_topk_softmax_backward(float* dlogits, const float* dprobs, const float* probs, const int* experts, int tokens,
+                               int num_experts, int top_k);
 
 // ---- Load-balancing loss (Switch Transformer, Fedus et al. 2021, arXiv:2101.03961; Megatron-Core's
 // switch_load_balancing_loss_func and compute_routing_scores_for_aux_loss) ---------------------------------------

@@ -54,7 +54,7 @@ double aux_loss_reference(const std::vector<double>& logits, const std::vector<f
 }
 
 TEST(CpuMoe, TopKPicksTheLargestLogitsLowerExpertFirstOnTies) {
-  const std::vector<float> logits{1, 3, 2, 3,    // a tie at the top: expert 1 before expert 3
+  const std::vector<float> logits{1, 3,  2, 3,   // a tie at the top: expert 1 before expert 3
                                   0, -1, 5, 2};  // experts 2 and 3
   std::vector<float> probs(4);
   std::vector<int> experts(4);
@@ -79,7 +79,8 @@ TEST(CpuMoe, TopKSoftmaxBackwardMatchesFiniteDifferences) {
   std::vector<float> probs(tokens * top_k);
   std::vector<int> experts(tokens * top_k);
   moe_topk_softmax_forward(probs.data(), experts.data(), logits.data(), tokens, num_experts, top_k);
-  EXPECT_TRUE(all_close(probs, topk_probs_reference(to_double(logits), experts, tokens, num_experts, top_k), 1e-6, 1e-6));
+  EXPECT_TRUE(
+      all_close(probs, topk_probs_reference(to_double(logits), experts, tokens, num_experts, top_k), 1e-6, 1e-6));
   std::vector<float> dlogits(tokens * num_experts, 7.0f);  // overwritten
   moe_topk_softmax_backward(dlogits.data(), weights.data(), probs.data(), experts.data(), tokens, num_experts, top_k);
   const auto numeric = numeric_gradient(
@@ -101,8 +102,7 @@ TEST(CpuMoe, AuxLossIsTheCoefficientWhenBalanced) {
   std::vector<float> counts(num_experts);
   moe_tokens_per_expert(counts.data(), experts.data(), tokens, num_experts, top_k);
   EXPECT_EQ(counts, (std::vector<float>{4, 4, 4, 4}));
-  EXPECT_NEAR(moe_aux_loss_forward(scores.data(), counts.data(), tokens, num_experts, top_k, tokens, 0.01), 0.01,
-              1e-9);
+  EXPECT_NEAR(moe_aux_loss_forward(scores.data(), counts.data(), tokens, num_experts, top_k, tokens, 0.01), 0.01, 1e-9);
   // Two sequence shards of four tokens each, with the micro-batch's counts: their losses sum to the whole.
   const double first = moe_aux_loss_forward(scores.data(), counts.data(), 4, num_experts, top_k, tokens, 0.01);
   const double second =
@@ -117,7 +117,8 @@ TEST(CpuMoe, AuxLossForwardAndBackwardMatchReferenceAndFiniteDifferences) {
   const std::vector<float> counts{5, 3, 7, 1, 8};  // the micro-batch's: 24 = 12 tokens x top 2
   std::vector<float> scores(logits.size());
   moe_router_scores_forward(scores.data(), logits.data(), tokens, num_experts);
-  const double loss = moe_aux_loss_forward(scores.data(), counts.data(), tokens, num_experts, top_k, total_tokens, coeff);
+  const double loss =
+      moe_aux_loss_forward(scores.data(), counts.data(), tokens, num_experts, top_k, total_tokens, coeff);
   EXPECT_NEAR(loss, aux_loss_reference(to_double(logits), counts, tokens, num_experts, top_k, total_tokens, coeff),
               1e-7);
   std::vector<float> dlogits(logits.size(), 0.25f);  // accumulated into
@@ -174,8 +175,8 @@ TEST(CpuMoe, PermuteAndUnpermuteBackwardsMatchFiniteDifferences) {
   joined.insert(joined.end(), probs.begin(), probs.end());
   const auto numeric = numeric_gradient(unpermute, to_double(joined));
   std::vector<float> dexpert_rows(expert_rows.size()), dprobs(probs.size());
-  moe_unpermute_backward(dexpert_rows.data(), dprobs.data(), dout.data(), expert_rows.data(), probs.data(),
-                         rows.data(), tokens, hidden, top_k);
+  moe_unpermute_backward(dexpert_rows.data(), dprobs.data(), dout.data(), expert_rows.data(), probs.data(), rows.data(),
+                         tokens, hidden, top_k);
   std::vector<float> analytic(dexpert_rows);
   analytic.insert(analytic.end(), dprobs.begin(), dprobs.end());
   EXPECT_TRUE(all_close(analytic, numeric, 1e-6, 1e-6));
@@ -196,9 +197,9 @@ TEST(CpuMoe, SortChunksReordersAndItsBackwardUndoes) {
   EXPECT_EQ(out, (std::vector<float>{1, 4, 2, 3}));
   moe_sort_chunks_backward(back.data(), out.data(), chunk_rows.data(), order.data(), 4, 1);
   EXPECT_EQ(back, inp);
-  EXPECT_THROW(moe_sort_chunks_forward(out.data(), inp.data(), chunk_rows.data(), std::vector<int>{0, 0, 1, 2}.data(),
-                                       4, 1),
-               std::invalid_argument);
+  EXPECT_THROW(
+      moe_sort_chunks_forward(out.data(), inp.data(), chunk_rows.data(), std::vector<int>{0, 0, 1, 2}.data(), 4, 1),
+      std::invalid_argument);
 }
 
 TEST(CpuMoe, GroupedMatmulIsOneGemmPerExpert) {

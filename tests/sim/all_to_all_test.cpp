@@ -1,0 +1,85 @@
+// The token all-to-all of an MoE layer (sim/all_to_all.hpp) against its closed form on an idle network.
+#include "sim/all_to_all.hpp"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "topology/hardware.hpp"
+
+namespace twin::sim {
+namespace {
+
+CommunicationModel dgx_a100_model() {
+  CommunicationModel model;
+  model.node = topology::dgx_a100();
+  return model;
+}
+
+// Every member sends each peer `per_peer_bytes`.
+std::vector<std::vector<double>> uniform(int members, double per_peer_bytes) {
+  std::vector<std::vector<double>> bytes(members, std::vector<double>(members, per_peer_bytes));
+  for (int i = 0; i < members; ++i) bytes[i][i] = 0;
+  return bytes;
+}
+
+// Eight GPUs of one node, each holding S bytes of tokens spread evenly over the eight: (n-1)/n S leave each GPU over
+// its NVLink port, plus one NCCL Simple step on NVLink and its base latency.
+TEST(AllToAll, InsideANodeMatchesTheClosedForm) {
+  const CommunicationModel model = dgx_a100_model();
+  const int n = 8;
+  const double S = 64e6;
+  const CollectivePlan plan = plan_all_to_all(uniform(n, S / n), std::vector<int>(n, 0), model);
+  const double expected = (n - 1) * S / n / model.node.nvlink_effective_bytes_per_s + model.nccl.ring_simple_base_s +
+                          model.nccl.ring_simple_nvlink_step_s;
+  EXPECT_NEAR(plan.estimate_s, expected, 1e-12);
+  ASSERT_EQ(plan.phases.size(), 1u);
+  EXPECT_EQ(plan.phases[0].flows.size(), static_cast<std::size_t>(n * (n - 1)));  // no flow to itself
+  double sent = 0;
+  for (const Flow& flow : plan.phases[0].flows) {
+    EXPECT_NE(flow.from, flow.to);
+    sent += flow.bytes;
+  }
+  EXPECT_NEAR(sent, n * (n - 1) * S / n, 1e-3);
+}
+
+// One member per node on four nodes: every peer's share crosses the NICs, at the NIC's rate and the network step.
+TEST(AllToAll, AcrossNodesGoesThroughTheNics) {
+  const CommunicationModel model = dgx_a100_model();
+  const int n = 4;
+  const double S = 64e6;
+  const CollectivePlan plan = plan_all_to_all(uniform(n, S / n), {0, 1, 2, 3}, model);
+  const double expected = (n - 1) * S / n / model.node.nic_effective_bytes_per_s + model.nccl.ring_simple_base_s +
+                          model.nccl.ring_simple_net_step_s;
+  EXPECT_NEAR(plan.estimate_s, expected, 1e-12);
+  EXPECT_GT(plan.estimate_s, plan_all_to_all(uniform(n, S / n), {0, 0, 0, 0}, model).estimate_s);
+}
+
+// Uneven sizes (a hot expert's rank receives more): the busiest port sets the time.
+TEST(AllToAll, TheBusiestMemberSetsTheTime) {
+  const CommunicationModel model = dgx_a100_model();
+  std::vector<std::vector<double>> bytes = uniform(4, 1e6);
+  for (int i = 1; i < 4; ++i) bytes[i][0] = 9e6;  // member 0 receives 27 MB
+  const CollectivePlan plan = plan_all_to_all(bytes, {0, 0, 0, 0}, model);
+  const double expected = 27e6 / model.node.nvlink_effective_bytes_per_s + model.nccl.ring_simple_base_s +
+                          model.nccl.ring_simple_nvlink_step_s;
+  EXPECT_NEAR(plan.estimate_s, expected, 1e-12);
+}
+
+TEST(AllToAll, OneMemberOrAnIdealNetworkCostsNothing) {
+  CommunicationModel model = dgx_a100_model();
+  EXPECT_EQ(plan_all_to_all({{5e6}}, {0}, model).estimate_s, 0);
+  EXPECT_TRUE(plan_all_to_all({{5e6}}, {0}, model).phases.empty());
+  model.ideal = true;
+  EXPECT_EQ(plan_all_to_all(uniform(4, 1e6), {0, 0, 1, 1}, model).estimate_s, 0);
+}
+
+TEST(AllToAll, RefusesMismatchedSizes) {
+  const CommunicationModel model = dgx_a100_model();
+  EXPECT_THROW(plan_all_to_all(uniform(3, 1e6), {0, 0}, model), std::invalid_argument);
+  EXPECT_THROW(plan_all_to_all({{0, 1}, {1}}, {0, 0}, model), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace twin::sim
