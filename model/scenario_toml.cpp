@@ -83,6 +83,30 @@ void check_sections(const toml::table& root, const std::string& source, std::vec
   }
 }
 
+// The Mixture-of-Experts keys of [model]; each one refused by name when model.experts leaves the model dense.
+void read_moe_keys(SectionReader& model, const std::string& source, ModelSpec& m, std::vector<std::string>& problems) {
+  model.integer("experts", m.experts);
+  model.integer("top_k", m.top_k);
+  model.integer("moe_ffn_hidden", m.moe_ffn_hidden);
+  if (model.has("moe_ffn_hidden") && m.moe_ffn_hidden == 0) {
+    problems.push_back(
+        fmt::format("{}: model.moe_ffn_hidden must be positive (leave it out for model.ffn_hidden), got 0", source));
+  }
+  model.integer("shared_experts", m.shared_experts);
+  model.integer("dense_layers", m.dense_layers);
+  model.number("capacity_factor", m.capacity_factor);
+  model.number("expert_load_skew", m.expert_load_skew);
+  if (m.experts != 0) return;
+  for (const char* key :
+       {"top_k", "moe_ffn_hidden", "shared_experts", "dense_layers", "capacity_factor", "expert_load_skew"}) {
+    if (model.has(key)) {
+      problems.push_back(fmt::format(
+          "{}: model.{} is a Mixture-of-Experts key: it needs model.experts > 0 (the model is dense without it)",
+          source, key));
+    }
+  }
+}
+
 void read_model(const toml::table& root, const std::string& source, ModelSpec& m, std::vector<std::string>& problems) {
   SectionReader model(section_table(root, "model", source, problems), "model", source, problems);
   if (!root.contains("model")) problems.push_back(fmt::format("{}: the [model] section is required", source));
@@ -110,6 +134,7 @@ void read_model(const toml::table& root, const std::string& source, ModelSpec& m
   model.boolean("parallel_residual", m.parallel_residual);
   model.boolean("shared_norm", m.shared_norm);
   model.number("rotary_fraction", m.rotary_fraction);
+  read_moe_keys(model, source, m, problems);
   model.reject_unknown_keys();
 }
 
@@ -163,6 +188,8 @@ ParallelGiven read_parallel(const toml::table& root, const std::string& source, 
   parallel.integer("first_stage_layers", p.first_stage_layers);
   parallel.integer("last_stage_layers", p.last_stage_layers);
   parallel.integer("recompute_num_layers", p.recompute_num_layers);
+  parallel.integer("ep", p.ep);
+  parallel.integer("etp", p.etp);
   parallel.reject_unknown_keys();
   return given;
 }
@@ -304,6 +331,15 @@ std::string to_toml(const Scenario& s) {
   line(fmt::format("parallel_residual = {}", s.model.parallel_residual));
   line(fmt::format("shared_norm = {}", s.model.shared_norm));
   line(fmt::format("rotary_fraction = {}", s.model.rotary_fraction));
+  if (s.model.is_moe()) {
+    line(fmt::format("experts = {}", s.model.experts));
+    line(fmt::format("top_k = {}", s.model.top_k));
+    line(fmt::format("moe_ffn_hidden = {}", s.moe_ffn_hidden()));
+    line(fmt::format("shared_experts = {}", s.model.shared_experts));
+    line(fmt::format("dense_layers = {}", s.model.dense_layers));
+    line(fmt::format("capacity_factor = {:.17g}", s.model.capacity_factor));
+    line(fmt::format("expert_load_skew = {:.17g}", s.model.expert_load_skew));
+  }
   line("\n[parallel]");
   line(fmt::format("tp = {}", s.parallel.tp));
   line(fmt::format("pp = {}", s.parallel.pp));
@@ -319,6 +355,10 @@ std::string to_toml(const Scenario& s) {
   if (s.parallel.last_stage_layers > 0) line(fmt::format("last_stage_layers = {}", s.parallel.last_stage_layers));
   if (s.parallel.recompute_num_layers > 0) {
     line(fmt::format("recompute_num_layers = {}", s.parallel.recompute_num_layers));
+  }
+  if (s.model.is_moe() || s.parallel.ep != 1 || s.parallel.etp != 1) {
+    line(fmt::format("ep = {}", s.parallel.ep));
+    line(fmt::format("etp = {}", s.parallel.etp));
   }
   line(fmt::format("dp_overlap = {}", s.parallel.dp_overlap));
   if (s.parallel.overlap_param_gather) line("overlap_param_gather = true");
