@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/moe_ops.hpp"
 #include "model/schedule.hpp"
 
 namespace twin::model {
@@ -50,10 +51,32 @@ double position_embedding_parameters(const Scenario& s) {
 
 double layer_parameters_per_gpu(const Scenario& s) { return layer_parameters_per_rank(s, s.parallel.tp); }
 
+namespace {
+
+// Transformer layers of `stage` (over its chunks) with a Mixture-of-Experts MLP.
+double moe_layers_on_stage(const Scenario& s, int stage) {
+  double layers = 0;
+  for (std::int64_t chunk = 0; chunk < s.parallel.virtual_stages; ++chunk) {
+    const std::int64_t virtual_stage = chunk * s.parallel.pp + stage;
+    const std::int64_t first = s.first_layer_of_virtual_stage(virtual_stage);
+    for (std::int64_t layer = first; layer < first + s.layers_in_virtual_stage(virtual_stage); ++layer) {
+      layers += s.is_moe_layer(layer) ? 1 : 0;
+    }
+  }
+  return layers;
+}
+
+}  // namespace
+
 double parameters_per_gpu(const Scenario& s, int stage) {
   const auto& p = s.parallel;
   const double h = d(s.model.hidden), V = d(s.padded_vocab()), t = d(p.tp);
   double params = d(s.layers_on_stage(stage)) * layer_parameters_per_rank(s, p.tp);
+  const double moe_layers = moe_layers_on_stage(s, stage);  // their MLPs replaced by router, experts, shared experts
+  if (moe_layers > 0) {
+    params += moe_layers * (moe_layer_dense_parameters_per_gpu(s) - layer_parameters_per_rank(s, p.tp) +
+                            expert_parameters_per_gpu(s));
+  }
   if (stage == 0) params += V * h / t + position_embedding_parameters(s);  // word embedding shard + positions
   if (stage == p.pp - 1) {
     params += norm_parameters(s);  // final layernorm
@@ -162,6 +185,11 @@ MemoryEstimate estimate_memory(const Scenario& s) {
     m.weights_bytes = m.parameters * per_param.weights;
     m.gradients_bytes = m.parameters * per_param.gradients;
     m.optimizer_bytes = m.parameters * per_param.optimizer / (p.zero_stage >= 1 ? d(p.dp) : 1.0);
+    if (p.zero_stage >= 1 && s.model.is_moe()) {  // routed experts sharded over their expert-data-parallel ranks
+      const double experts = moe_layers_on_stage(s, stage) * expert_parameters_per_gpu(s);
+      const double edp = d(p.tp * p.dp / (p.ep * p.etp));
+      m.optimizer_bytes += experts * per_param.optimizer * (1 / edp - 1 / d(p.dp));
+    }
     if (p.zero_stage == 3) {
       // FSDP FULL_SHARD: weights and gradients sharded too; on top, the units gathered in the model dtype at once
       // (the root through the whole micro-batch, the running block and the two its rate limiter lets the CPU

@@ -543,6 +543,11 @@ class RuleCheck {
                       "it: framework.name must be \"megatron\" (got \"{}\")",
                       src, m.experts, to_string(scenario.framework.name)));
     }
+    if (m.parallel_residual) {
+      problems.push_back(fmt::format("{}: model.experts = {} with model.parallel_residual: a parallel block's MLP is "
+                                     "dense here",
+                                     src, m.experts));
+    }
     if (p.zero_stage == 3) {
       problems.push_back(fmt::format(
           "{}: model.experts = {} with parallel.zero_stage = 3: Megatron-Core shards MoE models with ZeRO-1 at most",

@@ -42,4 +42,21 @@ CollectivePlan plan_all_to_all(const std::vector<std::vector<double>>& bytes, co
   return plan;
 }
 
+CollectivePlan plan_op_collective(const model::Op& op, const std::vector<int>& member_nodes,
+                                  const CommunicationModel& model, CollectiveAlgorithm requested,
+                                  double bandwidth_scale) {
+  if (op.collective != model::CollectiveKind::AllToAll) {
+    return plan_collective(op.collective, op.bytes, member_nodes, model, requested, bandwidth_scale);
+  }
+  const std::size_t n = member_nodes.size();
+  std::vector<std::vector<double>> bytes(n, std::vector<double>(n, n > 0 ? op.bytes / static_cast<double>(n) : 0));
+  if (op.peer_bytes && op.peer_bytes->size() == n * n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t j = 0; j < n; ++j) bytes[i][j] = (*op.peer_bytes)[i * n + j];
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) bytes[i][i] = 0;
+  return plan_all_to_all(bytes, member_nodes, model, bandwidth_scale);
+}
+
 }  // namespace twin::sim

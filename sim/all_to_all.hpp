@@ -23,4 +23,11 @@ namespace twin::sim {
 CollectivePlan plan_all_to_all(const std::vector<std::vector<double>>& bytes, const std::vector<int>& member_nodes,
                                const CommunicationModel& model, double bandwidth_scale = 1);
 
+// The plan of one collective op of the Program: an all-to-all by its per-peer sizes (Op::peer_bytes; Op::bytes
+// spread evenly over the members when it has none, or when its members are not the group's), any other kind by
+// plan_collective.
+CollectivePlan plan_op_collective(const model::Op& op, const std::vector<int>& member_nodes,
+                                  const CommunicationModel& model, CollectiveAlgorithm requested,
+                                  double bandwidth_scale = 1);
+
 }  // namespace twin::sim

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "model/tp_overlap.hpp"
+#include "sim/all_to_all.hpp"
 #include "sim/engine.hpp"
 
 namespace twin::sim::detail {
@@ -165,9 +166,7 @@ void Engine::time_ops(StagePlan& plan) const {
           const auto key = std::make_tuple(group, static_cast<int>(op.collective), op.bytes);
           auto [it, created] = estimates.try_emplace(key, 0.0);
           if (created) {
-            it->second =
-                plan_collective(op.collective, op.bytes, groups.nodes[group], communication_, options_.algorithm)
-                    .estimate_s;
+            it->second = plan_op_collective(op, groups.nodes[group], communication_, options_.algorithm).estimate_s;
           }
           // Only what the GEMM does not hide, and the SMs the collective took from it.
           plan.duration[i] = exposed_beside_gemm_s(it->second, plan.lead[i], collective_sm_share());

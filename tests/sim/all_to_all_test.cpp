@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "model/program.hpp"
+#include "sim/simulate.hpp"
 #include "topology/hardware.hpp"
 
 namespace twin::sim {
@@ -79,6 +82,33 @@ TEST(AllToAll, RefusesMismatchedSizes) {
   const CommunicationModel model = dgx_a100_model();
   EXPECT_THROW(plan_all_to_all(uniform(3, 1e6), {0, 0}, model), std::invalid_argument);
   EXPECT_THROW(plan_all_to_all({{0, 1}, {1}}, {0, 0}, model), std::invalid_argument);
+}
+
+// A small MoE model on 16 GPUs (tp 1, dp 16, 16 experts over ep; 16 micro-batches, so that the tokens exchanged
+// outweigh the expert gradients that ep 8 reduces across the nodes and ep 16 not at all), through the whole engine.
+model::Scenario moe_scenario(int ep, double skew) {
+  const std::string text =
+      "[model]\nname = \"moe-test\"\nlayers = 2\nhidden = 1024\nheads = 8\nseq_len = 1024\n"
+      "vocab = 1000\nexperts = 16\ntop_k = 2\nexpert_load_skew = " +
+      std::to_string(skew) + "\n[parallel]\nep = " + std::to_string(ep) +
+      "\nglobal_batch = 256\n[cluster]\nnodes = 2\nnode = \"dgx-a100\"\n";
+  return model::parse_scenario(text, "moe.toml");
+}
+
+double iteration_s(const model::Scenario& scenario, Fidelity fidelity = Fidelity::Rank) {
+  const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
+  SimOptions options;
+  options.fidelity = fidelity;
+  return simulate(model::build_program(scenario), cost, options).timeline.iteration_time_s;
+}
+
+TEST(AllToAll, MoeTokensCostTimeAndSkewSlowsTheLayer) {
+  const double inside = iteration_s(moe_scenario(8, 0)), across = iteration_s(moe_scenario(16, 0));
+  const double skewed = iteration_s(moe_scenario(8, 1.0));
+  EXPECT_GT(inside, 0);
+  EXPECT_GT(across, inside);  // EP 16 spans both nodes: the tokens cross the NICs
+  EXPECT_GT(skewed, inside);  // the hottest EP rank's experts and all-to-all set the pace
+  EXPECT_NEAR(iteration_s(moe_scenario(16, 0), Fidelity::Group), across, 0.02 * across);
 }
 
 }  // namespace
