@@ -100,7 +100,17 @@ double flops_per_iteration(const Scenario& s, double recomputed) {
   const double h = d(s.model.hidden), f = d(s.ffn_hidden()), V = d(s.padded_vocab());
   const double q = d(s.model.qkv_width()), u = d(s.mlp_up_width());
   const double layer_forward_per_token = 2 * (h * q + h * h + h * u + f * h) + 4 * seq * h;
-  return (3 + recomputed) * B * seq * l * layer_forward_per_token + 6 * B * seq * h * V;
+  // A Mixture-of-Experts layer's MLP is what a token runs through: the router [h, E], its top_k routed experts and
+  // the shared ones (each an MLP of moe_ffn_hidden), in place of the dense MLP (the active parameters' FLOPs).
+  double moe_layers = 0, moe_mlp_per_token = 0;
+  if (s.model.is_moe()) {
+    const double width = d(s.moe_ffn_hidden()), up = (s.model.activation == Activation::Swiglu ? 2 : 1) * width;
+    const double experts_run = d(s.model.top_k + s.model.shared_experts);
+    moe_layers = d(s.model.layers - s.model.dense_layers);
+    moe_mlp_per_token = 2 * (h * d(s.model.experts) + experts_run * (h * up + width * h));
+  }
+  const double moe_change = moe_layers * (moe_mlp_per_token - 2 * (h * u + f * h));
+  return (3 + recomputed) * B * seq * (l * layer_forward_per_token + moe_change) + 6 * B * seq * h * V;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <vector>
 
+#include "model/formulas.hpp"
 #include "model/moe_ops.hpp"
 #include "model/optimizer_traffic.hpp"
 #include "model/program.hpp"
@@ -167,6 +168,21 @@ TEST(MoeProgram, SkewLoadsTheFirstEpRank) {
     return flops;
   };
   EXPECT_NEAR(expert_flops(s) / expert_flops(even), 4 * skewed[0], 1e-9);
+}
+
+// With balanced routing the Program's GEMM FLOPs are the active parameters' (Narayanan's count with the MoE MLP:
+// router, top_k routed and the shared experts), over every plan.
+TEST(MoeProgram, GemmFlopsAreTheActiveParametersFlops) {
+  Scenario s = moe(make_scenario(4, 256, 8, 128, 1000, 2, 2, 4, 1, 16), 8, 2, 4);
+  s.parallel.sequence_parallel = true;
+  s.model.shared_experts = 2;
+  s.model.dense_layers = 1;
+  s.model.moe_ffn_hidden = 384;
+  s.model.activation = Activation::Swiglu;
+  for (const int etp : {1, 2}) {
+    s.parallel.etp = etp;
+    EXPECT_NEAR(build_program(s).total_flops() / model_flops_per_iteration(s, false), 1, 1e-12) << etp;
+  }
 }
 
 // A capacity factor c caps each expert at c / E of the rows; the rest are dropped before the dispatch.
