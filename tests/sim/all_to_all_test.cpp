@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -109,6 +110,33 @@ TEST(AllToAll, MoeTokensCostTimeAndSkewSlowsTheLayer) {
   EXPECT_GT(across, inside);  // EP 16 spans both nodes: the tokens cross the NICs
   EXPECT_GT(skewed, inside);  // the hottest EP rank's experts and all-to-all set the pace
   EXPECT_NEAR(iteration_s(moe_scenario(16, 0), Fidelity::Group), across, 0.02 * across);
+}
+
+// Skewed routing (s = 1, 16 experts over ep 8: EP rank 0 gets (1 + 1/2) / H_16 = 44 % of the rows): rank 0's experts
+// run longest, so it reaches each all-to-all after its experts last and waits there least; the others wait for it.
+TEST(AllToAll, TheHottestEpRankWaitsLeastAtTheAllToAlls) {
+  const model::Program program = model::build_program(moe_scenario(8, 1.0));
+  const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
+  SimOptions options;
+  options.fidelity = Fidelity::Rank;
+  options.record_ranks = {0, 1, 2, 3, 4, 5, 6, 7};  // one EP group: EP rank r is global rank r
+  const SimResult result = simulate(program, cost, options);
+  std::vector<double> waited;
+  for (int rank = 0; rank < 8; ++rank) {
+    const auto* timeline = result.timeline.find(rank);
+    ASSERT_NE(timeline, nullptr) << rank;
+    double seconds = 0;
+    for (const auto& span : timeline->spans) {
+      const model::Op& op = program.stage_ops[0][static_cast<std::size_t>(span.op)];
+      if (op.kind == model::OpKind::Collective && op.collective == model::CollectiveKind::AllToAll) {
+        seconds += span.active_s - span.start_s;
+      }
+    }
+    waited.push_back(seconds);
+  }
+  for (int rank = 1; rank < 8; ++rank) EXPECT_LT(waited[0], waited[rank]) << "EP rank " << rank;
+  EXPECT_EQ(std::max_element(waited.begin(), waited.end()) - waited.begin(), 7);  // the least loaded waits most
+  EXPECT_GT(waited[7], 0);
 }
 
 }  // namespace
