@@ -50,6 +50,9 @@ constexpr Alias kAliases[] = {
     {"--decoder-first-pipeline-num-layers", "parallel.first_stage_layers",
      "alias of --set parallel.first_stage_layers=N"},
     {"--decoder-last-pipeline-num-layers", "parallel.last_stage_layers", "alias of --set parallel.last_stage_layers=N"},
+    {"--context-parallel-size", "parallel.cp", "alias of --set parallel.cp=N (context parallelism)"},
+    {"--microbatch-group-size-per-virtual-pipeline-stage", "parallel.microbatch_group",
+     "alias of --set parallel.microbatch_group=N (the interleaved schedule's micro-batches per group)"},
     {"--recompute-num-layers", "parallel.recompute_num_layers",
      "alias of --set parallel.recompute_num_layers=N (Megatron's block method: full recompute of N layers per chunk)"},
     {"--num-experts", "model.experts", "alias of --set model.experts=N (routed experts per MoE layer)"},
@@ -82,6 +85,10 @@ constexpr SwitchAlias kSwitches[] = {
     {"--use-flash-attn", "framework.attention", "flash2", "alias of --set framework.attention=flash2"},
     {"--bf16", "model.dtype", "bf16", "alias of --set model.dtype=bf16"},
     {"--fp16", "model.dtype", "fp16", "alias of --set model.dtype=fp16"},
+    {"--account-for-embedding-in-pipeline-split", "parallel.account_for_embedding", "true",
+     "alias of --set parallel.account_for_embedding=true"},
+    {"--account-for-loss-in-pipeline-split", "parallel.account_for_loss", "true",
+     "alias of --set parallel.account_for_loss=true"},
 };
 
 // Megatron-LM's options whose values are named otherwise in a scenario.
@@ -95,6 +102,11 @@ const std::vector<ChoiceAlias>& choice_aliases() {
       {"--recompute-granularity", "parallel.recompute", {{"full", "full"}, {"selective", "selective"}}},
       {"--normalization", "model.norm", {{"LayerNorm", "layernorm"}, {"RMSNorm", "rmsnorm"}}},
       {"--position-embedding-type", "model.position_embedding", {{"learned_absolute", "learned"}, {"rope", "rope"}}},
+      {"--cp-comm-type", "framework.cp_comm", {{"p2p", "p2p"}, {"all_gather", "all_gather"}, {"a2a", "a2a"}}},
+      {"--fp8-format", "model.fp8", {{"e4m3", "e4m3"}, {"hybrid", "hybrid"}}},
+      {"--fp8-recipe",
+       "framework.fp8_recipe",
+       {{"delayed", "delayed"}, {"tensorwise", "tensorwise"}, {"blockwise", "blockwise"}, {"mxfp8", "mxfp8"}}},
   };
   return aliases;
 }
@@ -441,6 +453,11 @@ double available_memory_bytes() {
 }
 
 model::Program build_program_within_memory(const model::Scenario& scenario, model::Granularity granularity) {
+  require_program_fits_memory(scenario, granularity);
+  return model::build_program(scenario, granularity);
+}
+
+void require_program_fits_memory(const model::Scenario& scenario, model::Granularity granularity) {
   const double ops = model::estimated_stage_ops(scenario, granularity);
   const double needed = ops * model::kProgramBytesPerOp, available = available_memory_bytes();
   if (available > 0 && needed > 0.8 * available) {
@@ -453,7 +470,6 @@ model::Program build_program_within_memory(const model::Scenario& scenario, mode
         scenario.model.name, ops, needed / GiB, available / GiB, scenario.model.layers, p.pp, p.micro_batches(),
         model::to_string(granularity), granularity == model::Granularity::Op ? ", or use --granularity layer" : ""));
   }
-  return model::build_program(scenario, granularity);
 }
 
 }  // namespace twin::cli

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include <fmt/format.h>
+
 #include "exec/cpu/cpu_backend.hpp"
 #include "exec/errors.hpp"
 #ifdef TWIN_HAVE_CUDA
@@ -9,6 +11,17 @@
 #endif
 
 namespace twin::exec {
+
+Fp8Amaxes Backend::fp8_matmul_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int, int,
+                                      const Fp8Operand&, const Fp8Operand&) {
+  throw RunError(fmt::format("model.fp8: the {} backend runs no FP8 GEMMs (the cpu backend emulates them)", name()));
+}
+
+Fp8Amaxes Backend::fp8_matmul_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                       const Tensor&, int, int, int, const Fp8Operand&, const Fp8Operand&,
+                                       const Fp8Operand&) {
+  throw RunError(fmt::format("model.fp8: the {} backend runs no FP8 GEMMs (the cpu backend emulates them)", name()));
+}
 
 Tensor Backend::zeros(std::size_t numel, DType dtype) {
   Tensor t = allocate(numel, dtype);

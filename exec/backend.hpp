@@ -33,6 +33,24 @@ struct AdamWStep {
   float grad_scale = 1;  // global-norm clipping factor
 };
 
+// How one operand of an FP8 GEMM is quantized (model.fp8, framework.fp8_recipe; kernels/cpu/fp8_matmul.hpp).
+struct Fp8Operand {
+  enum class Scaling : unsigned char {
+    PerTensor,  // one given scale (delayed scaling)
+    Current,    // one scale from the tensor's own amax (tensorwise)
+    Tiles,      // a power-of-2 scale per 1 x 128 tile along K (blockwise: activations and gradients)
+    Blocks,     // a power-of-2 scale per 128 x 128 block (blockwise: weights)
+    Mx,         // an E8M0 scale per 32 elements along K (mxfp8)
+  };
+  bool e5m2 = false;  // E5M2 (the output gradient under the hybrid format), else E4M3
+  Scaling scaling = Scaling::Current;
+  float scale = 1.0f;  // PerTensor only
+};
+// The amaxes of the high-precision operands an FP8 GEMM call quantized (what delayed scaling records).
+struct Fp8Amaxes {
+  float input = 0, weight = 0, gradient = 0;
+};
+
 struct BackendOptions {
   int threads = 1;              // CPU: compute threads of this rank
   bool shares_process = false;  // CPU: other ranks run as threads of this process (process-wide settings, such as
@@ -102,6 +120,16 @@ class Backend {
   virtual void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                                const Tensor& inp, const Tensor& weight, int rows, int in_features,
                                int out_features) = 0;
+  // The same GEMMs with FP8 operands: each operand quantized as its Fp8Operand says, along the GEMM's own K (TE's
+  // rowwise / columnwise copies), and multiplied in fp32; the bias gradient from the unquantized dout. Returns the
+  // amaxes of what it quantized. A backend without FP8 throws a RunError naming itself (the default).
+  virtual Fp8Amaxes fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                                       int rows, int in_features, int out_features, const Fp8Operand& input,
+                                       const Fp8Operand& weights);
+  virtual Fp8Amaxes fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                                        const Tensor& dout, const Tensor& inp, const Tensor& weight, int rows,
+                                        int in_features, int out_features, const Fp8Operand& input,
+                                        const Fp8Operand& weights, const Fp8Operand& gradient);
   // out (B, T, H*D), lse (B, H, T) fp32 <- qkv (B, T, (H + 2 KV) D) as [q | k | v]; causal, H = the rank's query
   // heads, KV its key/value heads (grouped-query attention; KV = H: multi-head, qkv (B, T, 3, H, D));
   // alibi_slopes (H) fp32: ALiBi's slope of each query head (kernels/cpu/attention.hpp), or empty for no bias

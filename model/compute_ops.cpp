@@ -18,7 +18,44 @@ Op compute_op(ComputeKind what, Phase phase, std::vector<Kernel> kernels) {
   return op;
 }
 
+bool fp8_gemm_kind(ComputeKind what) {
+  return what == ComputeKind::QkvProjection || what == ComputeKind::AttentionProjection || what == ComputeKind::MlpUp ||
+         what == ComputeKind::MlpDown;
+}
+
+// An FP8 GEMM op's kernels, as Transformer Engine runs a linear layer (transformer_engine/pytorch/module/linear.py,
+// layernorm_linear.py): the GEMM(s) on one-byte operands writing the 16-bit output, and around them the casts, each
+// writing a rowwise and a columnwise FP8 copy (what the backward's GEMMs read along their own K: Hopper's FP8 GEMMs
+// take only the "TN" layout, MXFP8's blocks run along K), reading the 16-bit tensor: 2 + e bytes per element.
+//   forward   the input's cast (a column-parallel GEMM's is fused into the layer norm before it, whose output is
+//             FP8: nothing more), the weight's cast once per iteration (TE caches FP8 weights across micro-batches:
+//             spread over them here);
+//   backward  the output gradient's cast; a sequence-parallel column-parallel GEMM's input, gathered rowwise only,
+//             transposed for the weight gradient (read and write one byte).
+// Tensorwise scaling (Float8CurrentScaling) reads each tensor once more for its amax before the cast; delayed,
+// blockwise and MXFP8 scales come from the cast kernel itself or from earlier steps.
+std::vector<Kernel> fp8_gemm_kernels(const Shapes& x, ComputeKind what, bool backward, double m, double n, double k) {
+  const double e = x.e, cast = 2 + e, amax = x.fp8_recipe == Fp8Recipe::Tensorwise ? e : 0;
+  const bool column = what == ComputeKind::QkvProjection || what == ComputeKind::MlpUp;
+  std::vector<Kernel> kernels;
+  if (!backward) {
+    kernels.push_back({KernelKind::Fp8Gemm, 1, m * k + k * n + e * m * n});
+    const double input = column ? 0 : (cast + amax) * m * k;
+    kernels.push_back({KernelKind::Stream, column ? 1 : 2, input + (cast + amax) * k * n / x.micro_batches});
+    return kernels;
+  }
+  // dX = dY W^T reads dY and W, writes dX; dW = X^T dY reads X and dY, writes dW.
+  kernels.push_back({KernelKind::Fp8Gemm, 2, (m * n + n * k + e * m * k) + (m * k + m * n + e * k * n)});
+  const double transpose = column && x.sequence_parallel ? 2 * m * k : 0;
+  kernels.push_back({KernelKind::Stream, transpose > 0 ? 2 : 1, (cast + amax) * m * n + transpose});
+  return kernels;
+}
+
 }  // namespace
+
+bool runs_in_fp8(const Scenario& scenario, ComputeKind what) {
+  return scenario.model.fp8 != Fp8Format::None && fp8_gemm_kind(what);
+}
 
 Op elementwise(ComputeKind what, Phase phase, double bytes, int launches) {
   return compute_op(what, phase, {Kernel{KernelKind::Stream, launches, bytes}});
@@ -42,7 +79,10 @@ void add_stream_bytes(Op& op, double bytes) {
 Op gemm(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double epilogue_bytes) {
   const bool backward = phase == Phase::Backward;
   const GemmShape shape{static_cast<std::int64_t>(m), static_cast<std::int64_t>(n), static_cast<std::int64_t>(k), 1};
-  std::vector<Kernel> kernels{{KernelKind::Gemm, backward ? 2 : 1, (backward ? 2 : 1) * x.e * (m * k + k * n + m * n)}};
+  std::vector<Kernel> kernels = x.fp8 && fp8_gemm_kind(what)
+                                    ? fp8_gemm_kernels(x, what, backward, m, n, k)
+                                    : std::vector<Kernel>{{KernelKind::Gemm, backward ? 2 : 1,
+                                                           (backward ? 2 : 1) * x.e * (m * k + k * n + m * n)}};
   const double accumulation = x.accumulation_bytes_per_weight * d(shape.k) * d(shape.n) * d(shape.count);
   if (backward && accumulation > 0) kernels.push_back({KernelKind::Stream, x.accumulation_launches, accumulation});
   if (epilogue_bytes > 1) kernels.push_back({KernelKind::Stream, 1, epilogue_bytes});
@@ -99,7 +139,15 @@ void reduce_across_tensor(std::vector<Op>& ops, const Shapes& x, Payload payload
 
 void gather_sequence(std::vector<Op>& ops, const Shapes& x, Payload payload, ComputeKind what, Phase phase) {
   if (!x.sequence_parallel) return;
-  ops.push_back(tensor_collective(CollectiveKind::AllGather, payload, what, phase, x.tokens * x.h * x.e));
+  // FP8: a column-parallel GEMM's input is quantized before the gather and gathered in one byte per element (TE's
+  // gather_along_first_dim with the input quantizer); tensorwise scaling first reduces the shards' amaxes across TP
+  // (the quantizer's amax reduction group) so that every shard takes one scale.
+  const bool fp8_input = x.fp8 && payload == Payload::LayerInput && fp8_gemm_kind(what);
+  if (fp8_input && x.fp8_recipe == Fp8Recipe::Tensorwise && phase != Phase::Backward) {
+    ops.push_back(tensor_collective(CollectiveKind::AllReduce, Payload::Fp8Amax, what, phase, 4));
+  }
+  ops.push_back(
+      tensor_collective(CollectiveKind::AllGather, payload, what, phase, x.tokens * x.h * (fp8_input ? 1 : x.e)));
 }
 
 // Layout copies around the attention core (megatron/model/transformer.py, ParallelAttention / CoreAttention,

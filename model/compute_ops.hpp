@@ -9,6 +9,12 @@
 
 namespace twin::model {
 
+// Whether the GEMM `what` runs in FP8 under model.fp8: the transformer layers' four (QKV, attention projection, MLP up
+// and down), in their forward, input-gradient and weight-gradient passes, as Transformer Engine's linear layers do
+// under Megatron-Core; the LM head and the attention core stay in the 16-bit dtype (fp8_output_proj and
+// fp8_dot_product_attention off, Megatron-Core's defaults). The one home of this fact: both engines ask it.
+bool runs_in_fp8(const Scenario& scenario, ComputeKind what);
+
 // A memory-bound compute op: `launches` kernels moving `bytes` in all.
 Op elementwise(ComputeKind what, Phase phase, double bytes, int launches);
 // Adds `bytes` to a memory-bound op's traffic (copies the framework makes around it, in its kernels).

@@ -32,6 +32,12 @@ double layer_parameters_per_rank(const Scenario& s, std::int64_t tp) {
   return split / t + replicated;
 }
 
+// The weights of one transformer layer's four GEMMs held by one GPU (no biases or norms).
+double gemm_weights_per_gpu(const Scenario& s) {
+  const double h = d(s.model.hidden), f = d(s.ffn_hidden());
+  return (h * d(s.model.qkv_width()) + h * h + h * d(s.mlp_up_width()) + f * h) / d(s.parallel.tp);
+}
+
 }  // namespace
 
 ParameterCount count_parameters(const Scenario& s) {
@@ -139,8 +145,10 @@ StateBytesPerParameter state_bytes_per_parameter(const Scenario& s) {
 
 double activation_bytes_per_layer(const Scenario& s) {
   // Korthikanti et al. (MLSys'23), Table 2; coefficients count 2-byte activations and 1-byte dropout masks, so
-  // fp32 training is scaled by 2.
-  const double seq = d(s.model.seq_len), b = d(s.parallel.micro_batch), h = d(s.model.hidden);
+  // fp32 training is scaled by 2. Under context parallelism a rank holds seq / cp of every sequence's tokens, and
+  // every stashed tensor is per token (the attention's scores are not kept: context parallelism runs fused attention).
+  const double seq = d(s.model.seq_len) / d(std::max<std::int64_t>(1, s.parallel.cp));
+  const double b = d(s.parallel.micro_batch), h = d(s.model.hidden);
   const double a = d(s.model.heads), t = d(s.parallel.tp);
   const double scale = dtype_bytes(s.model.dtype) / 2.0;
   const double sbh = seq * b * h;
@@ -150,10 +158,22 @@ double activation_bytes_per_layer(const Scenario& s) {
   // heads, SwiGLU's up output is twice its activation's; with q = 3h and u = f = 4h it is 24. The 10 replicated
   // (the norms' and the GEMMs' inputs, two dropout masks) and the scores' 5 a s / h (per query head) are unchanged.
   const double kv_share = d(s.model.key_value_heads()) / a;
-  const double split = 2 + 4 * kv_share + 2 + 2 * d(s.mlp_up_width()) / h + 2 * d(s.ffn_hidden()) / h;
+  const double split_16bit = 2 + 4 * kv_share + 2 + 2 * d(s.mlp_up_width()) / h + 2 * d(s.ffn_hidden()) / h;
   // A parallel block's two layer norms read the same input, kept once, and its one residual op has one dropout
   // mask: 2 + 1 of the 10 go; with one shared norm its output too (2 more).
-  const double replicated = s.model.shared_norm ? 5 : s.model.parallel_residual ? 7 : 10;
+  double replicated = s.model.shared_norm ? 5 : s.model.parallel_residual ? 7 : 10;
+  // Without dropout (framework.dropout = false) its two 1-byte masks per element are not kept (one in a parallel
+  // block, whose one residual op has one dropout).
+  if (!s.framework.dropout) replicated -= s.model.parallel_residual ? 1 : 2;
+  // FP8 (model.fp8): Transformer Engine's linear layers keep their inputs for the backward as FP8, one byte where the
+  // 16-bit dtype took two: the QKV and MLP-up inputs (replicated, 1 of their 2 each), the projection's and the
+  // MLP-down's (split, 1 of 2 and f / h of 2 f / h).
+  double split_fp8 = 0;
+  if (s.model.fp8 != Fp8Format::None) {
+    replicated -= s.model.shared_norm ? 1 : 2;  // one shared norm: one input for both GEMMs
+    split_fp8 = 1 + d(s.ffn_hidden()) / h;
+  }
+  const double split = split_16bit - split_fp8;
   switch (s.parallel.recompute) {
     case Recompute::None:
       // FlashAttention keeps no scores: Korthikanti's 5 a s / h term (softmax output, its dropout mask and output)
@@ -181,8 +201,7 @@ MemoryEstimate estimate_memory(const Scenario& s) {
   const auto& p = s.parallel;
   MemoryEstimate estimate;
   estimate.capacity_bytes = gpu_memory_bytes(s.cluster.node);
-  const auto schedule = build_schedule(p.schedule, static_cast<int>(p.pp), static_cast<int>(p.micro_batches()),
-                                       static_cast<int>(p.virtual_stages));
+  const auto schedule = build_schedule(p);
   const StateBytesPerParameter per_param = state_bytes_per_parameter(s);
   const double layer_stash = activation_bytes_per_layer(s);
   Scenario kept = s;  // a layer block recompute leaves alone keeps what it would without recompute
@@ -209,13 +228,21 @@ MemoryEstimate estimate_memory(const Scenario& s) {
       m.weights_bytes = m.parameters * per_param.weights / d(p.dp) + e * (root + 3 * block);
       m.gradients_bytes = m.parameters * per_param.gradients / d(p.dp) + e * std::max(root, block);
     }
+    // FP8: Transformer Engine keeps an FP8 copy of every GEMM weight beside the 16-bit one, and its transpose (the
+    // columnwise copy a backward GEMM reads along its K): 2 bytes per GEMM weight element.
+    if (s.model.fp8 != Fp8Format::None) m.weights_bytes += 2 * d(s.layers_on_stage(stage)) * gemm_weights_per_gpu(s);
     m.in_flight_micro_batches = max_in_flight(schedule[stage]);
-    // Chunks of one stage hold the same number of layers (an uneven split has no interleaving).
+    // The chunks of a stage may differ (the embedding or the loss counted as a layer): the most layers in flight.
+    std::vector<std::int64_t> chunk_layers;
+    for (int chunk = 0; chunk < p.virtual_stages; ++chunk) {
+      chunk_layers.push_back(s.layers_in_virtual_stage(virtual_stage(stage, chunk, static_cast<int>(p.pp))));
+    }
+    const double layers_in_flight = d(max_in_flight_weighted(schedule[stage], chunk_layers));
     // A stage's layers each stash layer_stash, or kept_stash past the first recompute_num_layers of each chunk.
     const double layers = d(s.layers_on_stage(stage));
     const double recomputed = p.recompute == Recompute::Full ? d(s.recomputed_layers_on_stage(stage)) : layers;
     const double stash = layers > 0 ? (recomputed * layer_stash + (layers - recomputed) * kept_stash) / layers : 0;
-    m.activations_bytes = m.in_flight_micro_batches * d(s.layers_in_virtual_stage(stage)) * stash;
+    m.activations_bytes = layers_in_flight * stash;
     // Recompute rebuilds one layer's full activations before its backward.
     if (p.recompute != Recompute::None) m.activations_bytes += layer_working_set_bytes(s);
     // The last stage holds one micro-batch of fp32 logits for the cross-entropy (s b V/t floats).

@@ -38,6 +38,9 @@ struct Shapes {
   bool rope;         // model.position_embedding = "rope": queries and keys rotated by position
   bool swiglu;       // model.activation = "swiglu": silu(gate) * up
   bool bias;         // model.linear_bias: the linear layers' biases (added by the elementwise kernels after them)
+  bool fp8;          // model.fp8: the transformer layers' four GEMMs in FP8 (compute_ops.cpp, fp8_gemm)
+  Fp8Recipe fp8_recipe;
+  double micro_batches;  // per pipeline: what a once-per-iteration cost is spread over (FP8 weight casts)
   bool parallel;     // model.parallel_residual: attention and MLP side by side on the layer input, one residual add
   bool shared_norm;  // model.shared_norm: one layer norm feeds both branches
   double accumulation_bytes_per_weight;  // gradient_accumulation_bytes: after each weight-gradient GEMM
@@ -72,6 +75,9 @@ struct Shapes {
     shared_norm = s.model.shared_norm;
     accumulation_bytes_per_weight = gradient_accumulation_bytes(s);
     accumulation_launches = gradient_accumulation_launches(s);
+    fp8 = s.model.fp8 != Fp8Format::None;
+    fp8_recipe = s.framework.fp8_recipe;
+    micro_batches = d(std::max<std::int64_t>(1, s.parallel.micro_batches()));
   }
 
   // Memory traffic per element of the elementwise kernels (framework.fused_kernels, framework.dropout), in bytes. A

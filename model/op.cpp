@@ -86,9 +86,9 @@ std::string_view to_string(Group value) {
 }
 std::string_view to_string(Payload value) {
   static const char* const names[] = {
-      "layer_output",        "layer_input",       "input_grad",      "output_grad",
-      "cross_entropy_stats", "layernorm_grads",   "embedding_grads", "gradients",
-      "parameters",          "grad_norm_squared", "tokens",          "checkpointed_input"};
+      "layer_output",    "layer_input",        "input_grad", "output_grad", "cross_entropy_stats",
+      "layernorm_grads", "embedding_grads",    "gradients",  "parameters",  "grad_norm_squared",
+      "tokens",          "checkpointed_input", "fp8_amax"};
   static_assert(std::size(names) == kPayloadCount, "a name for every Payload");
   return lookup(names, value);
 }
@@ -98,7 +98,7 @@ std::string_view to_string(Granularity value) {
 }
 std::string_view to_string(KernelKind value) {
   static const char* const names[] = {
-      "gemm", "stream", "attention_gemms", "attention_operand", "attention_passes", "flash_attention"};
+      "gemm", "stream", "attention_gemms", "attention_operand", "attention_passes", "flash_attention", "fp8_gemm"};
   return lookup(names, value);
 }
 

@@ -68,9 +68,11 @@ enum class Payload : std::uint8_t {
   GradNormSquared,    // global gradient norm for clipping: one fp32 partial sum per rank (AR over World)
   Tokens,             // Mixture-of-Experts: the expert rows exchanged all-to-all (dispatch, combine, their gradients)
   CheckpointedInput,  // DeepSpeed's partition_activations: a layer's kept input, 1/t per TP rank, gathered before its
-                      // recompute (AG) (keep it last)
+                      // recompute (AG)
+  Fp8Amax,            // FP8: the amaxes of the tensors cast to FP8, reduced to their maximum (AR): delayed scaling's
+                      // per region over TP x DP, tensorwise scaling's per sequence-parallel input over TP (keep it last)
 };
-inline constexpr std::size_t kPayloadCount = static_cast<std::size_t>(Payload::CheckpointedInput) + 1;
+inline constexpr std::size_t kPayloadCount = static_cast<std::size_t>(Payload::Fp8Amax) + 1;
 
 enum class Granularity : std::uint8_t {
   Op,     // every GEMM/kernel is an op: what the executor needs
@@ -92,6 +94,7 @@ enum class KernelKind : std::uint8_t {
   AttentionOperand,  // bytes the attention GEMMs read beyond their operands, at their rate (ALiBi's bias as C)
   AttentionPasses,   // the unfused attention core's passes over the scores and its layout copies, streaming
   FlashAttention,    // FlashAttention's fused kernel(s), at its measured rate on the op's FLOPs
+  Fp8Gemm,           // the op's GEMM(s) as Gemm, with FP8 operands (model.fp8), at the GPU's measured FP8 GEMM rate
 };
 
 // Kernels of one kind that a compute op runs back to back: `launches` launches moving `bytes` in all (e.g. the

@@ -37,6 +37,10 @@ Op fused_layer_op(const Scenario& scenario, int layer, Phase phase) {
 Program build_program(const Scenario& scenario, Granularity granularity) {
   if (auto problems = validation_problems(scenario); !problems.empty()) throw ScenarioError(problems);
   const auto& p = scenario.parallel;
+  if (p.cp > 1) {
+    throw ScenarioError({scenario.source + ": parallel.cp = " + std::to_string(p.cp) +
+                         ": context parallelism is not in the Program yet (parallel.cp = 1)"});
+  }
   // Every pipeline message's tag must pack into one key (p2p_tag_key).
   if (p.pp > 1 && (p.micro_batches() >= kP2PTagMicroBatches || p.pp * p.virtual_stages >= kP2PTagVirtualStages)) {
     throw ScenarioError(
@@ -49,8 +53,7 @@ Program build_program(const Scenario& scenario, Granularity granularity) {
   program.granularity = granularity;
   program.layout = RankLayout(LayoutSizes{static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp), 1,
                                           static_cast<int>(p.ep), static_cast<int>(p.etp)});
-  program.schedule = build_schedule(p.schedule, static_cast<int>(p.pp), static_cast<int>(p.micro_batches()),
-                                    static_cast<int>(p.virtual_stages));
+  program.schedule = build_schedule(p);
   program.stage_ops.reserve(p.pp);
   program.exchange_issue = exchange_issue(scenario);
   for (int stage = 0; stage < p.pp; ++stage) {

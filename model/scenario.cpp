@@ -40,6 +40,10 @@ std::string_view to_string(AttentionKind value) {
   return names::name_of(names::kAttentionKinds, value);
 }
 
+std::string_view to_string(Fabric value) {
+  return names::name_of(names::kFabrics, value);
+}
+
 std::string_view to_string(Framework value) {
   return names::name_of(names::kFrameworks, value);
 }
@@ -63,6 +67,13 @@ constexpr NodeFacts kNodeFacts[] = {
     {NodeKind::DgxH100, 8, 81920 * kMiB},
     // DGX H200 datasheet: 8x H200-SXM "141GB" of HBM3e; the driver reports 143771 MiB (nvidia-smi on an H200 SXM).
     {NodeKind::DgxH200, 8, 143771 * kMiB},
+    // HGX H800 8-GPU: 8x H800 SXM5 80GB, H100 SXM5's memory (H800 datasheet: 80 GB HBM3), 81920 MiB as above.
+    {NodeKind::HgxH800, 8, 81920 * kMiB},
+    // DGX B200 user guide: 8x B200 "180GB" of HBM3e (1,440 GB in all); the driver reports 183359 MiB (nvidia-smi).
+    {NodeKind::DgxB200, 8, 183359 * kMiB},
+    // GB200 NVL72: 72 Blackwell GPUs in one NVLink domain (the rack is the node), "186GB" of HBM3e each (GB200 NVL72
+    // specifications); the driver reports 189471 MiB (nvidia-smi on a GB200).
+    {NodeKind::Gb200Nvl72, 72, 189471 * kMiB},
     // A CPU host: one worker unless cluster.gpus_per_node says otherwise, with a nominal 16 GiB budget (the CPU
     // backend checks its real allocations).
     {NodeKind::CpuHost, 1, 16384 * kMiB},
@@ -92,12 +103,23 @@ std::int64_t Scenario::padded_vocab() const {
 }
 
 std::int64_t Scenario::layers_in_virtual_stage(std::int64_t virtual_stage) const {
+  // Megatron-Core's get_num_layers_to_build (megatron/core/transformer/transformer_block.py): a stage's layers split
+  // evenly over its chunks; the embedding and the loss, when counted, take one layer's place at the two ends.
   const auto& p = parallel;
+  const std::int64_t v = std::max<std::int64_t>(1, p.virtual_stages);
+  if (p.account_for_embedding || p.account_for_loss) {
+    const std::int64_t counted = model.layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0);
+    std::int64_t layers = counted / (p.pp * v);
+    if (p.account_for_embedding && virtual_stage == 0) --layers;
+    if (p.account_for_loss && virtual_stage == p.pp * v - 1) --layers;
+    return layers;
+  }
   if (p.first_stage_layers <= 0 && p.last_stage_layers <= 0) return layers_per_chunk();
-  if (virtual_stage == 0 && p.first_stage_layers > 0) return p.first_stage_layers;
-  if (virtual_stage == p.pp - 1 && p.last_stage_layers > 0) return p.last_stage_layers;
+  const std::int64_t stage = virtual_stage % p.pp;
+  if (stage == 0 && p.first_stage_layers > 0) return p.first_stage_layers / v;
+  if (stage == p.pp - 1 && p.last_stage_layers > 0) return p.last_stage_layers / v;
   const std::int64_t middle = p.pp - (p.first_stage_layers > 0) - (p.last_stage_layers > 0);
-  return middle > 0 ? (model.layers - p.first_stage_layers - p.last_stage_layers) / middle : 0;
+  return middle > 0 ? (model.layers - p.first_stage_layers - p.last_stage_layers) / middle / v : 0;
 }
 
 std::int64_t Scenario::first_layer_of_virtual_stage(std::int64_t virtual_stage) const {

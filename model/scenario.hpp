@@ -11,14 +11,19 @@
 #include <string_view>
 #include <vector>
 
+#include "model/context_parallel.hpp"
 #include "model/errors.hpp"
+#include "model/precision.hpp"
 
 namespace twin::model {
 
 enum class DType : std::uint8_t { BF16, FP16, FP32 };
 enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved };
 enum class Recompute : std::uint8_t { None, Selective, Full };
-enum class NodeKind : std::uint8_t { DgxA100, DgxA100_40GB, DgxH100, DgxH200, CpuHost };
+enum class NodeKind : std::uint8_t { DgxA100, DgxA100_40GB, DgxH100, DgxH200, HgxH800, DgxB200, Gb200Nvl72, CpuHost };
+// The inter-node fabric (cluster.fabric): the node's own (HDR InfiniBand for DGX A100, NDR for the Hopper and
+// Blackwell nodes), or one named: InfiniBand HDR / NDR / XDR fat-trees, or RoCE over 400 GbE as Llama 3 ran on.
+enum class Fabric : std::uint8_t { NodeDefault, InfinibandHdr, InfinibandNdr, InfinibandXdr, Roce };
 // Megatron-LM; DeepSpeed's pipeline engine on Megatron-DeepSpeed's layers; MosaicML Composer (llm-foundry's trainer,
 // 2023) on PyTorch 1.13: eager PyTorch modules under autocast, data parallelism by PyTorch FSDP (or DDP), no TP or PP.
 enum class Framework : std::uint8_t { Megatron, DeepSpeed, Composer };
@@ -42,6 +47,7 @@ std::string_view to_string(DType dtype);
 std::string_view to_string(ScheduleKind schedule);
 std::string_view to_string(Recompute recompute);
 std::string_view to_string(NodeKind node);
+std::string_view to_string(Fabric fabric);
 std::string_view to_string(Framework framework);
 std::string_view to_string(PositionEmbedding position);
 std::string_view to_string(Norm norm);
@@ -75,6 +81,8 @@ struct ModelSpec {
   // With parallel_residual: one layer norm feeds both branches (GPT-J, PaLM, Falcon-7B; GPT-NeoX's gpt_j_tied), so a
   // layer has one norm and its backward one TP all-reduce; false: one norm per branch (GPT-NeoX-20B, Falcon-40B).
   bool shared_norm = false;
+  // FP8 GEMMs through Transformer Engine (Megatron-Core's --fp8-format; model/precision.hpp): none, hybrid or e4m3.
+  Fp8Format fp8 = Fp8Format::None;
 
   // Rotary embeddings on the leading fraction of each head's dimensions (GPT-NeoX's rotary_pct, Megatron-Core's
   // --rotary-percent); 1: all of them. With position_embedding = "rope" only.
@@ -108,11 +116,17 @@ struct ModelSpec {
 struct ParallelSpec {
   std::int64_t tp = 1;
   std::int64_t pp = 1;
-  std::int64_t dp = 1;                // defaults to the cluster's GPUs / (tp * pp)
+  std::int64_t dp = 1;                // defaults to the cluster's GPUs / (tp * cp * pp)
+  // Context parallelism (Megatron-Core's --context-parallel-size; model/context_parallel.hpp): ranks that share each
+  // sequence, each with seq_len / cp of its tokens.
+  std::int64_t cp = 1;
   std::int64_t micro_batch = 1;       // sequences per micro-batch
   std::int64_t global_batch = 1;      // sequences per iteration
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   std::int64_t virtual_stages = 1;    // model chunks per stage (interleaved schedule)
+  // The interleaved schedule's micro-batches per group (Megatron-Core's --microbatch-group-size-per-virtual-pipeline-
+  // stage; the Llama 3 paper's N): 0, groups of pp. Any other N lets micro-batches be any number (schedule.hpp).
+  std::int64_t microbatch_group = 0;
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;
   std::int64_t zero_stage = 0;        // 0; 1 (optimizer state sharded across DP); 3 (parameters, gradients and
@@ -126,9 +140,15 @@ struct ParallelSpec {
   std::int64_t vocab_pad_multiple = 128;  // Megatron's make-vocab-size-divisible-by (times tp)
   // Transformer layers of the first and of the last pipeline stage, the others sharing the rest evenly (Megatron-Core's
   // --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers: lighter end stages make room for the
-  // embedding and the LM head); 0: an even split. Without interleaving only.
+  // embedding and the LM head); 0: an even split. With interleaving each stage's layers split evenly over its chunks.
   std::int64_t first_stage_layers = 0;
   std::int64_t last_stage_layers = 0;
+  // The embedding, and the loss, counted as one transformer layer each in the split (Megatron-Core's
+  // --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split): the first virtual stage holds
+  // one layer fewer, the last one fewer; with one layer per chunk they hold the embedding alone and the LM head and
+  // loss alone, as Llama 3 405B trained (arXiv:2407.21783, section 3.3.2).
+  bool account_for_embedding = false;
+  bool account_for_loss = false;
   // With recompute = full, recompute only the first N transformer layers of every model chunk and keep the others'
   // activations (Megatron-LM's --recompute-method block --recompute-num-layers N: less recompute for more memory;
   // N at or above a chunk's layers recomputes them all, as Megatron does); 0: every layer.
@@ -140,7 +160,7 @@ struct ParallelSpec {
   std::int64_t etp = 1;
 
   std::int64_t micro_batches() const { return global_batch / (dp * micro_batch); }  // m, per pipeline
-  std::int64_t world_size() const { return tp * pp * dp; }
+  std::int64_t world_size() const { return tp * cp * pp * dp; }
 };
 
 struct ClusterSpec {
@@ -160,6 +180,8 @@ struct ClusterSpec {
   // The host thread's time to issue one kernel (Python, the framework, PyTorch's dispatcher, the launch call), in
   // microseconds: the GPU cannot run ahead of it, which paces small kernels. 0: the host is never behind.
   double host_us_per_kernel = 0;
+  Fabric fabric = Fabric::NodeDefault;  // the network between nodes
+  bool rail_optimized = false;          // NIC i of every node of a scalable unit under the same leaf (rail) switch
 
   std::int64_t total_gpus() const { return nodes * gpus_per_node; }
 };
@@ -198,6 +220,10 @@ struct FrameworkSpec {
   // each checkpointed transformer layer keeps 1/t of its input, all-gathered across TP before its recompute;
   // false: the whole input (with framework.name = "deepspeed", parallel.recompute = "full", tp > 1).
   bool partition_activations = false;
+  // How context parallelism exchanges keys and values (Megatron-Core's --cp-comm-type): p2p ring, all_gather, a2a.
+  CpComm cp_comm = CpComm::P2P;
+  // FP8 scaling (Megatron-Core's --fp8-recipe, its default delayed), with model.fp8.
+  Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;
 };
 
 // The DeepSpeed release twin models: framework.deepspeed_version when given, else 0.6.2 under bf16_optimizer (its

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -30,11 +31,24 @@ inline constexpr EnumName<ScheduleKind> kSchedules[] = {
     {ScheduleKind::GPipe, "gpipe"}, {ScheduleKind::OneFOneB, "1f1b"}, {ScheduleKind::Interleaved, "interleaved"}};
 inline constexpr EnumName<Recompute> kRecomputes[] = {
     {Recompute::None, "none"}, {Recompute::Selective, "selective"}, {Recompute::Full, "full"}};
-inline constexpr EnumName<NodeKind> kNodes[] = {{NodeKind::DgxA100, "dgx-a100"},
-                                                {NodeKind::DgxA100_40GB, "dgx-a100-40gb"},
-                                                {NodeKind::DgxH100, "dgx-h100"},
-                                                {NodeKind::DgxH200, "dgx-h200"},
-                                                {NodeKind::CpuHost, "cpu-host"}};
+inline constexpr EnumName<NodeKind> kNodes[] = {
+    {NodeKind::DgxA100, "dgx-a100"},       {NodeKind::DgxA100_40GB, "dgx-a100-40gb"},
+    {NodeKind::DgxH100, "dgx-h100"},       {NodeKind::DgxH200, "dgx-h200"},
+    {NodeKind::HgxH800, "hgx-h800"},       {NodeKind::DgxB200, "dgx-b200"},
+    {NodeKind::Gb200Nvl72, "gb200-nvl72"}, {NodeKind::CpuHost, "cpu-host"}};
+inline constexpr EnumName<Fabric> kFabrics[] = {{Fabric::NodeDefault, "node"},
+                                                {Fabric::InfinibandHdr, "infiniband-hdr"},
+                                                {Fabric::InfinibandNdr, "infiniband-ndr"},
+                                                {Fabric::InfinibandXdr, "infiniband-xdr"},
+                                                {Fabric::Roce, "roce"}};
+inline constexpr EnumName<Fp8Format> kFp8Formats[] = {
+    {Fp8Format::None, "none"}, {Fp8Format::Hybrid, "hybrid"}, {Fp8Format::E4M3, "e4m3"}};
+inline constexpr EnumName<Fp8Recipe> kFp8Recipes[] = {{Fp8Recipe::Delayed, "delayed"},
+                                                      {Fp8Recipe::Tensorwise, "tensorwise"},
+                                                      {Fp8Recipe::Blockwise, "blockwise"},
+                                                      {Fp8Recipe::Mxfp8, "mxfp8"}};
+inline constexpr EnumName<CpComm> kCpComms[] = {
+    {CpComm::P2P, "p2p"}, {CpComm::AllGather, "all_gather"}, {CpComm::AllToAll, "a2a"}};
 inline constexpr EnumName<PositionEmbedding> kPositionEmbeddings[] = {
     {PositionEmbedding::Learned, "learned"}, {PositionEmbedding::Alibi, "alibi"}, {PositionEmbedding::Rope, "rope"}};
 inline constexpr EnumName<Norm> kNorms[] = {{Norm::LayerNorm, "layernorm"}, {Norm::RmsNorm, "rmsnorm"}};
@@ -49,6 +63,13 @@ std::string_view name_of(const EnumName<Enum> (&table)[N], Enum value) {
   for (const auto& entry : table)
     if (entry.value == value) return entry.name;
   return "?";
+}
+
+template <typename Enum, std::size_t N>
+std::optional<Enum> value_named(const EnumName<Enum> (&table)[N], std::string_view name) {
+  for (const auto& entry : table)
+    if (entry.name == name) return entry.value;
+  return std::nullopt;
 }
 
 template <typename Enum, std::size_t N>

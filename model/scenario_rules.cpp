@@ -34,6 +34,8 @@ class RuleCheck {
     param_gather_overlap();
     partitioned_activations();
     mixture_of_experts();
+    context_parallelism();
+    fp8();
     training();
     return std::move(problems);
   }
@@ -61,6 +63,7 @@ class RuleCheck {
     mb_ok = require_positive("parallel.micro_batch", p.micro_batch);
     gb_ok = require_positive("parallel.global_batch", p.global_batch);
     v_ok = require_positive("parallel.virtual_stages", p.virtual_stages);
+    cp_ok = require_positive("parallel.cp", p.cp);
     require_positive("parallel.vocab_pad_multiple", p.vocab_pad_multiple);
     nodes_ok = require_positive("cluster.nodes", c.nodes);
     gpn_ok = require_positive("cluster.gpus_per_node", c.gpus_per_node);
@@ -132,11 +135,11 @@ class RuleCheck {
             fmt::format("{}: parallel.first_stage_layers and parallel.last_stage_layers must be >= 0 (0: "
                         "an even split), got {} and {}",
                         src, p.first_stage_layers, p.last_stage_layers));
-      } else if (v_ok && p.virtual_stages != 1) {
-        problems.push_back(
-            fmt::format("{}: parallel.first_stage_layers / last_stage_layers need parallel.virtual_stages "
-                        "= 1 (an interleaved split is even), got {}",
-                        src, p.virtual_stages));
+      } else if (p.account_for_embedding || p.account_for_loss) {
+        problems.push_back(fmt::format(
+            "{}: parallel.first_stage_layers / last_stage_layers and parallel.account_for_embedding / "
+            "account_for_loss are two ways to lighten the end stages: give one (Megatron-Core refuses both)",
+            src));
       } else if (pp_ok && layers_ok && p.pp < 2) {
         problems.push_back(
             fmt::format("{}: parallel.first_stage_layers / last_stage_layers need a pipeline "
@@ -145,6 +148,15 @@ class RuleCheck {
       } else if (pp_ok && layers_ok) {
         const std::int64_t middle = p.pp - given, rest = m.layers - p.first_stage_layers - p.last_stage_layers;
         const bool fits = middle == 0 ? rest == 0 : rest >= middle && rest % middle == 0;
+        const std::int64_t v = v_ok ? p.virtual_stages : 1;
+        if (fits &&
+            (p.first_stage_layers % v != 0 || p.last_stage_layers % v != 0 || (middle > 0 && rest / middle % v != 0))) {
+          problems.push_back(
+              fmt::format("{}: with parallel.virtual_stages = {} every stage's layers split evenly over its chunks: "
+                          "parallel.first_stage_layers ({}), parallel.last_stage_layers ({}) and the other stages' "
+                          "{} each must be multiples of {}",
+                          src, v, p.first_stage_layers, p.last_stage_layers, middle > 0 ? rest / middle : 0, v));
+        }
         if (!fits) {
           problems.push_back(
               fmt::format("{}: model.layers ({}) minus parallel.first_stage_layers ({}) and "
@@ -154,7 +166,15 @@ class RuleCheck {
         }
       }
     }
-    if (!uneven && layers_ok && pp_ok && v_ok && m.layers % (p.pp * p.virtual_stages) != 0) {
+    const std::int64_t counted = m.layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0);
+    if (!uneven && counted != m.layers && layers_ok && pp_ok && v_ok && counted % (p.pp * p.virtual_stages) != 0) {
+      problems.push_back(
+          fmt::format("{}: model.layers ({}) with the embedding and / or loss counted as layers "
+                      "(parallel.account_for_embedding / account_for_loss) makes {}: it must be divisible by "
+                      "parallel.pp * parallel.virtual_stages ({} * {} = {})",
+                      src, m.layers, counted, p.pp, p.virtual_stages, p.pp * p.virtual_stages));
+    }
+    if (!uneven && counted == m.layers && layers_ok && pp_ok && v_ok && m.layers % (p.pp * p.virtual_stages) != 0) {
       problems.push_back(
           fmt::format("{}: model.layers ({}) must be divisible by parallel.pp * parallel.virtual_stages "
                       "({} * {} = {})",
@@ -170,11 +190,18 @@ class RuleCheck {
                       "parallel.micro_batch ({} * {} = {})",
                       src, p.global_batch, p.dp, p.micro_batch, p.dp * p.micro_batch));
     }
-    if (check_world_size && tp_ok && pp_ok && dp_ok && nodes_ok && gpn_ok && p.world_size() != c.total_gpus()) {
+    if (check_world_size && tp_ok && pp_ok && dp_ok && cp_ok && nodes_ok && gpn_ok &&
+        p.world_size() != c.total_gpus()) {
+      const std::string plan =
+          p.cp > 1 ? fmt::format(
+                         "parallel.tp * parallel.cp * parallel.pp * parallel.dp = {} * "
+                         "{} * {} * {}",
+                         p.tp, p.cp, p.pp, p.dp)
+                   : fmt::format("parallel.tp * parallel.pp * parallel.dp = {} * {} * {}", p.tp, p.pp, p.dp);
       problems.push_back(
-          fmt::format("{}: parallel.tp * parallel.pp * parallel.dp = {} * {} * {} = {} does not match the "
-                      "cluster's {} GPUs (cluster.nodes {} x cluster.gpus_per_node {})",
-                      src, p.tp, p.pp, p.dp, p.world_size(), c.total_gpus(), c.nodes, c.gpus_per_node));
+          fmt::format("{}: {} = {} does not match the cluster's {} GPUs (cluster.nodes {} x "
+                      "cluster.gpus_per_node {})",
+                      src, plan, p.world_size(), c.total_gpus(), c.nodes, c.gpus_per_node));
     }
   }
 
@@ -197,14 +224,27 @@ class RuleCheck {
         problems.push_back(
             fmt::format("{}: parallel.schedule = \"interleaved\" needs parallel.pp >= 2, got {}", src, p.pp));
       }
-      if (dp_ok && mb_ok && gb_ok && pp_ok && p.global_batch % (p.dp * p.micro_batch) == 0 &&
+      if (p.microbatch_group < 0 || (dp_ok && mb_ok && gb_ok && p.global_batch % (p.dp * p.micro_batch) == 0 &&
+                                     p.microbatch_group > p.micro_batches())) {
+        problems.push_back(
+            fmt::format("{}: parallel.microbatch_group ({}) must be 1 to the micro-batches per pipeline (0: groups of "
+                        "parallel.pp)",
+                        src, p.microbatch_group));
+      }
+      if (p.microbatch_group == 0 && dp_ok && mb_ok && gb_ok && pp_ok && p.global_batch % (p.dp * p.micro_batch) == 0 &&
           p.micro_batches() % p.pp != 0) {
         problems.push_back(
             fmt::format("{}: the interleaved schedule runs micro-batches in groups of parallel.pp: "
                         "micro-batches per pipeline (global_batch / (dp * micro_batch) = {}) must be "
-                        "divisible by parallel.pp ({})",
+                        "divisible by parallel.pp ({}), or give parallel.microbatch_group (any number of "
+                        "micro-batches runs in groups of that many)",
                         src, p.micro_batches(), p.pp));
       }
+    } else if (p.microbatch_group != 0) {
+      problems.push_back(
+          fmt::format("{}: parallel.microbatch_group ({}) groups the interleaved schedule's "
+                      "micro-batches: it needs parallel.schedule = \"interleaved\"",
+                      src, p.microbatch_group));
     }
   }
 
@@ -353,11 +393,10 @@ class RuleCheck {
                       src, to_string(scenario.framework.name)));
     } else if (p.recompute_num_layers > 0 && layers_ok && pp_ok && v_ok) {
       // Megatron recomputes the first N layers of each chunk: more than the largest chunk holds is a typo.
-      const std::int64_t middle_stages = p.pp - (p.first_stage_layers > 0) - (p.last_stage_layers > 0);
-      const std::int64_t middle_layers = m.layers - p.first_stage_layers - p.last_stage_layers;
-      const std::int64_t largest_chunk = uneven ? std::max({p.first_stage_layers, p.last_stage_layers,
-                                                            middle_stages > 0 ? middle_layers / middle_stages : 0})
-                                                : m.layers / (p.pp * p.virtual_stages);
+      std::int64_t largest_chunk = 0;
+      for (std::int64_t vs = 0; vs < p.pp * p.virtual_stages; ++vs) {
+        largest_chunk = std::max(largest_chunk, scenario.layers_in_virtual_stage(vs));
+      }
       if (p.recompute_num_layers > largest_chunk) {
         problems.push_back(
             fmt::format("{}: parallel.recompute_num_layers ({}) is more than a chunk's layers ({}): "
@@ -583,6 +622,83 @@ class RuleCheck {
       problems.push_back(fmt::format("{}: training.init_std must be > 0, got {}", src, t.init_std));
   }
 
+  // Context parallelism as Megatron-Core and Transformer Engine run it (model/context_parallel.hpp).
+  void context_parallelism() {
+    if (!cp_ok || p.cp == 1) return;
+    if (seq_ok && m.seq_len % (2 * p.cp) != 0) {
+      problems.push_back(
+          fmt::format("{}: model.seq_len ({}) must be divisible by 2 * parallel.cp ({}): each CP rank "
+                      "holds two chunks of every sequence (the causal load balance)",
+                      src, m.seq_len, 2 * p.cp));
+    }
+    if (scenario.framework.name != Framework::Megatron) {
+      problems.push_back(
+          fmt::format("{}: parallel.cp = {} is Megatron-Core's context parallelism: it needs "
+                      "framework.name = \"megatron\", got \"{}\"",
+                      src, p.cp, to_string(scenario.framework.name)));
+    }
+    if (scenario.framework.attention == AttentionKind::Unfused) {
+      problems.push_back(
+          fmt::format("{}: parallel.cp = {} runs the attention core as fused blocks (Transformer "
+                      "Engine's flash or cuDNN attention): framework.attention must be \"flash2\" "
+                      "(or \"flash1\"), got \"unfused\"",
+                      src, p.cp));
+    }
+    if (m.position_embedding == PositionEmbedding::Alibi) {
+      problems.push_back(
+          fmt::format("{}: parallel.cp = {} with ALiBi: Transformer Engine's context parallelism "
+                      "takes no attention bias (model.position_embedding = \"rope\" or \"learned\")",
+                      src, p.cp));
+    }
+    const std::int64_t split = p.tp * p.cp;
+    if (scenario.framework.cp_comm == CpComm::AllToAll && tp_ok && heads_ok &&
+        (m.heads % split != 0 || m.key_value_heads() % split != 0)) {
+      problems.push_back(
+          fmt::format("{}: framework.cp_comm = \"a2a\" gives each of the tp * cp = {} ranks whole "
+                      "heads: model.heads ({}) and the key/value heads ({}) must be divisible by {}",
+                      src, split, m.heads, m.key_value_heads(), split));
+    }
+  }
+
+  // FP8 GEMMs (model/precision.hpp): Megatron-Core through Transformer Engine, on parts with FP8 tensor cores.
+  void fp8() {
+    const auto& f = scenario.framework;
+    if (m.fp8 == Fp8Format::None) {
+      if (f.fp8_recipe != Fp8Recipe::Delayed) {
+        problems.push_back(
+            fmt::format("{}: framework.fp8_recipe = \"{}\" scales FP8 tensors: it needs model.fp8 "
+                        "(\"hybrid\" or \"e4m3\"), got \"none\"",
+                        src, to_string(f.fp8_recipe)));
+      }
+      return;
+    }
+    if (f.name != Framework::Megatron) {
+      problems.push_back(
+          fmt::format("{}: model.fp8 is Transformer Engine's FP8 under Megatron-Core: it needs "
+                      "framework.name = \"megatron\", got \"{}\"",
+                      src, to_string(f.name)));
+    }
+    if (m.dtype == DType::FP32) {
+      problems.push_back(
+          fmt::format("{}: model.fp8 runs the GEMMs in FP8 and the rest in 16 bits: model.dtype must "
+                      "be \"bf16\" or \"fp16\", got \"fp32\"",
+                      src));
+    }
+    const bool ampere = c.node == NodeKind::DgxA100 || c.node == NodeKind::DgxA100_40GB;
+    const bool blackwell = c.node == NodeKind::DgxB200 || c.node == NodeKind::Gb200Nvl72;
+    if (ampere) {
+      problems.push_back(
+          fmt::format("{}: model.fp8 needs FP8 tensor cores (Hopper or Blackwell); cluster.node = "
+                      "\"{}\" has none",
+                      src, to_string(c.node)));
+    } else if (f.fp8_recipe == Fp8Recipe::Mxfp8 && !blackwell && c.node != NodeKind::CpuHost) {
+      problems.push_back(
+          fmt::format("{}: framework.fp8_recipe = \"mxfp8\" needs Blackwell's block-scaled tensor "
+                      "cores (cluster.node = \"dgx-b200\" or \"gb200-nvl72\"), got \"{}\"",
+                      src, to_string(c.node)));
+    }
+  }
+
   const Scenario& scenario;
   const ModelSpec& m;
   const ParallelSpec& p;
@@ -591,7 +707,7 @@ class RuleCheck {
   const std::string& src;
   std::vector<std::string> problems;
   bool layers_ok = false, hidden_ok = false, heads_ok = false, seq_ok = false, tp_ok = false, pp_ok = false,
-       dp_ok = false, mb_ok = false, gb_ok = false, v_ok = false, nodes_ok = false, gpn_ok = false;
+       dp_ok = false, mb_ok = false, gb_ok = false, v_ok = false, nodes_ok = false, gpn_ok = false, cp_ok = false;
   bool check_world_size = true;  // false when dp could not be derived (that problem names the world size)
   const bool uneven = p.first_stage_layers != 0 || p.last_stage_layers != 0;
   const bool is_composer = scenario.framework.name == Framework::Composer;

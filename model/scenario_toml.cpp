@@ -114,8 +114,9 @@ void read_model(const toml::table& root, const std::string& source, ModelSpec& m
   model.integer("layers", m.layers);
   model.integer("hidden", m.hidden);
   model.integer("heads", m.heads);
+  const std::size_t problems_before_ffn = problems.size();  // a value out of range is one problem, not two
   model.integer("ffn_hidden", m.ffn_hidden);
-  if (model.has("ffn_hidden") && m.ffn_hidden == 0) {
+  if (model.has("ffn_hidden") && problems.size() == problems_before_ffn && m.ffn_hidden == 0) {
     problems.push_back(
         fmt::format("{}: model.ffn_hidden must be positive (leave it out for 4 x model.hidden), got 0", source));
   }
@@ -135,6 +136,7 @@ void read_model(const toml::table& root, const std::string& source, ModelSpec& m
   model.boolean("shared_norm", m.shared_norm);
   model.number("rotary_fraction", m.rotary_fraction);
   read_moe_keys(model, source, m, problems);
+  model.choice("fp8", m.fp8, names::kFp8Formats);
   model.reject_unknown_keys();
 }
 
@@ -158,6 +160,8 @@ bool read_cluster(const toml::table& root, const std::string& source, ClusterSpe
   cluster.integer("nics_per_node", c.nics_per_node);
   cluster.number("nic_gbps", c.nic_gbps);
   cluster.number("host_us_per_kernel", c.host_us_per_kernel);
+  cluster.choice("fabric", c.fabric, names::kFabrics);
+  cluster.boolean("rail_optimized", c.rail_optimized);
   cluster.reject_unknown_keys();
   return size_given;
 }
@@ -175,10 +179,12 @@ ParallelGiven read_parallel(const toml::table& root, const std::string& source, 
   parallel.integer("tp", p.tp);
   parallel.integer("pp", p.pp);
   parallel.integer("dp", p.dp);
+  parallel.integer("cp", p.cp);
   parallel.integer("micro_batch", p.micro_batch);
   parallel.integer("global_batch", p.global_batch);
   parallel.choice("schedule", p.schedule, names::kSchedules);
   parallel.integer("virtual_stages", p.virtual_stages);
+  parallel.integer("microbatch_group", p.microbatch_group);
   parallel.choice("recompute", p.recompute, names::kRecomputes);
   parallel.boolean("sequence_parallel", p.sequence_parallel);
   parallel.integer("zero_stage", p.zero_stage);
@@ -187,6 +193,8 @@ ParallelGiven read_parallel(const toml::table& root, const std::string& source, 
   parallel.integer("vocab_pad_multiple", p.vocab_pad_multiple);
   parallel.integer("first_stage_layers", p.first_stage_layers);
   parallel.integer("last_stage_layers", p.last_stage_layers);
+  parallel.boolean("account_for_embedding", p.account_for_embedding);
+  parallel.boolean("account_for_loss", p.account_for_loss);
   parallel.integer("recompute_num_layers", p.recompute_num_layers);
   parallel.integer("ep", p.ep);
   parallel.integer("etp", p.etp);
@@ -216,6 +224,8 @@ void read_framework(const toml::table& root, const std::string& source, Scenario
   framework.boolean("bf16_optimizer", f.bf16_optimizer);
   framework.boolean("partition_activations", f.partition_activations);
   framework.version("deepspeed_version", f.deepspeed_version);
+  framework.choice("cp_comm", f.cp_comm, names::kCpComms);
+  framework.choice("fp8_recipe", f.fp8_recipe, names::kFp8Recipes);
   framework.reject_unknown_keys();
   if (f.name == Framework::Composer) {
     // Composer runs PyTorch's own elementwise kernels (sim/cost_model.cpp); Megatron's fused ones are not there.
@@ -254,18 +264,19 @@ bool derive_defaults(Scenario& scenario, bool cluster_size_given, ParallelGiven 
   auto& p = scenario.parallel;
   bool derivable = true;
   if (scenario.cluster.node == NodeKind::CpuHost && !cluster_size_given) {
-    // A CPU run has as many workers as the plan needs: one host, tp * pp * dp workers (dp defaults to 1).
+    // A CPU run has as many workers as the plan needs: one host, tp * cp * pp * dp workers (dp defaults to 1).
     scenario.cluster.nodes = 1;
-    scenario.cluster.gpus_per_node = std::max<std::int64_t>(1, p.tp * p.pp * p.dp);
-  } else if (!given.dp && p.tp > 0 && p.pp > 0) {
-    const std::int64_t gpus = scenario.cluster.total_gpus();
-    if (gpus > 0 && gpus % (p.tp * p.pp) != 0) {
+    scenario.cluster.gpus_per_node = std::max<std::int64_t>(1, p.world_size());
+  } else if (!given.dp && p.tp > 0 && p.pp > 0 && p.cp > 0) {
+    const std::int64_t gpus = scenario.cluster.total_gpus(), model_parallel = p.tp * p.cp * p.pp;
+    if (gpus > 0 && gpus % model_parallel != 0) {
       derivable = false;
+      const std::string product = p.cp > 1 ? "tp*cp*pp" : "tp*pp";
       problems.push_back(fmt::format(
-          "{}: parallel.dp: cannot derive dp: the cluster's {} GPUs ({} nodes x {}) are not a multiple of tp*pp = {}",
-          scenario.source, gpus, scenario.cluster.nodes, scenario.cluster.gpus_per_node, p.tp * p.pp));
+          "{}: parallel.dp: cannot derive dp: the cluster's {} GPUs ({} nodes x {}) are not a multiple of {} = {}",
+          scenario.source, gpus, scenario.cluster.nodes, scenario.cluster.gpus_per_node, product, model_parallel));
     } else {
-      p.dp = std::max<std::int64_t>(1, gpus / (p.tp * p.pp));
+      p.dp = std::max<std::int64_t>(1, gpus / model_parallel);
     }
   }
   if (!given.global_batch) p.global_batch = p.dp * p.micro_batch;
@@ -340,19 +351,24 @@ std::string to_toml(const Scenario& s) {
     line(fmt::format("capacity_factor = {:.17g}", s.model.capacity_factor));
     line(fmt::format("expert_load_skew = {:.17g}", s.model.expert_load_skew));
   }
+  if (s.model.fp8 != Fp8Format::None) line(fmt::format("fp8 = \"{}\"", to_string(s.model.fp8)));
   line("\n[parallel]");
   line(fmt::format("tp = {}", s.parallel.tp));
   line(fmt::format("pp = {}", s.parallel.pp));
   line(fmt::format("dp = {}", s.parallel.dp));
+  if (s.parallel.cp != 1) line(fmt::format("cp = {}", s.parallel.cp));
   line(fmt::format("micro_batch = {}", s.parallel.micro_batch));
   line(fmt::format("global_batch = {}", s.parallel.global_batch));
   line(fmt::format("schedule = \"{}\"", to_string(s.parallel.schedule)));
   line(fmt::format("virtual_stages = {}", s.parallel.virtual_stages));
+  if (s.parallel.microbatch_group > 0) line(fmt::format("microbatch_group = {}", s.parallel.microbatch_group));
   line(fmt::format("recompute = \"{}\"", to_string(s.parallel.recompute)));
   line(fmt::format("sequence_parallel = {}", s.parallel.sequence_parallel));
   line(fmt::format("zero_stage = {}", s.parallel.zero_stage));
   if (s.parallel.first_stage_layers > 0) line(fmt::format("first_stage_layers = {}", s.parallel.first_stage_layers));
   if (s.parallel.last_stage_layers > 0) line(fmt::format("last_stage_layers = {}", s.parallel.last_stage_layers));
+  if (s.parallel.account_for_embedding) line("account_for_embedding = true");
+  if (s.parallel.account_for_loss) line("account_for_loss = true");
   if (s.parallel.recompute_num_layers > 0) {
     line(fmt::format("recompute_num_layers = {}", s.parallel.recompute_num_layers));
   }
@@ -381,6 +397,8 @@ std::string to_toml(const Scenario& s) {
   if (s.cluster.host_us_per_kernel > 0) {
     line(fmt::format("host_us_per_kernel = {:.17g}", s.cluster.host_us_per_kernel));
   }
+  if (s.cluster.fabric != Fabric::NodeDefault) line(fmt::format("fabric = \"{}\"", to_string(s.cluster.fabric)));
+  if (s.cluster.rail_optimized) line("rail_optimized = true");
   line("\n[framework]");
   line(fmt::format("name = \"{}\"", to_string(s.framework.name)));
   line(fmt::format("tied_embeddings = {}", s.framework.tied_embeddings));
@@ -395,6 +413,9 @@ std::string to_toml(const Scenario& s) {
   if (s.framework.deepspeed_version != std::array<int, 3>{0, 0, 0}) {
     line(fmt::format("deepspeed_version = \"{}\"", version_text(s.framework.deepspeed_version)));
   }
+  if (s.framework.cp_comm != CpComm::P2P) line(fmt::format("cp_comm = \"{}\"", to_string(s.framework.cp_comm)));
+  if (s.framework.fp8_recipe != Fp8Recipe::Delayed)
+    line(fmt::format("fp8_recipe = \"{}\"", to_string(s.framework.fp8_recipe)));
   line("\n[training]");
   line(fmt::format("seed = {}", s.training.seed));
   line(fmt::format("learning_rate = {:.17g}", s.training.learning_rate));

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "model/compute_ops.hpp"
 #include "model/formulas.hpp"
 #include "model/layer_ops.hpp"
 #include "model/moe_ops.hpp"
@@ -74,6 +75,21 @@ void StageBuilder::emit_layer(int layer, Phase phase, const PipelineStep& step, 
     if (granularity_ == Granularity::Layer) it->second = fuse_layer(it->second);
   }
   emit_all(it->second, step, wait_for);
+}
+
+// Transformer Engine's delayed scaling reduces the amaxes of every FP8 tensor of an fp8_autocast region to their
+// maximum when the region ends (reduce_and_update_fp8_tensors: one all-reduce of one fp32 per tensor), over the amax
+// reduction group, TP x DP x CP (parallel_state.get_amax_reduction_group); Megatron-Core's region is a model chunk's
+// forward, and its backward. Forward the input, weight and output amaxes of the four GEMMs of each layer, backward
+// the output gradient's and input gradient's. One op per region, whose group is the group's DP part when there are
+// DP replicas (its TP part rides on NVLink inside a node) and its TP part otherwise (a group of one: nothing to time,
+// but the point where the region's scales are updated); the executor reduces over TP and that group.
+void StageBuilder::reduce_fp8_amaxes(int layers, Phase phase, const PipelineStep& step, int& wait_for) {
+  if (s_.model.fp8 == Fp8Format::None || s_.framework.fp8_recipe != Fp8Recipe::Delayed || layers <= 0) return;
+  Op op = tensor_collective(CollectiveKind::AllReduce, Payload::Fp8Amax, ComputeKind::TransformerLayer, phase,
+                            4.0 * (phase == Phase::Forward ? 3 : 2) * 4 * layers);
+  if (dp_ > 1) op.group = Group::Data;
+  emit_all({op}, step, wait_for);
 }
 
 int StageBuilder::recv(const PipelineStep& step, int from_virtual_stage, Phase phase) {
@@ -214,6 +230,7 @@ void StageBuilder::forward_step(const PipelineStep& step) {
     emit_layer(layer, Phase::Forward, step, wait_for);
     if (zero3_) fsdp_free(last_op());  // FULL_SHARD reshards a block after its forward
   }
+  reduce_fp8_amaxes(end - first, Phase::Forward, step, wait_for);
   if (vs == virtual_stages_ - 1) {
     gathers.before_bucket(wait_for);
     emit_all(head_forward(x_), step, wait_for);
@@ -260,6 +277,7 @@ void StageBuilder::backward_step(const PipelineStep& step, bool last_backward_of
       }
     }
   }
+  reduce_fp8_amaxes(last - first + 1, Phase::Backward, step, wait_for);
   if (vs == 0) {
     if (recompute_model_ends(s_)) emit_all(embedding_forward(x_, Phase::Recompute), step, wait_for);
     emit_all(embedding_backward(x_), step, wait_for);

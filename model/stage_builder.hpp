@@ -33,6 +33,8 @@ class StageBuilder {
   // pending_gather_ (a parameter gather, parallel.overlap_param_gather) when set.
   void emit_all(std::vector<Op> ops, const PipelineStep& step, int& wait_for);
   void emit_layer(int layer, Phase phase, const PipelineStep& step, int& wait_for);
+  // FP8 delayed scaling: the amax reduction at the end of a chunk's forward or backward region (stage_builder.cpp).
+  void reduce_fp8_amaxes(int layers, Phase phase, const PipelineStep& step, int& wait_for);
   int recv(const PipelineStep& step, int from_virtual_stage, Phase phase);
   // `producer`: the op whose output is sent (the send waits for it and nothing else).
   void send(const PipelineStep& step, int my_virtual_stage, int to_virtual_stage, Phase phase, int producer);

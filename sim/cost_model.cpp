@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 
 #include "model/compute_ops.hpp"
+#include "sim/fp8_gemm.hpp"
 
 namespace twin::sim {
 
@@ -39,10 +40,11 @@ struct GemmMeasurement {
   double flops_per_s, m, n, k;
 };
 
-// The efficiency left once the measurement's own tile/wave quantization is accounted for.
+// The efficiency left once the measurement's own tile/wave quantization is accounted for, against `peak` (the
+// 16-bit tensor-core peak unless given).
 double base_efficiency(const topology::GpuSpec& gpu, const GemmMeasurement& measured,
-                       const std::vector<GemmTile>& tiles) {
-  const double peak = gpu.bf16_flops;
+                       const std::vector<GemmTile>& tiles, double peak = 0) {
+  if (peak <= 0) peak = gpu.bf16_flops;
   const double quantized = quantized_time_s(measured.m, measured.n, measured.k, 1, peak, 1.0, gpu.sm_count, tiles);
   const double achieved = 2 * measured.m * measured.n * measured.k / measured.flops_per_s;
   return std::min(1.0, quantized / achieved);
@@ -90,8 +92,13 @@ constexpr FlashAttentionRates kFlash2H100{{141, 192, 232, 257, 273, 284}, {163, 
 FlashAttentionRate flash_attention_rate(const topology::GpuSpec& gpu, model::AttentionKind kind, double seq,
                                         double head_dim) {
   if (kind == model::AttentionKind::Unfused) throw std::invalid_argument("flash_attention_rate: not a flash kernel");
-  // H200: the H100's die and clocks with faster HBM; the kernels are compute bound, so the H100's rates.
-  const bool hopper = gpu.name.rfind("H100", 0) == 0 || gpu.name.rfind("H200", 0) == 0;
+  // H200 and H800: the H100's die and clocks (faster HBM, slower NVLink); the kernels are compute bound, so the
+  // H100's rates. Blackwell (B200, GB200): no fused-attention measurement by sequence length was found published
+  // (FlashAttention-4, Zadouri et al., arXiv:2603.05451, reports its forward's best, 1613 TFLOP/s on a B200): the
+  // H100's rates scaled by the ratio of the 16-bit peaks, an assumption (sim/cost_model.cpp's note in
+  // docs/accuracy.md).
+  const bool hopper = gpu.compute_capability >= 90;
+  const double scale = gpu.compute_capability >= 100 ? gpu.bf16_flops / topology::h100_sxm5_80gb().bf16_flops : 1.0;
   const bool v2 = kind == model::AttentionKind::Flash2;
   const FlashAttentionRates& rates = hopper ? (v2 ? kFlash2H100 : kFlash1H100) : (v2 ? kFlash2A100 : kFlash1A100);
   // Head dimensions: the measured 64 and 128. A kernel computes on its head-dimension block: FlashAttention's
@@ -106,7 +113,7 @@ FlashAttentionRate flash_attention_rate(const topology::GpuSpec& gpu, model::Att
   const double x = std::clamp(std::log2(seq), std::log2(kFlashSequences[0]), std::log2(kFlashSequences[5]));
   const int i = std::min(4, static_cast<int>(std::floor(x - std::log2(kFlashSequences[0]))));
   const double f = x - std::log2(kFlashSequences[i]);
-  out.flops_per_s = 1e12 * (row[i] + f * (row[i + 1] - row[i]));
+  out.flops_per_s = scale * 1e12 * (row[i] + f * (row[i + 1] - row[i]));
   return out;
 }
 
@@ -146,8 +153,8 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu) {
   //   reads and writes (8 bytes per FLOP) of the datasheet's 2039 GB/s (M. Li, github.com/mli/transformers-benchmarks,
   //   README "Micro-Benchmarking Summary", VectorMul, micro_bench.ipynb, NGC PyTorch 22.07).
   //   A100 40GB (HBM2 at 1555 GB/s): the same fraction, assumed.
-  //   H100 / H200: 0.90, an assumption (STREAM-style kernels reach about 90%); the first number to replace when a
-  //   measurement lands in bench/.
+  //   H100 / H200 / H800, B200 / GB200: 0.90, an assumption (STREAM-style kernels reach about 90%); the first number
+  //   to replace when a measurement lands in bench/.
   p.hbm_efficiency = gpu.name.rfind("A100", 0) == 0 ? kA100StreamingFraction : 0.90;
   // Launch: back-to-back dependent kernels leave a gap of a few microseconds (NVIDIA Technical Blog, "Getting Started
   // with CUDA Graphs", 2019, measures ~2-4 us per kernel of launch overhead); 2 us per kernel.
@@ -161,13 +168,20 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu) {
   //   267.9 TFLOP/s at its best shape (mamf-finder.py, S. Bekman, "Machine Learning Engineering Open Book",
   //   compute/accelerator/README.md, MAMF table: 6912 x 16384 x 2048, bf16); pass that in AnalyticalParameters to
   //   model a current software stack.
-  //   H100 / H200: maximum achievable matmul FLOPs of the same MAMF table (bf16, CUDA 12.x).
+  //   H100 / H200, B200 / GB200: maximum achievable matmul FLOPs of the same MAMF table (bf16, CUDA 12.x / 13.0);
+  //   H800 (no entry): the H100's.
   GemmMeasurement measured{};
   if (gpu.name.rfind("A100", 0) == 0) {
     // A100 SXM 80GB, CUDA 11.7: 230 TFLOPS (73.7% of 312); the 40GB part has the same SMs and clocks.
     measured = {230e12, 8192, 8192, 8192};
   } else if (gpu.name.rfind("H100", 0) == 0) {
     measured = {792.1e12, 6144, 17920, 2816};  // H100 SXM: 792.1 TFLOPS (80.1% of 989)
+  } else if (gpu.name.rfind("H800", 0) == 0) {
+    measured = {792.1e12, 6144, 17920, 2816};  // the H100 SXM's: the same GH100 at the same clocks
+  } else if (gpu.name.rfind("B200", 0) == 0) {
+    measured = {1745.0e12, 1792, 16128, 3072};  // B200 SXM: 1745.0 TFLOPS (77.6% of 2250), torch 2.7.1+cu128
+  } else if (gpu.name.rfind("GB200", 0) == 0) {
+    measured = {1822.0e12, 4096, 9728, 2048};  // GB200: 1822.0 TFLOPS (72.9% of 2500), torch 2.10 nightly+cu130
   } else if (gpu.name.rfind("H200", 0) == 0) {
     // No H200 entry; GH200 (the same GH100 die with HBM3e): 821.0 TFLOPS (83.0% of 989).
     measured = {821.0e12, 11264, 19712, 1536};
@@ -248,6 +262,18 @@ double AnalyticalCostModel::memory_time_s(double bytes) const {
   return bytes / (gpu_.hbm_bytes_per_s * parameters_.hbm_efficiency);
 }
 
+double AnalyticalCostModel::fp8_gemm_time_s(double m, double n, double k, double count, model::Fp8Recipe recipe) const {
+  auto it = fp8_efficiency_.find(recipe);
+  if (it == fp8_efficiency_.end()) {
+    const Fp8GemmMeasurement fp8 = fp8_gemm_measurement(gpu_, recipe);
+    const GemmMeasurement measured{fp8.flops_per_s, fp8.m, fp8.n, fp8.k};
+    it = fp8_efficiency_.emplace(recipe, base_efficiency(gpu_, measured, parameters_.tiles, gpu_.fp8_flops)).first;
+  }
+  const double compute = quantized_time_s(m, n, k, count, gpu_.fp8_flops, it->second, gpu_.sm_count, parameters_.tiles);
+  const double operand_bytes = (m * k + k * n + 2 * m * n) * count;
+  return std::max(compute, memory_time_s(operand_bytes));
+}
+
 double AnalyticalCostModel::gemm_time_s(double m, double n, double k, double count, model::DType dtype,
                                         double hbm_fraction) const {
   const double compute = quantized_time_s(m, n, k, count, gpu_.peak_flops(dtype), parameters_.gemm_efficiency,
@@ -275,6 +301,9 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
     switch (kernel.kind) {
       case model::KernelKind::Gemm:
         seconds += gemm_kernels_s(scenario, op) + kernel.launches * launch;
+        break;
+      case model::KernelKind::Fp8Gemm:
+        seconds += fp8_gemm_kernels_s(scenario, op) + kernel.launches * launch;
         break;
       case model::KernelKind::Stream:
         seconds += memory_time_s(kernel.bytes) + kernel.launches * launch;
@@ -310,6 +339,15 @@ double AnalyticalCostModel::gemm_kernels_s(const model::Scenario& scenario, cons
   return gemm_time_s(m, k, n, count, dtype) + gemm_time_s(k, n, m, count, dtype);
 }
 
+// The same in FP8: TE runs the weight-gradient GEMM in FP8 too (fp8_wgrad, Megatron-Core's default).
+double AnalyticalCostModel::fp8_gemm_kernels_s(const model::Scenario& scenario, const model::Op& op) const {
+  const double m = static_cast<double>(op.gemm.m), n = static_cast<double>(op.gemm.n);
+  const double k = static_cast<double>(op.gemm.k), count = static_cast<double>(op.gemm.count);
+  const model::Fp8Recipe recipe = scenario.framework.fp8_recipe;
+  if (op.phase != model::Phase::Backward) return fp8_gemm_time_s(m, n, k, count, recipe);
+  return fp8_gemm_time_s(m, k, n, count, recipe) + fp8_gemm_time_s(k, n, m, count, recipe);
+}
+
 // The attention core's batched GEMMs, at the attention GEMMs' fraction of the streaming rate when memory bound: half
 // are Q K^T [s,d]x[d,s] (m = n = s, k = d), half P V [s,s]x[s,d]. Backward: the gradients of both (dP: [s,d]x[d,s];
 // dV, dQ, dK: [s,s]x[s,d]).
@@ -339,6 +377,10 @@ double AnalyticalCostModel::gemm_half_s(const model::Scenario& scenario, model::
   const double m = static_cast<double>(shape.m), n = static_cast<double>(shape.n), k = static_cast<double>(shape.k);
   const double count = static_cast<double>(shape.count);
   if (count <= 0) return 0;
+  if (model::runs_in_fp8(scenario, what)) {
+    const model::Fp8Recipe recipe = scenario.framework.fp8_recipe;
+    return weight_gradient ? fp8_gemm_time_s(k, n, m, count, recipe) : fp8_gemm_time_s(m, k, n, count, recipe);
+  }
   const model::DType dtype = scenario.model.dtype;
   return weight_gradient ? gemm_time_s(k, n, m, count, dtype) : gemm_time_s(m, k, n, count, dtype);
 }

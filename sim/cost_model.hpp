@@ -112,6 +112,10 @@ class AnalyticalCostModel : public CostModel {
   // `count` GEMMs [m, k] x [k, n] on one GPU (no launch overhead), their operands moving at `hbm_fraction` of the
   // streaming rate when memory bound.
   double gemm_time_s(double m, double n, double k, double count, model::DType dtype, double hbm_fraction = 1) const;
+  // The same GEMMs with FP8 operands under `recipe`: at the GPU's FP8 peak times the efficiency its measured FP8 GEMM
+  // leaves (sim/fp8_gemm.hpp), tiles and waves as for 16-bit GEMMs; memory bound on one-byte operands and a 16-bit
+  // output. Throws std::invalid_argument for a GPU without FP8 (fp8_gemm_measurement).
+  double fp8_gemm_time_s(double m, double n, double k, double count, model::Fp8Recipe recipe) const;
   double memory_time_s(double bytes) const;
   double gemm_half_s(const model::Scenario& scenario, model::ComputeKind what, bool weight_gradient) const override;
   double memory_copy_s(double bytes, int kernels) const override;
@@ -125,6 +129,7 @@ class AnalyticalCostModel : public CostModel {
   // Seconds of a compute op that is not a fused layer; `kernels` gets the kernels it launches.
   double op_time_s(const model::Scenario& scenario, const model::Op& op, int& kernels) const;
   double gemm_kernels_s(const model::Scenario& scenario, const model::Op& op) const;
+  double fp8_gemm_kernels_s(const model::Scenario& scenario, const model::Op& op) const;
   double attention_gemms_s(const model::Scenario& scenario, const model::Op& op) const;
   double flash_attention_s(const model::Scenario& scenario, const model::Op& op) const;
   std::pair<double, int> timed(const model::Scenario& scenario, const model::Op& op) const;  // seconds, kernels
@@ -136,6 +141,7 @@ class AnalyticalCostModel : public CostModel {
     std::pair<double, int> timed;                             // seconds, kernels
   };
   mutable std::map<const model::KernelBreakdown*, FusedLayerTime> layer_cache_;
+  mutable std::map<model::Fp8Recipe, double> fp8_efficiency_;  // by recipe, from its measured FP8 GEMM
 };
 
 // Fixed times per phase: what the ideal-pipeline tests need (a forward op costs `forward_s`, a recompute op

@@ -54,8 +54,8 @@ GpuSpec a100_sxm4_40gb() {
 }
 
 // NVIDIA H100 Tensor Core GPU datasheet (2023, "H100 SXM" column): FP32 67 TFLOPS, TF32 989 TFLOPS*, BF16 1,979
-// TFLOPS*, FP16 1,979 TFLOPS* (* with sparsity: dense is half), 80 GB HBM3 at 3.35 TB/s. SM count: NVIDIA H100
-// Tensor Core GPU Architecture whitepaper (2022), "H100 SXM5 ... 132 SMs".
+// TFLOPS*, FP16 1,979 TFLOPS*, FP8 3,958 TFLOPS* (* with sparsity: dense is half), 80 GB HBM3 at 3.35 TB/s. SM
+// count: NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), "H100 SXM5 ... 132 SMs".
 GpuSpec h100_sxm5_80gb() {
   GpuSpec gpu;
   gpu.name = "H100-SXM5-80GB";
@@ -63,14 +63,16 @@ GpuSpec h100_sxm5_80gb() {
   gpu.fp16_flops = 1979 * kTera / 2;
   gpu.tf32_flops = 989 * kTera / 2;
   gpu.fp32_flops = 67 * kTera;
+  gpu.fp8_flops = 3958 * kTera / 2;
   gpu.hbm_bytes_per_s = 3350 * kGB;
   gpu.hbm_bytes = model::gpu_memory_bytes(model::NodeKind::DgxH100);  // model/'s one table of GPU memory
   gpu.sm_count = 132;
+  gpu.compute_capability = 90;
   return gpu;
 }
 
 // NVIDIA H200 Tensor Core GPU datasheet (2024, "H200 SXM" column): FP32 67 TFLOPS, TF32 989 TFLOPS*, BF16 1,979
-// TFLOPS*, FP16 1,979 TFLOPS*, 141 GB HBM3e at 4.8 TB/s. Same GH100 die as H100 SXM5, hence 132 SMs.
+// TFLOPS*, FP16 1,979 TFLOPS*, FP8 3,958 TFLOPS*, 141 GB HBM3e at 4.8 TB/s. Same GH100 die as H100 SXM5, hence 132 SMs.
 GpuSpec h200_sxm_141gb() {
   GpuSpec gpu;
   gpu.name = "H200-SXM-141GB";
@@ -78,9 +80,11 @@ GpuSpec h200_sxm_141gb() {
   gpu.fp16_flops = 1979 * kTera / 2;
   gpu.tf32_flops = 989 * kTera / 2;
   gpu.fp32_flops = 67 * kTera;
+  gpu.fp8_flops = 3958 * kTera / 2;
   gpu.hbm_bytes_per_s = 4800 * kGB;
   gpu.hbm_bytes = model::gpu_memory_bytes(model::NodeKind::DgxH200);  // model/'s one table of GPU memory
   gpu.sm_count = 132;
+  gpu.compute_capability = 90;
   return gpu;
 }
 
@@ -120,8 +124,10 @@ NodeSpec dgx_a100_40gb() {
 
 // NVIDIA DGX H100 User Guide: 8x H100 SXM5 80GB, 4x NVSwitch giving 900 GB/s bidirectional per GPU (450 GB/s per
 // direction), 8x ConnectX-7 NDR InfiniBand 400 Gb/s for compute (through four OSFP cages).
-// Effective rates (NCCL 2.18+, src/graph/tuning.cc and search.cc):
-//   NVLink: "if (compCapIndex == HOPPER_COMPCAP_IDX) busBw = std::min(busBw, 370.0f)";
+// Effective rates (NCCL src/graph/tuning.cc, topo.h and search.cc):
+//   NVLink: 370 GB/s. NCCL 2.17.1 caps it there ("if (compCapIndex == HOPPER_COMPCAP_IDX) busBw = std::min(busBw,
+//   370.0f)", tuning.cc at tag v2.17.1-1); from 2.18 the cap is gone but the ring search's total is the same, 18
+//   links of SM90_NVLINK_BW 20.6 GB/s (topo.h) = 370.8 GB/s;
 //   NIC: sm90SpeedArrayInter = {48.0, ...}: 48 GB/s for a 400 Gb/s (50 GB/s) NIC.
 //   Channels inside the node: 18 links of SM90_NVLINK_BW 20.6 GB/s (370.8 GB/s); the ring search fits 6 rings at
 //   sm90SpeedArrayIntra's top 60 GB/s (no slower speed fits more bandwidth), ncclTopoDupChannels doubles them (60 >=
@@ -186,12 +192,18 @@ NodeSpec node_spec(model::NodeKind kind) {
       return dgx_h100();
     case model::NodeKind::DgxH200:
       return dgx_h200();
+    case model::NodeKind::HgxH800:
+      return hgx_h800();
+    case model::NodeKind::DgxB200:
+      return dgx_b200();
+    case model::NodeKind::Gb200Nvl72:
+      return gb200_nvl72();
     case model::NodeKind::CpuHost:
       break;
   }
   throw std::invalid_argument(
-      "the simulator models GPU clusters: cluster.node must be a DGX node (dgx-a100, dgx-a100-40gb, dgx-h100 or "
-      "dgx-h200), not a CPU host");
+      "the simulator models GPU clusters: cluster.node must be a GPU node (dgx-a100, dgx-a100-40gb, dgx-h100, "
+      "dgx-h200, hgx-h800, dgx-b200 or gb200-nvl72), not a CPU host");
 }
 
 FabricSpec fabric_spec(model::NodeKind kind) {
@@ -201,6 +213,9 @@ FabricSpec fabric_spec(model::NodeKind kind) {
       return infiniband_hdr_fat_tree();
     case model::NodeKind::DgxH100:
     case model::NodeKind::DgxH200:
+    case model::NodeKind::HgxH800:  // DeepSeek's H800 nodes: 400G InfiniBand (CX7) NICs
+    case model::NodeKind::DgxB200:
+    case model::NodeKind::Gb200Nvl72:  // their ConnectX-7 NICs are 400 Gb/s NDR
       return infiniband_ndr_fat_tree();
     case model::NodeKind::CpuHost:
       break;
@@ -208,12 +223,15 @@ FabricSpec fabric_spec(model::NodeKind kind) {
   throw std::invalid_argument("the simulator models GPU clusters: no fabric for a CPU host");
 }
 
-double nccl_net_speed_bytes_per_s(double line_bytes_per_s, bool hopper) {
-  // GB/s. NCCL 2.8.3 (src/graph/search.cc, tag v2.8.3-1): speedArray; NCCL 2.18 (tag v2.18.3-1): sm90SpeedArrayInter.
+double nccl_net_speed_bytes_per_s(double line_bytes_per_s, int compute_capability) {
+  // GB/s. NCCL 2.8.3 (src/graph/search.cc, tag v2.8.3-1): speedArray; NCCL 2.18 (tag v2.18.3-1): sm90SpeedArrayInter;
+  // NCCL 2.30 (tag v2.30.7-1): sm100SpeedArrayInter.
   static constexpr double kAmpere[] = {42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0,
                                        7.0,  6.0,  5.0,  4.0,  3.0,  2.4,  1.2,  0.24, 0.12};
   static constexpr double kHopper[] = {48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 20.0, 17.5,
                                        15.0, 12.0, 6.0,  3.0,  2.4,  1.2,  0.24, 0.12};
+  static constexpr double kBlackwell[] = {96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0,
+                                          20.0, 17.5, 15.0, 12.0, 6.0,  3.0,  2.4,  1.2,  0.24, 0.12};
   const double line = line_bytes_per_s / kGB;
   auto fastest_not_above = [line](const auto& speeds) {
     for (double speed : speeds) {
@@ -221,7 +239,12 @@ double nccl_net_speed_bytes_per_s(double line_bytes_per_s, bool hopper) {
     }
     return speeds[std::size(speeds) - 1];
   };
-  return (hopper ? fastest_not_above(kHopper) : fastest_not_above(kAmpere)) * kGB;
+  if (compute_capability >= 100) return fastest_not_above(kBlackwell) * kGB;
+  return (compute_capability >= 90 ? fastest_not_above(kHopper) : fastest_not_above(kAmpere)) * kGB;
+}
+
+double nccl_net_speed_bytes_per_s(double line_bytes_per_s, bool hopper) {
+  return nccl_net_speed_bytes_per_s(line_bytes_per_s, hopper ? 90 : 80);
 }
 
 NodeSpec part_of_node(NodeSpec node, int gpus) {
@@ -246,16 +269,17 @@ NodeSpec node_spec(const model::ClusterSpec& cluster) {
   if (cluster.nics_per_node <= 0 && cluster.nic_gbps <= 0) return job_part_of_node(node, cluster.gpus_per_node);
   const int nics = cluster.nics_per_node > 0 ? static_cast<int>(cluster.nics_per_node) : node.compute_nics;
   const double line = cluster.nic_gbps > 0 ? cluster.nic_gbps * kGiga / 8 : node.nic_bytes_per_s;
-  const bool hopper = node.gpu.name.rfind("H", 0) == 0;
   node.name += fmt::format(" with {} x {:g} Gb/s NICs", nics, line * 8 / kGiga);
   node.compute_nics = nics;
   node.nic_bytes_per_s = line;
-  node.nic_effective_bytes_per_s = nccl_net_speed_bytes_per_s(line, hopper) * nics / node.gpus;
+  node.nic_effective_bytes_per_s = nccl_net_speed_bytes_per_s(line, node.gpu.compute_capability) * nics / node.gpus;
   return job_part_of_node(node, cluster.gpus_per_node);
 }
 
 FabricSpec fabric_spec(const model::ClusterSpec& cluster) {
-  FabricSpec fabric = fabric_spec(cluster.node);
+  FabricSpec fabric =
+      cluster.fabric == model::Fabric::NodeDefault ? fabric_spec(cluster.node) : fabric_spec(cluster.fabric);
+  fabric.rail_optimized = fabric.rail_optimized || cluster.rail_optimized;
   if (cluster.nic_gbps > 0) {
     fabric.name = fmt::format("fat-tree of {:g} Gb/s links", cluster.nic_gbps);
     fabric.link_bytes_per_s = cluster.nic_gbps * kGiga / 8;
@@ -267,7 +291,9 @@ NodeSpec node_spec_by_gpu_name(std::string_view gpu) {
   if (gpu == "a100") return dgx_a100();
   if (gpu == "h100") return dgx_h100();
   if (gpu == "h200") return dgx_h200();
-  throw std::invalid_argument("unknown GPU '" + std::string(gpu) + "' (expected a100, h100 or h200)");
+  if (gpu == "h800") return hgx_h800();
+  if (gpu == "b200") return dgx_b200();
+  throw std::invalid_argument("unknown GPU '" + std::string(gpu) + "' (expected a100, h100, h200, h800 or b200)");
 }
 
 }  // namespace twin::topology

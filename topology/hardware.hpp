@@ -21,9 +21,12 @@ struct GpuSpec {
   double fp16_flops = 0;
   double tf32_flops = 0;
   double fp32_flops = 0;  // CUDA cores (no tensor cores)
+  double fp8_flops = 0;   // FP8 (e4m3 / e5m2) tensor cores; 0: the GPU has none (A100)
   double hbm_bytes_per_s = 0;
   double hbm_bytes = 0;
   int sm_count = 0;  // for wave quantization of GEMMs
+  // CUDA compute capability x 10 (80 Ampere, 90 Hopper, 100 Blackwell): NCCL picks its speed tables by it.
+  int compute_capability = 80;
 
   // The matrix-multiply peak a model of this dtype runs at (fp32 runs on CUDA cores, not TF32).
   double peak_flops(model::DType dtype) const;
@@ -53,6 +56,9 @@ struct FabricSpec {
   int scalable_unit_nodes = 20;  // nodes per rail group in a rail-optimized fabric (DGX SuperPOD scalable unit)
   double oversubscription = 1;   // leaf down:up ratio; 1 = non-blocking
   bool rail_optimized = false;   // NIC i of every node of a scalable unit on the same leaf (rail) switch
+  // Nodes one leaf switch serves when the fabric's design says so (Llama 3's RoCE racks: two 8-GPU servers under one
+  // top-of-rack switch); 0: half the switch's ports, shared out by the nodes' NICs.
+  int nodes_per_leaf = 0;
 };
 
 // GPUs (NVIDIA datasheets).
@@ -60,16 +66,34 @@ GpuSpec a100_sxm4_80gb();
 GpuSpec a100_sxm4_40gb();
 GpuSpec h100_sxm5_80gb();
 GpuSpec h200_sxm_141gb();
+// Hopper and Blackwell parts of today's clusters (topology/hopper_blackwell.cpp).
+GpuSpec h800_sxm5_80gb();
+GpuSpec b200_sxm_180gb();
+GpuSpec gb200_186gb();  // the Blackwell GPU of a GB200 superchip (1200 W, NVL72 racks)
 
 // Nodes (DGX user guides).
 NodeSpec dgx_a100();
 NodeSpec dgx_a100_40gb();
 NodeSpec dgx_h100();
 NodeSpec dgx_h200();
+NodeSpec hgx_h800();
+NodeSpec dgx_b200();
+// One GB200 NVL72 rack as one "node": 72 GPUs in one NVLink domain (18 compute trays of 2 GB200 superchips, each
+// GPU reaching every other through the rack's NVLink switch trays at its full NVLink rate), one compute NIC per GPU.
+// TP, CP and EP groups of up to 72 GPUs stay inside it; the fabric joins racks.
+NodeSpec gb200_nvl72();
 
 // Fabrics (InfiniBand specifications and switch datasheets).
 FabricSpec infiniband_hdr_fat_tree();
 FabricSpec infiniband_ndr_fat_tree();
+// Today's fabrics (topology/fabrics.cpp): InfiniBand XDR (800 Gb/s ports) and RoCE over 400 GbE.
+FabricSpec infiniband_xdr_fat_tree();
+FabricSpec roce_400g_fabric();
+// The fabric a scenario's cluster.fabric names: "infiniband-hdr", "infiniband-ndr", "infiniband-xdr" or "roce";
+// throws std::invalid_argument naming the known ones otherwise.
+FabricSpec fabric_by_name(std::string_view name);
+// The fabric cluster.fabric names (not NodeDefault: that is the node's, fabric_spec(NodeKind)).
+FabricSpec fabric_spec(model::Fabric fabric);
 
 // The node and fabric a scenario's `cluster.node` names. Throws std::invalid_argument for kinds that have no GPU
 // (CpuHost): the simulator models GPU clusters only.
@@ -98,8 +122,11 @@ FabricSpec fabric_spec(const model::ClusterSpec& cluster);
 // NCCL's ring speed over one NIC of `line_bytes_per_s`: the fastest entry of its speed array not above the line rate
 // (NCCL 2.8.3 src/graph/search.cc speedArray for A100 nodes; NCCL 2.18 sm90SpeedArrayInter for H100/H200 nodes).
 double nccl_net_speed_bytes_per_s(double line_bytes_per_s, bool hopper);
+// The same by compute capability: NCCL's table for GPUs of that generation (sm100SpeedArrayInter from 100 on).
+double nccl_net_speed_bytes_per_s(double line_bytes_per_s, int compute_capability);
 
-// "a100", "h100", "h200" -> the DGX node of that GPU; throws std::invalid_argument otherwise.
+// "a100", "h100", "h200", "h800", "b200" -> the 8-GPU node of that GPU (DGX, or HGX H800); throws
+// std::invalid_argument otherwise (a GB200 rack of 72 GPUs is a cluster.node, not a GPU swap).
 NodeSpec node_spec_by_gpu_name(std::string_view gpu);
 
 }  // namespace twin::topology

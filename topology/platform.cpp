@@ -46,8 +46,9 @@ FatTreeShape fat_tree_shape(const PlatformOptions& options) {
   shape.link_bytes_per_s = options.node.compute_nics * fabric.link_bytes_per_s;
   // A rail-optimized leaf (really one switch per rail) serves a scalable unit; otherwise a leaf switch gives half its
   // ports to nodes (the other half goes up) and each node takes compute_nics of them.
-  const int per_leaf = fabric.rail_optimized ? fabric.scalable_unit_nodes
-                                             : std::max(1, fabric.switch_radix / 2 / options.node.compute_nics);
+  int per_leaf = std::max(1, fabric.switch_radix / 2 / options.node.compute_nics);
+  if (fabric.nodes_per_leaf > 0) per_leaf = fabric.nodes_per_leaf;  // the fabric's own racks (RoCE)
+  if (fabric.rail_optimized) per_leaf = fabric.scalable_unit_nodes;
   if (options.nodes <= per_leaf) {
     shape.levels = 1;
     shape.nodes_per_leaf = options.nodes;
@@ -149,6 +150,12 @@ std::pair<NetPoint*, NetPoint*> Platform::dgx_node(sg4::NetZone* fabric, int nod
   return {zone->get_netpoint(), hca};
 }
 
+double estimated_build_seconds(int nodes) {
+  constexpr double kSecondsAt10000Nodes = 70.5;  // bench/sim/platform_build.sh, see platform.hpp
+  const double scale = static_cast<double>(nodes) / 10000.0;
+  return kSecondsAt10000Nodes * scale * scale;
+}
+
 void Platform::build() {
   gpus_.reserve(static_cast<std::size_t>(gpus()));
   // The fat-tree: leaves are nodes (positions past the last node are empty routers).
@@ -167,7 +174,11 @@ void Platform::build() {
   const auto leaf = [this](sg4::NetZone* fabric, const std::vector<unsigned long>& /*coord*/,
                            unsigned long id) -> std::pair<NetPoint*, NetPoint*> {
     const int node = static_cast<int>(id);
-    if (node < options_.nodes) return dgx_node(fabric, node);
+    if (node < options_.nodes) {
+      const auto built = dgx_node(fabric, node);
+      if (options_.on_node) options_.on_node(node + 1);
+      return built;
+    }
     return {fabric->create_router("empty-port" + std::to_string(node)), nullptr};
   };
   // Each fabric link carries one switch traversal's latency.

@@ -60,16 +60,38 @@ def scenario_with_overrides(path, overrides):
     return scenario
 
 
+def megatron_core_flops_per_token(model, vocab):
+    """Megatron-Core's model FLOPs per token of a dense GPT (megatron/training/training.py,
+    num_floating_point_operations): 3 passes x 2 FLOPs per multiply-add over the QKV and output projections (grouped
+    query heads), the MLP (x 3 / 2 for SwiGLU's gate), the logits, and the causal attention core (half the scores:
+    6 x heads x head_dim x seq per token and layer). What NVIDIA's NeMo / Megatron-Bridge tables call "Model TFLOP/sec
+    /GPU"; no recomputation counted."""
+    h, l, s = model["hidden"], model["layers"], model["seq_len"]
+    heads = model["heads"]
+    kv = model.get("kv_heads", heads)
+    d = h // heads
+    q, k = heads * d, kv * d
+    ffn = model.get("ffn_hidden", 4 * h)
+    gated = 3 if model.get("activation", "gelu") == "swiglu" else 2
+    per_layer = 6 * (h * (q + 2 * k) + q * h) + 6 * h * ffn * gated + 6 * q * s
+    return l * per_layer + 6 * h * vocab
+
+
 def published_seconds(run, scenario):
     if "iteration_time_s" in run:
         return float(run["iteration_time_s"])
     m, p, c = scenario["model"], scenario["parallel"], scenario["cluster"]
+    gpus = c["nodes"] * c.get("gpus_per_node", 8)
     if "tokens_per_s" in run:  # the whole job's throughput: one global batch of sequences per iteration
         return p["global_batch"] * m["seq_len"] / float(run["tokens_per_s"])
+    if "tokens_per_s_per_gpu" in run:  # NVIDIA's performance tables: per GPU
+        return p["global_batch"] * m["seq_len"] / (float(run["tokens_per_s_per_gpu"]) * gpus)
     B, s, l, h = p["global_batch"], m["seq_len"], m["layers"], m["hidden"]
     V = run["flops_vocab"]
-    flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
-    gpus = c["nodes"] * c.get("gpus_per_node", 8)
+    if run.get("flop_count") == "megatron-core":
+        flops = B * s * megatron_core_flops_per_token(m, V)
+    else:
+        flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
     return flops / (gpus * run["tflops_per_gpu"] * 1e12)
 
 
@@ -175,6 +197,8 @@ def main():
                         help="also simulate every run at rank fidelity and exit 1 when it and --fidelity differ by "
                              "more than this many percent on any run (the guard behind auto's choice of group "
                              "fidelity; slow for runs of thousands of GPUs: select with --only)")
+    parser.add_argument("--with-slow", action="store_true",
+                        help="also the runs marked slow = true (tens of seconds each: Llama 3 405B on 8K-16K GPUs)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="one more scenario override for every run, after its own (a sensitivity study; the "
                              "published seconds stay as published)")
@@ -182,7 +206,8 @@ def main():
     twin = args.twin or find_twin()
 
     with open(os.path.join(PUBLISHED, "published.toml"), "rb") as f:
-        runs = [r for r in tomllib.load(f)["run"] if re.search(args.only, r["name"])]
+        runs = [r for r in tomllib.load(f)["run"]
+                if re.search(args.only, r["name"]) and (args.with_slow or not r.get("slow", False))]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(lambda r: simulate(twin, r, args.legacy, args.fidelity, args.set), runs))
     selected = list(runs)

@@ -262,6 +262,48 @@ void CpuBackend::matmul_backward(const Tensor& dinp, const Tensor& dweight, cons
                      out_features);
 }
 
+namespace {
+
+k::Fp8Operand kernel_operand(const Fp8Operand& operand) {
+  k::Fp8Scaling scaling = k::Fp8Scaling::Current;
+  switch (operand.scaling) {
+    case Fp8Operand::Scaling::PerTensor: scaling = k::Fp8Scaling::PerTensor; break;
+    case Fp8Operand::Scaling::Current: scaling = k::Fp8Scaling::Current; break;
+    case Fp8Operand::Scaling::Tiles: scaling = k::Fp8Scaling::Tiles; break;
+    case Fp8Operand::Scaling::Blocks: scaling = k::Fp8Scaling::Blocks; break;
+    case Fp8Operand::Scaling::Mx: scaling = k::Fp8Scaling::Mx; break;
+  }
+  return k::Fp8Operand{operand.e5m2 ? k::Fp8Format::E5M2 : k::Fp8Format::E4M3, scaling, operand.scale};
+}
+
+}  // namespace
+
+Fp8Amaxes CpuBackend::fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                                         int rows, int in_features, int out_features, const Fp8Operand& input,
+                                         const Fp8Operand& weights) {
+  TWIN_EXEC_CHECK(out.numel == std::size_t(rows) * out_features && inp.numel == std::size_t(rows) * in_features &&
+                      weight.numel == std::size_t(out_features) * in_features,
+                  "fp8_matmul_forward: out {} inp {} weight {} for rows {} in {} out {}", out.numel, inp.numel,
+                  weight.numel, rows, in_features, out_features);
+  k::fp8_matmul_forward(out.f32(), inp.f32(), weight.f32(), bias.f32(), rows, in_features, out_features,
+                        kernel_operand(input), kernel_operand(weights));
+  return {k::absolute_max(inp.f32(), inp.numel), k::absolute_max(weight.f32(), weight.numel), 0};
+}
+
+Fp8Amaxes CpuBackend::fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                                          const Tensor& dout, const Tensor& inp, const Tensor& weight, int rows,
+                                          int in_features, int out_features, const Fp8Operand& input,
+                                          const Fp8Operand& weights, const Fp8Operand& gradient) {
+  TWIN_EXEC_CHECK(dout.numel == std::size_t(rows) * out_features && inp.numel == std::size_t(rows) * in_features &&
+                      weight.numel == std::size_t(out_features) * in_features && dweight.numel == weight.numel,
+                  "fp8_matmul_backward: dweight {} dout {} inp {} for rows {} in {} out {}", dweight.numel, dout.numel,
+                  inp.numel, rows, in_features, out_features);
+  k::fp8_matmul_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(), weight.f32(), rows,
+                         in_features, out_features, kernel_operand(input), kernel_operand(weights),
+                         kernel_operand(gradient));
+  return {0, 0, k::absolute_max(dout.f32(), dout.numel)};
+}
+
 // --- RMSNorm, SwiGLU, rotary embeddings, attention, GELU ------------------------------------------------------------
 
 void CpuBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight,

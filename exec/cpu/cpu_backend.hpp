@@ -57,6 +57,14 @@ class CpuBackend final : public Backend {
                       int in_features, int out_features) override;
   void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features) override;
+  // FP8 emulated: kernels/cpu/fp8_matmul.hpp
+  Fp8Amaxes fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, int rows,
+                               int in_features, int out_features, const Fp8Operand& input,
+                               const Fp8Operand& weights) override;
+  Fp8Amaxes fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                                const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features,
+                                const Fp8Operand& input, const Fp8Operand& weights,
+                                const Fp8Operand& gradient) override;
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq, int heads,
                          int kv_heads, int head_dim, const Tensor& alibi_slopes) override;
   // the plain attention's backward (kernels/cpu/attention.hpp): it recomputes the probabilities and needs no `out`

@@ -20,9 +20,13 @@
                                             // squared_norm
 #include "kernels/cpu/embedding.hpp"        // embedding_forward/backward, position_embedding_forward/backward
 #include "kernels/cpu/flash_attention.hpp"  // flash_attention_forward/backward, the block functions of ring attention
+#include "kernels/cpu/fp8.hpp"              // float_to_fp8, fp8_to_float, round_to_fp8, fp8_quantize_dequantize(_*),
+                                            // DelayedScaling, mxfp8_quantize_dequantize
+#include "kernels/cpu/fp8_matmul.hpp"       // fp8_quantize_operand, fp8_matmul_forward/backward
 #include "kernels/cpu/gelu.hpp"             // gelu_forward, gelu_backward
 #include "kernels/cpu/layernorm.hpp"        // layernorm_forward, layernorm_backward
 #include "kernels/cpu/matmul.hpp"           // matmul_forward, matmul_backward, set_blas_threads
+#include "kernels/cpu/ring_attention.hpp"   // ring_attention_*_step, all_gather_attention_*, ulysses_*, cp_*
 #include "kernels/cpu/rmsnorm.hpp"          // rmsnorm_forward, rmsnorm_backward
 #include "kernels/cpu/rope.hpp"             // rope_forward, rope_backward
 #include "kernels/cpu/swiglu.hpp"           // swiglu_forward, swiglu_backward

@@ -71,5 +71,28 @@ class MapeByGroup(unittest.TestCase):
         self.assertNotIn(("c", True), table)
 
 
+
+class FlopCounts(unittest.TestCase):
+    LLAMA3_405B = {"hidden": 16384, "layers": 126, "heads": 128, "kv_heads": 8, "ffn_hidden": 53248,
+                   "seq_len": 8192, "activation": "swiglu"}
+
+    def test_megatron_core_count_gives_nvidias_flops_per_token(self):
+        # Megatron-Bridge's performance summary (25.11 container, DGX-H100): Llama 3.1 405B at 292 tokens/s and
+        # 737 model TFLOP/s per GPU, i.e. 2.524e12 FLOPs per token; vocabulary 128256.
+        per_token = run.megatron_core_flops_per_token(self.LLAMA3_405B, 128256)
+        self.assertAlmostEqual(per_token / 2.524e12, 1.0, delta=0.002)
+
+    def test_published_tflops_become_seconds_with_the_runs_own_count(self):
+        scenario = {"model": self.LLAMA3_405B, "parallel": {"global_batch": 2048}, "cluster": {"nodes": 1024}}
+        narayanan = run.published_seconds({"tflops_per_gpu": 430, "flops_vocab": 128256}, scenario)
+        core = run.published_seconds({"tflops_per_gpu": 430, "flops_vocab": 128256, "flop_count": "megatron-core"},
+                                     scenario)
+        expected = 2048 * 8192 * run.megatron_core_flops_per_token(self.LLAMA3_405B, 128256) / (8192 * 430e12)
+        self.assertAlmostEqual(core, expected)
+        self.assertNotAlmostEqual(core, narayanan, places=2)  # the 96 h^2 form counts a recompute and no GQA
+        per_gpu = run.published_seconds({"tokens_per_s_per_gpu": 292}, scenario)
+        self.assertAlmostEqual(per_gpu, 2048 * 8192 / (292 * 8192))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -66,7 +66,8 @@ TEST(Scenario, LoadsAValidTextAndDerivesDefaults) {
 // Every node kind a scenario may name has its row of GPUs and memory (model/'s one table): a kind added without
 // one is an internal error, not a silent copy of another kind's row.
 TEST(Scenario, EveryNodeKindHasItsGpusAndMemory) {
-  for (const char* node : {"dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "cpu-host"}) {
+  for (const char* node :
+       {"dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200", "gb200-nvl72", "cpu-host"}) {
     const Scenario s = parse_scenario(std::string(kValid).replace(std::string(kValid).find("dgx-a100"), 8, node),
                                       "node.toml", {{"parallel.dp", "1"}, {"cluster.gpus_per_node", "4"}});
     EXPECT_GT(gpu_memory_bytes(s.cluster.node), 0) << node;
@@ -324,10 +325,10 @@ INSTANTIATE_TEST_SUITE_P(
                     {parse_override("model.position_embedding=rotary")},
                     "model.position_embedding: unknown value \"rotary\" (expected one of learned, alibi, rope)"},
         InvalidCase{"unknown_node",
-                    replace(kV, "node = \"dgx-a100\"", "node = \"dgx-b200\""),
+                    replace(kV, "node = \"dgx-a100\"", "node = \"dgx-z100\""),
                     {},
-                    "cluster.node: unknown value \"dgx-b200\" (expected one of dgx-a100, dgx-a100-40gb, dgx-h100, "
-                    "dgx-h200, cpu-host)"},
+                    "cluster.node: unknown value \"dgx-z100\" (expected one of dgx-a100, dgx-a100-40gb, dgx-h100, "
+                    "dgx-h200, hgx-h800, dgx-b200, gb200-nvl72, cpu-host)"},
         InvalidCase{"negative_gemm_rate",
                     kV,
                     {parse_override("cluster.gemm_tflops=-230")},
@@ -400,8 +401,9 @@ INSTANTIATE_TEST_SUITE_P(
                     "(0 < f <= 1), or 0 for the cited value; got 64"},
         InvalidCase{"uneven_interleaved",
                     kV,
-                    {parse_override("parallel.first_stage_layers=2"), parse_override("parallel.virtual_stages=2")},
-                    "parallel.first_stage_layers / last_stage_layers need parallel.virtual_stages = 1"},
+                    {parse_override("parallel.first_stage_layers=3"), parse_override("parallel.virtual_stages=2"),
+                     parse_override("parallel.schedule=interleaved")},
+                    "with parallel.virtual_stages = 2 every stage's layers split evenly over its chunks"},
         InvalidCase{
             "uneven_rest_does_not_split",
             replace(kV, "pp = 2", "pp = 4"),

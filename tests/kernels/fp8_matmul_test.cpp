@@ -1,0 +1,97 @@
+// FP8 GEMMs emulated (kernels/cpu/fp8_matmul.hpp): each GEMM multiplies its operands as quantized along its own
+// reduction dimension, on hand-checkable shapes; the FP8 result stays within FP8's precision of fp32.
+#include "kernels/cpu/fp8_matmul.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernel_test_util.hpp"
+#include "kernels/cpu/matmul.hpp"
+
+namespace twin::kernels::cpu {
+namespace {
+
+using testing::random_vector;
+
+std::vector<float> transposed(const std::vector<float>& x, int rows, int cols) {
+  std::vector<float> t(x.size());
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c)
+      t[static_cast<std::size_t>(c) * rows + r] = x[static_cast<std::size_t>(r) * cols + c];
+  }
+  return t;
+}
+
+TEST(CpuFp8Matmul, ColumnBlocksAreTheTransposesRowBlocks) {
+  // A 3 x 64 operand: row blocks of 32 along each row; column blocks run down the 3 rows instead.
+  std::vector<float> x(3 * 64);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 29) * (i % 2 ? -1.0f : 1.0f);
+  x[5] = 100.0f;  // in its row block the scale becomes 2^-2 (100 / 448 rounded up) ...
+  x[1] = 1e-4f;   // ... which crushes this one (4e-4 is under half E4M3's smallest subnormal, 2^-10) to zero,
+  const Fp8Operand mx{Fp8Format::E4M3, Fp8Scaling::Mx};  // while down its column (amax 0.13: scale 2^-11) it lives
+  std::vector<float> rows(x.size()), columns(x.size()), check(x.size());
+  fp8_quantize_operand(rows.data(), x.data(), 3, 64, mx, false);
+  fp8_quantize_operand(columns.data(), x.data(), 3, 64, mx, true);
+  const std::vector<float> t = transposed(x, 3, 64);
+  fp8_quantize_operand(check.data(), t.data(), 64, 3, mx, false);
+  EXPECT_EQ(columns, transposed(check, 64, 3));
+  EXPECT_EQ(rows[5], 96.0f);  // 400 is a tie between 384 (even) and 416: 384 x 2^-2
+  EXPECT_EQ(rows[1], 0.0f);
+  EXPECT_EQ(columns[1], 0.203125f * std::ldexp(1.0f, -11));  // 0.2048 -> 0.203125 (grid 1/64)
+  // Per-tensor scales have no direction.
+  const Fp8Operand tensor{Fp8Format::E4M3, Fp8Scaling::Current};
+  fp8_quantize_operand(rows.data(), x.data(), 3, 64, tensor, false);
+  fp8_quantize_operand(columns.data(), x.data(), 3, 64, tensor, true);
+  EXPECT_EQ(rows, columns);
+}
+
+TEST(CpuFp8Matmul, ForwardMultipliesTheQuantizedOperands) {
+  const int rows = 5, in = 96, out = 7;
+  const std::vector<float> x = random_vector(rows * in, 3), w = random_vector(out * in, 4), b = random_vector(out, 5);
+  for (Fp8Scaling scaling : {Fp8Scaling::PerTensor, Fp8Scaling::Current, Fp8Scaling::Tiles, Fp8Scaling::Mx}) {
+    const Fp8Operand op{Fp8Format::E4M3, scaling, 64.0f};
+    std::vector<float> xq(x.size()), wq(w.size()), want(rows * out), got(rows * out), exact(rows * out);
+    fp8_quantize_operand(xq.data(), x.data(), rows, in, op, false);
+    fp8_quantize_operand(wq.data(), w.data(), out, in, op, false);
+    matmul_forward(want.data(), xq.data(), wq.data(), b.data(), rows, in, out);
+    fp8_matmul_forward(got.data(), x.data(), w.data(), b.data(), rows, in, out, op, op);
+    EXPECT_EQ(got, want);
+    // Within FP8's precision of the fp32 GEMM: each operand is off by at most 2^-4 relative (3 mantissa bits), so a
+    // dot product of 96 terms in [-1, 1] moves by well under 96 * 2 * 2^-4 * 1.
+    matmul_forward(exact.data(), x.data(), w.data(), b.data(), rows, in, out);
+    for (int i = 0; i < rows * out; ++i) EXPECT_NEAR(got[i], exact[i], 1.0) << i;
+  }
+}
+
+TEST(CpuFp8Matmul, BackwardQuantizesEachOperandAlongItsGemmsK) {
+  const int rows = 40, in = 64, out = 33;
+  const std::vector<float> x = random_vector(rows * in, 6), w = random_vector(out * in, 7);
+  const std::vector<float> g = random_vector(rows * out, 8);
+  const Fp8Operand e4m3{Fp8Format::E4M3, Fp8Scaling::Mx}, e5m2{Fp8Format::E5M2, Fp8Scaling::Mx};
+  std::vector<float> dinp(rows * in), dweight(out * in, 0.0f), dbias(out, 0.0f);
+  fp8_matmul_backward(dinp.data(), dweight.data(), dbias.data(), g.data(), x.data(), w.data(), rows, in, out, e4m3,
+                      e4m3, e5m2);
+  // dgrad: the gradient along its rows (K = out), the weight along its columns; wgrad: both along their columns.
+  std::vector<float> gq(g.size()), wq(w.size()), want_dinp(dinp.size()), want_dweight(dweight.size(), 0.0f);
+  std::vector<float> xq(x.size()), want_dbias(out, 0.0f);
+  fp8_quantize_operand(gq.data(), g.data(), rows, out, e5m2, false);
+  fp8_quantize_operand(wq.data(), w.data(), out, in, e4m3, true);
+  detail::gemm(false, false, rows, in, out, gq.data(), wq.data(), 0.0f, want_dinp.data());
+  EXPECT_EQ(dinp, want_dinp);
+  fp8_quantize_operand(gq.data(), g.data(), rows, out, e5m2, true);
+  fp8_quantize_operand(xq.data(), x.data(), rows, in, e4m3, true);
+  detail::gemm(true, false, out, in, rows, gq.data(), xq.data(), 1.0f, want_dweight.data());
+  EXPECT_EQ(dweight, want_dweight);
+  // The bias gradient comes from the unquantized gradient.
+  matmul_backward(nullptr, want_dweight.data(), want_dbias.data(), g.data(), x.data(), nullptr, rows, in, out);
+  EXPECT_EQ(dbias, want_dbias);
+  // dweight accumulates: a second call doubles it.
+  std::vector<float> twice = dweight;
+  fp8_matmul_backward(nullptr, twice.data(), nullptr, g.data(), x.data(), w.data(), rows, in, out, e4m3, e4m3, e5m2);
+  for (std::size_t i = 0; i < twice.size(); ++i) EXPECT_FLOAT_EQ(twice[i], 2 * dweight[i]);
+}
+
+}  // namespace
+}  // namespace twin::kernels::cpu
