@@ -28,6 +28,8 @@ struct ScenarioOptions {
   bool group_query_attention = false;      // --group-query-attention
   double attention_dropout = -1;           // --attention-dropout, --hidden-dropout (< 0: not given)
   double hidden_dropout = -1;
+  long long shared_expert_width = 0;  // --moe-shared-expert-intermediate-size (0: not given)
+  std::string moe_layer_freq;         // --moe-layer-freq (empty: not given)
 };
 void add_scenario_options(CLI::App& command, ScenarioOptions& options);
 model::Scenario load_scenario(const ScenarioOptions& options);

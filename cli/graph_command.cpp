@@ -6,6 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "model/formulas.hpp"
+#include "model/moe_ops.hpp"
 #include "model/program.hpp"
 #include "model/program_json.hpp"
 #ifdef TWIN_HAVE_CHAKRA
@@ -63,7 +64,16 @@ void print_summary(const model::Program& program) {
   fmt::print("model         {} layers, hidden {}, {} heads, ffn {}, seq {}, vocab {} (padded {}), {}{}\n",
              s.model.layers, s.model.hidden, s.model.heads, s.ffn_hidden(), s.model.seq_len, s.model.vocab,
              s.padded_vocab(), model::to_string(s.model.dtype), block);
-  fmt::print("parameters    {} ({:.0f})\n", human_count(params.total), params.total);
+  if (s.model.is_moe()) {
+    const auto moe = model::count_moe_parameters(s);
+    fmt::print("parameters    {} ({:.0f}), {} active per token\n", human_count(moe.total), moe.total,
+               human_count(moe.active));
+    fmt::print("experts       {} routed (top {}) of width {}, {} shared, the first {} layers dense; ep {} x etp {}\n",
+               s.model.experts, s.model.top_k, s.moe_ffn_hidden(), s.model.shared_experts, s.model.dense_layers, p.ep,
+               p.etp);
+  } else {
+    fmt::print("parameters    {} ({:.0f})\n", human_count(params.total), params.total);
+  }
   fmt::print("plan          tp {} x pp {} x dp {} = {} ranks on {} x {} ({} per node)\n", p.tp, p.pp, p.dp,
              p.world_size(), s.cluster.nodes, model::to_string(s.cluster.node), s.cluster.gpus_per_node);
   fmt::print("schedule      {}{}, {} micro-batches of {} per pipeline, recompute {}, sequence parallel {}, ZeRO-{}\n",

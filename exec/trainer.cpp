@@ -58,6 +58,12 @@ class RankRun {
                                  comm.world_size(), program.layout.tp(), program.layout.pp(), program.layout.dp(),
                                  program.layout.world_size()));
     }
+    if (scenario_.model.is_moe()) {
+      throw RunError(
+          fmt::format("{}: model.experts = {}: the executor does not train Mixture-of-Experts layers yet "
+                      "(twin sim and twin graph model them)",
+                      scenario_.source, scenario_.model.experts));
+    }
     // The Program carries FP8's kernels and amax reductions for the simulator; the interpreter does not run them yet.
     if (scenario_.model.fp8 != model::Fp8Format::None) {
       throw RunError(fmt::format("{}: model.fp8 = \"{}\": the executor does not train in FP8 yet (twin sim predicts "

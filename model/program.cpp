@@ -51,7 +51,8 @@ Program build_program(const Scenario& scenario, Granularity granularity) {
   Program program;
   program.scenario = scenario;
   program.granularity = granularity;
-  program.layout = RankLayout(static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp));
+  program.layout = RankLayout(LayoutSizes{static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp), 1,
+                                          static_cast<int>(p.ep), static_cast<int>(p.etp)});
   program.schedule = build_schedule(p);
   program.stage_ops.reserve(p.pp);
   program.exchange_issue = exchange_issue(scenario);

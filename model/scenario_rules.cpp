@@ -36,6 +36,7 @@ class RuleCheck {
     deepspeed();
     param_gather_overlap();
     partitioned_activations();
+    mixture_of_experts();
     context_parallelism();
     fp8();
     training();
@@ -524,6 +525,11 @@ class RuleCheck {
                       "({})",
                       src, m.seq_len, p.tp));
     }
+  }
+
+  // Mixture-of-Experts (model/scenario_rules_moe.cpp).
+  void mixture_of_experts() {
+    check_mixture_of_experts(scenario, SizesKnown{layers_ok, hidden_ok, tp_ok, dp_ok}, problems);
   }
 
   // The optimizer's and the schedule's hyper-parameters.

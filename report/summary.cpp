@@ -232,6 +232,9 @@ const std::vector<KindGroup>& kind_groups() {
       {"GEMMs",
        {ComputeKind::QkvProjection, ComputeKind::AttentionProjection, ComputeKind::MlpUp, ComputeKind::MlpDown,
         ComputeKind::LmHead}},
+      {"experts and routing",
+       {ComputeKind::ExpertUp, ComputeKind::ExpertDown, ComputeKind::Router, ComputeKind::ExpertPermute,
+        ComputeKind::ExpertUnpermute}},
       {"attention core", {ComputeKind::AttentionCore}},
       {"layer norms, residuals, activations",
        {ComputeKind::LayerNormAttention, ComputeKind::AttentionResidual, ComputeKind::LayerNormMlp, ComputeKind::Gelu,
@@ -354,7 +357,9 @@ std::string compute_by_kernel_line(const Summary& s) {
   for (const KindGroup& group : kind_groups()) {
     double seconds = 0;
     for (model::ComputeKind kind : group.kinds) seconds += s.compute_by_kind[static_cast<std::size_t>(kind)];
-    if (seconds <= 0 && group.kinds.front() == model::ComputeKind::TransformerLayer) continue;
+    const bool optional = group.kinds.front() == model::ComputeKind::TransformerLayer ||
+                          group.kinds.front() == model::ComputeKind::ExpertUp;  // printed when the model has them
+    if (seconds <= 0 && optional) continue;
     fmt::format_to(std::back_inserter(kinds), "{}{} {:.1f} %", kinds.empty() ? "" : ", ", group.label,
                    T > 0 ? 100 * seconds / T : 0.0);
   }
