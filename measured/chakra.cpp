@@ -45,6 +45,8 @@ pb::CollectiveCommType comm_type(model::CollectiveKind kind) {
       return pb::REDUCE_SCATTER;
     case model::CollectiveKind::AllGather:
       return pb::ALL_GATHER;
+    case model::CollectiveKind::AllToAll:
+      return pb::ALL_TO_ALL;
   }
   return pb::ALL_REDUCE;
 }

@@ -204,6 +204,9 @@ std::optional<KernelClass> class_of(model::ComputeKind kind) {
     case ComputeKind::MlpUp:
     case ComputeKind::MlpDown:
     case ComputeKind::LmHead:
+    case ComputeKind::Router:
+    case ComputeKind::ExpertUp:
+    case ComputeKind::ExpertDown:
       return KernelClass::Gemm;
     case ComputeKind::AttentionCore:
       return KernelClass::Attention;
@@ -211,6 +214,8 @@ std::optional<KernelClass> class_of(model::ComputeKind kind) {
     case ComputeKind::MlpResidual:
     case ComputeKind::Gelu:
     case ComputeKind::Swiglu:
+    case ComputeKind::ExpertPermute:
+    case ComputeKind::ExpertUnpermute:
       return KernelClass::Elementwise;
     case ComputeKind::CrossEntropy:
       return KernelClass::Loss;
