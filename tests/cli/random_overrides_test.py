@@ -92,9 +92,9 @@ def main() -> int:
             known = sorted(pools[command].get(key, ()))
             return rng.choice(known) if known and rng.random() < 0.7 else rng.choice(JUNK)
 
-        # A sweep sets and varies the keys its one-GPU scenario gives (any other key's values come from plans
-        # that do not fit it, or are junk): so that sweeps get past validation; graph covers every key.
-        own_keys = sorted(pools[command]) if command == "sweep" else keys
+        # A sweep and a training set the keys their scenario gives (any other key's values come from plans that do
+        # not fit it, or are junk): so that they get past validation as keys are added; graph covers every key.
+        own_keys = sorted(pools[command]) if command in ("sweep", "run") else keys
         for _ in range(rng.randint(1, {"graph": 4, "sweep": 1}.get(command, 2))):
             key = rng.choice(own_keys)
             overrides.append(f"{key}={draw(key)}")
