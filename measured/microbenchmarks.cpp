@@ -57,6 +57,20 @@ SourceKind source_kind(const std::string& text) {
   return SourceKind::ProfilerTrace;
 }
 
+namespace {
+
+// The linear fits of each kind's samples, and the measured GEMM shapes largest first (both readers end so).
+void fit_rates(HardwareProfile& profile, const std::vector<WorkSample>& gemms, const std::vector<WorkSample>& memory,
+               const std::vector<WorkSample>& attention) {
+  profile.gemm = fit_linear(gemms);
+  std::sort(profile.gemm_shapes.begin(), profile.gemm_shapes.end(),
+            [](const ShapeRate& a, const ShapeRate& b) { return a.shape.flops() > b.shape.flops(); });
+  profile.memory = fit_linear(memory);
+  profile.attention = fit_linear(attention);
+}
+
+}  // namespace
+
 HardwareProfile profile_from_gemm_peak(const std::string& path, const std::string& text) {
   static const std::regex device(R"(^device (.+), \d+ SMs, [\d.]+ MiB$)");
   static const std::regex gemm(
@@ -97,11 +111,7 @@ HardwareProfile profile_from_gemm_peak(const std::string& path, const std::strin
                     "T ms ...\", \"hbm scale ...\", \"flash attention ...\")",
                     path));
   }
-  profile.gemm = fit_linear(gemms);
-  std::sort(profile.gemm_shapes.begin(), profile.gemm_shapes.end(),
-            [](const ShapeRate& a, const ShapeRate& b) { return a.shape.flops() > b.shape.flops(); });
-  profile.memory = fit_linear(memory);
-  profile.attention = fit_linear(attention);
+  fit_rates(profile, gemms, memory, attention);
   return profile;
 }
 
@@ -151,11 +161,7 @@ HardwareProfile profile_from_google_benchmark(const std::string& path, const std
                     "bench/kernels_cpu_bench.cpp) at one BLAS thread",
                     path));
   }
-  profile.gemm = fit_linear(gemms);
-  std::sort(profile.gemm_shapes.begin(), profile.gemm_shapes.end(),
-            [](const ShapeRate& a, const ShapeRate& b) { return a.shape.flops() > b.shape.flops(); });
-  profile.memory = fit_linear(memory);
-  profile.attention = fit_linear(attention);
+  fit_rates(profile, gemms, memory, attention);
   for (const auto& [kind, totals] : by_kind) {
     profile.memory_bytes_per_s_by_kind[std::string(model::to_string(kind))] = totals.first / totals.second;
   }
