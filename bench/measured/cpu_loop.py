@@ -16,6 +16,12 @@ CPU executor: `twin run` of every plan (in turn, --repeats times), a profile cal
 steps (twin run --trace), `twin sim` of every plan against the fastest step `twin run` measured. Prints the tables and
 exits 1 when an out-of-sample error exceeds --tolerance (default 0.10).
 
+Where the script may (root, or CAP_SYS_NICE), every trainer and `twin run` process runs under the real-time FIFO
+scheduler on one core (`chrt -f 50 taskset -c N`, --realtime auto): other work on a shared machine then waits for it
+instead of taking its core in time slices, so a step's wall-clock time is again one core's work, as on a machine to
+itself (the kernel still lends other work 5 % of each second: /proc/sys/kernel/sched_rt_runtime_us). Memory and cache
+traffic from the other cores still reaches it. `--realtime off` measures as any process.
+
     bench/measured/cpu_loop.py [--twin build/cli/twin] [--plans 2x8,1x8,3x8,2x4,1x16] [--repeats 3] [--json out.json]
 
 Needs a built twin and Debian's python3-torch (run with any Python 3; the script runs the trainer with
@@ -57,6 +63,22 @@ dropout = false
 """
 
 
+def realtime_prefix(mode):
+    """The command prefix that runs a measured process under SCHED_FIFO on the last core, or [] where not allowed."""
+    if mode == "off":
+        return []
+    core = str(max(os.sched_getaffinity(0)))
+    prefix = ["chrt", "-f", "50", "taskset", "-c", core]
+    allowed = subprocess.run(prefix + ["true"], capture_output=True).returncode == 0
+    if not allowed:
+        if mode == "on":
+            sys.exit("bench/measured/cpu_loop: --realtime on, but chrt -f is not allowed here (needs CAP_SYS_NICE)")
+        print("bench/measured/cpu_loop: measuring without the real-time scheduler (chrt -f not allowed here)")
+        return []
+    print(f"bench/measured/cpu_loop: measured processes run under SCHED_FIFO on core {core}")
+    return prefix
+
+
 def run(command, **kwargs):
     result = subprocess.run(command, capture_output=True, text=True, **kwargs)
     if result.returncode != 0:
@@ -75,8 +97,11 @@ def main():
     parser.add_argument("--tolerance", type=float, default=0.10)
     parser.add_argument("--json")
     parser.add_argument("--no-executor", action="store_true", help="skip the loop with twin's own executor")
+    parser.add_argument("--realtime", choices=("auto", "on", "off"), default="auto",
+                        help="run the measured processes under SCHED_FIFO on one core (auto: where allowed)")
     parser.add_argument("--work", help="keep the traces, profile and scenarios here (default: a temporary folder)")
     args = parser.parse_args()
+    args.prefix = realtime_prefix(args.realtime)
     plans = [tuple(int(x) for x in p.split("x")) for p in args.plans.split(",")]
     work = args.work or tempfile.mkdtemp(prefix="twin-cpu-loop-")
     os.makedirs(work, exist_ok=True)
@@ -85,9 +110,9 @@ def main():
     environment = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     measured = []  # per repeat, per plan: the trainer's line
     for repeat in range(args.repeats):
-        out = run([args.python, TRAINER, "--plans", args.plans, "--hidden", str(SHAPE["hidden"]), "--heads",
-                   str(SHAPE["heads"]), "--seq", str(SHAPE["seq"]), "--vocab", str(SHAPE["vocab"]), "--steps",
-                   str(args.steps), "--active", str(args.active), "--trace-dir",
+        out = run([*args.prefix, args.python, TRAINER, "--plans", args.plans, "--hidden", str(SHAPE["hidden"]),
+                   "--heads", str(SHAPE["heads"]), "--seq", str(SHAPE["seq"]), "--vocab", str(SHAPE["vocab"]),
+                   "--steps", str(args.steps), "--active", str(args.active), "--trace-dir",
                    os.path.join(work, f"repeat_{repeat}")], env=environment)
         measured.append([json.loads(line) for line in out.strip().splitlines() if line.startswith("{")])
     calibration_traces = [m[0]["trace"] for m in measured]
@@ -160,8 +185,8 @@ def twin_executor_loop(args, plans, work):
         for layers, batch in plans:
             scenario = os.path.join(work, f"scenario_{layers}x{batch}.toml")
             result = os.path.join(work, f"run_{layers}x{batch}_{repeat}.json")
-            command = [args.twin, "run", scenario, "--threads", "1", "--steps", str(args.steps), "--quiet", "--json",
-                       result]
+            command = [*args.prefix, args.twin, "run", scenario, "--threads", "1", "--steps", str(args.steps),
+                       "--quiet", "--json", result]
             if (layers, batch) == plans[0]:  # one traced step (the last) per run of the calibration plan
                 traces.append(os.path.join(work, f"twin_run_trace_{repeat}.json"))
                 command += ["--trace", traces[-1]]
