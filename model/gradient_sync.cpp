@@ -17,7 +17,7 @@ namespace twin::model {
 // stream (here the DataParallel stream, in issue order).
 
 int StageBuilder::fsdp_gather(int layer, ComputeKind what, double parameters, Phase phase, const PipelineStep& step) {
-  Op op = gradient_op(CollectiveKind::AllGather, Group::Data, Payload::Parameters, what, parameters * x_.e,
+  Op op = gradient_op(CollectiveKind::AllGather, data_group_, Payload::Parameters, what, parameters * x_.e,
                       Stream::DataParallel);
   op.phase = phase;
   op.layer = layer;
@@ -35,7 +35,7 @@ void StageBuilder::fsdp_free(int after_op) {
 }
 
 void StageBuilder::fsdp_reduce(int layer, ComputeKind what, double parameters, int producer, const PipelineStep& step) {
-  Op op = gradient_op(CollectiveKind::ReduceScatter, Group::Data, Payload::Gradients, what, parameters * x_.e,
+  Op op = gradient_op(CollectiveKind::ReduceScatter, data_group_, Payload::Gradients, what, parameters * x_.e,
                       Stream::DataParallel);
   op.layer = layer;
   op.micro_batch = step.micro_batch;
@@ -85,7 +85,7 @@ void StageBuilder::synchronize_bucket(int layer, ComputeKind what, double parame
   if (dp_ > 1) {
     const bool scatter = s_.parallel.zero_stage >= 1 && s_.framework.name != Framework::DeepSpeed;
     const auto kind = scatter ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
-    Op op = gradient_op(kind, Group::Data, Payload::Gradients, what, parameters * grad_reduce_bytes_, dp_stream);
+    Op op = gradient_op(kind, data_group_, Payload::Gradients, what, parameters * grad_reduce_bytes_, dp_stream);
     op.layer = layer;
     if (overlapped) op.deps.push_back(static_cast<int>(ops_.size()) - 1);
     buckets_.push_back({layer, what, parameters, emit(std::move(op))});
@@ -132,7 +132,7 @@ void StageBuilder::finish_iteration() {
   if (zero && !gathers_under_forward_) {
     const Stream stream = s_.parallel.dp_overlap ? Stream::DataParallel : Stream::Compute;
     for (const auto& bucket : buckets_) {
-      Op op = gradient_op(CollectiveKind::AllGather, Group::Data, Payload::Parameters, bucket.what,
+      Op op = gradient_op(CollectiveKind::AllGather, data_group_, Payload::Parameters, bucket.what,
                           bucket.parameters * x_.e, stream);
       op.layer = bucket.layer;
       op.deps.push_back(step_index);
