@@ -161,5 +161,24 @@ TEST(ContextParallelSim, At128kTokensCp16FitsAndSplitsTheSequencesTimeWhereCp1Do
   EXPECT_GT(t16, t1 / 16);
 }
 
+// Group fidelity replays one actor per TP group: every CP rank's group, so that the CP collectives meet their members
+// (a replay of dp x pp groups only would leave them waiting forever or mistime them).
+TEST(ContextParallelSim, GroupFidelityAgreesWithRankFidelity) {
+  model::Scenario s = llama3_8b(32768, 4);
+  s.parallel.dp = 2;
+  s.parallel.global_batch = 4;
+  s.cluster.nodes = 8;
+  const model::Program program = model::build_program(s, model::Granularity::Layer);
+  const AnalyticalCostModel cost(topology::h100_sxm5_80gb());
+  SimOptions rank, group;
+  rank.fidelity = Fidelity::Rank;
+  group.fidelity = Fidelity::Group;
+  const SimResult by_rank = simulate(program, cost, rank);
+  const SimResult by_group = simulate(program, cost, group);
+  EXPECT_EQ(by_group.fidelity, Fidelity::Group);
+  EXPECT_NEAR(by_group.timeline.iteration_time_s, by_rank.timeline.iteration_time_s,
+              1e-3 * by_rank.timeline.iteration_time_s);
+}
+
 }  // namespace
 }  // namespace twin::sim
