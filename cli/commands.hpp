@@ -22,8 +22,8 @@ using twin::UserError;
 struct ScenarioOptions {
   std::string scenario = "mtnlg-530b";
   std::vector<std::string> sets;
-  std::vector<model::Override> aliases;  // filled by the alias flags
-  std::string recompute_method;          // --recompute-method: "uniform", "block" or "" (block)
+  std::vector<model::Override> aliases;    // filled by the alias flags
+  std::string recompute_method;            // --recompute-method: "uniform", "block" or "" (block)
   long long layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage (0: not given)
   bool group_query_attention = false;      // --group-query-attention
   double attention_dropout = -1;           // --attention-dropout, --hidden-dropout (< 0: not given)
@@ -45,6 +45,9 @@ double available_memory_bytes();
 // build_program, after checking that the Program fits in the memory this host has left: a scenario with absurd
 // sizes (a million layers) gets a UserError naming its sizes instead of exhausting memory.
 model::Program build_program_within_memory(const model::Scenario& scenario, model::Granularity granularity);
+// The same check alone, from the scenario's sizes (nothing allocated): for a command that allocates by the plan before
+// it builds the Program (twin run's host-memory estimate builds the schedule).
+void require_program_fits_memory(const model::Scenario& scenario, model::Granularity granularity);
 
 // A numeric option's bounds, with a message a person can read ("must be at least 1, got 0"); nan and inf are refused.
 CLI::Validator at_least(double minimum);

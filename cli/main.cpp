@@ -10,12 +10,87 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
-#include <fmt/core.h>
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
 #include "model/errors.hpp"
+
+namespace {
+
+// The subcommand named on the command line, if any.
+const CLI::App* chosen_command(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2) return nullptr;
+  for (const CLI::App* command : app.get_subcommands({})) {
+    if (command->get_name() == argv[1]) return command;
+  }
+  return nullptr;
+}
+
+// The flags on the command line that `command` does not take ("--lr" of "--lr=1e-4" too).
+std::vector<std::string> unknown_flags(const CLI::App& command, int argc, char** argv) {
+  std::vector<std::string> unknown;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) continue;
+    arg = arg.substr(0, arg.find('='));
+    if (command.get_option_no_throw(arg) == nullptr) unknown.push_back(arg);
+  }
+  return unknown;
+}
+
+// "--a, --b, --c": the flags of one help group of `command`.
+std::string flags_of_group(const CLI::App& command, const std::string& group) {
+  std::string names;
+  for (const CLI::Option* option : command.get_options()) {
+    if (option->get_group() != group) continue;
+    for (const std::string& name : option->get_lnames()) names += (names.empty() ? "--" : ", --") + name;
+  }
+  return names;
+}
+
+// CLI11's own messages as one `twin: error:` line: without its "Run with --help" line, its doubled "--flag: --flag:"
+// prefix (a validator that names its flag), and with the flags a command takes when one is unknown.
+std::string parse_error_line(const CLI::App& app, const CLI::ParseError& error, int argc, char** argv) {
+  std::string message = error.what();
+  if (const std::size_t colon = message.find(": "); colon != std::string::npos && colon > 0) {
+    const std::string prefix = message.substr(0, colon + 2);
+    if (message.compare(colon + 2, prefix.size(), prefix) == 0) message.erase(0, prefix.size());
+  }
+  // "--steps: 1 required INT:>=1 missing" -> "--steps needs a value (INT:>=1)"
+  if (const std::size_t at = message.find(": 1 required ");
+      at != std::string::npos && message.size() > 8 && message.compare(message.size() - 8, 8, " missing") == 0) {
+    const std::string type = message.substr(at + 13, message.size() - 8 - (at + 13));
+    message = fmt::format("{} needs a value ({})", message.substr(0, at), type);
+  }
+  if (message == "A subcommand is required") {
+    std::string known;
+    for (const CLI::App* command : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + command->get_name();
+    return fmt::format("a command is required ({}; twin --help)", known);
+  }
+  const CLI::App* command = chosen_command(app, argc, argv);
+  if (command != nullptr && dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr) {
+    const std::vector<std::string> unknown = unknown_flags(*command, argc, argv);
+    const std::string name = "twin " + command->get_name();
+    if (unknown.empty()) return fmt::format("{}: {} (twin {} --help)", name, message, command->get_name());
+    std::string line =
+        fmt::format("{}: unknown flag{} {}", name, unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", "));
+    const std::string megatron = flags_of_group(*command, "Megatron-style aliases");
+    if (!megatron.empty()) {
+      line += fmt::format(" (of Megatron-LM's flags, twin takes only those of the plan and the model: {}; ", megatron);
+    } else {
+      line += " (";
+    }
+    return line + fmt::format("{} --help lists every flag)", name);
+  }
+  return message;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"twin: a digital twin of large-scale Transformer training (simulate or run one shared Program)"};
@@ -49,8 +124,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::RuntimeError& error) {  // a command that failed after reporting why (a failed run: 1)
     return error.get_exit_code();
   } catch (const CLI::ParseError& error) {
-    const int status = app.exit(error);  // prints the help, the version or the mistake
-    return status == 0 ? 0 : 2;          // every mistake in what was typed exits 2, as the errors below
+    if (error.get_exit_code() == 0) return app.exit(error);  // --help, --version: CLI11 prints them
+    // every mistake in what was typed: one line, exit 2, as a UserError's
+    fmt::print(stderr, "twin: error: {}\n", parse_error_line(app, error, argc, argv));
+    return twin::kExitUsage;
   } catch (const std::exception& error) {  // the one mapping of errors to lines and statuses: model/errors.hpp
     for (const std::string& line : twin::error_lines(error)) fmt::print(stderr, "twin: {}\n", line);
     return twin::exit_status(error);

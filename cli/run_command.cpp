@@ -18,15 +18,21 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/core.h>
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "exec/checkpoint.hpp"
 #include "exec/comm/mpi_communicator.hpp"
+#include "exec/data.hpp"
 #include "exec/errors.hpp"
+#include "exec/faults.hpp"
+#include "exec/guards.hpp"
 #include "exec/run_report.hpp"
 #include "exec/trainer.hpp"
 #include "model/formulas.hpp"
@@ -54,12 +60,23 @@ struct RunOptions {
   int threads = 0;
   double peak_gflops = 0;
   bool quiet = false;
+  bool skip_nonfinite = false;
+  double loss_spike_factor = exec::kLossSpikeFactor;
+  double weight_growth_limit = exec::kWeightGrowthLimit;
 };
 
 // The rank this process has in a job started by mpirun / srun, if any.
 bool started_by_launcher() {
   for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
     if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+// Whether this process is a rank other than 0 of a job started by mpirun / srun (it leaves notes to rank 0).
+bool launcher_rank_nonzero() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
+    if (const char* value = std::getenv(name)) return std::atoi(value) != 0;
   }
   return false;
 }
@@ -100,13 +117,15 @@ class Progress {
     for (double t : recent_) mean += t;
     mean /= static_cast<double>(recent_.size());
     const int done = r.step + 1;
+    const std::string loss = r.skipped ? "skipped (non-finite)" : fmt::format("{:.4f}", r.loss);
     const std::string line =
-        fmt::format("step {}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {}  ETA {}", done, r.steps, r.loss,
-                    r.grad_norm, r.learning_rate, rate(r.tokens_per_s), duration(mean * (r.steps - done)));
+        fmt::format("step {}/{}  loss {}  grad norm {:.3f}  lr {:.2e}  {}  ETA {}", done, r.steps, loss, r.grad_norm,
+                    r.learning_rate, rate(r.tokens_per_s), duration(mean * (r.steps - done)));
     if (tty_) {
       fmt::print(stderr, "\r{:<100}", line);
+      in_place_ = done != r.steps;
       if (done == r.steps) fmt::print(stderr, "\n");
-    } else if (done == r.steps || done % std::max(1, r.steps / 20) == 0 || done <= 1) {
+    } else if (r.skipped || done == r.steps || done % std::max(1, r.steps / 20) == 0 || done <= 1) {
       fmt::print(stderr, "{}\n", line);
     }
     std::fflush(stderr);
@@ -114,9 +133,12 @@ class Progress {
   void note(const std::string& text) {
     if (!quiet_) fmt::print(stderr, "{}\n", text);
   }
+  // A progress line is on the terminal without its newline (an error must start on a line of its own).
+  bool drawn_in_place() const { return in_place_; }
 
  private:
   bool quiet_, tty_;
+  bool in_place_ = false;
   std::vector<double> recent_;
 };
 
@@ -250,17 +272,39 @@ void check_host_memory(const model::Scenario& scenario, int ranks_here) {
   }
 }
 
-void run(const RunOptions& o) {
-  require_distinct_outputs({{"--json", o.json}, {"--trace", o.trace}});
-  const model::Scenario scenario = load_scenario(o.scenario);
-  const bool joined = started_by_launcher();
-  const int world_size = static_cast<int>(scenario.parallel.world_size());
-  // Every rank runs on this host unless a launcher spread them (mpirun's own --launcher mpi stays on this host).
-  check_host_memory(scenario, joined ? ranks_on_this_host(world_size) : world_size);
-  const model::Program program = build_program_within_memory(scenario, model::Granularity::Op);
-  const int world = program.layout.world_size();
-  if (!joined && o.launcher == "mpi") relaunch_under_mpirun(world);
+// The checks that need no training, before step 1: a run must not train for an hour and then find that it cannot write
+// its results. Each output file's directory takes a file (a probe created and removed: what the atomic write does);
+// the checkpoint directory is created and written to. Throws UserError naming the flag.
+void require_writable_outputs(const RunOptions& o) {
+  for (const auto& [flag, path] : {std::pair{"--json", o.json}, std::pair{"--trace", o.trace}}) {
+    if (path.empty()) continue;
+    std::error_code error;
+    const fs::file_status status = fs::status(path, error);
+    if (fs::exists(status) && !fs::is_regular_file(status)) {  // a stream (/dev/stdout, a pipe): written in place
+      const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd < 0 && errno != ENXIO) {  // ENXIO: a FIFO with no reader yet, which the end of the run may find
+        throw UserError(fmt::format("{} '{}': cannot write: {}", flag, path, std::strerror(errno)));
+      }
+      if (fd >= 0) ::close(fd);
+      continue;
+    }
+    const fs::path target = fs::exists(status) ? fs::canonical(path, error) : fs::absolute(path, error);
+    const fs::path probe =
+        target.parent_path() / fmt::format(".{}.twin-write-test-{}", target.filename().string(), ::getpid());
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      throw UserError(
+          fmt::format("{} '{}': cannot write in '{}': {} (checked before training, so that the run is not "
+                      "lost at its end)",
+                      flag, path, target.parent_path().string(), std::strerror(errno)));
+    }
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
+  if (!o.checkpoint.empty()) exec::require_writable_checkpoint_directory(o.checkpoint);  // a RunError: a UserError
+}
 
+exec::TrainOptions train_options(const RunOptions& o, Progress& progress) {
   exec::TrainOptions options;
   options.backend = o.backend;
   options.steps = o.steps;
@@ -269,65 +313,169 @@ void run(const RunOptions& o) {
   options.keep_checkpoints = o.keep_checkpoints;
   options.resume = !o.no_resume;
   options.comm_timeout_s = o.timeout_s;
+  options.threads_per_rank = o.threads;
+  options.skip_nonfinite = o.skip_nonfinite;
+  for (const auto& [flag, value] : {std::pair{"--loss-spike-factor", o.loss_spike_factor},
+                                    std::pair{"--weight-growth-limit", o.weight_growth_limit}}) {
+    if (value > 0 && value <= 1) {
+      throw UserError(
+          fmt::format("{} {:g} would stop every run: give a factor above 1, or 0 to turn the guard off", flag, value));
+    }
+  }
+  options.guards.loss_spike_factor = o.loss_spike_factor;
+  options.guards.weight_growth_limit = o.weight_growth_limit;
   if (o.trace_step > o.steps) {
     throw UserError(fmt::format("--trace-step {} is past the last step (--steps {})", o.trace_step, o.steps));
   }
   options.trace_step = o.trace_step == -1 ? -1 : o.trace_step - 1;  // the trainer counts steps from 0
-  Progress progress(o.quiet);
+  options.fault = exec::fault_from_environment();
   options.on_step = [&progress](const exec::StepReport& r) { progress.step(r); };
   options.on_note = [&progress](const std::string& text) { progress.note(text); };
+  return options;
+}
 
-  if (scenario.model.dtype != model::DType::FP32 && o.backend == "cpu") {
-    progress.note(
-        fmt::format("note: the cpu backend trains in fp32 (model.dtype = \"{}\" sets what the simulator "
-                    "counts)",
-                    model::to_string(scenario.model.dtype)));
-  }
-  const std::string data_path = o.data.empty() ? default_data_path() : o.data;
+// Every rank of this process as a thread. A run whose stuck ranks never returned ends the process here, without
+// returning to destroy what their threads still use.
+void run_threads(const RunOptions& o, const model::Program& program, const exec::TrainOptions& options,
+                 const exec::TextDataset& data, Progress& progress) {
+  const int world = program.layout.world_size();
+  progress.note(
+      fmt::format("twin run: {} on {} rank{} as threads (tp {} x pp {} x dp {}), {} backend, data {} ({} "
+                  "tokens)",
+                  program.scenario.model.name, world, world > 1 ? "s" : "", program.layout.tp(), program.layout.pp(),
+                  program.layout.dp(), o.backend, data.path, data.bytes.size()));
   const auto wall_start = std::chrono::steady_clock::now();
+  exec::TrainResult result;
   try {
-    const exec::TextDataset data = exec::load_text(data_path, static_cast<std::size_t>(scenario.model.seq_len) + 2);
-    if (!joined) {
-      options.threads_per_rank = o.threads;
+    result = exec::train_threads(program, data, options);
+  } catch (const exec::RanksStuck& stuck) {
+    if (progress.drawn_in_place()) fmt::print(stderr, "\n");
+    for (const std::string& line : stuck.lines()) fmt::print(stderr, "twin: error: {}\n", line);
+    std::fflush(nullptr);
+    std::_Exit(1);  // a failed run, as a timed-out MPI job ends
+  }
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  if (!o.quiet) print_summary(program, result, "threads", elapsed);
+  write_outputs(o, program, result, fmt::format("exec ({}, threads)", o.backend));
+}
+
+// What a failure under MPI exits with: model/errors.hpp's mapping (2 for what the user can fix, 1 for a failed run).
+int exit_code_of(const std::exception& error) { return twin::exit_status(error); }
+
+// One rank of an MPI job. A failure is printed as one `twin: error:` line and ends the job with the exit status the
+// threads launcher gives the same failure: by the rank that raised it, or, when every rank raises it alike (a guard),
+// by rank 0 alone while the others wait to be ended.
+void run_mpi_rank(const RunOptions& o, const model::Program& program, exec::TrainOptions options,
+                  const std::string& data_path, Progress& progress) {
+  const int world = program.layout.world_size();
+  auto comm = exec::make_mpi_communicator(exec::CommOptions{o.timeout_s});
+  const int threads = o.threads > 0 ? o.threads : exec::default_threads_per_rank(ranks_on_this_host(world));
+  const auto wall_start = std::chrono::steady_clock::now();
+  const exec::CommGroup everyone = [&] {
+    exec::CommGroup group{"world", {}};
+    for (int r = 0; r < comm->world_size(); ++r) group.members.push_back(r);
+    return group;
+  }();
+  if (comm->rank() != 0) {
+    options.on_step = nullptr;
+    options.on_note = nullptr;
+  }
+  try {
+    // The data, on every rank; a rank that cannot read it says so (once: the lowest such rank), and every rank
+    // learns that the job ends (from the all-gather), so that none waits in the first collective for the timeout.
+    std::optional<exec::TextDataset> data;
+    std::string problem;
+    try {
+      data = exec::load_text(data_path, static_cast<std::size_t>(program.scenario.model.seq_len) + 2);
+    } catch (const exec::RunError& error) {
+      problem = error.what();
+    }
+    std::vector<double> failed(static_cast<std::size_t>(comm->world_size()));
+    const double mine = problem.empty() ? 0.0 : 1.0;
+    comm->all_gather(everyone, &mine, failed.data(), 1, exec::DType::F64, "data check");
+    const auto first_failed = std::find(failed.begin(), failed.end(), 1.0);
+    if (first_failed != failed.end()) {
+      if (first_failed - failed.begin() == comm->rank()) {
+        fmt::print(stderr, "twin: error: {}\n", problem);
+        exec::abort_mpi_job(2);
+      }
+      comm->barrier(everyone, "waiting for the rank that reports the data error to end the job");
+      exec::abort_mpi_job(2);
+    }
+    if (comm->rank() == 0) {
       progress.note(
-          fmt::format("twin run: {} on {} rank{} as threads (tp {} x pp {} x dp {}), {} backend, data {} "
-                      "({} tokens)",
-                      scenario.model.name, world, world > 1 ? "s" : "", program.layout.tp(), program.layout.pp(),
-                      program.layout.dp(), o.backend, data.path, data.bytes.size()));
-      const exec::TrainResult result = exec::train_threads(program, data, options);
+          fmt::format("twin run: {} on {} MPI ranks (tp {} x pp {} x dp {}), {} backend, data {} ({} "
+                      "tokens)",
+                      program.scenario.model.name, comm->world_size(), program.layout.tp(), program.layout.pp(),
+                      program.layout.dp(), o.backend, data->path, data->bytes.size()));
+    }
+    const exec::TrainResult result = exec::train_rank(program, *data, options, *comm, threads);
+    if (comm->rank() == 0) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-      if (!o.quiet) print_summary(program, result, "threads", elapsed);
-      write_outputs(o, program, result, fmt::format("exec ({}, threads)", o.backend));
+      if (!o.quiet) print_summary(program, result, "mpi", elapsed);
+      write_outputs(o, program, result, fmt::format("exec ({}, mpi)", o.backend));
+    }
+  } catch (const std::exception& error) {
+    if (comm->world_size() == 1) throw;
+    if (progress.drawn_in_place() && comm->rank() == 0) fmt::print(stderr, "\n");
+    if (!exec::raised_by_every_rank(error)) {
+      fmt::print(stderr, "twin: error: {}\n", error.what());
+      exec::abort_mpi_job(exit_code_of(error));
+    }
+    if (comm->rank() == 0) {
+      fmt::print(stderr, "twin: error: {}\n", error.what());
+      exec::abort_mpi_job(exit_code_of(error));
+    }
+    try {
+      comm->barrier(everyone, "waiting for rank 0 to end the job");
+    } catch (const std::exception&) {
+    }
+    exec::abort_mpi_job(exit_code_of(error));
+  }
+}
+
+void run(const RunOptions& o) {
+  require_distinct_outputs({{"--json", o.json}, {"--trace", o.trace}});
+  const model::Scenario scenario = load_scenario(o.scenario);
+  const bool joined = started_by_launcher();
+  const int world_size = static_cast<int>(scenario.parallel.world_size());
+  // Every size guard before anything that grows with the plan: the Program's op count from the scenario's sizes
+  // (the host-memory estimate below builds the schedule), then host memory, then the Program.
+  try {
+    require_program_fits_memory(scenario, model::Granularity::Op);
+  } catch (const UserError& error) {  // twin run has no --granularity to suggest: it runs every kernel
+    std::string message = error.what();
+    if (const auto at = message.find(", or use --granularity layer"); at != std::string::npos) message.erase(at);
+    throw UserError(message);
+  }
+  // Every rank runs on this host unless a launcher spread them (mpirun's own --launcher mpi stays on this host).
+  check_host_memory(scenario, joined ? ranks_on_this_host(world_size) : world_size);
+  const model::Program program = build_program_within_memory(scenario, model::Granularity::Op);
+  const int world = program.layout.world_size();
+  Progress progress(o.quiet);
+  const exec::TrainOptions options = train_options(o, progress);
+  const std::string data_path = o.data.empty() ? default_data_path() : o.data;
+  const auto min_tokens = static_cast<std::size_t>(scenario.model.seq_len) + 2;
+  try {
+    if (!joined) {
+      require_writable_outputs(o);  // before step 1 (and once, before mpirun starts the ranks)
+      exec::check_text_file(data_path, min_tokens);
+      if (o.launcher == "mpi") relaunch_under_mpirun(world);
+    }
+    if (scenario.model.dtype != model::DType::FP32 && o.backend == "cpu" && !launcher_rank_nonzero()) {
+      progress.note(
+          fmt::format("note: the cpu backend trains in fp32 (model.dtype = \"{}\" sets what the simulator "
+                      "counts)",
+                      model::to_string(scenario.model.dtype)));
+    }
+    if (joined) {
+      run_mpi_rank(o, program, options, data_path, progress);
       return;
     }
-    // One rank of an MPI job.
-    auto comm = exec::make_mpi_communicator(exec::CommOptions{o.timeout_s});
-    const int threads = o.threads > 0 ? o.threads : exec::default_threads_per_rank(ranks_on_this_host(world));
-    try {
-      if (comm->rank() != 0) {
-        options.on_step = nullptr;
-        options.on_note = nullptr;
-      }
-      if (comm->rank() == 0) {
-        progress.note(
-            fmt::format("twin run: {} on {} MPI ranks (tp {} x pp {} x dp {}), {} backend, data {} ({} "
-                        "tokens)",
-                        scenario.model.name, comm->world_size(), program.layout.tp(), program.layout.pp(),
-                        program.layout.dp(), o.backend, data.path, data.bytes.size()));
-      }
-      const exec::TrainResult result = exec::train_rank(program, data, options, *comm, threads);
-      if (comm->rank() == 0) {
-        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-        if (!o.quiet) print_summary(program, result, "mpi", elapsed);
-        write_outputs(o, program, result, fmt::format("exec ({}, mpi)", o.backend));
-      }
-    } catch (const std::exception& error) {
-      if (comm->world_size() > 1) comm->abort(error.what());  // ends the whole job
-      throw;
-    }
-  } catch (const exec::RunError& error) {
-    throw UserError(error.what());
+    const exec::TextDataset data = exec::load_text(data_path, min_tokens);
+    run_threads(o, program, options, data, progress);
   } catch (const exec::RunFailure& error) {  // a communication failure, a diverged run
+    if (progress.drawn_in_place()) fmt::print(stderr, "\n");
     fail(error.what());
   }
 }
@@ -385,6 +533,17 @@ void register_run_command(CLI::App& app) {
   command->add_option("--peak-gflops", options->peak_gflops, "one rank's peak GFLOP/s, for the summary's MFU")
       ->check(between(1e-3, 1e9));
   command->add_flag("--quiet", options->quiet, "print nothing but errors (no header, progress or summary)");
+  command->add_flag("--skip-nonfinite", options->skip_nonfinite,
+                    "skip an update whose logits, loss or gradients are non-finite, as a loss scaler does (5 in a row "
+                    "end the run)");
+  command
+      ->add_option("--loss-spike-factor", options->loss_spike_factor,
+                   "stop when a step's loss exceeds this many times the median of the last 20 (default 3; 0: off)")
+      ->check(between(0, 1e6));
+  command
+      ->add_option("--weight-growth-limit", options->weight_growth_limit,
+                   "stop when one update multiplies the weights' norm by more than this (default 2; 0: off)")
+      ->check(between(0, 1e6));
   command->callback([options] { run(*options); });
 }
 

@@ -341,6 +341,11 @@ double available_memory_bytes() {
 }
 
 model::Program build_program_within_memory(const model::Scenario& scenario, model::Granularity granularity) {
+  require_program_fits_memory(scenario, granularity);
+  return model::build_program(scenario, granularity);
+}
+
+void require_program_fits_memory(const model::Scenario& scenario, model::Granularity granularity) {
   const double ops = model::estimated_stage_ops(scenario, granularity);
   const double needed = ops * model::kProgramBytesPerOp, available = available_memory_bytes();
   if (available > 0 && needed > 0.8 * available) {
@@ -353,7 +358,6 @@ model::Program build_program_within_memory(const model::Scenario& scenario, mode
         scenario.model.name, ops, needed / GiB, available / GiB, scenario.model.layers, p.pp, p.micro_batches(),
         model::to_string(granularity), granularity == model::Granularity::Op ? ", or use --granularity layer" : ""));
   }
-  return model::build_program(scenario, granularity);
 }
 
 }  // namespace twin::cli

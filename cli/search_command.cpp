@@ -42,6 +42,7 @@ struct Plan {
   double peak_memory_bytes = 0;
   // Filled by the simulation.
   std::string error;
+  bool fits = false;  // its summary's memory.fits: the plan's peak within one GPU
   double iteration_time_s = 0, tflops_per_gpu = 0, bubble_fraction = 0;
   nlohmann::json training;  // with --train-tokens: the child's `training` summary
 
@@ -236,6 +237,7 @@ void run_search(const SearchOptions& o) {
     plan.iteration_time_s = outcomes[i].summary.at("iteration_time_s").get<double>();
     plan.tflops_per_gpu = outcomes[i].summary.at("tflops_per_gpu").get<double>();
     plan.bubble_fraction = outcomes[i].summary.at("bubble_fraction").get<double>();
+    plan.fits = outcomes[i].summary.at("memory").at("fits").get<bool>();
     if (!o.train_tokens.empty()) plan.training = outcomes[i].summary.at("training");
   }
 
@@ -247,8 +249,8 @@ void run_search(const SearchOptions& o) {
              base.cluster.nodes, model::to_string(base.cluster.node), base.cluster.total_gpus(),
              base.parallel.global_batch, plans.size());
   const bool training = !o.train_tokens.empty();
-  fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} {:>10} {:>9} {:>8} {:>9}{}\n", "tp", "pp", "dp", "mb",
-             "schedule", "recompute", "sharding", "iter s", "TFLOP/s", "bubble", "mem GiB",
+  fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} {:>10} {:>9} {:>8} {:>9} {:>5}{}\n", "tp", "pp", "dp",
+             "mb", "schedule", "recompute", "sharding", "iter s", "TFLOP/s", "bubble", "mem GiB", "fits",
              training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : "");
   nlohmann::json results = nlohmann::json::array();
   for (const Plan& plan : plans) {
@@ -260,9 +262,10 @@ void run_search(const SearchOptions& o) {
           training ? fmt::format(" {:>9.1f} {:>12.0f}", plan.training.at("days").get<double>(),
                                  plan.training.at("gpu_hours").get<double>())
                    : "";
-      fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f}{}\n", plan.tp,
-                 plan.pp, plan.dp, plan.micro_batch, schedule, plan.recompute_label(), plan.sharding_label(),
-                 plan.iteration_time_s, plan.tflops_per_gpu, 100 * plan.bubble_fraction, gib, training_columns);
+      fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f} {:>5}{}\n",
+                 plan.tp, plan.pp, plan.dp, plan.micro_batch, schedule, plan.recompute_label(), plan.sharding_label(),
+                 plan.iteration_time_s, plan.tflops_per_gpu, 100 * plan.bubble_fraction, gib, plan.fits ? "yes" : "NO",
+                 training_columns);
     } else {
       fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} failed: {}\n", plan.tp, plan.pp, plan.dp,
                  plan.micro_batch, schedule, plan.recompute_label(), plan.sharding_label(), plan.error);
@@ -279,6 +282,7 @@ void run_search(const SearchOptions& o) {
                        {"zero_stage", plan.zero_stage},
                        {"overlap_param_gather", plan.overlap_param_gather},
                        {"memory_per_gpu_bytes", plan.peak_memory_bytes},
+                       {"fits", plan.fits},
                        {"iteration_time_s", plan.iteration_time_s},
                        {"tflops_per_gpu", plan.tflops_per_gpu},
                        {"bubble_fraction", plan.bubble_fraction},

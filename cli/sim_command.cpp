@@ -11,10 +11,10 @@
 
 #include "cli/commands.hpp"
 #include "model/program.hpp"
-#include "sim/cost_model.hpp"
 #include "report/summary.hpp"
 #include "report/svg.hpp"
 #include "report/trace.hpp"
+#include "sim/cost_model.hpp"
 #include "sim/sensitivity.hpp"
 #include "sim/simulate.hpp"
 #include "topology/hardware.hpp"
@@ -33,10 +33,30 @@ struct SimCommandOptions {
   bool rail_optimized = false;
   bool ideal_network = false;
   std::string json_path, trace_path, trace_ranks, svg_path;
+  bool large_trace = false;  // --large-trace: write a trace past kLargeTraceBytes
   bool quiet = false;
   double sensitivity_percent = 0;  // --sensitivity: each rate this much lower and higher (0: not asked)
   std::string train_tokens;        // --train-tokens: the whole run's length (empty: not asked)
 };
+
+// A Chrome trace's size, estimated before simulating: one JSON event per op of each traced rank, about
+// kTraceBytesPerEvent each (measured: `twin sim gpt3-175b --trace-ranks 0-63` writes 695616 events in 132.8 MB, 191
+// bytes each). Past kLargeTraceBytes (a file Perfetto opens slowly, and the simulator keeps every traced op in memory
+// meanwhile) the trace needs --large-trace.
+constexpr double kTraceBytesPerEvent = 200;
+constexpr double kLargeTraceBytes = 200e6;
+
+double estimated_trace_bytes(const model::Program& program, const std::vector<int>& traced_ranks) {
+  std::vector<int> ranks = traced_ranks;
+  if (ranks.empty()) {  // the default: dp 0, tp 0 of every stage
+    for (int stage = 0; stage < program.stages(); ++stage) ranks.push_back(program.layout.rank_of({0, stage, 0}));
+  }
+  double events = 0;
+  for (int rank : ranks) {
+    events += static_cast<double>(program.ops_per_rank(program.layout.coord_of(rank).pp)) + 5;  // + metadata
+  }
+  return events * kTraceBytesPerEvent;
+}
 
 // A whole training run at the simulated iteration time: what a planner buys. Every iteration at the full global
 // batch (no batch-size ramp-up), no evaluation, checkpoints or restarts.
@@ -141,6 +161,17 @@ void run(const SimCommandOptions& o) {
     }
   } catch (const std::invalid_argument& error) {
     throw UserError(error.what());
+  }
+  if (!o.trace_path.empty() && !o.large_trace) {
+    const double bytes = estimated_trace_bytes(program, options.record_ranks);
+    if (bytes > kLargeTraceBytes) {
+      throw UserError(
+          fmt::format("--trace of {} would be about {:.1f} GB ({:.0f} bytes per op): add --large-trace to write it "
+                      "anyway, or trace "
+                      "fewer ranks (--trace-ranks){}",
+                      o.trace_ranks.empty() ? "one rank per stage" : "ranks " + o.trace_ranks, bytes / 1e9,
+                      kTraceBytesPerEvent, granularity == model::Granularity::Op ? " or at --granularity layer" : ""));
+    }
   }
   options.placement = o.placement;
   options.ideal_network = o.ideal_network;
@@ -257,6 +288,7 @@ void run(const SimCommandOptions& o) {
       }
       json["sensitivity"] = list;
     }
+    json["fits"] = summary.memory.fits;  // also under memory: the plan's peak within one GPU's memory
     json["fidelity"] = sim::to_string(result.fidelity);
     json["hardware"] = result.hardware;
     json["cost_model"] = cost.name();
@@ -313,6 +345,10 @@ void register_sim_command(CLI::App& app) {
   command
       ->add_option("--trace-ranks", o->trace_ranks,
                    "ranks to trace, e.g. 0,8,16-23 (default: dp 0, tp 0 of every stage)")
+      ->needs("--trace");
+  command
+      ->add_flag("--large-trace", o->large_trace,
+                 "write a trace estimated past 200 MB (refused without it: say so before simulating)")
       ->needs("--trace");
   command->add_option("--svg", o->svg_path, "write a pipeline diagram of the iteration (SVG)")->check(output_file());
   command->add_flag("--quiet", o->quiet, "no progress line");

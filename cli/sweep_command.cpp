@@ -196,8 +196,8 @@ void run_sweep(const SweepOptions& o) {
     header += fmt::format(" {:>{}}", axes[a].key, width);
   }
   const bool training = !o.train_tokens.empty();
-  fmt::print("{} {:>6} {:>10} {:>9} {:>8} {:>9} {:>12}{}\n", header, "GPUs", "iter s", "TFLOP/s", "bubble", "mem GiB",
-             "tokens/s", training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : "");
+  fmt::print("{} {:>6} {:>10} {:>9} {:>8} {:>9} {:>5} {:>12}{}\n", header, "GPUs", "iter s", "TFLOP/s", "bubble",
+             "mem GiB", "fits", "tokens/s", training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : "");
   nlohmann::json results = nlohmann::json::array();
   std::size_t succeeded = 0;
   for (const Variant& v : variants) {
@@ -213,6 +213,7 @@ void run_sweep(const SweepOptions& o) {
                          {"tflops_per_gpu", 0.0},
                          {"bubble_fraction", 0.0},
                          {"memory_per_gpu_bytes", 0.0},
+                         {"fits", false},
                          {"tokens_per_s", 0.0}};
     std::string error = !v.invalid.empty()         ? "invalid: " + v.invalid
                         : !v.outcome.error.empty() ? "failed: " + without_prefix(v.outcome.error)
@@ -225,6 +226,8 @@ void run_sweep(const SweepOptions& o) {
       entry["tflops_per_gpu"] = summary.at("tflops_per_gpu").get<double>();
       entry["bubble_fraction"] = summary.at("bubble_fraction").get<double>();
       entry["memory_per_gpu_bytes"] = memory;
+      const bool fits = summary.at("memory").at("fits").get<bool>();
+      entry["fits"] = fits;
       entry["tokens_per_s"] = seconds > 0 ? v.tokens_per_iteration / seconds : 0.0;
       std::string training_columns;
       if (training) {
@@ -232,9 +235,10 @@ void run_sweep(const SweepOptions& o) {
         training_columns = fmt::format(" {:>9.1f} {:>12.0f}", summary.at("training").at("days").get<double>(),
                                        summary.at("training").at("gpu_hours").get<double>());
       }
-      fmt::print("{} {:>6} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f} {:>12.0f}{}\n", row, v.gpus, seconds,
+      fmt::print("{} {:>6} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f} {:>5} {:>12.0f}{}\n", row, v.gpus, seconds,
                  entry["tflops_per_gpu"].get<double>(), 100 * entry["bubble_fraction"].get<double>(),
-                 memory / (1024.0 * 1024 * 1024), entry["tokens_per_s"].get<double>(), training_columns);
+                 memory / (1024.0 * 1024 * 1024), fits ? "yes" : "NO", entry["tokens_per_s"].get<double>(),
+                 training_columns);
       ++succeeded;
     } else {
       fmt::print("{}  {}\n", row, error);

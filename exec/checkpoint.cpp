@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -10,6 +11,7 @@
 #include <utility>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,28 +49,56 @@ std::string hex(std::uint64_t value) {
   return fmt::format("{:016x}", value);
 }
 
+// FNV-1a 64 of the losses' IEEE bits, in order (JSON writes doubles so that they read back exactly; a skipped step's
+// NaN, written as null, counts as the one quiet NaN).
+std::uint64_t losses_checksum(std::vector<double> losses) {
+  for (double& loss : losses) {
+    if (std::isnan(loss)) loss = std::numeric_limits<double>::quiet_NaN();
+  }
+  return fnv1a(reinterpret_cast<const char*>(losses.data()), losses.size() * sizeof(double));
+}
+
 // temp file + fsync + rename: a reader (or a resumed run after SIGKILL) sees the old file or the new one, never half.
-void write_atomically(const fs::path& path, const std::string& bytes) {
+// A failure (a full disk, a file size limit) removes the temporary and stops the run naming the file.
+void write_atomically(const fs::path& path, const std::string& bytes, const std::string& kill_writing) {
   const fs::path temporary = path.string() + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0)
-    throw RunError(fmt::format("checkpoint: cannot create '{}': {}", temporary.string(), std::strerror(errno)));
+  auto fail = [&](const std::string& what, int error) {
+    ::unlink(temporary.c_str());
+    throw RunFailure(
+        fmt::format("checkpoint: {} '{}' failed: {} (this checkpoint is incomplete and resuming ignores "
+                    "it; the previous ones are untouched)",
+                    what, temporary.string(), std::strerror(error)));
+  };
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("creating", errno);
+  const bool interrupt = !kill_writing.empty() && path.filename() == kill_writing;
+  const std::size_t size = interrupt ? bytes.size() / 2 : bytes.size();
   std::size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+  while (written < size) {
+    const ssize_t n = ::write(fd, bytes.data() + written, size - written);
+    if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int error = errno;
       ::close(fd);
-      throw RunError(fmt::format("checkpoint: writing '{}' failed: {}", temporary.string(), std::strerror(error)));
+      fail("writing", error);
     }
     written += static_cast<std::size_t>(n);
   }
-  ::fsync(fd);
-  ::close(fd);
+  if (interrupt) {  // fault injection: the process dies with half the file written, as a power cut would leave it
+    ::fsync(fd);
+    ::raise(SIGKILL);
+  }
+  if (::fsync(fd) != 0) {
+    const int error = errno;
+    ::close(fd);
+    fail("writing", error);
+  }
+  if (::close(fd) != 0) fail("writing", errno);
   std::error_code error;
   fs::rename(temporary, path, error);
   if (error) {
-    throw RunError(
+    ::unlink(temporary.c_str());
+    throw RunFailure(
         fmt::format("checkpoint: cannot rename '{}' to '{}': {}", temporary.string(), path.string(), error.message()));
   }
 }
@@ -107,40 +137,6 @@ std::string read_file(const fs::path& path) {
   }
   bytes.resize(done);
   return bytes;
-}
-
-// "step-00000012" -> 12. Other names (and steps past an int) are not checkpoints.
-std::optional<int> step_of_directory_name(const std::string& name) {
-  constexpr std::string_view kPrefix = "step-";
-  if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) return std::nullopt;
-  const char* first = name.data() + kPrefix.size();
-  const char* last = name.data() + name.size();
-  if (!std::all_of(first, last, [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
-  int step = 0;
-  const auto [end, error] = std::from_chars(first, last, step);
-  if (error != std::errc() || end != last) return std::nullopt;
-  return step;
-}
-
-// Whether `step_dir` holds an entry named manifest.json, without following it: a manifest that is a directory or a
-// symbolic-link loop still marks the checkpoint complete, and reading it then says what is wrong with it.
-bool has_manifest(const fs::path& step_dir) {
-  std::error_code error;
-  return fs::exists(fs::symlink_status(step_dir / "manifest.json", error));
-}
-
-// The step-NNNNNNNN entries of `dir`, by step.
-std::vector<std::pair<int, fs::path>> step_directories(const fs::path& dir) {
-  std::vector<std::pair<int, fs::path>> found;
-  std::error_code error;
-  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
-    if (const auto step = step_of_directory_name(it->path().filename().string())) found.emplace_back(*step, it->path());
-  }
-  if (error) {
-    throw RunError(fmt::format("cannot list the checkpoint directory '{}': {}", dir.string(), error.message()));
-  }
-  std::sort(found.begin(), found.end());
-  return found;
 }
 
 // Reads the manifest's fields, each checked for presence, type and range before it is converted (a JSON 1e30 or -5
@@ -245,10 +241,10 @@ std::string shard_file_name(int rank) {
 }
 
 ShardRecord write_shard(const fs::path& step_dir, int rank, int world_size, int step, const ModelShard& shard,
-                        Backend& backend) {
+                        Backend& backend, const std::string& kill_writing) {
   std::error_code error;
   fs::create_directories(step_dir, error);
-  if (error) throw RunError(fmt::format("checkpoint: cannot create '{}': {}", step_dir.string(), error.message()));
+  if (error) throw RunFailure(fmt::format("checkpoint: cannot create '{}': {}", step_dir.string(), error.message()));
   std::string out(kShardMagic, sizeof(kShardMagic));
   put(out, kShardVersion);
   put(out, static_cast<std::uint32_t>(rank));
@@ -274,11 +270,11 @@ ShardRecord write_shard(const fs::path& step_dir, int rank, int world_size, int 
   record.file = shard_file_name(rank);
   record.bytes = out.size();
   record.checksum = fnv1a(out.data(), out.size());
-  write_atomically(step_dir / record.file, out);
+  write_atomically(step_dir / record.file, out, kill_writing);
   return record;
 }
 
-void write_manifest(const fs::path& step_dir, const Manifest& m) {
+void write_manifest(const fs::path& step_dir, const Manifest& m, const std::string& kill_writing) {
   nlohmann::json json;
   json["format"] = kManifestFormat;
   json["version"] = kManifestVersion;
@@ -289,51 +285,13 @@ void write_manifest(const fs::path& step_dir, const Manifest& m) {
   json["data_position"] = {{"next_step", m.step}};
   json["rng"] = {{"seed", m.seed}, {"kind", "counter-based (seed, stream, index): the step is the whole state"}};
   json["losses"] = m.losses;
+  json["losses_fnv1a64"] = hex(losses_checksum(m.losses));
   nlohmann::json shards = nlohmann::json::array();
   for (const ShardRecord& s : m.shards) {
     shards.push_back({{"rank", s.rank}, {"file", s.file}, {"bytes", s.bytes}, {"fnv1a64", hex(s.checksum)}});
   }
   json["shards"] = std::move(shards);
-  write_atomically(step_dir / "manifest.json", json.dump(2) + "\n");
-}
-
-std::optional<fs::path> latest_checkpoint(const fs::path& dir) {
-  std::error_code error;
-  if (!fs::is_directory(dir, error)) return std::nullopt;
-  const auto steps = step_directories(dir);
-  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    if (has_manifest(it->second)) return it->second;
-  }
-  return std::nullopt;
-}
-
-void prune_checkpoints(const fs::path& dir, int keep) {
-  std::vector<fs::path> complete;  // oldest first
-  std::vector<std::pair<int, fs::path>> incomplete;
-  int newest = -1;
-  for (const auto& [step, path] : step_directories(dir)) {
-    if (!has_manifest(path)) {
-      incomplete.emplace_back(step, path);
-      continue;
-    }
-    // Only a checkpoint that reads back as what its name says counts: a copied or renamed one (step-7 holding step 2's
-    // manifest) or a broken one must neither push a good one out nor be removed here; resuming from it says what is
-    // wrong.
-    try {
-      read_manifest(path);
-    } catch (const RunError&) {
-      continue;
-    }
-    complete.push_back(path);
-    newest = step;
-  }
-  std::error_code error;
-  for (std::size_t i = 0; i + static_cast<std::size_t>(std::max(keep, 1)) < complete.size(); ++i) {
-    fs::remove_all(complete[i], error);
-  }
-  for (const auto& [step, path] : incomplete) {
-    if (step < newest) fs::remove_all(path, error);
-  }
+  write_atomically(step_dir / "manifest.json", json.dump(2) + "\n", kill_writing);
 }
 
 Manifest read_manifest(const fs::path& step_dir) {
@@ -360,7 +318,22 @@ Manifest read_manifest(const fs::path& step_dir) {
     m.data_bytes = fields.whole_number<std::uint64_t>(data, "bytes", "data.bytes");
     m.data_fingerprint = fields.hex64(data, "fnv1a64", "data.fnv1a64");
     m.seed = fields.whole_number<std::uint64_t>(fields.at(json, "rng", "rng"), "seed", "rng.seed");
-    m.losses = json.value("losses", std::vector<double>{});
+    if (json.contains("losses")) {
+      const nlohmann::json& losses = json["losses"];
+      if (!losses.is_array()) fields.corrupt("losses", losses, "a list");
+      for (const nlohmann::json& loss : losses) {
+        if (!loss.is_null() && !loss.is_number()) fields.corrupt("losses", loss, "numbers (null: a skipped step)");
+        m.losses.push_back(loss.is_null() ? std::numeric_limits<double>::quiet_NaN() : loss.get<double>());
+      }
+    }
+    // Written since the losses were covered: a manifest without it is older and still read.
+    if (json.contains("losses_fnv1a64") &&
+        fields.hex64(json, "losses_fnv1a64", "losses_fnv1a64") != losses_checksum(m.losses)) {
+      throw RunError(
+          fmt::format("checkpoint manifest '{}' is corrupt: its losses do not match losses_fnv1a64 {} "
+                      "(edited or damaged)",
+                      path.string(), json["losses_fnv1a64"].get<std::string>()));
+    }
     const nlohmann::json& shards = fields.at(json, "shards", "shards");
     if (!shards.is_array()) fields.corrupt("shards", shards, "a list");
     for (std::size_t i = 0; i < shards.size(); ++i) {

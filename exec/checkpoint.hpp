@@ -46,18 +46,50 @@ struct Manifest {
 
 std::filesystem::path step_directory(const std::filesystem::path& dir, int step);
 std::string shard_file_name(int rank);
+// "step-00000012" -> 12; other names (and steps past an int) are not checkpoints.
+std::optional<int> step_of_directory_name(const std::string& name);
+
+// Writing fails with a RunFailure naming the file (a full disk, a file size limit, an I/O error: the run stops, exit
+// 1), its temporary removed. `kill_writing`: the name of a file (rank-00000.bin, manifest.json) whose write this
+// process is to be killed in the middle of (fault injection, exec/faults.hpp); empty: none.
 
 // Writes this rank's shard into `step_dir` atomically; returns its record (size and checksum).
 ShardRecord write_shard(const std::filesystem::path& step_dir, int rank, int world_size, int step,
-                        const ModelShard& shard, Backend& backend);
-// Writes the manifest atomically (last: it makes the checkpoint complete).
-void write_manifest(const std::filesystem::path& step_dir, const Manifest& manifest);
+                        const ModelShard& shard, Backend& backend, const std::string& kill_writing = {});
+// Writes the manifest atomically (last: it makes the checkpoint complete). Its `losses_fnv1a64` covers the losses.
+void write_manifest(const std::filesystem::path& step_dir, const Manifest& manifest,
+                    const std::string& kill_writing = {});
 
 // The newest complete checkpoint under `dir` (highest step with a manifest), if any.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& dir);
-// Removes all but the newest `keep` complete checkpoints (and incomplete ones older than the newest). A folder whose
-// manifest does not read back as its name's step is neither counted nor removed.
-void prune_checkpoints(const std::filesystem::path& dir, int keep);
+// Step folders newer than the newest complete checkpoint that have no manifest: writes that never finished (a run
+// killed or failed while writing), which resuming ignores.
+std::vector<std::filesystem::path> unfinished_checkpoints(const std::filesystem::path& dir);
+// Removes all but the newest `keep` complete checkpoints (and incomplete ones older than the newest), never the one
+// of step `protect` (the last known-good one: its weights gave a sane loss; -1: none). A folder whose manifest does
+// not read back as its name's step is neither counted nor removed.
+void prune_checkpoints(const std::filesystem::path& dir, int keep, int protect = -1);
+// Moves the checkpoint of `step` aside, to DIR/rejected-step-NNNNNNNN (resuming never picks it): its weights gave a
+// loss that tripped a guard. Returns where it went, or nothing when there was no such folder.
+std::optional<std::filesystem::path> set_aside_checkpoint(const std::filesystem::path& dir, int step);
+
+// Throws RunError unless `dir` can hold checkpoints: it is created if missing, and a file written and removed in it
+// (checked before step 1, so that a run does not train for nothing).
+void require_writable_checkpoint_directory(const std::filesystem::path& dir);
+
+// The lock of a checkpoint directory, held while the object lives: DIR/twin.lock, flock'ed (released by the kernel
+// when the holder dies: a stale lock file never blocks), holding the holder's pid and host. A second run on the same
+// directory is refused with a RunError naming the holder.
+class CheckpointLock {
+ public:
+  explicit CheckpointLock(const std::filesystem::path& dir);
+  ~CheckpointLock();
+  CheckpointLock(const CheckpointLock&) = delete;
+  CheckpointLock& operator=(const CheckpointLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 Manifest read_manifest(const std::filesystem::path& step_dir);
 // The scenario the checkpoint was written under (its manifest's TOML); RunError naming the manifest if it does not

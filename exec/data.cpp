@@ -1,9 +1,12 @@
 #include "exec/data.hpp"
 
-#include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <system_error>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <fmt/core.h>
 
@@ -27,7 +30,8 @@ std::string ByteTokenizer::decode(const std::vector<int>& tokens) {
 }
 
 namespace {
-std::uint64_t fingerprint_of(const std::vector<std::uint8_t>& bytes) {
+
+std::uint64_t fingerprint_of(std::span<const std::uint8_t> bytes) {
   std::uint64_t hash = 0xcbf29ce484222325ull;
   for (std::uint8_t b : bytes) {
     hash ^= b;
@@ -35,31 +39,100 @@ std::uint64_t fingerprint_of(const std::vector<std::uint8_t>& bytes) {
   }
   return hash;
 }
+
+std::string kind_of_file(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory: give a text file";  // (a directory opened read-only on some systems)
+  if (S_ISFIFO(mode)) return "a named pipe (FIFO), which could block the run forever";
+  if (S_ISCHR(mode)) return "a character device (such as /dev/zero or /dev/urandom), which never ends";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// A read-only mapping of a whole file, unmapped when the last TextDataset holding it goes.
+struct Mapping {
+  const void* address = nullptr;
+  std::size_t bytes = 0;
+  Mapping(const void* a, std::size_t n) : address(a), bytes(n) {}
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() { ::munmap(const_cast<void*>(address), bytes); }
+};
+
 }  // namespace
 
-TextDataset load_text(const std::string& path, std::size_t min_tokens) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) {
-    throw RunError(fmt::format("--data '{}' is a directory: give a text file", path));
+namespace {
+
+// An open --data file that passed every check, closed when it goes.
+struct CheckedFile {
+  int fd = -1;
+  std::uint64_t size = 0;
+  CheckedFile(const std::string& path, std::size_t min_tokens) {
+    // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below, once fstat says what it is).
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EISDIR) throw RunError(fmt::format("--data '{}' is a directory: give a text file", path));
+      throw RunError(fmt::format("--data '{}': cannot open the file", path));
+    }
+    struct stat info {};
+    if (::fstat(fd, &info) != 0) fail(fmt::format("--data '{}': {}", path, std::strerror(errno)));
+    if (!S_ISREG(info.st_mode)) {
+      fail(fmt::format("--data '{}' is {}{}", path, kind_of_file(info.st_mode),
+                       S_ISDIR(info.st_mode) ? ""
+                                             : ": give a regular text file (twin maps it and draws sequences from "
+                                               "anywhere in it)"));
+    }
+    size = static_cast<std::uint64_t>(info.st_size);
+    if (size > kMaxDataBytes) {
+      fail(
+          fmt::format("--data '{}' has {} bytes ({:.1f} GiB): the byte-level loader reads files up to {} GiB (its "
+                      "fingerprint reads the whole file at start)",
+                      path, size, static_cast<double>(size) / (1 << 30), kMaxDataBytes >> 30));
+    }
+    if (size < min_tokens) {
+      fail(fmt::format("--data '{}' has {} bytes: a training sequence needs at least {}", path, size, min_tokens));
+    }
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw RunError(fmt::format("--data '{}': cannot open the file", path));
+  CheckedFile(const CheckedFile&) = delete;
+  CheckedFile& operator=(const CheckedFile&) = delete;
+  ~CheckedFile() {
+    if (fd >= 0) ::close(fd);
+  }
+  [[noreturn]] void fail(const std::string& message) {
+    ::close(fd);
+    fd = -1;
+    throw RunError(message);
+  }
+};
+
+}  // namespace
+
+void check_text_file(const std::string& path, std::size_t min_tokens) {
+  const CheckedFile file(path, min_tokens);
+}
+
+TextDataset load_text(const std::string& path, std::size_t min_tokens) {
+  const CheckedFile file(path, min_tokens);
+  void* address = ::mmap(nullptr, file.size, PROT_READ, MAP_PRIVATE, file.fd, 0);
+  if (address == MAP_FAILED) {
+    throw RunError(fmt::format("--data '{}': cannot map the file: {}", path, std::strerror(errno)));
+  }
   TextDataset data;
   data.path = path;
-  data.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  if (in.bad()) throw RunError(fmt::format("--data '{}': reading failed", path));
-  if (data.bytes.size() < min_tokens) {
-    throw RunError(fmt::format("--data '{}' has {} bytes: a training sequence needs at least {}", path,
-                               data.bytes.size(), min_tokens));
-  }
+  data.bytes = std::span<const std::uint8_t>(static_cast<const std::uint8_t*>(address), file.size);
+  data.storage = std::make_shared<const Mapping>(address, file.size);
+  ::madvise(address, file.size, MADV_SEQUENTIAL);  // the fingerprint reads it in order once ...
   data.fingerprint = fingerprint_of(data.bytes);
+  ::madvise(address, file.size, MADV_RANDOM);  // ... then sequences are drawn from anywhere
   return data;
 }
 
 TextDataset text_from_string(std::string_view text, std::string name) {
+  auto copy = std::make_shared<const std::vector<std::uint8_t>>(text.begin(), text.end());
   TextDataset data;
   data.path = std::move(name);
-  data.bytes.assign(text.begin(), text.end());
+  data.bytes = std::span<const std::uint8_t>(copy->data(), copy->size());
+  data.storage = copy;
   data.fingerprint = fingerprint_of(data.bytes);
   return data;
 }

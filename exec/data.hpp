@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,12 +27,22 @@ struct ByteTokenizer {
 
 struct TextDataset {
   std::string path;
-  std::vector<std::uint8_t> bytes;  // the file, one token per byte
-  std::uint64_t fingerprint = 0;    // FNV-1a of the contents: a checkpoint remembers what it was trained on
+  std::span<const std::uint8_t> bytes;  // the file, one token per byte (mapped read-only, or held in memory)
+  std::shared_ptr<const void> storage;  // what keeps `bytes` alive: the file's mapping, or a copy in memory
+  std::uint64_t fingerprint = 0;        // FNV-1a of the contents: a checkpoint remembers what it was trained on
 };
 
-// Reads the whole file. Throws RunError when it is missing, unreadable or shorter than `min_tokens`.
+// The largest --data file: its fingerprint reads it once at start (about a second per GB), and a larger corpus
+// belongs in a tokenized, sharded format this byte-level loader does not read.
+constexpr std::uint64_t kMaxDataBytes = std::uint64_t{16} << 30;  // 16 GiB
+
+// Maps the file read-only (pages come from the page cache as sequences are drawn; it is never copied whole into this
+// process's memory). Throws RunError when it is missing, unreadable, not a regular file (a directory, a FIFO that
+// would block the run, a device such as /dev/zero or /dev/urandom that never ends), larger than kMaxDataBytes, or
+// shorter than `min_tokens`.
 TextDataset load_text(const std::string& path, std::size_t min_tokens);
+// load_text's checks alone (nothing mapped or read): what a launcher checks once before it starts the ranks.
+void check_text_file(const std::string& path, std::size_t min_tokens);
 // A dataset from memory (tests).
 TextDataset text_from_string(std::string_view text, std::string name = "<memory>");
 

@@ -85,6 +85,14 @@ void DeferringCommunicator::broadcast(const CommGroup& group, void* data, std::s
   host_.broadcast(group, data, count, dtype, root, label);
 }
 
+void DeferringCommunicator::all_to_all(const CommGroup& group, const void* in,
+                                       const std::vector<std::size_t>& send_counts, void* out,
+                                       const std::vector<std::size_t>& recv_counts, DType dtype,
+                                       std::string_view label) {
+  deferred_.wait_all();
+  host_.all_to_all(group, in, send_counts, out, recv_counts, dtype, label);
+}
+
 void DeferringCommunicator::barrier(const CommGroup& group, std::string_view label) {
   deferred_.wait_all();
   host_.barrier(group, label);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <limits>
 
 #include <fmt/core.h>
 
@@ -161,14 +162,17 @@ IterationOutput Interpreter::run_iteration(const IterationInput& input, std::vec
                   input.micro_batches.size(), micro_batches);
   input_ = &input;
   output_ = IterationOutput{};
+  saw_nonfinite_ = false;
   chunks_.clear();
   shard_.zero_grads();
   if (timings != nullptr) timings->reserve(timings->size() + ops_.size());
 
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     current_op_ = i;
+    if (input.progress != nullptr) input.progress->mark(input.step, static_cast<int>(i));
     const double start = timings ? now_s() : 0;
     execute(i);
+    if (static_cast<int>(i) == input.poison_after_op) poison(ops_[i]);
     if (timings != nullptr) {
       backend_.synchronize();
       timings->push_back(OpTiming{static_cast<int>(i), start - epoch_s, now_s() - epoch_s});
@@ -263,14 +267,44 @@ const CommGroup& Interpreter::group(model::Group g) const {
   return groups_[static_cast<int>(g)];
 }
 
-void Interpreter::require_finite(double value, std::string_view what) const {
+void RankProgress::mark(int step_now, int op_now) {
+  step.store(step_now, std::memory_order_relaxed);
+  op.store(op_now, std::memory_order_relaxed);
+  at_s.store(now_s(), std::memory_order_relaxed);
+}
+
+bool Interpreter::nonfinite(double value, std::string_view what, bool every_rank) {
+  if (std::isfinite(value)) return false;
+  if (!input_->skip_nonfinite) require_finite(value, what, every_rank);
+  saw_nonfinite_ = true;
+  return true;
+}
+
+void Interpreter::poison(const Op& op) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto poison_first = [&](const Tensor& t) {
+    if (!t.empty()) backend_.upload_f32(t.slice(0, 1), &nan);
+  };
+  const auto it = chunks_.find({op.micro_batch, op.chunk});
+  if (op.micro_batch >= 0 && it != chunks_.end()) {
+    poison_first(op.phase == Phase::Backward ? it->second.grad : it->second.hidden);
+    return;
+  }
+  std::vector<Bucket>& buckets = shard_.buckets();
+  TWIN_EXEC_CHECK(!buckets.empty(), "rank {} holds no parameters to poison", rank_);
+  poison_first(buckets.front().grads);
+}
+
+void Interpreter::require_finite(double value, std::string_view what, bool every_rank) const {
   if (std::isfinite(value)) return;
   const auto& t = scenario_.training;
-  throw TrainingDiverged(fmt::format(
+  const std::string message = fmt::format(
       "training diverged: {} became non-finite ({}) at step {} on rank {} ({}); lower training.learning_rate (now "
       "{:g}) or training.init_std (now {:g}){}",
       what, std::isnan(value) ? "NaN" : fmt::format("{}", value), input_->step + 1, rank_, labels_[current_op_],
-      t.learning_rate, t.init_std, t.grad_clip > 0 ? "" : ", or clip the gradients with training.grad_clip"));
+      t.learning_rate, t.init_std, t.grad_clip > 0 ? "" : ", or clip the gradients with training.grad_clip");
+  if (every_rank) throw GuardTripped(message);
+  throw TrainingDiverged(message);
 }
 
 }  // namespace twin::exec

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -31,16 +32,30 @@ struct MicroBatch {
   std::vector<int> tokens, targets;
 };
 
+// Where a rank is, for a launcher's watchdog on another thread: marked before every op.
+struct RankProgress {
+  std::atomic<double> at_s{0};  // steady-clock seconds of the last mark
+  std::atomic<int> step{-1}, op{-1};
+  void mark(int step_now, int op_now);
+};
+
 struct IterationInput {
   int step = 0;                           // 0-based iteration index (learning-rate schedule, Adam step = step + 1)
   std::vector<MicroBatch> micro_batches;  // this DP rank's m micro-batches
+  // Skip the update, as a loss scaler does, when the logits, the loss or the gradient norm are non-finite on any rank
+  // (the norm's all-reduce carries the verdict to every rank): weights and Adam state stay as they were.
+  bool skip_nonfinite = false;
+  int poison_after_op = -1;          // fault injection: a NaN after this op (exec/faults.hpp, nan); -1: none
+  RankProgress* progress = nullptr;  // marked before every op when given
 };
 
 struct IterationOutput {
-  double loss_sum = 0;     // sum of the per-token losses this rank counts (last stage, tp rank 0), else 0
+  double loss_sum = 0;     // sum of the per-token losses this rank counts (last stage, tp rank 0), else 0; NaN when
+                           // the logits or the loss were non-finite (skip_nonfinite)
   double loss_tokens = 0;  // how many tokens that sum covers
   double grad_norm = 0;    // global gradient norm before clipping
   double learning_rate = 0;
+  bool skipped = false;  // skip_nonfinite: the update was skipped (every rank alike)
 };
 
 // Measured start and end of one op (seconds since the run's epoch).
@@ -131,7 +146,12 @@ class Interpreter {
   const CommGroup& group(model::Group group) const;
   // Throws TrainingDiverged naming the step, this rank and the op when `value` (a sum or norm of `what`) is not finite:
   // the kernels would otherwise fail on a precondition or spread NaN into the weights.
-  void require_finite(double value, std::string_view what) const;
+  // `every_rank`: the value was all-reduced, so every rank raises alike (GuardTripped, printed once under MPI).
+  void require_finite(double value, std::string_view what, bool every_rank = false) const;
+  // Under skip_nonfinite: notes a non-finite `value` (true) instead of throwing; otherwise require_finite.
+  bool nonfinite(double value, std::string_view what, bool every_rank = false);
+  // Fault injection: a NaN where the op's successors read (exec/faults.hpp, nan).
+  void poison(const model::Op& op);
 
   // interpreter_layers.cpp
   void layernorm_attention_forward(const model::Op& op);
@@ -223,6 +243,7 @@ class Interpreter {
   std::size_t current_op_ = 0;
   IterationOutput output_;
   double grad_norm_squared_ = 0;
+  bool saw_nonfinite_ = false;  // skip_nonfinite: this rank saw non-finite logits or loss this iteration
 };
 
 }  // namespace twin::exec

@@ -77,7 +77,16 @@ void Interpreter::cross_entropy_forward(const Op& op) {
   // Non-finite logits (a diverged run) break the combine kernel's precondition: say so here, where the step and the
   // rank are known. Any NaN or infinite logit makes its row's statistics non-finite (the statistics are f32 on every
   // backend, the logits not). A shard of padding alone has no valid column: its maximum is -inf by design.
-  if (dims_.vocab_start < dims_.vocab) require_finite(backend_.sum(h.stats), "the logits");
+  if (dims_.vocab_start < dims_.vocab && nonfinite(backend_.sum(h.stats), "the logits")) {
+    // skip_nonfinite: statistics of a finite row (max 0, sum 1, target logit 0) let the step run on to the gradient
+    // norm, which the NaN in the logits' gradient makes non-finite on every rank: the update is skipped everywhere
+    const std::vector<float> neutral = [&] {
+      std::vector<float> rows(static_cast<std::size_t>(dims_.tokens) * kStats, 0.0f);
+      for (std::size_t r = 0; r < static_cast<std::size_t>(dims_.tokens); ++r) rows[r * kStats + 1] = 1.0f;
+      return rows;
+    }();
+    backend_.upload_f32(h.stats, neutral.data());
+  }
   if (dims_.tp == 1) combine_cross_entropy(state, h.stats, 1);  // else after the CrossEntropyStats all-gather
 }
 
@@ -88,8 +97,8 @@ void Interpreter::combine_cross_entropy(ChunkState& state, const Tensor& gathere
   backend_.cross_entropy_combine(h.losses, h.lse, gathered_stats, dims_.tokens, shards);
   if (dims_.tp_rank == 0) {  // every TP rank has the same losses: count them once
     const double loss_sum = backend_.sum(h.losses);
-    require_finite(loss_sum, "the loss");  // finite logits can still give a loss past float's range
-    output_.loss_sum += loss_sum;
+    nonfinite(loss_sum, "the loss");  // finite logits can still give a loss past float's range
+    output_.loss_sum += saw_nonfinite_ ? std::numeric_limits<double>::quiet_NaN() : loss_sum;
     output_.loss_tokens += dims_.tokens;
   }
   h.stats = Tensor{};

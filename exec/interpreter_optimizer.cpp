@@ -14,6 +14,7 @@
 //                    gathered before each forward and backward that reads it (and freed after, exec/model_shard.hpp)
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "exec/check.hpp"
@@ -69,6 +70,9 @@ void Interpreter::gradient_norm(const Op& op) {
     }
   }
   double partial = backend_.squared_norm_sum(counted);
+  // skip_nonfinite: a rank that saw non-finite logits or a non-finite loss makes the world's norm NaN, so that every
+  // rank skips the update (its own gradients may be finite: another stage's NaN never reached them)
+  if (saw_nonfinite_) partial = std::numeric_limits<double>::quiet_NaN();
   comm_.all_reduce(group(op.group), &partial, 1, DType::F64, labels_[current_op_]);
   grad_norm_squared_ = partial;
   output_.grad_norm = std::sqrt(partial);
@@ -89,7 +93,11 @@ double Interpreter::learning_rate(int step) const {
 void Interpreter::optimizer_step(const Op&) {
   const auto& t = scenario_.training;
   const double norm = std::sqrt(grad_norm_squared_);
-  require_finite(norm, "the gradient norm");  // before the update: NaN would reach every weight
+  output_.learning_rate = learning_rate(input_->step);
+  if (nonfinite(norm, "the gradient norm", true)) {  // before the update: NaN would reach every weight
+    output_.skipped = true;                          // skip_nonfinite: weights and Adam state stay as they were
+    return;
+  }
   AdamWStep step;
   step.learning_rate = static_cast<float>(learning_rate(input_->step));
   step.beta1 = static_cast<float>(t.adam_beta1);

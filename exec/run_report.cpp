@@ -18,6 +18,8 @@ nlohmann::json run_json(const model::Program& program, const TrainResult& result
   json["tokens_per_s"] = result.tokens_per_s;
   json["grad_norms"] = result.grad_norms;
   json["learning_rates"] = result.learning_rates;
+  json["weight_norms"] = result.weight_norms;
+  json["skipped_steps"] = result.skipped_steps;  // a skipped step's loss is NaN: null in JSON
   if (!result.earlier_losses.empty()) json["earlier_losses"] = result.earlier_losses;
   if (!result.resumed_from.empty()) {
     json["resumed_from"] = result.resumed_from;

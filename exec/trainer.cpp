@@ -3,17 +3,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <limits>
-#include <mutex>
 #include <thread>
 
 #include <fmt/core.h>
 
 #include "exec/backend.hpp"
 #include "exec/checkpoint.hpp"
-#include "exec/comm/threads_communicator.hpp"
 #include "exec/deferred_emulation.hpp"
 #include "exec/errors.hpp"
 #include "exec/interpreter.hpp"
@@ -42,7 +42,7 @@ CommGroup world_group(int world_size) {
 class RankRun {
  public:
   RankRun(const model::Program& program, const TextDataset& data, const TrainOptions& options, Communicator& comm,
-          int threads, bool shares_process, TrainResult* result)
+          int threads, bool threads_launcher, TrainResult* result, RankProgress* progress)
       : program_(program),
         scenario_(program.scenario),
         data_(data),
@@ -50,7 +50,9 @@ class RankRun {
         comm_(comm),
         rank_(comm.rank()),
         world_(world_group(program.layout.world_size())),
-        result_(result) {
+        threads_launcher_(threads_launcher),
+        result_(result),
+        progress_(progress) {
     // The Program carries FP8's kernels and amax reductions for the simulator; the interpreter does not run them yet.
     if (scenario_.model.fp8 != model::Fp8Format::None) {
       throw RunError(
@@ -71,7 +73,7 @@ class RankRun {
     }
     BackendOptions backend_options;
     backend_options.threads = threads;
-    backend_options.shares_process = shares_process;
+    backend_options.shares_process = threads_launcher && program.layout.world_size() > 1;
     backend_ = make_backend(options.backend, backend_options);
     if (options.check_deferred_collectives && backend_->device() == Device::Host) {
       deferred_ = std::make_unique<DeferredCollectives>(rank_, DeferredCheck::Strict);
@@ -97,14 +99,23 @@ class RankRun {
     const int dp_rank = program_.layout.coord_of(rank_).dp;
     const double tokens_per_step = static_cast<double>(scenario_.parallel.global_batch * scenario_.model.seq_len);
     const int trace_step = options_.trace_step == -1 ? options_.steps - 1 : options_.trace_step;  // < -1: none
+    TrainingGuards guards(options_.guards, std::log(static_cast<double>(scenario_.model.vocab)), history_);
     std::vector<OpTiming> timings;
     double counted_time = 0, counted_tokens = 0;
+    double weights_before = first < options_.steps ? weight_norm() : 0;
+    int skipped_in_a_row = 0;
 
     for (int step = first; step < options_.steps; ++step) {
+      if (progress_ != nullptr) progress_->mark(step, -1);
       if (inject_fault(step)) return;
       IterationInput input;
       input.step = step;
       input.micro_batches = loader.micro_batches(step, dp_rank);
+      input.skip_nonfinite = options_.skip_nonfinite;
+      input.progress = progress_;
+      if (options_.fault.mode == FaultInjection::Mode::Nan && options_.fault.at(rank_, step)) {
+        input.poison_after_op = options_.fault.op;
+      }
       const bool trace = step == trace_step;
       double epoch = 0;
       if (trace) {  // one clock for every rank: rank 0's, after a barrier
@@ -113,18 +124,44 @@ class RankRun {
         comm_.broadcast(world_, &epoch, 1, DType::F64, 0, "epoch of the traced step");
       }
       const double start = now_s();
-      const IterationOutput out = interpreter.run_iteration(input, trace ? &timings : nullptr, epoch);
-      double metrics[2] = {out.loss_sum, out.loss_tokens};
-      comm_.all_reduce(world_, metrics, 2, DType::F64, "loss sum (reporting)");
+      IterationOutput out;
+      try {
+        out = interpreter.run_iteration(input, trace ? &timings : nullptr, epoch);
+      } catch (const TrainingDiverged& error) {
+        const std::string message = error.what() + set_aside_unverified(step);
+        if (raised_by_every_rank(error)) throw GuardTripped(message);
+        throw TrainingDiverged(message);
+      }
+      double metrics[3] = {out.loss_sum, out.loss_tokens, squared_weights()};
+      comm_.all_reduce(world_, metrics, 3, DType::F64, "loss sum and weight norm (reporting, guards)");
       const double seconds = now_s() - start;
       if (trace) gather_timeline(timings, step);
+      const double loss = metrics[0] / std::max(1.0, metrics[1]), weights_after = std::sqrt(metrics[2]);
+
+      // The guards, on values every rank holds: the loss is the loss of the weights this step began with (those of
+      // the checkpoint of `step`, if one was written), the norm that of the update's result.
+      if (out.skipped) {
+        if (++skipped_in_a_row >= kMaxConsecutiveSkips) {
+          diverge(step,
+                  fmt::format("{} updates in a row were skipped for non-finite values (--skip-nonfinite)",
+                              skipped_in_a_row),
+                  false);
+        }
+      } else {
+        skipped_in_a_row = 0;
+        if (const auto problem = guards.check_loss(loss)) diverge(step, *problem, true);
+        if (last_written_ == step) known_good_ = step;
+      }
+      if (const auto problem = guards.check_weights(weights_before, weights_after)) diverge(step, *problem, false);
+      weights_before = weights_after;
 
       if (result_ != nullptr) {
-        const double loss = metrics[0] / std::max(1.0, metrics[1]);
         result_->losses.push_back(loss);
         result_->iteration_time_s.push_back(seconds);
         result_->grad_norms.push_back(out.grad_norm);
         result_->learning_rates.push_back(out.learning_rate);
+        result_->weight_norms.push_back(weights_after);
+        if (out.skipped) result_->skipped_steps.push_back(step);
         if (step > first || options_.steps - first == 1) {
           counted_time += seconds;
           counted_tokens += tokens_per_step;
@@ -132,7 +169,7 @@ class RankRun {
         result_->tokens_per_s = counted_time > 0 ? counted_tokens / counted_time : 0;
         if (options_.on_step) {
           options_.on_step(StepReport{step, options_.steps, loss, out.grad_norm, out.learning_rate, seconds,
-                                      tokens_per_step / seconds});
+                                      tokens_per_step / seconds, weights_after, out.skipped});
         }
       }
       const int done = step + 1;
@@ -145,6 +182,7 @@ class RankRun {
   // Returns the first step to run.
   int restore_or_initialize() {
     if (!options_.checkpoint_dir.empty() && options_.resume) {
+      const auto unfinished = unfinished_checkpoints(options_.checkpoint_dir);
       if (const auto latest = latest_checkpoint(options_.checkpoint_dir)) {
         const Manifest manifest = read_manifest(*latest);
         const auto notes = check_compatible(manifest, *latest, scenario_, data_.path, data_.fingerprint);
@@ -155,11 +193,19 @@ class RankRun {
         } else {
           read_shard(*latest, manifest, rank_, *shard_, *backend_);
         }
+        history_ = manifest.losses;
+        last_written_ = manifest.step;
         if (result_ != nullptr) {
           result_->resumed_from = latest->string();
           result_->resharded = resharded;
           result_->earlier_losses = manifest.losses;
           if (options_.on_note) {
+            for (const fs::path& dir : unfinished) {
+              options_.on_note(
+                  fmt::format("ignoring {}: its checkpoint was never completed (no manifest.json: the "
+                              "run writing it was interrupted)",
+                              dir.string()));
+            }
             options_.on_note(fmt::format("resuming from {} (step {})", latest->string(), manifest.step));
             if (resharded) {
               options_.on_note(fmt::format(
@@ -177,23 +223,112 @@ class RankRun {
     return 0;
   }
 
+  // Returns true when this rank is to stop without a word (a killed rank of the threads launcher).
   bool inject_fault(int step) {
     const FaultInjection& f = options_.fault;
-    if (f.mode == FaultInjection::Mode::None || f.rank != rank_ || f.step != step) return false;
-    if (f.mode == FaultInjection::Mode::Throw) {
-      throw std::runtime_error(fmt::format("rank {}: injected failure at step {}", rank_, step));
+    if (!f.at(rank_, step)) return false;
+    switch (f.mode) {
+      case FaultInjection::Mode::Throw:
+        throw RunFailure(fmt::format("rank {}: injected failure at step {}", rank_, step + 1));
+      case FaultInjection::Mode::Kill:
+        if (threads_launcher_) return true;  // a thread cannot be killed: it ends without a word
+        std::fflush(nullptr);
+        ::raise(SIGKILL);
+        return true;
+      case FaultInjection::Mode::Stop:
+        if (threads_launcher_) block_forever();
+        ::raise(SIGSTOP);  // resumes only if someone sends SIGCONT
+        return false;
+      case FaultInjection::Mode::Slow:
+        std::this_thread::sleep_for(std::chrono::duration<double>(f.seconds));
+        return false;
+      default:
+        return false;  // nan: in the interpreter; kill-writing: in the checkpoint writer
     }
-    return true;  // Vanish: stop without a word
+  }
+
+  // The sum of the squares of the weights this rank is the one to count, as the gradient norm counts their gradients
+  // (its ZeRO shard or DP rank 0; TP-replicated tensors on TP rank 0; a tied embedding's copy not at all).
+  double squared_weights() {
+    const bool zero = scenario_.parallel.zero_stage >= 1 && scenario_.parallel.dp > 1;
+    const model::RankCoord coord = program_.layout.coord_of(rank_);
+    double partial = 0;
+    if (!zero && coord.dp != 0) return 0;
+    for (Bucket& b : shard_->buckets()) {
+      const std::size_t begin = b.shard_offset, end = b.shard_offset + b.shard_numel;
+      for (const ParamTensor& t : b.tensors) {
+        if (t.copy || (t.tp_replicated && coord.tp != 0)) continue;
+        const std::size_t lo = zero ? std::max(begin, t.offset) : t.offset;
+        const std::size_t hi = zero ? std::min(end, t.offset + t.numel) : t.offset + t.numel;
+        if (hi > lo) partial += backend_->squared_norm(b.params.slice(lo, hi - lo));
+      }
+    }
+    return partial;
+  }
+
+  double weight_norm() {
+    double squared = squared_weights();
+    comm_.all_reduce(world_, &squared, 1, DType::F64, "weight norm (guards)");
+    return std::sqrt(squared);
+  }
+
+  // Non-finite values at `step` (seen by one rank): the checkpoint of its starting weights, when it was written at the
+  // end of the step before and no sane loss has vouched for it, is moved aside, so that resuming starts from the one
+  // before. Returns what to add to the message.
+  std::string set_aside_unverified(int step) {
+    if (options_.checkpoint_dir.empty() || last_written_ != step || known_good_ == step) return {};
+    // Every rank that saw it tries; the first moves it, and each names where it went.
+    auto moved = set_aside_checkpoint(options_.checkpoint_dir, step);
+    const fs::path rejected = fs::path(options_.checkpoint_dir) / ("rejected-step-" + fmt::format("{:08d}", step));
+    std::error_code error;
+    if (!moved && fs::is_directory(rejected, error)) moved = rejected;
+    return moved ? fmt::format("; the checkpoint of step {}, whose weights this step began with, was moved to {}", step,
+                               moved->string())
+                 : std::string();
+  }
+
+  // A guard tripped at `step` (every rank alike). `loss_problem`: the loss of the weights the step began with was not
+  // sane, so a checkpoint of them (written at the end of the step before, not yet known good) is set aside; resuming
+  // then starts from the checkpoint before it.
+  [[noreturn]] void diverge(int step, const std::string& problem, bool loss_problem) {
+    const std::string& dir = options_.checkpoint_dir;
+    std::string set_aside;
+    if (!dir.empty()) {
+      if (loss_problem && last_written_ == step && known_good_ != step && rank_ == 0) {
+        if (const auto moved = set_aside_checkpoint(dir, step)) {
+          set_aside = fmt::format(" (the checkpoint of step {}, whose weights gave this loss, was moved to {})", step,
+                                  moved->string());
+        }
+      }
+      comm_.barrier(world_, "divergence: the set-aside checkpoint");  // every rank names the same resume point
+    }
+    std::string resume = "; without --checkpoint, the run starts over";
+    if (!dir.empty()) {
+      const auto latest = latest_checkpoint(dir);
+      resume = latest ? fmt::format(": it resumes from {}, the newest checkpoint left{}", latest->string(), set_aside)
+                      : fmt::format(": no checkpoint is left in {}, it starts over{}", dir, set_aside);
+    }
+    const std::string saved = dir.empty() ? ""
+                              : step == 0 ? "; no checkpoint was written"
+                                          : fmt::format("; no checkpoint was written after step {}", step);
+    throw GuardTripped(
+        fmt::format("training diverged at step {}: {}{}. Lower training.learning_rate (now {:g}) and run again{}",
+                    step + 1, problem, saved, scenario_.training.learning_rate, resume));
   }
 
   void save_checkpoint(int done) {
     const fs::path dir = step_directory(options_.checkpoint_dir, done);
-    const ShardRecord mine = write_shard(dir, rank_, static_cast<int>(world_.members.size()), done, *shard_, *backend_);
+    const FaultInjection& fault = options_.fault;
+    const std::string kill_writing =
+        fault.mode == FaultInjection::Mode::KillWriting && fault.step + 1 == done ? fault.file : std::string();
+    const ShardRecord mine =
+        write_shard(dir, rank_, static_cast<int>(world_.members.size()), done, *shard_, *backend_, kill_writing);
     // everyone's (bytes, checksum), which also tells rank 0 that every shard is in place
     const std::size_t world = world_.members.size();
     std::vector<std::uint64_t> records(2 * world);
     const std::uint64_t local[2] = {mine.bytes, mine.checksum};
     comm_.all_gather(world_, local, records.data(), 2, DType::F64, "checkpoint shard records");
+    last_written_ = done;
     if (rank_ != 0) return;
     Manifest manifest;
     manifest.step = done;
@@ -211,8 +346,8 @@ class RankRun {
       manifest.shards.push_back(
           ShardRecord{static_cast<int>(r), shard_file_name(static_cast<int>(r)), records[2 * r], records[2 * r + 1]});
     }
-    write_manifest(dir, manifest);
-    prune_checkpoints(options_.checkpoint_dir, options_.keep_checkpoints);
+    write_manifest(dir, manifest, kill_writing);
+    prune_checkpoints(options_.checkpoint_dir, options_.keep_checkpoints, known_good_);
     if (result_ != nullptr) result_->last_checkpoint = dir.string();
   }
 
@@ -259,11 +394,16 @@ class RankRun {
   Communicator& comm_;
   int rank_;
   CommGroup world_;
+  bool threads_launcher_;
   TrainResult* result_;
+  RankProgress* progress_;
   std::unique_ptr<DeferredCollectives> deferred_;  // check_deferred_collectives: shared by the two below
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Communicator> device_comm_;  // the interpreter's, for a device backend (destroyed before it)
   std::unique_ptr<ModelShard> shard_;
+  std::vector<double> history_;  // the losses of the steps before this run (the checkpoint's record)
+  int last_written_ = -1;        // the newest checkpoint's step (resumed from or written), -1: none
+  int known_good_ = -1;          // the newest checkpoint whose weights gave a sane loss, -1: none
 };
 
 }  // namespace
@@ -273,43 +413,18 @@ int default_threads_per_rank(int ranks_on_host) {
   return std::max(1, cores / std::max(1, ranks_on_host));
 }
 
+void run_rank(const model::Program& program, const TextDataset& data, const TrainOptions& options, Communicator& comm,
+              int threads, bool threads_launcher, TrainResult* result, RankProgress* progress) {
+  RankRun run(program, data, options, comm, threads, threads_launcher, result, progress);
+  run.run();
+}
+
 TrainResult train_rank(const model::Program& program, const TextDataset& data, const TrainOptions& options,
                        Communicator& comm, int threads_per_rank) {
   TrainResult result;
-  RankRun run(program, data, options, comm, threads_per_rank, false, comm.rank() == 0 ? &result : nullptr);
-  run.run();
-  return result;
-}
-
-TrainResult train_threads(const model::Program& program, const TextDataset& data, const TrainOptions& options) {
-  const int world = program.layout.world_size();
-  ThreadsWorld threads_world(world, CommOptions{options.comm_timeout_s});
-  const int threads = options.threads_per_rank > 0 ? options.threads_per_rank : default_threads_per_rank(world);
-  TrainResult result;
-  std::mutex mutex;
-  std::exception_ptr root_failure, peer_failure;
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < world; ++rank) {
-    ranks.emplace_back([&, rank] {
-      try {
-        auto comm = threads_world.communicator(rank);
-        RankRun run(program, data, options, *comm, threads, world > 1, rank == 0 ? &result : nullptr);
-        run.run();
-      } catch (const PeerFailure&) {
-        std::lock_guard lock(mutex);
-        if (!peer_failure) peer_failure = std::current_exception();
-      } catch (const std::exception& error) {
-        {
-          std::lock_guard lock(mutex);
-          if (!root_failure) root_failure = std::current_exception();
-        }
-        threads_world.abort(rank, error.what());
-      }
-    });
-  }
-  for (auto& thread : ranks) thread.join();
-  if (root_failure) std::rethrow_exception(root_failure);
-  if (peer_failure) std::rethrow_exception(peer_failure);
+  std::optional<CheckpointLock> lock;
+  if (comm.rank() == 0 && !options.checkpoint_dir.empty()) lock.emplace(options.checkpoint_dir);
+  run_rank(program, data, options, comm, threads_per_rank, false, comm.rank() == 0 ? &result : nullptr, nullptr);
   return result;
 }
 

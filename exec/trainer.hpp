@@ -6,10 +6,14 @@
 //
 // Per rank and step: the DataLoader's micro-batches for (step, dp rank) -> Interpreter::run_iteration -> one world
 // all-reduce of (loss sum, tokens) so that every rank (rank 0 prints) knows the global mean loss. That all-reduce is
-// the executor's own bookkeeping, outside the Program (as Megatron's loss averaging for logging is). Failures: in
-// train_threads, a rank that throws aborts the world (its peers fail fast with a PeerFailure) and the first failing
-// rank's exception is rethrown; in an MPI job the failing rank prints its error and aborts the job. A run whose logits,
-// loss or gradient norm become non-finite stops with TrainingDiverged naming the step and the rank.
+// the executor's own bookkeeping, outside the Program (as Megatron's loss averaging for logging is); the weights'
+// squared norm rides along in it. Failures: in train_threads, a rank that throws aborts the world (its peers fail fast
+// with a PeerFailure) and the first failing rank's exception is rethrown; ranks that never return after a failure (a
+// stuck thread) are named in a RanksStuck, without waiting for them (exec/threads_launcher.cpp); in an MPI job the
+// failing rank prints its error and aborts the job. A run whose logits, loss or gradient norm become non-finite stops
+// with TrainingDiverged naming the step and the rank (or, with skip_nonfinite, skips that update); a step whose loss
+// spikes or whose update jumps the weights' norm stops with GuardTripped (exec/guards.hpp) before a checkpoint is
+// written, and a checkpoint whose weights gave the spike is set aside, so that resuming starts from a good one.
 #pragma once
 
 #include <functional>
@@ -19,6 +23,8 @@
 
 #include "exec/comm/communicator.hpp"
 #include "exec/data.hpp"
+#include "exec/faults.hpp"
+#include "exec/guards.hpp"
 #include "model/program.hpp"
 #include "report/timeline.hpp"
 
@@ -32,26 +38,22 @@ struct StepReport {
   double learning_rate = 0;
   double iteration_time_s = 0;
   double tokens_per_s = 0;  // this step's
-};
-
-// Test hook: make one rank fail at the start of one step.
-struct FaultInjection {
-  enum class Mode { None, Throw, Vanish };  // Vanish: the rank stops without a word (a dead rank)
-  Mode mode = Mode::None;
-  int rank = -1;
-  int step = -1;
+  double weight_norm = 0;   // after the step's update
+  bool skipped = false;     // skip_nonfinite: the update was skipped (loss NaN)
 };
 
 struct TrainOptions {
   std::string backend = "cpu";
-  int steps = 1;               // train until this many steps are done (a resumed run continues up to it)
-  std::string checkpoint_dir;  // empty: no checkpoints
-  int checkpoint_every = 0;    // steps between checkpoints; 0: only after the last step
-  int keep_checkpoints = 2;    // complete checkpoints kept (older ones are removed)
-  bool resume = true;          // continue from the newest complete checkpoint in checkpoint_dir
-  double comm_timeout_s = 60;  // a collective or recv waiting longer fails, naming the missing ranks
-  int threads_per_rank = 0;    // CPU compute threads of each rank; 0: the cores / ranks on this host
-  int trace_step = -1;         // step whose ops are timed for the timeline; -1: the run's last step; -2: none
+  int steps = 1;                // train until this many steps are done (a resumed run continues up to it)
+  std::string checkpoint_dir;   // empty: no checkpoints
+  int checkpoint_every = 0;     // steps between checkpoints; 0: only after the last step
+  int keep_checkpoints = 2;     // complete checkpoints kept (older ones are removed; never the last known-good one)
+  bool resume = true;           // continue from the newest complete checkpoint in checkpoint_dir
+  double comm_timeout_s = 60;   // a collective or recv waiting longer fails, naming the missing ranks
+  int threads_per_rank = 0;     // CPU compute threads of each rank; 0: the cores / ranks on this host
+  int trace_step = -1;          // step whose ops are timed for the timeline; -1: the run's last step; -2: none
+  GuardOptions guards;          // loss-spike and weight-growth limits
+  bool skip_nonfinite = false;  // skip an update whose logits, loss or gradients are non-finite, as a loss scaler does
   // Debug, host backends: hold dp_overlap's DP gradient reductions back as the GPU path does, and fail when a kernel
   // touches their memory before the rank waits for them (exec/deferred_emulation.hpp, strict mode).
   bool check_deferred_collectives = false;
@@ -65,7 +67,8 @@ struct TrainResult {                   // complete on rank 0
   int steps = 0;                       // the target
   std::vector<double> earlier_losses;  // the checkpoint's record of steps [0, first_step)
   std::vector<double> losses;          // steps [first_step, steps)
-  std::vector<double> iteration_time_s, grad_norms, learning_rates;
+  std::vector<double> iteration_time_s, grad_norms, learning_rates, weight_norms;
+  std::vector<int> skipped_steps;            // 0-based steps whose update was skipped (skip_nonfinite)
   double tokens_per_s = 0;                   // over the run's steps, the first one excluded when there are several
   std::optional<report::Timeline> timeline;  // every rank's ops of the traced step
   int traced_step = -1;
@@ -74,6 +77,8 @@ struct TrainResult {                   // complete on rank 0
   std::string last_checkpoint;  // step directory written last, or empty
 };
 
+// Throws RanksStuck when ranks never returned after the run failed: their threads still reference `program`, `data`
+// and `options`, so the caller must end the process (std::_Exit) without destroying them.
 TrainResult train_threads(const model::Program& program, const TextDataset& data, const TrainOptions& options);
 // `threads_per_rank`: compute threads of this rank (this process holds no other rank).
 TrainResult train_rank(const model::Program& program, const TextDataset& data, const TrainOptions& options,
@@ -81,5 +86,10 @@ TrainResult train_rank(const model::Program& program, const TextDataset& data, c
 
 // Cores of this host divided among `ranks_on_host` ranks (at least 1).
 int default_threads_per_rank(int ranks_on_host);
+
+// One rank's whole run, for the launchers (train_threads, train_rank). `progress` (may be null) is marked before every
+// op and step; `threads_launcher`: the rank is a thread (a fault that kills or stops it acts on the thread alone).
+void run_rank(const model::Program& program, const TextDataset& data, const TrainOptions& options, Communicator& comm,
+              int threads, bool threads_launcher, TrainResult* result, RankProgress* progress);
 
 }  // namespace twin::exec

@@ -90,8 +90,9 @@ void read_model(const toml::table& root, const std::string& source, ModelSpec& m
   model.integer("layers", m.layers);
   model.integer("hidden", m.hidden);
   model.integer("heads", m.heads);
+  const std::size_t problems_before_ffn = problems.size();  // a value out of range is one problem, not two
   model.integer("ffn_hidden", m.ffn_hidden);
-  if (model.has("ffn_hidden") && m.ffn_hidden == 0) {
+  if (model.has("ffn_hidden") && problems.size() == problems_before_ffn && m.ffn_hidden == 0) {
     problems.push_back(
         fmt::format("{}: model.ffn_hidden must be positive (leave it out for 4 x model.hidden), got 0", source));
   }

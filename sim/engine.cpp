@@ -231,6 +231,42 @@ void Engine::print_progress(bool final_line) {
   progress_printed_ = true;
 }
 
+// Thousands of nodes take SimGrid minutes to build (topology/platform.hpp): say so up front, then how far it is.
+void Engine::build_platform(topology::PlatformOptions options) {
+  const int nodes = options.nodes;
+  const double estimate_s = topology::estimated_build_seconds(nodes);
+  if (options_.progress && estimate_s > 10) {
+    fmt::print(stderr,
+               "[twin sim] building the platform of {} nodes ({} GPUs) in SimGrid: about {} on a 2-core machine (it "
+               "grows with the square of the nodes; bench/sim/platform_build.sh measures it), then the replay\n",
+               nodes, static_cast<long long>(nodes) * node_.gpus,
+               estimate_s >= 3600  ? fmt::format("{:.1f} h", estimate_s / 3600)
+               : estimate_s >= 120 ? fmt::format("{:.0f} min", estimate_s / 60)
+                                   : fmt::format("{:.0f} s", estimate_s));
+    progress_printed_ = true;
+  }
+  const auto wall = [this] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  };
+  if (options_.progress) {
+    options.on_node = [this, nodes, wall](int built) {
+      const double now = wall();
+      if (now <= 2.0 || now - last_progress_s_ < (progress_on_terminal_ ? 0.5 : 10.0)) return;
+      last_progress_s_ = now;
+      progress_printed_ = true;
+      fmt::print(stderr, "{}[twin sim] building the platform: {} of {} nodes, {:.1f} s wall{}",
+                 progress_on_terminal_ ? "\r" : "", built, nodes, now, progress_on_terminal_ ? "" : "\n");
+      std::fflush(stderr);
+    };
+  }
+  platform_ = std::make_unique<topology::Platform>(options);
+  if (options_.progress && wall() > 2.0) {
+    fmt::print(stderr, "{}[twin sim] platform of {} nodes built in {:.1f} s\n", progress_on_terminal_ ? "\r" : "",
+               nodes, wall());
+    progress_printed_ = true;
+  }
+}
+
 SimResult Engine::run() {
   started_ = std::chrono::steady_clock::now();
   progress_on_terminal_ = isatty(STDERR_FILENO) != 0;
@@ -256,7 +292,7 @@ SimResult Engine::run() {
   platform_options.fabric = fabric_;
   platform_options.group_size = fidelity_ == Fidelity::Group ? layout.tp() : 0;
   platform_options.gpu_hosts = fidelity_ == Fidelity::Rank;
-  platform_ = std::make_unique<topology::Platform>(platform_options);
+  build_platform(platform_options);
   build_plans();
 
   std::set<int> recorded(options_.record_ranks.begin(), options_.record_ranks.end());

@@ -209,6 +209,7 @@ class Engine {
   int node_of(int replayer) const;
   int representative_rank(int replayer) const;
   void print_progress(bool final_line);
+  void build_platform(topology::PlatformOptions options);
 
   const model::Program& program_;
   const CostModel& cost_;

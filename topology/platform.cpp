@@ -150,6 +150,12 @@ std::pair<NetPoint*, NetPoint*> Platform::dgx_node(sg4::NetZone* fabric, int nod
   return {zone->get_netpoint(), hca};
 }
 
+double estimated_build_seconds(int nodes) {
+  constexpr double kSecondsAt10000Nodes = 70.5;  // bench/sim/platform_build.sh, see platform.hpp
+  const double scale = static_cast<double>(nodes) / 10000.0;
+  return kSecondsAt10000Nodes * scale * scale;
+}
+
 void Platform::build() {
   gpus_.reserve(static_cast<std::size_t>(gpus()));
   // The fat-tree: leaves are nodes (positions past the last node are empty routers).
@@ -168,7 +174,11 @@ void Platform::build() {
   const auto leaf = [this](sg4::NetZone* fabric, const std::vector<unsigned long>& /*coord*/,
                            unsigned long id) -> std::pair<NetPoint*, NetPoint*> {
     const int node = static_cast<int>(id);
-    if (node < options_.nodes) return dgx_node(fabric, node);
+    if (node < options_.nodes) {
+      const auto built = dgx_node(fabric, node);
+      if (options_.on_node) options_.on_node(node + 1);
+      return built;
+    }
     return {fabric->create_router("empty-port" + std::to_string(node)), nullptr};
   };
   // Each fabric link carries one switch traversal's latency.

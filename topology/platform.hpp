@@ -25,6 +25,7 @@
 // over the bundle stands for the t rail-parallel flows.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -42,6 +43,9 @@ struct PlatformOptions {
   FabricSpec fabric = infiniband_hdr_fat_tree();
   int group_size = 0;     // > 0: add gpus_per_node / group_size bundled endpoints per node (group fidelity)
   bool gpu_hosts = true;  // false: only the group endpoints (group fidelity needs no per-GPU hosts)
+  // Called after each node is built (1 .. nodes): SimGrid 3.32 checks each new link's name against every link
+  // already made, so a platform of thousands of nodes takes minutes, and a caller shows progress.
+  std::function<void(int nodes_built)> on_node;
 };
 
 // The fat-tree SimGrid builds: `levels` 1 (one switch) or 2 (leaves and spines).
@@ -55,6 +59,11 @@ struct FatTreeShape {
   double up_link_bytes_per_s = 0;  // a leaf's link to each spine: link_bytes_per_s / oversubscription
 };
 FatTreeShape fat_tree_shape(const PlatformOptions& options);
+
+// About how long SimGrid 3.32 takes to build a platform of `nodes` nodes, in seconds on a 2-core VM: it checks each new
+// link's name against every zone built so far, so the time grows with the square of the nodes (measured with
+// bench/sim/platform_build.sh: under 2 s at 500 nodes, 18.1 s at 5000, 70.5 s at 10000, group fidelity).
+double estimated_build_seconds(int nodes);
 
 // Configures SimGrid's flow model (see above). Call once, on a fresh engine, before building a Platform.
 void configure_flow_model();

@@ -19,4 +19,15 @@ int index_in(const CommGroup& group, int rank) {
   return index;
 }
 
+std::vector<std::size_t> chunk_offsets(const CommGroup& group, int rank, const std::vector<std::size_t>& counts,
+                                       std::string_view label) {
+  if (counts.size() != group.members.size()) {
+    throw CommError(fmt::format("rank {}: all_to_all {} on the {} group ({}): {} chunk counts for {} members", rank,
+                                label, group.kind, format_ranks(group.members), counts.size(), group.members.size()));
+  }
+  std::vector<std::size_t> offsets(counts.size() + 1, 0);
+  for (std::size_t j = 0; j < counts.size(); ++j) offsets[j + 1] = offsets[j] + counts[j];
+  return offsets;
+}
+
 }  // namespace twin::exec

@@ -57,6 +57,13 @@ class Communicator {
   virtual void broadcast(const CommGroup& group, void* data, std::size_t count, DType dtype, int root,
                          std::string_view label) = 0;
   virtual void barrier(const CommGroup& group, std::string_view label) = 0;
+  // Each member sends chunk j of its in to member j and receives member j's chunk for it into chunk j of its out; the
+  // chunks lie back to back and differ in size (send_counts[j], recv_counts[j] elements: an MoE dispatch sends each
+  // expert's tokens). Member j's send_counts[me] must equal this rank's recv_counts[j]; in and out do not overlap.
+  // Any dtype (a copy, no sum).
+  virtual void all_to_all(const CommGroup& group, const void* in, const std::vector<std::size_t>& send_counts,
+                          void* out, const std::vector<std::size_t>& recv_counts, DType dtype,
+                          std::string_view label) = 0;
 
   virtual void send(int peer, std::uint64_t tag, const void* data, std::size_t bytes) = 0;
   virtual void recv(int peer, std::uint64_t tag, void* data, std::size_t bytes, std::string_view label) = 0;
@@ -70,5 +77,10 @@ class Communicator {
 std::string format_ranks(const std::vector<int>& ranks);
 // `rank`'s index in `group` (model::index_in); throws CommError naming the group when it is not a member.
 int index_in(const CommGroup& group, int rank);
+// Where each chunk of an all-to-all buffer starts (elements): offsets[j] = counts[0] + ... + counts[j-1], and
+// offsets[members] the total; throws CommError naming `rank`, the group and `label` unless counts has one entry per
+// member.
+std::vector<std::size_t> chunk_offsets(const CommGroup& group, int rank, const std::vector<std::size_t>& counts,
+                                       std::string_view label);
 
 }  // namespace twin::exec

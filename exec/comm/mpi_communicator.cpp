@@ -82,7 +82,6 @@ const TwinMpiApi* load_shim(std::string& problem) {
   return loaded ? &api : nullptr;
 }
 
-
 // Tags: collectives of each group kind use their own pair (phase 1 and 2), point-to-point messages start above.
 constexpr int kP2PTagBase = 64;
 
@@ -224,6 +223,32 @@ class MpiCommunicator final : public Communicator {
       requests.recv(nullptr, 0, group.members[j], tag(group, 1));
     }
     requests.wait(group, "barrier", label);
+  }
+
+  // Every chunk posted at once (isend / irecv per peer), as the all-gather; messages of one tag between two ranks
+  // arrive in order, so calls in the Program's order match. A chunk larger than expected fails in MPI (truncation).
+  void all_to_all(const CommGroup& group, const void* in, const std::vector<std::size_t>& send_counts, void* out,
+                  const std::vector<std::size_t>& recv_counts, DType dtype, std::string_view label) override {
+    const int me = index_in(group, rank_), size = static_cast<int>(group.members.size());
+    const std::vector<std::size_t> send_at = chunk_offsets(group, rank_, send_counts, label);
+    const std::vector<std::size_t> recv_at = chunk_offsets(group, rank_, recv_counts, label);
+    const std::size_t element = dtype_bytes(dtype);
+    const auto* source = static_cast<const std::byte*>(in);
+    auto* target = static_cast<std::byte*>(out);
+    if (send_counts[me] != recv_counts[me]) {
+      throw CommError(fmt::format("rank {}: all_to_all {} on the {} group: it sends itself {} elements, expects {}",
+                                  rank_, label, group.kind, send_counts[me], recv_counts[me]));
+    }
+    Requests requests(*this);
+    for (int j = 0; j < size; ++j) {
+      if (j == me) continue;
+      requests.send(source + send_at[j] * element, send_counts[j] * element, group.members[j], tag(group, 1));
+      requests.recv(target + recv_at[j] * element, recv_counts[j] * element, group.members[j], tag(group, 1));
+    }
+    if (send_counts[me] > 0) {
+      std::memcpy(target + recv_at[me] * element, source + send_at[me] * element, send_counts[me] * element);
+    }
+    requests.wait(group, "all_to_all", label);
   }
 
   void send(int peer, std::uint64_t tag, const void* data, std::size_t bytes) override {
@@ -402,6 +427,15 @@ bool have_mpi() {
 #else
   return false;
 #endif
+}
+
+void abort_mpi_job(int exit_code) {
+  std::fflush(nullptr);
+#ifdef TWIN_HAVE_MPI
+  std::string problem;
+  if (const TwinMpiApi* api = load_shim(problem)) api->abort(exit_code);
+#endif
+  std::_Exit(exit_code);
 }
 
 std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options) {

@@ -19,6 +19,10 @@ bool have_mpi();
 // when built without MPI. Destroying it finalises MPI.
 std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options = {});
 
+// Ends the whole MPI job now (MPI_Abort) with `exit_code` as mpirun's exit status, printing nothing: for a rank that
+// has already said why. Without MPI (or before it is loaded) it exits this process with that code.
+[[noreturn]] void abort_mpi_job(int exit_code);
+
 // Message tags a Program's sends and receives use (model::p2p_tag_key) are below this; MPI's tag space is limited.
 inline constexpr std::uint64_t kMaxP2PTag = model::kP2PTagKeys;
 

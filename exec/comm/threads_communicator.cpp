@@ -19,7 +19,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum class CollectiveKind { AllReduce, ReduceScatter, AllGather, Broadcast, Barrier };
+enum class CollectiveKind { AllReduce, ReduceScatter, AllGather, Broadcast, Barrier, AllToAll };
 
 const char* to_string(CollectiveKind kind) {
   switch (kind) {
@@ -33,6 +33,8 @@ const char* to_string(CollectiveKind kind) {
       return "broadcast";
     case CollectiveKind::Barrier:
       return "barrier";
+    case CollectiveKind::AllToAll:
+      return "all_to_all";
   }
   return "?";
 }
@@ -45,6 +47,7 @@ struct Slot {
   int root = 0;
   std::vector<const void*> in;
   std::vector<void*> out;
+  std::vector<const std::vector<std::size_t>*> send_counts, recv_counts;  // all_to_all: each member's chunk sizes
   std::vector<bool> arrived_member;
   int arrived = 0, finished = 0, left = 0;
 };
@@ -108,6 +111,12 @@ class ThreadsCommunicator final : public Communicator {
   }
   void barrier(const CommGroup& group, std::string_view label) override {
     collective(group, CollectiveKind::Barrier, nullptr, nullptr, 0, DType::F32, 0, label);
+  }
+  void all_to_all(const CommGroup& group, const void* in, const std::vector<std::size_t>& send_counts, void* out,
+                  const std::vector<std::size_t>& recv_counts, DType dtype, std::string_view label) override {
+    chunk_offsets(group, rank_, send_counts, label);  // one count per member, or a clear error before posting
+    chunk_offsets(group, rank_, recv_counts, label);
+    collective(group, CollectiveKind::AllToAll, in, out, 0, dtype, 0, label, &send_counts, &recv_counts);
   }
 
   void send(int peer, std::uint64_t tag, const void* data, std::size_t bytes) override {
@@ -250,7 +259,8 @@ class ThreadsCommunicator final : public Communicator {
   }
 
   void collective(const CommGroup& group, CollectiveKind kind, const void* in, void* out, std::size_t count,
-                  DType dtype, int root, std::string_view label) {
+                  DType dtype, int root, std::string_view label, const std::vector<std::size_t>* send_counts = nullptr,
+                  const std::vector<std::size_t>* recv_counts = nullptr) {
     const int me = index_in(group, rank_);
     const int size = static_cast<int>(group.members.size());
     if (kind == CollectiveKind::AllReduce || kind == CollectiveKind::ReduceScatter) {
@@ -271,6 +281,8 @@ class ThreadsCommunicator final : public Communicator {
       slot.root = root;
       slot.in.assign(size, nullptr);
       slot.out.assign(size, nullptr);
+      slot.send_counts.assign(size, nullptr);
+      slot.recv_counts.assign(size, nullptr);
       slot.arrived_member.assign(size, false);
     } else if (slot.kind != kind || slot.count != count || slot.dtype != dtype || slot.root != root) {
       const std::string problem = fmt::format(
@@ -283,6 +295,8 @@ class ThreadsCommunicator final : public Communicator {
     }
     slot.in[me] = in;
     slot.out[me] = out;
+    slot.send_counts[me] = send_counts;
+    slot.recv_counts[me] = recv_counts;
     slot.arrived_member[me] = true;
     ++slot.arrived;
     if (slot.arrived == size) s_->changed.notify_all();
@@ -312,7 +326,7 @@ class ThreadsCommunicator final : public Communicator {
     lock.unlock();
     std::exception_ptr work_error;
     try {
-      work(slot, me, size);
+      work(slot, me, size, group);
     } catch (...) {  // still finish below: the others must not wait for this member forever
       work_error = std::current_exception();
     }
@@ -333,7 +347,7 @@ class ThreadsCommunicator final : public Communicator {
   }
 
   // This member's share of the collective, with every member's buffers posted in `slot`.
-  static void work(const Slot& slot, int me, int size) {
+  static void work(const Slot& slot, int me, int size, const CommGroup& group) {
     const std::size_t element = dtype_bytes(slot.dtype);
     switch (slot.kind) {
       case CollectiveKind::Barrier:
@@ -373,6 +387,30 @@ class ThreadsCommunicator final : public Communicator {
       case CollectiveKind::Broadcast:
         if (me != slot.root && slot.count > 0) std::memcpy(slot.out[me], slot.in[slot.root], slot.count * element);
         return;
+      case CollectiveKind::AllToAll:
+        receive_chunks(slot, me, size, element, group);
+        return;
+    }
+  }
+
+  // all_to_all: chunk `me` of every member's in, into chunk `member` of my out, once the sizes agree.
+  static void receive_chunks(const Slot& slot, int me, int size, std::size_t element, const CommGroup& group) {
+    const std::vector<std::size_t>& mine = *slot.recv_counts[me];
+    std::size_t out_offset = 0;
+    for (int member = 0; member < size; ++member) {
+      const std::vector<std::size_t>& theirs = *slot.send_counts[member];
+      if (theirs[me] != mine[member]) {
+        throw CommError(fmt::format(
+            "rank {}: all_to_all on the {} group ({}): rank {} sends it {} elements, it expects {}", group.members[me],
+            group.kind, format_ranks(group.members), group.members[member], theirs[me], mine[member]));
+      }
+      std::size_t in_offset = 0;
+      for (int j = 0; j < me; ++j) in_offset += theirs[j];
+      if (mine[member] > 0) {
+        std::memcpy(static_cast<std::byte*>(slot.out[me]) + out_offset * element,
+                    static_cast<const std::byte*>(slot.in[member]) + in_offset * element, mine[member] * element);
+      }
+      out_offset += mine[member];
     }
   }
 

@@ -311,6 +311,38 @@ void NcclCommunicator::broadcast(const CommGroup& group, void* data, std::size_t
   });
 }
 
+// One ncclSend and one ncclRecv per peer between ncclGroupStart and ncclGroupEnd (NCCL's all-to-all), on the group's
+// communicator, whose ranks are the group indices; this rank's own chunk is a device copy on the same stream.
+void NcclCommunicator::all_to_all(const CommGroup& group, const void* in, const std::vector<std::size_t>& send_counts,
+                                  void* out, const std::vector<std::size_t>& recv_counts, DType dtype,
+                                  std::string_view label) {
+  if (!is_device_pointer(out)) return host_.all_to_all(group, in, send_counts, out, recv_counts, dtype, label);
+  const int me = index_in(group, host_.rank()), size = static_cast<int>(group.members.size());
+  const std::vector<std::size_t> send_at = chunk_offsets(group, host_.rank(), send_counts, label);
+  const std::vector<std::size_t> recv_at = chunk_offsets(group, host_.rank(), recv_counts, label);
+  if (send_counts[me] != recv_counts[me]) {
+    throw CommError(fmt::format("rank {}: all_to_all {}: it sends itself {} elements, expects {}", host_.rank(), label,
+                                send_counts[me], recv_counts[me]));
+  }
+  const std::size_t element = dtype_bytes(dtype);
+  const auto* source = static_cast<const std::byte*>(in);
+  auto* target = static_cast<std::byte*>(out);
+  const std::string what = fmt::format("all_to_all {}", label);
+  run(group_channel(group, label), false, what, {}, [&](Channel& c) {
+    TWIN_CUDA_CHECK(cudaMemcpyAsync(target + recv_at[me] * element, source + send_at[me] * element,
+                                    send_counts[me] * element, cudaMemcpyDeviceToDevice, c.stream));
+    TWIN_NCCL_ISSUE(c, ncclGroupStart(), what);
+    for (int j = 0; j < size; ++j) {
+      if (j == me) continue;
+      TWIN_NCCL_ISSUE(
+          c, ncclSend(source + send_at[j] * element, send_counts[j] * element, ncclUint8, j, c.comm, c.stream), what);
+      TWIN_NCCL_ISSUE(
+          c, ncclRecv(target + recv_at[j] * element, recv_counts[j] * element, ncclUint8, j, c.comm, c.stream), what);
+    }
+    TWIN_NCCL_ISSUE(c, ncclGroupEnd(), what);
+  });
+}
+
 void NcclCommunicator::barrier(const CommGroup& group, std::string_view label) {
   context_.make_current();
   context_.wait_deferred();

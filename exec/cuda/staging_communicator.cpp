@@ -129,6 +129,22 @@ void StagingCommunicator::broadcast(const CommGroup& group, void* data, std::siz
   staging.upload(data, host.data(), host.size());
 }
 
+void StagingCommunicator::all_to_all(const CommGroup& group, const void* in,
+                                     const std::vector<std::size_t>& send_counts, void* out,
+                                     const std::vector<std::size_t>& recv_counts, DType dtype, std::string_view label) {
+  if (!is_device_pointer(out)) return host_.all_to_all(group, in, send_counts, out, recv_counts, dtype, label);
+  const std::size_t element = dtype_bytes(dtype);
+  const std::size_t send_total = chunk_offsets(group, host_.rank(), send_counts, label).back();
+  const std::size_t recv_total = chunk_offsets(group, host_.rank(), recv_counts, label).back();
+  context_.make_current();
+  Staging staging(context_);
+  staging.settle();
+  std::vector<std::byte> mine = staging.download(in, send_total * element);
+  std::vector<std::byte> received(recv_total * element);
+  host_.all_to_all(group, mine.data(), send_counts, received.data(), recv_counts, dtype, label);
+  staging.upload(out, received.data(), received.size());
+}
+
 void StagingCommunicator::barrier(const CommGroup& group, std::string_view label) {
   context_.make_current();
   Staging(context_).settle();  // a barrier after which timing starts: this rank's work is done

@@ -38,6 +38,8 @@ class StagingCommunicator final : public Communicator {
   void broadcast(const CommGroup& group, void* data, std::size_t count, DType dtype, int root,
                  std::string_view label) override;
   void barrier(const CommGroup& group, std::string_view label) override;
+  void all_to_all(const CommGroup& group, const void* in, const std::vector<std::size_t>& send_counts, void* out,
+                  const std::vector<std::size_t>& recv_counts, DType dtype, std::string_view label) override;
   void send(int peer, std::uint64_t tag, const void* data, std::size_t bytes) override;
   void recv(int peer, std::uint64_t tag, void* data, std::size_t bytes, std::string_view label) override;
   void abort(std::string_view reason) override { host_.abort(reason); }

@@ -1,9 +1,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +18,7 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -224,6 +229,111 @@ TEST(Cli, FlagMistakesNameTheFlagAndExitTwo) {
   EXPECT_THAT(late_trace.output, HasSubstr("--trace-step 3 is past the last step (--steps 2)"));
 #endif
 }
+
+// CLI11's own mistakes are one `twin: error:` line like every other, without "Run with --help" and without a doubled
+// "--flag: --flag:" prefix; an unknown flag (a Megatron-LM flag twin does not take) lists the Megatron flags it takes.
+TEST(Cli, ParseErrorsAreOneTwinErrorLine) {
+  const auto one_line = [](const Result& r) {
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_EQ(r.output.rfind("twin: error: ", 0), 0u) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_THAT(r.output, ::testing::Not(HasSubstr("Run with --help")));
+  };
+  const Result no_command = twin("");
+  one_line(no_command);
+  EXPECT_THAT(no_command.output, HasSubstr("a command is required (graph"));
+  const Result missing_value = twin("graph gpt-tiny --set");
+  one_line(missing_value);
+  EXPECT_THAT(missing_value.output, HasSubstr("twin: error: --set needs a value (KEY=VALUE)"));
+#ifdef TWIN_HAVE_SIMGRID
+  const Result tokens = twin("sim gpt3-175b --train-tokens abc");
+  one_line(tokens);
+  EXPECT_THAT(tokens.output, HasSubstr("twin: error: --train-tokens: expected a number of tokens"));
+  const Result gpu = twin("sim gpt3-175b --gpu b200");
+  one_line(gpu);
+  EXPECT_THAT(gpu.output, HasSubstr("--gpu: b200 not in {a100,h100,h200}"));
+#endif
+#ifdef TWIN_HAVE_RUN_COMMAND
+  const Result zero_steps = twin("run gpt-tiny --steps 0");
+  one_line(zero_steps);
+  EXPECT_EQ(zero_steps.output, "twin: error: --steps: must be at least 1, got 0\n");
+  const Result megatron = twin("run gpt-tiny --lr 1e-4");
+  one_line(megatron);
+  EXPECT_THAT(megatron.output, HasSubstr("twin: error: twin run: unknown flag --lr (of Megatron-LM's flags, twin "
+                                         "takes only those of the plan and the model: --tensor-model-parallel-size, "));
+  EXPECT_THAT(megatron.output, HasSubstr("--num-layers-per-virtual-pipeline-stage"));
+#endif
+  const Result graph_flag = twin("graph gpt-tiny --data-path x");
+  one_line(graph_flag);
+  EXPECT_THAT(graph_flag.output, HasSubstr("twin graph: unknown flag --data-path"));
+}
+
+// A value past a key's range is one problem, not two (ffn_hidden = 2^40 is not also "0").
+TEST(Cli, AnOutOfRangeValueIsOneError) {
+  const Result r = twin("graph gpt-tiny --set model.ffn_hidden=1099511627776");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.output, HasSubstr("model.ffn_hidden: 1099511627776 is too large (at most 2147483647)"));
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
+#ifdef TWIN_HAVE_RUN_COMMAND
+// Every size guard of twin run runs before anything grows with the plan: a global batch of 2^31 - 4 is refused from
+// the scenario's sizes, as twin graph refuses it, in well under a second and without the memory its schedule would
+// take (here capped at 4 GB, so that a regression fails instead of exhausting the machine).
+TEST(Cli, RunRefusesAnAbsurdPlanBeforeAllocatingByIt) {
+  const auto start = std::chrono::steady_clock::now();
+  Result r;
+  const std::string command = "sh -c 'ulimit -v 4000000; exec " + std::string(TWIN_BINARY) +
+                              " run gpt-tiny --set parallel.global_batch=2147483644 --steps 1 --quiet' 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  std::array<char, 4096> buffer{};
+  while (std::fgets(buffer.data(), buffer.size(), pipe.get())) r.output += buffer.data();
+  const int status = pclose(pipe.release());
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("twin: error: the Program of gpt-tiny would hold about"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("--granularity")));  // twin run has none to suggest
+  EXPECT_LT(seconds, 5.0);
+}
+
+// Output paths are checked before step 1: a run whose --json, --trace or checkpoint directory cannot be written stops
+// at once (exit 2), naming the flag, instead of throwing the training away at its end.
+TEST(Cli, RunChecksItsOutputsBeforeTraining) {
+  for (const auto& [flag, message] :
+       {std::pair{"--json /proc/twin-test.json", "--json '/proc/twin-test.json': cannot write in '/proc'"},
+        std::pair{"--trace /proc/twin-test.json", "--trace '/proc/twin-test.json': cannot write in '/proc'"},
+        std::pair{"--checkpoint /proc/twin-test-checkpoints",
+                  "--checkpoint '/proc/twin-test-checkpoints': cannot create the directory"}}) {
+    const Result r = twin(std::string("run gpt-tiny --steps 20 ") + flag);
+    EXPECT_EQ(r.status, 2) << flag << ": " << r.output;
+    EXPECT_EQ(r.output.rfind(std::string("twin: error: ") + message, 0), 0u) << flag << ": " << r.output;
+    EXPECT_THAT(r.output, ::testing::Not(HasSubstr("step 1/20"))) << flag;  // nothing trained
+  }
+}
+
+// Two runs on one checkpoint directory: the second is refused, naming the first's pid and host.
+TEST(Cli, ACheckpointDirectoryInUseIsRefused) {
+  const fs::path dir = scratch("locked-checkpoints");
+  FILE* first = popen((std::string(TWIN_BINARY) + " run gpt-tiny --steps 1000 --quiet --checkpoint " + dir.string() +
+                       " 2>/dev/null & echo $!")
+                          .c_str(),
+                      "r");
+  char pid_text[32] = {};
+  ASSERT_NE(std::fgets(pid_text, sizeof pid_text, first), nullptr);
+  pclose(first);
+  const int pid = std::atoi(pid_text);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!fs::exists(dir / "twin.lock") && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the holder writes its pid after taking the lock
+  const Result second = twin("run gpt-tiny --steps 1 --quiet --checkpoint " + dir.string());
+  kill(pid, SIGKILL);
+  EXPECT_EQ(second.status, 2) << second.output;
+  EXPECT_THAT(second.output, HasSubstr("is in use by another twin run (pid " + std::to_string(pid) + " on host "));
+}
+#endif
 
 TEST(Cli, RunRefusesAModelThatCannotFitInHostMemory) {
   const Result r = twin("run mtnlg-530b --steps 1 --quiet");
@@ -476,12 +586,14 @@ TEST(Cli, SearchRanksValidPlansByIterationTime) {
                         json_path.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("GPU-hours"));
+  EXPECT_THAT(r.output, HasSubstr(" mem GiB  fits"));
   std::ifstream in(json_path);
   const auto plans = nlohmann::json::parse(in)["plans"];
   ASSERT_EQ(plans.size(), 5u);
   double previous = 0;
   for (const auto& plan : plans) {
     EXPECT_EQ(plan["error"], "");
+    EXPECT_TRUE(plan["fits"].get<bool>());  // search simulates only plans that fit: it says so per plan
     EXPECT_EQ(plan["tp"].get<int>() * plan["pp"].get<int>() * plan["dp"].get<int>(), 16);
     EXPECT_GE(plan["iteration_time_s"].get<double>(), previous);
     previous = plan["iteration_time_s"].get<double>();
@@ -721,6 +833,53 @@ TEST(Cli, SearchAndSweepAreSilentOnStderrWithQuiet) {
   const Result refused = twin_stderr("sweep " + scenario + " --vary cluster.nodes=0 --quiet");
   EXPECT_EQ(refused.status, 2);
   EXPECT_THAT(refused.output, HasSubstr("twin: error:"));
+}
+
+// A variant whose memory does not fit one GPU is still simulated, and says so: the fits column and JSON field (and
+// twin sim --json's), where only its memory column showed it.
+TEST(Cli, SweepAndSimSayWhetherAPlanFitsInMemory) {
+  const fs::path json_path = scratch("fits.json");
+  const Result r = twin("sweep gpt3-175b --vary parallel.pp=8,2 --quiet --jobs 2 --json " + json_path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(" fits "));
+  const auto variants = nlohmann::json::parse(std::ifstream(json_path))["variants"];
+  ASSERT_EQ(variants.size(), 2u);
+  EXPECT_TRUE(variants[0]["fits"].get<bool>());   // pp 8: 52 GiB of 80
+  EXPECT_FALSE(variants[1]["fits"].get<bool>());  // pp 2: 189 GiB
+  EXPECT_THAT(r.output, HasSubstr("     189.1    NO "));
+  const fs::path sim_json = scratch("fits-sim.json");
+  ASSERT_EQ(twin("sim gpt3-175b --quiet --set parallel.pp=2 --json " + sim_json.string()).status, 0);
+  EXPECT_FALSE(nlohmann::json::parse(std::ifstream(sim_json))["fits"].get<bool>());
+}
+
+// A platform of 100,000 nodes takes SimGrid hours to build: twin sim says so before it starts (the test stops it after
+// 3 s; the progress lines that follow every 10 s come from the same code as the replay's).
+TEST(Cli, SimSaysUpFrontWhatAHugePlatformWillCost) {
+  const std::string log = scratch("huge-platform.log").string();
+  const std::string command =
+      std::string(TWIN_BINARY) +
+      " sim gpt3-175b --set cluster.nodes=100000 --set parallel.global_batch=100000 > /dev/null 2> " + log +
+      " & sleep 3; kill -9 $! 2> /dev/null; wait";
+  ASSERT_EQ(std::system(("sh -c '" + command + "'").c_str()) != -1, true);
+  std::stringstream text;
+  text << std::ifstream(log).rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("[twin sim] building the platform of 100000 nodes (800000 GPUs) in SimGrid: about "
+                                    "2.0 h on a 2-core machine"));
+}
+
+// A trace's size is estimated before simulating: past 200 MB it needs --large-trace (MT-NLG's 1024 first ranks: about
+// 1.5 GB, refused at once); a small one is written as before.
+TEST(Cli, SimEstimatesATracesSizeFirst) {
+  const fs::path trace = scratch("big-trace.json");
+  const auto start = std::chrono::steady_clock::now();
+  const Result big = twin("sim --quiet --trace " + trace.string() + " --trace-ranks 0-1023");
+  EXPECT_EQ(big.status, 2) << big.output;
+  EXPECT_THAT(big.output, HasSubstr("twin: error: --trace of ranks 0-1023 would be about 1.5 GB"));
+  EXPECT_THAT(big.output, HasSubstr("add --large-trace to write it anyway"));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  EXPECT_FALSE(fs::exists(trace));
+  EXPECT_EQ(twin("sim gpt3-175b --quiet --trace " + trace.string() + " --trace-ranks 0-1").status, 0);
+  EXPECT_TRUE(fs::exists(trace));
 }
 
 TEST(Cli, SweepShowsWhyAVariantIsRefused) {

@@ -449,6 +449,52 @@ TEST_F(ExecBrokenCheckpoint, OutOfRangeManifestValues) {
 }
 
 // Adam's settings may change on resume, as the learning rate may; the change is noted, not silent.
+// The losses a manifest records are covered by its checksum: an edited loss is a corrupt manifest, named.
+TEST_F(ExecBrokenCheckpoint, EditedLossesInTheManifest) {
+  const std::string manifest = step_ + "/manifest.json";
+  nlohmann::json json = nlohmann::json::parse(testing::read_text(manifest));
+  ASSERT_TRUE(json.contains("losses_fnv1a64"));
+  json["losses"][1] = json["losses"][1].get<double>() * 0.5;
+  std::ofstream(manifest) << json.dump(2);
+  const std::string message = resume_error(scenario(small_toml(), {"parallel.tp=2"}), dir_);
+  EXPECT_NE(message.find("checkpoint manifest '" + manifest + "' is corrupt: its losses do not match losses_fnv1a64"),
+            std::string::npos)
+      << message;
+}
+
+// A second run on a checkpoint directory in use is refused, naming the holder (pid and host); the lock goes with its
+// holder.
+TEST(ExecCheckpoint, ALockKeepsASecondRunOutOfTheDirectory) {
+  const std::string dir = testing::temp_dir("lock");
+  {
+    const CheckpointLock held(dir);
+    std::string message;
+    try {
+      train_with_checkpoints(scenario(small_toml()), 1, dir);
+    } catch (const RunError& error) {
+      message = error.what();
+    }
+    EXPECT_NE(
+        message.find(fmt::format("--checkpoint '{}' is in use by another twin run (pid {} on host ", dir, ::getpid())),
+        std::string::npos)
+        << message;
+    EXPECT_FALSE(fs::exists(dir + "/step-00000001"));
+  }
+  EXPECT_EQ(train_with_checkpoints(scenario(small_toml()), 1, dir).losses.size(), 1u);  // released
+  fs::remove_all(dir);
+}
+
+// A step folder without a manifest newer than the newest complete checkpoint is an interrupted write: listed (the
+// resumed run says it ignores it), and resuming starts before it.
+TEST(ExecCheckpoint, UnfinishedCheckpointsAreListed) {
+  const std::string dir = testing::temp_dir("unfinished");
+  train_with_checkpoints(scenario(small_toml()), 2, dir, 1);
+  fs::remove(dir + "/step-00000002/manifest.json");
+  EXPECT_EQ(unfinished_checkpoints(dir), std::vector<fs::path>{fs::path(dir) / "step-00000002"});
+  EXPECT_EQ(latest_checkpoint(dir), fs::path(dir) / "step-00000001");
+  fs::remove_all(dir);
+}
+
 TEST(ExecCheckpoint, ChangedAdamSettingsAreNoted) {
   const std::string dir = testing::temp_dir("adam");
   train_with_checkpoints(scenario(small_toml()), 2, dir);

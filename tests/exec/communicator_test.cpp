@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "exec/comm/threads_communicator.hpp"
+#include "tests/exec/all_to_all_pattern.hpp"
+#include "tests/exec/exec_test_util.hpp"
 
 namespace twin::exec {
 namespace {
@@ -89,7 +91,33 @@ TEST(ExecThreadsCommunicator, ReduceScatterAndAllGatherInPlace) {
       const int i = rank * count + k;
       EXPECT_EQ(scattered[static_cast<std::size_t>(rank)][static_cast<std::size_t>(k)], 0.0 + 100.0 + 200.0 + 3.0 * i);
     }
-    EXPECT_EQ(gathered[static_cast<std::size_t>(rank)], gathered[0]);
+    // the concatenation of every rank's reduced chunk, in group order (not only the same on every rank)
+    std::vector<double> concatenation;
+    for (int member = 0; member < n; ++member) {
+      for (int k = 0; k < count; ++k) concatenation.push_back(300.0 + 3.0 * (member * count + k));
+    }
+    EXPECT_EQ(gathered[static_cast<std::size_t>(rank)], concatenation) << "rank " << rank;
+  }
+}
+
+// Out of place, on a group whose order is not the ranks' (as a DP group of a TP x DP plan lists its members): chunk i
+// of the result is member i's input, whatever that member's rank.
+TEST(ExecThreadsCommunicator, AllGatherConcatenatesInGroupOrder) {
+  const CommGroup group{"data", {3, 0, 2}};
+  const int count = 3;
+  ThreadsWorld world(4);
+  std::vector<std::vector<float>> gathered(4);
+  const auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
+    if (rank == 1) return;  // not a member
+    std::vector<float> mine(count), all(3 * count, -1.0f);
+    for (int k = 0; k < count; ++k) mine[static_cast<std::size_t>(k)] = 10.0f * static_cast<float>(rank) + k;
+    comm.all_gather(group, mine.data(), all.data(), count, DType::F32, "ag");
+    gathered[static_cast<std::size_t>(rank)] = all;
+  });
+  const std::vector<float> expected = {30, 31, 32, 0, 1, 2, 20, 21, 22};
+  for (int rank : {0, 2, 3}) {
+    EXPECT_EQ(errors[static_cast<std::size_t>(rank)], "");
+    EXPECT_EQ(gathered[static_cast<std::size_t>(rank)], expected) << "rank " << rank;
   }
 }
 
@@ -272,6 +300,63 @@ TEST(ExecThreadsCommunicator, MismatchedCollectivesAreReported) {
   const std::string both = errors[0] + errors[1];
   EXPECT_NE(both.find("where another member called"), std::string::npos) << both;
 }
+
+// Uneven chunks (some empty) reach the right member in the right place, on the world and on a subgroup, twice.
+TEST(ExecThreadsCommunicator, AllToAllDeliversEachPeerItsOwnChunk) {
+  for (int n : {1, 2, 3, 5}) {
+    ThreadsWorld world(n);
+    const auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
+      std::string problem = testing::check_all_to_all(comm, everyone(n));
+      CommGroup odd{"expert", {}};
+      for (int r = 1; r < n; r += 2) odd.members.push_back(r);
+      if (problem.empty() && rank % 2 == 1) problem = testing::check_all_to_all(comm, odd);
+      if (problem.empty()) problem = testing::check_all_to_all(comm, everyone(n));
+      if (!problem.empty()) throw CommError(problem);
+    });
+    for (int rank = 0; rank < n; ++rank) EXPECT_EQ(errors[static_cast<std::size_t>(rank)], "") << "n " << n;
+  }
+}
+
+// A receiver that expects another size than its sender sends, or counts of the wrong length, fail naming the ranks.
+TEST(ExecThreadsCommunicator, AllToAllSizesThatDisagreeAreReported) {
+  ThreadsWorld world(2);
+  const auto errors = run_ranks(world, [&](int rank, Communicator& comm) {
+    std::vector<float> in(4, 1.0f), out(8, 0.0f);
+    const std::vector<std::size_t> send = {1, 2},
+                                   recv = rank == 1 ? std::vector<std::size_t>{3, 1} : std::vector<std::size_t>{1, 2};
+    comm.all_to_all(everyone(2), in.data(), send, out.data(), recv, DType::F32, "dispatch");
+  });
+  EXPECT_NE(errors[1].find("rank 1: all_to_all on the world group (ranks 0, 1): rank 0 sends it 2 elements, it "
+                           "expects 3"),
+            std::string::npos)
+      << errors[1];
+
+  ThreadsWorld other(2);
+  const auto short_counts = run_ranks(other, [&](int, Communicator& comm) {
+    float x = 0;
+    comm.all_to_all(everyone(2), &x, {1}, &x, {1, 0}, DType::F32, "combine");
+  });
+  EXPECT_NE(short_counts[0].find("all_to_all combine on the world group (ranks 0, 1): 1 chunk counts for 2 members"),
+            std::string::npos)
+      << short_counts[0];
+}
+
+#ifdef TWIN_MPI_ALL_TO_ALL_CHECK
+// The MPI communicator's all_to_all on 3 processes (tests/exec/mpi_all_to_all_check.cpp).
+TEST(ExecMpiCommunicator, AllToAllDeliversEachPeerItsOwnChunk) {
+  if (!testing::on_path("mpirun"))
+    GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): the MPI all_to_all not tested";
+  std::vector<std::string> args = {"mpirun", "-np", "3", "--oversubscribe", "--bind-to", "none"};
+  if (geteuid() == 0) args.emplace_back("--allow-run-as-root");
+  args.emplace_back(TWIN_MPI_ALL_TO_ALL_CHECK);
+  const std::string log = ::testing::TempDir() + "/mpi_all_to_all.log";
+  ASSERT_EQ(testing::run_command(args, log), 0) << testing::read_text(log);
+  const std::string text = testing::read_text(log);
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_NE(text.find("rank " + std::to_string(rank) + ": all_to_all ok"), std::string::npos) << text;
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace twin::exec

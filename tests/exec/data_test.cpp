@@ -1,6 +1,11 @@
 // Tokenizer and loader: the global batch of a step is the same whatever the plan; DP ranks split it.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "exec/errors.hpp"
 #include "exec_test_util.hpp"
 
@@ -56,6 +61,45 @@ TEST(ExecDataLoader, RefusesTextsShorterThanASequenceAndSmallVocabularies) {
   } catch (const RunError& error) {
     EXPECT_NE(std::string(error.what()).find("is a directory"), std::string::npos) << error.what();
   }
+}
+
+// --data is mapped, never read whole: what is not a regular file is refused before anything is read (a FIFO would
+// block the run forever, /dev/zero and /dev/urandom never end), and so is a file past the stated limit.
+TEST(ExecDataLoader, RefusesWhatIsNotARegularFileAndFilesPastTheLimit) {
+  const std::string dir = testing::temp_dir("data");
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  auto refusal = [](const std::string& path) {
+    try {
+      load_text(path, 10);
+    } catch (const RunError& error) {
+      return std::string(error.what());
+    }
+    return std::string("read");
+  };
+  EXPECT_NE(refusal(fifo).find("is a named pipe (FIFO)"), std::string::npos) << refusal(fifo);
+  EXPECT_NE(refusal("/dev/zero").find("is a character device"), std::string::npos) << refusal("/dev/zero");
+  EXPECT_NE(refusal("/dev/urandom").find("is a character device"), std::string::npos);
+  const std::string huge = dir + "/huge.txt";  // sparse: no disk space used
+  std::ofstream(huge).close();
+  std::filesystem::resize_file(huge, kMaxDataBytes + 1);
+  EXPECT_NE(refusal(huge).find("the byte-level loader reads files up to 16 GiB"), std::string::npos) << refusal(huge);
+  EXPECT_THROW(check_text_file(huge, 10), RunError);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ExecDataLoader, AMappedFileOutlivesItsFirstHolder) {
+  const std::string dir = testing::temp_dir("mapped");
+  std::ofstream(dir + "/text.txt") << std::string(1000, 'a') + "xyz";
+  TextDataset copy;
+  {
+    const TextDataset data = load_text(dir + "/text.txt", 10);
+    EXPECT_EQ(data.fingerprint, text_from_string(std::string(1000, 'a') + "xyz").fingerprint);
+    copy = data;
+  }
+  ASSERT_EQ(copy.bytes.size(), 1003u);
+  EXPECT_EQ(copy.bytes[1001], 'y');
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -4,9 +4,13 @@
 // in the shard's buckets; the loss is the micro-batches' mean per-token cross-entropy, whose gradient that is.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
+
+#include <fmt/core.h>
 
 #include "exec/comm/threads_communicator.hpp"
 #include "exec/data.hpp"
@@ -64,54 +68,87 @@ std::vector<float> download(Backend& backend, const Tensor& t) {
   return host;
 }
 
-// For every parameter tensor t with gradient g_t: along d = g_t / |g_t| (zero elsewhere) the loss must change at
-// |g_t|, measured as (L(theta + eps d) - L(theta - eps d)) / (2 eps).
+// A direction in one tensor's parameters and the slope the loss must have along it.
+struct Direction {
+  std::string what;
+  std::vector<float> vector;  // over the tensor's elements
+  double slope = 0;           // <g, d>
+  double tolerance = 0;
+};
+
+// For every parameter tensor t with gradient g_t, the loss's central difference (L(theta + eps d) - L(theta - eps d))
+// / (2 eps) along:
+//   d = g_t / |g_t|, where it must be |g_t|: a gradient of the wrong size or direction;
+//   two random coordinates i (among the elements with |g_i| >= max |g| / 4, which fp32 differences resolve), where it
+//   must be g_i within 3 %: an error orthogonal to g_t (14 % of |g_t| changes the slope along g_t by 2 %, within the
+//   first check's tolerance) is off by about as much in every element.
 void expect_gradients_match_finite_differences(const model::Scenario& s, const char* name) {
   OneRankModel model(s);
   model.loss_and_gradient();
   struct Case {
     std::size_t bucket;
     const ParamTensor* tensor;
-    std::vector<float> direction;
+    std::vector<Direction> directions;
     double norm;
   };
+  std::mt19937 random(20261203);
   std::vector<Case> cases;
   for (std::size_t b = 0; b < model.buckets().size(); ++b) {
     const Bucket& bucket = model.buckets()[b];
     const std::vector<float> grads = download(model.backend(), bucket.grads);
     for (const ParamTensor& t : bucket.tensors) {
       if (t.copy) continue;
-      double norm = 0;
-      for (std::size_t i = 0; i < t.numel; ++i) norm += double(grads[t.offset + i]) * grads[t.offset + i];
-      norm = std::sqrt(norm);
-      std::vector<float> direction(t.numel, 0.0f);
-      if (norm > 0) {
-        for (std::size_t i = 0; i < t.numel; ++i) direction[i] = static_cast<float>(grads[t.offset + i] / norm);
+      double norm = 0, largest = 0;
+      for (std::size_t i = 0; i < t.numel; ++i) {
+        norm += double(grads[t.offset + i]) * grads[t.offset + i];
+        largest = std::max(largest, std::abs(double(grads[t.offset + i])));
       }
-      cases.push_back({b, &t, std::move(direction), norm});
+      norm = std::sqrt(norm);
+      Case c{b, &t, {}, norm};
+      Direction along{"along the gradient", std::vector<float>(t.numel, 0.0f), norm, 0.02 * norm + 2e-5};
+      if (norm > 0) {
+        for (std::size_t i = 0; i < t.numel; ++i) along.vector[i] = static_cast<float>(grads[t.offset + i] / norm);
+      }
+      c.directions.push_back(std::move(along));
+      std::vector<std::size_t> resolved;
+      for (std::size_t i = 0; i < t.numel; ++i) {
+        if (largest > 1e-3 && std::abs(grads[t.offset + i]) >= largest / 4) resolved.push_back(i);
+      }
+      for (int k = 0; k < 2 && !resolved.empty(); ++k) {
+        const std::size_t i = resolved[std::uniform_int_distribution<std::size_t>(0, resolved.size() - 1)(random)];
+        Direction coordinate{fmt::format("element {}", i), std::vector<float>(t.numel, 0.0f), grads[t.offset + i], 0};
+        coordinate.vector[i] = 1.0f;
+        coordinate.tolerance = 0.03 * std::abs(coordinate.slope) + 2e-5;
+        c.directions.push_back(std::move(coordinate));
+      }
+      cases.push_back(std::move(c));
     }
   }
   ASSERT_GT(cases.size(), 10u);
-  int checked = 0;
+  int checked = 0, coordinates = 0;
   for (const Case& c : cases) {
     Bucket& bucket = model.buckets()[c.bucket];
     const std::vector<float> original = download(model.backend(), bucket.params);
     const double eps = 1e-2;
-    auto loss_at = [&](double step) {
-      std::vector<float> moved = original;
-      for (std::size_t i = 0; i < c.direction.size(); ++i) {
-        moved[c.tensor->offset + i] = static_cast<float>(original[c.tensor->offset + i] + step * c.direction[i]);
-      }
-      model.backend().upload_f32(bucket.params, moved.data());
-      return model.loss_and_gradient();
-    };
-    const double slope = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
-    model.backend().upload_f32(bucket.params, original.data());
-    // fp32 losses of about 5 resolve 1e-6 of a step of 2 eps: gradients below that are checked to be small.
-    EXPECT_NEAR(slope, c.norm, 0.02 * c.norm + 2e-5) << name << ": " << c.tensor->name;
+    for (const Direction& d : c.directions) {
+      auto loss_at = [&](double step) {
+        std::vector<float> moved = original;
+        for (std::size_t i = 0; i < d.vector.size(); ++i) {
+          moved[c.tensor->offset + i] = static_cast<float>(original[c.tensor->offset + i] + step * d.vector[i]);
+        }
+        model.backend().upload_f32(bucket.params, moved.data());
+        return model.loss_and_gradient();
+      };
+      const double slope = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
+      model.backend().upload_f32(bucket.params, original.data());
+      // fp32 losses of about 5 resolve 1e-6 of a step of 2 eps: gradients below that are checked to be small.
+      EXPECT_NEAR(slope, d.slope, d.tolerance) << name << ": " << c.tensor->name << ", " << d.what;
+      coordinates += d.what != "along the gradient";
+    }
     checked += c.norm > 1e-3;
   }
   EXPECT_GE(checked, 8) << name << ": too few tensors with a gradient to check";
+  EXPECT_GE(coordinates, 2 * checked) << name << ": too few random coordinates";
 }
 
 model::Scenario tiny(const std::vector<std::string>& block) {

@@ -17,13 +17,17 @@ using testing::train;
 constexpr int kSteps = 5;
 constexpr double kRelativeTolerance = 1e-5;
 
-const std::vector<double>& reference_losses() {
-  static const std::vector<double> losses = [] {
+const TrainResult& reference_run() {
+  static const TrainResult result = [] {
     TrainOptions options;
     options.steps = kSteps;
-    return train(scenario(parity_toml()), options).losses;
+    return train(scenario(parity_toml()), options);
   }();
-  return losses;
+  return result;
+}
+
+const std::vector<double>& reference_losses() {
+  return reference_run().losses;
 }
 
 struct Plan {
@@ -43,7 +47,8 @@ TEST_P(ExecParityTest, LossesEqualTheSingleRankRun) {
   TrainOptions options;
   options.steps = kSteps;
   options.comm_timeout_s = 120;
-  const std::vector<double> losses = train(scenario(parity_toml(), plan.sets), options).losses;
+  const TrainResult result = train(scenario(parity_toml(), plan.sets), options);
+  const std::vector<double>& losses = result.losses;
   const std::vector<double>& expected = reference_losses();
   ASSERT_EQ(losses.size(), expected.size());
   double worst = 0;
@@ -51,6 +56,15 @@ TEST_P(ExecParityTest, LossesEqualTheSingleRankRun) {
     const double relative = std::abs(losses[i] - expected[i]) / std::abs(expected[i]);
     worst = std::max(worst, relative);
     EXPECT_LE(relative, kRelativeTolerance) << plan.name << " step " << i << ": " << losses[i] << " vs " << expected[i];
+  }
+  // The gradient norm before clipping too: with clipping at every step (norms above grad_clip 1.0), a gradient off by
+  // a global factor trains to the same losses (ExecGradientParity compares each parameter's gradient).
+  const std::vector<double>& norms = reference_run().grad_norms;
+  ASSERT_EQ(result.grad_norms.size(), norms.size());
+  for (std::size_t i = 0; i < norms.size(); ++i) {
+    EXPECT_GT(norms[i], 1.0) << "step " << i << ": clipping is not active, the comment above is stale";
+    // 1e-4: the fifth step's norm (32, a steep spot) is the most sensitive to the order of fp32 sums (TP plans: 1.2e-5)
+    EXPECT_NEAR(result.grad_norms[i], norms[i], 1e-4 * norms[i]) << plan.name << " step " << i;
   }
   std::printf("[ parity ] %-34s losses %.7f %.7f %.7f %.7f %.7f   max relative difference %.1e\n", plan.name, losses[0],
               losses[1], losses[2], losses[3], losses[4], worst);

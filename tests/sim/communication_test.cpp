@@ -36,8 +36,8 @@ TEST(RingAllReduce, AcrossNodesMatchesTheClosedForm) {
         hand_program(make_scenario(plan), {{collective(model::CollectiveKind::AllReduce, model::Group::Data, S)}});
     const double expected = 2.0 * (n - 1) / n * S / kNode.nic_effective_bytes_per_s + kNccl.ring_simple_base_s +
                             2 * (n - 1) * kNccl.ring_simple_net_step_s;
-    EXPECT_NEAR(run(program, Fidelity::Rank), expected, 0.01 * expected) << "n = " << n;
-    EXPECT_NEAR(run(program, Fidelity::Group), expected, 0.01 * expected) << "n = " << n;
+    EXPECT_NEAR(run(program, Fidelity::Rank), expected, 1e-9 * expected) << "n = " << n;
+    EXPECT_NEAR(run(program, Fidelity::Group), expected, 1e-9 * expected) << "n = " << n;
   }
 }
 
@@ -57,8 +57,8 @@ TEST(RingAllReduce, AcrossNodesOnSharedNicsGetsItsShare) {
   const auto program = hand_program(scenario, {{collective(model::CollectiveKind::AllReduce, model::Group::Data, S)}});
   const double expected =
       2.0 * (n - 1) / n * S / 6e9 + kNccl.ring_simple_base_s + 2 * (n - 1) * kNccl.ring_simple_net_step_s;
-  EXPECT_NEAR(run(program, Fidelity::Rank), expected, 0.01 * expected);
-  EXPECT_NEAR(run(program, Fidelity::Group), expected, 0.01 * expected);
+  EXPECT_NEAR(run(program, Fidelity::Rank), expected, 1e-9 * expected);
+  EXPECT_NEAR(run(program, Fidelity::Group), expected, 1e-9 * expected);
 }
 
 TEST(RingAllReduce, InsideANodeOnNvlink) {
@@ -69,8 +69,8 @@ TEST(RingAllReduce, InsideANodeOnNvlink) {
       hand_program(make_scenario(plan), {{collective(model::CollectiveKind::AllReduce, model::Group::Tensor, S)}});
   const double expected = 2.0 * 7 / 8 * S / kNode.nvlink_effective_bytes_per_s + kNccl.ring_simple_base_s +
                           14 * kNccl.ring_simple_nvlink_step_s;
-  EXPECT_NEAR(run(program, Fidelity::Rank), expected, 0.01 * expected);   // flows on the NVLinks
-  EXPECT_NEAR(run(program, Fidelity::Group), expected, 0.01 * expected);  // analytical
+  EXPECT_NEAR(run(program, Fidelity::Rank), expected, 1e-9 * expected);   // flows on the NVLinks
+  EXPECT_NEAR(run(program, Fidelity::Group), expected, 1e-9 * expected);  // analytical
 }
 
 TEST(RingAllReduce, HierarchicalWhenMembersShareNodes) {
@@ -87,7 +87,7 @@ TEST(RingAllReduce, HierarchicalWhenMembersShareNodes) {
   const double nvlink = kNode.nvlink_effective_bytes_per_s, nic = kNode.nic_effective_bytes_per_s;
   const double expected = 2 * (0.75 * S / nvlink + 3 * kNccl.ring_simple_nvlink_step_s) +
                           (S / 4 / nic + 2 * kNccl.ring_simple_net_step_s) + kNccl.ring_simple_base_s;
-  EXPECT_NEAR(run(program, Fidelity::Rank), expected, 0.01 * expected);
+  EXPECT_NEAR(run(program, Fidelity::Rank), expected, 1e-9 * expected);
 }
 
 TEST(PointToPoint, OneMessageBetweenNodes) {

@@ -44,7 +44,9 @@ TEST(Fidelity, RankAndGroupAgreeOnSixteenNodes) {
   EXPECT_EQ(group.stats.actors, 16);
   const double t_rank = rank.timeline.iteration_time_s, t_group = group.timeline.iteration_time_s;
   EXPECT_GT(t_rank, 0);
-  EXPECT_NEAR(t_group, t_rank, 0.03 * t_rank);
+  // 0.1 % (docs/simulator.md: every published run agrees within 0.012 %); measured here 0.003 %: a 0.5 % error of
+  // group fidelity's analytical TP collectives is seen (RingAllReduce.InsideANodeOnNvlink)
+  EXPECT_NEAR(t_group, t_rank, 0.001 * t_rank);
 }
 
 TEST(Fidelity, TwoRunsGiveIdenticalJson) {

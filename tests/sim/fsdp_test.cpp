@@ -148,7 +148,7 @@ TEST(FullShardReplay, RankAndGroupFidelityAgreeAcrossNodes) {
   plan.global_batch = 128;
   const model::Scenario s = mpt(plan);
   const double rank = run(s, Fidelity::Rank).iteration_time_s, group = run(s, Fidelity::Group).iteration_time_s;
-  EXPECT_NEAR(group, rank, 0.02 * rank);
+  EXPECT_NEAR(group, rank, 0.001 * rank);  // 0.1 %, as Fidelity.RankAndGroupAgreeOnSixteenNodes (here: the same time)
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 // The analytical cost model and the collective planner, without SimGrid.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <set>
+#include <utility>
 
 #include "sim/collectives.hpp"
 #include "sim/cost_model.hpp"
@@ -214,6 +217,28 @@ TEST(Collectives, TreeFlows) {
   EXPECT_EQ(plan.algorithm, CollectiveAlgorithm::Tree);
   ASSERT_EQ(plan.phases.size(), 1u);
   EXPECT_EQ(plan.phases[0].flows.size(), 16u);  // two trees of 4 edges, both directions
+  // What each flow carries: half the message per tree, inflated by the share of the links' bus bandwidth NCCL's tree
+  // reaches (one member per node, one channel: min(NIC x tree fraction, the per-channel cap), over the NIC).
+  ASSERT_EQ(plan.protocol, Protocol::Simple);
+  const NcclTuning nccl;
+  const double nic = kNode.nic_effective_bytes_per_s;
+  const double tree_bus =
+      std::min(nic * nccl.tree_bandwidth_fraction, nccl.tree_max_more_nodes_per_channel_bytes_per_s);
+  const double per_flow = 1e9 / 2 * nic / tree_bus;
+  double total = 0;
+  std::multiset<std::pair<int, int>> edges;
+  for (const Flow& flow : plan.phases[0].flows) {
+    EXPECT_DOUBLE_EQ(flow.bytes, per_flow) << flow.from << " -> " << flow.to;
+    total += flow.bytes;
+    edges.insert({flow.from, flow.to});
+  }
+  EXPECT_DOUBLE_EQ(total, 16 * per_flow);
+  // the binary tree 0 <- 1, 2; 1 <- 3, 4 and its mirror 4 <- 3, 2; 3 <- 1, 0, each edge up and down
+  const std::multiset<std::pair<int, int>> expected = {{1, 0}, {0, 1}, {2, 0}, {0, 2}, {3, 1}, {1, 3}, {4, 1}, {1, 4},
+                                                       {3, 4}, {4, 3}, {2, 4}, {4, 2}, {1, 3}, {3, 1}, {0, 3}, {3, 0}};
+  EXPECT_EQ(edges, expected);
+  // and NCCL's estimate of the same bytes at the tree's algorithm bandwidth (half its bus bandwidth)
+  EXPECT_NEAR(plan.estimate_s - plan.phases[0].latency_s, 1e9 / (0.5 * tree_bus), 1e-12);
 }
 
 TEST(Collectives, OneMemberOrIdealIsFree) {

@@ -1,0 +1,41 @@
+# Configures BUILD_DIR as a sanitizer build of SOURCE_DIR (SANITIZE: thread, or address,undefined), builds
+# twin_sanitizer_tests there and runs the part of it this sanitizer is for. Any report fails the test (halt_on_error).
+#   cmake -DSOURCE_DIR=... -DBUILD_DIR=... -DSANITIZE=thread [-DLAUNCHER=ccache] -P run.cmake
+foreach(variable SOURCE_DIR BUILD_DIR SANITIZE)
+  if(NOT DEFINED ${variable})
+    message(FATAL_ERROR "run.cmake needs -D${variable}=...")
+  endif()
+endforeach()
+
+function(run_step what)
+  string(TIMESTAMP start "%s")
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE status)
+  string(TIMESTAMP end "%s")
+  math(EXPR seconds "${end} - ${start}")
+  message(STATUS "sanitizers (${SANITIZE}): ${what} in ${seconds} s")
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "sanitizers (${SANITIZE}): ${what} failed (${status})")
+  endif()
+endfunction()
+
+# -O1 -g1: the line numbers a report needs, at a fraction of -O2 -g's build time (what CI's minutes allow). No CUDA
+# (the sanitizers check host code; nvcc would only add build time), no benchmarks.
+run_step("configure" ${CMAKE_COMMAND} -G Ninja -S ${SOURCE_DIR} -B ${BUILD_DIR} -DCMAKE_BUILD_TYPE=RelWithDebInfo
+         "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DTWIN_SANITIZE=${SANITIZE} -DTWIN_WERROR=ON
+         -DTWIN_BUILD_BENCH=OFF -DCMAKE_CUDA_COMPILER=NOTFOUND -DCMAKE_CUDA_COMPILER_LAUNCHER=
+         "-DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER}")
+run_step("build" ${CMAKE_COMMAND} --build ${BUILD_DIR} --target twin_sanitizer_tests -j 2)
+
+# The binary holds the files tests/sanitizers/CMakeLists.txt lists for this sanitizer, run whole, but for the parity
+# plans: three that use every kind of group (TP, PP, DP; sequence parallel, ZeRO-1, recompute; ZeRO-3's gathers).
+set(filter "*")
+if(SANITIZE STREQUAL "thread")
+  set(plan "Plans/ExecParityTest.LossesEqualTheSingleRankRun")
+  set(filter "ExecThreadsCommunicator.*:ExecThreadPool.*:ExecWatchdog.*:ExecFailure.*:ExecGuards*")
+  string(APPEND filter ":${plan}/tp2_pp2_dp2:${plan}/composer_dp2_zero3:${plan}/everything_at_once")
+endif()
+set(ENV{TWIN_SOURCE_DIR} ${SOURCE_DIR})
+set(ENV{TSAN_OPTIONS} "halt_on_error=1:second_deadlock_stack=1")
+set(ENV{ASAN_OPTIONS} "halt_on_error=1:detect_leaks=1")
+set(ENV{UBSAN_OPTIONS} "halt_on_error=1:print_stacktrace=1")
+run_step("tests" ${BUILD_DIR}/tests/sanitizers/twin_sanitizer_tests --gtest_filter=${filter} --gtest_brief=1)
