@@ -1,7 +1,9 @@
 // Speed of the fp32 CPU kernels: the GEMM (cblas_sgemm when built with BLAS, and the portable fallback) at square
 // sizes, then every kernel at a mid-size GPT shape (B=4, T=256, C=512, 8 heads of 64, a TP-8 vocabulary shard of
-// 50304 / 8 columns). Counters: FLOP/s for GEMMs and attention, bytes/s (compulsory traffic) for the rest.
+// 50304 / 8 columns). Counters: FLOP/s for GEMMs and attention, bytes/s (compulsory traffic) for the rest, and each
+// GEMM's m, n, k. `twin calibrate` fits a CPU host profile on its JSON output:
 //   ./twin_kernels_cpu_bench --benchmark_filter=Gemm
+//   ./twin_kernels_cpu_bench --benchmark_format=json > kernels.json && twin calibrate kernels.json --out host.toml
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
@@ -31,6 +33,14 @@ void set_flops(benchmark::State& state, double flops_per_iteration) {
   state.counters["FLOP/s"] = benchmark::Counter(flops_per_iteration, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// A GEMM's shape, out (m, n) = inp (m, k) @ weight (n, k)^T, as counters: `twin calibrate` reads them from the JSON
+// (--benchmark_format=json) to measure the host's GEMM rate shape by shape.
+void set_shape(benchmark::State& state, int m, int n, int k) {
+  state.counters["m"] = m;
+  state.counters["n"] = n;
+  state.counters["k"] = k;
+}
+
 void set_bytes(benchmark::State& state, double bytes_per_iteration) {
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes_per_iteration) * state.iterations());
 }
@@ -50,6 +60,8 @@ void BM_Gemm(benchmark::State& state) {  // args: n, BLAS threads
     benchmark::ClobberMemory();
   }
   set_flops(state, 2.0 * n * n * n);
+  set_shape(state, n, n, n);
+  state.counters["blas_threads"] = static_cast<double>(state.range(1));
   state.SetLabel(cpu::have_blas() ? "cblas_sgemm" : "portable");
   cpu::set_blas_threads(threads_before);
 }
@@ -82,6 +94,7 @@ void BM_MatmulForward(benchmark::State& state) {  // arg: out_features (3C: QKV,
     benchmark::ClobberMemory();
   }
   set_flops(state, 2.0 * kRows * kChannels * out_features);
+  set_shape(state, kRows, out_features, kChannels);
 }
 BENCHMARK(BM_MatmulForward)->Arg(3 * kChannels)->Arg(4 * kChannels)->Unit(benchmark::kMillisecond);
 

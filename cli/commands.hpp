@@ -28,6 +28,8 @@ struct ScenarioOptions {
   bool group_query_attention = false;      // --group-query-attention
   double attention_dropout = -1;           // --attention-dropout, --hidden-dropout (< 0: not given)
   double hidden_dropout = -1;
+  long long shared_expert_width = 0;  // --moe-shared-expert-intermediate-size (0: not given)
+  std::string moe_layer_freq;         // --moe-layer-freq (empty: not given)
 };
 void add_scenario_options(CLI::App& command, ScenarioOptions& options);
 model::Scenario load_scenario(const ScenarioOptions& options);
@@ -74,6 +76,7 @@ void register_graph_command(CLI::App& app);
 void register_sim_command(CLI::App& app);  // cli/sim_command.cpp, built when SimGrid is present
 void register_run_command(CLI::App& app);  // cli/run_command.cpp
 void register_compare_command(CLI::App& app);
+void register_calibrate_command(CLI::App& app);  // cli/calibrate_command.cpp
 void register_search_command(CLI::App& app);  // cli/search_command.cpp, with the simulator
 void register_sweep_command(CLI::App& app);   // cli/sweep_command.cpp, with the simulator
 

@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "measured/compare_measured.hpp"
+#include "measured/measured_run.hpp"
 #include "report/compare.hpp"
 #include "report/compare_traces.hpp"
 
@@ -51,19 +53,34 @@ void register_compare_command(CLI::App& app) {
   auto measured = std::make_shared<std::string>();
   auto top = std::make_shared<std::size_t>(10);
   auto json_path = std::make_shared<std::string>();
+  auto allow_mismatch = std::make_shared<bool>(false);
+  auto iterations = std::make_shared<int>(0);
+  auto fastest = std::make_shared<bool>(false);
   CLI::App* command = app.add_subcommand(
       "compare",
-      "compare a prediction (twin sim --json) with a measurement (twin run --json, or an iteration time in "
-      "seconds): iteration time, TFLOP/s, bubble, time split, per stage; or two traces (--trace) op by op");
+      "compare a prediction (twin sim --json) with a measurement (twin run --json, PyTorch profiler traces, a "
+      "Megatron-LM / NeMo / torchtitan log, or an iteration time in seconds): iteration time, TFLOP/s, bubble, "
+      "time split, compute by kernel kind, per stage or rank; or two traces (--trace) op by op");
   command->add_option("predicted", *predicted_path, "summary JSON (or trace) of the prediction")->required();
   command
       ->add_option("measured", *measured,
-                   "summary JSON (or trace) of the measurement, or its iteration time in seconds")
+                   "summary JSON (or trace) of the measurement; a PyTorch profiler trace (.json, .json.gz) or a "
+                   "directory of them (one per rank); a Megatron-LM, NeMo or torchtitan log; or an iteration time in "
+                   "seconds")
       ->required();
+  command->add_flag("--allow-mismatch", *allow_mismatch,
+                    "compare even when the two sides differ in model, plan or hardware (each difference is printed "
+                    "first, as a warning)");
+  command->add_option("--iterations", *iterations,
+                      "with a profiler trace that has no ProfilerStep#N ranges: the iterations it holds")
+      ->check(CLI::Range(1, 1000000));
+  command->add_flag("--fastest-step", *fastest,
+                    "with profiler traces: each rank's iteration time is its fastest ProfilerStep (the one other work "
+                    "on a shared machine delayed least), not the mean");
   command->add_option("--top", *top, "with two traces: list the N ops whose times differ most (default 10)")
       ->check(CLI::Range(0, 100000));
   command->add_option("--json", *json_path, "also write the comparison as JSON to this file")->check(output_file());
-  command->callback([predicted_path, measured, top, json_path] {
+  command->callback([predicted_path, measured, top, json_path, allow_mismatch, iterations, fastest] {
     // The table on stdout; with --json the same as JSON, written atomically.
     auto report_it = [&json_path](const std::string& table, const nlohmann::json& json) {
       fmt::print("{}", table);
@@ -107,14 +124,25 @@ void register_compare_command(CLI::App& app) {
         report_it(report::comparison_table(c), report::comparison_to_json(c));
         return;
       }
+      if (measured::is_measured_input(*measured)) {
+        measured::MeasuredRun run = measured::read_measured(*measured, *iterations);
+        if (*fastest) measured::use_fastest_iteration(run);
+        const measured::MeasuredComparison comparison =
+            measured::compare_with_measured(predicted, run, *allow_mismatch, *top);
+        report_it(measured::measured_comparison_table(comparison), measured::measured_comparison_to_json(comparison));
+        return;
+      }
       const nlohmann::json measured_document = read_json(*measured);
       if (report::is_trace(measured_document)) {
         throw UserError(fmt::format("'{}' is a trace but '{}' is not: compare two traces, or two summaries (--json)",
                                     *measured, *predicted_path));
       }
-      const auto comparison = report::compare_summaries(report::find_summary(measured_document, *measured), predicted);
+      const auto comparison =
+          report::compare_summaries(report::find_summary(measured_document, *measured), predicted, *allow_mismatch);
       report_it(report::comparison_table(comparison), report::comparison_to_json(comparison));
     } catch (const report::CompareError& error) {
+      throw UserError(error.what());
+    } catch (const measured::MeasuredError& error) {
       throw UserError(error.what());
     }
   });

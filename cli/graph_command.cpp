@@ -6,8 +6,13 @@
 
 #include "cli/commands.hpp"
 #include "model/formulas.hpp"
+#include "model/moe_ops.hpp"
 #include "model/program.hpp"
 #include "model/program_json.hpp"
+#ifdef TWIN_HAVE_CHAKRA
+#include "measured/chakra.hpp"
+#include "measured/kineto.hpp"
+#endif
 
 namespace twin::cli {
 namespace {
@@ -16,6 +21,7 @@ struct GraphOptions {
   ScenarioOptions scenario;
   std::string granularity = "op";
   std::string json_path;
+  std::string chakra_directory;
 };
 
 std::string gib(double bytes) {
@@ -58,7 +64,16 @@ void print_summary(const model::Program& program) {
   fmt::print("model         {} layers, hidden {}, {} heads, ffn {}, seq {}, vocab {} (padded {}), {}{}\n",
              s.model.layers, s.model.hidden, s.model.heads, s.ffn_hidden(), s.model.seq_len, s.model.vocab,
              s.padded_vocab(), model::to_string(s.model.dtype), block);
-  fmt::print("parameters    {} ({:.0f})\n", human_count(params.total), params.total);
+  if (s.model.is_moe()) {
+    const auto moe = model::count_moe_parameters(s);
+    fmt::print("parameters    {} ({:.0f}), {} active per token\n", human_count(moe.total), moe.total,
+               human_count(moe.active));
+    fmt::print("experts       {} routed (top {}) of width {}, {} shared, the first {} layers dense; ep {} x etp {}\n",
+               s.model.experts, s.model.top_k, s.moe_ffn_hidden(), s.model.shared_experts, s.model.dense_layers, p.ep,
+               p.etp);
+  } else {
+    fmt::print("parameters    {} ({:.0f})\n", human_count(params.total), params.total);
+  }
   fmt::print("plan          tp {} x pp {} x dp {} = {} ranks on {} x {} ({} per node)\n", p.tp, p.pp, p.dp,
              p.world_size(), s.cluster.nodes, model::to_string(s.cluster.node), s.cluster.gpus_per_node);
   fmt::print("schedule      {}{}, {} micro-batches of {} per pipeline, recompute {}, sequence parallel {}, ZeRO-{}\n",
@@ -107,6 +122,9 @@ void register_graph_command(CLI::App& app) {
       ->check(CLI::IsMember({"op", "layer"}));
   command->add_option("--json", options->json_path, "write the Program (per stage: schedule and ops) as JSON")
       ->check(output_file());
+  command->add_option("--chakra", options->chakra_directory,
+                      "write the Program as Chakra execution traces (MLCommons; one file per rank, DIR/twin.RANK.et, "
+                      "and DIR/twin.comm_groups.json), for ASTRA-sim");
   command->callback([options] {
     const model::Scenario scenario = load_scenario(options->scenario);
     const auto granularity = options->granularity == "layer" ? model::Granularity::Layer : model::Granularity::Op;
@@ -115,6 +133,19 @@ void register_graph_command(CLI::App& app) {
     if (!options->json_path.empty()) {
       write_file_atomically(options->json_path, model::program_to_json(program).dump(1) + "\n");
       fmt::print("\nProgram written to {}\n", options->json_path);
+    }
+    if (!options->chakra_directory.empty()) {
+#ifdef TWIN_HAVE_CHAKRA
+      try {
+        const auto files = measured::write_chakra(program, options->chakra_directory);
+        fmt::print("\nChakra execution traces of {} ranks written to {}/twin.RANK.et (groups: twin.comm_groups.json)\n",
+                   files.size() - 1, options->chakra_directory);
+      } catch (const measured::MeasuredError& error) {
+        throw UserError(error.what());
+      }
+#else
+      throw UserError("--chakra: this twin was built without protobuf (apt install libprotobuf-dev protobuf-compiler)");
+#endif
     }
   });
 }

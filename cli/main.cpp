@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
   twin::cli::register_run_command(app);
 #endif
   twin::cli::register_compare_command(app);
+  twin::cli::register_calibrate_command(app);
   // CLI11 would answer "A subcommand is required" to a misspelt one: name it and the commands there are.
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;

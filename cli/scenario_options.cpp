@@ -55,6 +55,11 @@ constexpr Alias kAliases[] = {
      "alias of --set parallel.microbatch_group=N (the interleaved schedule's micro-batches per group)"},
     {"--recompute-num-layers", "parallel.recompute_num_layers",
      "alias of --set parallel.recompute_num_layers=N (Megatron's block method: full recompute of N layers per chunk)"},
+    {"--num-experts", "model.experts", "alias of --set model.experts=N (routed experts per MoE layer)"},
+    {"--moe-router-topk", "model.top_k", "alias of --set model.top_k=N"},
+    {"--moe-ffn-hidden-size", "model.moe_ffn_hidden", "alias of --set model.moe_ffn_hidden=N"},
+    {"--expert-model-parallel-size", "parallel.ep", "alias of --set parallel.ep=N"},
+    {"--expert-tensor-parallel-size", "parallel.etp", "alias of --set parallel.etp=N"},
 };
 
 // Megatron-LM's switches (megatron/training/arguments.py) that set one scenario key to one value.
@@ -104,6 +109,77 @@ const std::vector<ChoiceAlias>& choice_aliases() {
        {{"delayed", "delayed"}, {"tensorwise", "tensorwise"}, {"blockwise", "blockwise"}, {"mxfp8", "mxfp8"}}},
   };
   return aliases;
+}
+
+// Megatron-LM's --moe-layer-freq: an integer N (every N-th layer is MoE: twin models N = 1) or a list of 0 (dense)
+// and 1 (MoE) per layer, as Python ("([0]*3+[1]*58)") or spelled out ("[0,0,1,1]"); twin models "the first N dense".
+// Returns {dense layers, layers the list covers or -1 for the integer form}.
+std::pair<long long, long long> parse_moe_layer_freq(std::string text) {
+  std::erase_if(text, [](char c) { return std::isspace(static_cast<unsigned char>(c)) || c == '\'' || c == '"'; });
+  const auto refuse = [&text](const char* why) { return UserError(fmt::format("--moe-layer-freq {}: {}", text, why)); };
+  if (!text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return std::isdigit(c); })) {
+    if (text != "1") throw refuse("every N-th layer MoE is not modelled: give 1, or the list of a first N dense");
+    return {0, -1};
+  }
+  while (text.size() >= 2 && text.front() == '(' && text.back() == ')') text = text.substr(1, text.size() - 2);
+  std::vector<int> per_layer;
+  std::size_t at = 0;
+  while (at < text.size()) {  // terms joined by '+': [a,b,...] or [a]*N
+    const std::size_t close = text.find(']', at);
+    if (text[at] != '[' || close == std::string::npos) throw refuse("expected a list such as ([0]*3+[1]*58)");
+    std::vector<int> items;
+    for (std::size_t i = at + 1; i < close; ++i) {
+      if (text[i] == ',') continue;
+      if (text[i] != '0' && text[i] != '1') throw refuse("each layer is 0 (dense) or 1 (MoE)");
+      items.push_back(text[i] - '0');
+    }
+    long long repeat = 1;
+    at = close + 1;
+    if (at < text.size() && text[at] == '*') {
+      const std::size_t end = text.find('+', at);
+      const std::string count = text.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+      if (count.empty() || count.size() > 6 || !std::all_of(count.begin(), count.end(), ::isdigit)) {
+        throw refuse("a repeat count must be a number");
+      }
+      repeat = std::stoll(count);
+      at = end == std::string::npos ? text.size() : end;
+    }
+    for (long long r = 0; r < repeat; ++r) per_layer.insert(per_layer.end(), items.begin(), items.end());
+    if (at < text.size() && text[at] == '+') ++at;
+  }
+  const auto first_moe = std::find(per_layer.begin(), per_layer.end(), 1);
+  if (first_moe == per_layer.end()) throw refuse("no MoE layer: leave --num-experts out for a dense model");
+  if (std::find(first_moe, per_layer.end(), 0) != per_layer.end()) {
+    throw refuse("a dense layer after an MoE one is not modelled: twin models the first N layers dense");
+  }
+  return {first_moe - per_layer.begin(), static_cast<long long>(per_layer.size())};
+}
+
+void add_moe_derived(const ScenarioOptions& options, const model::Scenario& plan, long long moe_listed_layers,
+                     std::vector<model::Override>& overrides) {
+  if (moe_listed_layers >= 0 && moe_listed_layers != plan.model.layers) {
+    throw UserError(
+        fmt::format("--moe-layer-freq lists {} layers; model.layers is {}", moe_listed_layers, plan.model.layers));
+  }
+  if (options.shared_expert_width <= 0) return;
+  for (const model::Override& given : overrides) {
+    if (given.key == "model.shared_experts") {
+      throw UserError(
+          fmt::format("model.shared_experts is given twice, as {} and by "
+                      "--moe-shared-expert-intermediate-size {}",
+                      given.value, options.shared_expert_width));
+    }
+  }
+  // Megatron-Core's shared expert is one MLP of that width; twin counts experts of model.moe_ffn_hidden each, whose
+  // FLOPs and bytes are the same when the width is a whole number of them.
+  const std::int64_t width = plan.moe_ffn_hidden();
+  if (options.shared_expert_width % width != 0) {
+    throw UserError(
+        fmt::format("--moe-shared-expert-intermediate-size {}: not a multiple of the expert width "
+                    "model.moe_ffn_hidden = {}",
+                    options.shared_expert_width, width));
+  }
+  overrides.push_back({"model.shared_experts", std::to_string(options.shared_expert_width / width)});
 }
 
 }  // namespace
@@ -184,6 +260,27 @@ void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
   command
       .add_flag("--group-query-attention", options.group_query_attention,
                 "grouped-query attention: without --num-query-groups, one key/value head (Megatron's default of 1)")
+      ->group("Megatron-style aliases");
+  command
+      .add_option_function<double>(
+          "--moe-expert-capacity-factor",
+          [&options](const double& value) {
+            options.aliases.push_back({"model.capacity_factor", fmt::format("{}", value)});
+          },
+          "alias of --set model.capacity_factor=F")
+      ->type_name("F")
+      ->group("Megatron-style aliases");
+  command
+      .add_option("--moe-shared-expert-intermediate-size", options.shared_expert_width,
+                  "the shared experts' total width: model.shared_experts = N / the expert width (model.moe_ffn_hidden)")
+      ->type_name("N")
+      ->check(CLI::PositiveNumber)
+      ->group("Megatron-style aliases");
+  command
+      .add_option("--moe-layer-freq", options.moe_layer_freq,
+                  "1 (every layer MoE) or a per-layer list whose leading 0s are dense, e.g. ([0]*3+[1]*58): "
+                  "model.dense_layers")
+      ->type_name("FREQ")
       ->group("Megatron-style aliases");
   command
       .add_option_function<long long>(
@@ -279,10 +376,24 @@ std::vector<model::Override> scenario_overrides(const ScenarioOptions& options) 
                                           [](const model::Override& given) { return given.key == "model.kv_heads"; });
     if (!groups_given) overrides.push_back({"model.kv_heads", "1"});
   }
+  long long moe_listed_layers = -1;  // the layers --moe-layer-freq's list covers
+  if (!options.moe_layer_freq.empty()) {
+    const auto [dense, listed] = parse_moe_layer_freq(options.moe_layer_freq);
+    for (const model::Override& given : overrides) {
+      if (given.key == "model.dense_layers") {
+        throw UserError(fmt::format("model.dense_layers is given twice, as {} and by --moe-layer-freq", given.value));
+      }
+    }
+    overrides.push_back({"model.dense_layers", std::to_string(dense)});
+    moe_listed_layers = listed;
+  }
   bool swiglu_switch = false;
   for (const model::Override& alias : options.aliases)
     swiglu_switch |= alias.key == "model.activation" && alias.value == "swiglu";
-  if (options.layers_per_virtual_stage <= 0 && !swiglu_switch) return overrides;
+  if (options.layers_per_virtual_stage <= 0 && !swiglu_switch && options.shared_expert_width <= 0 &&
+      moe_listed_layers < 0) {
+    return overrides;
+  }
   const std::string path = resolve_scenario_path(options.scenario);
 
   // Keys Megatron derives from the others: read the scenario once with one chunk per stage (so that an interleaved
@@ -296,6 +407,7 @@ std::vector<model::Override> scenario_overrides(const ScenarioOptions& options) 
     // parameters in the same ballpark" (megatron/training/arguments.py).
     overrides.push_back({"model.ffn_hidden", std::to_string(4 * plan.model.hidden * 2 / 3 / 64 * 64)});
   }
+  add_moe_derived(options, plan, moe_listed_layers, overrides);
   if (options.layers_per_virtual_stage > 0) {
     // --num-layers-per-virtual-pipeline-stage: the chunks follow from the layers and the stages.
     for (const model::Override& given : overrides) {

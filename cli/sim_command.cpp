@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
+#include "cli/measured_hardware.hpp"
 #include "model/program.hpp"
 #include "report/summary.hpp"
 #include "report/svg.hpp"
@@ -27,6 +28,7 @@ struct SimCommandOptions {
   std::string fidelity = "auto";
   std::string granularity = "layer";
   std::string gpu;
+  std::string profile;  // --profile: a cpu-host's measured rates (twin calibrate)
   std::string placement = "tp-dp-pp";
   std::string algorithm = "auto";
   double oversubscription = 1.0;
@@ -84,16 +86,22 @@ std::string with_scale(double value) {
 
 // The measured GPU constants the cost model rests on, and whose they are: a large GEMM's rate, a streaming kernel's
 // bandwidth, and the share of it the attention core's batched GEMMs reach (cited: sim/cost_model.cpp).
-std::string gpu_constants_line(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu) {
+// Where a GPU constant came from: the cluster's measurement key, its profile (cluster.gpu_profile), or a citation.
+const char* constant_source(bool measured_here, bool from_profile, const char* key) {
+  return !measured_here ? "cited" : from_profile ? "cluster.gpu_profile" : key;
+}
+
+std::string gpu_constants_line(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu, bool from_profile) {
   const auto& shape = p.gemm_measured_shape;
   const bool any_cited = !p.gemm_measured_here || !p.hbm_measured_here || !p.attention_measured_here;
   return fmt::format(
       "GPU constants: GEMM {:.1f} TFLOP/s at {:g}x{:g}x{:g} ({}), HBM {:.0f} GB/s ({}), attention GEMMs at {:.2f} of "
       "it ({}){}",
       p.gemm_measured_flops_per_s / 1e12, shape[0], shape[1], shape[2],
-      p.gemm_measured_here ? "cluster.gemm_tflops" : "cited", gpu.hbm_bytes_per_s * p.hbm_efficiency / 1e9,
-      p.hbm_measured_here ? "cluster.hbm_gb_per_s" : "cited", p.attention_gemm_hbm_fraction,
-      p.attention_measured_here ? "cluster.attention_gemm_hbm_fraction" : "cited",
+      constant_source(p.gemm_measured_here, from_profile, "cluster.gemm_tflops"),
+      gpu.hbm_bytes_per_s * p.hbm_efficiency / 1e9,
+      constant_source(p.hbm_measured_here, from_profile, "cluster.hbm_gb_per_s"), p.attention_gemm_hbm_fraction,
+      constant_source(p.attention_measured_here, from_profile, "cluster.attention_gemm_hbm_fraction"),
       any_cited ? "; your own: bench/gpu twin_gemm_peak" : "");
 }
 
@@ -123,14 +131,16 @@ std::string framework_line(const model::Scenario& s) {
       f.tp_comm_overlap, f.gradient_accumulation_fusion, f.pipeline_gather_copies, common);
 }
 
-nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu) {
+nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu,
+                                  bool from_profile) {
   return {{"gemm_tflops", p.gemm_measured_flops_per_s / 1e12},
           {"gemm_shape", p.gemm_measured_shape},
-          {"gemm_source", p.gemm_measured_here ? "cluster.gemm_tflops" : "cited"},
+          {"gemm_source", constant_source(p.gemm_measured_here, from_profile, "cluster.gemm_tflops")},
           {"hbm_gb_per_s", gpu.hbm_bytes_per_s * p.hbm_efficiency / 1e9},
-          {"hbm_source", p.hbm_measured_here ? "cluster.hbm_gb_per_s" : "cited"},
+          {"hbm_source", constant_source(p.hbm_measured_here, from_profile, "cluster.hbm_gb_per_s")},
           {"attention_gemm_hbm_fraction", p.attention_gemm_hbm_fraction},
-          {"attention_source", p.attention_measured_here ? "cluster.attention_gemm_hbm_fraction" : "cited"}};
+          {"attention_source",
+           constant_source(p.attention_measured_here, from_profile, "cluster.attention_gemm_hbm_fraction")}};
 }
 
 void run(const SimCommandOptions& o) {
@@ -140,17 +150,21 @@ void run(const SimCommandOptions& o) {
   const model::Program program = build_program_within_memory(scenario, granularity);
 
   sim::SimOptions options;
+  const MeasuredHardware measured_hardware = read_measured_hardware(scenario, o.profile, !o.gpu.empty());
+  const bool host_profile = measured_hardware.host.has_value();
   try {
     options.fidelity = sim::parse_fidelity(o.fidelity);
     options.algorithm = sim::parse_collective_algorithm(o.algorithm);
     if (!o.gpu.empty()) {
       options.node = topology::job_part_of_node(topology::node_spec_by_gpu_name(o.gpu), scenario.cluster.gpus_per_node);
+    } else if (host_profile || measured_hardware.gpu) {
+      const topology::NodeSpec cited = host_profile ? topology::NodeSpec{} : topology::node_spec(scenario.cluster);
+      options.node = measured_hardware.node(cited, program.layout.world_size());
     }
-    if (scenario.cluster.node == model::NodeKind::CpuHost) {
-      throw UserError("twin sim models GPU clusters; this scenario runs on CPU hosts (cluster.node = cpu-host)");
-    }
+    if (host_profile) options.fabric = topology::cpu_host_fabric(*measured_hardware.host);
     // The fabric of the node's generation: HDR for DGX A100, NDR for DGX H100/H200.
-    topology::FabricSpec fabric = o.gpu.empty()     ? topology::fabric_spec(scenario.cluster)
+    topology::FabricSpec fabric = host_profile       ? *options.fabric
+                                  : o.gpu.empty()     ? topology::fabric_spec(scenario.cluster)
                                   : o.gpu == "a100" ? topology::infiniband_hdr_fat_tree()
                                                     : topology::infiniband_ndr_fat_tree();
     fabric.oversubscription = o.oversubscription;
@@ -181,13 +195,13 @@ void run(const SimCommandOptions& o) {
   const topology::NodeSpec node = options.node ? *options.node : topology::node_spec(scenario.cluster);
   // The cluster's own GPU measurements describe the scenario's GPU: a --gpu what-if on another GPU uses its cited
   // values instead (and says so).
-  const bool same_gpu = node.gpu.name == topology::node_spec(scenario.cluster.node).gpu.name;
+  const bool same_gpu = host_profile || node.gpu.name == topology::node_spec(scenario.cluster.node).gpu.name;
   const bool measured = scenario.cluster.gemm_tflops > 0 || scenario.cluster.hbm_gb_per_s > 0 ||
                         scenario.cluster.attention_gemm_hbm_fraction > 0;
   sim::AnalyticalParameters parameters;
   try {
-    parameters =
-        same_gpu ? sim::analytical_parameters(node.gpu, scenario.cluster) : sim::analytical_parameters(node.gpu);
+    parameters = same_gpu ? measured_hardware.parameters(node.gpu, scenario.cluster)
+                          : sim::analytical_parameters(node.gpu);
   } catch (const std::invalid_argument& error) {
     throw UserError(fmt::format("{}: {}", scenario.source, error.what()));
   }
@@ -211,8 +225,9 @@ void run(const SimCommandOptions& o) {
 
   const std::string engine =
       fmt::format("sim, {} fidelity, {} cost model, {}", sim::to_string(result.fidelity), cost.name(), result.hardware);
-  const report::Summary summary = report::summarize(program, result.timeline, result.peak_flops_per_gpu, engine,
-                                                    result.gpu_memory_bytes, sim::layer_parts(cost, program.scenario));
+  report::Summary summary = report::summarize(program, result.timeline, result.peak_flops_per_gpu, engine,
+                                              result.gpu_memory_bytes, sim::layer_parts(cost, program.scenario));
+  if (!o.gpu.empty()) summary.hardware = node.gpu.name;  // a what-if on another GPU than the scenario's node
   fmt::print("{}", report::summary_table(summary));
   std::optional<TrainingEstimate> training;
   if (!o.train_tokens.empty()) {
@@ -224,7 +239,12 @@ void run(const SimCommandOptions& o) {
         with_scale(training->tokens), training->iterations, with_scale(training->tokens_per_iteration),
         training->time_s / 86400, scenario.cluster.total_gpus(), with_scale(training->gpu_hours));
   }
-  fmt::print("\n  {}\n", gpu_constants_line(parameters, node.gpu));
+  if (host_profile) {
+    fmt::print("\n  {}\n", measured_hardware.line());
+  } else {
+    fmt::print("\n  {}\n", gpu_constants_line(parameters, node.gpu, measured_hardware.gpu.has_value()));
+    if (measured_hardware.gpu) fmt::print("  {}\n", measured_hardware.line());
+  }
   fmt::print("  {}\n", framework_line(scenario));
   const bool own_network = scenario.cluster.nics_per_node > 0 || scenario.cluster.nic_gbps > 0;
   if (own_network && !o.gpu.empty()) {
@@ -292,7 +312,12 @@ void run(const SimCommandOptions& o) {
     json["fidelity"] = sim::to_string(result.fidelity);
     json["hardware"] = result.hardware;
     json["cost_model"] = cost.name();
-    json["gpu_constants"] = gpu_constants_json(parameters, node.gpu);
+    if (host_profile) {
+      json["host_profile"] = measured_hardware.json();
+    } else {
+      json["gpu_constants"] = gpu_constants_json(parameters, node.gpu, measured_hardware.gpu.has_value());
+      if (measured_hardware.gpu) json["gpu_profile"] = measured_hardware.json();
+    }
     json["granularity"] = model::to_string(program.granularity);
     if (training) {
       json["training"] = {
@@ -328,6 +353,10 @@ void register_sim_command(CLI::App& app) {
       ->check(CLI::IsMember({"op", "layer"}));
   command->add_option("--gpu", o->gpu, "replace the scenario's GPU: a100, h100 or h200 (in its DGX node)")
       ->check(CLI::IsMember({"a100", "h100", "h200"}));
+  command->add_option("--profile", o->profile,
+                      "a hardware profile twin calibrate wrote (a cpu-host's rates, or a GPU's), in place of the "
+                      "scenario's cluster.gpu_profile")
+      ->check(CLI::ExistingFile);
   command->add_option("--placement", o->placement,
                       "rank to GPU order, innermost axis first (Megatron: tp-dp-pp; what-if: tp-pp-dp, dp-tp-pp, ...)");
   command

@@ -71,6 +71,12 @@ class RankRun {
                                  comm.world_size(), program.layout.tp(), program.layout.pp(), program.layout.dp(),
                                  program.layout.world_size()));
     }
+    if (scenario_.model.is_moe()) {
+      throw RunError(
+          fmt::format("{}: model.experts = {}: the executor does not train Mixture-of-Experts layers yet "
+                      "(twin sim and twin graph model them)",
+                      scenario_.source, scenario_.model.experts));
+    }
     BackendOptions backend_options;
     backend_options.threads = threads;
     backend_options.shares_process = threads_launcher && program.layout.world_size() > 1;

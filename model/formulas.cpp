@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/moe_ops.hpp"
 #include "model/schedule.hpp"
 
 namespace twin::model {
@@ -56,10 +57,32 @@ double position_embedding_parameters(const Scenario& s) {
 
 double layer_parameters_per_gpu(const Scenario& s) { return layer_parameters_per_rank(s, s.parallel.tp); }
 
+namespace {
+
+// Transformer layers of `stage` (over its chunks) with a Mixture-of-Experts MLP.
+double moe_layers_on_stage(const Scenario& s, int stage) {
+  double layers = 0;
+  for (std::int64_t chunk = 0; chunk < s.parallel.virtual_stages; ++chunk) {
+    const std::int64_t virtual_stage = chunk * s.parallel.pp + stage;
+    const std::int64_t first = s.first_layer_of_virtual_stage(virtual_stage);
+    for (std::int64_t layer = first; layer < first + s.layers_in_virtual_stage(virtual_stage); ++layer) {
+      layers += s.is_moe_layer(layer) ? 1 : 0;
+    }
+  }
+  return layers;
+}
+
+}  // namespace
+
 double parameters_per_gpu(const Scenario& s, int stage) {
   const auto& p = s.parallel;
   const double h = d(s.model.hidden), V = d(s.padded_vocab()), t = d(p.tp);
   double params = d(s.layers_on_stage(stage)) * layer_parameters_per_rank(s, p.tp);
+  const double moe_layers = moe_layers_on_stage(s, stage);  // their MLPs replaced by router, experts, shared experts
+  if (moe_layers > 0) {
+    params += moe_layers * (moe_layer_dense_parameters_per_gpu(s) - layer_parameters_per_rank(s, p.tp) +
+                            expert_parameters_per_gpu(s));
+  }
   if (stage == 0) params += V * h / t + position_embedding_parameters(s);  // word embedding shard + positions
   if (stage == p.pp - 1) {
     params += norm_parameters(s);  // final layernorm
@@ -83,7 +106,17 @@ double flops_per_iteration(const Scenario& s, double recomputed) {
   const double h = d(s.model.hidden), f = d(s.ffn_hidden()), V = d(s.padded_vocab());
   const double q = d(s.model.qkv_width()), u = d(s.mlp_up_width());
   const double layer_forward_per_token = 2 * (h * q + h * h + h * u + f * h) + 4 * seq * h;
-  return (3 + recomputed) * B * seq * l * layer_forward_per_token + 6 * B * seq * h * V;
+  // A Mixture-of-Experts layer's MLP is what a token runs through: the router [h, E], its top_k routed experts and
+  // the shared ones (each an MLP of moe_ffn_hidden), in place of the dense MLP (the active parameters' FLOPs).
+  double moe_layers = 0, moe_mlp_per_token = 0;
+  if (s.model.is_moe()) {
+    const double width = d(s.moe_ffn_hidden()), up = (s.model.activation == Activation::Swiglu ? 2 : 1) * width;
+    const double experts_run = d(s.model.top_k + s.model.shared_experts);
+    moe_layers = d(s.model.layers - s.model.dense_layers);
+    moe_mlp_per_token = 2 * (h * d(s.model.experts) + experts_run * (h * up + width * h));
+  }
+  const double moe_change = moe_layers * (moe_mlp_per_token - 2 * (h * u + f * h));
+  return (3 + recomputed) * B * seq * (l * layer_forward_per_token + moe_change) + 6 * B * seq * h * V;
 }
 
 }  // namespace
@@ -180,7 +213,15 @@ MemoryEstimate estimate_memory(const Scenario& s) {
     m.parameters = parameters_per_gpu(s, stage);
     m.weights_bytes = m.parameters * per_param.weights;
     m.gradients_bytes = m.parameters * per_param.gradients;
-    m.optimizer_bytes = m.parameters * per_param.optimizer / (p.zero_stage >= 1 ? d(p.dp) : 1.0);
+    // Megatron-Core's distributed optimizer shards the dense state over the data-parallel group with context
+    // parallelism (dp x cp ranks hold the same shard), the routed experts' over the expert-data-parallel group
+    const double dense_shards = d(p.dp * p.cp);
+    m.optimizer_bytes = m.parameters * per_param.optimizer / (p.zero_stage >= 1 ? dense_shards : 1.0);
+    if (p.zero_stage >= 1 && s.model.is_moe()) {
+      const double experts = moe_layers_on_stage(s, stage) * expert_parameters_per_gpu(s);
+      const double edp = d(p.tp * p.cp * p.dp / (p.ep * p.etp));
+      m.optimizer_bytes += experts * per_param.optimizer * (1 / edp - 1 / dense_shards);
+    }
     if (p.zero_stage == 3) {
       // FSDP FULL_SHARD: weights and gradients sharded too; on top, the units gathered in the model dtype at once
       // (the root through the whole micro-batch, the running block and the two its rate limiter lets the CPU

@@ -2,6 +2,7 @@
 
 #include "model/compute_ops.hpp"
 #include "model/formulas.hpp"
+#include "model/moe_ops.hpp"
 #include "model/optimizer_traffic.hpp"
 #include "model/stage_builder.hpp"
 
@@ -88,15 +89,35 @@ void StageBuilder::synchronize_bucket(int layer, ComputeKind what, double parame
     Op op = gradient_op(kind, data_group_, Payload::Gradients, what, parameters * grad_reduce_bytes_, dp_stream);
     op.layer = layer;
     if (overlapped) op.deps.push_back(static_cast<int>(ops_.size()) - 1);
-    buckets_.push_back({layer, what, parameters, emit(std::move(op))});
+    buckets_.push_back({layer, what, parameters, emit(std::move(op)), data_group_});
   } else {
-    buckets_.push_back({layer, what, parameters, -1});
+    buckets_.push_back({layer, what, parameters, -1, data_group_});
   }
 }
 
 void StageBuilder::synchronize_layer_gradients(int layer) {
   // Sequence-parallel replicated parameters: 2 layernorms (weight, bias) and the 2 row-parallel biases.
-  synchronize_bucket(layer, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_), 6 * x_.h);
+  synchronize_bucket(layer, ComputeKind::TransformerLayer, layer_dense_parameters_per_gpu(s_, layer), 6 * x_.h);
+  if (s_.is_moe_layer(layer)) synchronize_expert_gradients(layer);
+}
+
+// A Mixture-of-Experts layer's routed experts: their gradients reduce over the ranks holding the same expert shards,
+// the expert-data-parallel group (Megatron-Core's expert_data_parallel_group, tp x cp x dp / (ep x etp) ranks), as
+// the dense ones over DP: all-reduce, or reduce-scatter under ZeRO-1 (its distributed optimizer shards them there).
+void StageBuilder::synchronize_expert_gradients(int layer) {
+  const double parameters = expert_parameters_per_gpu(s_);
+  const int edp = static_cast<int>(s_.parallel.tp * s_.parallel.cp * s_.parallel.dp / (s_.parallel.ep * s_.parallel.etp));
+  if (edp <= 1) {
+    buckets_.push_back({layer, ComputeKind::TransformerLayer, parameters, -1, Group::ExpertData});
+    return;
+  }
+  const bool overlapped = s_.parallel.dp_overlap;
+  const auto kind = s_.parallel.zero_stage >= 1 ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+  Op op = gradient_op(kind, Group::ExpertData, Payload::Gradients, ComputeKind::TransformerLayer,
+                      parameters * grad_reduce_bytes_, overlapped ? Stream::DataParallel : Stream::Compute);
+  op.layer = layer;
+  if (overlapped) op.deps.push_back(static_cast<int>(ops_.size()) - 1);
+  buckets_.push_back({layer, ComputeKind::TransformerLayer, parameters, emit(std::move(op)), Group::ExpertData});
 }
 
 void StageBuilder::finish_iteration() {
@@ -124,15 +145,22 @@ void StageBuilder::finish_iteration() {
   }
   emit(std::move(norm));
 
-  double local_parameters = 0;
-  for (const auto& bucket : buckets_) local_parameters += bucket.parameters;
+  double local_parameters = 0, expert_parameters = 0;
+  for (const auto& bucket : buckets_)
+    (bucket.group == Group::ExpertData ? expert_parameters : local_parameters) += bucket.parameters;
   const bool zero = s_.parallel.zero_stage >= 1 && dp_ > 1;
-  const int step_index = emit(optimizer_step_op(s_, local_parameters, dp_, zero));
+  Op step = optimizer_step_op(s_, local_parameters, dp_, zero);
+  if (expert_parameters > 0) {  // sharded over the expert-data-parallel ranks under ZeRO-1
+    const int edp = static_cast<int>(s_.parallel.tp * s_.parallel.cp * s_.parallel.dp / (s_.parallel.ep * s_.parallel.etp));
+    add_stream_bytes(step, optimizer_step_bytes(s_, expert_parameters, edp, s_.parallel.zero_stage >= 1 && edp > 1));
+  }
+  const int step_index = emit(std::move(step));
 
   if (zero && !gathers_under_forward_) {
     const Stream stream = s_.parallel.dp_overlap ? Stream::DataParallel : Stream::Compute;
     for (const auto& bucket : buckets_) {
-      Op op = gradient_op(CollectiveKind::AllGather, data_group_, Payload::Parameters, bucket.what,
+      if (bucket.group == Group::ExpertData && bucket.op < 0) continue;  // one expert-data-parallel rank: its own
+      Op op = gradient_op(CollectiveKind::AllGather, bucket.group, Payload::Parameters, bucket.what,
                           bucket.parameters * x_.e, stream);
       op.layer = bucket.layer;
       op.deps.push_back(step_index);

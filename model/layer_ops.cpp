@@ -6,6 +6,7 @@
 
 #include "model/compute_ops.hpp"
 #include "model/context_parallel_ops.hpp"
+#include "model/moe_ops.hpp"
 
 namespace twin::model {
 namespace {
@@ -19,7 +20,9 @@ namespace {
 // op adds x and both biases. GPT-NeoX adds each branch's bias with its dropout before the all-reduce and the residual
 // after it, one pass over [tokens, h] more than counted here. With one shared layer norm (model.shared_norm: GPT-J,
 // PaLM) there is no second norm, and its output is gathered once under sequence parallelism.
-std::vector<Op> layer_forward(const Shapes& x, Phase phase) {
+// `moe`: the scenario when this layer's MLP is a Mixture-of-Experts one (model/moe_ops.hpp), which takes the layer
+// norm's output where it is (a sequence shard under sequence parallelism) and gives its output back there.
+std::vector<Op> layer_forward(const Shapes& x, Phase phase, const Scenario* moe) {
   std::vector<Op> ops;
   const double attention_width = x.heads_local * x.head_dim;  // h / t
   ops.push_back(elementwise(ComputeKind::LayerNormAttention, phase, x.layer_norm_forward() * x.tokens_sp * x.h,
@@ -37,13 +40,17 @@ std::vector<Op> layer_forward(const Shapes& x, Phase phase) {
   if (!x.shared_norm) {
     ops.push_back(elementwise(ComputeKind::LayerNormMlp, phase, x.layer_norm_forward() * x.tokens_sp * x.h,
                               x.layer_norm_launches(phase)));
-    gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
+    if (moe == nullptr) gather_sequence(ops, x, Payload::LayerInput, ComputeKind::MlpUp, phase);
   }
-  ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
-  ops.push_back(activation(x, phase));
-  const double partial_sums = x.parallel ? x.e * x.tokens * x.h : 0;  // reads the attention branch's as C
-  ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t, partial_sums));
-  reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::MlpDown, phase);
+  if (moe != nullptr) {
+    for (Op& op : moe_mlp_ops(*moe, x, phase)) ops.push_back(std::move(op));
+  } else {
+    ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
+    ops.push_back(activation(x, phase));
+    const double partial_sums = x.parallel ? x.e * x.tokens * x.h : 0;  // reads the attention branch's as C
+    ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t, partial_sums));
+    reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::MlpDown, phase);
+  }
   const int branches = x.parallel ? 2 : 1;
   ops.push_back(elementwise(ComputeKind::MlpResidual, phase, x.residual_forward(branches) * x.tokens_sp * x.h,
                             x.residual_launches(phase, branches)));
@@ -57,21 +64,26 @@ std::vector<Op> layer_forward(const Shapes& x, Phase phase) {
 // all-reduce per branch (its two layer norms differ, so their gradients cannot be summed before them); with one
 // shared norm the QKV GEMM's input gradient accumulates onto the MLP-up GEMM's (one more read of the [tokens, h]
 // partials), so that one all-reduce serves both.
-std::vector<Op> layer_backward(const Shapes& x) {
+std::vector<Op> layer_backward(const Shapes& x, const Scenario* moe) {
   const Phase phase = Phase::Backward;
   std::vector<Op> ops;
   const double attention_width = x.heads_local * x.head_dim;
   const int branches = x.parallel ? 2 : 1;
   ops.push_back(elementwise(ComputeKind::MlpResidual, phase, x.residual_backward(branches) * x.tokens_sp * x.h,
                             x.residual_launches(phase, branches)));
-  gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::MlpDown, phase);
-  ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t));
-  ops.push_back(activation(x, phase));
-  // the MLP-up GEMM's input, for its weight gradient (the shared norm's output: QKV's too)
-  gather_sequence(ops, x, Payload::LayerInput, x.shared_norm ? ComputeKind::QkvProjection : ComputeKind::MlpUp, phase);
-  ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
+  if (moe != nullptr) {
+    for (Op& op : moe_mlp_ops(*moe, x, phase)) ops.push_back(std::move(op));
+  } else {
+    gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::MlpDown, phase);
+    ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens, x.h, x.f / x.t));
+    ops.push_back(activation(x, phase));
+    // the MLP-up GEMM's input, for its weight gradient (the shared norm's output: QKV's too)
+    gather_sequence(ops, x, Payload::LayerInput, x.shared_norm ? ComputeKind::QkvProjection : ComputeKind::MlpUp,
+                    phase);
+    ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens, x.up_local, x.h));
+  }
   if (!x.shared_norm) {
-    reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::MlpUp, phase);
+    if (moe == nullptr) reduce_across_tensor(ops, x, Payload::InputGrad, ComputeKind::MlpUp, phase);
     ops.push_back(elementwise(ComputeKind::LayerNormMlp, phase, x.layer_norm_backward() * x.tokens_sp * x.h,
                               x.layer_norm_launches(phase)));
   }
@@ -116,16 +128,17 @@ std::vector<Op> layer_ops(const Scenario& s, int layer, Phase phase) {
   const Shapes x(s);
   std::vector<Op> ops;
   const bool partitioned = s.framework.partition_activations && s.recompute_of_layer(layer) == Recompute::Full;
+  const Scenario* moe = s.is_moe_layer(layer) ? &s : nullptr;
   switch (phase) {
     case Phase::Forward:
-      ops = layer_forward(x, Phase::Forward);
+      ops = layer_forward(x, Phase::Forward, moe);
       if (partitioned) partition_checkpointed_input(x, Phase::Forward, ops);
       break;
     case Phase::Backward:
-      ops = layer_backward(x);
+      ops = layer_backward(x, moe);
       break;
     case Phase::Recompute:
-      if (s.recompute_of_layer(layer) == Recompute::Full) ops = layer_forward(x, Phase::Recompute);
+      if (s.recompute_of_layer(layer) == Recompute::Full) ops = layer_forward(x, Phase::Recompute, moe);
       if (s.recompute_of_layer(layer) == Recompute::Selective) {
         gather_context_keys_values(ops, x, Phase::Recompute);  // the recomputed attention gathers its K, V again
         ops.push_back(attention_core(x, Phase::Recompute));

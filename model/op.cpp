@@ -46,15 +46,32 @@ std::string_view to_string(Stream value) {
   return lookup(names, value);
 }
 std::string_view to_string(ComputeKind value) {
-  static const char* const names[] = {
-      "embedding",          "layernorm_attention", "qkv_projection",  "attention_core", "attention_projection",
-      "attention_residual", "layernorm_mlp",       "mlp_up",          "gelu",           "swiglu",
-      "mlp_down",           "mlp_residual",        "final_layernorm", "lm_head",        "cross_entropy",
-      "transformer_layer",  "optimizer_step"};
+  static const char* const names[] = {"embedding",
+                                      "layernorm_attention",
+                                      "qkv_projection",
+                                      "attention_core",
+                                      "attention_projection",
+                                      "attention_residual",
+                                      "layernorm_mlp",
+                                      "mlp_up",
+                                      "gelu",
+                                      "swiglu",
+                                      "mlp_down",
+                                      "mlp_residual",
+                                      "final_layernorm",
+                                      "lm_head",
+                                      "cross_entropy",
+                                      "router",
+                                      "expert_permute",
+                                      "expert_up",
+                                      "expert_down",
+                                      "expert_unpermute",
+                                      "transformer_layer",
+                                      "optimizer_step"};
   return lookup(names, value);
 }
 std::string_view to_string(CollectiveKind value) {
-  static const char* const names[] = {"all_reduce", "reduce_scatter", "all_gather"};
+  static const char* const names[] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all"};
   return lookup(names, value);
 }
 std::string_view to_string(Group value) {
@@ -71,8 +88,9 @@ std::string_view to_string(Payload value) {
   static const char* const names[] = {
       "layer_output",        "layer_input",       "input_grad",         "output_grad",
       "cross_entropy_stats", "layernorm_grads",   "embedding_grads",    "gradients",
-      "parameters",          "grad_norm_squared", "checkpointed_input", "fp8_amax",
-      "context_keys",        "context_values",    "context_key_grads",  "context_value_grads"};
+      "parameters",          "grad_norm_squared", "tokens",             "checkpointed_input",
+      "fp8_amax",            "context_keys",      "context_values",     "context_key_grads",
+      "context_value_grads"};
   static_assert(std::size(names) == kPayloadCount, "a name for every Payload");
   return lookup(names, value);
 }

@@ -39,12 +39,19 @@ enum class ComputeKind : std::uint8_t {
   FinalLayerNorm,
   LmHead,            // vocab-parallel GEMM   [tokens, h] x [h, V/t]
   CrossEntropy,      // vocab-parallel softmax cross-entropy
+  Router,            // Mixture-of-Experts: the router's GEMM [tokens, h] x [h, experts] (model/moe_ops.hpp)
+  ExpertPermute,     // the router's top-k softmax, and the tokens copied into expert-major rows
+  ExpertUp,          // the local experts' up-projections, one GEMM per expert (grouped)
+  ExpertDown,        // the local experts' down-projections, one GEMM per expert (grouped)
+  ExpertUnpermute,   // the expert rows weighted by their probabilities and summed back into token order
   TransformerLayer,  // `layer` granularity: all compute of one layer in one phase
   OptimizerStep,     // AdamW (with gradient clipping) on the rank's parameter shard (keep it last)
 };
 inline constexpr std::size_t kComputeKindCount = static_cast<std::size_t>(ComputeKind::OptimizerStep) + 1;
 
-enum class CollectiveKind : std::uint8_t { AllReduce, ReduceScatter, AllGather };
+// AllToAll: every member sends each other member its own share (Op::peer_bytes), as an MoE layer's token dispatch
+// and combine over the Expert group.
+enum class CollectiveKind : std::uint8_t { AllReduce, ReduceScatter, AllGather, AllToAll };
 
 // What a collective carries, so that the executor knows which buffer it reduces or gathers.
 enum class Payload : std::uint8_t {
@@ -59,6 +66,7 @@ enum class Payload : std::uint8_t {
   Gradients,          // DP gradient reduction of one bucket (AR, or RS under ZeRO-1)
   Parameters,         // ZeRO-1: updated parameter shards gathered across DP (AG)
   GradNormSquared,    // global gradient norm for clipping: one fp32 partial sum per rank (AR over World)
+  Tokens,             // Mixture-of-Experts: the expert rows exchanged all-to-all (dispatch, combine, their gradients)
   CheckpointedInput,  // DeepSpeed's partition_activations: a layer's kept input, 1/t per TP rank, gathered before its
                       // recompute (AG)
   Fp8Amax,            // FP8: the amaxes of the tensors cast to FP8, reduced to their maximum (AR): delayed scaling's
@@ -134,7 +142,10 @@ struct Op {
   double bytes = 0;
   GemmShape gemm;                                    // GEMM ops and the attention core
   std::shared_ptr<const KernelBreakdown> breakdown;  // compute ops of a Program: what they run
-  std::vector<std::int32_t> deps;                    // indices of earlier ops of the same list that must finish first
+  // AllToAll: bytes member i of the group sends member j at [i * members + j] (the diagonal stays on the rank);
+  // shared by every op of the same exchange. Op::bytes is then the member's whole input buffer.
+  std::shared_ptr<const std::vector<double>> peer_bytes;
+  std::vector<std::int32_t> deps;  // indices of earlier ops of the same list that must finish first
 };
 
 // Matching key of a Send/Recv pair: a Send on stage A to stage B matches the Recv on B from A with the same tag.

@@ -54,12 +54,8 @@ Program build_program(const Scenario& scenario, Granularity granularity) {
   Program program;
   program.scenario = scenario;
   program.granularity = granularity;
-  LayoutSizes sizes;
-  sizes.tp = static_cast<int>(p.tp);
-  sizes.pp = static_cast<int>(p.pp);
-  sizes.dp = static_cast<int>(p.dp);
-  sizes.cp = static_cast<int>(p.cp);
-  program.layout = RankLayout(sizes);
+  program.layout = RankLayout(LayoutSizes{static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp),
+                                          static_cast<int>(p.cp), static_cast<int>(p.ep), static_cast<int>(p.etp)});
   program.schedule = build_schedule(p);
   program.stage_ops.reserve(p.pp);
   program.exchange_issue = exchange_issue(scenario);

@@ -88,6 +88,21 @@ struct ModelSpec {
   // --rotary-percent); 1: all of them. With position_embedding = "rope" only.
   double rotary_fraction = 1.0;
 
+  // Mixture-of-Experts, as Megatron-Core's MoE layer runs it (megatron/core/transformer/moe/: a router GEMM, top-k of
+  // a softmax, tokens exchanged all-to-all over the expert-parallel group, each rank's experts as a grouped GEMM).
+  std::int64_t experts = 0;         // routed experts per MoE layer (--num-experts); 0: a dense model
+  std::int64_t top_k = 2;           // experts each token is routed to (--moe-router-topk, Megatron's default 2)
+  std::int64_t moe_ffn_hidden = 0;  // each expert's MLP width (--moe-ffn-hidden-size); 0: ffn_hidden, as Megatron
+  std::int64_t shared_experts = 0;  // always-on experts of width moe_ffn_hidden beside the routed ones
+  std::int64_t dense_layers = 0;    // the first N transformer layers keep a dense MLP (DeepSeek-V3: 3)
+  double capacity_factor = 0;       // tokens an expert takes, over its even share (--moe-expert-capacity-factor);
+                                    // 0: dropless (Megatron's default)
+  // How unevenly the router spreads tokens: 0 balanced; s > 0 gives expert i (0-based) a share proportional to
+  // 1 / (i + 1)^s (Zipf), experts in EP-rank order, so EP rank 0 holds the hottest and sets the pace.
+  double expert_load_skew = 0;
+
+  bool is_moe() const { return experts > 0; }
+
   std::int64_t head_dim() const { return hidden / heads; }
   // Dimensions of a head the rotary embedding rotates: int(head_dim * rotary_fraction), as both frameworks truncate.
   std::int64_t rotary_dim() const {
@@ -138,6 +153,11 @@ struct ParallelSpec {
   // activations (Megatron-LM's --recompute-method block --recompute-num-layers N: less recompute for more memory;
   // N at or above a chunk's layers recomputes them all, as Megatron does); 0: every layer.
   std::int64_t recompute_num_layers = 0;
+  // Mixture-of-Experts (Megatron-Core's --expert-model-parallel-size, --expert-tensor-parallel-size): the ranks that
+  // split a layer's routed experts, and those that split one expert's weights. Both grids of model/ranks.hpp number
+  // the same tp x cp x dp ranks of a stage, so ep x etp divides tp x cp x dp; edp = tp x cp x dp / (ep x etp).
+  std::int64_t ep = 1;
+  std::int64_t etp = 1;
 
   std::int64_t micro_batches() const { return global_batch / (dp * micro_batch); }  // m, per pipeline
   std::int64_t world_size() const { return tp * cp * pp * dp; }
@@ -160,6 +180,10 @@ struct ClusterSpec {
   // The host thread's time to issue one kernel (Python, the framework, PyTorch's dispatcher, the launch call), in
   // microseconds: the GPU cannot run ahead of it, which paces small kernels. 0: the host is never behind.
   double host_us_per_kernel = 0;
+  // A hardware profile measured on this cluster (`twin calibrate` writes one): a GPU's GEMM, HBM, attention and
+  // collective rates, or a cpu-host's rates, in place of the cited ones. A path (relative ones from the scenario
+  // file's folder); empty: none.
+  std::string gpu_profile;
   Fabric fabric = Fabric::NodeDefault;  // the network between nodes
   bool rail_optimized = false;          // NIC i of every node of a scalable unit under the same leaf (rail) switch
 
@@ -244,6 +268,10 @@ struct Scenario {
   std::int64_t ffn_hidden() const { return model.ffn_hidden > 0 ? model.ffn_hidden : 4 * model.hidden; }
   // Width of the MLP's up-projection output: ffn_hidden, twice that for SwiGLU's gate and up halves.
   std::int64_t mlp_up_width() const { return (model.activation == Activation::Swiglu ? 2 : 1) * ffn_hidden(); }
+  // One expert's MLP width: model.moe_ffn_hidden, else ffn_hidden() (Megatron-Core's default).
+  std::int64_t moe_ffn_hidden() const { return model.moe_ffn_hidden > 0 ? model.moe_ffn_hidden : ffn_hidden(); }
+  // Whether transformer layer `layer` (0-based) has a Mixture-of-Experts MLP: every layer past model.dense_layers.
+  bool is_moe_layer(std::int64_t layer) const { return model.is_moe() && layer >= model.dense_layers; }
   // ZeRO-3 with more than one DP rank: each rank holds only its shard of the parameters outside their gathers.
   bool shards_parameters() const { return parallel.zero_stage == 3 && parallel.dp > 1; }
   // Vocabulary padded as Megatron does: up to a multiple of vocab_pad_multiple * tp.

@@ -2,7 +2,9 @@
 // their values. parse_scenario reports them after the fields were read; build_program checks them again.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -26,6 +28,7 @@ class RuleCheck {
     batch_and_world();
     schedule();
     cluster_measurements();
+    measured_profile();
     sharding();
     attention();
     composer_limits();
@@ -33,6 +36,7 @@ class RuleCheck {
     deepspeed();
     param_gather_overlap();
     partitioned_activations();
+    mixture_of_experts();
     context_parallelism();
     fp8();
     training();
@@ -248,6 +252,25 @@ class RuleCheck {
   }
 
   // The cluster's own measurements and network, when given, are real rates.
+  // A profile is the cluster's measurements in one file: the same rates given as keys too would be two measurements
+  // of one thing, and which one twin used would be a guess.
+  void measured_profile() {
+    if (c.gpu_profile.empty()) return;
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(c.gpu_profile, error)) {
+      problems.push_back(fmt::format("{}: cluster.gpu_profile: no such file '{}' (twin calibrate writes one)", src,
+                                     c.gpu_profile));
+    }
+    for (const auto& [key, given] : {std::pair{"gemm_tflops", c.gemm_tflops > 0}, {"hbm_gb_per_s", c.hbm_gb_per_s > 0},
+                                     {"attention_gemm_hbm_fraction", c.attention_gemm_hbm_fraction > 0}}) {
+      if (given) {
+        problems.push_back(fmt::format("{}: cluster.{} and cluster.gpu_profile both measure the GPU: give one (the "
+                                       "profile's [gemm], [memory] and [attention] hold these rates)",
+                                       src, key));
+      }
+    }
+  }
+
   void cluster_measurements() {
     // 0 means "not measured"; anything else must be a real rate (the GPU's own ceiling is checked by the simulator,
     // which knows the GPU).
@@ -502,6 +525,11 @@ class RuleCheck {
                       "({})",
                       src, m.seq_len, p.tp));
     }
+  }
+
+  // Mixture-of-Experts (model/scenario_rules_moe.cpp).
+  void mixture_of_experts() {
+    check_mixture_of_experts(scenario, SizesKnown{layers_ok, hidden_ok, tp_ok, dp_ok}, problems);
   }
 
   // The optimizer's and the schedule's hyper-parameters.

@@ -13,4 +13,11 @@ namespace twin::model {
 // not be derived, the reader has said why already).
 std::vector<std::string> scenario_rule_violations(const Scenario& scenario, bool check_world_size);
 
+// Which sizes the general rules found valid, so that a later rule divides only by those.
+struct SizesKnown {
+  bool layers = false, hidden = false, tp = false, dp = false;
+};
+// Mixture-of-Experts' rules (model/scenario_rules_moe.cpp), appended to `problems`.
+void check_mixture_of_experts(const Scenario& scenario, SizesKnown known, std::vector<std::string>& problems);
+
 }  // namespace twin::model

@@ -2,6 +2,7 @@
 // reported with its line), `--set` overrides applied on the document first, defaults that depend on other fields
 // derived, then every rule checked (scenario_rules.cpp); and to_toml, the documented schema that reads back the same.
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -83,6 +84,30 @@ void check_sections(const toml::table& root, const std::string& source, std::vec
   }
 }
 
+// The Mixture-of-Experts keys of [model]; each one refused by name when model.experts leaves the model dense.
+void read_moe_keys(SectionReader& model, const std::string& source, ModelSpec& m, std::vector<std::string>& problems) {
+  model.integer("experts", m.experts);
+  model.integer("top_k", m.top_k);
+  model.integer("moe_ffn_hidden", m.moe_ffn_hidden);
+  if (model.has("moe_ffn_hidden") && m.moe_ffn_hidden == 0) {
+    problems.push_back(
+        fmt::format("{}: model.moe_ffn_hidden must be positive (leave it out for model.ffn_hidden), got 0", source));
+  }
+  model.integer("shared_experts", m.shared_experts);
+  model.integer("dense_layers", m.dense_layers);
+  model.number("capacity_factor", m.capacity_factor);
+  model.number("expert_load_skew", m.expert_load_skew);
+  if (m.experts != 0) return;
+  for (const char* key :
+       {"top_k", "moe_ffn_hidden", "shared_experts", "dense_layers", "capacity_factor", "expert_load_skew"}) {
+    if (model.has(key)) {
+      problems.push_back(fmt::format(
+          "{}: model.{} is a Mixture-of-Experts key: it needs model.experts > 0 (the model is dense without it)",
+          source, key));
+    }
+  }
+}
+
 void read_model(const toml::table& root, const std::string& source, ModelSpec& m, std::vector<std::string>& problems) {
   SectionReader model(section_table(root, "model", source, problems), "model", source, problems);
   if (!root.contains("model")) problems.push_back(fmt::format("{}: the [model] section is required", source));
@@ -111,6 +136,7 @@ void read_model(const toml::table& root, const std::string& source, ModelSpec& m
   model.boolean("parallel_residual", m.parallel_residual);
   model.boolean("shared_norm", m.shared_norm);
   model.number("rotary_fraction", m.rotary_fraction);
+  read_moe_keys(model, source, m, problems);
   model.choice("fp8", m.fp8, names::kFp8Formats);
   model.reject_unknown_keys();
 }
@@ -135,6 +161,13 @@ bool read_cluster(const toml::table& root, const std::string& source, ClusterSpe
   cluster.integer("nics_per_node", c.nics_per_node);
   cluster.number("nic_gbps", c.nic_gbps);
   cluster.number("host_us_per_kernel", c.host_us_per_kernel);
+  cluster.text("gpu_profile", c.gpu_profile);
+  // A profile named in the file sits beside it (from --set: as given, from where twin runs).
+  const toml::node* profile_node = cluster.has("gpu_profile") ? root["cluster"]["gpu_profile"].node() : nullptr;
+  if (profile_node && profile_node->source().begin.line > 0 && !c.gpu_profile.empty() &&
+      std::filesystem::path(c.gpu_profile).is_relative()) {
+    c.gpu_profile = (std::filesystem::path(source).parent_path() / c.gpu_profile).lexically_normal().string();
+  }
   cluster.choice("fabric", c.fabric, names::kFabrics);
   cluster.boolean("rail_optimized", c.rail_optimized);
   cluster.reject_unknown_keys();
@@ -171,6 +204,8 @@ ParallelGiven read_parallel(const toml::table& root, const std::string& source, 
   parallel.boolean("account_for_embedding", p.account_for_embedding);
   parallel.boolean("account_for_loss", p.account_for_loss);
   parallel.integer("recompute_num_layers", p.recompute_num_layers);
+  parallel.integer("ep", p.ep);
+  parallel.integer("etp", p.etp);
   parallel.reject_unknown_keys();
   return given;
 }
@@ -315,6 +350,15 @@ std::string to_toml(const Scenario& s) {
   line(fmt::format("parallel_residual = {}", s.model.parallel_residual));
   line(fmt::format("shared_norm = {}", s.model.shared_norm));
   line(fmt::format("rotary_fraction = {}", s.model.rotary_fraction));
+  if (s.model.is_moe()) {
+    line(fmt::format("experts = {}", s.model.experts));
+    line(fmt::format("top_k = {}", s.model.top_k));
+    line(fmt::format("moe_ffn_hidden = {}", s.moe_ffn_hidden()));
+    line(fmt::format("shared_experts = {}", s.model.shared_experts));
+    line(fmt::format("dense_layers = {}", s.model.dense_layers));
+    line(fmt::format("capacity_factor = {:.17g}", s.model.capacity_factor));
+    line(fmt::format("expert_load_skew = {:.17g}", s.model.expert_load_skew));
+  }
   if (s.model.fp8 != Fp8Format::None) line(fmt::format("fp8 = \"{}\"", to_string(s.model.fp8)));
   line("\n[parallel]");
   line(fmt::format("tp = {}", s.parallel.tp));
@@ -336,6 +380,10 @@ std::string to_toml(const Scenario& s) {
   if (s.parallel.recompute_num_layers > 0) {
     line(fmt::format("recompute_num_layers = {}", s.parallel.recompute_num_layers));
   }
+  if (s.model.is_moe() || s.parallel.ep != 1 || s.parallel.etp != 1) {
+    line(fmt::format("ep = {}", s.parallel.ep));
+    line(fmt::format("etp = {}", s.parallel.etp));
+  }
   line(fmt::format("dp_overlap = {}", s.parallel.dp_overlap));
   if (s.parallel.overlap_param_gather) line("overlap_param_gather = true");
   line(fmt::format("vocab_pad_multiple = {}", s.parallel.vocab_pad_multiple));
@@ -356,6 +404,10 @@ std::string to_toml(const Scenario& s) {
   if (s.cluster.nic_gbps > 0) line(fmt::format("nic_gbps = {:.17g}", s.cluster.nic_gbps));
   if (s.cluster.host_us_per_kernel > 0) {
     line(fmt::format("host_us_per_kernel = {:.17g}", s.cluster.host_us_per_kernel));
+  }
+  if (!s.cluster.gpu_profile.empty()) {
+    // Absolute, so that the written scenario names the same file wherever it is saved.
+    line(fmt::format("gpu_profile = \"{}\"", std::filesystem::absolute(s.cluster.gpu_profile).string()));
   }
   if (s.cluster.fabric != Fabric::NodeDefault) line(fmt::format("fabric = \"{}\"", to_string(s.cluster.fabric)));
   if (s.cluster.rail_optimized) line("rail_optimized = true");

@@ -5,6 +5,7 @@
 #include "model/compute_ops.hpp"
 #include "model/formulas.hpp"
 #include "model/layer_ops.hpp"
+#include "model/moe_ops.hpp"
 
 namespace twin::model {
 
@@ -148,7 +149,10 @@ std::vector<StageBuilder::GatherBucket> StageBuilder::gather_buckets(int chunk) 
   std::vector<GatherBucket> buckets;
   if (vs == 0) buckets.push_back({-1, ComputeKind::Embedding, end_bucket_parameters(ComputeKind::Embedding)});
   for (int layer = first_layer(chunk); layer < first_layer(chunk) + layers_in(chunk); ++layer) {
-    buckets.push_back({layer, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_)});
+    // an MoE layer's routed experts gathered with it (over the expert-data-parallel ranks in Megatron-Core)
+    buckets.push_back(
+        {layer, ComputeKind::TransformerLayer,
+         layer_dense_parameters_per_gpu(s_, layer) + (s_.is_moe_layer(layer) ? expert_parameters_per_gpu(s_) : 0)});
   }
   if (vs == virtual_stages_ - 1) {
     buckets.push_back({-1, ComputeKind::LmHead, end_bucket_parameters(ComputeKind::LmHead)});

@@ -66,6 +66,7 @@ class StageBuilder {
                  Stream stream) const;
   void synchronize_bucket(int layer, ComputeKind what, double parameters, double sequence_parallel_parameters);
   void synchronize_layer_gradients(int layer);
+  void synchronize_expert_gradients(int layer);
   void finish_iteration();
   void finish_sharded_iteration();
 
@@ -73,7 +74,8 @@ class StageBuilder {
     int layer;
     ComputeKind what;
     double parameters;
-    int op;  // index of its DP reduction, -1 without DP
+    int op;                     // index of its DP reduction, -1 without DP
+    Group group = Group::Data;  // what it reduces over: Data, or ExpertData for an MoE layer's routed experts
   };
 
   const Scenario& s_;

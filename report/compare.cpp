@@ -1,6 +1,7 @@
 #include "report/compare.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -99,16 +100,51 @@ const nlohmann::json& find_summary(const nlohmann::json& document, const std::st
   return *summary;
 }
 
-Comparison compare_summaries(const nlohmann::json& reference, const nlohmann::json& candidate) {
+std::string hardware_family(std::string_view name) {
+  std::string n(name);
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  auto has = [&n](const char* part) { return n.find(part) != std::string::npos; };
+  if (has("cpu")) return "cpu";
+  if (has("a100")) return has("40gb") || has("40 gb") ? "a100-40gb" : "a100-80gb";
+  if (has("h100")) return "h100";
+  if (has("h200")) return "h200";
+  return n;
+}
+
+std::vector<std::string> run_differences(const nlohmann::json& reference, const nlohmann::json& candidate) {
+  const nlohmann::json a = reference.value("scenario", nlohmann::json::object());
+  const nlohmann::json b = candidate.value("scenario", nlohmann::json::object());
+  std::vector<std::string> out;
+  auto differ = [&out](const std::string& field, const nlohmann::json& x, const nlohmann::json& y) {
+    out.push_back(fmt::format("{} is {} in the measurement and {} in the prediction", field,
+                              x.is_string() ? x.get<std::string>() : x.dump(),
+                              y.is_string() ? y.get<std::string>() : y.dump()));
+  };
+  // The plan's fields are compared as before: absent on one side reads as -1.
   for (const char* field : {"tp", "pp", "dp", "micro_batches"}) {
-    const auto& a = reference.value("scenario", nlohmann::json::object());
-    const auto& b = candidate.value("scenario", nlohmann::json::object());
-    if (a.value(field, -1) != b.value(field, -1)) {
-      throw CompareError(fmt::format("not the same plan: {} is {} in the measurement and {} in the prediction", field,
-                                     a.value(field, -1), b.value(field, -1)));
+    if (a.value(field, -1) != b.value(field, -1)) differ(field, a.value(field, -1), b.value(field, -1));
+  }
+  for (const char* field : {"name", "layers", "hidden", "heads", "seq_len", "micro_batch", "global_batch", "gpus"}) {
+    if (a.contains(field) && b.contains(field) && a.at(field) != b.at(field)) {
+      differ(std::string(field == std::string("name") ? "model" : field), a.at(field), b.at(field));
     }
   }
+  if (a.contains("hardware") && b.contains("hardware") && a.at("hardware").is_string() &&
+      b.at("hardware").is_string() &&
+      hardware_family(a.at("hardware").get<std::string>()) != hardware_family(b.at("hardware").get<std::string>())) {
+    differ("hardware", a.at("hardware"), b.at("hardware"));
+  }
+  return out;
+}
+
+Comparison compare_summaries(const nlohmann::json& reference, const nlohmann::json& candidate, bool allow_mismatch) {
   Comparison c;
+  c.mismatches = run_differences(reference, candidate);
+  if (!c.mismatches.empty() && !allow_mismatch) {
+    std::string all;
+    for (const std::string& m : c.mismatches) all += (all.empty() ? "" : "; ") + m;
+    throw CompareError(fmt::format("not the same run: {} (--allow-mismatch compares them anyway)", all));
+  }
   c.reference_engine = reference.value("engine", "?");
   c.candidate_engine = candidate.value("engine", "?");
   c.totals.push_back({"iteration time (s)", number(reference, "iteration_time_s", "measured"),
@@ -152,6 +188,10 @@ Comparison compare_summaries(const nlohmann::json& reference, const nlohmann::js
 std::string comparison_table(const Comparison& c) {
   std::string out;
   auto line = std::back_inserter(out);
+  for (const std::string& m : c.mismatches) {
+    fmt::format_to(line, "  WARNING: not the same run: {}; the errors below compare different things\n", m);
+  }
+  if (!c.mismatches.empty()) out += "\n";
   fmt::format_to(line, "  predicted: {}\n  measured:  {}\n\n", c.candidate_engine, c.reference_engine);
   fmt::format_to(line, "  {:<24} {:>14} {:>14} {:>9}\n", "", "predicted", "measured", "error");
   auto row = [&line](const ComparedValue& v) {
@@ -182,6 +222,7 @@ nlohmann::json comparison_to_json(const Comparison& c) {
     return out;
   };
   return {{"mode", "summary"},
+          {"mismatches", c.mismatches},
           {"predicted_engine", c.candidate_engine},
           {"measured_engine", c.reference_engine},
           {"totals", values(c.totals)},

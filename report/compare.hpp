@@ -43,14 +43,28 @@ struct ComparedValue {
 
 struct Comparison {
   std::string reference_engine, candidate_engine;
+  // What differs between the two runs (model, plan, hardware), compared anyway (--allow-mismatch): shown first.
+  std::vector<std::string> mismatches;
   std::vector<ComparedValue> totals;  // iteration time, TFLOP/s per GPU, bubble, time split
   std::vector<ComparedValue> kinds;   // compute seconds by kernel kind (mean of stages), kinds timed in both
   std::vector<ComparedValue> stages;  // busy seconds per stage present in both
 };
 
-// `reference` (measured) and `candidate` (predicted) are summary objects (find_summary). Their plans (tp, pp, dp,
-// micro-batches) must match; a difference throws CompareError naming the field and both values.
-Comparison compare_summaries(const nlohmann::json& reference, const nlohmann::json& candidate);
+// The hardware a name describes, in one spelling for comparing: "a100-80gb", "a100-40gb", "h100", "h200", "cpu"
+// (from "dgx-a100", "A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB", "cpu-host", "cpu", ...); otherwise the name in lower
+// case; "" for "".
+std::string hardware_family(std::string_view name);
+
+// What differs between the runs two summary objects describe: the model (name, layers, hidden, heads, sequence), the
+// plan (tp, pp, dp, micro-batches, micro-batch, global batch, GPUs) and the hardware, each as "FIELD is X in the
+// measurement and Y in the prediction". A field either side does not record is not compared.
+std::vector<std::string> run_differences(const nlohmann::json& reference, const nlohmann::json& candidate);
+
+// `reference` (measured) and `candidate` (predicted) are summary objects (find_summary). They must describe the same
+// run (run_differences): a difference throws CompareError naming every field that differs and both values, unless
+// `allow_mismatch`, when the differences are kept in Comparison::mismatches and the table opens with them.
+Comparison compare_summaries(const nlohmann::json& reference, const nlohmann::json& candidate,
+                             bool allow_mismatch = false);
 
 // A readable table of the comparison.
 std::string comparison_table(const Comparison& comparison);

@@ -121,6 +121,13 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
   summary.dp = program.layout.dp();
   summary.cp = program.layout.cp();
   summary.micro_batches = static_cast<int>(s.parallel.micro_batches());
+  summary.layers = s.model.layers;
+  summary.hidden = s.model.hidden;
+  summary.heads = s.model.heads;
+  summary.seq_len = s.model.seq_len;
+  summary.global_batch = s.parallel.global_batch;
+  summary.micro_batch = s.parallel.micro_batch;
+  summary.hardware = std::string(model::to_string(s.cluster.node));
   summary.iteration_time_s = timeline.iteration_time_s;
   summary.peak_flops_per_gpu = peak_flops_per_gpu;
   const double T = timeline.iteration_time_s;
@@ -222,6 +229,9 @@ const std::vector<KindGroup>& kind_groups() {
       {"GEMMs",
        {ComputeKind::QkvProjection, ComputeKind::AttentionProjection, ComputeKind::MlpUp, ComputeKind::MlpDown,
         ComputeKind::LmHead}},
+      {"experts and routing",
+       {ComputeKind::ExpertUp, ComputeKind::ExpertDown, ComputeKind::Router, ComputeKind::ExpertPermute,
+        ComputeKind::ExpertUnpermute}},
       {"attention core", {ComputeKind::AttentionCore}},
       {"layer norms, residuals, activations",
        {ComputeKind::LayerNormAttention, ComputeKind::AttentionResidual, ComputeKind::LayerNormMlp, ComputeKind::Gelu,
@@ -251,7 +261,10 @@ nlohmann::json summary_to_json(const Summary& summary) {
   const auto fraction = [T](double seconds) { return T > 0 ? seconds / T : 0.0; };
   nlohmann::json json;
   json["scenario"] = {{"name", summary.scenario}, {"gpus", summary.gpus}, {"tp", summary.tp},
-                      {"pp", summary.pp},         {"dp", summary.dp},     {"micro_batches", summary.micro_batches}};
+                      {"pp", summary.pp},         {"dp", summary.dp},     {"micro_batches", summary.micro_batches},
+                      {"layers", summary.layers}, {"hidden", summary.hidden}, {"heads", summary.heads},
+                      {"seq_len", summary.seq_len}, {"global_batch", summary.global_batch},
+                      {"micro_batch", summary.micro_batch}, {"hardware", summary.hardware}};
   if (summary.cp > 1) json["scenario"]["cp"] = summary.cp;
   json["engine"] = summary.engine;
   json["iteration_time_s"] = T;
@@ -340,7 +353,9 @@ std::string compute_by_kernel_line(const Summary& s) {
   for (const KindGroup& group : kind_groups()) {
     double seconds = 0;
     for (model::ComputeKind kind : group.kinds) seconds += s.compute_by_kind[static_cast<std::size_t>(kind)];
-    if (seconds <= 0 && group.kinds.front() == model::ComputeKind::TransformerLayer) continue;
+    const bool optional = group.kinds.front() == model::ComputeKind::TransformerLayer ||
+                          group.kinds.front() == model::ComputeKind::ExpertUp;  // printed when the model has them
+    if (seconds <= 0 && optional) continue;
     fmt::format_to(std::back_inserter(kinds), "{}{} {:.1f} %", kinds.empty() ? "" : ", ", group.label,
                    T > 0 ? 100 * seconds / T : 0.0);
   }

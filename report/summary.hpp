@@ -74,6 +74,10 @@ struct Summary {
   int tp = 1, pp = 1, dp = 1;
   int cp = 1;  // context parallel (parallel.cp): printed, and in the JSON, only when > 1
   int micro_batches = 0;
+  // What `twin compare` checks both sides share: the model's shape, the batch, and the hardware (the scenario's
+  // cluster.node, e.g. "dgx-a100" or "cpu-host", or the GPU a simulation ran on when it was another).
+  long long layers = 0, hidden = 0, heads = 0, seq_len = 0, global_batch = 0, micro_batch = 0;
+  std::string hardware;
   double iteration_time_s = 0;
   double bubble_fraction = 0;  // mean over stages
   double model_flops = 0;      // model::reported_flops_per_iteration

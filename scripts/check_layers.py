@@ -15,15 +15,17 @@ ALLOWED = {
     "model": set(),
     "report": {"model"},
     "topology": {"model"},
+    "measured": {"model", "report"},
     "kernels": set(),
     "sim": {"model", "topology", "report"},
     "exec": {"model", "report", "kernels"},
-    "cli": {"model", "report", "topology", "sim", "exec", "kernels"},
+    "cli": {"model", "report", "topology", "sim", "exec", "kernels", "measured"},
 }
 # system headers a layer must not reach (model/ knows nothing of SimGrid or CUDA)
 FORBIDDEN_SYSTEM = {
     "model": re.compile(r"^(simgrid/|cuda|cublas|nccl)"),
     "report": re.compile(r"^(simgrid/|cuda|cublas|nccl)"),
+    "measured": re.compile(r"^(simgrid/|cuda|cublas|nccl)"),
     "exec": re.compile(r"^simgrid/"),
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]')

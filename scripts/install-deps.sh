@@ -8,6 +8,7 @@ packages=(
   libsimgrid-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
   libopenblas-dev libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev libjemalloc-dev
+  zlib1g-dev libprotobuf-dev protobuf-compiler
   python3
 )
 

@@ -1,4 +1,5 @@
 #include "sim/collectives.hpp"
+#include "sim/all_to_all.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -222,6 +223,12 @@ FlowPhase inter_node_rings(model::CollectiveKind kind, double bytes, const Layou
 
 CollectivePlan plan_collective(model::CollectiveKind kind, double bytes, const std::vector<int>& member_nodes,
                                const CommunicationModel& model, CollectiveAlgorithm requested, double bandwidth_scale) {
+  if (kind == model::CollectiveKind::AllToAll) {  // its bytes spread evenly over the members
+    const auto n = member_nodes.size();
+    std::vector<std::vector<double>> even(n, std::vector<double>(n, n > 0 ? bytes / static_cast<double>(n) : 0));
+    for (std::size_t i = 0; i < n; ++i) even[i][i] = 0;
+    return plan_all_to_all(even, member_nodes, model, bandwidth_scale);
+  }
   CollectivePlan plan;
   const Layout g = layout_of(member_nodes);
   if (g.members <= 1 || model.ideal) {

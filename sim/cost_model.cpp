@@ -262,6 +262,16 @@ double AnalyticalCostModel::memory_time_s(double bytes) const {
   return bytes / (gpu_.hbm_bytes_per_s * parameters_.hbm_efficiency);
 }
 
+AnalyticalParameters host_parameters(const topology::HostProfile& profile) {
+  AnalyticalParameters p;
+  p.kernel_launch_s = profile.memory_overhead_s + profile.host_s_per_operator;
+  p.gemm_measured_flops_per_s = profile.gemm_flops_per_s;
+  p.gemm_measured_here = p.hbm_measured_here = true;
+  p.attention_flops_per_s = profile.attention_flops_per_s;
+  p.host = std::make_shared<const topology::HostProfile>(profile);
+  return p;
+}
+
 double AnalyticalCostModel::fp8_gemm_time_s(double m, double n, double k, double count, model::Fp8Recipe recipe) const {
   auto it = fp8_efficiency_.find(recipe);
   if (it == fp8_efficiency_.end()) {
@@ -276,6 +286,7 @@ double AnalyticalCostModel::fp8_gemm_time_s(double m, double n, double k, double
 
 double AnalyticalCostModel::gemm_time_s(double m, double n, double k, double count, model::DType dtype,
                                         double hbm_fraction) const {
+  if (parameters_.host) return parameters_.host->gemm_time_s(m, n, k, count);
   const double compute = quantized_time_s(m, n, k, count, gpu_.peak_flops(dtype), parameters_.gemm_efficiency,
                                           gpu_.sm_count, parameters_.tiles);
   const double operand_bytes = model::dtype_bytes(dtype) * (m * k + k * n + m * n) * count;
@@ -306,7 +317,7 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
         seconds += fp8_gemm_kernels_s(scenario, op) + kernel.launches * launch;
         break;
       case model::KernelKind::Stream:
-        seconds += memory_time_s(kernel.bytes) + kernel.launches * launch;
+        seconds += stream_time_s(op, kernel.bytes) + kernel.launches * launch;
         break;
       case model::KernelKind::AttentionGemms:
         seconds += attention_gemms_s(scenario, op);
@@ -339,6 +350,11 @@ double AnalyticalCostModel::gemm_kernels_s(const model::Scenario& scenario, cons
   return gemm_time_s(m, k, n, count, dtype) + gemm_time_s(k, n, m, count, dtype);
 }
 
+double AnalyticalCostModel::stream_time_s(const model::Op& op, double bytes) const {
+  if (parameters_.host) return parameters_.host->memory_time_s(std::string(model::to_string(op.what)), bytes);
+  return memory_time_s(bytes);
+}
+
 // The same in FP8: TE runs the weight-gradient GEMM in FP8 too (fp8_wgrad, Megatron-Core's default).
 double AnalyticalCostModel::fp8_gemm_kernels_s(const model::Scenario& scenario, const model::Op& op) const {
   const double m = static_cast<double>(op.gemm.m), n = static_cast<double>(op.gemm.n);
@@ -366,9 +382,13 @@ double AnalyticalCostModel::attention_gemms_s(const model::Scenario& scenario, c
 double AnalyticalCostModel::flash_attention_s(const model::Scenario& scenario, const model::Op& op) const {
   const double m = static_cast<double>(op.gemm.m), n = static_cast<double>(op.gemm.n);
   const double k = static_cast<double>(op.gemm.k), count = static_cast<double>(op.gemm.count);
+  const double backward = op.phase == model::Phase::Backward ? 2.5 : 1.0;
+  if (parameters_.attention_flops_per_s > 0) {  // measured on this kernel's FLOPs at the model's head dimension
+    return backward * count / 2 * 2 * m * n * k / parameters_.attention_flops_per_s;
+  }
   const FlashAttentionRate rate = flash_attention_rate(gpu_, scenario.framework.attention, m, k);
   const double forward_flops = count / 2 * 2 * m * n * rate.kernel_head_dim;
-  return (op.phase == model::Phase::Backward ? 2.5 : 1.0) * forward_flops / rate.flops_per_s;
+  return backward * forward_flops / rate.flops_per_s;
 }
 
 double AnalyticalCostModel::gemm_half_s(const model::Scenario& scenario, model::ComputeKind what,

@@ -28,6 +28,7 @@
 #include "model/program.hpp"
 #include "report/summary.hpp"
 #include "topology/hardware.hpp"
+#include "topology/host_profile.hpp"
 
 namespace twin::sim {
 
@@ -74,6 +75,9 @@ struct AnalyticalParameters {
   // Of the streaming rate (hbm_efficiency), what the attention core's batched GEMMs reach: each reads or writes an
   // s x s scores tensor per head with only a head's width on its other side (see cost_model.cpp).
   double attention_gemm_hbm_fraction = 1;
+  // A fused attention kernel's measured rate (a profile's: cluster.gpu_profile), in place of flash_attention_rate's
+  // cited one; 0: the cited one.
+  double attention_flops_per_s = 0;
   std::vector<GemmTile> tiles;
   // Where the two efficiencies come from, for reports: the GEMM measurement they were derived from, and whether it
   // (and the HBM bandwidth) is this cluster's own (cluster.gemm_tflops, cluster.hbm_gb_per_s) or a cited one.
@@ -82,7 +86,15 @@ struct AnalyticalParameters {
   bool gemm_measured_here = false;
   bool hbm_measured_here = false;
   bool attention_measured_here = false;  // cluster.attention_gemm_hbm_fraction
+  // A CPU host: its GEMMs at the rates its profile measured, shape by shape (topology/host_profile.hpp), in place of
+  // peak x efficiency with tile quantization; empty on a GPU.
+  std::shared_ptr<const topology::HostProfile> host;
 };
+
+// The parameters of a CPU host from its profile: GEMMs at its measured rates, streaming at its memory rate, each
+// kernel costing its per-operator overhead and the framework's time between operators (the host and the "device"
+// are one thread, so they add up).
+AnalyticalParameters host_parameters(const topology::HostProfile& profile);
 
 // FlashAttention's measured forward + backward rate under the causal mask on `gpu` (sim/cost_model.cpp cites the
 // measurement) for a sequence of `seq` and heads of `head_dim`, and the head dimension its kernel computes on.
@@ -129,6 +141,8 @@ class AnalyticalCostModel : public CostModel {
   // Seconds of a compute op that is not a fused layer; `kernels` gets the kernels it launches.
   double op_time_s(const model::Scenario& scenario, const model::Op& op, int& kernels) const;
   double gemm_kernels_s(const model::Scenario& scenario, const model::Op& op) const;
+  // A streaming kernel of `op` moving `bytes`: on a CPU host at the rate its profile measured for the op's kind.
+  double stream_time_s(const model::Op& op, double bytes) const;
   double fp8_gemm_kernels_s(const model::Scenario& scenario, const model::Op& op) const;
   double attention_gemms_s(const model::Scenario& scenario, const model::Op& op) const;
   double flash_attention_s(const model::Scenario& scenario, const model::Op& op) const;

@@ -1,5 +1,6 @@
 // The engine: builds the platform and one replayer per rank (or TP group), runs SimGrid, collects the Timeline.
 #include "sim/engine.hpp"
+#include "sim/all_to_all.hpp"
 
 #include <algorithm>
 #include <map>
@@ -164,7 +165,7 @@ CollectiveInstance* Engine::collective(const Replayer& member, std::int32_t op) 
     instance->key = key;
     std::vector<int> nodes;
     for (int m : members) nodes.push_back(node_of(m));
-    instance->plan = plan_collective(o.collective, o.bytes, nodes, communication_, options_.algorithm, bytes_scale());
+    instance->plan = plan_op_collective(o, nodes, communication_, options_.algorithm, bytes_scale());
     hide_under_gemm(instance->plan, plans_[member.stage()].lead[op], collective_sm_share());
     instance->member_op.assign(members.size(), -1);
     instance->arrival_s.assign(members.size(), 0.0);

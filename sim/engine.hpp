@@ -32,6 +32,9 @@ struct StagePlan {
   int stage = 0;
   const std::vector<model::Op>* ops = nullptr;
   std::vector<double> duration;               // compute ops and local collectives: seconds
+  // Mixture-of-Experts: seconds of each compute op's routed-expert GEMMs (the Program gives every rank the hottest EP
+  // rank's rows; a replayer holding fewer runs them in its share of that time). Empty without MoE.
+  std::vector<double> expert_s;
   std::vector<std::uint8_t> local;            // 1: timed without the network (compute, analytical collective)
   std::vector<std::uint8_t> rendezvous;       // 1: a Send/Recv replayed as a blocking two-member exchange
   std::vector<double> lead;                   // a TP collective hidden under a GEMM: seconds of it the GEMM hides
@@ -156,6 +159,7 @@ class Replayer {
   void* doorbell_payload_ = nullptr;
   bool doorbell_pending_ = false;
   double wake_at_s_;  // when the current wait times out (infinity: only a message wakes it)
+  double expert_scale_ = 1;  // Engine::expert_load_scale
 };
 
 class Engine {
@@ -173,6 +177,9 @@ class Engine {
   Replayer& replayer(int id) { return *replayers_[id]; }
   int peer_replayer(const Replayer& from, int stage) const;  // same dp (and tp) on `stage`
   double bytes_scale() const { return fidelity_ == Fidelity::Group ? program_.layout.tp() : 1.0; }
+  // A replayer's expert rows over the hottest EP rank's (model.expert_load_skew); 1 at group fidelity, whose member
+  // stands for ranks of several EP indices.
+  double expert_load_scale(int id) const;
   double p2p_latency_s(const Replayer& from, const Replayer& to) const;
   CollectiveInstance* collective(const Replayer& member, std::int32_t op);  // or a rendezvous Send/Recv pair
   void forget(CollectiveInstance* instance) { collectives_.erase(instance->key); }
@@ -194,6 +201,7 @@ class Engine {
     std::vector<int> nodes[model::kGroupCount];  // the nodes of the group's members
   };
   GroupTiming group_timing(int stage) const;
+  double expert_seconds(const model::Scenario& scenario, const model::Op& op) const;
   void time_ops(StagePlan& plan) const;
   void plan_recv(StagePlan& plan, std::int32_t op) const;
   void pace_host(StagePlan& plan) const;

@@ -36,7 +36,8 @@ Replayer::Replayer(Engine& engine, int id, int stage, sg4::Host* host, bool reco
       stage_(stage),
       plan_(engine.plan(stage)),
       host_(host),
-      wake_at_s_(std::numeric_limits<double>::infinity()) {
+      wake_at_s_(std::numeric_limits<double>::infinity()),
+      expert_scale_(engine.expert_load_scale(id)) {
   const std::size_t ops = plan_.ops->size();
   ready_.assign(ops, 0.0);
   pending_ = plan_.pending;
@@ -142,16 +143,18 @@ void Replayer::become_ready(std::int32_t op) {
     // [start, end]; it is recorded as busy for its duration at the end (active = end - duration), so that the time
     // the GPU waited for the host between its kernels counts as the host's.
     const double ready = ready_[op];
+    const double duration =
+        plan_.expert_s.empty() ? plan_.duration[op] : plan_.duration[op] - (1 - expert_scale_) * plan_.expert_s[op];
     if (!plan_.host_paced) {
-      finish(op, ready, ready, ready + plan_.duration[op]);
+      finish(op, ready, ready, ready + duration);
       return;
     }
     const double start = std::max(ready, plan_.issue_first_s[op]);
     const double host_end = plan_.issue_last_s[op] + plan_.last_kernel_s[op];
-    if (host_end > start + plan_.duration[op]) {
-      finish(op, ready, host_end - plan_.duration[op], host_end);
+    if (host_end > start + duration) {
+      finish(op, ready, host_end - duration, host_end);
     } else {
-      finish(op, ready, start, start + plan_.duration[op]);
+      finish(op, ready, start, start + duration);
     }
     return;
   }

@@ -7,7 +7,9 @@
 
 #include <fmt/format.h>
 
+#include "model/moe_ops.hpp"
 #include "model/tp_overlap.hpp"
+#include "sim/all_to_all.hpp"
 #include "sim/engine.hpp"
 
 namespace twin::sim::detail {
@@ -113,6 +115,29 @@ std::vector<std::vector<std::int32_t>> Engine::exchange_dependencies(StagePlan& 
 // How each group's collectives are timed on a stage (the same for every op of the stage): nothing to do (a group of
 // one), NCCL's time without flows (every member in one TP group: inside one node, on NVLinks nothing else uses), or
 // flows on the platform.
+// Seconds of an op's routed-expert GEMMs: the op's own, or a fused layer's expert parts.
+double Engine::expert_seconds(const model::Scenario& scenario, const model::Op& op) const {
+  const auto is_expert = [](model::ComputeKind what) {
+    return what == model::ComputeKind::ExpertUp || what == model::ComputeKind::ExpertDown;
+  };
+  if (is_expert(op.what)) return cost_.compute_time_s(scenario, op);
+  double seconds = 0;
+  if (op.breakdown) {
+    for (const model::Op& part : op.breakdown->parts) {
+      if (is_expert(part.what)) seconds += cost_.compute_time_s(scenario, part);
+    }
+  }
+  return seconds;
+}
+
+double Engine::expert_load_scale(int id) const {
+  const model::Scenario& scenario = program_.scenario;
+  if (!scenario.model.is_moe() || fidelity_ != Fidelity::Rank) return 1;
+  const std::vector<double> shares = model::ep_rank_row_shares(scenario);
+  const double hottest = *std::max_element(shares.begin(), shares.end());
+  return hottest > 0 ? shares[static_cast<std::size_t>(program_.layout.expert_coord_of(id).ep)] / hottest : 1;
+}
+
 Engine::GroupTiming Engine::group_timing(int stage) const {
   GroupTiming timing;
   const int rank0 = program_.layout.rank_of({0, stage, 0});
@@ -146,6 +171,7 @@ void Engine::time_ops(StagePlan& plan) const {
     if (created) it->second = cost_.gemm_half_s(scenario, op.what, under == model::HiddenUnder::WeightGradient);
     return it->second;
   };
+  if (scenario.model.is_moe()) plan.expert_s.assign(ops.size(), 0.0);
   int collectives_seen[model::kGroupCount] = {};
   for (std::int32_t i = 0; i < static_cast<std::int32_t>(ops.size()); ++i) {
     const model::Op& op = ops[i];
@@ -153,6 +179,7 @@ void Engine::time_ops(StagePlan& plan) const {
       case model::OpKind::Compute:
         plan.local[i] = 1;
         plan.duration[i] = cost_.compute_time_s(scenario, op);
+        if (scenario.model.is_moe()) plan.expert_s[i] = expert_seconds(scenario, op);
         break;
       case model::OpKind::Collective: {
         const auto group = static_cast<int>(op.group);
@@ -165,9 +192,7 @@ void Engine::time_ops(StagePlan& plan) const {
           const auto key = std::make_tuple(group, static_cast<int>(op.collective), op.bytes);
           auto [it, created] = estimates.try_emplace(key, 0.0);
           if (created) {
-            it->second =
-                plan_collective(op.collective, op.bytes, groups.nodes[group], communication_, options_.algorithm)
-                    .estimate_s;
+            it->second = plan_op_collective(op, groups.nodes[group], communication_, options_.algorithm).estimate_s;
           }
           // Only what the GEMM does not hide, and the SMs the collective took from it.
           plan.duration[i] = exposed_beside_gemm_s(it->second, plan.lead[i], collective_sm_share());

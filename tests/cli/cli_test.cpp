@@ -98,6 +98,36 @@ TEST(Cli, MegatronFlagsSetTheirScenarioKeys) {
   EXPECT_THAT(selective.output, HasSubstr("parallel.recompute_num_layers (4) needs parallel.recompute = \"full\""));
 }
 
+TEST(Cli, MegatronMoeFlagsSetTheirScenarioKeys) {
+  // Each flag shows its key in the rule it breaks (the scenario is the 24-layer GPT on 16 GPUs, tp 2).
+  const std::string scenario = small_cluster_scenario().string() + " --num-experts 8 --sequence-parallel";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--moe-router-topk 9", "model.top_k must be in [1, model.experts = 8], got 9"},
+      {"--expert-model-parallel-size 3", "model.experts (8) must be divisible by parallel.ep (3)"},
+      {"--moe-ffn-hidden-size 512 --expert-tensor-parallel-size 3",
+       "model.moe_ffn_hidden (512) must be divisible by parallel.etp (3)"},
+      {"--moe-expert-capacity-factor -1", "model.capacity_factor must be >= 0"},
+      {"--moe-ffn-hidden-size 512 --moe-shared-expert-intermediate-size 700",
+       "--moe-shared-expert-intermediate-size 700: not a multiple of the expert width model.moe_ffn_hidden = 512"},
+      {"--moe-layer-freq '([0]*3+[1]*20)'", "--moe-layer-freq lists 23 layers; model.layers is 24"},
+      {"--moe-layer-freq '[0,1,0]'", "a dense layer after an MoE one is not modelled"},
+      {"--moe-layer-freq 2", "every N-th layer MoE is not modelled"},
+      {"--moe-shared-expert-intermediate-size 1024 --set model.shared_experts=3",
+       "model.shared_experts is given twice"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    const Result r = twin("graph " + scenario + " " + flags);
+    EXPECT_EQ(r.status, 2) << flags << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr("twin: error:")) << flags;
+    EXPECT_THAT(r.output, HasSubstr(expected)) << flags << "\n" << r.output;
+  }
+  // Without --num-experts, an MoE flag is refused by its key's name.
+  const Result dense = twin("graph " + small_cluster_scenario().string() + " --moe-router-topk 2");
+  EXPECT_EQ(dense.status, 2);
+  EXPECT_THAT(dense.output, HasSubstr("model.top_k is a Mixture-of-Experts key: it needs model.experts > 0"));
+  EXPECT_EQ(twin("graph " + scenario + " --moe-layer-freq '([0]*3+[1]*21)' --expert-model-parallel-size 8").status, 0);
+}
+
 TEST(Cli, UserErrorsAreOneLineAndExitTwo) {
   const Result missing = twin("graph no-such-scenario");
   EXPECT_EQ(missing.status, 2);

@@ -1,3 +1,9 @@
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -184,6 +190,43 @@ TEST(Scenario, TheHostsTimePerKernelIsReadAndRoundTrips) {
   const Scenario again = parse_scenario(to_toml(measured), "again.toml");
   EXPECT_DOUBLE_EQ(again.cluster.host_us_per_kernel, 42.5);
   EXPECT_EQ(to_toml(again), to_toml(measured));
+}
+
+// cluster.gpu_profile names a file beside the scenario (a relative path from the scenario's folder); to_toml writes it
+// absolute, so the written scenario names the same file wherever it is saved.
+TEST(Scenario, TheGpuProfileIsReadBesideTheScenarioAndRoundTrips) {
+  const Scenario plain = parse_scenario(kValid, "case.toml");
+  EXPECT_TRUE(plain.cluster.gpu_profile.empty());
+  EXPECT_THAT(to_toml(plain), ::testing::Not(HasSubstr("gpu_profile")));
+
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("twin-scenario-profile-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "profiles");
+  std::ofstream(dir / "profiles" / "a100.toml") << "[profile]\ndevice = \"NVIDIA A100-SXM4-80GB\"\n";
+  std::ofstream(dir / "case.toml") << replace(kValid, "node = \"dgx-a100\"",
+                                              "node = \"dgx-a100\"\ngpu_profile = \"profiles/a100.toml\"");
+  const Scenario measured = load_scenario(dir / "case.toml");
+  EXPECT_EQ(std::filesystem::path(measured.cluster.gpu_profile), dir / "profiles" / "a100.toml");
+  const std::string written = to_toml(measured);
+  EXPECT_THAT(written, HasSubstr("gpu_profile = \"" + (dir / "profiles" / "a100.toml").string() + "\""));
+  const Scenario again = parse_scenario(written, "elsewhere/again.toml");
+  EXPECT_EQ(again.cluster.gpu_profile, measured.cluster.gpu_profile);
+  EXPECT_EQ(to_toml(again), written);
+
+  // From --set: as given, from where twin runs.
+  const std::string absolute = (dir / "profiles" / "a100.toml").string();
+  EXPECT_EQ(load_scenario(dir / "case.toml", {parse_override("cluster.gpu_profile=\"" + absolute + "\"")})
+                .cluster.gpu_profile,
+            absolute);
+
+  // A missing file is named with its key; the profile and the cluster's own GPU measurement keys are one or the other.
+  EXPECT_THAT(joined_problems(kValid, {parse_override("cluster.gpu_profile=\"/nonexistent/h100.toml\"")}),
+              HasSubstr("case.toml: cluster.gpu_profile: no such file '/nonexistent/h100.toml'"));
+  EXPECT_THAT(joined_problems(kValid, {parse_override("cluster.gpu_profile=\"" + absolute + "\""),
+                                       parse_override("cluster.gemm_tflops=250")}),
+              HasSubstr("cluster.gemm_tflops and cluster.gpu_profile both measure the GPU: give one"));
+  EXPECT_THAT(joined_problems(kValid, {parse_override("cluster.gpu_profile=3")}), HasSubstr("cluster.gpu_profile"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Scenario, UnevenEndStagesSplitTheRestEvenly) {

@@ -80,6 +80,33 @@ TEST(Compare, RefusesDifferentPlans) {
   }
 }
 
+TEST(Compare, RefusesAnotherModelOrHardwareUnlessAllowed) {
+  // An A100 prediction of gpt-350m against a CPU run of gpt-tiny: every difference named.
+  nlohmann::json predicted = summary(10.0, 100, 4, 8.0), measured = summary(0.5, 1, 4, 0.4);
+  predicted["scenario"]["name"] = "gpt-350m";
+  predicted["scenario"]["layers"] = 24;
+  predicted["scenario"]["hardware"] = "dgx-a100";
+  measured["scenario"]["name"] = "gpt-tiny";
+  measured["scenario"]["layers"] = 4;
+  measured["scenario"]["hardware"] = "cpu-host";
+  try {
+    compare_summaries(measured, predicted);
+    FAIL() << "expected CompareError";
+  } catch (const CompareError& error) {
+    EXPECT_THAT(error.what(), HasSubstr("model is gpt-tiny in the measurement and gpt-350m in the prediction"));
+    EXPECT_THAT(error.what(), HasSubstr("layers is 4 in the measurement and 24 in the prediction"));
+    EXPECT_THAT(error.what(), HasSubstr("hardware is cpu-host in the measurement and dgx-a100 in the prediction"));
+  }
+  const Comparison c = compare_summaries(measured, predicted, true);
+  EXPECT_EQ(c.mismatches.size(), 3u);
+  EXPECT_THAT(comparison_table(c), HasSubstr("WARNING: not the same run: model is gpt-tiny"));
+  EXPECT_EQ(comparison_to_json(c)["mismatches"].size(), 3u);
+  // One hardware, spelt two ways (the scenario's node, the GPU a simulation ran on), is the same.
+  EXPECT_EQ(hardware_family("dgx-a100"), hardware_family("A100-SXM4-80GB"));
+  EXPECT_NE(hardware_family("dgx-a100-40gb"), hardware_family("NVIDIA A100-SXM4-80GB"));
+  EXPECT_EQ(hardware_family("cpu-host"), hardware_family("cpu"));
+}
+
 TEST(Compare, FindsTheSummaryOfARunDocument) {
   const nlohmann::json run = {{"losses", {5.5, 5.0}}, {"summary", summary(1.0, 1.0, 1, 1.0)}};
   EXPECT_EQ(&find_summary(run, "run.json"), &run["summary"]);

@@ -1,0 +1,33 @@
+// The token all-to-all of a Mixture-of-Experts layer (dispatch and combine) as flows: every member sends each other
+// member its share at once, as NCCL runs an all-to-all (one ncclSend and one ncclRecv per peer inside a group call;
+// Megatron-Core's all_to_all goes through torch.distributed.all_to_all_single, which NCCL runs so).
+//
+// On the platform (topology/platform.hpp) a flow between two GPUs of a node crosses their NVLink ports through the
+// NVSwitch; a flow between nodes leaves through the sender's NIC and enters through the receiver's, across the
+// fat-tree. So a member's intra-node bytes share its NVLink port, its inter-node bytes its NIC (and the NICs a node
+// shares when cluster.nics_per_node is below its GPUs), and members whose EP group spans nodes feel the fabric.
+// Latency: one NCCL Simple step of the slowest link class the exchange crosses (the peers' sends are concurrent),
+// plus NCCL's base latency, from the tuning model of sim/collectives.hpp.
+#pragma once
+
+#include <vector>
+
+#include "sim/collectives.hpp"
+
+namespace twin::sim {
+
+// `bytes[i][j]`: what member i sends member j (the diagonal stays local: no flow); `member_nodes[i]`: member i's node.
+// `bandwidth_scale`: a group-fidelity member stands for that many rail-parallel ranks (flows carry that many times
+// the bytes over bundled links; the estimate is unchanged). One phase of flows; `estimate_s` is the time on an idle
+// network (each member's NVLink and NIC bytes at their rates, the slowest member setting it).
+CollectivePlan plan_all_to_all(const std::vector<std::vector<double>>& bytes, const std::vector<int>& member_nodes,
+                               const CommunicationModel& model, double bandwidth_scale = 1);
+
+// The plan of one collective op of the Program: an all-to-all by its per-peer sizes (Op::peer_bytes; Op::bytes
+// spread evenly over the members when it has none, or when its members are not the group's), any other kind by
+// plan_collective.
+CollectivePlan plan_op_collective(const model::Op& op, const std::vector<int>& member_nodes,
+                                  const CommunicationModel& model, CollectiveAlgorithm requested,
+                                  double bandwidth_scale = 1);
+
+}  // namespace twin::sim

@@ -1,0 +1,151 @@
+#include "topology/gpu_profile.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <stdexcept>
+
+#include <fmt/core.h>
+#include <toml++/toml.h>
+
+namespace twin::topology {
+namespace {
+
+// A positive finite number at `key` of `table`, or nullopt when absent; throws naming `where` when malformed.
+std::optional<double> positive(const toml::table& table, const char* key, const std::string& where) {
+  const toml::node* node = table.get(key);
+  if (!node) return std::nullopt;
+  const std::optional<double> value = node->value<double>();
+  if (!value || !std::isfinite(*value) || *value <= 0) {
+    throw std::invalid_argument(fmt::format("{}.{} must be a positive number", where, key));
+  }
+  return value;
+}
+
+void read_gemm(const toml::table& root, const std::string& path, GpuProfile& p) {
+  const toml::array* shapes = root["gemm"]["shape"].as_array();
+  if (!shapes) return;
+  for (std::size_t i = 0; i < shapes->size(); ++i) {
+    const std::string where = fmt::format("{}: gemm.shape[{}]", path, i);
+    const toml::table* shape = shapes->get(i)->as_table();
+    if (!shape) throw std::invalid_argument(where + " must be a table");
+    const double rate = positive(*shape, "flops_per_s", where).value_or(0);
+    std::array<double, 3> mnk{};
+    for (std::size_t d = 0; d < 3; ++d) {
+      const char* key = d == 0 ? "m" : d == 1 ? "n" : "k";
+      const std::optional<double> value = positive(*shape, key, where);
+      if (!value) throw std::invalid_argument(fmt::format("{}.{} must be a positive number", where, key));
+      mnk[d] = *value;
+    }
+    if (rate > p.gemm_flops_per_s) {  // the fastest measured: what a "large GEMM" measurement is
+      p.gemm_flops_per_s = rate;
+      p.gemm_shape = mnk;
+    }
+  }
+}
+
+void read_collectives(const toml::table& root, const std::string& path, GpuProfile& p) {
+  const toml::array* collectives = root["collective"].as_array();
+  if (!collectives) return;
+  for (std::size_t i = 0; i < collectives->size(); ++i) {
+    const std::string where = fmt::format("{}: collective[{}]", path, i);
+    const toml::table* c = collectives->get(i)->as_table();
+    if (!c) throw std::invalid_argument(where + " must be a table");
+    MeasuredCollective m;
+    m.kind = (*c)["kind"].value_or(std::string());
+    m.ranks = static_cast<int>((*c)["ranks"].value_or(std::int64_t{0}));
+    m.nodes = static_cast<int>((*c)["nodes"].value_or(std::int64_t{0}));
+    if (m.kind.empty() || m.ranks < 2 || m.nodes < 0) {
+      throw std::invalid_argument(where + ": kind (a name), ranks (at least 2) and nodes (0: unknown) are required");
+    }
+    m.bus_bytes_per_s = positive(*c, "bus_bytes_per_s", where).value_or(0);
+    if (m.bus_bytes_per_s == 0) throw std::invalid_argument(where + ".bus_bytes_per_s must be a positive number");
+    const toml::node* latency = c->get("latency_s");
+    m.latency_s = latency ? latency->value<double>().value_or(-1) : 0;
+    if (!(m.latency_s >= 0) || !std::isfinite(m.latency_s)) {
+      throw std::invalid_argument(where + ".latency_s must be a non-negative number");
+    }
+    if (const toml::array* sizes = (*c)["size"].as_array()) {
+      for (const toml::node& size : *sizes) {
+        if (const toml::table* s = size.as_table()) {
+          m.largest_bytes = std::max(m.largest_bytes, (*s)["bytes"].value_or(0.0));
+        }
+      }
+    }
+    p.collectives.push_back(m);
+  }
+}
+
+void check_rate(const char* what, double measured, double datasheet, const std::string& path) {
+  if (measured > datasheet) {
+    throw std::invalid_argument(
+        fmt::format("{}: the {} bus bandwidth measured, {:.1f} GB/s, exceeds the link's "
+                    "datasheet rate of {:.1f} GB/s; a measured one cannot (is it this "
+                    "cluster's profile?)",
+                    path, what, measured / 1e9, datasheet / 1e9));
+  }
+  if (measured < 0.01 * datasheet) {
+    throw std::invalid_argument(
+        fmt::format("{}: the {} bus bandwidth measured, {:g} bytes/s, is under 1 % of the "
+                    "link's {:.1f} GB/s: is it in bytes per second?",
+                    path, what, measured, datasheet / 1e9));
+  }
+}
+
+}  // namespace
+
+GpuProfile read_gpu_profile(const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& error) {
+    const auto& where = error.source().begin;
+    throw std::invalid_argument(fmt::format("{}:{}:{}: {}", path, where.line, where.column, error.description()));
+  }
+  GpuProfile p;
+  p.path = path;
+  p.device = root["profile"]["device"].value_or(std::string());
+  if (p.device == "cpu") {
+    throw std::invalid_argument(
+        fmt::format("{}: profile.device is \"cpu\": a CPU host's profile describes a "
+                    "cluster.node = \"cpu-host\", not a GPU",
+                    path));
+  }
+  read_gemm(root, path, p);
+  if (const toml::table* memory = root["memory"].as_table()) {
+    p.hbm_bytes_per_s = positive(*memory, "bytes_per_s", path + ": memory").value_or(0);
+  }
+  if (const toml::table* attention = root["attention"].as_table()) {
+    p.attention_flops_per_s = positive(*attention, "flops_per_s", path + ": attention").value_or(0);
+    p.attention_gemm_hbm_fraction = positive(*attention, "gemm_hbm_fraction", path + ": attention").value_or(0);
+  }
+  read_collectives(root, path, p);
+  return p;
+}
+
+const MeasuredCollective* link_measurement(const GpuProfile& profile, bool across_nodes) {
+  const MeasuredCollective* best = nullptr;
+  for (const MeasuredCollective& c : profile.collectives) {
+    if (c.nodes == 0 || (c.nodes > 1) != across_nodes) continue;
+    if (!best || c.largest_bytes > best->largest_bytes) best = &c;
+  }
+  return best;
+}
+
+NodeSpec with_measured_links(NodeSpec node, const GpuProfile& profile) {
+  if (const MeasuredCollective* within = link_measurement(profile, false)) {
+    check_rate("NVLink", within->bus_bytes_per_s, node.nvlink_bytes_per_s, profile.path);
+    node.nvlink_effective_bytes_per_s = within->bus_bytes_per_s;
+  }
+  if (const MeasuredCollective* across = link_measurement(profile, true)) {
+    // NCCL's rings across nodes run one channel per NIC in use; the bus bandwidth is the node's ranks' NICs together.
+    const double per_node = static_cast<double>(across->ranks) / across->nodes;
+    const double per_gpu_datasheet = node.nic_bytes_per_s * node.compute_nics / node.gpus;
+    const double per_gpu = across->bus_bytes_per_s / per_node;
+    check_rate("network (per GPU)", per_gpu, per_gpu_datasheet, profile.path);
+    node.nic_effective_bytes_per_s = per_gpu;
+  }
+  return node;
+}
+
+}  // namespace twin::topology
