@@ -53,6 +53,19 @@ class RankRun {
         threads_launcher_(threads_launcher),
         result_(result),
         progress_(progress) {
+    // The Program carries FP8's kernels and amax reductions for the simulator; the interpreter does not run them yet.
+    if (scenario_.model.fp8 != model::Fp8Format::None) {
+      throw RunError(
+          fmt::format("{}: model.fp8 = \"{}\": the executor does not train in FP8 yet (twin sim predicts "
+                      "it); run with model.fp8 = \"none\"",
+                      scenario_.source, model::to_string(scenario_.model.fp8)));
+    }
+    if (scenario_.parallel.cp > 1) {
+      throw RunError(
+          fmt::format("{}: parallel.cp = {}: the executor does not run context parallelism yet (twin sim "
+                      "predicts it); run with parallel.cp = 1",
+                      scenario_.source, scenario_.parallel.cp));
+    }
     if (comm.world_size() != program.layout.world_size()) {
       throw RunError(fmt::format("the job has {} ranks but the plan needs tp * pp * dp = {} * {} * {} = {}",
                                  comm.world_size(), program.layout.tp(), program.layout.pp(), program.layout.dp(),
@@ -63,12 +76,6 @@ class RankRun {
           fmt::format("{}: model.experts = {}: the executor does not train Mixture-of-Experts layers yet "
                       "(twin sim and twin graph model them)",
                       scenario_.source, scenario_.model.experts));
-    }
-    // The Program carries FP8's kernels and amax reductions for the simulator; the interpreter does not run them yet.
-    if (scenario_.model.fp8 != model::Fp8Format::None) {
-      throw RunError(fmt::format("{}: model.fp8 = \"{}\": the executor does not train in FP8 yet (twin sim predicts "
-                                 "it); run with model.fp8 = \"none\"",
-                                 scenario_.source, model::to_string(scenario_.model.fp8)));
     }
     BackendOptions backend_options;
     backend_options.threads = threads;

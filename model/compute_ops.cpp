@@ -203,9 +203,11 @@ Op attention_core(const Shapes& x, Phase phase) {
   // model's count, Narayanan's, whatever a kernel skips under the causal mask; backward twice that).
   const bool backward = phase == Phase::Backward;
   const double gemms = 2 * x.batch * x.heads_local;
-  const double scores = x.batch * x.heads_local * x.seq * x.seq;  // elements
+  const double scores = x.batch * x.heads_local * x.seq_local * x.seq;  // elements
   const double head_tensor = x.e * x.tokens * x.heads_local * x.head_dim;
-  const double kv_tensor = x.e * x.tokens * x.kv_heads_local * x.head_dim;  // one of K, V (grouped: fewer heads)
+  // One of K, V (grouped: fewer heads). Under context parallelism the kernel reads every rank's K and V blocks (the
+  // ring's cp steps, or the gathered sequence) and writes their gradients: cp times the rank's own.
+  const double kv_tensor = x.e * x.tokens * x.kv_heads_local * x.head_dim * x.cp;
   const double copies = layout_copy_bytes(x, phase);
   std::vector<Kernel> kernels;
   if (x.flash) {
@@ -215,7 +217,7 @@ Op attention_core(const Shapes& x, Phase phase) {
     // writes dQ, dK, dV (Dao et al. 2022, Algorithms 1 and 4). The cost model times the kernel by its measured
     // rate; these bytes are what it moves. Backward launches the preprocess, the kernel, and the fp32 dQ's copy
     // into the model dtype. With grouped-query attention K, V and their gradients have the key/value heads' width.
-    const double rows = x.batch * x.heads_local * x.seq;
+    const double rows = x.batch * x.heads_local * x.seq_local;
     const double bytes =
         backward ? (6 * head_tensor + 4 * kv_tensor) + 3 * 4 * rows : 2 * (head_tensor + kv_tensor) + 4 * rows;
     kernels.push_back({KernelKind::FlashAttention, backward ? 3 : 1, bytes});
@@ -236,8 +238,13 @@ Op attention_core(const Shapes& x, Phase phase) {
     kernels.push_back({KernelKind::AttentionPasses, x.attention_pass_launches(phase), passes});
   }
   Op op = compute_op(ComputeKind::AttentionCore, phase, std::move(kernels));
-  op.flops = (backward ? 2 : 1) * gemms * 2 * x.seq * x.seq * x.head_dim;
-  op.gemm = GemmShape{static_cast<std::int64_t>(x.seq), static_cast<std::int64_t>(x.seq),
+  // Context parallelism: the rank's queries (seq / cp of them) against the whole sequence's keys; the causal load
+  // balance of the 2 cp chunks gives each rank the same share of the causal pairs (cp_causal_pairs_per_rank), 1 / cp.
+  const double causal_share =
+      cp_causal_pairs_per_rank(static_cast<std::int64_t>(x.seq), static_cast<std::int64_t>(x.cp)) /
+      cp_causal_pairs_per_rank(static_cast<std::int64_t>(x.seq), 1);
+  op.flops = (backward ? 2 : 1) * gemms * 2 * x.seq * x.seq * x.head_dim * causal_share;
+  op.gemm = GemmShape{static_cast<std::int64_t>(x.seq_local), static_cast<std::int64_t>(x.seq),
                       static_cast<std::int64_t>(x.head_dim), static_cast<std::int64_t>(gemms)};
   return op;
 }

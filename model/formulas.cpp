@@ -213,11 +213,14 @@ MemoryEstimate estimate_memory(const Scenario& s) {
     m.parameters = parameters_per_gpu(s, stage);
     m.weights_bytes = m.parameters * per_param.weights;
     m.gradients_bytes = m.parameters * per_param.gradients;
-    m.optimizer_bytes = m.parameters * per_param.optimizer / (p.zero_stage >= 1 ? d(p.dp) : 1.0);
-    if (p.zero_stage >= 1 && s.model.is_moe()) {  // routed experts sharded over their expert-data-parallel ranks
+    // Megatron-Core's distributed optimizer shards the dense state over the data-parallel group with context
+    // parallelism (dp x cp ranks hold the same shard), the routed experts' over the expert-data-parallel group
+    const double dense_shards = d(p.dp * p.cp);
+    m.optimizer_bytes = m.parameters * per_param.optimizer / (p.zero_stage >= 1 ? dense_shards : 1.0);
+    if (p.zero_stage >= 1 && s.model.is_moe()) {
       const double experts = moe_layers_on_stage(s, stage) * expert_parameters_per_gpu(s);
-      const double edp = d(p.tp * p.dp / (p.ep * p.etp));
-      m.optimizer_bytes += experts * per_param.optimizer * (1 / edp - 1 / d(p.dp));
+      const double edp = d(p.tp * p.cp * p.dp / (p.ep * p.etp));
+      m.optimizer_bytes += experts * per_param.optimizer * (1 / edp - 1 / dense_shards);
     }
     if (p.zero_stage == 3) {
       // FSDP FULL_SHARD: weights and gradients sharded too; on top, the units gathered in the model dtype at once

@@ -18,7 +18,7 @@ namespace twin::model {
 // stream (here the DataParallel stream, in issue order).
 
 int StageBuilder::fsdp_gather(int layer, ComputeKind what, double parameters, Phase phase, const PipelineStep& step) {
-  Op op = gradient_op(CollectiveKind::AllGather, Group::Data, Payload::Parameters, what, parameters * x_.e,
+  Op op = gradient_op(CollectiveKind::AllGather, data_group_, Payload::Parameters, what, parameters * x_.e,
                       Stream::DataParallel);
   op.phase = phase;
   op.layer = layer;
@@ -36,7 +36,7 @@ void StageBuilder::fsdp_free(int after_op) {
 }
 
 void StageBuilder::fsdp_reduce(int layer, ComputeKind what, double parameters, int producer, const PipelineStep& step) {
-  Op op = gradient_op(CollectiveKind::ReduceScatter, Group::Data, Payload::Gradients, what, parameters * x_.e,
+  Op op = gradient_op(CollectiveKind::ReduceScatter, data_group_, Payload::Gradients, what, parameters * x_.e,
                       Stream::DataParallel);
   op.layer = layer;
   op.micro_batch = step.micro_batch;
@@ -86,12 +86,12 @@ void StageBuilder::synchronize_bucket(int layer, ComputeKind what, double parame
   if (dp_ > 1) {
     const bool scatter = s_.parallel.zero_stage >= 1 && s_.framework.name != Framework::DeepSpeed;
     const auto kind = scatter ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
-    Op op = gradient_op(kind, Group::Data, Payload::Gradients, what, parameters * grad_reduce_bytes_, dp_stream);
+    Op op = gradient_op(kind, data_group_, Payload::Gradients, what, parameters * grad_reduce_bytes_, dp_stream);
     op.layer = layer;
     if (overlapped) op.deps.push_back(static_cast<int>(ops_.size()) - 1);
-    buckets_.push_back({layer, what, parameters, emit(std::move(op))});
+    buckets_.push_back({layer, what, parameters, emit(std::move(op)), data_group_});
   } else {
-    buckets_.push_back({layer, what, parameters, -1});
+    buckets_.push_back({layer, what, parameters, -1, data_group_});
   }
 }
 
@@ -102,11 +102,11 @@ void StageBuilder::synchronize_layer_gradients(int layer) {
 }
 
 // A Mixture-of-Experts layer's routed experts: their gradients reduce over the ranks holding the same expert shards,
-// the expert-data-parallel group (Megatron-Core's expert_data_parallel_group, tp x dp / (ep x etp) ranks), as
+// the expert-data-parallel group (Megatron-Core's expert_data_parallel_group, tp x cp x dp / (ep x etp) ranks), as
 // the dense ones over DP: all-reduce, or reduce-scatter under ZeRO-1 (its distributed optimizer shards them there).
 void StageBuilder::synchronize_expert_gradients(int layer) {
   const double parameters = expert_parameters_per_gpu(s_);
-  const int edp = static_cast<int>(s_.parallel.tp * s_.parallel.dp / (s_.parallel.ep * s_.parallel.etp));
+  const int edp = static_cast<int>(s_.parallel.tp * s_.parallel.cp * s_.parallel.dp / (s_.parallel.ep * s_.parallel.etp));
   if (edp <= 1) {
     buckets_.push_back({layer, ComputeKind::TransformerLayer, parameters, -1, Group::ExpertData});
     return;
@@ -151,7 +151,7 @@ void StageBuilder::finish_iteration() {
   const bool zero = s_.parallel.zero_stage >= 1 && dp_ > 1;
   Op step = optimizer_step_op(s_, local_parameters, dp_, zero);
   if (expert_parameters > 0) {  // sharded over the expert-data-parallel ranks under ZeRO-1
-    const int edp = static_cast<int>(s_.parallel.tp * s_.parallel.dp / (s_.parallel.ep * s_.parallel.etp));
+    const int edp = static_cast<int>(s_.parallel.tp * s_.parallel.cp * s_.parallel.dp / (s_.parallel.ep * s_.parallel.etp));
     add_stream_bytes(step, optimizer_step_bytes(s_, expert_parameters, edp, s_.parallel.zero_stage >= 1 && edp > 1));
   }
   const int step_index = emit(std::move(step));

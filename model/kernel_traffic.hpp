@@ -21,7 +21,9 @@ int gradient_accumulation_launches(const Scenario& scenario);
 
 // Sizes of one micro-batch on one rank.
 struct Shapes {
-  double seq, batch, tokens;  // tokens = micro_batch * seq_len
+  double seq, batch, tokens;  // tokens = micro_batch * seq_len / cp: the rank's part of the micro-batch
+  double cp;                  // parallel.cp: the ranks that split each sequence (model/context_parallel.hpp)
+  double seq_local;           // seq / cp: the queries of one sequence on this rank (two chunks of seq / 2 cp)
   double tokens_sp;           // tokens a rank holds outside the TP region: tokens / t with sequence parallelism
   double h, f, vocab_local, t, e;
   double heads_local, head_dim;
@@ -41,15 +43,17 @@ struct Shapes {
   bool fp8;          // model.fp8: the transformer layers' four GEMMs in FP8 (compute_ops.cpp, fp8_gemm)
   Fp8Recipe fp8_recipe;
   double micro_batches;  // per pipeline: what a once-per-iteration cost is spread over (FP8 weight casts)
-  bool parallel;     // model.parallel_residual: attention and MLP side by side on the layer input, one residual add
-  bool shared_norm;  // model.shared_norm: one layer norm feeds both branches
+  bool parallel;         // model.parallel_residual: attention and MLP side by side on the layer input, one residual add
+  bool shared_norm;      // model.shared_norm: one layer norm feeds both branches
   double accumulation_bytes_per_weight;  // gradient_accumulation_bytes: after each weight-gradient GEMM
   int accumulation_launches;
 
   explicit Shapes(const Scenario& s) {
     seq = d(s.model.seq_len);
     batch = d(s.parallel.micro_batch);
-    tokens = seq * batch;
+    cp = d(s.parallel.cp);
+    seq_local = seq / cp;
+    tokens = seq * batch / cp;
     t = d(s.parallel.tp);
     sequence_parallel = s.parallel.sequence_parallel && s.parallel.tp > 1;
     tokens_sp = sequence_parallel ? tokens / t : tokens;

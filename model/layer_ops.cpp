@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "model/compute_ops.hpp"
+#include "model/context_parallel_ops.hpp"
 #include "model/moe_ops.hpp"
 
 namespace twin::model {
@@ -28,6 +29,7 @@ std::vector<Op> layer_forward(const Shapes& x, Phase phase, const Scenario* moe)
                             x.layer_norm_launches(phase)));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
   ops.push_back(qkv_projection(x, phase));
+  gather_context_keys_values(ops, x, phase);
   ops.push_back(attention_core(x, phase));
   ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
   if (!x.parallel) {
@@ -91,7 +93,9 @@ std::vector<Op> layer_backward(const Shapes& x, const Scenario* moe) {
     gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::AttentionProjection, phase);
   }
   ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
+  gather_context_keys_values(ops, x, phase);
   ops.push_back(attention_core(x, phase));
+  scatter_context_key_value_grads(ops, x);
   if (!x.shared_norm) gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
   const double mlp_input_gradient = x.shared_norm ? x.e * x.tokens * x.h : 0;  // accumulated onto, read as C
   ops.push_back(qkv_projection(x, phase, mlp_input_gradient));
@@ -135,7 +139,10 @@ std::vector<Op> layer_ops(const Scenario& s, int layer, Phase phase) {
       break;
     case Phase::Recompute:
       if (s.recompute_of_layer(layer) == Recompute::Full) ops = layer_forward(x, Phase::Recompute, moe);
-      if (s.recompute_of_layer(layer) == Recompute::Selective) ops.push_back(attention_core(x, Phase::Recompute));
+      if (s.recompute_of_layer(layer) == Recompute::Selective) {
+        gather_context_keys_values(ops, x, Phase::Recompute);  // the recomputed attention gathers its K, V again
+        ops.push_back(attention_core(x, Phase::Recompute));
+      }
       if (partitioned) partition_checkpointed_input(x, Phase::Recompute, ops);
       break;
     case Phase::Optimizer:

@@ -70,9 +70,13 @@ enum class Payload : std::uint8_t {
   CheckpointedInput,  // DeepSpeed's partition_activations: a layer's kept input, 1/t per TP rank, gathered before its
                       // recompute (AG)
   Fp8Amax,            // FP8: the amaxes of the tensors cast to FP8, reduced to their maximum (AR): delayed scaling's
-                      // per region over TP x DP, tensorwise scaling's per sequence-parallel input over TP (keep it last)
+                      // per region over TP x DP, tensorwise scaling's per sequence-parallel input over TP
+  ContextKeys,        // context parallelism (all_gather): a layer's keys gathered across the CP group (AG)
+  ContextValues,      // ... its values (AG)
+  ContextKeyGrads,    // ... the whole sequence's key gradients reduce-scattered back to their ranks (RS)
+  ContextValueGrads,  // ... the value gradients (RS) (keep it last)
 };
-inline constexpr std::size_t kPayloadCount = static_cast<std::size_t>(Payload::Fp8Amax) + 1;
+inline constexpr std::size_t kPayloadCount = static_cast<std::size_t>(Payload::ContextValueGrads) + 1;
 
 enum class Granularity : std::uint8_t {
   Op,     // every GEMM/kernel is an op: what the executor needs

@@ -37,9 +37,12 @@ Op fused_layer_op(const Scenario& scenario, int layer, Phase phase) {
 Program build_program(const Scenario& scenario, Granularity granularity) {
   if (auto problems = validation_problems(scenario); !problems.empty()) throw ScenarioError(problems);
   const auto& p = scenario.parallel;
-  if (p.cp > 1) {
-    throw ScenarioError({scenario.source + ": parallel.cp = " + std::to_string(p.cp) +
-                         ": context parallelism is not in the Program yet (parallel.cp = 1)"});
+  if (p.cp > 1 && scenario.framework.cp_comm != CpComm::AllGather) {
+    throw ScenarioError(
+        {fmt::format("{}: parallel.cp = {} with framework.cp_comm = \"{}\": only the all_gather way's "
+                     "exchanges are in the Program yet (framework.cp_comm = \"all_gather\", "
+                     "--cp-comm-type all_gather)",
+                     scenario.source, p.cp, to_string(scenario.framework.cp_comm))});
   }
   // Every pipeline message's tag must pack into one key (p2p_tag_key).
   if (p.pp > 1 && (p.micro_batches() >= kP2PTagMicroBatches || p.pp * p.virtual_stages >= kP2PTagVirtualStages)) {
@@ -51,8 +54,8 @@ Program build_program(const Scenario& scenario, Granularity granularity) {
   Program program;
   program.scenario = scenario;
   program.granularity = granularity;
-  program.layout = RankLayout(LayoutSizes{static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp), 1,
-                                          static_cast<int>(p.ep), static_cast<int>(p.etp)});
+  program.layout = RankLayout(LayoutSizes{static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp),
+                                          static_cast<int>(p.cp), static_cast<int>(p.ep), static_cast<int>(p.etp)});
   program.schedule = build_schedule(p);
   program.stage_ops.reserve(p.pp);
   program.exchange_issue = exchange_issue(scenario);

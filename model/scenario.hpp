@@ -155,7 +155,7 @@ struct ParallelSpec {
   std::int64_t recompute_num_layers = 0;
   // Mixture-of-Experts (Megatron-Core's --expert-model-parallel-size, --expert-tensor-parallel-size): the ranks that
   // split a layer's routed experts, and those that split one expert's weights. Both grids of model/ranks.hpp number
-  // the same tp x dp ranks of a stage, so ep x etp divides tp x dp; expert-data-parallel = tp x dp / (ep x etp).
+  // the same tp x cp x dp ranks of a stage, so ep x etp divides tp x cp x dp; edp = tp x cp x dp / (ep x etp).
   std::int64_t ep = 1;
   std::int64_t etp = 1;
 

@@ -18,11 +18,11 @@ void expert_grid(const Scenario& scenario, SizesKnown known, bool sizes_ok, std:
   const ModelSpec& m = scenario.model;
   const ParallelSpec& p = scenario.parallel;
   const std::string& src = scenario.source;
-  if (sizes_ok && known.tp && known.dp && (p.tp * p.dp) % (p.ep * p.etp) != 0) {
+  if (sizes_ok && known.tp && known.dp && (p.tp * p.cp * p.dp) % (p.ep * p.etp) != 0) {
     problems.push_back(fmt::format(
-        "{}: parallel.ep x parallel.etp ({} x {}) must divide parallel.tp x parallel.dp ({} x {}): Megatron-Core's "
-        "expert grid (etp-ep-edp-pp) numbers the same ranks of a stage as the dense one (tp-dp-pp)",
-        src, p.ep, p.etp, p.tp, p.dp));
+        "{}: parallel.ep x parallel.etp ({} x {}) must divide parallel.tp x parallel.cp x parallel.dp ({} x {} x {}): "
+        "Megatron-Core's expert grid (etp-ep-edp-pp) numbers the same ranks of a stage as the dense one (tp-cp-dp-pp)",
+        src, p.ep, p.etp, p.tp, p.cp, p.dp));
   }
   if (p.ep > 1 && p.tp > 1 && !p.sequence_parallel) {
     problems.push_back(

@@ -14,7 +14,10 @@ StageBuilder::StageBuilder(const Scenario& s, Granularity granularity, const Sta
   stages_ = static_cast<int>(s.parallel.pp);
   chunks_ = static_cast<int>(s.parallel.virtual_stages);
   virtual_stages_ = stages_ * chunks_;
-  dp_ = static_cast<int>(s.parallel.dp);
+  // Dense gradients reduce over DP x CP (Megatron-Core's "dp-cp" group: each CP rank saw its part of the same
+  // sequences); the distributed optimizer shards over it too.
+  dp_ = static_cast<int>(s.parallel.dp * s.parallel.cp);
+  data_group_ = s.parallel.cp > 1 ? Group::DataWithContext : Group::Data;
   // Megatron-LM reduces gradients in fp32 for bf16 training (it sets accumulate_allreduce_grads_in_fp32 with
   // --bf16), in the model dtype otherwise. DeepSpeed reduces them in the model dtype: v0.5's ZeRO-1
   // (runtime/zero/stage2.py, allreduce_bucket) converts to fp32 only under allreduce_always_fp32, off by default.
@@ -88,7 +91,7 @@ void StageBuilder::reduce_fp8_amaxes(int layers, Phase phase, const PipelineStep
   if (s_.model.fp8 == Fp8Format::None || s_.framework.fp8_recipe != Fp8Recipe::Delayed || layers <= 0) return;
   Op op = tensor_collective(CollectiveKind::AllReduce, Payload::Fp8Amax, ComputeKind::TransformerLayer, phase,
                             4.0 * (phase == Phase::Forward ? 3 : 2) * 4 * layers);
-  if (dp_ > 1) op.group = Group::Data;
+  if (dp_ > 1) op.group = data_group_;
   emit_all({op}, step, wait_for);
 }
 
@@ -158,7 +161,7 @@ std::vector<StageBuilder::GatherBucket> StageBuilder::gather_buckets(int chunk) 
 }
 
 int StageBuilder::parameter_gather(const GatherBucket& bucket, int chunk, int after) {
-  Op op = gradient_op(CollectiveKind::AllGather, Group::Data, Payload::Parameters, bucket.what,
+  Op op = gradient_op(CollectiveKind::AllGather, data_group_, Payload::Parameters, bucket.what,
                       bucket.parameters * x_.e, Stream::DataParallel);
   op.phase = Phase::Forward;
   op.layer = bucket.layer;

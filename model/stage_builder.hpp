@@ -83,7 +83,9 @@ class StageBuilder {
   Granularity granularity_;
   const StageSchedule& schedule_;
   int stage_;
-  int stages_ = 1, chunks_ = 1, virtual_stages_ = 1, dp_ = 1;
+  int stages_ = 1, chunks_ = 1, virtual_stages_ = 1;
+  int dp_ = 1;                      // the replicas dense gradients reduce over: dp x cp
+  Group data_group_ = Group::Data;  // their group: DataWithContext under context parallelism
   double grad_reduce_bytes_ = 4;    // per parameter, DP reduction
   double tied_reduce_bytes_ = 4;    // per parameter, the tied embedding's reduction between first and last stage
   std::vector<int> last_backward_;  // per chunk: index in the schedule of its last backward step

@@ -119,6 +119,7 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
   summary.tp = program.layout.tp();
   summary.pp = program.layout.pp();
   summary.dp = program.layout.dp();
+  summary.cp = program.layout.cp();
   summary.micro_batches = static_cast<int>(s.parallel.micro_batches());
   summary.layers = s.model.layers;
   summary.hidden = s.model.hidden;
@@ -204,12 +205,8 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
 namespace {
 
 nlohmann::json split_to_json(const TimeSplit& split) {
-  return {{"compute_s", split.compute_s},
-          {"tp_s", split.tp_s},
-          {"pp_s", split.pp_s},
-          {"dp_s", split.dp_s},
-          {"host_s", split.host_s},
-          {"bubble_s", split.bubble_s}};
+  return {{"compute_s", split.compute_s}, {"tp_s", split.tp_s},     {"pp_s", split.pp_s},
+          {"dp_s", split.dp_s},           {"host_s", split.host_s}, {"bubble_s", split.bubble_s}};
 }
 
 // Only the kinds the stage ran, by their Program names ("qkv_projection", ...).
@@ -268,6 +265,7 @@ nlohmann::json summary_to_json(const Summary& summary) {
                       {"layers", summary.layers}, {"hidden", summary.hidden}, {"heads", summary.heads},
                       {"seq_len", summary.seq_len}, {"global_batch", summary.global_batch},
                       {"micro_batch", summary.micro_batch}, {"hardware", summary.hardware}};
+  if (summary.cp > 1) json["scenario"]["cp"] = summary.cp;
   json["engine"] = summary.engine;
   json["iteration_time_s"] = T;
   json["bubble_fraction"] = summary.bubble_fraction;
@@ -283,12 +281,9 @@ nlohmann::json summary_to_json(const Summary& summary) {
                     {"peak_bytes", summary.memory.peak_bytes},
                     {"capacity_bytes", summary.memory.capacity_bytes},
                     {"fits", summary.memory.fits}};
-  json["time_split"] = {{"compute", fraction(summary.split.compute_s)},
-                        {"tp", fraction(summary.split.tp_s)},
-                        {"pp", fraction(summary.split.pp_s)},
-                        {"dp", fraction(summary.split.dp_s)},
-                        {"host", fraction(summary.split.host_s)},
-                        {"bubble", fraction(summary.split.bubble_s)}};
+  json["time_split"] = {{"compute", fraction(summary.split.compute_s)}, {"tp", fraction(summary.split.tp_s)},
+                        {"pp", fraction(summary.split.pp_s)},           {"dp", fraction(summary.split.dp_s)},
+                        {"host", fraction(summary.split.host_s)},       {"bubble", fraction(summary.split.bubble_s)}};
   json["compute_by_kind_s"] = compute_by_kind_to_json(summary.compute_by_kind);
   json["stages"] = std::move(stages);
   return json;
@@ -300,8 +295,9 @@ std::string summary_table(const Summary& s) {
   const auto gib = [](double bytes) { return bytes / (1024.0 * 1024 * 1024); };  // as twin graph, search and sweep
   std::string out;
   auto line = std::back_inserter(out);
-  fmt::format_to(line, "{}: {} GPUs, TP {} x PP {} x DP {}, {} micro-batches per iteration  [{}]\n\n", s.scenario,
-                 s.gpus, s.tp, s.pp, s.dp, s.micro_batches, s.engine);
+  const std::string context = s.cp > 1 ? fmt::format(" x CP {}", s.cp) : "";
+  fmt::format_to(line, "{}: {} GPUs, TP {}{} x PP {} x DP {}, {} micro-batches per iteration  [{}]\n\n", s.scenario,
+                 s.gpus, s.tp, context, s.pp, s.dp, s.micro_batches, s.engine);
   fmt::format_to(line, "  iteration time          {:10.3f} s\n", T);
   fmt::format_to(line, "  model TFLOP/s per GPU   {:10.1f}     (Narayanan's count, as papers quote it)\n",
                  s.tflops_per_gpu);

@@ -12,8 +12,9 @@
 //            the host paces the GPU, cluster.host_us_per_kernel)
 //   bubble   the compute stream is idle or only waits (for a Recv whose data has not left, for the other members of
 //            a collective) and nothing of the above is happening: pipeline fill and drain, imbalance
-// The compute stream is busy while a compute op runs or a collective on it moves data; bubble_fraction (docs/architecture.md)
-// is the rest over the iteration time: pp + host + bubble + exposed dp from the DataParallel stream.
+// The compute stream is busy while a compute op runs or a collective on it moves data; bubble_fraction
+// (docs/architecture.md) is the rest over the iteration time: pp + host + bubble + exposed dp from the DataParallel
+// stream.
 #pragma once
 
 #include <array>
@@ -71,6 +72,7 @@ struct Summary {
   std::string engine;    // "sim (group fidelity)", "exec (cuda)"
   int gpus = 0;
   int tp = 1, pp = 1, dp = 1;
+  int cp = 1;  // context parallel (parallel.cp): printed, and in the JSON, only when > 1
   int micro_batches = 0;
   // What `twin compare` checks both sides share: the model's shape, the batch, and the hardware (the scenario's
   // cluster.node, e.g. "dgx-a100" or "cpu-host", or the GPU a simulation ran on when it was another).
@@ -83,7 +85,7 @@ struct Summary {
   double mfu = 0;              // 72-form model FLOPs / (time * gpus * peak)
   double peak_flops_per_gpu = 0;
   MemorySummary memory;
-  TimeSplit split;  // mean over stages, seconds
+  TimeSplit split;                  // mean over stages, seconds
   ComputeByKind compute_by_kind{};  // mean over stages, seconds
   std::vector<StageSummary> stages;
 };

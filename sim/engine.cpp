@@ -42,7 +42,7 @@ Engine::~Engine() = default;
 
 int Engine::representative_rank(int replayer) const {
   if (fidelity_ == Fidelity::Rank) return replayer;
-  return replayer * program_.layout.tp();  // tp = 0 of the group: rank = tp + TP * (dp + DP * pp)
+  return replayer * program_.layout.tp();  // tp = 0 of the group: rank = tp + TP * (cp + CP * (dp + DP * pp))
 }
 
 int Engine::node_of(int replayer) const {
@@ -298,7 +298,7 @@ SimResult Engine::run() {
 
   std::set<int> recorded(options_.record_ranks.begin(), options_.record_ranks.end());
   for (int stage = 0; stage < layout.pp(); ++stage) recorded.insert(layout.rank_of({0, stage, 0}));
-  const int replayers = fidelity_ == Fidelity::Rank ? layout.world_size() : layout.dp() * layout.pp();
+  const int replayers = fidelity_ == Fidelity::Rank ? layout.world_size() : layout.world_size() / layout.tp();
   if (fidelity_ == Fidelity::Group) {
     // Endpoint slots: the TP groups of a node in the order of their first GPU.
     std::map<int, std::vector<std::pair<int, int>>> groups_of_node;

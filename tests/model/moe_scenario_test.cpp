@@ -123,9 +123,9 @@ TEST(MoeScenario, EachRuleNamesItsField) {
   for (const auto& [override, expected] : cases) {
     EXPECT_THAT(problems_of(kMoe, {override}), HasSubstr(expected)) << override.key << "=" << override.value;
   }
-  // ep x etp must divide tp x dp = 16: ep 8 x etp 4 = 32 does not (8 experts over 8, width 512 over 4).
+  // ep x etp must divide tp x cp x dp = 16: ep 8 x etp 4 = 32 does not (8 experts over 8, width 512 over 4).
   EXPECT_THAT(problems_of(kMoe, {{"parallel.ep", "8"}, {"parallel.etp", "4"}}),
-              HasSubstr("parallel.ep x parallel.etp (8 x 4) must divide parallel.tp x parallel.dp (2 x 8)"));
+              HasSubstr("parallel.ep x parallel.etp (8 x 4) must divide parallel.tp x parallel.cp x parallel.dp (2 x 1 x 8)"));
   EXPECT_EQ(problems_of(kMoe, {{"parallel.ep", "8"}, {"parallel.etp", "2"}}), "");
 }
 
