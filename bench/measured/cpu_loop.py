@@ -176,28 +176,39 @@ def simulate(args, scenario, profile, path):
 
 def twin_executor_loop(args, plans, work):
     """The same with twin's own CPU executor: `twin run` of every plan (in turn, --repeats times, so that load on the
-    machine falls on all), `twin calibrate` on the first plan's traced steps (twin run --trace), `twin sim` of every
-    plan with that profile against the fastest step `twin run` measured."""
+    machine falls on all), `twin calibrate` on the first plan's traced steps (twin run --trace, --active of them per
+    repeat, the fastest third of them), `twin sim` of every plan with that profile against the fastest step `twin run`
+    measured."""
     environment = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     steps = {plan: [] for plan in plans}  # per repeat, the steps after the first (which warms up)
     traces = []
     for repeat in range(args.repeats):
         for layers, batch in plans:
             scenario = os.path.join(work, f"scenario_{layers}x{batch}.toml")
-            result = os.path.join(work, f"run_{layers}x{batch}_{repeat}.json")
-            command = [*args.prefix, args.twin, "run", scenario, "--threads", "1", "--steps", str(args.steps),
-                       "--quiet", "--json", result]
-            if (layers, batch) == plans[0]:  # one traced step (the last) per run of the calibration plan
-                traces.append(os.path.join(work, f"twin_run_trace_{repeat}.json"))
-                command += ["--trace", traces[-1]]
-            run(command, env=environment)
-            with open(result) as f:
-                steps[(layers, batch)].append(json.load(f)["iteration_time_s"][1:])
+            # twin run times one step op by op; the calibration plan runs once per step the profiler records in
+            # PyTorch's loop (--active, the last ones), so that both profiles rest on as many steps.
+            traced_steps = range(args.steps - args.active + 1, args.steps + 1) if (layers, batch) == plans[0] else [0]
+            for traced in traced_steps:
+                result = os.path.join(work, f"run_{layers}x{batch}_{repeat}_{traced}.json")
+                command = [*args.prefix, args.twin, "run", scenario, "--threads", "1", "--steps", str(args.steps),
+                           "--quiet", "--json", result]
+                if traced:
+                    trace = os.path.join(work, f"twin_run_trace_{repeat}_{traced}.json")
+                    command += ["--trace", trace, "--trace-step", str(traced)]
+                run(command, env=environment)
+                with open(result) as f:
+                    times_s = json.load(f)["iteration_time_s"]
+                steps[(layers, batch)].append(times_s[1:])
+                if traced:
+                    traces.append((times_s[traced - 1], trace))
+    # Other work only ever delays a step: calibrate on the traced steps it delayed least (the fastest third), as the
+    # prediction is set against each plan's fastest step.
+    traces = [trace for _, trace in sorted(traces)[:max(1, len(traces) // 3)]]
     profile = os.path.join(work, "twin_host.toml")
     print(run([args.twin, "calibrate", *traces, "--out", profile]))
     rows = []
     print(f"{'plan':>10} {'predicted s':>12} {'fastest step':>13} {'error':>8} {'spread':>7}   (twin run, "
-          f"{args.repeats} x {args.steps - 1} steps per plan)")
+          f"{args.repeats} runs x {args.steps - 1} steps per plan, {args.active} runs of the first)")
     for layers, batch in plans:
         predicted_s = simulate(args, os.path.join(work, f"scenario_{layers}x{batch}.toml"), profile,
                                os.path.join(work, f"predicted_run_{layers}x{batch}.json"))["s"]
