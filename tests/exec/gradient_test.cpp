@@ -1,7 +1,8 @@
 // The executor's whole backward pass against central finite differences of its own forward, tensor by tensor: what
 // parity across plans cannot see (a backward wrong the same way on every plan), for the GPT-2 block and the
 // Llama-style one. One rank, fp32, the Program without its optimizer ops, so that an iteration leaves the gradient
-// in the shard's buckets; the loss is the micro-batches' mean per-token cross-entropy, whose gradient that is.
+// in the shard's buckets; the loss is the micro-batches' mean per-token cross-entropy (with MoE layers, plus their
+// load-balancing losses), whose gradient that is.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,7 +47,9 @@ class OneRankModel {
   double loss_and_gradient() {
     shard_.zero_grads();
     const IterationOutput out = interpreter_->run_iteration(input_);
-    return out.loss_sum / out.loss_tokens;
+    // with MoE layers, plus their load-balancing losses (a mean over the micro-batches, as the gradient's)
+    const auto& p = program_.scenario.parallel;
+    return out.loss_sum / out.loss_tokens + out.aux_loss_sum / static_cast<double>(p.global_batch / p.micro_batch);
   }
 
   std::vector<Bucket>& buckets() { return shard_.buckets(); }
@@ -180,6 +183,23 @@ TEST(ExecGradient, TheParallelBlockMatchesFiniteDifferences) {
       "parallel block with SwiGLU, rotary embeddings on half of each head and grouped queries");
   expect_gradients_match_finite_differences(tiny({"model.parallel_residual=true", "model.shared_norm=true"}),
                                             "parallel block on one shared layer norm");
+}
+
+TEST(ExecGradient, TheMoeLayerMatchesFiniteDifferences) {
+  // Every expert chosen (top_k = experts): the routing is smooth, so every router, expert and shared-expert weight is
+  // checked; then top-2 with a heavy load-balancing loss (its gradient through the router's softmax), GELU and SwiGLU.
+  const std::vector<std::string> moe = {"model.experts=4", "model.moe_ffn_hidden=48", "model.shared_experts=1",
+                                        "model.linear_bias=false"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), moe.begin(), moe.end());
+    return tiny(more);
+  };
+  expect_gradients_match_finite_differences(with({"model.top_k=4"}), "MoE, every expert chosen");
+  expect_gradients_match_finite_differences(with({"model.top_k=2", "model.moe_aux_loss_coeff=1"}),
+                                            "MoE, top-2 with the load-balancing loss");
+  expect_gradients_match_finite_differences(
+      with({"model.top_k=2", "model.moe_aux_loss_coeff=1", "model.activation=\"swiglu\"", "model.dense_layers=1"}),
+      "MoE with SwiGLU experts after a dense layer");
 }
 
 }  // namespace
