@@ -231,9 +231,9 @@ class Interpreter {
 
   // interpreter_comm.cpp
   Tensor& tensor_parallel_buffer(const model::Op& op);
-  void reduce_tensor_parallel(const model::Op& op);  // LayerOutput, InputGrad: all-reduce or reduce-scatter
-  void gather_layer_input(const model::Op& op);      // LayerInput: all-gather of a sequence-sharded input
-  void gather_output_grad(const model::Op& op);      // OutputGrad: all-gather of a sequence-sharded gradient
+  void reduce_tensor_parallel(const model::Op& op);     // LayerOutput, InputGrad: all-reduce or reduce-scatter
+  void gather_layer_input(const model::Op& op);         // LayerInput: all-gather of a sequence-sharded input
+  void gather_output_grad(const model::Op& op);         // OutputGrad: all-gather of a sequence-sharded gradient
   void gather_checkpointed_input(const model::Op& op);  // CheckpointedInput: a partitioned layer input, whole again
   void gather_cross_entropy_stats(const model::Op& op);
   void send(const model::Op& op);

@@ -47,18 +47,20 @@ void refuse_unsupported_moe(const model::Scenario& s, std::string_view backend) 
                        backend));
   }
   if (s.parallel.etp > 1) {
-    refuse(fmt::format("parallel.etp = {}: the executor does not split experts over expert tensor parallelism yet "
-                       "(twin sim models it); run with parallel.etp = 1",
-                       s.parallel.etp));
+    refuse(
+        fmt::format("parallel.etp = {}: the executor does not split experts over expert tensor parallelism yet "
+                    "(twin sim models it); run with parallel.etp = 1",
+                    s.parallel.etp));
   }
   if (s.model.capacity_factor > 0) {
     refuse(fmt::format("model.capacity_factor = {}: the executor trains dropless MoE only (capacity_factor = 0)",
                        s.model.capacity_factor));
   }
   if (s.parallel.tp > 1 && !s.parallel.sequence_parallel) {
-    refuse(fmt::format("parallel.tp = {} needs parallel.sequence_parallel = true in the executor (each TP rank routes "
-                       "its own sequence shard, as Megatron-Core)",
-                       s.parallel.tp));
+    refuse(
+        fmt::format("parallel.tp = {} needs parallel.sequence_parallel = true in the executor (each TP rank routes "
+                    "its own sequence shard, as Megatron-Core)",
+                    s.parallel.tp));
   }
   if (s.model.shared_norm) refuse("model.shared_norm: an MoE layer needs its own MLP layer norm");
 }
@@ -107,8 +109,7 @@ void Interpreter::shared_up_forward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   const MoeDims& d = shard_.moe();
   m.shared_fc = backend_.allocate(n(dims_.tokens_sp, d.shared_up), DType::F32);
-  backend_.matmul_forward(m.shared_fc, s.ln2, w.shared_fc_weight, Tensor{}, dims_.tokens_sp, dims_.hidden,
-                          d.shared_up);
+  backend_.matmul_forward(m.shared_fc, s.ln2, w.shared_fc_weight, Tensor{}, dims_.tokens_sp, dims_.hidden, d.shared_up);
 }
 
 void Interpreter::shared_down_forward(const Op& op) {

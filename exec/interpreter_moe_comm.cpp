@@ -99,8 +99,8 @@ void Interpreter::dispatch_tokens(const Op& op, MoeStash& m, bool gradients) {
   comm_.all_to_all(ep_group, in.data, times(m.send_rows, C), received.data, times(m.recv_rows, C), DType::F32, label);
   Tensor sorted = backend_.allocate(std::max<std::size_t>(rows, 1) * C, DType::F32);  // (R, C) expert-major
   const std::vector<int> order = expert_major_order(d.ep, d.local_experts);
-  k::moe_sort_chunks_forward(sorted.f32(), received.f32(), m.recv_chunk_rows.data(), order.data(), d.ep * d.local_experts,
-                             dims_.hidden);
+  k::moe_sort_chunks_forward(sorted.f32(), received.f32(), m.recv_chunk_rows.data(), order.data(),
+                             d.ep * d.local_experts, dims_.hidden);
   (gradients ? m.d_rows : m.expert_in) = sorted;
 }
 

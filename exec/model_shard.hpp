@@ -67,15 +67,15 @@ struct Dims {
 
 // Sizes of a rank's Mixture-of-Experts layers (all zero for a dense model).
 struct MoeDims {
-  int experts = 0, top_k = 0;     // routed experts per MoE layer, experts per token
-  int ep = 1, ep_rank = 0;        // the Expert group's size and this rank's index in it
-  int local_experts = 0;          // experts / ep: this rank holds experts [ep_rank * local, (ep_rank + 1) * local)
-  int expert_ffn = 0;             // one expert's width (model.moe_ffn_hidden)
-  int expert_up = 0;              // its up projection's width: expert_ffn, 2 expert_ffn with SwiGLU ([gate | up])
-  int shared_ffn = 0;             // the shared experts' summed width (0: none)
-  int shared_up = 0;              // their up projection's width
-  int edp = 1, edp_rank = 0;      // the ExpertData group's size and this rank's index in it
-  double aux_loss_coeff = 0;      // model.moe_aux_loss_coeff
+  int experts = 0, top_k = 0;  // routed experts per MoE layer, experts per token
+  int ep = 1, ep_rank = 0;     // the Expert group's size and this rank's index in it
+  int local_experts = 0;       // experts / ep: this rank holds experts [ep_rank * local, (ep_rank + 1) * local)
+  int expert_ffn = 0;          // one expert's width (model.moe_ffn_hidden)
+  int expert_up = 0;           // its up projection's width: expert_ffn, 2 expert_ffn with SwiGLU ([gate | up])
+  int shared_ffn = 0;          // the shared experts' summed width (0: none)
+  int shared_up = 0;           // their up projection's width
+  int edp = 1, edp_rank = 0;   // the ExpertData group's size and this rank's index in it
+  double aux_loss_coeff = 0;   // model.moe_aux_loss_coeff
 
   MoeDims(const model::Scenario& scenario, model::RankCoord coord);
 };

@@ -3,8 +3,9 @@
 //   layers.L.mlp.router.weight            (E, C)       replicated across TP, in the bucket's replicated prefix (its
 //                                                      gradient, from a sequence shard, is summed across TP as the
 //                                                      layernorms' are: Megatron-Core marks it sequence-parallel)
-//   layers.L.mlp.shared.fc.weight          (S_up, C)   the shared experts as one MLP of their summed width S, replicated
-//   layers.L.mlp.shared.fc_proj.weight     (C, S)      across TP and in the prefix too (the executor runs them on the
+//   layers.L.mlp.shared.fc.weight          (S_up, C)   the shared experts as one MLP of their summed width S,
+//   replicated layers.L.mlp.shared.fc_proj.weight     (C, S)      across TP and in the prefix too (the executor runs
+//   them on the
 //                                                      rank's sequence shard; Megatron-Core splits them over TP)
 //   layers.L.mlp.experts.G.fc.weight       (F_up, C)   routed expert G (global index): in the layer's experts bucket
 //   layers.L.mlp.experts.G.fc_proj.weight  (C, F)      on the EP rank holding G, fc's of the local experts first

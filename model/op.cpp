@@ -85,10 +85,10 @@ std::string_view to_string(Group value) {
   return lookup(names, value);
 }
 std::string_view to_string(Payload value) {
-  static const char* const names[] = {
-      "layer_output",    "layer_input",        "input_grad", "output_grad", "cross_entropy_stats",
-      "layernorm_grads", "embedding_grads",    "gradients",  "parameters",  "grad_norm_squared",
-      "tokens",          "expert_counts",      "checkpointed_input", "fp8_amax"};
+  static const char* const names[] = {"layer_output",        "layer_input",       "input_grad",      "output_grad",
+                                      "cross_entropy_stats", "layernorm_grads",   "embedding_grads", "gradients",
+                                      "parameters",          "grad_norm_squared", "tokens",          "expert_counts",
+                                      "checkpointed_input",  "fp8_amax"};
   static_assert(std::size(names) == kPayloadCount, "a name for every Payload");
   return lookup(names, value);
 }

@@ -72,7 +72,7 @@ enum class Payload : std::uint8_t {
   CheckpointedInput,  // DeepSpeed's partition_activations: a layer's kept input, 1/t per TP rank, gathered before its
                       // recompute (AG)
   Fp8Amax,            // FP8: the amaxes of the tensors cast to FP8, reduced to their maximum (AR): delayed scaling's
-                      // per region over TP x DP, tensorwise scaling's per sequence-parallel input over TP (keep it last)
+            // per region over TP x DP, tensorwise scaling's per sequence-parallel input over TP (keep it last)
 };
 inline constexpr std::size_t kPayloadCount = static_cast<std::size_t>(Payload::Fp8Amax) + 1;
 

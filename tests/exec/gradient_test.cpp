@@ -210,9 +210,9 @@ TEST(ExecGradient, TheMoeLayerMatchesFiniteDifferences) {
   };
   expect_gradients_match_finite_differences(with({"model.top_k=4"}), "MoE, every expert chosen");
   // top-2: 64 tokens a layer (fewer routing changes within a step)
-  expect_gradients_match_finite_differences(with({"model.top_k=2", "model.moe_aux_loss_coeff=1",
-                                                  "parallel.micro_batch=1", "parallel.global_batch=2"}),
-                                            "MoE, top-2 with the load-balancing loss", true);
+  expect_gradients_match_finite_differences(
+      with({"model.top_k=2", "model.moe_aux_loss_coeff=1", "parallel.micro_batch=1", "parallel.global_batch=2"}),
+      "MoE, top-2 with the load-balancing loss", true);
   expect_gradients_match_finite_differences(
       with({"model.top_k=2", "model.moe_aux_loss_coeff=1", "model.activation=\"swiglu\"", "model.dense_layers=1",
             "parallel.micro_batch=1", "parallel.global_batch=2"}),

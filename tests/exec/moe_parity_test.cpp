@@ -117,8 +117,7 @@ INSTANTIATE_TEST_SUITE_P(
         Plan{"tp2_sp_ep1", {"parallel.tp=2", "parallel.sequence_parallel=true"}},
         Plan{"dp2_ep2_recompute_full", {"parallel.dp=2", "parallel.ep=2", "parallel.recompute=\"full\""}},
         Plan{"tp2_sp_pp2_dp2_ep4",
-             {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.pp=2", "parallel.dp=2",
-              "parallel.ep=4"}}),
+             {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.pp=2", "parallel.dp=2", "parallel.ep=4"}}),
     [](const ::testing::TestParamInfo<Plan>& plan_info) { return std::string(plan_info.param.name); });
 
 TEST(ExecMoeParity, TheSingleRankRunLearnsAndReportsTheLoadBalancingLoss) {
@@ -150,8 +149,8 @@ TEST(ExecMoeParity, TheExpertsAndTheLoadBalancingLossChangeTheModel) {
 
 TEST(ExecMoeParity, WhatTheExecutorDoesNotRunIsRefusedByName) {
   TrainOptions options;
-  for (const auto& [set, field] : std::vector<std::pair<std::string, std::string>>{
-           {"model.capacity_factor=1.25", "model.capacity_factor"}}) {
+  for (const auto& [set, field] :
+       std::vector<std::pair<std::string, std::string>>{{"model.capacity_factor=1.25", "model.capacity_factor"}}) {
     try {
       train(scenario(moe_toml(), {set}), options);
       ADD_FAILURE() << set << " trained";

@@ -36,8 +36,8 @@ TEST(ExecTraining, TheTinyModelLearnsTheShippedCorpus) {
 // model's does, and the load-balancing loss stays near its balanced value (coeff x 1 per MoE layer).
 TEST(ExecTraining, TheTinyMoeLearnsTheShippedCorpus) {
   std::vector<model::Override> overrides;
-  for (const char* set : {"model.experts=4", "model.top_k=2", "model.moe_ffn_hidden=256", "parallel.dp=2",
-                          "parallel.ep=2"}) {
+  for (const char* set :
+       {"model.experts=4", "model.top_k=2", "model.moe_ffn_hidden=256", "parallel.dp=2", "parallel.ep=2"}) {
     overrides.push_back(model::parse_override(set));
   }
   const model::Scenario s = model::load_scenario(testing::source_dir() + "/scenarios/gpt-tiny.toml", overrides);
@@ -48,10 +48,10 @@ TEST(ExecTraining, TheTinyMoeLearnsTheShippedCorpus) {
   const auto& losses = result.losses;
   ASSERT_EQ(losses.size(), 30u);
   ASSERT_EQ(result.aux_losses.size(), 30u);
-  std::printf("[ training ] gpt-tiny MoE losses: step 1 %.3f, 10 %.3f, 20 %.3f, 30 %.3f; load-balancing loss %.4f, "
-              "%.4f (%.0f tokens/s)\n",
-              losses[0], losses[9], losses[19], losses[29], result.aux_losses[0], result.aux_losses[29],
-              result.tokens_per_s);
+  std::printf(
+      "[ training ] gpt-tiny MoE losses: step 1 %.3f, 10 %.3f, 20 %.3f, 30 %.3f; load-balancing loss %.4f, "
+      "%.4f (%.0f tokens/s)\n",
+      losses[0], losses[9], losses[19], losses[29], result.aux_losses[0], result.aux_losses[29], result.tokens_per_s);
   EXPECT_NEAR(losses.front(), std::log(256.0), 0.3);
   EXPECT_LT(losses.back(), 3.0);
   for (std::size_t block = 1; block < 6; ++block) {
