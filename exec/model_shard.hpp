@@ -13,6 +13,9 @@
 //                                           keeping its rows of both halves, (2, F/t) locally
 //               fc_proj (C, F)              row-parallel columns; its bias (C) replicated
 //               no biases at all with model.linear_bias = false
+//   MoE layers (model.experts > 0, after model.dense_layers): no fc / fc_proj; a router (E, C) and the shared experts,
+//                                  replicated, and this EP rank's routed experts in a bucket of their own
+//                                  (exec/model_shard_moe.cpp)
 //   final layernorm lnf (C)        replicated (last stage)
 //   LM head                        the tied wte (pp = 1), or the last stage's copy of it (pp > 1; Megatron keeps one
 //                                  on each end and all-reduces their gradients), or its own weight (untied)
