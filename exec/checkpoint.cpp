@@ -378,10 +378,10 @@ model::Scenario checkpoint_scenario(const Manifest& m, const fs::path& step_dir)
 bool same_layout(const model::Scenario& then, const model::Scenario& now) {
   const auto& a = then.parallel;
   const auto& b = now.parallel;
-  return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.ep == b.ep && a.virtual_stages == b.virtual_stages &&
-         a.first_stage_layers == b.first_stage_layers && a.last_stage_layers == b.last_stage_layers &&
-         a.zero_stage == b.zero_stage && then.shards_parameters() == now.shards_parameters() &&
-         then.padded_vocab() == now.padded_vocab();
+  return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.ep == b.ep && a.etp == b.etp &&
+         a.virtual_stages == b.virtual_stages && a.first_stage_layers == b.first_stage_layers &&
+         a.last_stage_layers == b.last_stage_layers && a.zero_stage == b.zero_stage &&
+         then.shards_parameters() == now.shards_parameters() && then.padded_vocab() == now.padded_vocab();
 }
 
 std::vector<std::string> check_compatible(const Manifest& m, const fs::path& step_dir, const model::Scenario& now,

@@ -70,8 +70,8 @@ struct OpTiming {
 };
 
 // Throws a RunError naming the field when `scenario`'s Mixture-of-Experts layers ask for what the executor does not run
-// (interpreter_moe.cpp): another backend than "cpu", expert tensor parallelism, token dropping, tensor parallelism
-// without sequence parallelism, a shared norm. Nothing for a dense model.
+// (interpreter_moe.cpp): another backend than "cpu", token dropping, tensor parallelism without sequence parallelism,
+// a shared norm. Nothing for a dense model.
 void refuse_unsupported_moe(const model::Scenario& scenario, std::string_view backend);
 
 class Interpreter {
@@ -142,7 +142,11 @@ class Interpreter {
     std::vector<std::size_t> send_rows;   // (ep) rows sent to each EP peer in the dispatch
     std::vector<std::size_t> recv_rows;   // (ep) rows received from each
     std::vector<int> recv_chunk_rows;     // (ep, El) rows from peer i for local expert e, in the received order
-    std::vector<int> expert_rows;         // (El) rows of each local expert (summed over peers)
+    std::vector<int> expert_rows;         // (El) rows of each local expert the GEMMs see (summed over EP peers, then
+                                          // ETP peers)
+    std::vector<int> etp_chunk_rows;      // (etp, El) rows of each (ETP peer, local expert) before the ETP gather
+    std::vector<std::size_t> etp_rows;    // (etp) each ETP peer's rows
+    std::size_t own_rows = 0;             // this rank's rows before the ETP gather
     Tensor permuted;                      // (T k, C) rows in expert-major order (before the dispatch)
     Tensor expert_in;                     // (R, C) the local experts' input, expert-major
     Tensor expert_fc;                     // (R, F_up) before the activation
@@ -263,6 +267,8 @@ class Interpreter {
   void moe_collective(const model::Op& op);  // Tokens (all-to-all over Expert) and ExpertCounts (AR over Tensor)
   void dispatch_tokens(const model::Op& op, MoeStash& m, bool gradients);
   void combine_tokens(const model::Op& op, MoeStash& m, bool gradients);
+  void gather_expert_rows(const model::Op& op, MoeStash& m, bool gradients);   // all-gather over ExpertTensor
+  void scatter_expert_rows(const model::Op& op, MoeStash& m, bool gradients);  // reduce-scatter over ExpertTensor
 
   // interpreter_optimizer.cpp
   void reduce_layernorm_grads(const model::Op& op);

@@ -46,12 +46,6 @@ void refuse_unsupported_moe(const model::Scenario& s, std::string_view backend) 
     refuse(fmt::format("the executor trains Mixture-of-Experts layers on the cpu backend only (got --backend {})",
                        backend));
   }
-  if (s.parallel.etp > 1) {
-    refuse(
-        fmt::format("parallel.etp = {}: the executor does not split experts over expert tensor parallelism yet "
-                    "(twin sim models it); run with parallel.etp = 1",
-                    s.parallel.etp));
-  }
   if (s.model.capacity_factor > 0) {
     refuse(fmt::format("model.capacity_factor = {}: the executor trains dropless MoE only (capacity_factor = 0)",
                        s.model.capacity_factor));
@@ -203,7 +197,8 @@ void Interpreter::experts_down_forward(const Op& op) {
     k::moe_grouped_matmul_forward(m.expert_out.f32(), m.expert_act.f32(), w.expert_fc_proj_weight.f32(),
                                   m.expert_rows.data(), d.local_experts, d.expert_ffn, dims_.hidden);
   }
-  if (d.ep == 1) m.combined = m.expert_out;  // no combine: the rows are this rank's own, in permuted order
+  // no combine (and no ETP reduce-scatter): the rows are this rank's own, in permuted order
+  if (d.ep == 1 && d.etp == 1) m.combined = m.expert_out;
 }
 
 void Interpreter::unpermute_forward(const Op& op) {

@@ -55,6 +55,11 @@ struct ShardMap {
       case Sharding::Rows:
       case Sharding::GateUpRows:
         return t.rows / d.tp;
+      case Sharding::ExpertRows:
+      case Sharding::ExpertGateUpRows:
+        return t.rows / d.etp;
+      case Sharding::ExpertColumns:
+        return t.rows;
       case Sharding::QkvHeads:
         return d.qkv_local;
       case Sharding::VocabRows:
@@ -62,15 +67,25 @@ struct ShardMap {
     }
     return 0;
   }
-  std::int64_t local_cols() const { return t.sharding == Sharding::Columns ? t.cols / d.tp : t.cols; }
+  std::int64_t local_cols() const {
+    if (t.sharding == Sharding::ExpertColumns) return t.cols / d.etp;
+    return t.sharding == Sharding::Columns ? t.cols / d.tp : t.cols;
+  }
   // full row of a local row; -1 for a padded vocabulary row (outside the real vocabulary)
   std::int64_t full_row(std::int64_t r) const {
     switch (t.sharding) {
       case Sharding::Replicated:
       case Sharding::Columns:
+      case Sharding::ExpertColumns:
         return r;
       case Sharding::Rows:
         return d.tp_rank * local_rows() + r;
+      case Sharding::ExpertRows:
+        return d.etp_rank * local_rows() + r;
+      case Sharding::ExpertGateUpRows: {  // (2, F/etp) -> (2, F), as GateUpRows over etp
+        const std::int64_t half_local = t.rows / 2 / d.etp;
+        return r / half_local * half_local * d.etp + d.etp_rank * half_local + r % half_local;
+      }
       case Sharding::QkvHeads: {
         // local rows (H/t D | KV/t D | KV/t D) -> full rows (H D | KV D | KV D): (3, H/t, D) -> (3, H, D) without
         // grouped-query attention
@@ -94,6 +109,7 @@ struct ShardMap {
     return -1;
   }
   std::int64_t full_col(std::int64_t c) const {
+    if (t.sharding == Sharding::ExpertColumns) return d.etp_rank * local_cols() + c;
     return t.sharding == Sharding::Columns ? d.tp_rank * local_cols() + c : c;
   }
 };
@@ -109,6 +125,8 @@ std::int64_t full_element_index(const ParamTensor& tensor, const Dims& dims, std
 
 ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, Backend& backend)
     : scenario_(scenario), coord_(coord), backend_(backend), dims_(scenario, coord.tp), moe_(scenario, coord) {
+  dims_.etp = moe_.etp;
+  dims_.etp_rank = moe_.etp_rank;
   const auto& p = scenario.parallel;
   const int stages = static_cast<int>(p.pp), chunks = static_cast<int>(p.virtual_stages);
   first_stage_ = coord.pp == 0;

@@ -64,6 +64,7 @@ struct Dims {
   int vocab_local = 0, vocab_start = 0;  // this rank's shard of the padded vocabulary
   int tp = 1, tp_rank = 0;
   bool sequence_parallel = false;
+  int etp = 1, etp_rank = 0;  // expert tensor parallel: the ExpertTensor group's size, this rank's index (MoE only)
 
   Dims(const model::Scenario& scenario, int tp_rank);
 };
@@ -73,8 +74,9 @@ struct MoeDims {
   int experts = 0, top_k = 0;  // routed experts per MoE layer, experts per token
   int ep = 1, ep_rank = 0;     // the Expert group's size and this rank's index in it
   int local_experts = 0;       // experts / ep: this rank holds experts [ep_rank * local, (ep_rank + 1) * local)
-  int expert_ffn = 0;          // one expert's width (model.moe_ffn_hidden)
+  int expert_ffn = 0;          // one expert's width on this rank: model.moe_ffn_hidden / etp
   int expert_up = 0;           // its up projection's width: expert_ffn, 2 expert_ffn with SwiGLU ([gate | up])
+  int etp = 1, etp_rank = 0;   // the ExpertTensor group's size and this rank's index in it
   int shared_ffn = 0;          // the shared experts' summed width (0: none)
   int shared_up = 0;           // their up projection's width
   int edp = 1, edp_rank = 0;   // the ExpertData group's size and this rank's index in it
@@ -83,7 +85,19 @@ struct MoeDims {
   MoeDims(const model::Scenario& scenario, model::RankCoord coord);
 };
 
-enum class Sharding : std::uint8_t { Replicated, Rows, Columns, QkvHeads, GateUpRows, VocabRows };
+// Expert*: a routed expert's split over expert tensor parallelism (parallel.etp, Dims::etp): its fc's rows (SwiGLU:
+// of both halves, as GateUpRows), its fc_proj's columns.
+enum class Sharding : std::uint8_t {
+  Replicated,
+  Rows,
+  Columns,
+  QkvHeads,
+  GateUpRows,
+  VocabRows,
+  ExpertRows,
+  ExpertGateUpRows,
+  ExpertColumns
+};
 enum class Init : std::uint8_t { Normal, ResidualNormal, Zeros, Ones };
 
 struct ParamTensor {

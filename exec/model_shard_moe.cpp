@@ -8,7 +8,8 @@
 //   them on the
 //                                                      rank's sequence shard; Megatron-Core splits them over TP)
 //   layers.L.mlp.experts.G.fc.weight       (F_up, C)   routed expert G (global index): in the layer's experts bucket
-//   layers.L.mlp.experts.G.fc_proj.weight  (C, F)      on the EP rank holding G, fc's of the local experts first
+//   layers.L.mlp.experts.G.fc_proj.weight  (C, F)      on the EP rank holding G, fc's of the local experts first;
+//                                                      split over parallel.etp as a dense MLP is over TP
 // Each tensor's random stream follows from its name, so expert G has the same weights on one rank and under every EP
 // size. No biases: GroupedMLP has none.
 #include <fmt/core.h>
@@ -33,22 +34,25 @@ MoeDims::MoeDims(const model::Scenario& s, model::RankCoord coord) {
   edp = layout.edp();
   edp_rank = expert.edp;
   local_experts = experts / ep;
-  expert_ffn = static_cast<int>(s.moe_ffn_hidden());
+  etp = layout.etp();
+  etp_rank = expert.etp;
   const int up = s.model.activation == model::Activation::Swiglu ? 2 : 1;
+  expert_ffn = static_cast<int>(s.moe_ffn_hidden()) / etp;
   expert_up = up * expert_ffn;
-  shared_ffn = static_cast<int>(s.model.shared_experts) * expert_ffn;
+  shared_ffn = static_cast<int>(s.model.shared_experts * s.moe_ffn_hidden());
   shared_up = up * shared_ffn;
   aux_loss_coeff = s.model.moe_aux_loss_coeff;
 }
 
 namespace {
 
-ParamTensor matrix(std::string name, std::int64_t rows, std::int64_t cols, Init init, bool tp_replicated) {
+ParamTensor matrix(std::string name, std::int64_t rows, std::int64_t cols, Init init, bool tp_replicated,
+                   Sharding sharding = Sharding::Replicated) {
   ParamTensor t;
   t.name = std::move(name);
   t.rows = rows;
   t.cols = cols;
-  t.sharding = Sharding::Replicated;
+  t.sharding = sharding;
   t.init = init;
   t.decay = true;
   t.tp_replicated = tp_replicated;
@@ -77,15 +81,16 @@ void ModelShard::add_expert_bucket(int layer) {
   b.layer = layer;
   b.what = model::ComputeKind::TransformerLayer;
   b.experts = true;
-  const std::int64_t C = dims_.hidden;
+  const std::int64_t C = dims_.hidden, F = moe_.expert_ffn * moe_.etp, UP = moe_.expert_up * moe_.etp;
+  const Sharding up_rows = dims_.swiglu ? Sharding::ExpertGateUpRows : Sharding::ExpertRows;
   const int first = moe_.ep_rank * moe_.local_experts;
   for (int e = first; e < first + moe_.local_experts; ++e) {
     b.tensors.push_back(
-        matrix(fmt::format("layers.{}.mlp.experts.{}.fc.weight", layer, e), moe_.expert_up, C, Init::Normal, false));
+        matrix(fmt::format("layers.{}.mlp.experts.{}.fc.weight", layer, e), UP, C, Init::Normal, false, up_rows));
   }
   for (int e = first; e < first + moe_.local_experts; ++e) {
-    b.tensors.push_back(matrix(fmt::format("layers.{}.mlp.experts.{}.fc_proj.weight", layer, e), C, moe_.expert_ffn,
-                               Init::ResidualNormal, false));
+    b.tensors.push_back(matrix(fmt::format("layers.{}.mlp.experts.{}.fc_proj.weight", layer, e), C, F,
+                               Init::ResidualNormal, false, Sharding::ExpertColumns));
   }
   add_bucket(std::move(b));
 }

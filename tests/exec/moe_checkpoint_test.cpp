@@ -43,6 +43,7 @@ TEST(ExecMoeCheckpoint, ExpertParallelSizesReshardIntoEachOther) {
   for (const auto& [name, plan] : std::vector<std::pair<const char*, std::vector<std::string>>>{
            {"ep 1 on one rank", {}},
            {"ep 4", {"parallel.dp=4", "parallel.ep=4"}},
+           {"ep 2 x etp 2", {"parallel.dp=4", "parallel.ep=2", "parallel.etp=2"}},
            {"ep 2 over tp 2 x dp 2",
             {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.dp=2", "parallel.ep=2",
              "parallel.zero_stage=1"}}}) {

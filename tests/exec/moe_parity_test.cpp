@@ -1,7 +1,7 @@
 // Mixture-of-Experts parity: a tiny MoE (4 layers, the first dense; 4 experts, top-2, one shared expert) trains to
 // the same losses, load-balancing losses and gradient norms under every expert-parallel plan as on one rank: EP
 // carved out of DP and out of TP (with sequence parallelism), with pipeline stages, ZeRO-1 of the dense and the expert
-// gradients (over DP and over the expert-data-parallel ranks), recompute.
+// gradients (over DP and over the expert-data-parallel ranks), expert tensor parallelism, recompute.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -116,6 +116,13 @@ INSTANTIATE_TEST_SUITE_P(
         // no expert parallelism: every rank holds every expert, the ExpertData group is the TP pair
         Plan{"tp2_sp_ep1", {"parallel.tp=2", "parallel.sequence_parallel=true"}},
         Plan{"dp2_ep2_recompute_full", {"parallel.dp=2", "parallel.ep=2", "parallel.recompute=\"full\""}},
+        // expert tensor parallelism: each expert's width split over 2 ranks, the rows all-gathered among them
+        Plan{"dp2_etp2", {"parallel.dp=2", "parallel.etp=2"}},
+        Plan{"tp2_sp_etp2", {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.etp=2"}},
+        Plan{"tp2_sp_dp2_ep2_etp2",
+             {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.dp=2", "parallel.ep=2", "parallel.etp=2"}},
+        Plan{"dp4_ep2_etp2_pp2_zero1",
+             {"parallel.dp=4", "parallel.ep=2", "parallel.etp=2", "parallel.pp=2", "parallel.zero_stage=1"}},
         Plan{"tp2_sp_pp2_dp2_ep4",
              {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.pp=2", "parallel.dp=2", "parallel.ep=4"}}),
     [](const ::testing::TestParamInfo<Plan>& plan_info) { return std::string(plan_info.param.name); });
@@ -134,6 +141,28 @@ TEST(ExecMoeParity, TheSingleRankRunLearnsAndReportsTheLoadBalancingLoss) {
     EXPECT_GE(aux, 0.03 * 0.999);
     EXPECT_LT(aux, 0.03 * 1.5);
   }
+}
+
+TEST(ExecMoeParity, SwigluExpertsAgreeAcrossExpertSplits) {
+  // SwiGLU's [gate | up] rows of each expert split over etp rank by rank, as a dense MLP's over TP
+  TrainOptions options;
+  options.steps = 3;
+  const std::vector<std::string> swiglu = {"model.activation=\"swiglu\"", "model.norm=\"rmsnorm\"",
+                                           "model.linear_bias=false"};
+  const auto one = train(scenario(moe_toml(), swiglu), options);
+  for (const auto& plan : std::vector<std::vector<std::string>>{
+           {"parallel.dp=4", "parallel.ep=2", "parallel.etp=2"},
+           {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.dp=2", "parallel.ep=4"}}) {
+    std::vector<std::string> sets = swiglu;
+    sets.insert(sets.end(), plan.begin(), plan.end());
+    const auto many = train(scenario(moe_toml(), sets), options);
+    ASSERT_EQ(many.losses.size(), one.losses.size());
+    for (std::size_t i = 0; i < one.losses.size(); ++i) {
+      EXPECT_NEAR(many.losses[i], one.losses[i], kRelativeTolerance * one.losses[i]) << plan.back() << " " << i;
+      EXPECT_NEAR(many.aux_losses[i], one.aux_losses[i], kRelativeTolerance * one.aux_losses[i]) << plan.back();
+    }
+  }
+  EXPECT_GT(std::abs(one.losses[2] - reference_run().losses[2]), 1e-4) << "SwiGLU experts trained GELU ones";
 }
 
 TEST(ExecMoeParity, TheExpertsAndTheLoadBalancingLossChangeTheModel) {
