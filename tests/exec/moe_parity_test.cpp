@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "exec/errors.hpp"
+#include "exec/interpreter.hpp"
 #include "exec_test_util.hpp"
 
 namespace twin::exec {
@@ -178,15 +180,24 @@ TEST(ExecMoeParity, TheExpertsAndTheLoadBalancingLossChangeTheModel) {
 
 TEST(ExecMoeParity, WhatTheExecutorDoesNotRunIsRefusedByName) {
   TrainOptions options;
-  for (const auto& [set, field] :
-       std::vector<std::pair<std::string, std::string>>{{"model.capacity_factor=1.25", "model.capacity_factor"}}) {
+  for (const auto& [sets, field] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"model.capacity_factor=1.25"}, "model.capacity_factor = 1.25: the executor trains dropless MoE only"},
+           {{"parallel.tp=2"}, "parallel.tp = 2 needs parallel.sequence_parallel = true"}}) {
     try {
-      train(scenario(moe_toml(), {set}), options);
-      ADD_FAILURE() << set << " trained";
-    } catch (const std::exception& error) {
+      train(scenario(moe_toml(), sets), options);
+      ADD_FAILURE() << sets.front() << " trained";
+    } catch (const RunError& error) {
       EXPECT_NE(std::string(error.what()).find(field), std::string::npos) << error.what();
     }
   }
+  try {
+    refuse_unsupported_moe(scenario(moe_toml()), "cuda");
+    ADD_FAILURE() << "the cuda backend was not refused";
+  } catch (const RunError& error) {
+    EXPECT_NE(std::string(error.what()).find("on the cpu backend only (got --backend cuda)"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_NO_THROW(refuse_unsupported_moe(scenario(moe_toml()), "cpu"));
 }
 
 }  // namespace
