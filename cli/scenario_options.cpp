@@ -271,6 +271,15 @@ void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
       ->type_name("F")
       ->group("Megatron-style aliases");
   command
+      .add_option_function<double>(
+          "--moe-aux-loss-coeff",
+          [&options](const double& value) {
+            options.aliases.push_back({"model.moe_aux_loss_coeff", fmt::format("{}", value)});
+          },
+          "alias of --set model.moe_aux_loss_coeff=F")
+      ->type_name("F")
+      ->group("Megatron-style aliases");
+  command
       .add_option("--moe-shared-expert-intermediate-size", options.shared_expert_width,
                   "the shared experts' total width: model.shared_experts = N / the expert width (model.moe_ffn_hidden)")
       ->type_name("N")

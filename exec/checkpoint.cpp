@@ -378,10 +378,10 @@ model::Scenario checkpoint_scenario(const Manifest& m, const fs::path& step_dir)
 bool same_layout(const model::Scenario& then, const model::Scenario& now) {
   const auto& a = then.parallel;
   const auto& b = now.parallel;
-  return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.virtual_stages == b.virtual_stages &&
-         a.first_stage_layers == b.first_stage_layers && a.last_stage_layers == b.last_stage_layers &&
-         a.zero_stage == b.zero_stage && then.shards_parameters() == now.shards_parameters() &&
-         then.padded_vocab() == now.padded_vocab();
+  return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.ep == b.ep && a.etp == b.etp &&
+         a.virtual_stages == b.virtual_stages && a.first_stage_layers == b.first_stage_layers &&
+         a.last_stage_layers == b.last_stage_layers && a.zero_stage == b.zero_stage &&
+         then.shards_parameters() == now.shards_parameters() && then.padded_vocab() == now.padded_vocab();
 }
 
 std::vector<std::string> check_compatible(const Manifest& m, const fs::path& step_dir, const model::Scenario& now,
@@ -408,6 +408,13 @@ std::vector<std::string> check_compatible(const Manifest& m, const fs::path& ste
   compare(refused, "model.parallel_residual", then.model.parallel_residual, now.model.parallel_residual);
   compare(refused, "model.shared_norm", then.model.shared_norm, now.model.shared_norm);
   compare(refused, "model.rotary_fraction", then.model.rotary_fraction, now.model.rotary_fraction);
+  compare(refused, "model.experts", then.model.experts, now.model.experts);  // MoE: other tensors
+  if (now.model.is_moe()) {
+    compare(refused, "model.top_k", then.model.top_k, now.model.top_k);
+    compare(refused, "model.moe_ffn_hidden", then.moe_ffn_hidden(), now.moe_ffn_hidden());
+    compare(refused, "model.shared_experts", then.model.shared_experts, now.model.shared_experts);
+    compare(refused, "model.dense_layers", then.model.dense_layers, now.model.dense_layers);
+  }
   // The sequences of step i are (seed, i * global_batch + j): another global batch is another data order.
   compare(refused, "parallel.global_batch", then.parallel.global_batch, now.parallel.global_batch);
   compare(refused, "framework.tied_embeddings", then.framework.tied_embeddings, now.framework.tied_embeddings);
@@ -430,6 +437,7 @@ std::vector<std::string> check_compatible(const Manifest& m, const fs::path& ste
   compare(notes, "parallel.tp", then.parallel.tp, now.parallel.tp);
   compare(notes, "parallel.pp", then.parallel.pp, now.parallel.pp);
   compare(notes, "parallel.dp", then.parallel.dp, now.parallel.dp);
+  compare(notes, "parallel.ep", then.parallel.ep, now.parallel.ep);
   compare(notes, "parallel.virtual_stages", then.parallel.virtual_stages, now.parallel.virtual_stages);
   compare(notes, "parallel.first_stage_layers", then.parallel.first_stage_layers, now.parallel.first_stage_layers);
   compare(notes, "parallel.last_stage_layers", then.parallel.last_stage_layers, now.parallel.last_stage_layers);

@@ -151,6 +151,9 @@ void Interpreter::build_dispatch_tables() {
   route(Payload::GradNormSquared, &Interpreter::gradient_norm);                 // global norm for clipping
   route(Payload::Parameters, &Interpreter::gather_parameters);                  // ZeRO-1 / 3: gather the shards
   route(Payload::CheckpointedInput, &Interpreter::gather_checkpointed_input);   // DeepSpeed: a layer's kept input
+  route(Payload::Tokens, &Interpreter::moe_collective);                         // MoE: dispatch and combine
+  route(Payload::ExpertCounts, &Interpreter::moe_collective);                   // MoE: tokens per expert over TP
+  if (scenario_.model.is_moe()) build_moe_dispatch_table();
 }
 
 // ---- the loop -------------------------------------------------------------------------------------------------------
@@ -189,7 +192,10 @@ void Interpreter::execute(std::size_t index) {
   Handler handler = nullptr;
   switch (op.kind) {
     case OpKind::Compute:
-      handler = compute_handlers_[static_cast<int>(op.what)][static_cast<int>(op.phase)];
+      if (op.layer >= 0 && shard_.is_moe_layer(op.layer)) {
+        handler = moe_handlers_[static_cast<int>(op.what)][static_cast<int>(op.phase)];
+      }
+      if (handler == nullptr) handler = compute_handlers_[static_cast<int>(op.what)][static_cast<int>(op.phase)];
       break;
     case OpKind::Collective:
       handler = collective_handlers_[static_cast<int>(op.payload)];

@@ -8,6 +8,8 @@
 //   interpreter_layers.cpp     transformer layer: forward, recompute, backward
 //   interpreter_ends.cpp       embedding, final layernorm, LM head, cross-entropy
 //   interpreter_comm.cpp       tensor-parallel collectives and pipeline sends/receives
+//   interpreter_moe.cpp        Mixture-of-Experts MLP: router, permutation, all-to-all dispatch and combine, grouped
+//                              experts, shared experts, load-balancing loss (interpreter_moe_comm.cpp: its exchanges)
 //   interpreter_optimizer.cpp  gradient reductions (TP, tied embedding, DP / ZeRO-1 / ZeRO-3), global norm, AdamW,
 //                              parameter gathers (ZeRO-1 after the step, ZeRO-3 before each layer)
 #pragma once
@@ -56,6 +58,9 @@ struct IterationOutput {
   double grad_norm = 0;    // global gradient norm before clipping
   double learning_rate = 0;
   bool skipped = false;  // skip_nonfinite: the update was skipped (every rank alike)
+  // Mixture-of-Experts: this rank's share of the load-balancing losses (coefficient included) summed over its MoE
+  // layers and micro-batches; the shares of all ranks sum to the global batch's (sequence shards add up).
+  double aux_loss_sum = 0;
 };
 
 // Measured start and end of one op (seconds since the run's epoch).
@@ -63,6 +68,11 @@ struct OpTiming {
   int op_index;
   double start_s, end_s;
 };
+
+// Throws a RunError naming the field when `scenario`'s Mixture-of-Experts layers ask for what the executor does not run
+// (interpreter_moe.cpp): another backend than "cpu", token dropping, tensor parallelism without sequence parallelism,
+// a shared norm. Nothing for a dense model.
+void refuse_unsupported_moe(const model::Scenario& scenario, std::string_view backend);
 
 class Interpreter {
  public:
@@ -120,12 +130,41 @@ class Interpreter {
     Tensor d_out;      // parallel block: the stream's gradient (T, C) as the MLP-down backward took it, for the
                        // attention projection's (gathered once under sequence parallelism)
   };
+  // A Mixture-of-Experts MLP's state for one (micro-batch, layer), forward to backward. T = tokens_sp, k = top_k,
+  // E = experts, R = the rows this rank's experts received (data-dependent), El = local experts.
+  struct MoeStash {
+    Tensor scores;                        // (T, E) softmax of the router logits: the load-balancing loss's
+    Tensor probs;                         // (T, k) the chosen experts' weights
+    std::vector<int> chosen;              // (T, k) expert of each (token, slot)
+    std::vector<int> rows;                // (T, k) row of each (token, slot) in the expert-major permuted buffer
+    std::vector<int> rows_per_expert;     // (E) of the permuted buffer
+    std::vector<float> counts;            // (E) tokens per expert of the whole micro-batch (summed over TP shards)
+    std::vector<std::size_t> send_rows;   // (ep) rows sent to each EP peer in the dispatch
+    std::vector<std::size_t> recv_rows;   // (ep) rows received from each
+    std::vector<int> recv_chunk_rows;     // (ep, El) rows from peer i for local expert e, in the received order
+    std::vector<int> expert_rows;         // (El) rows of each local expert the GEMMs see (summed over EP peers, then
+                                          // ETP peers)
+    std::vector<int> etp_chunk_rows;      // (etp, El) rows of each (ETP peer, local expert) before the ETP gather
+    std::vector<std::size_t> etp_rows;    // (etp) each ETP peer's rows
+    std::size_t own_rows = 0;             // this rank's rows before the ETP gather
+    Tensor permuted;                      // (T k, C) rows in expert-major order (before the dispatch)
+    Tensor expert_in;                     // (R, C) the local experts' input, expert-major
+    Tensor expert_fc;                     // (R, F_up) before the activation
+    Tensor expert_act;                    // (R, F)
+    Tensor expert_out;                    // (R, C) before the combine
+    Tensor combined;                      // (T k, C) the experts' outputs back in permuted order
+    Tensor shared_fc, shared_act;         // (T, S_up), (T, S) the shared experts'
+    Tensor d_rows;                        // backward: the gradient in flight along the expert path
+    Tensor d_probs;                       // (T, k)
+    bool routed_activation_next = false;  // the next activation op is the routed experts' (else the shared ones')
+  };
   struct ChunkState {
     Tensor tokens, targets;            // (tokens) int32: on the first / last virtual stage
     Tensor hidden;                     // (tokens_sp, C) residual stream between layers (and stages)
     Tensor grad;                       // (tokens_sp, C) its gradient during the backward
     Tensor embedding;                  // (tokens, C) embedding output before the TP reduction
     std::map<int, LayerStash> layers;  // by global layer index
+    std::map<int, MoeStash> moe;       // by global layer index: its MoE MLP's
     HeadStash head;
     BackwardWork work;
   };
@@ -196,14 +235,40 @@ class Interpreter {
 
   // interpreter_comm.cpp
   Tensor& tensor_parallel_buffer(const model::Op& op);
-  void reduce_tensor_parallel(const model::Op& op);  // LayerOutput, InputGrad: all-reduce or reduce-scatter
-  void gather_layer_input(const model::Op& op);      // LayerInput: all-gather of a sequence-sharded input
-  void gather_output_grad(const model::Op& op);      // OutputGrad: all-gather of a sequence-sharded gradient
+  void reduce_tensor_parallel(const model::Op& op);     // LayerOutput, InputGrad: all-reduce or reduce-scatter
+  void gather_layer_input(const model::Op& op);         // LayerInput: all-gather of a sequence-sharded input
+  void gather_output_grad(const model::Op& op);         // OutputGrad: all-gather of a sequence-sharded gradient
   void gather_checkpointed_input(const model::Op& op);  // CheckpointedInput: a partitioned layer input, whole again
   void gather_cross_entropy_stats(const model::Op& op);
   void send(const model::Op& op);
   void recv(const model::Op& op);
   void all_gather_sequence(const model::Op& op, const Tensor& shard, Tensor& full);
+
+  // interpreter_moe.cpp (forward handlers also run the Recompute phase)
+  MoeStash& moe_stash(const model::Op& op);
+  void shared_up_forward(const model::Op& op);
+  void moe_activation_forward(const model::Op& op);
+  void shared_down_forward(const model::Op& op);
+  void router_forward(const model::Op& op);
+  void permute_forward(const model::Op& op);
+  void experts_up_forward(const model::Op& op);
+  void experts_down_forward(const model::Op& op);
+  void unpermute_forward(const model::Op& op);
+  void unpermute_backward(const model::Op& op);
+  void experts_down_backward(const model::Op& op);
+  void moe_activation_backward(const model::Op& op);
+  void experts_up_backward(const model::Op& op);
+  void permute_backward(const model::Op& op);
+  void router_backward(const model::Op& op);
+  void shared_down_backward(const model::Op& op);
+  void shared_up_backward(const model::Op& op);
+  void build_moe_dispatch_table();
+  // interpreter_moe_comm.cpp
+  void moe_collective(const model::Op& op);  // Tokens (all-to-all over Expert) and ExpertCounts (AR over Tensor)
+  void dispatch_tokens(const model::Op& op, MoeStash& m, bool gradients);
+  void combine_tokens(const model::Op& op, MoeStash& m, bool gradients);
+  void gather_expert_rows(const model::Op& op, MoeStash& m, bool gradients);   // all-gather over ExpertTensor
+  void scatter_expert_rows(const model::Op& op, MoeStash& m, bool gradients);  // reduce-scatter over ExpertTensor
 
   // interpreter_optimizer.cpp
   void reduce_layernorm_grads(const model::Op& op);
@@ -235,6 +300,9 @@ class Interpreter {
   static constexpr int kComputeKinds = static_cast<int>(model::kComputeKindCount), kPhases = 4,
                        kPayloads = static_cast<int>(model::kPayloadCount);
   std::array<std::array<Handler, kPhases>, kComputeKinds> compute_handlers_{};
+  // The compute ops of an MoE layer's MLP (its shared experts' MlpUp / activation / MlpDown, the router and experts):
+  // these handlers take precedence there
+  std::array<std::array<Handler, kPhases>, kComputeKinds> moe_handlers_{};
   std::array<Handler, kPayloads> collective_handlers_{};
 
   // iteration state

@@ -36,7 +36,7 @@ void Interpreter::reduce_embedding_grads(const Op& op) {
 }
 
 void Interpreter::reduce_data_parallel_grads(const Op& op) {
-  Bucket& b = shard_.bucket(op.layer, op.what);
+  Bucket& b = shard_.bucket(op.layer, op.what, op.group == model::Group::ExpertData);
   if (op.collective == CollectiveKind::AllReduce) {
     comm_.all_reduce(group(op.group), b.grads.data, b.padded_numel, b.grads.dtype, labels_[current_op_]);
   } else {
@@ -58,9 +58,12 @@ void Interpreter::reduce_data_parallel_grads(const Op& op) {
 
 void Interpreter::gradient_norm(const Op& op) {
   const bool zero = scenario_.parallel.zero_stage >= 1 && scenario_.parallel.dp > 1;  // ZeRO-1 or ZeRO-3: shards
+  // an MoE layer's routed experts: their ExpertData replicas hold the same sums (ZeRO-1: each its shard)
+  const MoeDims& moe = shard_.moe();
+  const bool expert_zero = scenario_.parallel.zero_stage >= 1 && moe.edp > 1;
   std::vector<Tensor> counted;  // summed in this order (one host read on a device)
-  if (zero || coord_.dp == 0) {
-    for (Bucket& b : shard_.buckets()) {
+  for (Bucket& b : shard_.buckets()) {
+    if (b.experts ? (expert_zero || moe.edp_rank == 0) : (zero || coord_.dp == 0)) {
       const std::size_t begin = b.shard_offset, end = b.shard_offset + b.shard_numel;
       for (const ParamTensor& t : b.tensors) {
         if (t.copy || (t.tp_replicated && coord_.tp != 0)) continue;
@@ -121,7 +124,7 @@ void Interpreter::optimizer_step(const Op&) {
 
 // Every rank's shard into the whole bucket, in place: after ZeRO-1's step, or before a ZeRO-3 forward or backward.
 void Interpreter::gather_parameters(const Op& op) {
-  Bucket& b = shard_.bucket(op.layer, op.what);
+  Bucket& b = shard_.bucket(op.layer, op.what, op.group == model::Group::ExpertData);
   const Tensor mine = b.params.slice(b.shard_offset, b.shard_numel);
   comm_.all_gather(group(op.group), mine.data, b.params.data, b.shard_numel, b.params.dtype, labels_[current_op_]);
   b.other_shards_freed = false;

@@ -55,6 +55,11 @@ struct ShardMap {
       case Sharding::Rows:
       case Sharding::GateUpRows:
         return t.rows / d.tp;
+      case Sharding::ExpertRows:
+      case Sharding::ExpertGateUpRows:
+        return t.rows / d.etp;
+      case Sharding::ExpertColumns:
+        return t.rows;
       case Sharding::QkvHeads:
         return d.qkv_local;
       case Sharding::VocabRows:
@@ -62,15 +67,25 @@ struct ShardMap {
     }
     return 0;
   }
-  std::int64_t local_cols() const { return t.sharding == Sharding::Columns ? t.cols / d.tp : t.cols; }
+  std::int64_t local_cols() const {
+    if (t.sharding == Sharding::ExpertColumns) return t.cols / d.etp;
+    return t.sharding == Sharding::Columns ? t.cols / d.tp : t.cols;
+  }
   // full row of a local row; -1 for a padded vocabulary row (outside the real vocabulary)
   std::int64_t full_row(std::int64_t r) const {
     switch (t.sharding) {
       case Sharding::Replicated:
       case Sharding::Columns:
+      case Sharding::ExpertColumns:
         return r;
       case Sharding::Rows:
         return d.tp_rank * local_rows() + r;
+      case Sharding::ExpertRows:
+        return d.etp_rank * local_rows() + r;
+      case Sharding::ExpertGateUpRows: {  // (2, F/etp) -> (2, F), as GateUpRows over etp
+        const std::int64_t half_local = t.rows / 2 / d.etp;
+        return r / half_local * half_local * d.etp + d.etp_rank * half_local + r % half_local;
+      }
       case Sharding::QkvHeads: {
         // local rows (H/t D | KV/t D | KV/t D) -> full rows (H D | KV D | KV D): (3, H/t, D) -> (3, H, D) without
         // grouped-query attention
@@ -94,6 +109,7 @@ struct ShardMap {
     return -1;
   }
   std::int64_t full_col(std::int64_t c) const {
+    if (t.sharding == Sharding::ExpertColumns) return d.etp_rank * local_cols() + c;
     return t.sharding == Sharding::Columns ? d.tp_rank * local_cols() + c : c;
   }
 };
@@ -108,7 +124,9 @@ std::int64_t full_element_index(const ParamTensor& tensor, const Dims& dims, std
 }
 
 ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, Backend& backend)
-    : scenario_(scenario), coord_(coord), backend_(backend), dims_(scenario, coord.tp) {
+    : scenario_(scenario), coord_(coord), backend_(backend), dims_(scenario, coord.tp), moe_(scenario, coord) {
+  dims_.etp = moe_.etp;
+  dims_.etp_rank = moe_.etp_rank;
   const auto& p = scenario.parallel;
   const int stages = static_cast<int>(p.pp), chunks = static_cast<int>(p.virtual_stages);
   first_stage_ = coord.pp == 0;
@@ -139,6 +157,7 @@ ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, 
     const int count = static_cast<int>(scenario.layers_in_virtual_stage(vs));
     for (int layer = first; layer < first + count; ++layer) {
       const std::string n = fmt::format("layers.{}.", layer);
+      const bool moe = scenario.is_moe_layer(layer);  // no dense MLP: a router, shared and routed experts instead
       Bucket b;
       b.name = fmt::format("layer {}", layer);
       b.layer = layer;
@@ -154,14 +173,19 @@ ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, 
       if (bias) replicated("attn.proj.bias", Init::Zeros);
       if (!dims_.shared_norm) replicated("ln2.weight", Init::Ones);
       if (norm_bias && !dims_.shared_norm) replicated("ln2.bias", Init::Zeros);
-      if (bias) replicated("mlp.fc_proj.bias", Init::Zeros);
+      if (bias && !moe) replicated("mlp.fc_proj.bias", Init::Zeros);
+      if (moe) add_moe_router(b, layer);
       b.tensors.push_back(tensor(n + "attn.qkv.weight", QKV, C, Sharding::QkvHeads, Init::Normal, true, false));
       if (bias) b.tensors.push_back(tensor(n + "attn.qkv.bias", QKV, 1, Sharding::QkvHeads, Init::Zeros, false, false));
       b.tensors.push_back(tensor(n + "attn.proj.weight", C, C, Sharding::Columns, Init::ResidualNormal, true, false));
-      b.tensors.push_back(tensor(n + "mlp.fc.weight", UP, C, up_rows, Init::Normal, true, false));
-      if (bias) b.tensors.push_back(tensor(n + "mlp.fc.bias", UP, 1, up_rows, Init::Zeros, false, false));
-      b.tensors.push_back(tensor(n + "mlp.fc_proj.weight", C, F, Sharding::Columns, Init::ResidualNormal, true, false));
+      if (!moe) {
+        b.tensors.push_back(tensor(n + "mlp.fc.weight", UP, C, up_rows, Init::Normal, true, false));
+        if (bias) b.tensors.push_back(tensor(n + "mlp.fc.bias", UP, 1, up_rows, Init::Zeros, false, false));
+        b.tensors.push_back(
+            tensor(n + "mlp.fc_proj.weight", C, F, Sharding::Columns, Init::ResidualNormal, true, false));
+      }
       add_bucket(std::move(b));
+      if (moe) add_expert_bucket(layer);
       layers_.push_back(layer);
     }
   }
@@ -209,10 +233,12 @@ void ModelShard::add_bucket(Bucket b) {
     t.numel = static_cast<std::size_t>(map.local_rows() * map.local_cols());
     b.numel += t.numel;
   }
-  const bool zero = p.zero_stage >= 1 && p.dp > 1;  // ZeRO-1 and ZeRO-3 shard the optimizer state alike
-  const std::size_t dp = static_cast<std::size_t>(p.dp);
+  // ZeRO-1 and ZeRO-3 shard the optimizer state alike, over DP (routed experts: over ExpertData)
+  const auto dp = static_cast<std::size_t>(b.experts ? moe_.edp : p.dp);
+  const auto dp_rank = static_cast<std::size_t>(b.experts ? moe_.edp_rank : coord_.dp);
+  const bool zero = p.zero_stage >= 1 && dp > 1;
   b.padded_numel = zero ? (b.numel + dp - 1) / dp * dp : b.numel;
-  b.shard_offset = zero ? b.padded_numel / dp * static_cast<std::size_t>(coord_.dp) : 0;
+  b.shard_offset = zero ? b.padded_numel / dp * dp_rank : 0;
   b.shard_numel = zero ? b.padded_numel / dp : b.numel;
   b.parameters_sharded = scenario_.shards_parameters();
   b.params = backend_.zeros(b.padded_numel, backend_.activation_dtype());
@@ -242,7 +268,10 @@ void ModelShard::bind_views() {
   // the biases a block may not have (RMSNorm's, or every linear bias): empty views
   const bool norm_bias = !dims_.rmsnorm, bias = dims_.linear_bias;
   for (Bucket& b : buckets_) {
-    if (b.what == ComputeKind::TransformerLayer) {
+    if (b.experts) {
+      bind_moe_views(b, layer_params_.back(), layer_grads_.back());  // right after its layer's bucket
+    } else if (b.what == ComputeKind::TransformerLayer) {
+      const bool dense_mlp = !scenario_.is_moe_layer(b.layer);
       LayerTensors values, grads;
       auto bind = [&](Tensor LayerTensors::*field, std::string_view suffix, bool present = true) {
         if (!present) return;
@@ -255,13 +284,14 @@ void ModelShard::bind_views() {
       bind(&LayerTensors::proj_bias, "attn.proj.bias", bias);
       bind(&LayerTensors::ln2_weight, "ln2.weight", !dims_.shared_norm);
       bind(&LayerTensors::ln2_bias, "ln2.bias", norm_bias && !dims_.shared_norm);
-      bind(&LayerTensors::fc_proj_bias, "mlp.fc_proj.bias", bias);
+      bind(&LayerTensors::fc_proj_bias, "mlp.fc_proj.bias", bias && dense_mlp);
       bind(&LayerTensors::qkv_weight, "attn.qkv.weight");
       bind(&LayerTensors::qkv_bias, "attn.qkv.bias", bias);
       bind(&LayerTensors::proj_weight, "attn.proj.weight");
-      bind(&LayerTensors::fc_weight, "mlp.fc.weight");
-      bind(&LayerTensors::fc_bias, "mlp.fc.bias", bias);
-      bind(&LayerTensors::fc_proj_weight, "mlp.fc_proj.weight");
+      bind(&LayerTensors::fc_weight, "mlp.fc.weight", dense_mlp);
+      bind(&LayerTensors::fc_bias, "mlp.fc.bias", bias && dense_mlp);
+      bind(&LayerTensors::fc_proj_weight, "mlp.fc_proj.weight", dense_mlp);
+      if (!dense_mlp) bind_moe_views(b, values, grads);
       layer_params_.push_back(values);
       layer_grads_.push_back(grads);
     } else if (b.what == ComputeKind::Embedding) {
@@ -353,9 +383,9 @@ void ModelShard::free_all_other_shards() {
   for (Bucket& b : buckets_) free_other_shards(b);
 }
 
-Bucket& ModelShard::bucket(int layer, ComputeKind what) {
+Bucket& ModelShard::bucket(int layer, ComputeKind what, bool experts) {
   for (Bucket& b : buckets_) {
-    if (layer >= 0 ? b.layer == layer : (b.layer < 0 && b.what == what)) return b;
+    if (b.experts == experts && (layer >= 0 ? b.layer == layer : (b.layer < 0 && b.what == what))) return b;
   }
   throw InternalError(fmt::format("rank (pp {}, tp {}, dp {}) holds no bucket for layer {} / {}", coord_.pp, coord_.tp,
                                   coord_.dp, layer, model::to_string(what)));

@@ -13,6 +13,9 @@
 //                                           keeping its rows of both halves, (2, F/t) locally
 //               fc_proj (C, F)              row-parallel columns; its bias (C) replicated
 //               no biases at all with model.linear_bias = false
+//   MoE layers (model.experts > 0, after model.dense_layers): no fc / fc_proj; a router (E, C) and the shared experts,
+//                                  replicated, and this EP rank's routed experts in a bucket of their own
+//                                  (exec/model_shard_moe.cpp)
 //   final layernorm lnf (C)        replicated (last stage)
 //   LM head                        the tied wte (pp = 1), or the last stage's copy of it (pp > 1; Megatron keeps one
 //                                  on each end and all-reduces their gradients), or its own weight (untied)
@@ -61,11 +64,40 @@ struct Dims {
   int vocab_local = 0, vocab_start = 0;  // this rank's shard of the padded vocabulary
   int tp = 1, tp_rank = 0;
   bool sequence_parallel = false;
+  int etp = 1, etp_rank = 0;  // expert tensor parallel: the ExpertTensor group's size, this rank's index (MoE only)
 
   Dims(const model::Scenario& scenario, int tp_rank);
 };
 
-enum class Sharding : std::uint8_t { Replicated, Rows, Columns, QkvHeads, GateUpRows, VocabRows };
+// Sizes of a rank's Mixture-of-Experts layers (all zero for a dense model).
+struct MoeDims {
+  int experts = 0, top_k = 0;  // routed experts per MoE layer, experts per token
+  int ep = 1, ep_rank = 0;     // the Expert group's size and this rank's index in it
+  int local_experts = 0;       // experts / ep: this rank holds experts [ep_rank * local, (ep_rank + 1) * local)
+  int expert_ffn = 0;          // one expert's width on this rank: model.moe_ffn_hidden / etp
+  int expert_up = 0;           // its up projection's width: expert_ffn, 2 expert_ffn with SwiGLU ([gate | up])
+  int etp = 1, etp_rank = 0;   // the ExpertTensor group's size and this rank's index in it
+  int shared_ffn = 0;          // the shared experts' summed width (0: none)
+  int shared_up = 0;           // their up projection's width
+  int edp = 1, edp_rank = 0;   // the ExpertData group's size and this rank's index in it
+  double aux_loss_coeff = 0;   // model.moe_aux_loss_coeff
+
+  MoeDims(const model::Scenario& scenario, model::RankCoord coord);
+};
+
+// Expert*: a routed expert's split over expert tensor parallelism (parallel.etp, Dims::etp): its fc's rows (SwiGLU:
+// of both halves, as GateUpRows), its fc_proj's columns.
+enum class Sharding : std::uint8_t {
+  Replicated,
+  Rows,
+  Columns,
+  QkvHeads,
+  GateUpRows,
+  VocabRows,
+  ExpertRows,
+  ExpertGateUpRows,
+  ExpertColumns
+};
 enum class Init : std::uint8_t { Normal, ResidualNormal, Zeros, Ones };
 
 struct ParamTensor {
@@ -83,6 +115,9 @@ struct ParamTensor {
 struct Bucket {
   std::string name;  // "layer 3", "embedding", "head": for messages and checkpoints
   int layer = -1;    // as the Program's Gradients / Parameters ops name it
+  // An MoE layer's routed experts ("layer 3 experts"): reduced and ZeRO-sharded over the ExpertData group, where the
+  // other buckets go over Data (their ops name the group).
+  bool experts = false;
   model::ComputeKind what = model::ComputeKind::TransformerLayer;
   std::vector<ParamTensor> tensors;
   std::size_t numel = 0;              // sum of the tensors
@@ -116,6 +151,12 @@ struct LayerTensors {
   Tensor fc_weight;             // (up_local, C): F/t rows, 2 F/t with SwiGLU
   Tensor fc_bias;               // (up_local)
   Tensor fc_proj_weight;        // (C, F/t)
+  // Mixture-of-Experts layers (empty in dense ones, which have the four MLP tensors above instead)
+  Tensor router_weight;          // (E, C), replicated across TP
+  Tensor shared_fc_weight;       // (shared_up, C): the shared experts as one MLP, replicated across TP
+  Tensor shared_fc_proj_weight;  // (C, shared_ffn)
+  Tensor expert_fc_weight;       // (local_experts, expert_up, C): the local experts' up projections, back to back
+  Tensor expert_fc_proj_weight;  // (local_experts, C, expert_ffn)
 };
 
 class ModelShard {
@@ -135,7 +176,9 @@ class ModelShard {
   std::vector<Bucket>& buckets() { return buckets_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
   // The bucket a Gradients / Parameters / LayerNormGrads op names (layer >= 0: that layer; else Embedding or LmHead).
-  Bucket& bucket(int layer, model::ComputeKind what);
+  Bucket& bucket(int layer, model::ComputeKind what, bool experts = false);
+  const MoeDims& moe() const { return moe_; }
+  bool is_moe_layer(int layer) const { return scenario_.is_moe_layer(layer); }
 
   bool has_layer(int layer) const;
   const LayerTensors& layer_params(int layer) const;
@@ -153,11 +196,17 @@ class ModelShard {
  private:
   void add_bucket(Bucket bucket);
   void bind_views();
+  // exec/model_shard_moe.cpp: an MoE layer's router and shared experts (into its bucket, replicated across TP) and
+  // its routed experts' own bucket; their views
+  void add_moe_router(Bucket& layer_bucket, int layer) const;
+  void add_expert_bucket(int layer);
+  void bind_moe_views(const Bucket& bucket, LayerTensors& values, LayerTensors& grads) const;
 
   const model::Scenario& scenario_;
   model::RankCoord coord_;
   Backend& backend_;
   Dims dims_;
+  MoeDims moe_;
   bool first_stage_ = false, last_stage_ = false;
   std::vector<Bucket> buckets_;
   std::vector<int> layers_;                               // global indices of this rank's layers

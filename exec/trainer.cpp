@@ -71,12 +71,7 @@ class RankRun {
                                  comm.world_size(), program.layout.tp(), program.layout.pp(), program.layout.dp(),
                                  program.layout.world_size()));
     }
-    if (scenario_.model.is_moe()) {
-      throw RunError(
-          fmt::format("{}: model.experts = {}: the executor does not train Mixture-of-Experts layers yet "
-                      "(twin sim and twin graph model them)",
-                      scenario_.source, scenario_.model.experts));
-    }
+    refuse_unsupported_moe(scenario_, options.backend);
     BackendOptions backend_options;
     backend_options.threads = threads;
     backend_options.shares_process = threads_launcher && program.layout.world_size() > 1;
@@ -104,6 +99,8 @@ class RankRun {
     Interpreter interpreter(program_, rank_, *backend_, device_comm_ ? *device_comm_ : comm_, *shard_);
     const int dp_rank = program_.layout.coord_of(rank_).dp;
     const double tokens_per_step = static_cast<double>(scenario_.parallel.global_batch * scenario_.model.seq_len);
+    const auto micro_batches_per_step =
+        static_cast<double>(scenario_.parallel.global_batch / scenario_.parallel.micro_batch);
     const int trace_step = options_.trace_step == -1 ? options_.steps - 1 : options_.trace_step;  // < -1: none
     TrainingGuards guards(options_.guards, std::log(static_cast<double>(scenario_.model.vocab)), history_);
     std::vector<OpTiming> timings;
@@ -138,8 +135,8 @@ class RankRun {
         if (raised_by_every_rank(error)) throw GuardTripped(message);
         throw TrainingDiverged(message);
       }
-      double metrics[3] = {out.loss_sum, out.loss_tokens, squared_weights()};
-      comm_.all_reduce(world_, metrics, 3, DType::F64, "loss sum and weight norm (reporting, guards)");
+      double metrics[4] = {out.loss_sum, out.loss_tokens, squared_weights(), out.aux_loss_sum};
+      comm_.all_reduce(world_, metrics, 4, DType::F64, "loss sum and weight norm (reporting, guards)");
       const double seconds = now_s() - start;
       if (trace) gather_timeline(timings, step);
       const double loss = metrics[0] / std::max(1.0, metrics[1]), weights_after = std::sqrt(metrics[2]);
@@ -163,6 +160,7 @@ class RankRun {
 
       if (result_ != nullptr) {
         result_->losses.push_back(loss);
+        if (scenario_.model.is_moe()) result_->aux_losses.push_back(metrics[3] / micro_batches_per_step);
         result_->iteration_time_s.push_back(seconds);
         result_->grad_norms.push_back(out.grad_norm);
         result_->learning_rates.push_back(out.learning_rate);

@@ -67,6 +67,9 @@ struct TrainResult {                   // complete on rank 0
   int steps = 0;                       // the target
   std::vector<double> earlier_losses;  // the checkpoint's record of steps [0, first_step)
   std::vector<double> losses;          // steps [first_step, steps)
+  // Mixture-of-Experts: each step's load-balancing loss (coefficient included), summed over the MoE layers and
+  // averaged over the global batch's micro-batches; empty for a dense model
+  std::vector<double> aux_losses;
   std::vector<double> iteration_time_s, grad_norms, learning_rates, weight_norms;
   std::vector<int> skipped_steps;            // 0-based steps whose update was skipped (skip_nonfinite)
   double tokens_per_s = 0;                   // over the run's steps, the first one excluded when there are several

@@ -227,6 +227,10 @@ std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
   }
   shared_experts(ops, s, x, phase);
   ops.push_back(gemm(x, ComputeKind::Router, phase, m.tokens, experts, x.h));
+  if (x.sequence_parallel) {  // Megatron-Core's router sums tokens_per_expert over the TP (and CP) shards for the loss
+    ops.push_back(
+        tensor_collective(CollectiveKind::AllReduce, Payload::ExpertCounts, ComputeKind::Router, phase, experts * 4));
+  }
   ops.push_back(elementwise(ComputeKind::ExpertPermute, phase, permute, 3));
   if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, dispatched, dispatch));
   if (split) ops.push_back(expert_tensor_collective(CollectiveKind::AllGather, ComputeKind::ExpertUp, phase, gathered));

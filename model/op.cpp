@@ -88,9 +88,9 @@ std::string_view to_string(Payload value) {
   static const char* const names[] = {
       "layer_output",        "layer_input",       "input_grad",         "output_grad",
       "cross_entropy_stats", "layernorm_grads",   "embedding_grads",    "gradients",
-      "parameters",          "grad_norm_squared", "tokens",             "checkpointed_input",
-      "fp8_amax",            "context_keys",      "context_values",     "context_key_grads",
-      "context_value_grads"};
+      "parameters",          "grad_norm_squared", "tokens",             "expert_counts",
+      "checkpointed_input",  "fp8_amax",          "context_keys",       "context_values",
+      "context_key_grads",   "context_value_grads"};
   static_assert(std::size(names) == kPayloadCount, "a name for every Payload");
   return lookup(names, value);
 }

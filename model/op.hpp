@@ -67,6 +67,8 @@ enum class Payload : std::uint8_t {
   Parameters,         // ZeRO-1: updated parameter shards gathered across DP (AG)
   GradNormSquared,    // global gradient norm for clipping: one fp32 partial sum per rank (AR over World)
   Tokens,             // Mixture-of-Experts: the expert rows exchanged all-to-all (dispatch, combine, their gradients)
+  ExpertCounts,       // Mixture-of-Experts with sequence parallelism: the router's tokens per expert summed over TP
+                      // (AR), so that each shard's load-balancing loss sees its micro-batch's counts
   CheckpointedInput,  // DeepSpeed's partition_activations: a layer's kept input, 1/t per TP rank, gathered before its
                       // recompute (AG)
   Fp8Amax,            // FP8: the amaxes of the tensors cast to FP8, reduced to their maximum (AR): delayed scaling's

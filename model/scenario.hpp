@@ -100,6 +100,10 @@ struct ModelSpec {
   // How unevenly the router spreads tokens: 0 balanced; s > 0 gives expert i (0-based) a share proportional to
   // 1 / (i + 1)^s (Zipf), experts in EP-rank order, so EP rank 0 holds the hottest and sets the pace.
   double expert_load_skew = 0;
+  // The auxiliary load-balancing loss's weight (Switch Transformer, arXiv:2101.03961; Megatron-Core's
+  // --moe-aux-loss-coeff): each MoE layer adds coeff x its balance loss to the training loss (`twin run`).
+  // Megatron-Core's default is 0; 1e-2 here, the value of the Switch Transformer paper and Megatron-Core's examples.
+  double moe_aux_loss_coeff = 1e-2;
 
   bool is_moe() const { return experts > 0; }
 

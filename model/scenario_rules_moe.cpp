@@ -110,6 +110,11 @@ void check_mixture_of_experts(const Scenario& scenario, SizesKnown known, std::v
     problems.push_back(
         fmt::format("{}: model.expert_load_skew must be in [0, 10] (0: balanced), got {}", src, m.expert_load_skew));
   }
+  if (!(m.moe_aux_loss_coeff >= 0 && m.moe_aux_loss_coeff <= 1e3)) {
+    problems.push_back(
+        fmt::format("{}: model.moe_aux_loss_coeff must be in [0, 1000] (0: no load-balancing loss), got {}", src,
+                    m.moe_aux_loss_coeff));
+  }
   expert_grid(scenario, known, ep_ok && etp_ok, problems);
 }
 

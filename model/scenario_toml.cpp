@@ -97,9 +97,10 @@ void read_moe_keys(SectionReader& model, const std::string& source, ModelSpec& m
   model.integer("dense_layers", m.dense_layers);
   model.number("capacity_factor", m.capacity_factor);
   model.number("expert_load_skew", m.expert_load_skew);
+  model.number("moe_aux_loss_coeff", m.moe_aux_loss_coeff);
   if (m.experts != 0) return;
-  for (const char* key :
-       {"top_k", "moe_ffn_hidden", "shared_experts", "dense_layers", "capacity_factor", "expert_load_skew"}) {
+  for (const char* key : {"top_k", "moe_ffn_hidden", "shared_experts", "dense_layers", "capacity_factor",
+                          "expert_load_skew", "moe_aux_loss_coeff"}) {
     if (model.has(key)) {
       problems.push_back(fmt::format(
           "{}: model.{} is a Mixture-of-Experts key: it needs model.experts > 0 (the model is dense without it)",
@@ -358,6 +359,7 @@ std::string to_toml(const Scenario& s) {
     line(fmt::format("dense_layers = {}", s.model.dense_layers));
     line(fmt::format("capacity_factor = {:.17g}", s.model.capacity_factor));
     line(fmt::format("expert_load_skew = {:.17g}", s.model.expert_load_skew));
+    line(fmt::format("moe_aux_loss_coeff = {:.17g}", s.model.moe_aux_loss_coeff));
   }
   if (s.model.fp8 != Fp8Format::None) line(fmt::format("fp8 = \"{}\"", to_string(s.model.fp8)));
   line("\n[parallel]");

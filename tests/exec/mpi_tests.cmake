@@ -3,7 +3,7 @@
 # the suppressions see the OpenMPI frames (the fast unwinder stops in OpenMPI's components, built without frame
 # pointers). Outside a sanitizer build nobody reads LSAN_OPTIONS.
 foreach(test IN LISTS twin_exec_tests_TESTS)
-  if(test MATCHES "^ExecRunFixture\\.[A-Za-z]*Mpi")
+  if(test MATCHES "^Exec(Moe)?RunFixture\\.[A-Za-z]*Mpi")
     set_tests_properties("${test}" PROPERTIES ENVIRONMENT_MODIFICATION
       "LSAN_OPTIONS=string_append::suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan-openmpi.supp:fast_unwind_on_malloc=0")
   endif()

@@ -32,6 +32,39 @@ TEST(ExecTraining, TheTinyModelLearnsTheShippedCorpus) {
   for (double norm : result.grad_norms) EXPECT_TRUE(std::isfinite(norm));
 }
 
+// gpt-tiny with Mixture-of-Experts layers (4 experts, top-2, 2 per EP rank over dp 2): the loss falls as the dense
+// model's does, and the load-balancing loss stays near its balanced value (coeff x 1 per MoE layer).
+TEST(ExecTraining, TheTinyMoeLearnsTheShippedCorpus) {
+  std::vector<model::Override> overrides;
+  for (const char* set :
+       {"model.experts=4", "model.top_k=2", "model.moe_ffn_hidden=256", "parallel.dp=2", "parallel.ep=2"}) {
+    overrides.push_back(model::parse_override(set));
+  }
+  const model::Scenario s = model::load_scenario(testing::source_dir() + "/scenarios/gpt-tiny.toml", overrides);
+  TrainOptions options;
+  options.steps = 30;
+  options.trace_step = -2;
+  const TrainResult result = train_threads(model::build_program(s, model::Granularity::Op), testing::corpus(), options);
+  const auto& losses = result.losses;
+  ASSERT_EQ(losses.size(), 30u);
+  ASSERT_EQ(result.aux_losses.size(), 30u);
+  std::printf(
+      "[ training ] gpt-tiny MoE losses: step 1 %.3f, 10 %.3f, 20 %.3f, 30 %.3f; load-balancing loss %.4f, "
+      "%.4f (%.0f tokens/s)\n",
+      losses[0], losses[9], losses[19], losses[29], result.aux_losses[0], result.aux_losses[29], result.tokens_per_s);
+  EXPECT_NEAR(losses.front(), std::log(256.0), 0.3);
+  EXPECT_LT(losses.back(), 3.0);
+  for (std::size_t block = 1; block < 6; ++block) {
+    const double before = std::accumulate(losses.begin() + 5 * (block - 1), losses.begin() + 5 * block, 0.0);
+    const double now = std::accumulate(losses.begin() + 5 * block, losses.begin() + 5 * (block + 1), 0.0);
+    EXPECT_LT(now, before) << "block " << block;
+  }
+  for (double aux : result.aux_losses) {  // 4 MoE layers x 1e-2 when balanced; 2x that if all went to two experts
+    EXPECT_GE(aux, 0.04 * 0.999);
+    EXPECT_LT(aux, 0.04 * 1.5);
+  }
+}
+
 TEST(ExecTraining, LearningRateFollowsWarmupAndCosineDecay) {
   const auto s =
       testing::scenario(testing::small_toml(), {"training.warmup_steps=4", "training.decay_steps=8",
