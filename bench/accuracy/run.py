@@ -77,6 +77,21 @@ def megatron_core_flops_per_token(model, vocab):
     return l * per_layer + 6 * h * vocab
 
 
+def dense_parameters(model, vocab, tied_embeddings):
+    """The parameters of a dense GPT/Llama: each layer's QKV (grouped query heads) and output projections, its MLP
+    (x 3 / 2 for SwiGLU's gate) and its two norms' weights, the final norm, the word embedding and, untied, the output
+    layer (the counts of the models' released config.json: Llama 3 405B gives 405.85e9)."""
+    h, l = model["hidden"], model["layers"]
+    heads = model["heads"]
+    kv = model.get("kv_heads", heads)
+    d = h // heads
+    q, k = heads * d, kv * d
+    ffn = model.get("ffn_hidden", 4 * h)
+    gated = 3 if model.get("activation", "gelu") == "swiglu" else 2
+    per_layer = h * (q + 2 * k) + q * h + gated * h * ffn + 2 * h
+    return l * per_layer + h + h * vocab * (1 if tied_embeddings else 2)
+
+
 def published_seconds(run, scenario):
     if "iteration_time_s" in run:
         return float(run["iteration_time_s"])
@@ -90,6 +105,9 @@ def published_seconds(run, scenario):
     V = run["flops_vocab"]
     if run.get("flop_count") == "megatron-core":
         flops = B * s * megatron_core_flops_per_token(m, V)
+    elif run.get("flop_count") == "6nd":  # 6 FLOPs per parameter and token, no attention core
+        tied = scenario.get("framework", {}).get("tied_embeddings", True)
+        flops = 6 * B * s * dense_parameters(m, V, tied)
     else:
         flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
     return flops / (gpus * run["tflops_per_gpu"] * 1e12)
