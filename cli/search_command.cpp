@@ -32,7 +32,6 @@ struct SearchOptions {
 };
 
 struct Plan {
-  std::size_t target = 0;  // the SearchTarget (node kind) it runs on
   std::int64_t tp, pp, dp, micro_batch, chunks;
   model::ScheduleKind schedule;
   model::Recompute recompute;
@@ -47,6 +46,7 @@ struct Plan {
   bool fits = false;  // its summary's memory.fits: the plan's peak within one GPU
   double iteration_time_s = 0, tflops_per_gpu = 0, bubble_fraction = 0;
   nlohmann::json training;  // with --train-tokens: the child's `training` summary
+  std::size_t target = 0;   // the SearchTarget (node kind) it runs on
 
   std::vector<std::string> overrides() const {
     return {fmt::format("parallel.tp={}", tp),
@@ -239,19 +239,26 @@ void run_search(const SearchOptions& o) {
   const std::vector<SearchTarget> targets = search_targets(o);
   const model::Scenario& base = targets.front().base;
   int rejected_for_memory = 0;
-  std::vector<Plan> plans;
+  std::vector<std::vector<Plan>> per_target;
   for (std::size_t t = 0; t < targets.size(); ++t) {
     check_searchable(targets[t].base, o);
     int rejected = 0;
-    for (Plan plan : enumerate_plans(targets[t].base, o, rejected)) {
-      plan.target = t;
-      plans.push_back(plan);
-    }
+    per_target.push_back(enumerate_plans(targets[t].base, o, rejected));
+    for (Plan& plan : per_target.back()) plan.target = t;
     rejected_for_memory += rejected;
   }
-  std::stable_sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {
-    return a.ideal_bubble < b.ideal_bubble;  // each target's own order kept among equals
-  });
+  // Each target's plans in turn, then by ideal bubble: a --max cut keeps every node kind's best plans.
+  std::vector<Plan> plans;
+  for (std::size_t i = 0, added = 1; added > 0; ++i) {
+    added = 0;
+    for (const std::vector<Plan>& list : per_target) {
+      if (i >= list.size()) continue;
+      plans.push_back(list[i]);
+      ++added;
+    }
+  }
+  std::stable_sort(plans.begin(), plans.end(),
+                   [](const Plan& a, const Plan& b) { return a.ideal_bubble < b.ideal_bubble; });
   const std::size_t found = plans.size();
   if (plans.empty()) {
     throw UserError(fmt::format("no valid plan of {} fits {} x {} GPUs ({} rejected for memory)", base.model.name,

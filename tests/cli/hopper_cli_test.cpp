@@ -28,9 +28,11 @@ struct Result {
   std::string output;  // stdout and stderr
 };
 
+// Run from the source tree, as the README's commands are.
 Result twin(const std::string& arguments) {
   Result result;
-  const std::string command = std::string(TWIN_BINARY) + " " + arguments + " 2>&1";
+  const std::string command =
+      "cd '" + std::string(TWIN_SOURCE_DIR) + "' && " + std::string(TWIN_BINARY) + " " + arguments + " 2>&1";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
   std::array<char, 4096> buffer{};
   while (std::fgets(buffer.data(), buffer.size(), pipe.get())) result.output += buffer.data();
