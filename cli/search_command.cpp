@@ -4,6 +4,7 @@
 // sequential, so a search fans out over cores), and ranks them by iteration time.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include <fmt/core.h>
@@ -213,6 +214,16 @@ void check_searchable(const model::Scenario& base, const SearchOptions& o) {
   }
 }
 
+// The node kind named `name` as a scenario spells it (cluster.node), if any.
+std::optional<model::NodeKind> node_kind(const std::string& name) {
+  // Every kind: CpuHost is the enumeration's last (model/scenario.hpp).
+  for (int k = 0; k <= static_cast<int>(model::NodeKind::CpuHost); ++k) {
+    const auto kind = static_cast<model::NodeKind>(k);
+    if (model::to_string(kind) == name) return kind;
+  }
+  return std::nullopt;
+}
+
 // --vary-node: the same number of GPUs in whole nodes of each kind (its GPUs per node from model/'s node table).
 std::vector<SearchTarget> search_targets(const SearchOptions& o) {
   const model::Scenario scenario = load_scenario(o.scenario);
@@ -222,8 +233,12 @@ std::vector<SearchTarget> search_targets(const SearchOptions& o) {
   for (const std::string& name : o.nodes) {
     ScenarioOptions options = o.scenario;
     options.sets.push_back("cluster.node=" + name);
-    const model::NodeKind node = load_scenario(options).cluster.node;  // a bad name: the loader's error
-    const std::int64_t per_node = model::default_gpus_per_node(node);
+    const std::optional<model::NodeKind> node = node_kind(name);
+    if (!node) {
+      load_scenario(options);  // the loader's error names the key and lists the node kinds
+      throw UserError(fmt::format("--vary-node: no node kind '{}'", name));
+    }
+    const std::int64_t per_node = model::default_gpus_per_node(node.value());
     if (gpus % per_node != 0) {
       throw UserError(fmt::format("--vary-node {}: the scenario's {} GPUs do not fill whole nodes of {} GPUs", name,
                                   gpus, per_node));
