@@ -69,6 +69,17 @@ class MapeByGroup(unittest.TestCase):
         self.assertAlmostEqual(table[("c", False)][0], 30.0)
         self.assertNotIn(("all", False), table)
         self.assertNotIn(("c", True), table)
+        self.assertNotIn(("all-hopper", True), table)  # no Hopper run, no Hopper line
+
+    def test_hopper_runs_have_their_own_mape_and_stay_out_of_all(self):
+        rows = [{"group": "a", "error": 0.02}, {"group": "h", "error": -0.20, "generation": "hopper"},
+                {"group": "h", "error": -0.10, "generation": "hopper"}]
+        table = {(g, counted): (mape, bias, runs) for g, mape, bias, runs, counted in run.mape_by_group(rows)}
+        self.assertAlmostEqual(table[("all", True)][0], 2.0)
+        self.assertEqual(table[("all", True)][2], 1)
+        self.assertAlmostEqual(table[("all-hopper", True)][0], 15.0)
+        self.assertAlmostEqual(table[("all-hopper", True)][1], -15.0)
+        self.assertEqual(table[("all-hopper", True)][2], 2)
 
 
 
