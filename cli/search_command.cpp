@@ -4,6 +4,7 @@
 // sequential, so a search fans out over cores), and ranks them by iteration time.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include <fmt/core.h>
@@ -25,6 +26,7 @@ struct SearchOptions {
   bool vary_recompute = false;
   bool vary_sequence_parallel = false;
   bool vary_zero = false;
+  std::vector<std::string> nodes;  // --vary-node: node kinds to search over, the scenario's GPU count on each
   std::string json_path;
   std::string train_tokens;  // passed on to each `twin sim --train-tokens` (empty: not asked)
   bool quiet = false;        // nothing on stderr but errors
@@ -45,6 +47,7 @@ struct Plan {
   bool fits = false;  // its summary's memory.fits: the plan's peak within one GPU
   double iteration_time_s = 0, tflops_per_gpu = 0, bubble_fraction = 0;
   nlohmann::json training;  // with --train-tokens: the child's `training` summary
+  std::size_t target = 0;   // the SearchTarget (node kind) it runs on
 
   std::vector<std::string> overrides() const {
     return {fmt::format("parallel.tp={}", tp),
@@ -189,8 +192,13 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptio
   return plans;
 }
 
-void run_search(const SearchOptions& o) {
-  const model::Scenario base = load_scenario(o.scenario);
+// One cluster a search runs on: the scenario's, or with --vary-node each node kind holding the scenario's GPUs.
+struct SearchTarget {
+  ScenarioOptions options;  // the user's, plus cluster.node / gpus_per_node / nodes for a varied node
+  model::Scenario base;
+};
+
+void check_searchable(const model::Scenario& base, const SearchOptions& o) {
   if (base.cluster.node == model::NodeKind::CpuHost) {
     throw UserError("twin search simulates GPU clusters; this scenario runs on CPU hosts (cluster.node = cpu-host)");
   }
@@ -199,13 +207,73 @@ void run_search(const SearchOptions& o) {
   } catch (const std::invalid_argument& error) {
     throw UserError(fmt::format("{}: {}", base.source, error.what()));
   }
-  int rejected_for_memory = 0;
   if (o.vary_zero && base.framework.name == model::Framework::Composer) {
     throw UserError(
         "--vary-zero tries ZeRO stages 0 and 1 (Megatron-LM's distributed optimizer, DeepSpeed's ZeRO-1); "
         "framework.name = \"composer\" shards with FSDP (zero_stage = 3)");
   }
-  std::vector<Plan> plans = enumerate_plans(base, o, rejected_for_memory);
+}
+
+// The node kind named `name` as a scenario spells it (cluster.node), if any.
+std::optional<model::NodeKind> node_kind(const std::string& name) {
+  // Every kind: CpuHost is the enumeration's last (model/scenario.hpp).
+  for (int k = 0; k <= static_cast<int>(model::NodeKind::CpuHost); ++k) {
+    const auto kind = static_cast<model::NodeKind>(k);
+    if (model::to_string(kind) == name) return kind;
+  }
+  return std::nullopt;
+}
+
+// --vary-node: the same number of GPUs in whole nodes of each kind (its GPUs per node from model/'s node table).
+std::vector<SearchTarget> search_targets(const SearchOptions& o) {
+  const model::Scenario scenario = load_scenario(o.scenario);
+  if (o.nodes.empty()) return {{o.scenario, scenario}};
+  const std::int64_t gpus = scenario.cluster.total_gpus();
+  std::vector<SearchTarget> targets;
+  for (const std::string& name : o.nodes) {
+    ScenarioOptions options = o.scenario;
+    options.sets.push_back("cluster.node=" + name);
+    const std::optional<model::NodeKind> node = node_kind(name);
+    if (!node) {
+      load_scenario(options);  // the loader's error names the key and lists the node kinds
+      throw UserError(fmt::format("--vary-node: no node kind '{}'", name));
+    }
+    const std::int64_t per_node = model::default_gpus_per_node(node.value());
+    if (gpus % per_node != 0) {
+      throw UserError(fmt::format("--vary-node {}: the scenario's {} GPUs do not fill whole nodes of {} GPUs", name,
+                                  gpus, per_node));
+    }
+    options.sets.push_back(fmt::format("cluster.gpus_per_node={}", per_node));
+    options.sets.push_back(fmt::format("cluster.nodes={}", gpus / per_node));
+    targets.push_back({options, load_scenario(options)});
+  }
+  return targets;
+}
+
+void run_search(const SearchOptions& o) {
+  const std::vector<SearchTarget> targets = search_targets(o);
+  const model::Scenario& base = targets.front().base;
+  int rejected_for_memory = 0;
+  std::vector<std::vector<Plan>> per_target;
+  for (std::size_t t = 0; t < targets.size(); ++t) {
+    check_searchable(targets[t].base, o);
+    int rejected = 0;
+    per_target.push_back(enumerate_plans(targets[t].base, o, rejected));
+    for (Plan& plan : per_target.back()) plan.target = t;
+    rejected_for_memory += rejected;
+  }
+  // Each target's plans in turn, then by ideal bubble: a --max cut keeps every node kind's best plans.
+  std::vector<Plan> plans;
+  for (std::size_t i = 0, added = 1; added > 0; ++i) {
+    added = 0;
+    for (const std::vector<Plan>& list : per_target) {
+      if (i >= list.size()) continue;
+      plans.push_back(list[i]);
+      ++added;
+    }
+  }
+  std::stable_sort(plans.begin(), plans.end(),
+                   [](const Plan& a, const Plan& b) { return a.ideal_bubble < b.ideal_bubble; });
   const std::size_t found = plans.size();
   if (plans.empty()) {
     throw UserError(fmt::format("no valid plan of {} fits {} x {} GPUs ({} rejected for memory)", base.model.name,
@@ -219,10 +287,9 @@ void run_search(const SearchOptions& o) {
   }
 
   const std::string scenario_path = resolve_scenario_path(o.scenario.scenario);
-  const std::vector<std::string> user_sets = as_sets(scenario_overrides(o.scenario));
   std::vector<std::vector<std::string>> override_lists;
   for (const Plan& plan : plans) {
-    std::vector<std::string> sets = user_sets;
+    std::vector<std::string> sets = as_sets(scenario_overrides(targets[plan.target].options));
     for (const auto& set : plan.overrides()) sets.push_back(set);
     override_lists.push_back(std::move(sets));
   }
@@ -245,11 +312,26 @@ void run_search(const SearchOptions& o) {
     if (a.error.empty() != b.error.empty()) return a.error.empty();
     return a.iteration_time_s < b.iteration_time_s;
   });
-  fmt::print("{} on {} x {} ({} GPUs), global batch {}: {} plans simulated, fastest first\n\n", base.model.name,
-             base.cluster.nodes, model::to_string(base.cluster.node), base.cluster.total_gpus(),
-             base.parallel.global_batch, plans.size());
+  const bool varied = !o.nodes.empty();
+  if (varied) {
+    std::string kinds;
+    for (const SearchTarget& target : targets) {
+      kinds += fmt::format("{}{} x {}", kinds.empty() ? "" : ", ", target.base.cluster.nodes,
+                           model::to_string(target.base.cluster.node));
+    }
+    fmt::print("{} on {} GPUs of {}, global batch {}: {} plans simulated, fastest first\n\n", base.model.name,
+               base.cluster.total_gpus(), kinds, base.parallel.global_batch, plans.size());
+  } else {
+    fmt::print("{} on {} x {} ({} GPUs), global batch {}: {} plans simulated, fastest first\n\n", base.model.name,
+               base.cluster.nodes, model::to_string(base.cluster.node), base.cluster.total_gpus(),
+               base.parallel.global_batch, plans.size());
+  }
   const bool training = !o.train_tokens.empty();
-  fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} {:>10} {:>9} {:>8} {:>9} {:>5}{}\n", "tp", "pp", "dp",
+  auto node_column = [&](const Plan& plan) {
+    return varied ? fmt::format("  {:<12}", model::to_string(targets[plan.target].base.cluster.node)) : std::string();
+  };
+  fmt::print("{}  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} {:>10} {:>9} {:>8} {:>9} {:>5}{}\n",
+             varied ? fmt::format("  {:<12}", "node") : "", "tp", "pp", "dp",
              "mb", "schedule", "recompute", "sharding", "iter s", "TFLOP/s", "bubble", "mem GiB", "fits",
              training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : "");
   nlohmann::json results = nlohmann::json::array();
@@ -262,15 +344,18 @@ void run_search(const SearchOptions& o) {
           training ? fmt::format(" {:>9.1f} {:>12.0f}", plan.training.at("days").get<double>(),
                                  plan.training.at("gpu_hours").get<double>())
                    : "";
-      fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f} {:>5}{}\n",
-                 plan.tp, plan.pp, plan.dp, plan.micro_batch, schedule, plan.recompute_label(), plan.sharding_label(),
+      fmt::print("{}  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f} {:>5}{}\n",
+                 node_column(plan), plan.tp, plan.pp, plan.dp, plan.micro_batch, schedule, plan.recompute_label(), plan.sharding_label(),
                  plan.iteration_time_s, plan.tflops_per_gpu, 100 * plan.bubble_fraction, gib, plan.fits ? "yes" : "NO",
                  training_columns);
     } else {
-      fmt::print("  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} failed: {}\n", plan.tp, plan.pp, plan.dp,
+      fmt::print("{}  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} failed: {}\n", node_column(plan), plan.tp, plan.pp, plan.dp,
                  plan.micro_batch, schedule, plan.recompute_label(), plan.sharding_label(), plan.error);
     }
-    results.push_back({{"tp", plan.tp},
+    const model::ClusterSpec& cluster = targets[plan.target].base.cluster;
+    results.push_back({{"node", model::to_string(cluster.node)},
+                       {"nodes", cluster.nodes},
+                       {"tp", plan.tp},
                        {"pp", plan.pp},
                        {"dp", plan.dp},
                        {"micro_batch", plan.micro_batch},
@@ -313,6 +398,11 @@ void register_search_command(CLI::App& app) {
                     "also try each plan with tp > 1 with and without sequence parallelism");
   command->add_flag("--vary-zero", o->vary_zero,
                     "also try ZeRO stages 0 and 1 (Megatron-LM's distributed optimizer, DeepSpeed's ZeRO-1)");
+  command
+      ->add_option("--vary-node", o->nodes,
+                   "also search these node kinds (e.g. dgx-h100,dgx-h200,gb200-nvl72), each with the scenario's "
+                   "number of GPUs in whole nodes")
+      ->delimiter(',');
   command->add_option("--json", o->json_path, "write every plan and its result as JSON")->check(output_file());
   command
       ->add_option("--train-tokens", o->train_tokens,

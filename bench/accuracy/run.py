@@ -77,6 +77,21 @@ def megatron_core_flops_per_token(model, vocab):
     return l * per_layer + 6 * h * vocab
 
 
+def dense_parameters(model, vocab, tied_embeddings):
+    """The parameters of a dense GPT/Llama: each layer's QKV (grouped query heads) and output projections, its MLP
+    (x 3 / 2 for SwiGLU's gate) and its two norms' weights, the final norm, the word embedding and, untied, the output
+    layer (the counts of the models' released config.json: Llama 3 405B gives 405.85e9)."""
+    h, l = model["hidden"], model["layers"]
+    heads = model["heads"]
+    kv = model.get("kv_heads", heads)
+    d = h // heads
+    q, k = heads * d, kv * d
+    ffn = model.get("ffn_hidden", 4 * h)
+    gated = 3 if model.get("activation", "gelu") == "swiglu" else 2
+    per_layer = h * (q + 2 * k) + q * h + gated * h * ffn + 2 * h
+    return l * per_layer + h + h * vocab * (1 if tied_embeddings else 2)
+
+
 def published_seconds(run, scenario):
     if "iteration_time_s" in run:
         return float(run["iteration_time_s"])
@@ -90,6 +105,9 @@ def published_seconds(run, scenario):
     V = run["flops_vocab"]
     if run.get("flop_count") == "megatron-core":
         flops = B * s * megatron_core_flops_per_token(m, V)
+    elif run.get("flop_count") == "6nd":  # 6 FLOPs per parameter and token, no attention core
+        tied = scenario.get("framework", {}).get("tied_embeddings", True)
+        flops = 6 * B * s * dense_parameters(m, V, tied)
     else:
         flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
     return flops / (gpus * run["tflops_per_gpu"] * 1e12)
@@ -164,16 +182,29 @@ def split_series(rows):
     return out
 
 
+def in_group(row, group):
+    """"all": the A100 runs (the set the MAPE guard holds); "all-hopper": the Hopper and Blackwell runs (runs marked
+    gpu_generation = "hopper"), their MAPE stated apart; any other name: that group."""
+    if group == "all":
+        return "generation" not in row
+    if group == "all-hopper":
+        return row.get("generation") == "hopper"
+    return row["group"] == group
+
+
 def mape_by_group(rows):
-    """(group, MAPE %, mean error %, runs) for each group and for "all", over the simulated runs counted in the MAPE;
-    then the same for the runs left out of it (mape = false), each group once, "all" not including them."""
+    """(group, MAPE %, mean error %, runs) for each group, for "all" (A100) and for "all-hopper", over the simulated
+    runs counted in the MAPE; then the same for the runs left out of it (mape = false), each group once, neither
+    "all" including them."""
     ok = [r for r in rows if isinstance(r.get("error"), float)]
     out = []
     for counted in (True, False):
         members_of = [r for r in ok if r.get("in_mape", True) == counted]
-        groups = sorted({r["group"] for r in members_of}) + (["all"] if counted and members_of else [])
+        groups = sorted({r["group"] for r in members_of})
+        if counted:
+            groups += [g for g in ("all", "all-hopper") if any(in_group(r, g) for r in members_of)]
         for group in groups:
-            members = [r for r in members_of if group == "all" or r["group"] == group]
+            members = [r for r in members_of if in_group(r, group)]
             mape = 100 * sum(abs(r["error"]) for r in members) / len(members)
             bias = 100 * sum(r["error"] for r in members) / len(members)
             out.append((group, mape, bias, len(members), counted))
@@ -219,6 +250,8 @@ def main():
                "source": run["source"]}
         if "series" in run:
             row["series"] = run["series"]
+        if "gpu_generation" in run:
+            row["generation"] = run["gpu_generation"]
         if not run.get("mape", True):
             row["in_mape"] = False
             row["why"] = run.get("why", "")
@@ -247,7 +280,7 @@ def main():
             else:
                 print(f"{name:32} {r['group']:15} {r['published_s']:12.2f}   failed: {r.get('error')}")
     ok = [r for r in rows if isinstance(r.get("error"), float)]
-    counted = [r for r in ok if r.get("in_mape", True)]
+    counted = [r for r in ok if r.get("in_mape", True) and in_group(r, "all")]  # the guard holds the A100 set
     print()
     for group, mape, bias, runs, in_mape in mape_by_group(rows):
         note = "" if in_mape else "  * not in the MAPE"

@@ -69,6 +69,17 @@ class MapeByGroup(unittest.TestCase):
         self.assertAlmostEqual(table[("c", False)][0], 30.0)
         self.assertNotIn(("all", False), table)
         self.assertNotIn(("c", True), table)
+        self.assertNotIn(("all-hopper", True), table)  # no Hopper run, no Hopper line
+
+    def test_hopper_runs_have_their_own_mape_and_stay_out_of_all(self):
+        rows = [{"group": "a", "error": 0.02}, {"group": "h", "error": -0.20, "generation": "hopper"},
+                {"group": "h", "error": -0.10, "generation": "hopper"}]
+        table = {(g, counted): (mape, bias, runs) for g, mape, bias, runs, counted in run.mape_by_group(rows)}
+        self.assertAlmostEqual(table[("all", True)][0], 2.0)
+        self.assertEqual(table[("all", True)][2], 1)
+        self.assertAlmostEqual(table[("all-hopper", True)][0], 15.0)
+        self.assertAlmostEqual(table[("all-hopper", True)][1], -15.0)
+        self.assertEqual(table[("all-hopper", True)][2], 2)
 
 
 
@@ -92,6 +103,20 @@ class FlopCounts(unittest.TestCase):
         self.assertNotAlmostEqual(core, narayanan, places=2)  # the 96 h^2 form counts a recompute and no GQA
         per_gpu = run.published_seconds({"tokens_per_s_per_gpu": 292}, scenario)
         self.assertAlmostEqual(per_gpu, 2048 * 8192 / (292 * 8192))
+
+    def test_six_nd_count_is_the_llama3_papers_own(self):
+        # The Llama 3 paper (arXiv:2407.21783, Section 1): 3.8e25 FLOPs for 405B parameters on 15.6T tokens, i.e.
+        # 6 FLOPs per parameter and token; the released config.json's 405B model has 405.85e9 parameters.
+        params = run.dense_parameters(self.LLAMA3_405B, 128256, tied_embeddings=False)
+        self.assertAlmostEqual(params / 405.85e9, 1.0, delta=0.0005)
+        self.assertAlmostEqual(6 * params * 15.6e12 / 3.8e25, 1.0, delta=0.01)
+        scenario = {"model": self.LLAMA3_405B, "parallel": {"global_batch": 2048}, "cluster": {"nodes": 1024},
+                    "framework": {"tied_embeddings": False}}
+        seconds = run.published_seconds({"tflops_per_gpu": 430, "flops_vocab": 128256, "flop_count": "6nd"}, scenario)
+        self.assertAlmostEqual(seconds, 2048 * 8192 * 6 * params / (8192 * 430e12))
+        tied = dict(scenario, framework={})  # a tied embedding counts the vocabulary once
+        self.assertLess(run.published_seconds({"tflops_per_gpu": 430, "flops_vocab": 128256, "flop_count": "6nd"},
+                                              tied), seconds)
 
 
 if __name__ == "__main__":
