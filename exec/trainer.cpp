@@ -179,10 +179,23 @@ class RankRun {
 
  private:
   // Returns the first step to run.
+  // Delayed scaling's amax history is not in checkpoints: a resumed run would restart its scales at 1 and leave the
+  // run it continues (checkpoints resume bit for bit, or not at all).
+  void refuse_fp8_delayed_resume(const std::filesystem::path& latest) const {
+    if (scenario_.model.fp8 == model::Fp8Format::None || scenario_.framework.fp8_recipe != model::Fp8Recipe::Delayed) {
+      return;
+    }
+    throw RunError(fmt::format("{}: model.fp8 = \"{}\" with framework.fp8_recipe = \"delayed\": checkpoints do not keep "
+                               "the amax history, so {} cannot be resumed as it ran; start over (--no-resume) or train "
+                               "with another recipe",
+                               scenario_.source, model::to_string(scenario_.model.fp8), latest.string()));
+  }
+
   int restore_or_initialize() {
     if (!options_.checkpoint_dir.empty() && options_.resume) {
       const auto unfinished = unfinished_checkpoints(options_.checkpoint_dir);
       if (const auto latest = latest_checkpoint(options_.checkpoint_dir)) {
+        refuse_fp8_delayed_resume(*latest);
         const Manifest manifest = read_manifest(*latest);
         const auto notes = check_compatible(manifest, *latest, scenario_, data_.path, data_.fingerprint);
         const model::Scenario then = checkpoint_scenario(manifest, *latest);
