@@ -25,10 +25,18 @@ Fp8Operand Fp8State::scaled(bool gradient, float scale) const {
   operand.e5m2 = gradient && format_ == model::Fp8Format::Hybrid;
   operand.scale = scale;
   switch (recipe_) {
-    case model::Fp8Recipe::Delayed: operand.scaling = Fp8Operand::Scaling::PerTensor; break;
-    case model::Fp8Recipe::Tensorwise: operand.scaling = Fp8Operand::Scaling::Current; break;
-    case model::Fp8Recipe::Blockwise: operand.scaling = Fp8Operand::Scaling::Tiles; break;
-    case model::Fp8Recipe::Mxfp8: operand.scaling = Fp8Operand::Scaling::Mx; break;
+    case model::Fp8Recipe::Delayed:
+      operand.scaling = Fp8Operand::Scaling::PerTensor;
+      break;
+    case model::Fp8Recipe::Tensorwise:
+      operand.scaling = Fp8Operand::Scaling::Current;
+      break;
+    case model::Fp8Recipe::Blockwise:
+      operand.scaling = Fp8Operand::Scaling::Tiles;
+      break;
+    case model::Fp8Recipe::Mxfp8:
+      operand.scaling = Fp8Operand::Scaling::Mx;
+      break;
   }
   return operand;
 }

@@ -246,8 +246,8 @@ class Interpreter {
   std::vector<Bucket*> parameters_read_;
   std::vector<std::vector<Bucket*>> free_after_;
   int virtual_stages_ = 1;
-  std::array<CommGroup, model::kGroupCount> groups_;  // by model::Group
-  std::unique_ptr<Fp8State> fp8_;                     // model.fp8: scales and amaxes; null without FP8
+  std::array<CommGroup, model::kGroupCount> groups_;       // by model::Group
+  std::unique_ptr<Fp8State> fp8_;                          // model.fp8: scales and amaxes; null without FP8
   std::map<std::pair<int, int>, float> fp8_input_amaxes_;  // tensorwise SP: reduced input amaxes by (layer, GEMM)
 
   static constexpr int kComputeKinds = static_cast<int>(model::kComputeKindCount), kPhases = 4,

@@ -43,7 +43,7 @@ TEST(ExecFp8State, HybridDelayedScalesFromTheLastRegionAndE5M2GradientsOnly) {
   fp8.record(gemm(Phase::Forward, 0), Fp8Amaxes{2.0f, 4.0f, 0});
   EXPECT_EQ(fp8.pending(Phase::Forward), (std::vector<float>{2.0f, 4.0f}));
   end_region(fp8, Phase::Forward);
-  EXPECT_EQ(fp8.scale(1, ComputeKind::MlpUp, Fp8State::Role::Input), 224.0f);  // 448 / 2
+  EXPECT_EQ(fp8.scale(1, ComputeKind::MlpUp, Fp8State::Role::Input), 224.0f);   // 448 / 2
   EXPECT_EQ(fp8.scale(1, ComputeKind::MlpUp, Fp8State::Role::Weight), 112.0f);  // 448 / 4
 
   q = fp8.operands(gemm(Phase::Backward, 0));
