@@ -228,6 +228,21 @@ class DeferredCheckBackend final : public Backend {
           {{dinp, "dinp"}, {dweight, "dweight"}, {dbias, "dbias"}, {dout, "dout"}, {inp, "inp"}, {weight, "weight"}});
     inner_->matmul_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features, out_features);
   }
+  Fp8Amaxes fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, int rows,
+                               int in_features, int out_features, const Fp8Operand& input,
+                               const Fp8Operand& weights) override {
+    touch("fp8_matmul_forward", {{out, "out"}, {inp, "inp"}, {weight, "weight"}, {bias, "bias"}});
+    return inner_->fp8_matmul_forward(out, inp, weight, bias, rows, in_features, out_features, input, weights);
+  }
+  Fp8Amaxes fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                                const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features,
+                                const Fp8Operand& input, const Fp8Operand& weights,
+                                const Fp8Operand& gradient) override {
+    touch("fp8_matmul_backward",
+          {{dinp, "dinp"}, {dweight, "dweight"}, {dbias, "dbias"}, {dout, "dout"}, {inp, "inp"}, {weight, "weight"}});
+    return inner_->fp8_matmul_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features, out_features, input,
+                                       weights, gradient);
+  }
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq, int heads,
                          int kv_heads, int head_dim, const Tensor& alibi_slopes) override {
     touch("attention_forward", {{out, "out"}, {lse, "lse"}, {qkv, "qkv"}, {alibi_slopes, "alibi_slopes"}});

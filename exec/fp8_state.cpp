@@ -1,33 +1,38 @@
 #include "exec/fp8_state.hpp"
 
-#include <algorithm>
+#include "exec/check.hpp"
 
 namespace twin::exec {
 
 namespace k = twin::kernels::cpu;
 
+namespace {
+std::pair<int, int> tensor_key(const model::Op& op) {
+  return {op.layer, static_cast<int>(op.what)};
+}
+}  // namespace
+
 Fp8State::Fp8State(const model::Scenario& scenario)
     : format_(scenario.model.fp8), recipe_(scenario.framework.fp8_recipe) {}
 
-Fp8Operand Fp8State::operand(int layer, model::ComputeKind what, Role role) const {
+void Fp8State::begin_iteration() {
+  weight_scales_.clear();
+  forward_scales_.clear();
+}
+
+Fp8Operand Fp8State::scaled(bool gradient, float scale) const {
   Fp8Operand operand;
-  operand.e5m2 = role == Role::OutputGradient && format_ == model::Fp8Format::Hybrid;
+  operand.e5m2 = gradient && format_ == model::Fp8Format::Hybrid;
+  operand.scale = scale;
   switch (recipe_) {
-    case model::Fp8Recipe::Delayed: {
+    case model::Fp8Recipe::Delayed:
       operand.scaling = Fp8Operand::Scaling::PerTensor;
-      const auto it = tensors_.find({layer, static_cast<int>(what)});
-      if (it != tensors_.end()) {
-        const Tensors& t = it->second;
-        operand.scale = role == Role::Input ? t.input.scale() : role == Role::Weight ? t.weight.scale()
-                                                                                     : t.gradient.scale();
-      }
       break;
-    }
     case model::Fp8Recipe::Tensorwise:
       operand.scaling = Fp8Operand::Scaling::Current;
       break;
     case model::Fp8Recipe::Blockwise:
-      operand.scaling = role == Role::Weight ? Fp8Operand::Scaling::Blocks : Fp8Operand::Scaling::Tiles;
+      operand.scaling = Fp8Operand::Scaling::Tiles;
       break;
     case model::Fp8Recipe::Mxfp8:
       operand.scaling = Fp8Operand::Scaling::Mx;
@@ -36,10 +41,36 @@ Fp8Operand Fp8State::operand(int layer, model::ComputeKind what, Role role) cons
   return operand;
 }
 
-void Fp8State::record(int layer, model::ComputeKind what, const Fp8Amaxes& amaxes, model::Phase phase) {
-  if (!delayed() || phase == model::Phase::Recompute) return;  // a recompute reuses its forward's scales
-  Tensors& t = tensors_[{layer, static_cast<int>(what)}];
-  if (phase == model::Phase::Forward) {
+float Fp8State::scale(int layer, model::ComputeKind what, Role role) const {
+  const auto it = tensors_.find({layer, static_cast<int>(what)});
+  if (it == tensors_.end()) return 1.0f;
+  const Tensors& t = it->second;
+  return role == Role::Input ? t.input.scale() : role == Role::Weight ? t.weight.scale() : t.gradient.scale();
+}
+
+Fp8GemmOperands Fp8State::operands(const model::Op& op) {
+  Fp8GemmOperands out{scaled(false, 1), scaled(false, 1), scaled(true, 1)};
+  if (recipe_ == model::Fp8Recipe::Blockwise) out.weight.scaling = Fp8Operand::Scaling::Blocks;  // 128 x 128
+  if (!delayed()) return out;
+  const auto key = tensor_key(op);
+  const std::tuple<int, int, int> forward_key{op.micro_batch, key.first, key.second};
+  if (op.phase == model::Phase::Forward) {
+    const auto [weight, fresh] = weight_scales_.try_emplace(key, scale(op.layer, op.what, Role::Weight));
+    forward_scales_[forward_key] = ForwardScales{scale(op.layer, op.what, Role::Input), weight->second};
+  }
+  const auto it = forward_scales_.find(forward_key);
+  TWIN_EXEC_CHECK(it != forward_scales_.end(), "layer {}: an FP8 GEMM's {} before its forward", op.layer,
+                  model::to_string(op.phase));
+  out.input.scale = it->second.input;
+  out.weight.scale = it->second.weight;
+  out.gradient.scale = scale(op.layer, op.what, Role::OutputGradient);
+  return out;
+}
+
+void Fp8State::record(const model::Op& op, const Fp8Amaxes& amaxes) {
+  if (!delayed() || op.phase == model::Phase::Recompute) return;
+  Tensors& t = tensors_[tensor_key(op)];
+  if (op.phase == model::Phase::Forward) {
     t.input.record(amaxes.input);
     t.weight.record(amaxes.weight);
     t.forward_seen = true;
@@ -63,18 +94,20 @@ std::vector<float> Fp8State::pending(model::Phase phase) const {
 }
 
 void Fp8State::update(model::Phase phase, const std::vector<float>& reduced) {
+  TWIN_EXEC_CHECK(reduced.size() == pending(phase).size(), "FP8 amax update: {} amaxes for {} tensors", reduced.size(),
+                  pending(phase).size());
   const float e4m3 = k::fp8_max(k::Fp8Format::E4M3);
   const float gradient_max = k::fp8_max(format_ == model::Fp8Format::Hybrid ? k::Fp8Format::E5M2 : k::Fp8Format::E4M3);
   std::size_t next = 0;
   for (auto& [key, t] : tensors_) {
     if (phase == model::Phase::Forward && t.forward_seen) {
-      t.input.record(reduced.at(next++));
-      t.weight.record(reduced.at(next++));
+      t.input.record(reduced[next++]);
+      t.weight.record(reduced[next++]);
       t.input.update(e4m3);
       t.weight.update(e4m3);
       t.forward_seen = false;
     } else if (phase == model::Phase::Backward && t.backward_seen) {
-      t.gradient.record(reduced.at(next++));
+      t.gradient.record(reduced[next++]);
       t.gradient.update(gradient_max);
       t.backward_seen = false;
     }

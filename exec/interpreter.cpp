@@ -12,6 +12,7 @@
 #include "exec/check.hpp"
 #include "exec/comm/mpi_communicator.hpp"
 #include "exec/errors.hpp"
+#include "exec/fp8_state.hpp"
 #include "model/op_label.hpp"
 
 namespace twin::exec {
@@ -60,7 +61,10 @@ Interpreter::Interpreter(const model::Program& program, int rank, Backend& backe
   for (const auto& [key, index] : last_op) release_after_[index] = true;
   build_dispatch_tables();
   if (scenario_.shards_parameters()) plan_parameter_lifetimes();
+  if (scenario_.model.fp8 != model::Fp8Format::None) fp8_ = std::make_unique<Fp8State>(scenario_);
 }
+
+Interpreter::~Interpreter() = default;
 
 // ---- ZeRO-3: when a bucket's parameters are whole ------------------------------------------------------------------
 
@@ -154,6 +158,7 @@ void Interpreter::build_dispatch_tables() {
   route(Payload::Tokens, &Interpreter::moe_collective);                         // MoE: dispatch and combine
   route(Payload::ExpertCounts, &Interpreter::moe_collective);                   // MoE: tokens per expert over TP
   if (scenario_.model.is_moe()) build_moe_dispatch_table();
+  route(Payload::Fp8Amax, &Interpreter::reduce_fp8_amaxes);                     // FP8: amaxes to their max
 }
 
 // ---- the loop -------------------------------------------------------------------------------------------------------
@@ -168,6 +173,7 @@ IterationOutput Interpreter::run_iteration(const IterationInput& input, std::vec
   saw_nonfinite_ = false;
   chunks_.clear();
   shard_.zero_grads();
+  if (fp8_) fp8_->begin_iteration();
   if (timings != nullptr) timings->reserve(timings->size() + ops_.size());
 
   for (std::size_t i = 0; i < ops_.size(); ++i) {

@@ -12,12 +12,14 @@
 //                              experts, shared experts, load-balancing loss (interpreter_moe_comm.cpp: its exchanges)
 //   interpreter_optimizer.cpp  gradient reductions (TP, tied embedding, DP / ZeRO-1 / ZeRO-3), global norm, AdamW,
 //                              parameter gathers (ZeRO-1 after the step, ZeRO-3 before each layer)
+//   interpreter_fp8.cpp        the layers' GEMMs, in FP8 where the Program says so, and FP8's amax reductions
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +30,8 @@
 #include "model/program.hpp"
 
 namespace twin::exec {
+
+class Fp8State;
 
 // One micro-batch of this DP rank: token ids and next-token targets, (batch * seq) each.
 struct MicroBatch {
@@ -77,6 +81,7 @@ void refuse_unsupported_moe(const model::Scenario& scenario, std::string_view ba
 class Interpreter {
  public:
   Interpreter(const model::Program& program, int rank, Backend& backend, Communicator& comm, ModelShard& shard);
+  ~Interpreter();
 
   // Runs the rank's whole op list once. `timings`, when given, receives one entry per op (clock: seconds since
   // `epoch`).
@@ -84,6 +89,8 @@ class Interpreter {
                                 double epoch_s = 0);
 
   const std::vector<model::Op>& ops() const { return ops_; }
+  // model.fp8: the FP8 scales and amaxes this rank keeps (null without FP8)
+  const Fp8State* fp8_state() const { return fp8_.get(); }
   // "op #12 forward qkv_projection layer 3 micro-batch 1" (model::op_label): how messages name op i
   const std::string& label(std::size_t op_index) const { return labels_[op_index]; }
 
@@ -269,6 +276,14 @@ class Interpreter {
   void combine_tokens(const model::Op& op, MoeStash& m, bool gradients);
   void gather_expert_rows(const model::Op& op, MoeStash& m, bool gradients);   // all-gather over ExpertTensor
   void scatter_expert_rows(const model::Op& op, MoeStash& m, bool gradients);  // reduce-scatter over ExpertTensor
+  // interpreter_fp8.cpp: matmul_forward / matmul_backward, or their FP8 twins when the op's GEMM runs in FP8
+  void linear_forward(const model::Op& op, const Tensor& out, const Tensor& inp, const Tensor& weight,
+                      const Tensor& bias, int rows, int in_features, int out_features);
+  void linear_backward(const model::Op& op, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                       const Tensor& dout, const Tensor& inp, const Tensor& weight, int rows, int in_features,
+                       int out_features);
+  void reduce_fp8_amaxes(const model::Op& op);  // Fp8Amax: delayed scaling's regions, tensorwise's SP inputs
+  void max_over(model::Group g, std::vector<float>& values, std::string_view label);
 
   // interpreter_optimizer.cpp
   void reduce_layernorm_grads(const model::Op& op);
@@ -295,7 +310,9 @@ class Interpreter {
   std::vector<Bucket*> parameters_read_;
   std::vector<std::vector<Bucket*>> free_after_;
   int virtual_stages_ = 1;
-  std::array<CommGroup, model::kGroupCount> groups_;  // by model::Group
+  std::array<CommGroup, model::kGroupCount> groups_;       // by model::Group
+  std::unique_ptr<Fp8State> fp8_;                          // model.fp8: scales and amaxes; null without FP8
+  std::map<std::pair<int, int>, float> fp8_input_amaxes_;  // tensorwise SP: reduced input amaxes by (layer, GEMM)
 
   static constexpr int kComputeKinds = static_cast<int>(model::kComputeKindCount), kPhases = 4,
                        kPayloads = static_cast<int>(model::kPayloadCount);

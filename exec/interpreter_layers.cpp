@@ -66,7 +66,7 @@ void Interpreter::qkv_forward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   const int width = dims_.qkv_local;  // 3C/t, or (H/t + 2 KV/t) D
   s.qkv = backend_.allocate(n(dims_.tokens, width), backend_.activation_dtype());
-  backend_.matmul_forward(s.qkv, s.ln1_full, w.qkv_weight, w.qkv_bias, dims_.tokens, dims_.hidden, width);
+  linear_forward(op, s.qkv, s.ln1_full, w.qkv_weight, w.qkv_bias, dims_.tokens, dims_.hidden, width);
   if (dims_.rope) {
     backend_.rope_forward(s.qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local, dims_.head_dim,
                           dims_.rotary_dim);
@@ -85,7 +85,7 @@ void Interpreter::attention_projection_forward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.proj = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums over TP
-  backend_.matmul_forward(s.proj, s.attn, w.proj_weight, Tensor{}, dims_.tokens, dims_.heads_local * dims_.head_dim,
+  linear_forward(op, s.proj, s.attn, w.proj_weight, Tensor{}, dims_.tokens, dims_.heads_local * dims_.head_dim,
                           dims_.hidden);
 }
 
@@ -113,7 +113,7 @@ void Interpreter::mlp_up_forward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.fc = backend_.allocate(n(dims_.tokens, dims_.up_local), backend_.activation_dtype());
   const Tensor& input = dims_.shared_norm ? s.ln1_full : s.ln2_full;  // (T, C)
-  backend_.matmul_forward(s.fc, input, w.fc_weight, w.fc_bias, dims_.tokens, dims_.hidden, dims_.up_local);
+  linear_forward(op, s.fc, input, w.fc_weight, w.fc_bias, dims_.tokens, dims_.hidden, dims_.up_local);
 }
 
 void Interpreter::gelu_forward(const Op& op) {
@@ -132,7 +132,7 @@ void Interpreter::mlp_down_forward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.fc_proj = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
-  backend_.matmul_forward(s.fc_proj, s.gelu, w.fc_proj_weight, Tensor{}, dims_.tokens, dims_.ffn_local, dims_.hidden);
+  linear_forward(op, s.fc_proj, s.gelu, w.fc_proj_weight, Tensor{}, dims_.tokens, dims_.ffn_local, dims_.hidden);
   if (dims_.parallel_residual) {  // both branches' partial sums, for one TP reduction
     backend_.accumulate(s.fc_proj, s.proj);
     s.proj = Tensor{};
@@ -212,7 +212,7 @@ void Interpreter::mlp_down_backward(const Op& op) {
   const Tensor d_out = take_grad_full(state);  // (T, C)
   if (dims_.parallel_residual) state.work.d_out = d_out;  // the attention branch's output gradient too
   state.work.d_hidden = backend_.allocate(n(dims_.tokens, dims_.ffn_local), backend_.activation_dtype());
-  backend_.matmul_backward(state.work.d_hidden, g.fc_proj_weight, Tensor{}, d_out, s.gelu, w.fc_proj_weight,
+  linear_backward(op, state.work.d_hidden, g.fc_proj_weight, Tensor{}, d_out, s.gelu, w.fc_proj_weight,
                            dims_.tokens, dims_.ffn_local, dims_.hidden);
 }
 
@@ -238,7 +238,7 @@ void Interpreter::mlp_up_backward(const Op& op) {
   const Tensor& input = dims_.shared_norm ? s.ln1_full : s.ln2_full;  // (T, C)
   TWIN_EXEC_CHECK(!input.empty(), "layer {}: the MLP input was not gathered", op.layer);
   state.work.d_ln = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
-  backend_.matmul_backward(state.work.d_ln, g.fc_weight, g.fc_bias, state.work.d_hidden, input, w.fc_weight,
+  linear_backward(op, state.work.d_ln, g.fc_weight, g.fc_bias, state.work.d_hidden, input, w.fc_weight,
                            dims_.tokens, dims_.hidden, dims_.up_local);
   state.work.d_hidden = Tensor{};
   if (dims_.shared_norm) {  // unreduced: the QKV op adds its own and reduces both at once
@@ -286,7 +286,7 @@ void Interpreter::attention_projection_backward(const Op& op) {
   const int width = dims_.heads_local * dims_.head_dim;
   TWIN_EXEC_CHECK(!s.attn.empty(), "layer {}: the attention output is neither stashed nor recomputed", op.layer);
   state.work.d_attn = backend_.allocate(n(dims_.tokens, width), backend_.activation_dtype());
-  backend_.matmul_backward(state.work.d_attn, g.proj_weight, Tensor{}, d_out, s.attn, w.proj_weight, dims_.tokens,
+  linear_backward(op, state.work.d_attn, g.proj_weight, Tensor{}, d_out, s.attn, w.proj_weight, dims_.tokens,
                            width, dims_.hidden);
 }
 
@@ -310,7 +310,7 @@ void Interpreter::qkv_backward(const Op& op) {
                            dims_.head_dim, dims_.rotary_dim);
   }
   state.work.d_ln = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());
-  backend_.matmul_backward(state.work.d_ln, g.qkv_weight, g.qkv_bias, state.work.d_qkv, s.ln1_full, w.qkv_weight,
+  linear_backward(op, state.work.d_ln, g.qkv_weight, g.qkv_bias, state.work.d_qkv, s.ln1_full, w.qkv_weight,
                            dims_.tokens, dims_.hidden, dims_.qkv_local);
   state.work.d_qkv = Tensor{};
   if (dims_.shared_norm) {  // both branches' partial input gradients, for one TP reduction

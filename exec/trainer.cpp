@@ -53,13 +53,6 @@ class RankRun {
         threads_launcher_(threads_launcher),
         result_(result),
         progress_(progress) {
-    // The Program carries FP8's kernels and amax reductions for the simulator; the interpreter does not run them yet.
-    if (scenario_.model.fp8 != model::Fp8Format::None) {
-      throw RunError(
-          fmt::format("{}: model.fp8 = \"{}\": the executor does not train in FP8 yet (twin sim predicts "
-                      "it); run with model.fp8 = \"none\"",
-                      scenario_.source, model::to_string(scenario_.model.fp8)));
-    }
     if (scenario_.parallel.cp > 1) {
       throw RunError(
           fmt::format("{}: parallel.cp = {}: the executor does not run context parallelism yet (twin sim "
@@ -76,6 +69,12 @@ class RankRun {
     backend_options.threads = threads;
     backend_options.shares_process = threads_launcher && program.layout.world_size() > 1;
     backend_ = make_backend(options.backend, backend_options);
+    // FP8 GEMMs run emulated on the host (exec/interpreter_fp8.cpp), every recipe; no device backend runs them yet.
+    if (scenario_.model.fp8 != model::Fp8Format::None && backend_->device() != Device::Host) {
+      throw RunError(fmt::format("{}: model.fp8 = \"{}\": the {} backend does not train in FP8 yet (the cpu backend "
+                                 "emulates it; twin sim predicts it)",
+                                 scenario_.source, model::to_string(scenario_.model.fp8), backend_->name()));
+    }
     if (options.check_deferred_collectives && backend_->device() == Device::Host) {
       deferred_ = std::make_unique<DeferredCollectives>(rank_, DeferredCheck::Strict);
       backend_ = make_deferred_check_backend(std::move(backend_), *deferred_);
@@ -184,10 +183,23 @@ class RankRun {
 
  private:
   // Returns the first step to run.
+  // Delayed scaling's amax history is not in checkpoints: a resumed run would restart its scales at 1 and leave the
+  // run it continues (checkpoints resume bit for bit, or not at all).
+  void refuse_fp8_delayed_resume(const std::filesystem::path& latest) const {
+    if (scenario_.model.fp8 == model::Fp8Format::None || scenario_.framework.fp8_recipe != model::Fp8Recipe::Delayed) {
+      return;
+    }
+    throw RunError(fmt::format("{}: model.fp8 = \"{}\" with framework.fp8_recipe = \"delayed\": checkpoints do not keep "
+                               "the amax history, so {} cannot be resumed as it ran; start over (--no-resume) or train "
+                               "with another recipe",
+                               scenario_.source, model::to_string(scenario_.model.fp8), latest.string()));
+  }
+
   int restore_or_initialize() {
     if (!options_.checkpoint_dir.empty() && options_.resume) {
       const auto unfinished = unfinished_checkpoints(options_.checkpoint_dir);
       if (const auto latest = latest_checkpoint(options_.checkpoint_dir)) {
+        refuse_fp8_delayed_resume(*latest);
         const Manifest manifest = read_manifest(*latest);
         const auto notes = check_compatible(manifest, *latest, scenario_, data_.path, data_.fingerprint);
         const model::Scenario then = checkpoint_scenario(manifest, *latest);

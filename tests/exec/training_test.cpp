@@ -79,21 +79,6 @@ TEST(ExecTraining, LearningRateFollowsWarmupAndCosineDecay) {
   EXPECT_NEAR(lr[9], 1e-4, 1e-9);
 }
 
-// The Program carries FP8 for the simulator; the executor says it does not run it, before any step.
-TEST(ExecTraining, Fp8IsRefusedByName) {
-  const auto s = testing::scenario(testing::small_toml(), {"model.dtype=\"bf16\"", "model.fp8=\"hybrid\""});
-  TrainOptions options;
-  options.steps = 1;
-  try {
-    testing::train(s, options);
-    FAIL() << "model.fp8 trained";
-  } catch (const RunError& error) {
-    EXPECT_NE(std::string(error.what()).find("model.fp8 = \"hybrid\": the executor does not train in FP8 yet"),
-              std::string::npos)
-        << error.what();
-  }
-}
-
 // The Program carries context parallelism's all-gathers for the simulator; the executor says it does not run them.
 TEST(ExecTraining, ContextParallelismIsRefusedByName) {
   const auto s = testing::scenario(
