@@ -151,6 +151,10 @@ void Interpreter::build_dispatch_tables() {
   route(Payload::GradNormSquared, &Interpreter::gradient_norm);                 // global norm for clipping
   route(Payload::Parameters, &Interpreter::gather_parameters);                  // ZeRO-1 / 3: gather the shards
   route(Payload::CheckpointedInput, &Interpreter::gather_checkpointed_input);   // DeepSpeed: a layer's kept input
+  route(Payload::ContextKeys, &Interpreter::gather_context_keys);              // CP: K of every CP rank
+  route(Payload::ContextValues, &Interpreter::gather_context_values);          // CP: V of every CP rank
+  route(Payload::ContextKeyGrads, &Interpreter::scatter_context_key_grads);    // CP: dK back to its rank
+  route(Payload::ContextValueGrads, &Interpreter::scatter_context_value_grads);  // CP: dV back to its rank
 }
 
 // ---- the loop -------------------------------------------------------------------------------------------------------

@@ -14,11 +14,13 @@ namespace twin::exec {
 
 using model::ComputeKind;
 
-Dims::Dims(const model::Scenario& s, int rank_in_tp) {
+Dims::Dims(const model::Scenario& s, int rank_in_tp, int rank_in_cp) {
   tp = static_cast<int>(s.parallel.tp);
   tp_rank = rank_in_tp;
+  cp = static_cast<int>(s.parallel.cp);
+  cp_rank = rank_in_cp;
   batch = static_cast<int>(s.parallel.micro_batch);
-  seq = static_cast<int>(s.model.seq_len);
+  seq = static_cast<int>(s.model.seq_len) / cp;
   tokens = batch * seq;
   sequence_parallel = s.parallel.sequence_parallel && tp > 1;
   tokens_sp = sequence_parallel ? tokens / tp : tokens;
@@ -108,7 +110,7 @@ std::int64_t full_element_index(const ParamTensor& tensor, const Dims& dims, std
 }
 
 ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, Backend& backend)
-    : scenario_(scenario), coord_(coord), backend_(backend), dims_(scenario, coord.tp) {
+    : scenario_(scenario), coord_(coord), backend_(backend), dims_(scenario, coord.tp, coord.cp) {
   const auto& p = scenario.parallel;
   const int stages = static_cast<int>(p.pp), chunks = static_cast<int>(p.virtual_stages);
   first_stage_ = coord.pp == 0;

@@ -46,8 +46,9 @@ namespace twin::exec {
 
 // Sizes of one rank's micro-batch and shard.
 struct Dims {
-  int batch = 0, seq = 0;  // sequences per micro-batch, tokens per sequence
+  int batch = 0, seq = 0;  // sequences per micro-batch, tokens per sequence on this rank (seq_len / cp)
   int tokens = 0;          // batch * seq
+  int cp = 1, cp_rank = 0;  // context parallelism: each sequence's two chunks this rank holds (model/context_parallel.hpp)
   int tokens_sp = 0;       // tokens a rank holds outside the TP region: tokens / tp with sequence parallelism
   int hidden = 0, heads_local = 0, head_dim = 0, ffn_local = 0;
   int kv_heads_local = 0;  // key/value heads on this rank (heads_local without grouped-query attention)
@@ -62,7 +63,7 @@ struct Dims {
   int tp = 1, tp_rank = 0;
   bool sequence_parallel = false;
 
-  Dims(const model::Scenario& scenario, int tp_rank);
+  Dims(const model::Scenario& scenario, int tp_rank, int cp_rank = 0);
 };
 
 enum class Sharding : std::uint8_t { Replicated, Rows, Columns, QkvHeads, GateUpRows, VocabRows };

@@ -14,6 +14,7 @@
 
 #include "exec/backend.hpp"
 #include "exec/checkpoint.hpp"
+#include "exec/context_parallel.hpp"
 #include "exec/deferred_emulation.hpp"
 #include "exec/errors.hpp"
 #include "exec/interpreter.hpp"
@@ -60,16 +61,13 @@ class RankRun {
                       "it); run with model.fp8 = \"none\"",
                       scenario_.source, model::to_string(scenario_.model.fp8)));
     }
-    if (scenario_.parallel.cp > 1) {
-      throw RunError(
-          fmt::format("{}: parallel.cp = {}: the executor does not run context parallelism yet (twin sim "
-                      "predicts it); run with parallel.cp = 1",
-                      scenario_.source, scenario_.parallel.cp));
-    }
     if (comm.world_size() != program.layout.world_size()) {
-      throw RunError(fmt::format("the job has {} ranks but the plan needs tp * pp * dp = {} * {} * {} = {}",
-                                 comm.world_size(), program.layout.tp(), program.layout.pp(), program.layout.dp(),
-                                 program.layout.world_size()));
+      const model::RankLayout& l = program.layout;
+      throw RunError(l.cp() > 1 ? fmt::format("the job has {} ranks but the plan needs tp * cp * pp * dp = {} * {} * {} "
+                                              "* {} = {}",
+                                              comm.world_size(), l.tp(), l.cp(), l.pp(), l.dp(), l.world_size())
+                                : fmt::format("the job has {} ranks but the plan needs tp * pp * dp = {} * {} * {} = {}",
+                                              comm.world_size(), l.tp(), l.pp(), l.dp(), l.world_size()));
     }
     if (scenario_.model.is_moe()) {
       throw RunError(
@@ -81,6 +79,7 @@ class RankRun {
     backend_options.threads = threads;
     backend_options.shares_process = threads_launcher && program.layout.world_size() > 1;
     backend_ = make_backend(options.backend, backend_options);
+    refuse_unsupported_context_parallelism(scenario_, *backend_, options.checkpoint_dir);
     if (options.check_deferred_collectives && backend_->device() == Device::Host) {
       deferred_ = std::make_unique<DeferredCollectives>(rank_, DeferredCheck::Strict);
       backend_ = make_deferred_check_backend(std::move(backend_), *deferred_);
@@ -102,7 +101,8 @@ class RankRun {
     }
     const DataLoader loader(data_, scenario_);
     Interpreter interpreter(program_, rank_, *backend_, device_comm_ ? *device_comm_ : comm_, *shard_);
-    const int dp_rank = program_.layout.coord_of(rank_).dp;
+    const model::RankCoord coord = program_.layout.coord_of(rank_);
+    const int dp_rank = coord.dp;
     const double tokens_per_step = static_cast<double>(scenario_.parallel.global_batch * scenario_.model.seq_len);
     const int trace_step = options_.trace_step == -1 ? options_.steps - 1 : options_.trace_step;  // < -1: none
     TrainingGuards guards(options_.guards, std::log(static_cast<double>(scenario_.model.vocab)), history_);
@@ -117,6 +117,13 @@ class RankRun {
       IterationInput input;
       input.step = step;
       input.micro_batches = loader.micro_batches(step, dp_rank);
+      if (scenario_.parallel.cp > 1) {  // each CP rank trains on its two chunks of every sequence
+        for (MicroBatch& mb : input.micro_batches) {
+          mb = context_parallel_share(mb, static_cast<int>(scenario_.parallel.micro_batch),
+                                      static_cast<int>(scenario_.model.seq_len), static_cast<int>(scenario_.parallel.cp),
+                                      coord.cp);
+        }
+      }
       input.skip_nonfinite = options_.skip_nonfinite;
       input.progress = progress_;
       if (options_.fault.mode == FaultInjection::Mode::Nan && options_.fault.at(rank_, step)) {
@@ -259,7 +266,7 @@ class RankRun {
     const bool zero = scenario_.parallel.zero_stage >= 1 && scenario_.parallel.dp > 1;
     const model::RankCoord coord = program_.layout.coord_of(rank_);
     double partial = 0;
-    if (!zero && coord.dp != 0) return 0;
+    if (!zero && (coord.dp != 0 || coord.cp != 0)) return 0;  // the replicas of DP rank 0, CP rank 0's
     for (Bucket& b : shard_->buckets()) {
       const std::size_t begin = b.shard_offset, end = b.shard_offset + b.shard_numel;
       for (const ParamTensor& t : b.tensors) {
