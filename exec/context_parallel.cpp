@@ -39,11 +39,6 @@ void refuse_unsupported_context_parallelism(const model::Scenario& scenario, con
                                "--backend cpu, or parallel.cp = 1)",
                                scenario.source, cp, backend.name()));
   }
-  if (scenario.parallel.zero_stage >= 1) {
-    throw RunError(fmt::format("{}: parallel.cp = {} with parallel.zero_stage = {}: the executor does not shard the "
-                               "optimizer over dp x cp ranks yet (twin sim predicts it); run with zero_stage = 0",
-                               scenario.source, cp, scenario.parallel.zero_stage));
-  }
   if (!checkpoint_dir.empty()) {
     throw RunError(fmt::format("{}: parallel.cp = {}: the executor does not write or read checkpoints of a context-"
                                "parallel run yet; run without --checkpoint-dir",

@@ -57,7 +57,8 @@ void Interpreter::reduce_data_parallel_grads(const Op& op) {
 }
 
 void Interpreter::gradient_norm(const Op& op) {
-  const bool zero = scenario_.parallel.zero_stage >= 1 && scenario_.parallel.dp > 1;  // ZeRO-1 or ZeRO-3: shards
+  // ZeRO-1 or ZeRO-3: shards over dp (x cp)
+  const bool zero = scenario_.parallel.zero_stage >= 1 && scenario_.parallel.dp * scenario_.parallel.cp > 1;
   std::vector<Tensor> counted;  // summed in this order (one host read on a device)
   if (zero || (coord_.dp == 0 && coord_.cp == 0)) {  // without shards, DP rank 0's and CP rank 0's replicas
     for (Bucket& b : shard_.buckets()) {

@@ -211,10 +211,12 @@ void ModelShard::add_bucket(Bucket b) {
     t.numel = static_cast<std::size_t>(map.local_rows() * map.local_cols());
     b.numel += t.numel;
   }
-  const bool zero = p.zero_stage >= 1 && p.dp > 1;  // ZeRO-1 and ZeRO-3 shard the optimizer state alike
-  const std::size_t dp = static_cast<std::size_t>(p.dp);
+  // ZeRO-1 and ZeRO-3 shard the optimizer state alike, over the ranks the gradients reduce over: dp, or dp x cp under
+  // context parallelism (the DataWithContext group, where this rank's index is cp + CP x dp, model/ranks.cpp)
+  const std::size_t dp = static_cast<std::size_t>(p.dp * p.cp);
+  const bool zero = p.zero_stage >= 1 && dp > 1;
   b.padded_numel = zero ? (b.numel + dp - 1) / dp * dp : b.numel;
-  b.shard_offset = zero ? b.padded_numel / dp * static_cast<std::size_t>(coord_.dp) : 0;
+  b.shard_offset = zero ? b.padded_numel / dp * static_cast<std::size_t>(coord_.cp + p.cp * coord_.dp) : 0;
   b.shard_numel = zero ? b.padded_numel / dp : b.numel;
   b.parameters_sharded = scenario_.shards_parameters();
   b.params = backend_.zeros(b.padded_numel, backend_.activation_dtype());

@@ -263,7 +263,7 @@ class RankRun {
   // The sum of the squares of the weights this rank is the one to count, as the gradient norm counts their gradients
   // (its ZeRO shard or DP rank 0; TP-replicated tensors on TP rank 0; a tied embedding's copy not at all).
   double squared_weights() {
-    const bool zero = scenario_.parallel.zero_stage >= 1 && scenario_.parallel.dp > 1;
+    const bool zero = scenario_.parallel.zero_stage >= 1 && scenario_.parallel.dp * scenario_.parallel.cp > 1;
     const model::RankCoord coord = program_.layout.coord_of(rank_);
     double partial = 0;
     if (!zero && (coord.dp != 0 || coord.cp != 0)) return 0;  // the replicas of DP rank 0, CP rank 0's
