@@ -35,14 +35,16 @@ void refuse_unsupported_context_parallelism(const model::Scenario& scenario, con
   const auto cp = scenario.parallel.cp;
   if (cp <= 1) return;
   if (backend.device() != Device::Host) {
-    throw RunError(fmt::format("{}: parallel.cp = {}: the {} backend does not run context parallelism yet (run with "
-                               "--backend cpu, or parallel.cp = 1)",
-                               scenario.source, cp, backend.name()));
+    throw RunError(
+        fmt::format("{}: parallel.cp = {}: the {} backend does not run context parallelism yet (run with "
+                    "--backend cpu, or parallel.cp = 1)",
+                    scenario.source, cp, backend.name()));
   }
   if (!checkpoint_dir.empty()) {
-    throw RunError(fmt::format("{}: parallel.cp = {}: the executor does not write or read checkpoints of a context-"
-                               "parallel run yet; run without --checkpoint-dir",
-                               scenario.source, cp));
+    throw RunError(
+        fmt::format("{}: parallel.cp = {}: the executor does not write or read checkpoints of a context-"
+                    "parallel run yet; run without --checkpoint-dir",
+                    scenario.source, cp));
   }
 }
 

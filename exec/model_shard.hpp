@@ -48,7 +48,7 @@ namespace twin::exec {
 struct Dims {
   int batch = 0, seq = 0;  // sequences per micro-batch, tokens per sequence on this rank (seq_len / cp)
   int tokens = 0;          // batch * seq
-  int cp = 1, cp_rank = 0;  // context parallelism: each sequence's two chunks this rank holds (model/context_parallel.hpp)
+  int cp = 1, cp_rank = 0;  // context parallelism: the rank holds two chunks of each sequence (model/context_parallel)
   int tokens_sp = 0;       // tokens a rank holds outside the TP region: tokens / tp with sequence parallelism
   int hidden = 0, heads_local = 0, head_dim = 0, ffn_local = 0;
   int kv_heads_local = 0;  // key/value heads on this rank (heads_local without grouped-query attention)

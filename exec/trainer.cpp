@@ -63,11 +63,11 @@ class RankRun {
     }
     if (comm.world_size() != program.layout.world_size()) {
       const model::RankLayout& l = program.layout;
-      throw RunError(l.cp() > 1 ? fmt::format("the job has {} ranks but the plan needs tp * cp * pp * dp = {} * {} * {} "
-                                              "* {} = {}",
-                                              comm.world_size(), l.tp(), l.cp(), l.pp(), l.dp(), l.world_size())
-                                : fmt::format("the job has {} ranks but the plan needs tp * pp * dp = {} * {} * {} = {}",
-                                              comm.world_size(), l.tp(), l.pp(), l.dp(), l.world_size()));
+      const std::string needs =
+          l.cp() > 1 ? fmt::format("tp * cp * pp * dp = {} * {} * {} * {}", l.tp(), l.cp(), l.pp(), l.dp())
+                     : fmt::format("tp * pp * dp = {} * {} * {}", l.tp(), l.pp(), l.dp());
+      throw RunError(
+          fmt::format("the job has {} ranks but the plan needs {} = {}", comm.world_size(), needs, l.world_size()));
     }
     if (scenario_.model.is_moe()) {
       throw RunError(
@@ -120,8 +120,8 @@ class RankRun {
       if (scenario_.parallel.cp > 1) {  // each CP rank trains on its two chunks of every sequence
         for (MicroBatch& mb : input.micro_batches) {
           mb = context_parallel_share(mb, static_cast<int>(scenario_.parallel.micro_batch),
-                                      static_cast<int>(scenario_.model.seq_len), static_cast<int>(scenario_.parallel.cp),
-                                      coord.cp);
+                                      static_cast<int>(scenario_.model.seq_len),
+                                      static_cast<int>(scenario_.parallel.cp), coord.cp);
         }
       }
       input.skip_nonfinite = options_.skip_nonfinite;

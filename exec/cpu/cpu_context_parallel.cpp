@@ -101,8 +101,8 @@ void CpuBackend::context_split_keys_values(const Tensor& keys, const Tensor& val
   }
 }
 
-void CpuBackend::context_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                                           const Tensor& keys, const Tensor& values, const ContextShape& s) {
+void CpuBackend::context_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& keys,
+                                           const Tensor& values, const ContextShape& s) {
   check_layout(s);
   const std::size_t tokens = sz(s.batch) * sz(s.seq / s.cp);
   TWIN_EXEC_CHECK(out.numel == tokens * sz(s.heads) * sz(s.head_dim) && qkv.numel == tokens * qkv_row(s) &&
@@ -142,9 +142,10 @@ void CpuBackend::context_put_key_value_grad(const Tensor& dqkv, const Tensor& gr
                                             const ContextShape& s) {
   const std::size_t tokens = sz(s.batch) * sz(s.seq / s.cp), kv = sz(s.kv_heads) * sz(s.head_dim);
   const std::size_t row = qkv_row(s), at = sz(s.heads) * sz(s.head_dim) + (values ? kv : 0);
-  TWIN_EXEC_CHECK(dqkv.numel == tokens * row && grad.numel == tokens * kv, "context_put_key_value_grad: dqkv {} grad {}",
-                  dqkv.numel, grad.numel);
-  for (std::size_t t = 0; t < tokens; ++t) std::memcpy(dqkv.f32() + t * row + at, grad.f32() + t * kv, kv * sizeof(float));
+  TWIN_EXEC_CHECK(dqkv.numel == tokens * row && grad.numel == tokens * kv,
+                  "context_put_key_value_grad: dqkv {} grad {}", dqkv.numel, grad.numel);
+  for (std::size_t t = 0; t < tokens; ++t)
+    std::memcpy(dqkv.f32() + t * row + at, grad.f32() + t * kv, kv * sizeof(float));
 }
 
 }  // namespace twin::exec::cpu

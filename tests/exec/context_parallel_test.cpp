@@ -26,9 +26,9 @@ constexpr double kRelativeTolerance = 1e-5;
 
 // Transformer Engine's fused attention, the all_gather exchanges (what the executor runs of context parallelism).
 const std::vector<std::string> kCpKeys = {"framework.attention=\"flash2\"", "framework.cp_comm=\"all_gather\""};
-const std::vector<std::string> kLlamaKeys = {"model.norm=\"rmsnorm\"", "model.activation=\"swiglu\"",
-                                             "model.position_embedding=\"rope\"", "model.kv_heads=2",
-                                             "model.linear_bias=false", "framework.tied_embeddings=false"};
+const std::vector<std::string> kLlamaKeys = {
+    "model.norm=\"rmsnorm\"", "model.activation=\"swiglu\"", "model.position_embedding=\"rope\"",
+    "model.kv_heads=2",       "model.linear_bias=false",     "framework.tied_embeddings=false"};
 
 std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -48,8 +48,8 @@ void expect_same_losses(const TrainResult& many, const TrainResult& one, const s
   for (std::size_t i = 0; i < one.losses.size(); ++i) {
     const double relative = std::abs(many.losses[i] - one.losses[i]) / std::abs(one.losses[i]);
     worst = std::max(worst, relative);
-    EXPECT_LE(relative, kRelativeTolerance) << plan << " step " << i << ": " << many.losses[i] << " vs "
-                                            << one.losses[i];
+    EXPECT_LE(relative, kRelativeTolerance)
+        << plan << " step " << i << ": " << many.losses[i] << " vs " << one.losses[i];
     EXPECT_NEAR(many.grad_norms[i], one.grad_norms[i], 1e-4 * one.grad_norms[i]) << plan << " step " << i;
   }
   std::printf("[ cp parity ] %-30s losses %.7f %.7f %.7f   max relative difference %.1e\n", plan.c_str(),
@@ -85,7 +85,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Plan{"cp2_tp2_pp2_sequence_parallel",
                            {"parallel.cp=2", "parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true"}},
                       Plan{"cp2_recompute_selective", {"parallel.cp=2", "parallel.recompute=\"selective\""}},
-                      Plan{"cp2_pp2_recompute_full", {"parallel.cp=2", "parallel.pp=2", "parallel.recompute=\"full\""}}),
+                      Plan{"cp2_pp2_recompute_full",
+                           {"parallel.cp=2", "parallel.pp=2", "parallel.recompute=\"full\""}}),
     [](const ::testing::TestParamInfo<Plan>& plan_info) { return std::string(plan_info.param.name); });
 
 // Llama's block: rotary embeddings at each token's position in the sequence, grouped-query attention (2 key/value
