@@ -23,6 +23,35 @@ Fp8Amaxes Backend::fp8_matmul_backward(const Tensor&, const Tensor&, const Tenso
   throw RunError(fmt::format("model.fp8: the {} backend runs no FP8 GEMMs (the cpu backend emulates them)", name()));
 }
 
+namespace {
+[[noreturn]] void no_context_parallelism(std::string_view backend) {
+  throw RunError(fmt::format("parallel.cp: the {} backend does not run context parallelism yet (the cpu backend does)",
+                             backend));
+}
+}  // namespace
+
+void Backend::context_rope_forward(const Tensor&, const ContextShape&, int) {
+  no_context_parallelism(name());
+}
+void Backend::context_rope_backward(const Tensor&, const ContextShape&, int) {
+  no_context_parallelism(name());
+}
+void Backend::context_split_keys_values(const Tensor&, const Tensor&, const Tensor&, const ContextShape&) {
+  no_context_parallelism(name());
+}
+void Backend::context_attention_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                        const ContextShape&) {
+  no_context_parallelism(name());
+}
+void Backend::context_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                         const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                         const ContextShape&) {
+  no_context_parallelism(name());
+}
+void Backend::context_put_key_value_grad(const Tensor&, const Tensor&, bool, const ContextShape&) {
+  no_context_parallelism(name());
+}
+
 Tensor Backend::zeros(std::size_t numel, DType dtype) {
   Tensor t = allocate(numel, dtype);
   if (numel > 0) fill(t, 0.0f);

@@ -51,6 +51,14 @@ struct Fp8Amaxes {
   float input = 0, weight = 0, gradient = 0;
 };
 
+// A context-parallel rank's attention (model/context_parallel.hpp, kernels/cpu/ring_attention.hpp): `cp` ranks share
+// each of the `batch` sequences of `seq` tokens; rank `cp_rank` holds two chunks of seq / (2 cp) tokens of each
+// (model::cp_sequence_chunk), L = seq / cp local tokens in that order. H, KV: the rank's query and key/value heads.
+struct ContextShape {
+  int batch = 1, seq = 0, heads = 1, kv_heads = 1, head_dim = 1;
+  int cp = 1, cp_rank = 0;
+};
+
 struct BackendOptions {
   int threads = 1;              // CPU: compute threads of this rank
   bool shares_process = false;  // CPU: other ranks run as threads of this process (process-wide settings, such as
@@ -159,6 +167,30 @@ class Backend {
                             int rotary_dim) = 0;
   virtual void rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim,
                              int rotary_dim) = 0;
+
+  // --- context parallelism, the all_gather way (kernels/cpu/ring_attention.hpp) -----------------------------------
+  // A backend without it throws a RunError naming itself (the default).
+  // qkv (B, L, (H + 2 KV) D): rotate q and k in place by their tokens' positions in the whole sequence; the backward
+  // rotates dq and dk back
+  virtual void context_rope_forward(const Tensor& qkv, const ContextShape& shape, int rotary_dim);
+  virtual void context_rope_backward(const Tensor& dqkv, const ContextShape& shape, int rotary_dim);
+  // keys, values (B, L, KV D) <- the key and value parts of this rank's qkv (what the all-gathers send)
+  virtual void context_split_keys_values(const Tensor& keys, const Tensor& values, const Tensor& qkv,
+                                         const ContextShape& shape);
+  // out (B, L, H D), lse (2, B, H, C) fp32 (per local chunk), OVERWRITTEN <- this rank's qkv against every CP rank's
+  // keys and values (cp, B, L, KV D) in rank order (the all-gathers' output), causal by position in the sequence
+  virtual void context_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& keys,
+                                         const Tensor& values, const ContextShape& shape);
+  // dqkv (B, L, (H + 2 KV) D) OVERWRITTEN: dq, and zeros where the key and value gradients go; dkeys, dvalues
+  // (cp, B, L, KV D) OVERWRITTEN: this rank's share of every rank's key and value gradients (to be reduce-scattered)
+  // <- dout (B, L, H D), qkv, keys, values, and the forward's out and lse
+  virtual void context_attention_backward(const Tensor& dqkv, const Tensor& dkeys, const Tensor& dvalues,
+                                          const Tensor& dout, const Tensor& qkv, const Tensor& keys,
+                                          const Tensor& values, const Tensor& out, const Tensor& lse,
+                                          const ContextShape& shape);
+  // dqkv's key part (values: its value part) = grad (B, L, KV D): the reduce-scattered gradient of this rank's keys
+  virtual void context_put_key_value_grad(const Tensor& dqkv, const Tensor& grad, bool values,
+                                          const ContextShape& shape);
 
   // --- vocab-parallel cross-entropy (kernels/cpu/cross_entropy.hpp) -----------------------------------------------
   // stats (rows, 3) fp32 <- logits (rows, V_local), targets (rows) int32

@@ -294,6 +294,37 @@ class DeferredCheckBackend final : public Backend {
     inner_->rope_backward(dqkv, batch, seq, heads, kv_heads, head_dim, rotary_dim);
   }
 
+  void context_rope_forward(const Tensor& qkv, const ContextShape& shape, int rotary_dim) override {
+    touch("context_rope_forward", {{qkv, "qkv"}});
+    inner_->context_rope_forward(qkv, shape, rotary_dim);
+  }
+  void context_rope_backward(const Tensor& dqkv, const ContextShape& shape, int rotary_dim) override {
+    touch("context_rope_backward", {{dqkv, "dqkv"}});
+    inner_->context_rope_backward(dqkv, shape, rotary_dim);
+  }
+  void context_split_keys_values(const Tensor& keys, const Tensor& values, const Tensor& qkv,
+                                 const ContextShape& shape) override {
+    touch("context_split_keys_values", {{keys, "keys"}, {values, "values"}, {qkv, "qkv"}});
+    inner_->context_split_keys_values(keys, values, qkv, shape);
+  }
+  void context_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& keys,
+                                 const Tensor& values, const ContextShape& shape) override {
+    touch("context_attention_forward", {{out, "out"}, {lse, "lse"}, {qkv, "qkv"}, {keys, "keys"}, {values, "values"}});
+    inner_->context_attention_forward(out, lse, qkv, keys, values, shape);
+  }
+  void context_attention_backward(const Tensor& dqkv, const Tensor& dkeys, const Tensor& dvalues, const Tensor& dout,
+                                  const Tensor& qkv, const Tensor& keys, const Tensor& values, const Tensor& out,
+                                  const Tensor& lse, const ContextShape& shape) override {
+    touch("context_attention_backward", {{dqkv, "dqkv"}, {dkeys, "dkeys"}, {dvalues, "dvalues"}, {dout, "dout"},
+                                         {qkv, "qkv"}, {keys, "keys"}, {values, "values"}, {out, "out"}, {lse, "lse"}});
+    inner_->context_attention_backward(dqkv, dkeys, dvalues, dout, qkv, keys, values, out, lse, shape);
+  }
+  void context_put_key_value_grad(const Tensor& dqkv, const Tensor& grad, bool values,
+                                  const ContextShape& shape) override {
+    touch("context_put_key_value_grad", {{dqkv, "dqkv"}, {grad, "grad"}});
+    inner_->context_put_key_value_grad(dqkv, grad, values, shape);
+  }
+
   void cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,
                                  int vocab_start, int vocab_local, int valid_vocab) override {
     touch("cross_entropy_local_stats", {{stats, "stats"}, {logits, "logits"}, {targets, "targets"}});

@@ -159,6 +159,10 @@ void Interpreter::build_dispatch_tables() {
   route(Payload::ExpertCounts, &Interpreter::moe_collective);                   // MoE: tokens per expert over TP
   if (scenario_.model.is_moe()) build_moe_dispatch_table();
   route(Payload::Fp8Amax, &Interpreter::reduce_fp8_amaxes);                     // FP8: amaxes to their max
+  route(Payload::ContextKeys, &Interpreter::gather_context_keys);              // CP: K of every CP rank
+  route(Payload::ContextValues, &Interpreter::gather_context_values);          // CP: V of every CP rank
+  route(Payload::ContextKeyGrads, &Interpreter::scatter_context_key_grads);    // CP: dK back to its rank
+  route(Payload::ContextValueGrads, &Interpreter::scatter_context_value_grads);  // CP: dV back to its rank
 }
 
 // ---- the loop -------------------------------------------------------------------------------------------------------

@@ -106,7 +106,10 @@ class Interpreter {
     Tensor ln1_full;                 // (tokens, C) ln1 gathered across TP (sequence parallel), else ln1
     Tensor qkv;                      // (tokens, qkv_local) as (B, T, 3, H/t, D), or [q | k | v] with grouped
                                      // queries; q and k rotated under rotary embeddings
-    Tensor attn, attn_lse;           // (tokens, C/t), (B, H/t, T)
+    Tensor attn, attn_lse;           // (tokens, C/t), (B, H/t, T); under context parallelism (2, B, H/t, T/2)
+    Tensor keys, values;             // context parallelism: every CP rank's keys, values (cp, tokens, KV/t D), gathered
+                                     // for one attention forward or backward (not kept)
+    Tensor values_local;             // ... this rank's values, between the keys' all-gather and the values'
     Tensor proj;                     // (tokens, C) partial sums; (tokens_sp, C) after the TP reduction
     Tensor x2;                       // (tokens_sp, C) residual stream after attention
     Tensor ln2, ln2_mean, ln2_rstd;  // (tokens_sp, C), (tokens_sp), (tokens_sp)
@@ -130,6 +133,7 @@ class Interpreter {
                        // backward
     Tensor d_attn;     // (tokens, C/t)
     Tensor d_qkv;      // (tokens, qkv_local)
+    Tensor d_keys, d_values;  // context parallelism: this rank's share of every CP rank's dK, dV (cp, tokens, KV/t D)
     Tensor d_ln;       // (tokens, C) partial input gradient of a column-parallel GEMM; (tokens_sp, C)
                        // after the TP reduction
     Tensor d_x_mlp;    // parallel block: LN2's input gradient (tokens_sp, C), which the LN1 op adds to the stream's
@@ -228,6 +232,18 @@ class Interpreter {
   void attention_core_backward(const model::Op& op);
   void qkv_backward(const model::Op& op);
   void layernorm_attention_backward(const model::Op& op);
+
+  // interpreter_context.cpp: context parallelism (the all_gather way)
+  ContextShape context_shape() const;
+  void gather_context_keys(const model::Op& op);          // ContextKeys: all-gather of every CP rank's keys
+  void gather_context_values(const model::Op& op);        // ContextValues: ... values
+  void scatter_context_key_grads(const model::Op& op);    // ContextKeyGrads: reduce-scatter of dK to its ranks
+  void scatter_context_value_grads(const model::Op& op);  // ContextValueGrads: ... dV
+  void context_attention_forward(const model::Op& op);
+  void context_attention_backward(const model::Op& op);
+  // The learned position embedding of this rank's tokens (its two chunks of each sequence): out += wpe, or the
+  // backward's dwpe += dout.
+  void context_position_embedding(const Tensor& x, bool backward);
 
   // interpreter_ends.cpp
   void embedding_forward(const model::Op& op);

@@ -28,7 +28,9 @@ void Interpreter::embedding_forward(const Op& op) {
   backend_.embedding_forward(out, state.tokens, shard_.wte, dims_.tokens, dims_.hidden, dims_.vocab_start,
                              dims_.vocab_local);
   // the position embedding once, before the TP sum: (wte + 0) + wpe has the bits of wte + wpe
-  if (dims_.tp_rank == 0 && !shard_.wpe.empty()) {
+  if (dims_.tp_rank == 0 && !shard_.wpe.empty() && dims_.cp > 1) {
+    context_position_embedding(out, false);
+  } else if (dims_.tp_rank == 0 && !shard_.wpe.empty()) {
     backend_.position_embedding_forward(out, shard_.wpe, dims_.batch, dims_.seq, dims_.hidden);
   }
   state.hidden = out;  // summed across TP by the LayerOutput collective that follows (tp > 1)
@@ -39,7 +41,9 @@ void Interpreter::embedding_backward(const Op& op) {
   const Tensor d_out = take_grad_full(state);  // (T, C)
   backend_.embedding_backward(shard_.wte_grad, d_out, state.tokens, dims_.tokens, dims_.hidden, dims_.vocab_start,
                               dims_.vocab_local);
-  if (!shard_.wpe.empty()) {
+  if (!shard_.wpe.empty() && dims_.cp > 1) {
+    context_position_embedding(d_out, true);
+  } else if (!shard_.wpe.empty()) {
     backend_.position_embedding_backward(shard_.wpe_grad, d_out, dims_.batch, dims_.seq, dims_.hidden);
   }
 }
@@ -107,7 +111,7 @@ void Interpreter::combine_cross_entropy(ChunkState& state, const Tensor& gathere
 void Interpreter::cross_entropy_backward(const Op& op) {
   ChunkState& state = chunk(op);
   HeadStash& h = state.head;
-  const double global_tokens = static_cast<double>(scenario_.parallel.global_batch) * dims_.seq;
+  const double global_tokens = static_cast<double>(scenario_.parallel.global_batch * scenario_.model.seq_len);
   // dlogits over the logits' memory: (T, V/t)
   backend_.cross_entropy_backward(h.logits, h.logits, h.lse, state.targets, dims_.tokens, dims_.vocab_start,
                                   dims_.vocab_local, dims_.vocab, static_cast<float>(1.0 / global_tokens));

@@ -67,13 +67,16 @@ void Interpreter::qkv_forward(const Op& op) {
   const int width = dims_.qkv_local;  // 3C/t, or (H/t + 2 KV/t) D
   s.qkv = backend_.allocate(n(dims_.tokens, width), backend_.activation_dtype());
   linear_forward(op, s.qkv, s.ln1_full, w.qkv_weight, w.qkv_bias, dims_.tokens, dims_.hidden, width);
-  if (dims_.rope) {
+  if (dims_.rope && dims_.cp > 1) {
+    backend_.context_rope_forward(s.qkv, context_shape(), dims_.rotary_dim);
+  } else if (dims_.rope) {
     backend_.rope_forward(s.qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local, dims_.head_dim,
                           dims_.rotary_dim);
   }
 }
 
 void Interpreter::attention_core_forward(const Op& op) {
+  if (dims_.cp > 1) return context_attention_forward(op);
   LayerStash& s = stash(op);
   s.attn = backend_.allocate(n(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
   s.attn_lse = backend_.allocate(n(dims_.batch * dims_.heads_local, dims_.seq), DType::F32);
@@ -291,6 +294,7 @@ void Interpreter::attention_projection_backward(const Op& op) {
 }
 
 void Interpreter::attention_core_backward(const Op& op) {
+  if (dims_.cp > 1) return context_attention_backward(op);
   ChunkState& state = chunk(op);
   LayerStash& s = stash(op);
   state.work.d_qkv = backend_.allocate(s.qkv.numel, backend_.activation_dtype());
@@ -305,7 +309,9 @@ void Interpreter::qkv_backward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   TWIN_EXEC_CHECK(!s.ln1_full.empty(), "layer {}: the attention input was not gathered", op.layer);
-  if (dims_.rope) {  // the gradient of the rotated q and k back to the QKV GEMM's output (the Program's op too)
+  if (dims_.rope && dims_.cp > 1) {
+    backend_.context_rope_backward(state.work.d_qkv, context_shape(), dims_.rotary_dim);
+  } else if (dims_.rope) {  // the gradient of the rotated q and k back to the QKV GEMM's output (the Program's op too)
     backend_.rope_backward(state.work.d_qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local,
                            dims_.head_dim, dims_.rotary_dim);
   }

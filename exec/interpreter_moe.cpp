@@ -57,11 +57,16 @@ void refuse_unsupported_moe(const model::Scenario& s, std::string_view backend) 
                     s.parallel.tp));
   }
   if (s.model.shared_norm) refuse("model.shared_norm: an MoE layer needs its own MLP layer norm");
+  if (s.parallel.cp > 1) {
+    refuse(fmt::format("parallel.cp = {}: the executor does not combine context parallelism with MoE layers yet",
+                       s.parallel.cp));
+  }
   // FP8 emulation (exec/interpreter_fp8.cpp) wraps the dense layers' GEMMs; the expert and router GEMMs are not.
   if (s.model.fp8 != model::Fp8Format::None) {
-    refuse(fmt::format("model.fp8 = \"{}\": the executor's expert GEMMs do not run in FP8 yet; run MoE with "
-                       "model.fp8 = \"none\"",
-                       model::to_string(s.model.fp8)));
+    refuse(
+        fmt::format("model.fp8 = \"{}\": the executor's expert GEMMs do not run in FP8 yet; run MoE with "
+                    "model.fp8 = \"none\"",
+                    model::to_string(s.model.fp8)));
   }
 }
 

@@ -57,13 +57,15 @@ void Interpreter::reduce_data_parallel_grads(const Op& op) {
 }
 
 void Interpreter::gradient_norm(const Op& op) {
-  const bool zero = scenario_.parallel.zero_stage >= 1 && scenario_.parallel.dp > 1;  // ZeRO-1 or ZeRO-3: shards
-  // an MoE layer's routed experts: their ExpertData replicas hold the same sums (ZeRO-1: each its shard)
+  // ZeRO-1 or ZeRO-3: shards over dp (x cp); an MoE layer's routed experts: their ExpertData replicas hold the same
+  // sums (ZeRO-1: each its shard)
+  const bool zero = scenario_.parallel.zero_stage >= 1 && scenario_.parallel.dp * scenario_.parallel.cp > 1;
   const MoeDims& moe = shard_.moe();
   const bool expert_zero = scenario_.parallel.zero_stage >= 1 && moe.edp > 1;
   std::vector<Tensor> counted;  // summed in this order (one host read on a device)
   for (Bucket& b : shard_.buckets()) {
-    if (b.experts ? (expert_zero || moe.edp_rank == 0) : (zero || coord_.dp == 0)) {
+    // without shards, DP rank 0's and CP rank 0's replicas
+    if (b.experts ? (expert_zero || moe.edp_rank == 0) : (zero || (coord_.dp == 0 && coord_.cp == 0))) {
       const std::size_t begin = b.shard_offset, end = b.shard_offset + b.shard_numel;
       for (const ParamTensor& t : b.tensors) {
         if (t.copy || (t.tp_replicated && coord_.tp != 0)) continue;

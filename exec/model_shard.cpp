@@ -14,11 +14,13 @@ namespace twin::exec {
 
 using model::ComputeKind;
 
-Dims::Dims(const model::Scenario& s, int rank_in_tp) {
+Dims::Dims(const model::Scenario& s, int rank_in_tp, int rank_in_cp) {
   tp = static_cast<int>(s.parallel.tp);
   tp_rank = rank_in_tp;
+  cp = static_cast<int>(s.parallel.cp);
+  cp_rank = rank_in_cp;
   batch = static_cast<int>(s.parallel.micro_batch);
-  seq = static_cast<int>(s.model.seq_len);
+  seq = static_cast<int>(s.model.seq_len) / cp;
   tokens = batch * seq;
   sequence_parallel = s.parallel.sequence_parallel && tp > 1;
   tokens_sp = sequence_parallel ? tokens / tp : tokens;
@@ -124,7 +126,11 @@ std::int64_t full_element_index(const ParamTensor& tensor, const Dims& dims, std
 }
 
 ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, Backend& backend)
-    : scenario_(scenario), coord_(coord), backend_(backend), dims_(scenario, coord.tp), moe_(scenario, coord) {
+    : scenario_(scenario),
+      coord_(coord),
+      backend_(backend),
+      dims_(scenario, coord.tp, coord.cp),
+      moe_(scenario, coord) {
   dims_.etp = moe_.etp;
   dims_.etp_rank = moe_.etp_rank;
   const auto& p = scenario.parallel;
@@ -233,9 +239,11 @@ void ModelShard::add_bucket(Bucket b) {
     t.numel = static_cast<std::size_t>(map.local_rows() * map.local_cols());
     b.numel += t.numel;
   }
-  // ZeRO-1 and ZeRO-3 shard the optimizer state alike, over DP (routed experts: over ExpertData)
-  const auto dp = static_cast<std::size_t>(b.experts ? moe_.edp : p.dp);
-  const auto dp_rank = static_cast<std::size_t>(b.experts ? moe_.edp_rank : coord_.dp);
+  // ZeRO-1 and ZeRO-3 shard the optimizer state alike, over the ranks the gradients reduce over: dp, or dp x cp under
+  // context parallelism (the DataWithContext group, where this rank's index is cp + CP x dp, model/ranks.cpp); an MoE
+  // layer's routed experts over ExpertData
+  const auto dp = static_cast<std::size_t>(b.experts ? moe_.edp : p.dp * p.cp);
+  const auto dp_rank = static_cast<std::size_t>(b.experts ? moe_.edp_rank : coord_.cp + p.cp * coord_.dp);
   const bool zero = p.zero_stage >= 1 && dp > 1;
   b.padded_numel = zero ? (b.numel + dp - 1) / dp * dp : b.numel;
   b.shard_offset = zero ? b.padded_numel / dp * dp_rank : 0;

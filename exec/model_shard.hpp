@@ -49,8 +49,9 @@ namespace twin::exec {
 
 // Sizes of one rank's micro-batch and shard.
 struct Dims {
-  int batch = 0, seq = 0;  // sequences per micro-batch, tokens per sequence
+  int batch = 0, seq = 0;  // sequences per micro-batch, tokens per sequence on this rank (seq_len / cp)
   int tokens = 0;          // batch * seq
+  int cp = 1, cp_rank = 0;  // context parallelism: the rank holds two chunks of each sequence (model/context_parallel)
   int tokens_sp = 0;       // tokens a rank holds outside the TP region: tokens / tp with sequence parallelism
   int hidden = 0, heads_local = 0, head_dim = 0, ffn_local = 0;
   int kv_heads_local = 0;  // key/value heads on this rank (heads_local without grouped-query attention)
@@ -66,7 +67,7 @@ struct Dims {
   bool sequence_parallel = false;
   int etp = 1, etp_rank = 0;  // expert tensor parallel: the ExpertTensor group's size, this rank's index (MoE only)
 
-  Dims(const model::Scenario& scenario, int tp_rank);
+  Dims(const model::Scenario& scenario, int tp_rank, int cp_rank = 0);
 };
 
 // Sizes of a rank's Mixture-of-Experts layers (all zero for a dense model).

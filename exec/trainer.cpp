@@ -14,6 +14,7 @@
 
 #include "exec/backend.hpp"
 #include "exec/checkpoint.hpp"
+#include "exec/context_parallel.hpp"
 #include "exec/deferred_emulation.hpp"
 #include "exec/errors.hpp"
 #include "exec/interpreter.hpp"
@@ -53,16 +54,13 @@ class RankRun {
         threads_launcher_(threads_launcher),
         result_(result),
         progress_(progress) {
-    if (scenario_.parallel.cp > 1) {
-      throw RunError(
-          fmt::format("{}: parallel.cp = {}: the executor does not run context parallelism yet (twin sim "
-                      "predicts it); run with parallel.cp = 1",
-                      scenario_.source, scenario_.parallel.cp));
-    }
     if (comm.world_size() != program.layout.world_size()) {
-      throw RunError(fmt::format("the job has {} ranks but the plan needs tp * pp * dp = {} * {} * {} = {}",
-                                 comm.world_size(), program.layout.tp(), program.layout.pp(), program.layout.dp(),
-                                 program.layout.world_size()));
+      const model::RankLayout& l = program.layout;
+      const std::string needs =
+          l.cp() > 1 ? fmt::format("tp * cp * pp * dp = {} * {} * {} * {}", l.tp(), l.cp(), l.pp(), l.dp())
+                     : fmt::format("tp * pp * dp = {} * {} * {}", l.tp(), l.pp(), l.dp());
+      throw RunError(
+          fmt::format("the job has {} ranks but the plan needs {} = {}", comm.world_size(), needs, l.world_size()));
     }
     refuse_unsupported_moe(scenario_, options.backend);
     BackendOptions backend_options;
@@ -75,6 +73,7 @@ class RankRun {
                                  "emulates it; twin sim predicts it)",
                                  scenario_.source, model::to_string(scenario_.model.fp8), backend_->name()));
     }
+    refuse_unsupported_context_parallelism(scenario_, *backend_, options.checkpoint_dir);
     if (options.check_deferred_collectives && backend_->device() == Device::Host) {
       deferred_ = std::make_unique<DeferredCollectives>(rank_, DeferredCheck::Strict);
       backend_ = make_deferred_check_backend(std::move(backend_), *deferred_);
@@ -96,7 +95,8 @@ class RankRun {
     }
     const DataLoader loader(data_, scenario_);
     Interpreter interpreter(program_, rank_, *backend_, device_comm_ ? *device_comm_ : comm_, *shard_);
-    const int dp_rank = program_.layout.coord_of(rank_).dp;
+    const model::RankCoord coord = program_.layout.coord_of(rank_);
+    const int dp_rank = coord.dp;
     const double tokens_per_step = static_cast<double>(scenario_.parallel.global_batch * scenario_.model.seq_len);
     const auto micro_batches_per_step =
         static_cast<double>(scenario_.parallel.global_batch / scenario_.parallel.micro_batch);
@@ -113,6 +113,13 @@ class RankRun {
       IterationInput input;
       input.step = step;
       input.micro_batches = loader.micro_batches(step, dp_rank);
+      if (scenario_.parallel.cp > 1) {  // each CP rank trains on its two chunks of every sequence
+        for (MicroBatch& mb : input.micro_batches) {
+          mb = context_parallel_share(mb, static_cast<int>(scenario_.parallel.micro_batch),
+                                      static_cast<int>(scenario_.model.seq_len),
+                                      static_cast<int>(scenario_.parallel.cp), coord.cp);
+        }
+      }
       input.skip_nonfinite = options_.skip_nonfinite;
       input.progress = progress_;
       if (options_.fault.mode == FaultInjection::Mode::Nan && options_.fault.at(rank_, step)) {
@@ -266,10 +273,10 @@ class RankRun {
   // The sum of the squares of the weights this rank is the one to count, as the gradient norm counts their gradients
   // (its ZeRO shard or DP rank 0; TP-replicated tensors on TP rank 0; a tied embedding's copy not at all).
   double squared_weights() {
-    const bool zero = scenario_.parallel.zero_stage >= 1 && scenario_.parallel.dp > 1;
+    const bool zero = scenario_.parallel.zero_stage >= 1 && scenario_.parallel.dp * scenario_.parallel.cp > 1;
     const model::RankCoord coord = program_.layout.coord_of(rank_);
     double partial = 0;
-    if (!zero && coord.dp != 0) return 0;
+    if (!zero && (coord.dp != 0 || coord.cp != 0)) return 0;  // the replicas of DP rank 0, CP rank 0's
     for (Bucket& b : shard_->buckets()) {
       const std::size_t begin = b.shard_offset, end = b.shard_offset + b.shard_numel;
       for (const ParamTensor& t : b.tensors) {

@@ -66,6 +66,10 @@ CpTraffic cp_backward_traffic(const CpAttention& a, CpComm comm) {
   return t;
 }
 
+int cp_sequence_chunk(int cp_rank, int part, int cp) {
+  return part == 0 ? cp_rank : 2 * cp - 1 - cp_rank;
+}
+
 double cp_causal_pairs_per_rank(std::int64_t seq, std::int64_t cp) {
   const double s = static_cast<double>(seq);
   return s * (s + 1) / 2 / static_cast<double>(cp);

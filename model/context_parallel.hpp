@@ -57,6 +57,11 @@ struct CpTraffic {
 CpTraffic cp_forward_traffic(const CpAttention& attention, CpComm comm);
 CpTraffic cp_backward_traffic(const CpAttention& attention, CpComm comm);
 
+// The chunk of the sequence (0 .. 2 cp - 1, each seq / (2 cp) tokens) that CP rank `cp_rank` holds as its local chunk
+// `part` (0 or 1): chunk cp_rank, then chunk 2 cp - 1 - cp_rank (Megatron-Core's get_batch_on_this_cp_rank). A rank's
+// tokens are its two chunks of every sequence, in that order.
+int cp_sequence_chunk(int cp_rank, int part, int cp);
+
 // Query-key pairs one CP rank's queries attend to under the causal mask: the whole sequence's s (s + 1) / 2 per head
 // and sequence, split evenly over the cp ranks by the 2 cp chunk layout (each rank: c (c + 1) + 2 c^2 (cp - 1) + c^2
 // pairs with c = seq / (2 cp)).

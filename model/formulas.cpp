@@ -214,7 +214,8 @@ MemoryEstimate estimate_memory(const Scenario& s) {
     m.weights_bytes = m.parameters * per_param.weights;
     m.gradients_bytes = m.parameters * per_param.gradients;
     // Megatron-Core's distributed optimizer shards the dense state over the data-parallel group with context
-    // parallelism (dp x cp ranks hold the same shard), the routed experts' over the expert-data-parallel group
+    // parallelism, dp x cp ranks (megatron/core/optimizer/__init__.py, get_megatron_optimizer: data_parallel_group=
+    // get_data_parallel_group(with_context_parallel=True)), the routed experts' over the expert-data-parallel group
     const double dense_shards = d(p.dp * p.cp);
     m.optimizer_bytes = m.parameters * per_param.optimizer / (p.zero_stage >= 1 ? dense_shards : 1.0);
     if (p.zero_stage >= 1 && s.model.is_moe()) {

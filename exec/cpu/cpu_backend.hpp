@@ -85,6 +85,19 @@ class CpuBackend final : public Backend {
   void rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim,
                      int rotary_dim) override;
 
+  // context parallelism, the all_gather way: exec/cpu/cpu_context_parallel.cpp
+  void context_rope_forward(const Tensor& qkv, const ContextShape& shape, int rotary_dim) override;
+  void context_rope_backward(const Tensor& dqkv, const ContextShape& shape, int rotary_dim) override;
+  void context_split_keys_values(const Tensor& keys, const Tensor& values, const Tensor& qkv,
+                                 const ContextShape& shape) override;
+  void context_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& keys,
+                                 const Tensor& values, const ContextShape& shape) override;
+  void context_attention_backward(const Tensor& dqkv, const Tensor& dkeys, const Tensor& dvalues, const Tensor& dout,
+                                  const Tensor& qkv, const Tensor& keys, const Tensor& values, const Tensor& out,
+                                  const Tensor& lse, const ContextShape& shape) override;
+  void context_put_key_value_grad(const Tensor& dqkv, const Tensor& grad, bool values,
+                                  const ContextShape& shape) override;
+
   void cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,
                                  int vocab_start, int vocab_local, int valid_vocab) override;
   void cross_entropy_combine(const Tensor& losses, const Tensor& lse, const Tensor& gathered_stats, int rows,

@@ -20,14 +20,15 @@ namespace twin::kernels::cpu {
 
 // qkv (batch, seq, (heads + 2*kv_heads)*head_dim): rotates each q and k head vector in place, by its token's position.
 // rotary_dim: the leading dimensions rotated, even and at most head_dim; 0: all head_dim (then even). base > 0, finite.
+// first_position: the position of the first token (a context-parallel rank's chunk starts inside its sequence).
 void rope_forward(float* qkv, int batch, int seq, int heads, int kv_heads, int head_dim, float base = 10000.f,
-                  int rotary_dim = 0);
+                  int rotary_dim = 0, int first_position = 0);
 
 // Backward of rope_forward, in place on dqkv (same layout): a rotation's transpose is the rotation by -angle,
 //   din1_i = dout1_i cos(angle) + dout2_i sin(angle),   din2_i = dout2_i cos(angle) - dout1_i sin(angle)
 // applied to dq and dk (exactly the transpose of the forward's fp32 rotation: the same cos, sin with the sign of sin
 // flipped); dv is left as it is.
 void rope_backward(float* dqkv, int batch, int seq, int heads, int kv_heads, int head_dim, float base = 10000.f,
-                   int rotary_dim = 0);
+                   int rotary_dim = 0, int first_position = 0);
 
 }  // namespace twin::kernels::cpu

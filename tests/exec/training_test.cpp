@@ -79,21 +79,5 @@ TEST(ExecTraining, LearningRateFollowsWarmupAndCosineDecay) {
   EXPECT_NEAR(lr[9], 1e-4, 1e-9);
 }
 
-// The Program carries context parallelism's all-gathers for the simulator; the executor says it does not run them.
-TEST(ExecTraining, ContextParallelismIsRefusedByName) {
-  const auto s = testing::scenario(
-      testing::small_toml(), {"parallel.cp=2", "framework.attention=\"flash2\"", "framework.cp_comm=\"all_gather\""});
-  TrainOptions options;
-  options.steps = 1;
-  try {
-    testing::train(s, options);
-    FAIL() << "parallel.cp = 2 trained";
-  } catch (const RunError& error) {
-    EXPECT_NE(std::string(error.what()).find("parallel.cp = 2: the executor does not run context parallelism yet"),
-              std::string::npos)
-        << error.what();
-  }
-}
-
 }  // namespace
 }  // namespace twin::exec

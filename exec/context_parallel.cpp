@@ -1,0 +1,59 @@
+#include "exec/context_parallel.hpp"
+
+#include <cstddef>
+
+#include <fmt/format.h>
+
+#include "exec/check.hpp"
+#include "exec/errors.hpp"
+#include "model/context_parallel.hpp"
+
+namespace twin::exec {
+
+MicroBatch context_parallel_share(const MicroBatch& whole, int batch, int seq, int cp, int cp_rank) {
+  const auto sz = [](int value) { return static_cast<std::size_t>(value); };
+  TWIN_EXEC_CHECK(cp >= 1 && seq % (2 * cp) == 0 && whole.tokens.size() == sz(batch) * sz(seq) &&
+                      whole.targets.size() == whole.tokens.size(),
+                  "context_parallel_share: {} tokens for {} sequences of {} over {} ranks", whole.tokens.size(), batch,
+                  seq, cp);
+  const int chunk = seq / (2 * cp);
+  MicroBatch mine;
+  mine.tokens.reserve(whole.tokens.size() / sz(cp));
+  mine.targets.reserve(whole.tokens.size() / sz(cp));
+  for (int b = 0; b < batch; ++b) {
+    for (int part = 0; part < 2; ++part) {
+      const auto first = static_cast<std::ptrdiff_t>(b * seq + model::cp_sequence_chunk(cp_rank, part, cp) * chunk);
+      mine.tokens.insert(mine.tokens.end(), whole.tokens.begin() + first, whole.tokens.begin() + first + chunk);
+      mine.targets.insert(mine.targets.end(), whole.targets.begin() + first, whole.targets.begin() + first + chunk);
+    }
+  }
+  return mine;
+}
+
+void refuse_unsupported_context_parallelism(const model::Scenario& scenario, const Backend& backend,
+                                            const std::string& checkpoint_dir) {
+  const auto cp = scenario.parallel.cp;
+  if (cp <= 1) return;
+  if (backend.device() != Device::Host) {
+    throw RunError(
+        fmt::format("{}: parallel.cp = {}: the {} backend does not run context parallelism yet (run with "
+                    "--backend cpu, or parallel.cp = 1)",
+                    scenario.source, cp, backend.name()));
+  }
+  // FP8's amaxes reduce over TP and DP (model/precision); under CP each rank also scales its own tokens' amaxes: not
+  // checked against one rank yet
+  if (scenario.model.fp8 != model::Fp8Format::None) {
+    throw RunError(
+        fmt::format("{}: parallel.cp = {}: the executor does not combine context parallelism with model.fp8 "
+                    "yet; run with model.fp8 = \"none\"",
+                    scenario.source, cp));
+  }
+  if (!checkpoint_dir.empty()) {
+    throw RunError(
+        fmt::format("{}: parallel.cp = {}: the executor does not write or read checkpoints of a context-"
+                    "parallel run yet; run without --checkpoint-dir",
+                    scenario.source, cp));
+  }
+}
+
+}  // namespace twin::exec
