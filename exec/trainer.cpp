@@ -64,11 +64,18 @@ class RankRun {
                       "(twin sim and twin graph model them)",
                       scenario_.source, scenario_.model.experts));
     }
+    if (scenario_.model.attention_width() != scenario_.model.hidden) {
+      throw RunError(fmt::format(
+          "{}: model.head_dim = {}: the executor's attention is model.hidden wide; it does not "
+          "train heads x head_dim = {} apart from hidden = {} yet (twin sim models it)",
+          scenario_.source, scenario_.model.head_dim(), scenario_.model.attention_width(), scenario_.model.hidden));
+    }
     // The Program carries FP8's kernels and amax reductions for the simulator; the interpreter does not run them yet.
     if (scenario_.model.fp8 != model::Fp8Format::None) {
-      throw RunError(fmt::format("{}: model.fp8 = \"{}\": the executor does not train in FP8 yet (twin sim predicts "
-                                 "it); run with model.fp8 = \"none\"",
-                                 scenario_.source, model::to_string(scenario_.model.fp8)));
+      throw RunError(
+          fmt::format("{}: model.fp8 = \"{}\": the executor does not train in FP8 yet (twin sim predicts "
+                      "it); run with model.fp8 = \"none\"",
+                      scenario_.source, model::to_string(scenario_.model.fp8)));
     }
     BackendOptions backend_options;
     backend_options.threads = threads;
