@@ -72,10 +72,9 @@ class RankRun {
     }
     // The Program carries FP8's kernels and amax reductions for the simulator; the interpreter does not run them yet.
     if (scenario_.model.fp8 != model::Fp8Format::None) {
-      throw RunError(
-          fmt::format("{}: model.fp8 = \"{}\": the executor does not train in FP8 yet (twin sim predicts "
-                      "it); run with model.fp8 = \"none\"",
-                      scenario_.source, model::to_string(scenario_.model.fp8)));
+      throw RunError(fmt::format("{}: model.fp8 = \"{}\": the executor does not train in FP8 yet (twin sim predicts "
+                                 "it); run with model.fp8 = \"none\"",
+                                 scenario_.source, model::to_string(scenario_.model.fp8)));
     }
     BackendOptions backend_options;
     backend_options.threads = threads;

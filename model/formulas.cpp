@@ -8,9 +8,7 @@
 namespace twin::model {
 namespace {
 
-double d(std::int64_t value) {
-  return static_cast<double>(value);
-}
+double d(std::int64_t value) { return static_cast<double>(value); }
 
 // Parameters of one layer norm: a weight and a bias (LayerNorm) or a weight alone (RMSNorm).
 double norm_parameters(const Scenario& s) {
@@ -58,9 +56,7 @@ double position_embedding_parameters(const Scenario& s) {
   return s.model.position_embedding == PositionEmbedding::Learned ? d(s.model.seq_len) * d(s.model.hidden) : 0;
 }
 
-double layer_parameters_per_gpu(const Scenario& s) {
-  return layer_parameters_per_rank(s, s.parallel.tp);
-}
+double layer_parameters_per_gpu(const Scenario& s) { return layer_parameters_per_rank(s, s.parallel.tp); }
 
 namespace {
 
@@ -261,8 +257,8 @@ double moe_layer_working_set_bytes(const Scenario& s) {
 
 namespace {
 
-// The average stash of `stage`'s transformer layers under `recompute_full` (whether each recomputed layer keeps only
-// its input) for one micro-batch: MoE layers keep their own MLP's activations.
+// The average stash of `stage`'s transformer layers for one micro-batch (a layer full recompute covers keeps only its
+// input): MoE layers keep their own MLP's activations.
 double stage_layer_stash_bytes(const Scenario& s, int stage) {
   Scenario kept = s;  // a layer block recompute leaves alone keeps what it would without recompute
   kept.parallel.recompute = Recompute::None;

@@ -258,17 +258,15 @@ class RuleCheck {
     if (c.gpu_profile.empty()) return;
     std::error_code error;
     if (!std::filesystem::is_regular_file(c.gpu_profile, error)) {
-      problems.push_back(
-          fmt::format("{}: cluster.gpu_profile: no such file '{}' (twin calibrate writes one)", src, c.gpu_profile));
+      problems.push_back(fmt::format("{}: cluster.gpu_profile: no such file '{}' (twin calibrate writes one)", src,
+                                     c.gpu_profile));
     }
-    for (const auto& [key, given] : {std::pair{"gemm_tflops", c.gemm_tflops > 0},
-                                     {"hbm_gb_per_s", c.hbm_gb_per_s > 0},
+    for (const auto& [key, given] : {std::pair{"gemm_tflops", c.gemm_tflops > 0}, {"hbm_gb_per_s", c.hbm_gb_per_s > 0},
                                      {"attention_gemm_hbm_fraction", c.attention_gemm_hbm_fraction > 0}}) {
       if (given) {
-        problems.push_back(
-            fmt::format("{}: cluster.{} and cluster.gpu_profile both measure the GPU: give one (the "
-                        "profile's [gemm], [memory] and [attention] hold these rates)",
-                        src, key));
+        problems.push_back(fmt::format("{}: cluster.{} and cluster.gpu_profile both measure the GPU: give one (the "
+                                       "profile's [gemm], [memory] and [attention] hold these rates)",
+                                       src, key));
       }
     }
   }
