@@ -203,14 +203,15 @@ double layer_working_set_bytes(const Scenario& s) {
 
 namespace {
 
-// Per micro-batch on one rank, in Korthikanti's units (bytes of the 16-bit dtype per element): what the dense MLP
-// keeps (the MLP-up output and the activation's output, split over TP; with FP8 the down GEMM's input in one byte),
-// and what an MoE MLP keeps instead (Megatron-Core's MoELayer: moe/router.py, token_dispatcher.py, experts.py
-// TEGroupedMLP): the router's fp32 probabilities [T, E]; on the rank holding the hottest experts, for each of the
-// rows dispatched to it (T x top_k x its share, model/moe_ops.hpp), the permuted input of the up GEMM (hidden), the up
-// GEMM's output (up width: twice moe_ffn_hidden with SwiGLU), the activation's output (moe_ffn_hidden), the down
-// GEMM's output (hidden, kept for the gradient of the routing probabilities in unpermute); the shared experts as a
-// dense MLP of their width. FP8 keeps the two GEMM inputs in one byte, as for the dense MLP.
+// Per micro-batch on one rank, in bytes: what the dense MLP keeps (the MLP-up output and the activation's output,
+// split over TP; with FP8 the down GEMM's input in one byte), and what an MoE MLP keeps instead (Megatron-Core's
+// MoELayer: moe/router.py, token_dispatcher.py, experts.py TEGroupedMLP, which multiplies the routing probabilities
+// into the activation, activation_func_with_probs, so the down GEMM's output is not kept): the router's fp32
+// probabilities [T, E]; on the rank holding the hottest experts, for each row dispatched to it (T x top_k x its share,
+// model/moe_ops.hpp), the permuted input of the up GEMM (hidden), the up GEMM's output (the activation's input: twice
+// moe_ffn_hidden with SwiGLU), the activation's output (moe_ffn_hidden) and the row's fp32 probability; the shared
+// experts as a dense MLP of their width. FP8 keeps the GEMM inputs in one byte, and the SwiGLU input too (Megatron-
+// Bridge 0.1.0rc3's CHANGELOG.md: "Store SwiGLU input in FP8 to save activation memory").
 double dense_mlp_stash_bytes(const Scenario& s, double tokens) {
   const double e = dtype_bytes(s.model.dtype), fp8 = s.model.fp8 != Fp8Format::None ? 1 : 0;
   return tokens * e * (d(s.mlp_up_width()) + d(s.ffn_hidden()) * (1 - fp8 / 2)) / d(s.parallel.tp);
@@ -228,7 +229,8 @@ double moe_mlp_stash_bytes(const Scenario& s, double tokens) {
   const std::vector<double> shares = ep_rank_row_shares(s);
   const double hottest = *std::max_element(shares.begin(), shares.end());
   const double rows = rank_tokens * d(s.model.top_k) * d(p.ep) * hottest * d(p.etp);
-  const double routed = rows * (input * h + e * up + input * width + e * h);
+  const double swiglu_input = s.model.fp8 != Fp8Format::None && s.model.activation == Activation::Swiglu ? 1 : e;
+  const double routed = rows * (input * h + swiglu_input * up + input * width + 4);
   const double router = rank_tokens * d(s.model.experts) * 4;
   const double shared_width = d(s.model.shared_experts * s.moe_ffn_hidden());
   const double shared_up = (s.model.activation == Activation::Swiglu ? 2 : 1) * shared_width;

@@ -27,13 +27,13 @@ Scenario moe_scenario(int top_k, double skew) {
 }
 
 // An MoE layer keeps, per micro-batch, on the hottest EP rank: T x top_k x (its share x ep) rows of the permuted input
-// (h), the up GEMM's output (2 w with SwiGLU), the activation's output (w) and the down GEMM's output (h), and the
-// router's fp32 [T, E] probabilities, in place of the dense MLP's up output (2 f) and activation output (f).
+// (h), the up GEMM's output (2 w with SwiGLU), the activation's output (w) and an fp32 probability, and the router's
+// fp32 [T, E] probabilities, in place of the dense MLP's up output (2 f) and activation output (f).
 TEST(MoeMemory, AnMoeLayerStashesTheTopKExpandedRows) {
   const Scenario s = moe_scenario(2, 0);
   const double T = 128, h = 256, w = 96, f = 512, e = 2;
   const double rows = T * 2;  // balanced: each EP rank receives a quarter of every peer's rows, ep x 1/4 = 1
-  const double expected = rows * e * (h + 2 * w + w + h) + T * 8 * 4 - T * e * (2 * f + f);
+  const double expected = rows * (e * (h + 2 * w + w) + 4) + T * 8 * 4 - T * e * (2 * f + f);
   EXPECT_DOUBLE_EQ(moe_activation_bytes_per_layer(s) - activation_bytes_per_layer(s), expected);
 }
 
@@ -42,10 +42,11 @@ TEST(MoeMemory, StageActivationsGrowWithTopKAndWithSkew) {
   const MemoryEstimate m2 = estimate_memory(two), m4 = estimate_memory(four), ms = estimate_memory(skewed);
   const double T = 128, h = 256, w = 96, e = 2;
   for (std::size_t stage = 0; stage < m2.stages.size(); ++stage) {
-    // Every layer of the stage is MoE: the stash grows by the in-flight layers x T x 2 more choices x one row's bytes.
-    const double layers_in_flight = m2.stages[stage].activations_bytes / moe_activation_bytes_per_layer(two);
+    // Every layer of the stage is MoE: the stash grows by the in-flight layers (micro-batches in flight x the stage's
+    // 2 layers) x T x 2 more choices x one row's bytes.
+    const double layers_in_flight = 2.0 * m2.stages[stage].in_flight_micro_batches;
     EXPECT_NEAR(m4.stages[stage].activations_bytes - m2.stages[stage].activations_bytes,
-                layers_in_flight * T * 2 * e * (2 * h + 3 * w), 1e-6);
+                layers_in_flight * T * 2 * (e * (h + 3 * w) + 4), 1e-6);
     EXPECT_GT(ms.stages[stage].activations_bytes, m2.stages[stage].activations_bytes);  // the hottest rank holds more
   }
 }
@@ -73,8 +74,8 @@ TEST(HeadDim, WidensTheAttentionApartFromHidden) {
   wide.model.head_dim_given = 64;  // 8 heads x 64 = 512 over hidden 256
   EXPECT_TRUE(validation_problems(wide).empty());
   const double h = 256, a = 512, seq = 128, tokens = 8 * seq, layers = 4;
-  // Per layer: QKV h x 3a in place of h x 3h, the projection a x h in place of h x h.
-  EXPECT_DOUBLE_EQ(count_parameters(wide).per_layer - count_parameters(plain).per_layer, 4 * h * (a - h));
+  // Per layer: QKV h x 3a (and its 3a biases) in place of h x 3h, the projection a x h in place of h x h.
+  EXPECT_DOUBLE_EQ(count_parameters(wide).per_layer - count_parameters(plain).per_layer, (4 * h + 3) * (a - h));
   // Forward + backward (3 passes) of those GEMMs, 2 FLOPs per multiply-add, and the core's 4 s a per token.
   EXPECT_DOUBLE_EQ(model_flops_per_iteration(wide, false) - model_flops_per_iteration(plain, false),
                    3 * tokens * layers * (2 * 4 * h * (a - h) + 4 * seq * (a - h)));
