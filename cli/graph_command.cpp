@@ -56,6 +56,7 @@ void print_summary(const model::Program& program) {
   if (s.model.key_value_heads() != s.model.heads) {
     block += fmt::format(", {} key/value heads (grouped-query attention)", s.model.key_value_heads());
   }
+  if (s.model.head_dim_given > 0) block += fmt::format(", heads of {} dimensions", s.model.head_dim());
   if (!s.model.linear_bias) block += ", no linear biases";
   if (s.model.parallel_residual) {
     block +=

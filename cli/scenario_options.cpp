@@ -44,6 +44,7 @@ constexpr Alias kAliases[] = {
     {"--hidden-size", "model.hidden", "alias of --set model.hidden=N"},
     {"--num-attention-heads", "model.heads", "alias of --set model.heads=N"},
     {"--num-query-groups", "model.kv_heads", "alias of --set model.kv_heads=N (grouped-query attention)"},
+    {"--kv-channels", "model.head_dim", "alias of --set model.head_dim=N (each attention head's dimensions)"},
     {"--ffn-hidden-size", "model.ffn_hidden", "alias of --set model.ffn_hidden=N"},
     {"--seq-length", "model.seq_len", "alias of --set model.seq_len=N"},
     {"--nodes", "cluster.nodes", "alias of --set cluster.nodes=N"},

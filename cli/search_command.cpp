@@ -1,7 +1,8 @@
 // twin search SCENARIO: which parallel plan trains this model fastest on this cluster?
-// Enumerates the plans that are valid and fit in GPU memory (tp, pp, micro-batch, schedule and chunks; the model,
-// cluster and global batch stay), simulates each with `twin sim` in its own process (--jobs at a time: SimGrid is
-// sequential, so a search fans out over cores), and ranks them by iteration time.
+// Enumerates the plans that are valid and fit in GPU memory (tp, pp, micro-batch, schedule and chunks; for a
+// Mixture-of-Experts model the expert-parallel size ep, and with --vary-etp the expert tensor-parallel size; the
+// model, cluster and global batch stay), simulates each with `twin sim` in its own process (--jobs at a time: SimGrid
+// is sequential, so a search fans out over cores), and ranks them by iteration time.
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -27,6 +28,7 @@ struct SearchOptions {
   bool vary_sequence_parallel = false;
   bool vary_zero = false;
   std::vector<std::string> nodes;  // --vary-node: node kinds to search over, the scenario's GPU count on each
+  bool vary_etp = false;
   std::string json_path;
   std::string train_tokens;  // passed on to each `twin sim --train-tokens` (empty: not asked)
   bool quiet = false;        // nothing on stderr but errors
@@ -40,6 +42,8 @@ struct Plan {
   bool sequence_parallel = false;
   std::int64_t zero_stage = 0;
   bool overlap_param_gather = false;  // the scenario's, kept where it applies (ZeRO-1)
+  bool moe = false;                   // the model has experts: ep and etp are part of the plan
+  std::int64_t ep = 1, etp = 1;
   double ideal_bubble = 0;
   double peak_memory_bytes = 0;
   // Filled by the simulation.
@@ -50,17 +54,22 @@ struct Plan {
   std::size_t target = 0;   // the SearchTarget (node kind) it runs on
 
   std::vector<std::string> overrides() const {
-    return {fmt::format("parallel.tp={}", tp),
-            fmt::format("parallel.pp={}", pp),
-            fmt::format("parallel.dp={}", dp),
-            fmt::format("parallel.micro_batch={}", micro_batch),
-            fmt::format("parallel.schedule={}", model::to_string(schedule)),
-            fmt::format("parallel.virtual_stages={}", chunks),
-            fmt::format("parallel.recompute={}", model::to_string(recompute)),
-            fmt::format("parallel.recompute_num_layers={}", recompute_layers),
-            fmt::format("parallel.sequence_parallel={}", sequence_parallel),
-            fmt::format("parallel.zero_stage={}", zero_stage),
-            fmt::format("parallel.overlap_param_gather={}", overlap_param_gather)};
+    std::vector<std::string> sets{fmt::format("parallel.tp={}", tp),
+                                  fmt::format("parallel.pp={}", pp),
+                                  fmt::format("parallel.dp={}", dp),
+                                  fmt::format("parallel.micro_batch={}", micro_batch),
+                                  fmt::format("parallel.schedule={}", model::to_string(schedule)),
+                                  fmt::format("parallel.virtual_stages={}", chunks),
+                                  fmt::format("parallel.recompute={}", model::to_string(recompute)),
+                                  fmt::format("parallel.recompute_num_layers={}", recompute_layers),
+                                  fmt::format("parallel.sequence_parallel={}", sequence_parallel),
+                                  fmt::format("parallel.zero_stage={}", zero_stage),
+                                  fmt::format("parallel.overlap_param_gather={}", overlap_param_gather)};
+    if (moe) {
+      sets.push_back(fmt::format("parallel.ep={}", ep));
+      sets.push_back(fmt::format("parallel.etp={}", etp));
+    }
+    return sets;
   }
   // The sharding column: sequence parallelism and the ZeRO stage, "-" for neither.
   std::string sharding_label() const {
@@ -72,10 +81,15 @@ struct Plan {
   std::string recompute_label() const {
     return recompute_layers > 0 ? fmt::format("block {}", recompute_layers) : std::string(model::to_string(recompute));
   }
+  // The expert columns of an MoE plan: "ep 8" or "ep 8 etp 2"; empty for a dense model.
+  std::string expert_label() const {
+    if (!moe) return "";
+    return etp > 1 ? fmt::format("ep {} etp {}", ep, etp) : fmt::format("ep {}", ep);
+  }
   std::string label() const {
-    return fmt::format("tp {} pp {} dp {} mb {} {}{} recompute {} {}", tp, pp, dp, micro_batch,
-                       model::to_string(schedule), chunks > 1 ? fmt::format(" v{}", chunks) : "", recompute_label(),
-                       sharding_label());
+    return fmt::format("tp {} pp {} dp {}{} mb {} {}{} recompute {} {}", tp, pp, dp, moe ? " " + expert_label() : "",
+                       micro_batch, model::to_string(schedule), chunks > 1 ? fmt::format(" v{}", chunks) : "",
+                       recompute_label(), sharding_label());
   }
 };
 
@@ -83,6 +97,22 @@ std::vector<std::int64_t> divisors(std::int64_t n) {
   std::vector<std::int64_t> out;
   for (std::int64_t d = 1; d <= n; ++d) {
     if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+// The (ep, etp) pairs worth trying: for a Mixture-of-Experts model every ep that divides the experts, with etp = 1 or
+// (vary_etp) every power of two up to a node's GPUs; validation keeps what Megatron-Core allows (ep x etp dividing
+// tp x dp, model/ranks.hpp). A dense model keeps its (1, 1).
+std::vector<std::pair<std::int64_t, std::int64_t>> expert_plans(const model::Scenario& base, bool vary_etp) {
+  if (!base.model.is_moe()) return {{base.parallel.ep, base.parallel.etp}};
+  std::vector<std::int64_t> etps{1};
+  if (vary_etp) {
+    for (std::int64_t etp = 2; etp <= base.cluster.gpus_per_node; etp *= 2) etps.push_back(etp);
+  }
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  for (const std::int64_t ep : divisors(base.model.experts)) {
+    for (const std::int64_t etp : etps) out.emplace_back(ep, etp);
   }
   return out;
 }
@@ -114,6 +144,29 @@ std::vector<std::int64_t> block_recompute_layers(const model::Scenario& s) {
   return out;
 }
 
+// `s` as a plan, when it is valid and fits (else counted in rejected_for_memory when only memory stops it).
+void add_plan_if_it_fits(const model::Scenario& s, std::vector<Plan>& plans, int& rejected_for_memory) {
+  if (!model::validation_problems(s).empty()) return;
+  const auto memory = model::estimate_memory(s);
+  if (!memory.fits) {
+    ++rejected_for_memory;
+    return;
+  }
+  const auto& p = s.parallel;
+  const double m = static_cast<double>(p.micro_batches());
+  Plan plan{p.tp, p.pp, p.dp, p.micro_batch, p.virtual_stages, p.schedule, p.recompute, p.recompute_num_layers};
+  plan.sequence_parallel = p.sequence_parallel;
+  plan.zero_stage = p.zero_stage;
+  plan.overlap_param_gather = p.overlap_param_gather;
+  plan.moe = s.model.is_moe();
+  plan.ep = p.ep;
+  plan.etp = p.etp;
+  plan.ideal_bubble =
+      static_cast<double>(p.pp - 1) / (static_cast<double>(p.virtual_stages) * m + static_cast<double>(p.pp - 1));
+  plan.peak_memory_bytes = memory.peak_bytes;
+  plans.push_back(plan);
+}
+
 // Every valid plan that fits, ordered by its ideal bubble (then less tensor parallelism): the order in which they are
 // simulated when there are more than --max. With vary_recompute, every recompute mode, block recompute included; with
 // vary_sequence_parallel, with and without it (where tp > 1); with vary_zero, ZeRO stages 0 and 1.
@@ -126,6 +179,7 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptio
   std::vector<std::int64_t> zero_stages{base.parallel.zero_stage};
   if (o.vary_zero) zero_stages = {0, 1};
   const std::int64_t gpus = base.cluster.total_gpus();
+  const auto experts = expert_plans(base, o.vary_etp);
   std::vector<Plan> plans;
   rejected_for_memory = 0;
   for (std::int64_t tp = 1; tp <= base.cluster.gpus_per_node; tp *= 2) {
@@ -163,20 +217,11 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptio
                   s.parallel.zero_stage = zero_stage;
                   // --overlap-param-gather belongs to the distributed optimizer: a ZeRO-0 variant goes without it.
                   s.parallel.overlap_param_gather = base.parallel.overlap_param_gather && zero_stage == 1;
-                  if (!model::validation_problems(s).empty()) continue;
-                  const auto memory = model::estimate_memory(s);
-                  if (!memory.fits) {
-                    ++rejected_for_memory;
-                    continue;
+                  for (const auto& [ep, etp] : experts) {
+                    s.parallel.ep = ep;
+                    s.parallel.etp = etp;
+                    add_plan_if_it_fits(s, plans, rejected_for_memory);
                   }
-                  const double m = static_cast<double>(s.parallel.micro_batches());
-                  Plan plan{tp, pp, dp, micro_batch, chunks, s.parallel.schedule, recompute, block};
-                  plan.sequence_parallel = sequence_parallel;
-                  plan.zero_stage = zero_stage;
-                  plan.overlap_param_gather = s.parallel.overlap_param_gather;
-                  plan.ideal_bubble = (pp - 1) / (chunks * m + pp - 1);
-                  plan.peak_memory_bytes = memory.peak_bytes;
-                  plans.push_back(plan);
                 }
               }
             }
@@ -330,10 +375,13 @@ void run_search(const SearchOptions& o) {
   auto node_column = [&](const Plan& plan) {
     return varied ? fmt::format("  {:<12}", model::to_string(targets[plan.target].base.cluster.node)) : std::string();
   };
-  fmt::print("{}  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} {:>10} {:>9} {:>8} {:>9} {:>5}{}\n",
+  // An MoE model's plans have two more columns, ep and etp, after dp.
+  const bool moe = base.model.is_moe();
+  auto experts = [moe](const Plan& plan) { return moe ? fmt::format(" {:>4} {:>4}", plan.ep, plan.etp) : ""; };
+  fmt::print("{}  {:>4} {:>4} {:>5}{} {:>4}  {:<16} {:<10} {:<8} {:>10} {:>9} {:>8} {:>9} {:>5}{}\n",
              varied ? fmt::format("  {:<12}", "node") : "", "tp", "pp", "dp",
-             "mb", "schedule", "recompute", "sharding", "iter s", "TFLOP/s", "bubble", "mem GiB", "fits",
-             training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : "");
+             moe ? fmt::format(" {:>4} {:>4}", "ep", "etp") : "", "mb", "schedule", "recompute", "sharding", "iter s",
+             "TFLOP/s", "bubble", "mem GiB", "fits", training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : "");
   nlohmann::json results = nlohmann::json::array();
   for (const Plan& plan : plans) {
     const std::string schedule =
@@ -344,13 +392,14 @@ void run_search(const SearchOptions& o) {
           training ? fmt::format(" {:>9.1f} {:>12.0f}", plan.training.at("days").get<double>(),
                                  plan.training.at("gpu_hours").get<double>())
                    : "";
-      fmt::print("{}  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f} {:>5}{}\n",
-                 node_column(plan), plan.tp, plan.pp, plan.dp, plan.micro_batch, schedule, plan.recompute_label(), plan.sharding_label(),
-                 plan.iteration_time_s, plan.tflops_per_gpu, 100 * plan.bubble_fraction, gib, plan.fits ? "yes" : "NO",
-                 training_columns);
+      fmt::print("{}  {:>4} {:>4} {:>5}{} {:>4}  {:<16} {:<10} {:<8} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f} {:>5}{}\n",
+                 node_column(plan), plan.tp, plan.pp, plan.dp, experts(plan), plan.micro_batch, schedule,
+                 plan.recompute_label(), plan.sharding_label(), plan.iteration_time_s, plan.tflops_per_gpu,
+                 100 * plan.bubble_fraction, gib, plan.fits ? "yes" : "NO", training_columns);
     } else {
-      fmt::print("{}  {:>4} {:>4} {:>5} {:>4}  {:<16} {:<10} {:<8} failed: {}\n", node_column(plan), plan.tp, plan.pp, plan.dp,
-                 plan.micro_batch, schedule, plan.recompute_label(), plan.sharding_label(), plan.error);
+      fmt::print("{}  {:>4} {:>4} {:>5}{} {:>4}  {:<16} {:<10} {:<8} failed: {}\n", node_column(plan), plan.tp, plan.pp,
+                 plan.dp, experts(plan), plan.micro_batch, schedule, plan.recompute_label(), plan.sharding_label(),
+                 plan.error);
     }
     const model::ClusterSpec& cluster = targets[plan.target].base.cluster;
     results.push_back({{"node", model::to_string(cluster.node)},
@@ -358,6 +407,8 @@ void run_search(const SearchOptions& o) {
                        {"tp", plan.tp},
                        {"pp", plan.pp},
                        {"dp", plan.dp},
+                       {"ep", plan.ep},
+                       {"etp", plan.etp},
                        {"micro_batch", plan.micro_batch},
                        {"schedule", model::to_string(plan.schedule)},
                        {"virtual_stages", plan.chunks},
@@ -403,6 +454,8 @@ void register_search_command(CLI::App& app) {
                    "also search these node kinds (e.g. dgx-h100,dgx-h200,gb200-nvl72), each with the scenario's "
                    "number of GPUs in whole nodes")
       ->delimiter(',');
+  command->add_flag("--vary-etp", o->vary_etp,
+                    "Mixture-of-Experts: also try expert tensor parallelism (etp 2, 4, ... up to a node) with each ep");
   command->add_option("--json", o->json_path, "write every plan and its result as JSON")->check(output_file());
   command
       ->add_option("--train-tokens", o->train_tokens,

@@ -62,6 +62,12 @@ class RankRun {
       throw RunError(
           fmt::format("the job has {} ranks but the plan needs {} = {}", comm.world_size(), needs, l.world_size()));
     }
+    if (scenario_.model.attention_width() != scenario_.model.hidden) {
+      throw RunError(fmt::format(
+          "{}: model.head_dim = {}: the executor's attention is model.hidden wide; it does not "
+          "train heads x head_dim = {} apart from hidden = {} yet (twin sim models it)",
+          scenario_.source, scenario_.model.head_dim(), scenario_.model.attention_width(), scenario_.model.hidden));
+    }
     refuse_unsupported_moe(scenario_, options.backend);
     BackendOptions backend_options;
     backend_options.threads = threads;

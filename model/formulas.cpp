@@ -20,10 +20,10 @@ double norm_parameters(const Scenario& s) {
 // QKV width counts the key/value heads (grouped-query attention), the MLP-up width SwiGLU's gate half.
 double layer_parameters_per_rank(const Scenario& s, std::int64_t tp) {
   const double h = d(s.model.hidden), f = d(s.ffn_hidden()), t = d(tp);
-  const double qkv = d(s.model.qkv_width()), up = d(s.mlp_up_width());
+  const double qkv = d(s.model.qkv_width()), up = d(s.mlp_up_width()), attention = d(s.model.attention_width());
   const double bias = s.model.linear_bias ? 1 : 0;
   const double split = h * qkv + bias * qkv  // QKV
-                       + h * h               // attention projection weight
+                       + attention * h       // attention projection weight
                        + h * up + bias * up  // MLP up
                        + f * h;              // MLP down weight
   const double replicated = bias * h         // attention projection bias
@@ -35,7 +35,8 @@ double layer_parameters_per_rank(const Scenario& s, std::int64_t tp) {
 // The weights of one transformer layer's four GEMMs held by one GPU (no biases or norms).
 double gemm_weights_per_gpu(const Scenario& s) {
   const double h = d(s.model.hidden), f = d(s.ffn_hidden());
-  return (h * d(s.model.qkv_width()) + h * h + h * d(s.mlp_up_width()) + f * h) / d(s.parallel.tp);
+  const double attention = d(s.model.attention_width());
+  return (h * d(s.model.qkv_width()) + attention * h + h * d(s.mlp_up_width()) + f * h) / d(s.parallel.tp);
 }
 
 }  // namespace
@@ -98,14 +99,15 @@ namespace {
 // Narayanan's count with `recomputed` of the transformer layers run forward once more (0: none, 1: all).
 double flops_per_iteration(const Scenario& s, double recomputed) {
   // Narayanan et al. (SC'21) eq. (3), written for any GEMM widths: per token and layer, the forward pass does
-  // 2 * (h q + h^2 + h u + f h) GEMM FLOPs (q the QKV width, 3h without grouped-query attention; u the MLP-up width,
-  // f without SwiGLU) plus 4sh in attention; backward twice the forward; full recompute one more forward of the
-  // layers (not of the LM head, 2hV per token forward). With q = 3h and u = f = 4h this is exactly
+  // 2 * (h q + a h + h u + f h) GEMM FLOPs (q the QKV width, 3h without grouped-query attention; a the attention
+  // width heads x head_dim, h unless model.head_dim says otherwise; u the MLP-up width, f without SwiGLU) plus 4sa in
+  // attention; backward twice the forward; full recompute one more forward of the layers (not of the LM head, 2hV per
+  // token forward). With q = 3h, a = h and u = f = 4h this is exactly
   // 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) with recompute and 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) without.
   const double B = d(s.parallel.global_batch), seq = d(s.model.seq_len), l = d(s.model.layers);
   const double h = d(s.model.hidden), f = d(s.ffn_hidden()), V = d(s.padded_vocab());
-  const double q = d(s.model.qkv_width()), u = d(s.mlp_up_width());
-  const double layer_forward_per_token = 2 * (h * q + h * h + h * u + f * h) + 4 * seq * h;
+  const double q = d(s.model.qkv_width()), u = d(s.mlp_up_width()), a = d(s.model.attention_width());
+  const double layer_forward_per_token = 2 * (h * q + a * h + h * u + f * h) + 4 * seq * a;
   // A Mixture-of-Experts layer's MLP is what a token runs through: the router [h, E], its top_k routed experts and
   // the shared ones (each an MLP of moe_ffn_hidden), in place of the dense MLP (the active parameters' FLOPs).
   double moe_layers = 0, moe_mlp_per_token = 0;
@@ -157,8 +159,10 @@ double activation_bytes_per_layer(const Scenario& s) {
   // the MLP-up output (8) and the GELU output (8). Written for the widths: keys and values shrink with the key/value
   // heads, SwiGLU's up output is twice its activation's; with q = 3h and u = f = 4h it is 24. The 10 replicated
   // (the norms' and the GEMMs' inputs, two dropout masks) and the scores' 5 a s / h (per query head) are unchanged.
-  const double kv_share = d(s.model.key_value_heads()) / a;
-  const double split_16bit = 2 + 4 * kv_share + 2 + 2 * d(s.mlp_up_width()) / h + 2 * d(s.ffn_hidden()) / h;
+  // Q, K, V and the projection's input are heads x head_dim wide (the attention width; h unless model.head_dim).
+  const double kv_share = d(s.model.key_value_heads()) / a, attention = d(s.model.attention_width()) / h;
+  const double split_16bit =
+      (2 + 4 * kv_share + 2) * attention + 2 * d(s.mlp_up_width()) / h + 2 * d(s.ffn_hidden()) / h;
   // A parallel block's two layer norms read the same input, kept once, and its one residual op has one dropout
   // mask: 2 + 1 of the 10 go; with one shared norm its output too (2 more).
   double replicated = s.model.shared_norm ? 5 : s.model.parallel_residual ? 7 : 10;
@@ -171,7 +175,7 @@ double activation_bytes_per_layer(const Scenario& s) {
   double split_fp8 = 0;
   if (s.model.fp8 != Fp8Format::None) {
     replicated -= s.model.shared_norm ? 1 : 2;  // one shared norm: one input for both GEMMs
-    split_fp8 = 1 + d(s.ffn_hidden()) / h;
+    split_fp8 = attention + d(s.ffn_hidden()) / h;
   }
   const double split = split_16bit - split_fp8;
   switch (s.parallel.recompute) {
@@ -197,16 +201,89 @@ double layer_working_set_bytes(const Scenario& s) {
   return activation_bytes_per_layer(none);
 }
 
+namespace {
+
+// Per micro-batch on one rank, in bytes: what the dense MLP keeps (the MLP-up output and the activation's output,
+// split over TP; with FP8 the down GEMM's input in one byte), and what an MoE MLP keeps instead (Megatron-Core's
+// MoELayer: moe/router.py, token_dispatcher.py, experts.py TEGroupedMLP, which multiplies the routing probabilities
+// into the activation, activation_func_with_probs, so the down GEMM's output is not kept): the router's fp32
+// probabilities [T, E]; on the rank holding the hottest experts, for each row dispatched to it (T x top_k x its share,
+// model/moe_ops.hpp), the permuted input of the up GEMM (hidden), the up GEMM's output (the activation's input: twice
+// moe_ffn_hidden with SwiGLU), the activation's output (moe_ffn_hidden) and the row's fp32 probability; the shared
+// experts as a dense MLP of their width. FP8 keeps the GEMM inputs in one byte, and the SwiGLU input too (Megatron-
+// Bridge 0.1.0rc3's CHANGELOG.md: "Store SwiGLU input in FP8 to save activation memory").
+double dense_mlp_stash_bytes(const Scenario& s, double tokens) {
+  const double e = dtype_bytes(s.model.dtype), fp8 = s.model.fp8 != Fp8Format::None ? 1 : 0;
+  return tokens * e * (d(s.mlp_up_width()) + d(s.ffn_hidden()) * (1 - fp8 / 2)) / d(s.parallel.tp);
+}
+
+double moe_mlp_stash_bytes(const Scenario& s, double tokens) {
+  const auto& p = s.parallel;
+  const double h = d(s.model.hidden), e = dtype_bytes(s.model.dtype), input = s.model.fp8 != Fp8Format::None ? 1 : e;
+  const double width = d(s.moe_ffn_hidden()) / d(p.etp);
+  const double up = (s.model.activation == Activation::Swiglu ? 2 : 1) * width;
+  // The layer's tokens on this rank (a sequence shard under sequence parallelism), each sent to top_k experts; the
+  // hottest EP rank receives its share of every peer's rows, and the ETP gather makes each rank of it hold them all.
+  const bool sp = p.sequence_parallel && p.tp > 1;
+  const double rank_tokens = sp ? tokens / d(p.tp) : tokens;
+  const std::vector<double> shares = ep_rank_row_shares(s);
+  const double hottest = *std::max_element(shares.begin(), shares.end());
+  const double rows = rank_tokens * d(s.model.top_k) * d(p.ep) * hottest * d(p.etp);
+  const double swiglu_input = s.model.fp8 != Fp8Format::None && s.model.activation == Activation::Swiglu ? 1 : e;
+  const double routed = rows * (input * h + swiglu_input * up + input * width + 4);
+  const double router = rank_tokens * d(s.model.experts) * 4;
+  const double shared_width = d(s.model.shared_experts * s.moe_ffn_hidden());
+  const double shared_up = (s.model.activation == Activation::Swiglu ? 2 : 1) * shared_width;
+  const double shared = tokens * (e * shared_up + input * shared_width) / d(p.tp);
+  return routed + router + shared;
+}
+
+double micro_batch_tokens(const Scenario& s) {
+  return d(s.model.seq_len) / d(std::max<std::int64_t>(1, s.parallel.cp)) * d(s.parallel.micro_batch);
+}
+
+}  // namespace
+
+double moe_activation_bytes_per_layer(const Scenario& s) {
+  const double dense = activation_bytes_per_layer(s);
+  if (s.parallel.recompute == Recompute::Full) return dense;  // the layer's input only
+  const double tokens = micro_batch_tokens(s);
+  return dense - dense_mlp_stash_bytes(s, tokens) + moe_mlp_stash_bytes(s, tokens);
+}
+
+double moe_layer_working_set_bytes(const Scenario& s) {
+  Scenario none = s;
+  none.parallel.recompute = Recompute::None;
+  return moe_activation_bytes_per_layer(none);
+}
+
+namespace {
+
+// The average stash of `stage`'s transformer layers for one micro-batch (a layer full recompute covers keeps only its
+// input): MoE layers keep their own MLP's activations.
+double stage_layer_stash_bytes(const Scenario& s, int stage) {
+  Scenario kept = s;  // a layer block recompute leaves alone keeps what it would without recompute
+  kept.parallel.recompute = Recompute::None;
+  const double layers = d(s.layers_on_stage(stage));
+  if (layers <= 0) return 0;
+  const double recomputed = s.parallel.recompute == Recompute::Full ? d(s.recomputed_layers_on_stage(stage)) : layers;
+  const double moe = moe_layers_on_stage(s, stage), dense = layers - moe;
+  double kept_stash = activation_bytes_per_layer(kept), layer_stash = activation_bytes_per_layer(s);
+  if (moe > 0) {
+    kept_stash = (dense * kept_stash + moe * moe_activation_bytes_per_layer(kept)) / layers;
+    layer_stash = (dense * layer_stash + moe * moe_activation_bytes_per_layer(s)) / layers;
+  }
+  return (recomputed * layer_stash + (layers - recomputed) * kept_stash) / layers;
+}
+
+}  // namespace
+
 MemoryEstimate estimate_memory(const Scenario& s) {
   const auto& p = s.parallel;
   MemoryEstimate estimate;
   estimate.capacity_bytes = gpu_memory_bytes(s.cluster.node);
   const auto schedule = build_schedule(p);
   const StateBytesPerParameter per_param = state_bytes_per_parameter(s);
-  const double layer_stash = activation_bytes_per_layer(s);
-  Scenario kept = s;  // a layer block recompute leaves alone keeps what it would without recompute
-  kept.parallel.recompute = Recompute::None;
-  const double kept_stash = activation_bytes_per_layer(kept);
   for (int stage = 0; stage < p.pp; ++stage) {
     StageMemory m;
     m.stage = stage;
@@ -242,13 +319,13 @@ MemoryEstimate estimate_memory(const Scenario& s) {
       chunk_layers.push_back(s.layers_in_virtual_stage(virtual_stage(stage, chunk, static_cast<int>(p.pp))));
     }
     const double layers_in_flight = d(max_in_flight_weighted(schedule[stage], chunk_layers));
-    // A stage's layers each stash layer_stash, or kept_stash past the first recompute_num_layers of each chunk.
-    const double layers = d(s.layers_on_stage(stage));
-    const double recomputed = p.recompute == Recompute::Full ? d(s.recomputed_layers_on_stage(stage)) : layers;
-    const double stash = layers > 0 ? (recomputed * layer_stash + (layers - recomputed) * kept_stash) / layers : 0;
-    m.activations_bytes = layers_in_flight * stash;
-    // Recompute rebuilds one layer's full activations before its backward.
-    if (p.recompute != Recompute::None) m.activations_bytes += layer_working_set_bytes(s);
+    // A stage's layers each stash their share, or what they keep past the first recompute_num_layers of each chunk.
+    m.activations_bytes = layers_in_flight * stage_layer_stash_bytes(s, stage);
+    // Recompute rebuilds one layer's full activations before its backward (an MoE layer's, where the stage has one).
+    if (p.recompute != Recompute::None) {
+      m.activations_bytes +=
+          moe_layers_on_stage(s, stage) > 0 ? moe_layer_working_set_bytes(s) : layer_working_set_bytes(s);
+    }
     // The last stage holds one micro-batch of fp32 logits for the cross-entropy (s b V/t floats).
     if (stage == p.pp - 1) {
       m.activations_bytes += 4.0 * d(s.model.seq_len) * d(p.micro_batch) * d(s.padded_vocab()) / d(p.tp);

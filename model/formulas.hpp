@@ -85,5 +85,9 @@ MemoryEstimate estimate_memory(const Scenario& scenario);
 double activation_bytes_per_layer(const Scenario& scenario);
 // Bytes one layer holds while it runs (what recompute rebuilds before a backward): the no-recompute formula.
 double layer_working_set_bytes(const Scenario& scenario);
+// The same two for a Mixture-of-Experts layer: the dense MLP's stash replaced by what Megatron-Core's MoE layer keeps
+// for its backward, per micro-batch on the EP rank holding the hottest experts (formulas.cpp says what).
+double moe_activation_bytes_per_layer(const Scenario& scenario);
+double moe_layer_working_set_bytes(const Scenario& scenario);
 
 }  // namespace twin::model

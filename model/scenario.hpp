@@ -74,6 +74,9 @@ struct ModelSpec {
   // Key/value heads (grouped-query attention, Ainslie et al. 2023: each group of heads / kv_heads query heads shares
   // one key and value head; Megatron-Core's --num-query-groups); 0: as many as heads (multi-head attention).
   std::int64_t kv_heads = 0;
+  // Each attention head's dimensions (Megatron-Core's --kv-channels); 0: hidden / heads. Qwen3 sets it apart from
+  // hidden: 32 heads of 128 over hidden 2048, so the queries are 4096 wide and the output projection maps 4096 to 2048.
+  std::int64_t head_dim_given = 0;
   bool linear_bias = true;  // biases on the linear layers (GPT-2); false: none (Llama; --disable-bias-linear)
   // Parallel attention and MLP (GPT-J, GPT-NeoX's gpt_j_residual): y = x + attn(ln1(x)) + mlp(ln2(x)), the two
   // branches' row-parallel partial sums added before one TP all-reduce; false: GPT-2's sequential block.
@@ -107,14 +110,17 @@ struct ModelSpec {
 
   bool is_moe() const { return experts > 0; }
 
-  std::int64_t head_dim() const { return hidden / heads; }
+  std::int64_t head_dim() const { return head_dim_given > 0 ? head_dim_given : hidden / heads; }
+  // Width of the attention's queries and of its output projection's input: heads x head_dim (hidden unless
+  // model.head_dim says otherwise).
+  std::int64_t attention_width() const { return heads * head_dim(); }
   // Dimensions of a head the rotary embedding rotates: int(head_dim * rotary_fraction), as both frameworks truncate.
   std::int64_t rotary_dim() const {
     return static_cast<std::int64_t>(static_cast<double>(head_dim()) * rotary_fraction);
   }
   std::int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
   // Width of the fused QKV projection's output: the queries, then the keys and values of every key/value head.
-  std::int64_t qkv_width() const { return hidden + 2 * key_value_heads() * head_dim(); }
+  std::int64_t qkv_width() const { return attention_width() + 2 * key_value_heads() * head_dim(); }
 };
 
 struct ParallelSpec {

@@ -74,9 +74,10 @@ class RuleCheck {
 
   // The model's shapes against each other and against TP: whole heads, key/value groups, rotary pairs.
   void model_shape() {
-    if (hidden_ok && heads_ok && m.hidden % m.heads != 0) {
-      problems.push_back(
-          fmt::format("{}: model.hidden ({}) must be divisible by model.heads ({})", src, m.hidden, m.heads));
+    if (hidden_ok && heads_ok && m.head_dim_given == 0 && m.hidden % m.heads != 0) {
+      problems.push_back(fmt::format(
+          "{}: model.hidden ({}) must be divisible by model.heads ({}) (or give each head's width, model.head_dim)",
+          src, m.hidden, m.heads));
     }
     if (heads_ok && tp_ok && m.heads % p.tp != 0) {
       problems.push_back(
@@ -104,20 +105,19 @@ class RuleCheck {
                       src));
     }
     const bool rope = m.position_embedding == PositionEmbedding::Rope;
+    const bool whole_heads = m.head_dim_given > 0 || (heads_ok && m.hidden % m.heads == 0);
     if (!(m.rotary_fraction > 0 && m.rotary_fraction <= 1)) {
       problems.push_back(fmt::format("{}: model.rotary_fraction must be in (0, 1], got {}", src, m.rotary_fraction));
     } else if (m.rotary_fraction != 1 && !rope) {
       problems.push_back(
           fmt::format("{}: model.rotary_fraction = {} needs model.position_embedding = \"rope\" (got \"{}\")", src,
                       m.rotary_fraction, to_string(m.position_embedding)));
-    } else if (hidden_ok && heads_ok && m.hidden % m.heads == 0 && rope && m.rotary_fraction == 1 &&
-               m.head_dim() % 2 != 0) {
+    } else if (hidden_ok && heads_ok && whole_heads && rope && m.rotary_fraction == 1 && m.head_dim() % 2 != 0) {
       problems.push_back(
-          fmt::format("{}: model.position_embedding = \"rope\" rotates pairs of a head's dimensions: model.hidden / "
-                      "model.heads = {} must be even",
-                      src, m.head_dim()));
-    } else if (hidden_ok && heads_ok && m.hidden % m.heads == 0 && rope &&
-               (m.rotary_dim() < 2 || m.rotary_dim() % 2 != 0)) {
+          fmt::format("{}: model.position_embedding = \"rope\" rotates pairs of a head's dimensions: {} = {} must "
+                      "be even",
+                      src, m.head_dim_given > 0 ? "model.head_dim" : "model.hidden / model.heads", m.head_dim()));
+    } else if (hidden_ok && heads_ok && whole_heads && rope && (m.rotary_dim() < 2 || m.rotary_dim() % 2 != 0)) {
       problems.push_back(fmt::format(
           "{}: model.rotary_fraction = {} rotates int({} x {}) = {} dimensions of each head: it must be a positive "
           "even number (whole pairs)",
@@ -337,15 +337,17 @@ class RuleCheck {
     // FlashAttention's kernels take heads of at most 128 (v1) or 256 (v2) (flash-attention's README, "head dimensions
     // up to 128" for v1 and "all head dimensions up to 256" for v2).
     if (heads_ok && hidden_ok && m.heads > 0) {
-      const std::int64_t head_dim = m.hidden / m.heads;
+      const std::int64_t head_dim = m.head_dim();
       const std::int64_t most = scenario.framework.attention == AttentionKind::Flash1   ? 128
                                 : scenario.framework.attention == AttentionKind::Flash2 ? 256
                                                                                         : 0;
       if (most > 0 && head_dim > most) {
-        problems.push_back(
-            fmt::format("{}: framework.attention = \"{}\" takes heads of at most {} dimensions; "
-                        "model.hidden / model.heads = {} / {} = {}",
-                        src, to_string(scenario.framework.attention), most, m.hidden, m.heads, head_dim));
+        problems.push_back(fmt::format("{}: framework.attention = \"{}\" takes heads of at most {} dimensions; {} = {}",
+                                       src, to_string(scenario.framework.attention), most,
+                                       m.head_dim_given > 0
+                                           ? "model.head_dim"
+                                           : fmt::format("model.hidden / model.heads = {} / {}", m.hidden, m.heads),
+                                       head_dim));
       }
     }
   }

@@ -133,6 +133,12 @@ void read_model(const toml::table& root, const std::string& source, ModelSpec& m
     problems.push_back(
         fmt::format("{}: model.kv_heads must be positive (leave it out for as many as model.heads), got 0", source));
   }
+  model.integer("head_dim", m.head_dim_given);
+  if (model.has("head_dim") && m.head_dim_given <= 0) {
+    problems.push_back(fmt::format(
+        "{}: model.head_dim must be positive (leave it out for model.hidden / model.heads), got {}", source,
+        m.head_dim_given));
+  }
   model.boolean("linear_bias", m.linear_bias);
   model.boolean("parallel_residual", m.parallel_residual);
   model.boolean("shared_norm", m.shared_norm);
@@ -347,6 +353,7 @@ std::string to_toml(const Scenario& s) {
   line(fmt::format("norm = \"{}\"", to_string(s.model.norm)));
   line(fmt::format("activation = \"{}\"", to_string(s.model.activation)));
   line(fmt::format("kv_heads = {}", s.model.key_value_heads()));
+  if (s.model.head_dim_given > 0) line(fmt::format("head_dim = {}", s.model.head_dim_given));
   line(fmt::format("linear_bias = {}", s.model.linear_bias));
   line(fmt::format("parallel_residual = {}", s.model.parallel_residual));
   line(fmt::format("shared_norm = {}", s.model.shared_norm));

@@ -12,6 +12,9 @@ the iteration time twin predicts, the published one, the error and the mean abso
 Runs of one `series` (same model and plan, only the data-parallel degree varies) are also split into a time per
 sequence and a fixed time per iteration, for the published and the predicted times alike (split_series).
 
+Mixture-of-Experts runs (group "moe") are printed apart, after the dense runs and their series, with their own
+table and MAPE: the dense output stays what it was, and "all" stays the dense runs' MAPE.
+
 A run marked `mape = false` (with its reason in `why`) is simulated and printed like the others, marked `*`, but left
 out of every MAPE and of --max-mape: published numbers that do not meet the bar the set holds to (a pinned software
 version), kept visible rather than dropped (mape_by_group).
@@ -211,6 +214,34 @@ def mape_by_group(rows):
     return out
 
 
+def print_moe(rows, markdown):
+    """The Mixture-of-Experts runs: their own table (published and predicted tokens per second per GPU beside the
+    seconds) and MAPE line."""
+    print("\nMixture-of-Experts runs (group moe): published against predicted, tokens/s per GPU and seconds per iteration")
+    if markdown:
+        print("\n| run | published tokens/s/GPU | twin tokens/s/GPU | published s | twin s | error |")
+        print("|---|---:|---:|---:|---:|---:|")
+    else:
+        print(f"{'run':32} {'published tok/s/GPU':>20} {'twin tok/s/GPU':>15} {'published s':>12} {'twin s':>10} "
+              f"{'error':>8}")
+    for r in rows:
+        if not isinstance(r.get("error"), float):
+            print(f"{r['name']:32} failed: {r.get('error')}")
+            continue
+        twin_rate = r["published_tokens_per_s_per_gpu"] * r["published_s"] / r["iteration_time_s"]
+        if markdown:
+            print(f"| {r['name']} | {r['published_tokens_per_s_per_gpu']:.0f} | {twin_rate:.0f} | "
+                  f"{r['published_s']:.2f} | {r['iteration_time_s']:.2f} | {100 * r['error']:+.1f} % |")
+        else:
+            print(f"{r['name']:32} {r['published_tokens_per_s_per_gpu']:20.0f} {twin_rate:15.0f} "
+                  f"{r['published_s']:12.2f} {r['iteration_time_s']:10.2f} {100 * r['error']:+7.1f}%")
+    for group, mape, bias, runs, in_mape in mape_by_group(rows):
+        if group == "all":
+            continue
+        note = "" if in_mape else "  * not in the MAPE"
+        print(f"MAPE {group:15} {mape:5.1f} %  (mean error {bias:+.1f} %, {runs} runs){note}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--twin", help="twin binary (default: the newest build*/cli/twin)")
@@ -252,6 +283,8 @@ def main():
             row["series"] = run["series"]
         if "gpu_generation" in run:
             row["generation"] = run["gpu_generation"]
+        if "tokens_per_s_per_gpu" in run:
+            row["published_tokens_per_s_per_gpu"] = float(run["tokens_per_s_per_gpu"])
         if not run.get("mape", True):
             row["in_mape"] = False
             row["why"] = run.get("why", "")
@@ -262,6 +295,9 @@ def main():
             row["error"] = result["iteration_time_s"] / row["published_s"] - 1
         rows.append(row)
 
+    everything = rows
+    moe_rows = [r for r in rows if r["group"] == "moe"]
+    rows = [r for r in rows if r["group"] != "moe"]
     if args.markdown:
         print("| run | group | published s | twin s | error |")
         print("|---|---|---:|---:|---:|")
@@ -318,13 +354,15 @@ def main():
         else:
             print(f"{f_['series']:20} {f_['constant_s']:+7.2f} s per iteration: {100 * f_['constant_worst_error']:5.1f} %"
                   f"   x {f_['factor']:.3f}: {100 * f_['factor_worst_error']:5.1f} %")
+    if moe_rows:
+        print_moe(moe_rows, args.markdown)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+            json.dump(everything, f, indent=2)
     if args.series_json:
         with open(args.series_json, "w") as f:
             json.dump(series, f, indent=2)
-    if len(ok) != len(rows):
+    if len(ok) != len(rows) or any(not isinstance(r.get("error"), float) for r in moe_rows):
         return 1
     if args.check_fidelity is not None:
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:

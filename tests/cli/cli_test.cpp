@@ -1111,6 +1111,39 @@ TEST(Cli, SimRunsOnEveryDgxNodeKind) {
   EXPECT_LT(h200["iteration_time_s"].get<double>(), h100["iteration_time_s"].get<double>());
   EXPECT_LT(h100["iteration_time_s"].get<double>(), a100["iteration_time_s"].get<double>());
 }
+TEST(Cli, SearchVariesExpertParallelismForMoe) {
+  // A Mixture-of-Experts model: ep is part of every plan (each a divisor of the experts that divides tp x dp), so
+  // plans that differ only in ep are ranked side by side; --vary-etp adds expert tensor parallelism.
+  const std::string moe = small_cluster_scenario().string() +
+                          " --set model.experts=8 --set model.top_k=2 --set model.moe_ffn_hidden=2048 --jobs 2";
+  const fs::path json_path = scratch("search-moe.json");
+  const Result r = twin("search " + moe + " --max 6 --json " + json_path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("   ep  etp "));
+  std::ifstream in(json_path);
+  const auto plans = nlohmann::json::parse(in)["plans"];
+  std::set<int> eps;
+  for (const auto& plan : plans) {
+    ASSERT_EQ(plan["error"], "") << plan.dump();
+    const int ep = plan["ep"].get<int>(), etp = plan["etp"].get<int>();
+    EXPECT_EQ(8 % ep, 0) << plan.dump();
+    EXPECT_EQ(plan["tp"].get<int>() * plan["dp"].get<int>() % (ep * etp), 0) << plan.dump();
+    EXPECT_EQ(etp, 1);
+    eps.insert(ep);
+  }
+  EXPECT_GE(eps.size(), 3u) << r.output;
+  const fs::path etp_path = scratch("search-moe-etp.json");
+  const Result with_etp = twin("search " + moe + " --vary-etp --max 12 --json " + etp_path.string());
+  ASSERT_EQ(with_etp.status, 0) << with_etp.output;
+  std::ifstream etp_in(etp_path);
+  const auto etp_plans = nlohmann::json::parse(etp_in)["plans"];
+  int split_experts = 0;
+  for (const auto& plan : etp_plans) split_experts += plan["etp"].get<int>() > 1;
+  EXPECT_GT(split_experts, 0);
+  // A dense model's table has no expert columns.
+  EXPECT_THAT(twin("search " + small_cluster_scenario().string() + " --max 1 --jobs 1").output,
+              ::testing::Not(HasSubstr(" etp ")));
+}
 #endif
 
 }  // namespace
