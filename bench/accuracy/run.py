@@ -261,6 +261,8 @@ def main():
                              "fidelity; slow for runs of thousands of GPUs: select with --only)")
     parser.add_argument("--with-slow", action="store_true",
                         help="also the runs marked slow = true (tens of seconds each: Llama 3 405B on 8K-16K GPUs)")
+    parser.add_argument("--groups", default="",
+                        help="regular expression on run groups (e.g. '^(?!moe$)': all but the MoE runs)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="one more scenario override for every run, after its own (a sensitivity study; the "
                              "published seconds stay as published)")
@@ -269,7 +271,8 @@ def main():
 
     with open(os.path.join(PUBLISHED, "published.toml"), "rb") as f:
         runs = [r for r in tomllib.load(f)["run"]
-                if re.search(args.only, r["name"]) and (args.with_slow or not r.get("slow", False))]
+                if re.search(args.only, r["name"]) and re.search(args.groups, r.get("group", ""))
+                and (args.with_slow or not r.get("slow", False))]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(lambda r: simulate(twin, r, args.legacy, args.fidelity, args.set), runs))
     selected = list(runs)
