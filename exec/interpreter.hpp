@@ -239,6 +239,7 @@ class Interpreter {
   void gather_context_values(const model::Op& op);        // ContextValues: ... values
   void scatter_context_key_grads(const model::Op& op);    // ContextKeyGrads: reduce-scatter of dK to its ranks
   void scatter_context_value_grads(const model::Op& op);  // ContextValueGrads: ... dV
+  void scatter_context_grad(const model::Op& op, bool values);
   void context_attention_forward(const model::Op& op);
   void context_attention_backward(const model::Op& op);
   // The learned position embedding of this rank's tokens (its two chunks of each sequence): out += wpe, or the

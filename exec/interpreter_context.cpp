@@ -85,24 +85,24 @@ void Interpreter::context_attention_backward(const Op& op) {
   s.values = Tensor{};
 }
 
-void Interpreter::scatter_context_key_grads(const Op& op) {
+// dK and dV of the whole sequence alike: reduce-scattered over Context, this rank's part put into its dQKV.
+void Interpreter::scatter_context_grad(const Op& op, bool values) {
   ChunkState& state = chunk(op);
-  TWIN_EXEC_CHECK(!state.work.d_keys.empty(), "layer {}: no key gradients to reduce-scatter", op.layer);
-  const std::size_t local = state.work.d_keys.numel / static_cast<std::size_t>(dims_.cp);
-  Tensor mine = backend_.allocate(local, state.work.d_keys.dtype);
-  comm_.reduce_scatter(group(op.group), state.work.d_keys.data, mine.data, local, mine.dtype, labels_[current_op_]);
-  backend_.context_put_key_value_grad(state.work.d_qkv, mine, false, context_shape());
-  state.work.d_keys = Tensor{};
+  Tensor& grads = values ? state.work.d_values : state.work.d_keys;
+  TWIN_EXEC_CHECK(!grads.empty(), "layer {}: no {} gradients to reduce-scatter", op.layer, values ? "value" : "key");
+  const std::size_t local = grads.numel / static_cast<std::size_t>(dims_.cp);
+  Tensor mine = backend_.allocate(local, grads.dtype);
+  comm_.reduce_scatter(group(op.group), grads.data, mine.data, local, mine.dtype, labels_[current_op_]);
+  backend_.context_put_key_value_grad(state.work.d_qkv, mine, values, context_shape());
+  grads = Tensor{};
+}
+
+void Interpreter::scatter_context_key_grads(const Op& op) {
+  scatter_context_grad(op, false);
 }
 
 void Interpreter::scatter_context_value_grads(const Op& op) {
-  ChunkState& state = chunk(op);
-  TWIN_EXEC_CHECK(!state.work.d_values.empty(), "layer {}: no value gradients to reduce-scatter", op.layer);
-  const std::size_t local = state.work.d_values.numel / static_cast<std::size_t>(dims_.cp);
-  Tensor mine = backend_.allocate(local, state.work.d_values.dtype);
-  comm_.reduce_scatter(group(op.group), state.work.d_values.data, mine.data, local, mine.dtype, labels_[current_op_]);
-  backend_.context_put_key_value_grad(state.work.d_qkv, mine, true, context_shape());
-  state.work.d_values = Tensor{};
+  scatter_context_grad(op, true);
 }
 
 // Each local chunk of each sequence (rows [b L + part C, + C) of x) at its chunk's positions of wpe.

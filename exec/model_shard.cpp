@@ -125,6 +125,19 @@ std::int64_t full_element_index(const ParamTensor& tensor, const Dims& dims, std
   return row < 0 ? -1 : row * tensor.cols + map.full_col(static_cast<std::int64_t>(local) % cols);
 }
 
+ParamTensor param_tensor(std::string name, std::int64_t rows, std::int64_t cols, Sharding sharding, Init init,
+                         bool decay, bool tp_replicated) {
+  ParamTensor t;
+  t.name = std::move(name);
+  t.rows = rows;
+  t.cols = cols;
+  t.sharding = sharding;
+  t.init = init;
+  t.decay = decay;
+  t.tp_replicated = tp_replicated;
+  return t;
+}
+
 ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, Backend& backend)
     : scenario_(scenario),
       coord_(coord),
@@ -143,18 +156,7 @@ ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, 
   const std::int64_t T = scenario.model.seq_len;
   const bool tied = scenario.framework.tied_embeddings;
 
-  auto tensor = [](std::string name, std::int64_t rows, std::int64_t cols, Sharding sharding, Init init, bool decay,
-                   bool tp_replicated) {
-    ParamTensor t;
-    t.name = std::move(name);
-    t.rows = rows;
-    t.cols = cols;
-    t.sharding = sharding;
-    t.init = init;
-    t.decay = decay;
-    t.tp_replicated = tp_replicated;
-    return t;
-  };
+  const auto tensor = param_tensor;
 
   // One bucket per layer, in the order of the rank's chunks.
   for (int chunk = 0; chunk < chunks; ++chunk) {

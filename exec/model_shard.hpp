@@ -113,6 +113,10 @@ struct ParamTensor {
   Tensor value, grad;                 // views of the bucket's buffers
 };
 
+// A parameter tensor of the full model, as this shard's tensor lists hold it.
+ParamTensor param_tensor(std::string name, std::int64_t rows, std::int64_t cols, Sharding sharding, Init init,
+                         bool decay, bool tp_replicated);
+
 struct Bucket {
   std::string name;  // "layer 3", "embedding", "head": for messages and checkpoints
   int layer = -1;    // as the Program's Gradients / Parameters ops name it

@@ -48,15 +48,7 @@ namespace {
 
 ParamTensor matrix(std::string name, std::int64_t rows, std::int64_t cols, Init init, bool tp_replicated,
                    Sharding sharding = Sharding::Replicated) {
-  ParamTensor t;
-  t.name = std::move(name);
-  t.rows = rows;
-  t.cols = cols;
-  t.sharding = sharding;
-  t.init = init;
-  t.decay = true;
-  t.tp_replicated = tp_replicated;
-  return t;
+  return param_tensor(std::move(name), rows, cols, sharding, init, /*decay=*/true, tp_replicated);
 }
 
 }  // namespace
