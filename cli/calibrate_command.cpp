@@ -22,6 +22,7 @@ struct CalibrateOptions {
   std::vector<std::string> sources, checks;
   std::string out;
   int gpus_per_node = 8;
+  bool fastest_step = false;
 };
 
 measured::HardwareProfile profile_of(const CalibrateOptions& o, const measured::CalibrateOptions& options) {
@@ -47,10 +48,13 @@ measured::HardwareProfile profile_of(const CalibrateOptions& o, const measured::
                                                     : measured::profile_from_google_benchmark(path, text);
     }
     traces.push_back(measured::read_kineto_trace(path));
+    if (o.fastest_step) measured::keep_fastest_step(traces.back());
   }
   measured::HardwareProfile profile = measured::calibrate(traces, options);
   for (const std::string& path : o.checks) {
-    profile.checks.push_back(measured::check_profile(profile, measured::read_kineto_trace(path), options));
+    measured::KinetoTrace check = measured::read_kineto_trace(path);
+    if (o.fastest_step) measured::keep_fastest_step(check);
+    profile.checks.push_back(measured::check_profile(profile, check, options));
   }
   return profile;
 }
@@ -73,6 +77,9 @@ void register_calibrate_command(CLI::App& app) {
   command->add_option("--out", o->out, "write the profile (TOML) here")->check(output_file());
   command->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node, to count the nodes a collective spans")
       ->check(CLI::Range(1, 1024));
+  command->add_flag("--fastest-step", o->fastest_step,
+                    "fit on each trace's fastest ProfilerStep only (the one other work on the machine delayed least), "
+                    "as `twin compare --fastest-step` measures a run");
   command->callback([o] {
     try {
       const measured::HardwareProfile profile = profile_of(*o, measured::CalibrateOptions{o->gpus_per_node});

@@ -75,6 +75,11 @@ struct KinetoTrace {
 // index and field.
 KinetoTrace read_kineto_trace(const std::string& path);
 
+// Keeps only the trace's fastest profiled step (ProfilerStep#N) and the kernels in it, renumbered as step 0: the step
+// other work on a shared machine delayed least, so that a profile fitted on it is the same statistic as `twin compare
+// --fastest-step` measures. A trace without steps is left as it is.
+void keep_fastest_step(KinetoTrace& trace);
+
 // Whether `text` (a file's first bytes, gunzipped) looks like a Chrome trace: an object with "traceEvents".
 bool looks_like_chrome_trace(const std::string& text);
 

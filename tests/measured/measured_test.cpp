@@ -698,3 +698,39 @@ TEST(Kineto, TwinsOwnTraceIsACpuRunOfOneIteration) {
 
 }  // namespace
 }  // namespace twin::measured
+
+namespace twin::measured {
+namespace {
+
+// Two profiled steps, the second 3x slower in every op (other work on the machine): a profile fitted on the fastest
+// step alone has the fast step's rates; one fitted on both has the median of the two.
+TEST(Calibrate, OnTheFastestStepAloneFitsTheRatesOfThatStep) {
+  json fast = timed_cpu_trace(2);
+  json events = json::array();
+  double end_us = 0;
+  for (const json& e : fast["traceEvents"]) end_us = std::max(end_us, e["ts"].get<double>() + e["dur"].get<double>());
+  for (const json& e : fast["traceEvents"]) {
+    events.push_back(e);
+    json slow = e;
+    slow["ts"] = 2e6 + 3 * e["ts"].get<double>();
+    slow["dur"] = 3 * e["dur"].get<double>();
+    if (e["name"] == "ProfilerStep#1") slow["name"] = "ProfilerStep#2";
+    events.push_back(slow);
+  }
+  const std::string path = temporary("calibrate_two_steps.json");
+  write(path, json{{"traceEvents", events}}.dump());
+  KinetoTrace trace = read_kineto_trace(path);
+  ASSERT_EQ(trace.steps.size(), 2u);
+  const double both_rate = calibrate({trace}).gemm_shapes.front().flops_per_s;
+  keep_fastest_step(trace);
+  ASSERT_EQ(trace.steps.size(), 1u);
+  EXPECT_EQ(trace.steps.front().number, 1);
+  const HardwareProfile profile = calibrate({trace});
+  const MatmulShape shape = profile.gemm_shapes.front().shape;
+  EXPECT_NEAR(profile.gemm_shapes.front().flops_per_s, shape.flops() / (20e-6 + shape.flops() / 2e9), 1e-3);
+  // The median of a fast and a 3x slower call: half the fast rate.
+  EXPECT_NEAR(both_rate, profile.gemm_shapes.front().flops_per_s / 2, 1e-3);
+}
+
+}  // namespace
+}  // namespace twin::measured
