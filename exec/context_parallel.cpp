@@ -40,12 +40,6 @@ void refuse_unsupported_context_parallelism(const model::Scenario& scenario, con
                     "--backend cpu, or parallel.cp = 1)",
                     scenario.source, cp, backend.name()));
   }
-  if (scenario.framework.cp_comm == model::CpComm::P2P) {
-    throw RunError(
-        fmt::format("{}: parallel.cp = {} with framework.cp_comm = \"p2p\": the executor does not run the ring yet; "
-                    "run with framework.cp_comm = \"all_gather\" (--cp-comm-type all_gather)",
-                    scenario.source, cp));
-  }
   // FP8's amaxes reduce over TP and DP (model/precision); under CP each rank also scales its own tokens' amaxes: not
   // checked against one rank yet
   if (scenario.model.fp8 != model::Fp8Format::None) {
