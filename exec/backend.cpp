@@ -25,8 +25,8 @@ Fp8Amaxes Backend::fp8_matmul_backward(const Tensor&, const Tensor&, const Tenso
 
 namespace {
 [[noreturn]] void no_context_parallelism(std::string_view backend) {
-  throw RunError(fmt::format("parallel.cp: the {} backend does not run context parallelism yet (the cpu backend does)",
-                             backend));
+  throw RunError(
+      fmt::format("parallel.cp: the {} backend does not run context parallelism yet (the cpu backend does)", backend));
 }
 }  // namespace
 
@@ -49,6 +49,23 @@ void Backend::context_attention_backward(const Tensor&, const Tensor&, const Ten
   no_context_parallelism(name());
 }
 void Backend::context_put_key_value_grad(const Tensor&, const Tensor&, bool, const ContextShape&) {
+  no_context_parallelism(name());
+}
+void Backend::context_ring_pack_kv(const Tensor&, const Tensor&, const ContextShape&) {
+  no_context_parallelism(name());
+}
+void Backend::context_ring_forward_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int,
+                                        const ContextShape&) {
+  no_context_parallelism(name());
+}
+void Backend::context_ring_delta(const Tensor&, const Tensor&, const Tensor&, const ContextShape&) {
+  no_context_parallelism(name());
+}
+void Backend::context_ring_backward_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                         const Tensor&, const Tensor&, int, const ContextShape&) {
+  no_context_parallelism(name());
+}
+void Backend::context_ring_put_grads(const Tensor&, const Tensor&, const Tensor&, const ContextShape&) {
   no_context_parallelism(name());
 }
 

@@ -192,6 +192,26 @@ class Backend {
   virtual void context_put_key_value_grad(const Tensor& dqkv, const Tensor& grad, bool values,
                                           const ContextShape& shape);
 
+  // --- context parallelism, the p2p ring (kernels/cpu/ring_attention.hpp's ring steps) -----------------------------
+  // A K/V block (B, L, 2 KV D): one rank's keys then values per token, what the ring moves. A backend without it
+  // throws a RunError naming itself (the default).
+  // kv <- the key and value parts of this rank's qkv (B, L, (H + 2 KV) D)
+  virtual void context_ring_pack_kv(const Tensor& kv, const Tensor& qkv, const ContextShape& shape);
+  // out (B, L, H D), lse (2, B, H, C) <- merged with this rank's queries against CP rank `source`'s block kv
+  // (OVERWRITTEN when source is this rank: the first step)
+  virtual void context_ring_forward_step(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& kv,
+                                         int source, const ContextShape& shape);
+  // delta (2, B, H, C) fp32 <- rowsum(dout * out) of each local chunk
+  virtual void context_ring_delta(const Tensor& delta, const Tensor& dout, const Tensor& out,
+                                  const ContextShape& shape);
+  // dq (B, L, H D) += and dkv (B, L, 2 KV D) += the gradients of one step's block pairs (source's block kv)
+  virtual void context_ring_backward_step(const Tensor& dq, const Tensor& dkv, const Tensor& dout, const Tensor& qkv,
+                                          const Tensor& kv, const Tensor& lse, const Tensor& delta, int source,
+                                          const ContextShape& shape);
+  // dqkv (B, L, (H + 2 KV) D) OVERWRITTEN <- dq in its query part, dkv (this rank's own block's) in the rest
+  virtual void context_ring_put_grads(const Tensor& dqkv, const Tensor& dq, const Tensor& dkv,
+                                      const ContextShape& shape);
+
   // --- vocab-parallel cross-entropy (kernels/cpu/cross_entropy.hpp) -----------------------------------------------
   // stats (rows, 3) fp32 <- logits (rows, V_local), targets (rows) int32
   virtual void cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,

@@ -110,6 +110,7 @@ class Interpreter {
     Tensor keys, values;             // context parallelism: every CP rank's keys, values (cp, tokens, KV/t D), gathered
                                      // for one attention forward or backward (not kept)
     Tensor values_local;             // ... this rank's values, between the keys' all-gather and the values'
+    Tensor ring_kv, ring_kv_next;    // the p2p ring: the K/V block this step computes on, the one arriving for the next
     Tensor proj;                     // (tokens, C) partial sums; (tokens_sp, C) after the TP reduction
     Tensor x2;                       // (tokens_sp, C) residual stream after attention
     Tensor ln2, ln2_mean, ln2_rstd;  // (tokens_sp, C), (tokens_sp), (tokens_sp)
@@ -128,18 +129,21 @@ class Interpreter {
   };
   // Working tensors of a backward pass, alive from one op to the next.
   struct BackwardWork {
-    Tensor grad_full;  // (tokens, C) output gradient gathered across TP (sequence parallel)
-    Tensor d_hidden;   // (tokens, F/t) gradient of the MLP hidden activation; (tokens, 2F/t) after SwiGLU's
-                       // backward
-    Tensor d_attn;     // (tokens, C/t)
-    Tensor d_qkv;      // (tokens, qkv_local)
+    Tensor grad_full;         // (tokens, C) output gradient gathered across TP (sequence parallel)
+    Tensor d_hidden;          // (tokens, F/t) gradient of the MLP hidden activation; (tokens, 2F/t) after SwiGLU's
+                              // backward
+    Tensor d_attn;            // (tokens, C/t)
+    Tensor d_qkv;             // (tokens, qkv_local)
     Tensor d_keys, d_values;  // context parallelism: this rank's share of every CP rank's dK, dV (cp, tokens, KV/t D)
-    Tensor d_ln;       // (tokens, C) partial input gradient of a column-parallel GEMM; (tokens_sp, C)
-                       // after the TP reduction
-    Tensor d_x_mlp;    // parallel block: LN2's input gradient (tokens_sp, C), which the LN1 op adds to the stream's
-    Tensor d_ln_mlp;   // shared norm: the MLP-up GEMM's partial input gradient (tokens, C), summed into QKV's
-    Tensor d_out;      // parallel block: the stream's gradient (T, C) as the MLP-down backward took it, for the
-                       // attention projection's (gathered once under sequence parallelism)
+    // The p2p ring's backward: dq summed over the steps, this rank's own block's dK/dV (step 0), the travelling
+    // accumulator of the block held last (sent on), the one received with it, rowsum(dout * out)
+    Tensor ring_dq, ring_own_dkv, ring_acc, ring_acc_in, ring_delta;
+    Tensor d_ln;      // (tokens, C) partial input gradient of a column-parallel GEMM; (tokens_sp, C)
+                      // after the TP reduction
+    Tensor d_x_mlp;   // parallel block: LN2's input gradient (tokens_sp, C), which the LN1 op adds to the stream's
+    Tensor d_ln_mlp;  // shared norm: the MLP-up GEMM's partial input gradient (tokens, C), summed into QKV's
+    Tensor d_out;     // parallel block: the stream's gradient (T, C) as the MLP-down backward took it, for the
+                      // attention projection's (gathered once under sequence parallelism)
   };
   // A Mixture-of-Experts MLP's state for one (micro-batch, layer), forward to backward. T = tokens_sp, k = top_k,
   // E = experts, R = the rows this rank's experts received (data-dependent), El = local experts.
@@ -242,6 +246,13 @@ class Interpreter {
   void scatter_context_grad(const model::Op& op, bool values);
   void context_attention_forward(const model::Op& op);
   void context_attention_backward(const model::Op& op);
+  // interpreter_context_ring.cpp: context parallelism, the p2p ring (model/context_parallel_ring.hpp)
+  void ring_send(const model::Op& op);  // a ring message to CP rank + 1: K/V, dK/dV or both
+  void ring_recv(const model::Op& op);  // ... from CP rank - 1
+  void ring_block_forward(const model::Op& op);
+  void ring_block_backward(const model::Op& op);
+  void ring_return_grads(const model::Op& op);  // the owner's add of its block's returned dK/dV
+  int ring_peer_rank(const model::Op& op) const;
   // The learned position embedding of this rank's tokens (its two chunks of each sequence): out += wpe, or the
   // backward's dwpe += dout.
   void context_position_embedding(const Tensor& x, bool backward);

@@ -110,6 +110,7 @@ void Interpreter::gather_cross_entropy_stats(const Op& op) {
 // Forward: the stream (T_sp, C) goes to the next virtual stage; backward: its gradient goes back.
 
 void Interpreter::send(const Op& op) {
+  if (op.group == model::Group::Context) return ring_send(op);
   ChunkState& state = chunk(op);
   const Tensor& tensor = op.phase == Phase::Forward ? state.hidden : state.grad;
   TWIN_EXEC_CHECK(!tensor.empty(), "rank {}: {}: nothing to send", rank_, labels_[current_op_]);
@@ -118,6 +119,7 @@ void Interpreter::send(const Op& op) {
 }
 
 void Interpreter::recv(const Op& op) {
+  if (op.group == model::Group::Context) return ring_recv(op);
   ChunkState& state = chunk(op);
   Tensor tensor =
       backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp) * dims_.hidden, backend_.activation_dtype());

@@ -76,6 +76,7 @@ void Interpreter::qkv_forward(const Op& op) {
 }
 
 void Interpreter::attention_core_forward(const Op& op) {
+  if (op.cp_ring_step >= 0) return ring_block_forward(op);
   if (dims_.cp > 1) return context_attention_forward(op);
   LayerStash& s = stash(op);
   s.attn = backend_.allocate(n(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
@@ -294,6 +295,7 @@ void Interpreter::attention_projection_backward(const Op& op) {
 }
 
 void Interpreter::attention_core_backward(const Op& op) {
+  if (op.cp_ring_step >= 0) return ring_block_backward(op);
   if (dims_.cp > 1) return context_attention_backward(op);
   ChunkState& state = chunk(op);
   LayerStash& s = stash(op);

@@ -1,6 +1,7 @@
 // Context parallelism's exchanges in closed form, as Transformer Engine's context_parallel.py issues them.
 #include "model/context_parallel.hpp"
 
+#include "model/context_parallel_ring.hpp"
 #include "model/scenario_names.hpp"
 
 namespace twin::model {
@@ -49,8 +50,8 @@ CpTraffic cp_backward_traffic(const CpAttention& a, CpComm comm) {
   if (a.cp <= 1) return t;
   const double kv = a.kv_tensor_bytes(), steps = static_cast<double>(a.cp - 1);
   switch (comm) {
-    case CpComm::P2P:  // step 0: K/V; steps 1 .. cp-2: K/V with the dK/dV of the step before; step cp-1: dK/dV
-      t.point_to_point = static_cast<int>(a.cp);
+    case CpComm::P2P:  // K/V in messages 0 .. cp-2, each block's dK/dV in cp-1 hops (model/context_parallel_ring.hpp)
+      t.point_to_point = cp_ring_backward_messages(static_cast<int>(a.cp));
       t.point_to_point_bytes = 2 * steps * 2 * kv;
       break;
     case CpComm::AllGather:  // k and v gathered again, then dk and dv reduce-scattered from the whole sequence's

@@ -7,8 +7,8 @@
 //   p2p         ring attention (AttnFuncWithCPAndKVP2P): cp steps; step i computes the local queries against the
 //               keys/values of rank - i while the next block travels one hop (send to rank + 1, receive from
 //               rank - 1). Forward: cp - 1 K/V blocks sent. Backward: the K/V blocks go around again (steps 0 .. cp-2)
-//               and each block's dK/dV follows one step behind (steps 1 .. cp-1), in the same dtype: 2 (cp - 1)
-//               blocks.
+//               and each block's dK/dV follows one step behind, in the same dtype, cp - 1 hops back to its owner:
+//               2 (cp - 1) blocks (model/context_parallel_ring.hpp has the messages).
 //   all_gather  (AttnFuncWithCPAndKVAllGather; the Llama 3 paper's, section 3.3.2): all-gather K and all-gather V
 //               before the forward; in the backward K and V again, then reduce-scatter dK and dV.
 //   a2a         DeepSpeed-Ulysses (AttnFuncWithCPAndQKVOA2A): all-to-all Q, K and V (tokens -> heads), one of the

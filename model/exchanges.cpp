@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "model/context_parallel_ring.hpp"
+
 namespace twin::model {
 
 ExchangeIssue exchange_issue(const Scenario& scenario) {
@@ -54,6 +56,7 @@ std::vector<PipelineExchange> pipeline_exchanges(const Scenario& scenario, const
   };
   std::int32_t last_compute = -1;
   for (std::int32_t i = 0; i < static_cast<std::int32_t>(ops.size()); ++i) {
+    if (is_cp_ring_message(ops[i])) continue;  // a CP ring's: its own deps order it (context_parallel_ring.hpp)
     if (ops[i].stream == Stream::Pipeline) {
       if (open.ops.empty()) open.after = last_compute;
       open.ops.push_back(i);

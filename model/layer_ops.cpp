@@ -1,15 +1,34 @@
 #include "model/layer_ops.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <utility>
 
 #include "model/compute_ops.hpp"
 #include "model/context_parallel_ops.hpp"
+#include "model/context_parallel_ring.hpp"
 #include "model/moe_ops.hpp"
 
 namespace twin::model {
 namespace {
+
+// The attention core with its context-parallel exchanges: the ring's blocks and messages (`ring`: framework.cp_comm
+// = "p2p" with cp > 1), or the all_gather way's gathers around one core op (nothing to gather when cp == 1).
+void context_attention(std::vector<Op>& ops, const Shapes& x, Phase phase, bool ring) {
+  if (ring) {
+    if (phase == Phase::Backward) {
+      append_ring_attention_backward(ops, x);
+    } else {
+      append_ring_attention_forward(ops, x, phase);
+    }
+    return;
+  }
+  gather_context_keys_values(ops, x, phase);
+  ops.push_back(attention_core(x, phase));
+  if (phase == Phase::Backward) scatter_context_key_value_grads(ops, x);
+}
 
 // Forward (or recomputed forward) of one transformer layer, op by op.
 //
@@ -22,15 +41,14 @@ namespace {
 // PaLM) there is no second norm, and its output is gathered once under sequence parallelism.
 // `moe`: the scenario when this layer's MLP is a Mixture-of-Experts one (model/moe_ops.hpp), which takes the layer
 // norm's output where it is (a sequence shard under sequence parallelism) and gives its output back there.
-std::vector<Op> layer_forward(const Shapes& x, Phase phase, const Scenario* moe) {
+std::vector<Op> layer_forward(const Shapes& x, Phase phase, const Scenario* moe, bool ring) {
   std::vector<Op> ops;
   const double attention_width = x.heads_local * x.head_dim;  // h / t
   ops.push_back(elementwise(ComputeKind::LayerNormAttention, phase, x.layer_norm_forward() * x.tokens_sp * x.h,
                             x.layer_norm_launches(phase)));
   gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
   ops.push_back(qkv_projection(x, phase));
-  gather_context_keys_values(ops, x, phase);
-  ops.push_back(attention_core(x, phase));
+  context_attention(ops, x, phase, ring);
   ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
   if (!x.parallel) {
     reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::AttentionProjection, phase);
@@ -64,7 +82,7 @@ std::vector<Op> layer_forward(const Shapes& x, Phase phase, const Scenario* moe)
 // all-reduce per branch (its two layer norms differ, so their gradients cannot be summed before them); with one
 // shared norm the QKV GEMM's input gradient accumulates onto the MLP-up GEMM's (one more read of the [tokens, h]
 // partials), so that one all-reduce serves both.
-std::vector<Op> layer_backward(const Shapes& x, const Scenario* moe) {
+std::vector<Op> layer_backward(const Shapes& x, const Scenario* moe, bool ring) {
   const Phase phase = Phase::Backward;
   std::vector<Op> ops;
   const double attention_width = x.heads_local * x.head_dim;
@@ -93,9 +111,7 @@ std::vector<Op> layer_backward(const Shapes& x, const Scenario* moe) {
     gather_sequence(ops, x, Payload::OutputGrad, ComputeKind::AttentionProjection, phase);
   }
   ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
-  gather_context_keys_values(ops, x, phase);
-  ops.push_back(attention_core(x, phase));
-  scatter_context_key_value_grads(ops, x);
+  context_attention(ops, x, phase, ring);
   if (!x.shared_norm) gather_sequence(ops, x, Payload::LayerInput, ComputeKind::QkvProjection, phase);
   const double mlp_input_gradient = x.shared_norm ? x.e * x.tokens * x.h : 0;  // accumulated onto, read as C
   ops.push_back(qkv_projection(x, phase, mlp_input_gradient));
@@ -120,6 +136,9 @@ void partition_checkpointed_input(const Shapes& x, Phase phase, std::vector<Op>&
   add_stream_bytes(ops.front(), input + 2 * part + 2 * input);
   ops.insert(ops.begin(), tensor_collective(CollectiveKind::AllGather, Payload::CheckpointedInput,
                                             ComputeKind::LayerNormAttention, phase, input));
+  for (Op& op : ops) {
+    for (std::int32_t& dep : op.deps) dep += dep >= 0 ? 1 : 0;  // indices into the layer's list (a CP ring's)
+  }
 }
 
 }  // namespace
@@ -129,19 +148,19 @@ std::vector<Op> layer_ops(const Scenario& s, int layer, Phase phase) {
   std::vector<Op> ops;
   const bool partitioned = s.framework.partition_activations && s.recompute_of_layer(layer) == Recompute::Full;
   const Scenario* moe = s.is_moe_layer(layer) ? &s : nullptr;
+  const bool ring = s.parallel.cp > 1 && s.framework.cp_comm == CpComm::P2P;
   switch (phase) {
     case Phase::Forward:
-      ops = layer_forward(x, Phase::Forward, moe);
+      ops = layer_forward(x, Phase::Forward, moe, ring);
       if (partitioned) partition_checkpointed_input(x, Phase::Forward, ops);
       break;
     case Phase::Backward:
-      ops = layer_backward(x, moe);
+      ops = layer_backward(x, moe, ring);
       break;
     case Phase::Recompute:
-      if (s.recompute_of_layer(layer) == Recompute::Full) ops = layer_forward(x, Phase::Recompute, moe);
+      if (s.recompute_of_layer(layer) == Recompute::Full) ops = layer_forward(x, Phase::Recompute, moe, ring);
       if (s.recompute_of_layer(layer) == Recompute::Selective) {
-        gather_context_keys_values(ops, x, Phase::Recompute);  // the recomputed attention gathers its K, V again
-        ops.push_back(attention_core(x, Phase::Recompute));
+        context_attention(ops, x, Phase::Recompute, ring);  // the recomputed attention exchanges its K, V again
       }
       if (partitioned) partition_checkpointed_input(x, Phase::Recompute, ops);
       break;
@@ -153,25 +172,53 @@ std::vector<Op> layer_ops(const Scenario& s, int layer, Phase phase) {
 }
 
 // `layer` granularity: one TransformerLayer compute op carrying the sum of the layer's compute, then its collectives
-// in their original order.
+// in their original order. With a CP ring (model/context_parallel_ring.hpp) the ring's blocks and messages stay as
+// they are, so that its sends still overlap its blocks: one fused op (and its collectives) for the compute before
+// the ring, the ring, one for the compute after it.
 std::vector<Op> fuse_layer(const std::vector<Op>& ops) {
   if (ops.empty()) return ops;
-  auto parts = std::make_shared<KernelBreakdown>();
-  Op fused;
-  fused.what = ComputeKind::TransformerLayer;
-  fused.phase = ops.front().phase;
-  fused.layer = ops.front().layer;
-  std::vector<Op> out{fused};
-  for (const Op& op : ops) {
-    if (op.kind == OpKind::Compute) {
-      out.front().flops += op.flops;
-      out.front().bytes += op.bytes;
-      parts->parts.push_back(op);
-    } else {
-      out.push_back(op);
+  const auto in_ring = [](const Op& op) { return op.cp_ring_step >= 0; };
+  const auto first_ring = std::find_if(ops.begin(), ops.end(), in_ring);
+  const auto last_ring = std::find_if(ops.rbegin(), ops.rend(), in_ring);
+  const auto ring_begin = static_cast<std::size_t>(first_ring - ops.begin());
+  const std::size_t ring_end = ops.size() - static_cast<std::size_t>(last_ring - ops.rbegin());
+  std::vector<Op> out;
+  std::vector<std::int32_t> moved(ops.size(), -1);  // each op's index in `out` (a fused compute op's: its fused op's)
+  const auto fuse = [&](std::size_t begin, std::size_t end) {
+    if (begin >= end) return;
+    auto parts = std::make_shared<KernelBreakdown>();
+    Op fused;
+    fused.what = ComputeKind::TransformerLayer;
+    fused.phase = ops[begin].phase;
+    fused.layer = ops[begin].layer;
+    const auto at = static_cast<std::int32_t>(out.size());
+    out.push_back(fused);
+    for (std::size_t i = begin; i < end; ++i) {
+      if (ops[i].kind != OpKind::Compute) continue;
+      out[at].flops += ops[i].flops;
+      out[at].bytes += ops[i].bytes;
+      parts->parts.push_back(ops[i]);
+      moved[i] = at;
     }
+    for (std::size_t i = begin; i < end; ++i) {
+      if (ops[i].kind == OpKind::Compute) continue;
+      moved[i] = static_cast<std::int32_t>(out.size());
+      out.push_back(ops[i]);
+    }
+    out[at].breakdown = std::move(parts);
+  };
+  if (first_ring == ops.end()) {
+    fuse(0, ops.size());
+    return out;
   }
-  out.front().breakdown = std::move(parts);
+  fuse(0, ring_begin);
+  for (std::size_t i = ring_begin; i < ring_end; ++i) {
+    Op op = ops[i];
+    for (std::int32_t& dep : op.deps) dep = dep >= 0 ? moved[static_cast<std::size_t>(dep)] : dep;
+    moved[i] = static_cast<std::int32_t>(out.size());
+    out.push_back(std::move(op));
+  }
+  fuse(ring_end, ops.size());
   return out;
 }
 

@@ -138,6 +138,9 @@ struct Op {
   std::int32_t chunk = -1;              // model chunk on this stage
   std::int32_t peer_stage = -1;         // Send/Recv: the other stage (same dp and tp)
   std::int32_t tag_virtual_stage = -1;  // Send/Recv: virtual stage of the sender (part of the P2P tag)
+  // Context parallelism's ring (framework.cp_comm = "p2p", model/context_parallel_ring.hpp): a message's index in its
+  // layer's ring (a Send/Recv over Group::Context), or the step of an attention block; -1 outside the ring.
+  std::int32_t cp_ring_step = -1;
   double flops = 0;                     // matrix-multiply FLOPs on one rank
   // Compute: memory traffic (its kernels'); collective: full buffer size per rank (the all-reduce size; the gathered
   // size for AG; the input size for RS); P2P: message size.

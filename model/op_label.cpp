@@ -22,8 +22,13 @@ std::string op_label(const Op& op) {
   if (op.layer >= 0) label += fmt::format(" layer {}", op.layer);
   if (op.micro_batch >= 0) label += fmt::format(" micro-batch {}", op.micro_batch);
   if (op.chunk > 0) label += fmt::format(" chunk {}", op.chunk);
-  if (op.kind == OpKind::Send) label += fmt::format(" to stage {}", op.peer_stage);
-  if (op.kind == OpKind::Recv) label += fmt::format(" from stage {}", op.peer_stage);
+  if (op.cp_ring_step >= 0) label += fmt::format(" ring step {}", op.cp_ring_step);
+  if (op.kind == OpKind::Send) {
+    label += op.group == Group::Context ? " to cp rank + 1" : fmt::format(" to stage {}", op.peer_stage);
+  }
+  if (op.kind == OpKind::Recv) {
+    label += op.group == Group::Context ? " from cp rank - 1" : fmt::format(" from stage {}", op.peer_stage);
+  }
   return label;
 }
 
@@ -35,8 +40,8 @@ std::string op_class(std::string_view label) {
     const std::string_view word = label.substr(position, end - position);
     position = end + 1;
     if (word.empty()) continue;
-    if (word.front() == '(' || word == "layer" || word == "micro-batch" || word == "chunk" || word == "to" ||
-        word == "from") {
+    if (word.front() == '(' || word == "layer" || word == "micro-batch" || word == "chunk" || word == "ring" ||
+        word == "to" || word == "from") {
       break;
     }
     if (!out.empty()) out += ' ';

@@ -16,7 +16,10 @@ nlohmann::json op_to_json(const Op& op) {
   if (op.layer >= 0) j["layer"] = op.layer;
   if (op.micro_batch >= 0) j["micro_batch"] = op.micro_batch;
   if (op.chunk >= 0) j["chunk"] = op.chunk;
-  if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
+  if (op.cp_ring_step >= 0) j["cp_ring_step"] = op.cp_ring_step;
+  if ((op.kind == OpKind::Send || op.kind == OpKind::Recv) && op.group == Group::Context) {
+    j["group"] = to_string(op.group);
+  } else if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
     j["peer_stage"] = op.peer_stage;
     j["tag_virtual_stage"] = op.tag_virtual_stage;
   }

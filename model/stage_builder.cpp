@@ -56,7 +56,11 @@ int StageBuilder::emit(Op op) {
 }
 
 void StageBuilder::emit_all(std::vector<Op> ops, const PipelineStep& step, int& wait_for) {
+  // An op's deps inside `ops` are indices into it; -1 the op emitted before its first (model/context_parallel_ring).
+  const int base = static_cast<int>(ops_.size());
   for (Op& op : ops) {
+    for (std::int32_t& dep : op.deps) dep += base;
+    std::erase_if(op.deps, [](std::int32_t dep) { return dep < 0; });
     op.micro_batch = step.micro_batch;
     op.chunk = step.chunk;
     if (wait_for >= 0) {

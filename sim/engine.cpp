@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <simgrid/s4u.hpp>
 
+#include "model/context_parallel_ring.hpp"
+
 namespace twin::sim::detail {
 
 namespace sg4 = simgrid::s4u;
@@ -52,6 +54,12 @@ int Engine::node_of(int replayer) const {
 int Engine::peer_replayer(const Replayer& from, int stage) const {
   const int rank = program_.layout.rank_on_stage(representative_rank(from.id()), stage);
   return fidelity_ == Fidelity::Rank ? rank : rank / program_.layout.tp();
+}
+
+int Engine::ring_peer_replayer(const Replayer& from, const model::Op& op) const {
+  const std::vector<int> ring = group_members(model::Group::Context, from.id());
+  const auto me = static_cast<int>(std::find(ring.begin(), ring.end(), from.id()) - ring.begin());
+  return ring[static_cast<std::size_t>(model::cp_ring_peer(op, me, static_cast<int>(ring.size())))];
 }
 
 double Engine::p2p_latency_s(const Replayer& from, const Replayer& to) const {
@@ -124,12 +132,14 @@ double Engine::receipt_s(const model::PipelineTransfer& transfer) const {
 CollectiveInstance* Engine::point_to_point(const Replayer& member, std::int32_t op) {
   const model::Op& o = program_.stage_ops[member.stage()][op];
   const bool sending = o.kind == model::OpKind::Send;
-  const int peer = peer_replayer(member, o.peer_stage);
+  const bool ring = model::is_cp_ring_message(o);
+  const int peer = ring ? ring_peer_replayer(member, o) : peer_replayer(member, o.peer_stage);
   const int sender = sending ? member.id() : peer, receiver = sending ? peer : member.id();
   // Bit 63 marks point-to-point keys (collective keys use bits 60-61 for their group); the message's tag key is
-  // under 2^30 and a replayer id under 2^31.
-  const std::uint64_t key =
-      (std::uint64_t{1} << 63) | static_cast<std::uint64_t>(sender) << 32 | model::p2p_tag_key(model::p2p_tag(o));
+  // under 2^30 (bit 31 marks a CP ring's) and a replayer id under 2^31.
+  const std::uint64_t tag = ring ? std::uint64_t{1} << 31 | model::cp_ring_tag_key(model::cp_ring_tag(o))
+                                 : model::p2p_tag_key(model::p2p_tag(o));
+  const std::uint64_t key = (std::uint64_t{1} << 63) | static_cast<std::uint64_t>(sender) << 32 | tag;
   auto [it, created] = collectives_.try_emplace(key);
   if (created) {
     auto instance = std::make_unique<CollectiveInstance>();
@@ -139,7 +149,12 @@ CollectiveInstance* Engine::point_to_point(const Replayer& member, std::int32_t 
     instance->arrival_s.assign(2, 0.0);
     instance->extra_s.assign(2, 0.0);
     instance->plan.algorithm = CollectiveAlgorithm::Ring;
-    if (!communication_.ideal) {
+    if (ring && !communication_.ideal) {  // one message of the op's bytes, on NVLink or the fabric as placed
+      FlowPhase phase;
+      if (o.bytes > 0) phase.flows.push_back({0, 1, o.bytes * bytes_scale()});
+      phase.latency_s = p2p_latency_s(*replayers_[sender], *replayers_[receiver]);
+      instance->plan.phases.push_back(std::move(phase));
+    } else if (!communication_.ideal) {
       const model::PipelineTransfer transfer = model::pipeline_transfer(program_.scenario, o);
       FlowPhase phase;
       if (transfer.wire_bytes > 0) phase.flows.push_back({0, 1, transfer.wire_bytes * bytes_scale()});

@@ -176,6 +176,8 @@ class Engine {
   const topology::Platform& platform() const { return *platform_; }
   Replayer& replayer(int id) { return *replayers_[id]; }
   int peer_replayer(const Replayer& from, int stage) const;  // same dp (and tp) on `stage`
+  // A CP ring message's other end: the replayer of CP rank + 1 (Send) or - 1 (Recv) (model/context_parallel_ring).
+  int ring_peer_replayer(const Replayer& from, const model::Op& op) const;
   double bytes_scale() const { return fidelity_ == Fidelity::Group ? program_.layout.tp() : 1.0; }
   // A replayer's expert rows over the hottest EP rank's (model.expert_load_skew); 1 at group fidelity, whose member
   // stands for ranks of several EP indices.

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "model/context_parallel_ring.hpp"
 #include "model/moe_ops.hpp"
 #include "model/tp_overlap.hpp"
 #include "sim/all_to_all.hpp"
@@ -200,9 +201,14 @@ void Engine::time_ops(StagePlan& plan) const {
         break;
       }
       case model::OpKind::Recv:
-        plan_recv(plan, i);
-        break;
       case model::OpKind::Send:
+        // A CP ring's message: Transformer Engine posts both ends at the start of a step (batch_isend_irecv), so it
+        // moves once both are posted, as a two-member instance on its own stream.
+        if (model::is_cp_ring_message(op)) {
+          plan.rendezvous[i] = 1;
+        } else if (op.kind == model::OpKind::Recv) {
+          plan_recv(plan, i);
+        }
         break;
     }
   }

@@ -97,6 +97,17 @@ class CpuBackend final : public Backend {
                                   const Tensor& lse, const ContextShape& shape) override;
   void context_put_key_value_grad(const Tensor& dqkv, const Tensor& grad, bool values,
                                   const ContextShape& shape) override;
+  // context parallelism, the p2p ring: exec/cpu/cpu_context_ring.cpp
+  void context_ring_pack_kv(const Tensor& kv, const Tensor& qkv, const ContextShape& shape) override;
+  void context_ring_forward_step(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& kv, int source,
+                                 const ContextShape& shape) override;
+  void context_ring_delta(const Tensor& delta, const Tensor& dout, const Tensor& out,
+                          const ContextShape& shape) override;
+  void context_ring_backward_step(const Tensor& dq, const Tensor& dkv, const Tensor& dout, const Tensor& qkv,
+                                  const Tensor& kv, const Tensor& lse, const Tensor& delta, int source,
+                                  const ContextShape& shape) override;
+  void context_ring_put_grads(const Tensor& dqkv, const Tensor& dq, const Tensor& dkv,
+                              const ContextShape& shape) override;
 
   void cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,
                                  int vocab_start, int vocab_local, int valid_vocab) override;

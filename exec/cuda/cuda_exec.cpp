@@ -116,7 +116,7 @@ std::vector<std::pair<int, int>> pipeline_pairs(const model::Program& program) {
   const model::RankLayout& layout = program.layout;
   for (int rank = 0; rank < layout.world_size(); ++rank) {
     for (const model::Op& op : program.ops_of_rank(rank)) {
-      if (op.kind != model::OpKind::Send) continue;
+      if (op.kind != model::OpKind::Send || op.group == model::Group::Context) continue;  // a CP ring's: no stage
       pairs.insert({rank, layout.rank_on_stage(rank, op.peer_stage)});
     }
   }
