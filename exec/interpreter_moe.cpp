@@ -84,6 +84,7 @@ void Interpreter::build_moe_dispatch_table() {
       {ComputeKind::MlpDown,         &I::shared_down_forward,    &I::shared_down_backward},
       {ComputeKind::Router,          &I::router_forward,         &I::router_backward},
       {ComputeKind::ExpertPermute,   &I::permute_forward,        &I::permute_backward},
+      {ComputeKind::ExpertSplitsSync, &I::splits_sync,           &I::splits_sync},
       {ComputeKind::ExpertUp,        &I::experts_up_forward,     &I::experts_up_backward},
       {ComputeKind::ExpertDown,      &I::experts_down_forward,   &I::experts_down_backward},
       {ComputeKind::ExpertUnpermute, &I::unpermute_forward,      &I::unpermute_backward},
@@ -163,6 +164,10 @@ void Interpreter::router_forward(const Op& op) {
   m.counts.assign(static_cast<std::size_t>(d.experts), 0.0f);  // this shard's; an ExpertCounts all-reduce sums them
   k::moe_tokens_per_expert(m.counts.data(), m.chosen.data(), T, d.experts, d.top_k);
 }
+
+// Megatron-Core's wait for the tokens-per-expert counts on the host (model/moe_host_sync.hpp): this executor's
+// dispatch exchanges its counts on the host already, so the op has nothing to run.
+void Interpreter::splits_sync(const Op& /*op*/) {}
 
 void Interpreter::permute_forward(const Op& op) {
   LayerStash& s = stash(op);
