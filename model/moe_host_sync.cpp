@@ -4,7 +4,9 @@
 
 namespace twin::model {
 
-bool splits_sync_before_permutation(const Scenario& s) { return s.model.capacity_factor > 0; }
+bool splits_sync_before_permutation(const Scenario& s) {
+  return s.model.capacity_factor > 0;
+}
 
 Op expert_splits_sync(const Scenario& s, Phase phase) {
   const double ep = static_cast<double>(s.parallel.ep), etp = static_cast<double>(s.parallel.etp);

@@ -58,8 +58,8 @@ TEST(MoeHostSync, TheSyncCostsItsTwoLaunches) {
   const model::Scenario s = small_moe();
   const AnalyticalCostModel cost = with_host(s, 0);
   const model::Op sync = model::expert_splits_sync(s, model::Phase::Forward);
-  EXPECT_DOUBLE_EQ(cost.compute_time_s(s, sync),
-                   model::kExpertSplitsSyncLaunches * cost.parameters().kernel_launch_s + cost.memory_time_s(sync.bytes));
+  EXPECT_DOUBLE_EQ(cost.compute_time_s(s, sync), model::kExpertSplitsSyncLaunches * cost.parameters().kernel_launch_s +
+                                                     cost.memory_time_s(sync.bytes));
   EXPECT_EQ(cost.kernel_count(s, sync), 2);
 }
 
@@ -90,7 +90,8 @@ TEST(MoeHostSync, DenseProgramsHaveNoSync) {
   for (const auto& ops : program.stage_ops) {
     for (const model::Op& op : ops) EXPECT_FALSE(model::host_waits_for(op));
   }
-  EXPECT_DOUBLE_EQ(iteration_s(program, with_host(dense, 20)), iteration_s(without_waits(program), with_host(dense, 20)));
+  EXPECT_DOUBLE_EQ(iteration_s(program, with_host(dense, 20)),
+                   iteration_s(without_waits(program), with_host(dense, 20)));
 }
 
 }  // namespace
