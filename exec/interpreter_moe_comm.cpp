@@ -56,6 +56,14 @@ std::size_t total(const std::vector<std::size_t>& rows) {
 void Interpreter::moe_collective(const Op& op) {
   MoeStash& m = moe_stash(op);
   const std::string& label = labels_[current_op_];
+  if (op.payload == Payload::ExpertCounts && op.collective == CollectiveKind::AllGather) {
+    // Megatron-Core gathers every member's counts for its all-to-all's split sizes (model/moe_host_sync.hpp); this
+    // executor's dispatch exchanges its own rows per expert (dispatch_tokens), so the gathered copy is not read.
+    const CommGroup& members = group(op.group);
+    std::vector<float> gathered(members.members.size() * m.counts.size());
+    comm_.all_gather(members, m.counts.data(), gathered.data(), m.counts.size(), DType::F32, label);
+    return;
+  }
   if (op.payload == Payload::ExpertCounts) {
     TWIN_EXEC_CHECK(op.collective == CollectiveKind::AllReduce, "{}: expected an all-reduce", label);
     comm_.all_reduce(group(op.group), m.counts.data(), m.counts.size(), DType::F32, label);

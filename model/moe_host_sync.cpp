@@ -17,6 +17,14 @@ Op expert_splits_sync(const Scenario& s, Phase phase) {
   return elementwise(ComputeKind::ExpertSplitsSync, phase, 8 * counts, kExpertSplitsSyncLaunches);
 }
 
+Op expert_counts_gather(const Scenario& s, Phase phase) {
+  const double members = static_cast<double>(s.parallel.ep * s.parallel.etp);
+  Op op = tensor_collective(CollectiveKind::AllGather, Payload::ExpertCounts, ComputeKind::Router, phase,
+                            8 * static_cast<double>(s.model.experts) * members);
+  op.group = Group::ExpertTensorAndExpert;
+  return op;
+}
+
 bool host_waits_for(const Op& op) {
   return op.kind == OpKind::Compute && op.what == ComputeKind::ExpertSplitsSync;
 }

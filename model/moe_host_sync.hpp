@@ -29,6 +29,12 @@ bool splits_sync_before_permutation(const Scenario& s);
 // expert; the input, output and expert-TP splits; the counts each EP and expert-TP peer sends each local expert).
 Op expert_splits_sync(const Scenario& s, Phase phase);
 
+// preprocess()'s gather of every member's tokens per expert over the expert-TP x EP group
+// (gather_from_sequence_parallel_region over tp_ep_group, int64 counts, `experts` per member), from which the
+// dispatcher derives the split sizes it then copies to the host; only when ep or the expert TP is above 1. `bytes`
+// is the gathered buffer.
+Op expert_counts_gather(const Scenario& s, Phase phase);
+
 // Whether the host thread, having issued `op`, waits until the GPU has run it before it issues the ops after it (the
 // sync above): what an engine with a host model asks of the Program.
 bool host_waits_for(const Op& op);

@@ -238,6 +238,7 @@ std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
     ops.push_back(
         tensor_collective(CollectiveKind::AllReduce, Payload::ExpertCounts, ComputeKind::Router, phase, experts * 4));
   }
+  if (exchange || split) ops.push_back(expert_counts_gather(s, phase));  // the split sizes' source (moe_host_sync)
   const bool sync_first = splits_sync_before_permutation(s);  // model/moe_host_sync.hpp: where the host waits
   if (sync_first) ops.push_back(expert_splits_sync(s, phase));
   ops.push_back(elementwise(ComputeKind::ExpertPermute, phase, permute, 3));

@@ -90,6 +90,36 @@ TEST(MoeCosts, EpOneStillSyncs) {
             static_cast<int>(s.parallel.micro_batches() * 2));
 }
 
+int count_gathers(const std::vector<Op>& ops, Phase phase) {
+  int count = 0;
+  for (const Op& op : ops) {
+    count += op.kind == OpKind::Collective && op.payload == Payload::ExpertCounts &&
+             op.collective == CollectiveKind::AllGather && op.phase == phase;
+  }
+  return count;
+}
+
+// preprocess()'s all-gather of the counts over the expert-TP x EP group, before the sync, once per MoE layer forward:
+// E int64 counts from each of its ep x etp members; none without expert or expert-tensor parallelism.
+TEST(MoeCosts, TheCountsAreGatheredOverTheExpertGridBeforeTheSync) {
+  const Scenario s = moe(16, 2, 4, 2);
+  const Program program = build_program(s);
+  const auto& ops = program.stage_ops[0];
+  const int micro_batches = static_cast<int>(s.parallel.micro_batches());
+  EXPECT_EQ(count_gathers(ops, Phase::Forward), 2 * micro_batches);  // the stage's 2 MoE layers
+  EXPECT_EQ(count_gathers(ops, Phase::Backward), 0);
+  int gather = -1;
+  for (std::size_t i = 0; i < ops.size() && gather < 0; ++i) {
+    if (ops[i].kind == OpKind::Collective && ops[i].payload == Payload::ExpertCounts) gather = static_cast<int>(i);
+  }
+  ASSERT_GE(gather, 0);
+  EXPECT_EQ(ops[gather].group, Group::ExpertTensorAndExpert);
+  EXPECT_DOUBLE_EQ(ops[gather].bytes, 8.0 * 16 * 4 * 2);
+  EXPECT_LT(gather, next_index(ops, 0, false, ComputeKind::ExpertSplitsSync));
+  const Program alone = build_program(moe(8, 2, 1));
+  EXPECT_EQ(count_gathers(alone.stage_ops[0], Phase::Forward), 0);
+}
+
 // The GEMM launches of a grouped expert GEMM: one per local expert (forward), two per local expert backward (input
 // and weight gradients), in 16-bit and in FP8.
 TEST(MoeCosts, GroupedGemmsLaunchOneGemmPerLocalExpert) {
