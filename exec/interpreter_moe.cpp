@@ -2,7 +2,8 @@
 // Its input is the second layer norm's output, this rank's T = tokens_sp tokens; its output, (T, C) in the layer
 // stash's fc_proj, is what the MLP residual adds (no TP reduction: every rank's MoE works on its own tokens).
 //   forward   [shared experts: MlpUp, activation, MlpDown] -> Router (logits, top-k softmax, scores, counts)
-//             [-> ExpertCounts all-reduce over TP] -> ExpertPermute (permutation, load-balancing loss)
+//             [-> ExpertCounts all-reduce over TP] [-> their all-gather over the expert grid]
+//             -> ExpertPermute (permutation, load-balancing loss) -> ExpertSplitsSync (nothing to run here)
 //             [-> dispatch] -> ExpertUp (grouped) -> activation -> ExpertDown (grouped) [-> combine]
 //             -> ExpertUnpermute (weighted by the probabilities, added to the shared experts' output)
 //   backward  the reverse; Router's backward adds the load-balancing loss's gradient to the top-k softmax's.

@@ -1,5 +1,7 @@
 // The Mixture-of-Experts exchanges (Megatron-Core's MoEAlltoAllTokenDispatcher, token_dispatcher.py):
-//   ExpertCounts  sequence parallel: the router's tokens per expert summed over TP, for the load-balancing loss
+//   ExpertCounts  sequence parallel: the router's tokens per expert summed over TP, for the load-balancing loss;
+//                 and (ep or etp > 1) preprocess()'s all-gather of the counts over the expert-TP x EP grid, which
+//                 this executor runs but does not read (its dispatch exchanges the rows per expert itself)
 //   Tokens        the all-to-alls over the Expert group. Dispatch sends peer j the permuted rows of j's experts (they
 //                 lie together: the permutation is expert-major and EP rank j holds experts [j El, (j + 1) El));
 //                 the rows per expert are data-dependent, so each dispatch first exchanges them (El counts to every
