@@ -286,6 +286,7 @@ class Interpreter {
   void shared_down_forward(const model::Op& op);
   void router_forward(const model::Op& op);
   void permute_forward(const model::Op& op);
+  void splits_sync(const model::Op& op);  // nothing to run: this executor's split sizes are host values already
   void experts_up_forward(const model::Op& op);
   void experts_down_forward(const model::Op& op);
   void unpermute_forward(const model::Op& op);

@@ -2,7 +2,8 @@
 // Its input is the second layer norm's output, this rank's T = tokens_sp tokens; its output, (T, C) in the layer
 // stash's fc_proj, is what the MLP residual adds (no TP reduction: every rank's MoE works on its own tokens).
 //   forward   [shared experts: MlpUp, activation, MlpDown] -> Router (logits, top-k softmax, scores, counts)
-//             [-> ExpertCounts all-reduce over TP] -> ExpertPermute (permutation, load-balancing loss)
+//             [-> ExpertCounts all-reduce over TP] [-> their all-gather over the expert grid]
+//             -> ExpertPermute (permutation, load-balancing loss) -> ExpertSplitsSync (nothing to run here)
 //             [-> dispatch] -> ExpertUp (grouped) -> activation -> ExpertDown (grouped) [-> combine]
 //             -> ExpertUnpermute (weighted by the probabilities, added to the shared experts' output)
 //   backward  the reverse; Router's backward adds the load-balancing loss's gradient to the top-k softmax's.
@@ -84,6 +85,7 @@ void Interpreter::build_moe_dispatch_table() {
       {ComputeKind::MlpDown,         &I::shared_down_forward,    &I::shared_down_backward},
       {ComputeKind::Router,          &I::router_forward,         &I::router_backward},
       {ComputeKind::ExpertPermute,   &I::permute_forward,        &I::permute_backward},
+      {ComputeKind::ExpertSplitsSync, &I::splits_sync,           &I::splits_sync},
       {ComputeKind::ExpertUp,        &I::experts_up_forward,     &I::experts_up_backward},
       {ComputeKind::ExpertDown,      &I::experts_down_forward,   &I::experts_down_backward},
       {ComputeKind::ExpertUnpermute, &I::unpermute_forward,      &I::unpermute_backward},
@@ -163,6 +165,10 @@ void Interpreter::router_forward(const Op& op) {
   m.counts.assign(static_cast<std::size_t>(d.experts), 0.0f);  // this shard's; an ExpertCounts all-reduce sums them
   k::moe_tokens_per_expert(m.counts.data(), m.chosen.data(), T, d.experts, d.top_k);
 }
+
+// Megatron-Core's wait for the tokens-per-expert counts on the host (model/moe_host_sync.hpp): this executor's
+// dispatch exchanges its counts on the host already, so the op has nothing to run.
+void Interpreter::splits_sync(const Op& /*op*/) {}
 
 void Interpreter::permute_forward(const Op& op) {
   LayerStash& s = stash(op);

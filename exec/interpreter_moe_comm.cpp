@@ -1,5 +1,7 @@
 // The Mixture-of-Experts exchanges (Megatron-Core's MoEAlltoAllTokenDispatcher, token_dispatcher.py):
-//   ExpertCounts  sequence parallel: the router's tokens per expert summed over TP, for the load-balancing loss
+//   ExpertCounts  sequence parallel: the router's tokens per expert summed over TP, for the load-balancing loss;
+//                 and (ep or etp > 1) preprocess()'s all-gather of the counts over the expert-TP x EP grid, which
+//                 this executor runs but does not read (its dispatch exchanges the rows per expert itself)
 //   Tokens        the all-to-alls over the Expert group. Dispatch sends peer j the permuted rows of j's experts (they
 //                 lie together: the permutation is expert-major and EP rank j holds experts [j El, (j + 1) El));
 //                 the rows per expert are data-dependent, so each dispatch first exchanges them (El counts to every
@@ -56,6 +58,14 @@ std::size_t total(const std::vector<std::size_t>& rows) {
 void Interpreter::moe_collective(const Op& op) {
   MoeStash& m = moe_stash(op);
   const std::string& label = labels_[current_op_];
+  if (op.payload == Payload::ExpertCounts && op.collective == CollectiveKind::AllGather) {
+    // Megatron-Core gathers every member's counts for its all-to-all's split sizes (model/moe_host_sync.hpp); this
+    // executor's dispatch exchanges its own rows per expert (dispatch_tokens), so the gathered copy is not read.
+    const CommGroup& members = group(op.group);
+    std::vector<float> gathered(members.members.size() * m.counts.size());
+    comm_.all_gather(members, m.counts.data(), gathered.data(), m.counts.size(), DType::F32, label);
+    return;
+  }
   if (op.payload == Payload::ExpertCounts) {
     TWIN_EXEC_CHECK(op.collective == CollectiveKind::AllReduce, "{}: expected an all-reduce", label);
     comm_.all_reduce(group(op.group), m.counts.data(), m.counts.size(), DType::F32, label);

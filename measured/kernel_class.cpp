@@ -217,6 +217,8 @@ std::optional<KernelClass> class_of(model::ComputeKind kind) {
     case ComputeKind::ExpertPermute:
     case ComputeKind::ExpertUnpermute:
       return KernelClass::Elementwise;
+    case ComputeKind::ExpertSplitsSync:  // a device-to-host memcpy of the counts
+      return KernelClass::Copy;
     case ComputeKind::CrossEntropy:
       return KernelClass::Loss;
     case ComputeKind::OptimizerStep:

@@ -6,6 +6,7 @@
 
 #include "model/compute_ops.hpp"
 #include "model/formulas.hpp"
+#include "model/moe_host_sync.hpp"
 
 namespace twin::model {
 
@@ -115,7 +116,10 @@ ExpertShapes expert_shapes(const Scenario& s, const Shapes& x) {
 }
 
 // One GEMM per local expert over its rows, [rows / experts, k] x [k, n] each: the FLOPs of one [rows, k] x [k, n]
-// GEMM, reading every expert's weight, and (backward) accumulating every expert's weight gradient.
+// GEMM, reading every expert's weight, and (backward) accumulating every expert's weight gradient. Launched one
+// per expert: Transformer Engine's GroupedLinear (Megatron-Core's TEGroupedMLP) runs general_grouped_gemm, whose
+// multi_stream_cublas_gemm (transformer_engine/common/gemm/cublaslt_gemm.cu) loops over the num_gemms GEMMs, one
+// cuBLASLt call each on its compute streams.
 Op grouped_gemm(const Shapes& x, ComputeKind what, Phase phase, const ExpertShapes& m, double n, double k) {
   Op op = linear(x, what, phase, m.rows, n, k);
   const double experts = m.local_experts;
@@ -127,6 +131,9 @@ Op grouped_gemm(const Shapes& x, ComputeKind what, Phase phase, const ExpertShap
     Kernel& kernel = breakdown->kernels[i];
     double extra = 0;
     if (kernel.kind == KernelKind::Gemm) extra = passes * x.e * (experts - 1) * k * n;
+    if (kernel.kind == KernelKind::Gemm || kernel.kind == KernelKind::Fp8Gemm) {
+      kernel.launches *= static_cast<std::int32_t>(experts);
+    }
     if (i == 1 && accumulates) extra = (experts - 1) * x.accumulation_bytes_per_weight * k * n;  // gemm()'s order
     kernel.bytes += extra;
     op.bytes += extra;
@@ -231,7 +238,11 @@ std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
     ops.push_back(
         tensor_collective(CollectiveKind::AllReduce, Payload::ExpertCounts, ComputeKind::Router, phase, experts * 4));
   }
+  if (exchange || split) ops.push_back(expert_counts_gather(s, phase));  // the split sizes' source (moe_host_sync)
+  const bool sync_first = splits_sync_before_permutation(s);  // model/moe_host_sync.hpp: where the host waits
+  if (sync_first) ops.push_back(expert_splits_sync(s, phase));
   ops.push_back(elementwise(ComputeKind::ExpertPermute, phase, permute, 3));
+  if (!sync_first) ops.push_back(expert_splits_sync(s, phase));
   if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, dispatched, dispatch));
   if (split) ops.push_back(expert_tensor_collective(CollectiveKind::AllGather, ComputeKind::ExpertUp, phase, gathered));
   ops.push_back(grouped_gemm(x, ComputeKind::ExpertUp, phase, m, m.up_width, x.h));

@@ -66,6 +66,7 @@ std::string_view to_string(ComputeKind value) {
                                       "expert_up",
                                       "expert_down",
                                       "expert_unpermute",
+                                      "expert_splits_sync",
                                       "transformer_layer",
                                       "optimizer_step"};
   return lookup(names, value);

@@ -44,6 +44,7 @@ enum class ComputeKind : std::uint8_t {
   ExpertUp,          // the local experts' up-projections, one GEMM per expert (grouped)
   ExpertDown,        // the local experts' down-projections, one GEMM per expert (grouped)
   ExpertUnpermute,   // the expert rows weighted by their probabilities and summed back into token order
+  ExpertSplitsSync,  // the all-to-all dispatcher's copy of the tokens-per-expert counts to the host, and its wait
   TransformerLayer,  // `layer` granularity: all compute of one layer in one phase
   OptimizerStep,     // AdamW (with gradient clipping) on the rank's parameter shard (keep it last)
 };

@@ -231,7 +231,7 @@ const std::vector<KindGroup>& kind_groups() {
         ComputeKind::LmHead}},
       {"experts and routing",
        {ComputeKind::ExpertUp, ComputeKind::ExpertDown, ComputeKind::Router, ComputeKind::ExpertPermute,
-        ComputeKind::ExpertUnpermute}},
+        ComputeKind::ExpertUnpermute, ComputeKind::ExpertSplitsSync}},
       {"attention core", {ComputeKind::AttentionCore}},
       {"layer norms, residuals, activations",
        {ComputeKind::LayerNormAttention, ComputeKind::AttentionResidual, ComputeKind::LayerNormMlp, ComputeKind::Gelu,

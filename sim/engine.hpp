@@ -46,6 +46,9 @@ struct StagePlan {
   std::vector<double> issue_last_s;
   std::vector<double> last_kernel_s;
   bool host_paced = false;  // any host cost at all (else the three vectors above are empty)
+  // Ops after which the host waits until the GPU has run them (model::host_waits_for), in list order; host_paced
+  // only. Once the GPU finishes one later than the host reached it, the host issues every later op that much later.
+  std::vector<std::int32_t> host_syncs;
   std::vector<std::int32_t> pending;          // predecessors: deps + stream predecessor (+1 arrival for a Recv)
   std::vector<std::int32_t> successor_begin;  // CSR, size ops + 1
   std::vector<std::int32_t> successors;
@@ -148,6 +151,12 @@ class Replayer {
   std::vector<std::int32_t> ready_list_;
   std::int64_t resolved_ = 0;
   double latest_end_s_ = 0;
+  // How far the host runs behind its own issue times after each of plan_.host_syncs (seconds, never less than after
+  // the one before), known for the first host_syncs_done_ of them.
+  std::vector<double> host_lag_s_;
+  std::size_t host_syncs_done_ = 0;
+  double host_lag_s(std::int32_t op) const;  // the lag after the last host sync listed before `op`
+  void note_host_sync(std::int32_t op, double end_s);
   int owned_collectives_ = 0;
   std::uint64_t sequence_ = 0;
   std::priority_queue<DueEvent, std::vector<DueEvent>, std::greater<>> due_;

@@ -48,6 +48,7 @@ Replayer::Replayer(Engine& engine, int id, int stage, sg4::Host* host, bool reco
   }
   arrival_s_.assign(plan_.recv_count, 0.0);
   transfer_start_s_.assign(plan_.recv_count, 0.0);
+  host_lag_s_.assign(plan_.host_syncs.size(), 0.0);
   for (int from : plan_.peer_stages) {
     inboxes_.push_back(sg4::Mailbox::by_name(fmt::format("replayer{}<-stage{}", id, from)));
   }
@@ -120,6 +121,7 @@ void Replayer::finish(std::int32_t op, double start_s, double active_s, double e
     end_[op] = end_s;
   }
   latest_end_s_ = std::max(latest_end_s_, end_s);
+  if (!plan_.host_syncs.empty()) note_host_sync(op, end_s);
   ++resolved_;
   engine_.note_resolved();
   for (std::int32_t i = plan_.successor_begin[op]; i < plan_.successor_begin[op + 1]; ++i) {
@@ -127,6 +129,24 @@ void Replayer::finish(std::int32_t op, double start_s, double active_s, double e
     ready_[next] = std::max(ready_[next], end_s);
     if (--pending_[next] == 0) ready_list_.push_back(next);
   }
+}
+
+double Replayer::host_lag_s(std::int32_t op) const {
+  const auto& syncs = plan_.host_syncs;
+  const auto before = static_cast<std::size_t>(std::lower_bound(syncs.begin(), syncs.end(), op) - syncs.begin());
+  const std::size_t known = std::min(before, host_syncs_done_);
+  return known == 0 ? 0 : host_lag_s_[known - 1];
+}
+
+// The host issued the sync at its issue time plus the lag so far, then waited for the GPU to finish it at `end_s`.
+void Replayer::note_host_sync(std::int32_t op, double end_s) {
+  const auto& syncs = plan_.host_syncs;
+  const auto it = std::lower_bound(syncs.begin(), syncs.end(), op);
+  if (it == syncs.end() || *it != op) return;
+  const auto index = static_cast<std::size_t>(it - syncs.begin());
+  const double before = index == 0 ? 0 : host_lag_s_[index - 1];
+  host_lag_s_[index] = std::max(before, end_s - plan_.issue_last_s[op]);
+  host_syncs_done_ = std::max(host_syncs_done_, index + 1);
 }
 
 void Replayer::drain() {
@@ -149,8 +169,9 @@ void Replayer::become_ready(std::int32_t op) {
       finish(op, ready, ready, ready + duration);
       return;
     }
-    const double start = std::max(ready, plan_.issue_first_s[op]);
-    const double host_end = plan_.issue_last_s[op] + plan_.last_kernel_s[op];
+    const double lag = host_lag_s(op);
+    const double start = std::max(ready, plan_.issue_first_s[op] + lag);
+    const double host_end = plan_.issue_last_s[op] + lag + plan_.last_kernel_s[op];
     if (host_end > start + duration) {
       finish(op, ready, host_end - duration, host_end);
     } else {
@@ -159,7 +180,7 @@ void Replayer::become_ready(std::int32_t op) {
     return;
   }
   // A message or a collective is posted once the host has made the call.
-  if (plan_.host_paced) ready_[op] = std::max(ready_[op], plan_.issue_last_s[op]);
+  if (plan_.host_paced) ready_[op] = std::max(ready_[op], plan_.issue_last_s[op] + host_lag_s(op));
   const double ready = ready_[op];
   if (plan_.rendezvous[op]) {
     arrive(op);  // a blocking Send/Recv: a two-member instance with its peer

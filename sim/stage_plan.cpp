@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "model/context_parallel_ring.hpp"
+#include "model/moe_host_sync.hpp"
 #include "model/moe_ops.hpp"
 #include "model/tp_overlap.hpp"
 #include "sim/all_to_all.hpp"
@@ -256,6 +257,10 @@ void Engine::pace_host(StagePlan& plan) const {
     plan.issue_first_s = {};
     plan.issue_last_s = {};
     plan.last_kernel_s = {};
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (model::host_waits_for(ops[i])) plan.host_syncs.push_back(static_cast<std::int32_t>(i));
   }
 }
 

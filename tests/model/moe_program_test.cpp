@@ -22,7 +22,8 @@ struct Sums {
 };
 
 bool is_routing(ComputeKind what) {
-  return what == ComputeKind::Router || what == ComputeKind::ExpertPermute || what == ComputeKind::ExpertUnpermute;
+  return what == ComputeKind::Router || what == ComputeKind::ExpertPermute || what == ComputeKind::ExpertUnpermute ||
+         what == ComputeKind::ExpertSplitsSync;
 }
 
 // Over every stage's list (one rank per stage); routing (router GEMM, permute, unpermute) apart.

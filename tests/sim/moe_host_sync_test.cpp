@@ -1,0 +1,98 @@
+// Megatron-Core's all-to-all dispatcher waits on the host for the tokens-per-expert counts once per MoE layer and
+// forward (model/moe_host_sync.hpp): the op costs its launches, and with a host model (cluster.host_us_per_kernel)
+// the host cannot run ahead of the GPU past it, so a host slower than the kernels loses its lead at every MoE layer.
+#include <gtest/gtest.h>
+
+#include "model/moe_host_sync.hpp"
+#include "model/program.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/simulate.hpp"
+#include "tests/sim/support.hpp"
+
+namespace twin::sim {
+namespace {
+
+using testing::make_scenario;
+using testing::Plan;
+
+model::Scenario small_moe() {
+  Plan plan;
+  plan.layers = 4;
+  plan.hidden = 2048;
+  plan.heads = 16;
+  plan.seq = 2048;
+  plan.vocab = 4096;
+  plan.dp = 4;
+  plan.global_batch = 8;
+  plan.gpus_per_node = 4;
+  model::Scenario s = make_scenario(plan);
+  s.model.experts = 64;  // 16 a rank: 16 GEMM launches per grouped GEMM
+  s.model.top_k = 2;
+  s.model.moe_ffn_hidden = 256;
+  s.parallel.ep = 4;
+  return s;
+}
+
+AnalyticalCostModel with_host(const model::Scenario& scenario, double host_us_per_kernel) {
+  model::ClusterSpec cluster = scenario.cluster;
+  cluster.host_us_per_kernel = host_us_per_kernel;
+  const topology::GpuSpec gpu = topology::a100_sxm4_80gb();
+  return AnalyticalCostModel(gpu, analytical_parameters(gpu, cluster));
+}
+
+double iteration_s(const model::Program& program, const CostModel& cost) {
+  return simulate(program, cost, SimOptions{}).timeline.iteration_time_s;
+}
+
+// The same Program with the sync's wait taken out: each sync op relabelled as a permutation pass of the same kernels.
+model::Program without_waits(model::Program program) {
+  for (auto& ops : program.stage_ops) {
+    for (model::Op& op : ops) {
+      if (model::host_waits_for(op)) op.what = model::ComputeKind::ExpertPermute;
+    }
+  }
+  return program;
+}
+
+TEST(MoeHostSync, TheSyncCostsItsTwoLaunches) {
+  const model::Scenario s = small_moe();
+  const AnalyticalCostModel cost = with_host(s, 0);
+  const model::Op sync = model::expert_splits_sync(s, model::Phase::Forward);
+  EXPECT_DOUBLE_EQ(cost.compute_time_s(s, sync), model::kExpertSplitsSyncLaunches * cost.parameters().kernel_launch_s +
+                                                     cost.memory_time_s(sync.bytes));
+  EXPECT_EQ(cost.kernel_count(s, sync), 2);
+}
+
+TEST(MoeHostSync, ASlowHostLosesItsLeadAtEverySync) {
+  const model::Scenario s = small_moe();
+  const model::Program program = model::build_program(s);
+  const model::Program free_host = without_waits(program);
+  // A host never behind: the wait is free, only the op's own time counts, the same in both.
+  EXPECT_DOUBLE_EQ(iteration_s(program, with_host(s, 0)), iteration_s(free_host, with_host(s, 0)));
+  // A host of 10 us a kernel: ahead of the GPU during the attention's long kernels, behind it over the experts' short
+  // ones (16 GEMM launches per grouped GEMM of a few microseconds each). Without the waits it enters each MoE MLP
+  // far ahead and the GPU never waits for it; with them it enters from the GPU's position, and the forward's 2 x 16
+  // GEMM launches after each sync (320 us of host) outrun the GPU's work between them (the grouped GEMMs and the two
+  // all-to-alls, about half of that): more than ten launches' worth (100 us) lost at each of the stage's 4 MoE
+  // layers x 2 micro-batches.
+  const AnalyticalCostModel host = with_host(s, 10);
+  const double waiting = iteration_s(program, host), running_ahead = iteration_s(free_host, host);
+  EXPECT_GT(waiting - running_ahead, 4 * 2 * 10 * 10e-6) << waiting << " " << running_ahead;
+}
+
+TEST(MoeHostSync, DenseProgramsHaveNoSync) {
+  Plan plan;
+  plan.layers = 2;
+  plan.dp = 2;
+  plan.gpus_per_node = 2;
+  const model::Scenario dense = make_scenario(plan);
+  const model::Program program = model::build_program(dense);
+  for (const auto& ops : program.stage_ops) {
+    for (const model::Op& op : ops) EXPECT_FALSE(model::host_waits_for(op));
+  }
+  EXPECT_DOUBLE_EQ(iteration_s(program, with_host(dense, 20)),
+                   iteration_s(without_waits(program), with_host(dense, 20)));
+}
+
+}  // namespace
+}  // namespace twin::sim
