@@ -42,6 +42,11 @@ CollectivePlan plan_all_to_all(const std::vector<std::vector<double>>& bytes, co
   return plan;
 }
 
+bool inside_one_node(const std::vector<int>& member_nodes) {
+  return std::all_of(member_nodes.begin(), member_nodes.end(),
+                     [&](int node) { return node == member_nodes.front(); });
+}
+
 CollectivePlan plan_op_collective(const model::Op& op, const std::vector<int>& member_nodes,
                                   const CommunicationModel& model, CollectiveAlgorithm requested,
                                   double bandwidth_scale) {

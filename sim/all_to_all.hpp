@@ -23,6 +23,9 @@ namespace twin::sim {
 CollectivePlan plan_all_to_all(const std::vector<std::vector<double>>& bytes, const std::vector<int>& member_nodes,
                                const CommunicationModel& model, double bandwidth_scale = 1);
 
+// Whether every member is on one node (an all-to-all among them then crosses only NVLink ports).
+bool inside_one_node(const std::vector<int>& member_nodes);
+
 // The plan of one collective op of the Program: an all-to-all by its per-peer sizes (Op::peer_bytes; Op::bytes
 // spread evenly over the members when it has none, or when its members are not the group's), any other kind by
 // plan_collective.
