@@ -165,13 +165,10 @@ CollectiveInstance* Engine::collective(const Replayer& member, std::int32_t op) 
     instance->key = key;
     std::vector<int> nodes;
     for (int m : members) nodes.push_back(node_of(m));
-    instance->plan = plan_op_collective(o, nodes, communication_, options_.algorithm, bytes_scale());
-    // Group fidelity: an all-to-all among the GPUs of one node crosses only their NVLink ports (through the
-    // NVSwitch), so it is timed by its estimate without flows, as a TP collective is; its members still meet (the
-    // slowest sets the start). Contention with a data-parallel collective's NVLink phase is not seen (simulate.hpp).
-    if (fidelity_ == Fidelity::Group && o.collective == model::CollectiveKind::AllToAll && inside_one_node(nodes)) {
-      instance->plan.phases.clear();
-    }
+    // Group fidelity: an all-to-all's NVLink bytes timed, its bytes across nodes flowed per node pair.
+    instance->plan = plan_op_collective(o, nodes, communication_, options_.algorithm, bytes_scale(),
+                                        fidelity_ == Fidelity::Group ? AllToAllFlows::PerNodePair
+                                                                     : AllToAllFlows::PerPair);
     hide_under_gemm(instance->plan, plans_[member.stage()].lead[op], collective_sm_share());
     instance->member_op.assign(members.size(), -1);
     instance->arrival_s.assign(members.size(), 0.0);

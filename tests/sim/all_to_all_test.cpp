@@ -112,24 +112,62 @@ TEST(AllToAll, MoeTokensCostTimeAndSkewSlowsTheLayer) {
   EXPECT_NEAR(iteration_s(moe_scenario(16, 0), Fidelity::Group), across, 0.02 * across);
 }
 
-// Group fidelity times an all-to-all among one node's GPUs by its estimate, without flows (sim/engine.cpp): on a plan
-// that spans two nodes (EP 8 inside each node, DP 16 across both, so the expert and dense gradients cross the NICs
-// while the tokens stay on NVLink) it predicts what rank fidelity's flows do, within 0.5 %, balanced or skewed, with
-// a small fraction of the SimGrid activities.
-TEST(AllToAll, GroupFidelityTimesAnAllToAllInsideANodeAsRankFidelityDoes) {
+// Group fidelity times an all-to-all's NVLink bytes without flows and moves its bytes across nodes as at most 2g - 1
+// flows per node pair (sim/all_to_all.hpp): on plans that span two nodes (EP 8 inside each node, the gradients
+// crossing the NICs; EP 16 across both, the tokens too), balanced or skewed, it predicts what rank fidelity's flows
+// per pair of GPUs do, within 0.5 % (measured: identical balanced, 3e-8 apart skewed), with a fraction of the SimGrid
+// activities.
+TEST(AllToAll, GroupFidelityAgreesWithRankFidelityAcrossNodes) {
   const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
-  for (double skew : {0.0, 1.0}) {
-    const model::Program program = model::build_program(moe_scenario(8, skew));
-    SimOptions options;
-    options.fidelity = Fidelity::Rank;
-    const SimResult rank = simulate(program, cost, options);
-    options.fidelity = Fidelity::Group;
-    const SimResult group = simulate(program, cost, options);
-    EXPECT_NEAR(group.timeline.iteration_time_s, rank.timeline.iteration_time_s,
-                0.005 * rank.timeline.iteration_time_s)
-        << "skew " << skew;
-    EXPECT_LT(group.stats.activities, rank.stats.activities / 2) << "skew " << skew;
+  for (int ep : {8, 16}) {
+    for (double skew : {0.0, 1.0}) {
+      const model::Program program = model::build_program(moe_scenario(ep, skew));
+      SimOptions options;
+      options.fidelity = Fidelity::Rank;
+      const SimResult rank = simulate(program, cost, options);
+      options.fidelity = Fidelity::Group;
+      const SimResult group = simulate(program, cost, options);
+      EXPECT_NEAR(group.timeline.iteration_time_s, rank.timeline.iteration_time_s,
+                  0.005 * rank.timeline.iteration_time_s)
+          << "ep " << ep << ", skew " << skew;
+      EXPECT_LT(group.stats.activities, rank.stats.activities / 4) << "ep " << ep << ", skew " << skew;
+    }
   }
+}
+
+// Between two nodes the node-pair flows carry what every member sends and receives there: a skewed exchange (member
+// 0 receiving most) keeps the receivers' loads, not only the senders'.
+TEST(AllToAll, NodePairFlowsKeepEveryMembersBytesEachWay) {
+  const CommunicationModel model = dgx_a100_model();
+  const int n = 4;
+  std::vector<std::vector<double>> bytes(n, std::vector<double>(n, 0));
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) bytes[i][j] = i == j ? 0 : (j == 0 ? 4e6 : 1e6) * (1 + i);
+  }
+  const std::vector<int> nodes{0, 0, 1, 1};
+  const CollectivePlan pairs = plan_all_to_all(bytes, nodes, model);
+  const CollectivePlan grouped = plan_all_to_all(bytes, nodes, model, 2, AllToAllFlows::PerNodePair);
+  EXPECT_DOUBLE_EQ(grouped.estimate_s, pairs.estimate_s);
+  ASSERT_EQ(grouped.phases.size(), 1u);
+  std::vector<double> sent(n, 0), received(n, 0);
+  for (const Flow& flow : grouped.phases[0].flows) {
+    EXPECT_NE(nodes[flow.from], nodes[flow.to]);  // the bytes inside a node are timed, not flowed
+    sent[flow.from] += flow.bytes / 2;            // bandwidth_scale 2
+    received[flow.to] += flow.bytes / 2;
+  }
+  EXPECT_LE(grouped.phases[0].flows.size(), 2u * (2 * 2 - 1));
+  for (int i = 0; i < n; ++i) {
+    double across_out = 0, across_in = 0, inside_out = 0;
+    for (int j = 0; j < n; ++j) {
+      (nodes[i] != nodes[j] ? across_out : inside_out) += bytes[i][j];
+      if (nodes[i] != nodes[j]) across_in += bytes[j][i];
+    }
+    EXPECT_NEAR(sent[i], across_out, 1e-6 * across_out) << "member " << i;
+    EXPECT_NEAR(received[i], across_in, 1e-6 * across_in) << "member " << i;
+    EXPECT_LE(inside_out / model.node.nvlink_effective_bytes_per_s, grouped.phases[0].min_s * (1 + 1e-12));
+  }
+  // Inside one node: the estimate alone.
+  EXPECT_TRUE(plan_all_to_all(bytes, {0, 0, 0, 0}, model, 1, AllToAllFlows::PerNodePair).phases.empty());
 }
 
 // Skewed routing (s = 1, 16 experts over ep 8: EP rank 0 gets (1 + 1/2) / H_16 = 44 % of the rows): rank 0's experts
