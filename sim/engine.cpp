@@ -166,9 +166,9 @@ CollectiveInstance* Engine::collective(const Replayer& member, std::int32_t op) 
     std::vector<int> nodes;
     for (int m : members) nodes.push_back(node_of(m));
     // Group fidelity: an all-to-all's NVLink bytes timed, its bytes across nodes flowed per node pair.
-    instance->plan = plan_op_collective(o, nodes, communication_, options_.algorithm, bytes_scale(),
-                                        fidelity_ == Fidelity::Group ? AllToAllFlows::PerNodePair
-                                                                     : AllToAllFlows::PerPair);
+    instance->plan =
+        plan_op_collective(o, nodes, communication_, options_.algorithm, bytes_scale(),
+                           fidelity_ == Fidelity::Group ? AllToAllFlows::PerNodePair : AllToAllFlows::PerPair);
     hide_under_gemm(instance->plan, plans_[member.stage()].lead[op], collective_sm_share());
     instance->member_op.assign(members.size(), -1);
     instance->arrival_s.assign(members.size(), 0.0);

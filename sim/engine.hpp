@@ -72,7 +72,7 @@ struct CollectiveInstance {
   std::size_t phase = 0;
   int flows_left = 0;
   double started_s = 0;  // when the last member arrived
-  double phase_started_s = 0;
+  double phase_started_s = 0;  // when the current phase's flows started
   double completion_s = 0;
 };
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # How long `twin sim` takes on the Mixture-of-Experts scenarios at group fidelity: one line per scenario with the
 # predicted iteration, the wall time and the CPU time (what the simulation costs on a machine it has to itself);
-# exits 1 when one takes more CPU seconds than the budget (default 10: deepseek-v3 took 1.7 s of CPU on the shared
-# 2-core machine of 2026-12-03, once group fidelity timed the all-to-alls inside a node without flows; 229 s before).
+# exits 1 when one takes more CPU seconds than the budget (default 10: deepseek-v3 took 1.3 s of CPU on the shared
+# 2-core machine of 2026-12-03 once group fidelity timed the all-to-alls' bytes inside a node without flows; 229 s
+# before).
 #   bench/sim/moe_scenarios.sh build/cli/twin [BUDGET_S] [SCENARIO...]   (default: mixtral-8x7b qwen3-30b-a3b
 #                                                                          deepseek-v3)
 set -euo pipefail
