@@ -99,13 +99,10 @@ CollectivePlan plan_all_to_all(const std::vector<std::vector<double>>& bytes, co
   return plan;
 }
 
-CollectivePlan plan_op_collective(const model::Op& op, const std::vector<int>& member_nodes,
-                                  const CommunicationModel& model, CollectiveAlgorithm requested,
-                                  double bandwidth_scale, AllToAllFlows flows) {
-  if (op.collective != model::CollectiveKind::AllToAll) {
-    return plan_collective(op.collective, op.bytes, member_nodes, model, requested, bandwidth_scale);
-  }
-  const std::size_t n = member_nodes.size();
+namespace {
+
+// What each of `n` members sends each other: Op::peer_bytes, or Op::bytes spread evenly when it has none of that size.
+std::vector<std::vector<double>> peer_bytes_of(const model::Op& op, std::size_t n) {
   std::vector<std::vector<double>> bytes(n, std::vector<double>(n, n > 0 ? op.bytes / static_cast<double>(n) : 0));
   if (op.peer_bytes && op.peer_bytes->size() == n * n) {
     for (std::size_t i = 0; i < n; ++i) {
@@ -113,7 +110,35 @@ CollectivePlan plan_op_collective(const model::Op& op, const std::vector<int>& m
     }
   }
   for (std::size_t i = 0; i < n; ++i) bytes[i][i] = 0;
-  return plan_all_to_all(bytes, member_nodes, model, bandwidth_scale, flows);
+  return bytes;
+}
+
+}  // namespace
+
+CollectivePlan plan_op_collective(const model::Op& op, const std::vector<int>& member_nodes,
+                                  const CommunicationModel& model, CollectiveAlgorithm requested,
+                                  double bandwidth_scale, AllToAllFlows flows) {
+  if (op.collective != model::CollectiveKind::AllToAll) {
+    return plan_collective(op.collective, op.bytes, member_nodes, model, requested, bandwidth_scale);
+  }
+  return plan_all_to_all(peer_bytes_of(op, member_nodes.size()), member_nodes, model, bandwidth_scale, flows);
+}
+
+CollectivePlan plan_all_to_all_of_actors(const model::Op& op, const std::vector<int>& rank_nodes,
+                                         const std::vector<int>& actor_of_rank, const std::vector<int>& actor_nodes,
+                                         const CommunicationModel& model) {
+  const std::vector<std::vector<double>> bytes = peer_bytes_of(op, rank_nodes.size());
+  CollectivePlan plan = plan_all_to_all(bytes, rank_nodes, model, 1, AllToAllFlows::PerNodePair);
+  if (plan.phases.empty()) return plan;  // inside one node: the ranks' estimate
+  const std::size_t actors = actor_nodes.size();
+  std::vector<std::vector<double>> summed(actors, std::vector<double>(actors, 0.0));
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    for (std::size_t j = 0; j < bytes.size(); ++j) summed[actor_of_rank[i]][actor_of_rank[j]] += bytes[i][j];
+  }
+  plan.phases[0].flows = node_pair_flows(summed, actor_nodes, 1);
+  // A bundled link evens out its ranks' bytes; the busiest rank's own NIC (the hottest EP rank's) still bounds it.
+  plan.phases[0].min_s = plan.estimate_s - plan.phases[0].latency_s;
+  return plan;
 }
 
 }  // namespace twin::sim

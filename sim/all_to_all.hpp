@@ -46,4 +46,13 @@ CollectivePlan plan_op_collective(const model::Op& op, const std::vector<int>& m
                                   const CommunicationModel& model, CollectiveAlgorithm requested,
                                   double bandwidth_scale = 1, AllToAllFlows flows = AllToAllFlows::PerPair);
 
+// Group fidelity, where an actor stands for several ranks of the all-to-all's group (a TP group holding several EP
+// ranks): the estimate and the NVLink time are the ranks' own (the busiest rank, e.g. the hottest EP rank under
+// model.expert_load_skew, setting them), and the bytes across nodes are the ranks' summed per pair of actors (each
+// actor's bundled links carry its ranks' bytes together), moved per node pair as above. `rank_nodes[i]`: the node of
+// the group's rank i; `actor_of_rank[i]`: its actor's index among the members, whose nodes are `actor_nodes`.
+CollectivePlan plan_all_to_all_of_actors(const model::Op& op, const std::vector<int>& rank_nodes,
+                                         const std::vector<int>& actor_of_rank, const std::vector<int>& actor_nodes,
+                                         const CommunicationModel& model);
+
 }  // namespace twin::sim

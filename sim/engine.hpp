@@ -209,6 +209,8 @@ class Engine {
 
   std::vector<int> group_members(model::Group group, int replayer) const;
   CollectiveInstance* point_to_point(const Replayer& member, std::int32_t op);
+  // The flows and estimate of collective `op` among `members` (replayer ids), reached by `replayer`.
+  CollectivePlan plan_of(const model::Op& op, const std::vector<int>& members, int replayer) const;
   double tensor_gather_s(double bytes) const;
   // What the receiver of a pipeline message does on its compute stream once the bytes are in: the TP all-gather of
   // a scattered tensor and the framework's copies around it (model::pipeline_transfer).
