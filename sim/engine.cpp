@@ -90,6 +90,7 @@ void hide_under_gemm(CollectivePlan& plan, double gemm_s, double sm_share) {
   const double keep = transfer_s > 0 ? std::max(0.0, left_s - latency_s) / transfer_s : 0;
   for (FlowPhase& phase : plan.phases) {
     for (Flow& flow : phase.flows) flow.bytes *= keep;
+    phase.min_s *= keep;  // bytes timed without flows: the same share left
     if (keep <= 0) phase.flows.clear();  // latency only: no zero-byte flows
     if (left_s < latency_s) phase.latency_s *= left_s / latency_s;
   }
