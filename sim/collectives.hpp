@@ -106,6 +106,7 @@ struct Flow {
 struct FlowPhase {
   std::vector<Flow> flows;
   double latency_s = 0;  // paid after the phase's flows complete
+  double min_s = 0;      // the phase lasts at least this long before its latency (bytes timed without flows)
 };
 
 struct CollectivePlan {

@@ -98,6 +98,7 @@ void hide_under_gemm(CollectivePlan& plan, double gemm_s, double sm_share) {
   const double keep = transfer_s > 0 ? std::max(0.0, left_s - latency_s) / transfer_s : 0;
   for (FlowPhase& phase : plan.phases) {
     for (Flow& flow : phase.flows) flow.bytes *= keep;
+    phase.min_s *= keep;  // bytes timed without flows: the same share left
     if (keep <= 0) phase.flows.clear();  // latency only: no zero-byte flows
     if (left_s < latency_s) phase.latency_s *= left_s / latency_s;
   }
@@ -167,6 +168,28 @@ CollectiveInstance* Engine::point_to_point(const Replayer& member, std::int32_t 
   return it->second.get();
 }
 
+CollectivePlan Engine::plan_of(const model::Op& op, const std::vector<int>& members, int replayer) const {
+  std::vector<int> nodes;
+  for (int m : members) nodes.push_back(node_of(m));
+  if (fidelity_ != Fidelity::Group || op.collective != model::CollectiveKind::AllToAll) {
+    return plan_op_collective(op, nodes, communication_, options_.algorithm, bytes_scale());
+  }
+  // Group fidelity: an all-to-all's NVLink bytes timed, its bytes across nodes flowed per node pair; by its ranks'
+  // own bytes where an actor stands for several of them.
+  const std::vector<int> ranks = program_.layout.group_members(op.group, representative_rank(replayer));
+  std::vector<int> rank_nodes, actor_of_rank;
+  for (int rank : ranks) {
+    const auto it = std::find(members.begin(), members.end(), rank / program_.layout.tp());
+    if (ranks.size() == members.size() || it == members.end()) {
+      return plan_op_collective(op, nodes, communication_, options_.algorithm, bytes_scale(),
+                                AllToAllFlows::PerNodePair);
+    }
+    rank_nodes.push_back(placement_.node_of_rank(rank));
+    actor_of_rank.push_back(static_cast<int>(it - members.begin()));
+  }
+  return plan_all_to_all_of_actors(op, rank_nodes, actor_of_rank, nodes, communication_);
+}
+
 CollectiveInstance* Engine::collective(const Replayer& member, std::int32_t op) {
   const model::Op& o = program_.stage_ops[member.stage()][op];
   if (o.kind == model::OpKind::Send || o.kind == model::OpKind::Recv) return point_to_point(member, op);
@@ -178,9 +201,7 @@ CollectiveInstance* Engine::collective(const Replayer& member, std::int32_t op) 
   if (created) {
     auto instance = std::make_unique<CollectiveInstance>();
     instance->key = key;
-    std::vector<int> nodes;
-    for (int m : members) nodes.push_back(node_of(m));
-    instance->plan = plan_op_collective(o, nodes, communication_, options_.algorithm, bytes_scale());
+    instance->plan = plan_of(o, members, member.id());
     hide_under_gemm(instance->plan, plans_[member.stage()].lead[op], collective_sm_share());
     instance->member_op.assign(members.size(), -1);
     instance->arrival_s.assign(members.size(), 0.0);

@@ -75,6 +75,7 @@ struct CollectiveInstance {
   std::size_t phase = 0;
   int flows_left = 0;
   double started_s = 0;  // when the last member arrived
+  double phase_started_s = 0;  // when the current phase's flows started
   double completion_s = 0;
 };
 
@@ -219,6 +220,8 @@ class Engine {
 
   std::vector<int> group_members(model::Group group, int replayer) const;
   CollectiveInstance* point_to_point(const Replayer& member, std::int32_t op);
+  // The flows and estimate of collective `op` among `members` (replayer ids), reached by `replayer`.
+  CollectivePlan plan_of(const model::Op& op, const std::vector<int>& members, int replayer) const;
   double tensor_gather_s(double bytes) const;
   // What the receiver of a pipeline message does on its compute stream once the bytes are in: the TP all-gather of
   // a scattered tensor and the framework's copies around it (model::pipeline_transfer).

@@ -250,6 +250,7 @@ void Replayer::start_phase(CollectiveInstance* instance) {
     return;
   }
   const FlowPhase& phase = instance->plan.phases[instance->phase];
+  instance->phase_started_s = sg4::Engine::get_clock();
   instance->flows_left = static_cast<int>(phase.flows.size());
   for (const Flow& flow : phase.flows) {
     sg4::Host* from = engine_.replayer(instance->members[flow.from]).host();
@@ -316,12 +317,13 @@ void Replayer::handle(std::size_t index) {
     case Wait::CollectiveFlow: {
       CollectiveInstance* instance = waiting.instance;
       if (--instance->flows_left > 0) break;
-      const double latency = instance->plan.phases[instance->phase].latency_s;
+      const FlowPhase& phase = instance->plan.phases[instance->phase];
+      const double done_s = std::max(now, instance->phase_started_s + phase.min_s) + phase.latency_s;
       ++instance->phase;
       if (instance->phase < instance->plan.phases.size()) {
-        schedule(now + latency, Due::StartPhase, 0, instance);
+        schedule(done_s, Due::StartPhase, 0, instance);
       } else {
-        complete_collective(instance, now + latency);
+        complete_collective(instance, done_s);
       }
       break;
     }

@@ -4,8 +4,10 @@
 //                   in order; ordered Compute and DataParallel streams; unordered Send/Recv matched by P2PTag;
 //                   deps); every collective is decomposed into flows (sim/collectives.hpp).
 //   group fidelity  one actor per TP group (default above 64 GPUs): TP collectives are timed analytically on
-//                   NVLink (nothing else uses a node's NVLink in Megatron's placement), everything else is a flow of
-//                   the group over its bundled links (topology/platform.hpp).
+//                   NVLink (nothing else uses a node's NVLink in Megatron's placement), and so are an all-to-all's
+//                   bytes inside a node (its members still meet; its bytes across nodes are a few flows per node
+//                   pair: sim/all_to_all.hpp, AllToAllFlows::PerNodePair); everything else is a flow of the group
+//                   over its bundled links (topology/platform.hpp).
 // Compute ops cost what the CostModel says. Communication latencies are paid by the replayers (NCCL's model plus
 // the route's hardware latency); SimGrid shares bandwidth.
 //
