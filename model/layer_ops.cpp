@@ -31,6 +31,7 @@ std::vector<Op> layer_forward(const Shapes& x, Phase phase, const Scenario* moe)
   ops.push_back(qkv_projection(x, phase));
   gather_context_keys_values(ops, x, phase);
   ops.push_back(attention_core(x, phase));
+  return_context_output(ops, x, phase);
   ops.push_back(linear(x, ComputeKind::AttentionProjection, phase, x.tokens, x.h, attention_width));
   if (!x.parallel) {
     reduce_across_tensor(ops, x, Payload::LayerOutput, ComputeKind::AttentionProjection, phase);
@@ -142,6 +143,7 @@ std::vector<Op> layer_ops(const Scenario& s, int layer, Phase phase) {
       if (s.recompute_of_layer(layer) == Recompute::Selective) {
         gather_context_keys_values(ops, x, Phase::Recompute);  // the recomputed attention gathers its K, V again
         ops.push_back(attention_core(x, Phase::Recompute));
+        return_context_output(ops, x, Phase::Recompute);  // a2a: the checkpointed function ends with it
       }
       if (partitioned) partition_checkpointed_input(x, Phase::Recompute, ops);
       break;

@@ -37,10 +37,10 @@ Op fused_layer_op(const Scenario& scenario, int layer, Phase phase) {
 Program build_program(const Scenario& scenario, Granularity granularity) {
   if (auto problems = validation_problems(scenario); !problems.empty()) throw ScenarioError(problems);
   const auto& p = scenario.parallel;
-  if (p.cp > 1 && scenario.framework.cp_comm != CpComm::AllGather) {
+  if (p.cp > 1 && scenario.framework.cp_comm == CpComm::P2P) {
     throw ScenarioError(
-        {fmt::format("{}: parallel.cp = {} with framework.cp_comm = \"{}\": only the all_gather way's "
-                     "exchanges are in the Program yet (framework.cp_comm = \"all_gather\", "
+        {fmt::format("{}: parallel.cp = {} with framework.cp_comm = \"{}\": only the all_gather and a2a ways' "
+                     "exchanges are in the Program yet (framework.cp_comm = \"all_gather\" or \"a2a\", "
                      "--cp-comm-type all_gather)",
                      scenario.source, p.cp, to_string(scenario.framework.cp_comm))});
   }
