@@ -110,6 +110,7 @@ class Interpreter {
     Tensor keys, values;             // context parallelism: every CP rank's keys, values (cp, tokens, KV/t D), gathered
                                      // for one attention forward or backward (not kept)
     Tensor values_local;             // ... this rank's values, between the keys' all-gather and the values'
+    Tensor ulysses_qkv, ulysses_out;  // context parallelism (a2a): the head group's qkv and output, (B, seq, ...)
     Tensor proj;                     // (tokens, C) partial sums; (tokens_sp, C) after the TP reduction
     Tensor x2;                       // (tokens_sp, C) residual stream after attention
     Tensor ln2, ln2_mean, ln2_rstd;  // (tokens_sp, C), (tokens_sp), (tokens_sp)
@@ -134,6 +135,7 @@ class Interpreter {
     Tensor d_attn;     // (tokens, C/t)
     Tensor d_qkv;      // (tokens, qkv_local)
     Tensor d_keys, d_values;  // context parallelism: this rank's share of every CP rank's dK, dV (cp, tokens, KV/t D)
+    Tensor ulysses_dout, ulysses_dqkv;  // context parallelism (a2a): the head group's dout and dqkv, (B, seq, ...)
     Tensor d_ln;       // (tokens, C) partial input gradient of a column-parallel GEMM; (tokens_sp, C)
                        // after the TP reduction
     Tensor d_x_mlp;    // parallel block: LN2's input gradient (tokens_sp, C), which the LN1 op adds to the stream's
@@ -242,6 +244,25 @@ class Interpreter {
   void scatter_context_grad(const model::Op& op, bool values);
   void context_attention_forward(const model::Op& op);
   void context_attention_backward(const model::Op& op);
+  // interpreter_context_a2a.cpp: context parallelism (the a2a way)
+  struct UlyssesSection {
+    int heads;         // of this TP rank, in the range
+    int column;        // the range's first element in the rank's packed row
+    int group_column;  // ... in the head group's packed row
+  };
+  UlyssesSection ulysses_section(model::Payload payload) const;
+  int ulysses_qkv_width() const;
+  int whole_tokens() const;
+  void ulysses_all_to_all(const model::Op& op, const Tensor& send, const Tensor& recv);
+  void ulysses_to_heads(const model::Op& op, const Tensor& local, int local_width, const Tensor& full, int full_width);
+  void ulysses_to_tokens(const model::Op& op, const Tensor& full, int full_width, const Tensor& local,
+                         int local_width);
+  void ulysses_qkv_to_heads(const model::Op& op);          // UlyssesQueries, UlyssesKeys, UlyssesValues
+  void ulysses_output_to_tokens(const model::Op& op);      // UlyssesOutput
+  void ulysses_output_grad_to_heads(const model::Op& op);  // UlyssesOutputGrad
+  void ulysses_grads_to_tokens(const model::Op& op);       // UlyssesQueryGrads, UlyssesKeyGrads, UlyssesValueGrads
+  void ulysses_attention_forward(const model::Op& op);
+  void ulysses_attention_backward(const model::Op& op);
   // The learned position embedding of this rank's tokens (its two chunks of each sequence): out += wpe, or the
   // backward's dwpe += dout.
   void context_position_embedding(const Tensor& x, bool backward);
