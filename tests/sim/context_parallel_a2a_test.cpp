@@ -226,9 +226,9 @@ TEST(ContextParallelA2aSim, At128kTokensEachAllToAllTakesItsBytesOverTheGroupsBa
   EXPECT_NEAR(fabric.measured_s, fabric.closed_form_s, 0.01 * fabric.closed_form_s);
 }
 
-// Per layer, a2a sends (cp - 1) / cp of 2 (q + k + v + out)-sized tensors; all_gather receives cp - 1 K and V shards
-// three times (forward, backward's re-gather, the reduce-scatter of dK and dV). With Llama 3's 4 query heads per
-// key/value head that is 17.5 against 42 K-shards at CP 8: a2a exchanges less, and the iteration is shorter.
+// Per layer a rank sends 4 (cp - 1) / cp (q + kv) bytes with a2a and 6 (cp - 1) kv with all_gather (K and V shards in
+// the forward's gather, the backward's re-gather, the reduce-scatter of dK, dV). With Llama 3's 4 query heads per
+// key/value head (q = 4 kv) that is 17.5 against 42 kv at CP 8: a2a exchanges less, and the iteration is shorter.
 TEST(ContextParallelA2aSim, A2aExchangesLessThanAllGatherWithGroupedQueries) {
   const AnalyticalCostModel cost(topology::h100_sxm5_80gb());
   const auto iteration_s = [&](std::string_view comm) {
