@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -164,6 +165,19 @@ TEST(ContextParallelA2aProgram, TheCoreAttendsTheWholeSequenceForItsHeadGroup) {
     EXPECT_EQ(core(ulysses, phase).gemm.n, 8192);  // ... against its keys
     EXPECT_EQ(core(ulysses, phase).gemm.count * 4, core(one, phase).gemm.count);  // a quarter of the heads
   }
+}
+
+// a2a gives every rank whole heads: Llama 3 8B's 8 key/value heads do not split over TP 8 x CP 2, refused by name.
+TEST(ContextParallelA2aProgram, HeadsThatDoNotSplitOverTpTimesCpAreRefused) {
+  try {
+    model::build_program(llama(8192, 8, 2), model::Granularity::Layer);
+    FAIL() << "a2a over tp x cp = 16 ranks with 8 key/value heads";
+  } catch (const model::ScenarioError& error) {
+    EXPECT_NE(std::string(error.what()).find("framework.cp_comm = \"a2a\" gives each of the tp * cp = 16 ranks"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_NO_THROW(model::build_program(llama(8192, 8, 2, "a2a", 32), model::Granularity::Layer));
 }
 
 // One all-to-all over the Context group as the simulator times it, against its bytes over the group's bandwidth:
