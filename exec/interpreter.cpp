@@ -166,7 +166,7 @@ void Interpreter::build_dispatch_tables() {
   for (Payload payload : {Payload::UlyssesQueries, Payload::UlyssesKeys, Payload::UlyssesValues}) {
     route(payload, &Interpreter::ulysses_qkv_to_heads);  // CP a2a: q, k, v to heads
   }
-  route(Payload::UlyssesOutput, &Interpreter::ulysses_output_to_tokens);         // CP a2a: the output to tokens
+  route(Payload::UlyssesOutput, &Interpreter::ulysses_output_to_tokens);  // CP a2a: the output to tokens
   route(Payload::UlyssesOutputGrad, &Interpreter::ulysses_output_grad_to_heads);  // CP a2a: dout to heads
   for (Payload payload : {Payload::UlyssesQueryGrads, Payload::UlyssesKeyGrads, Payload::UlyssesValueGrads}) {
     route(payload, &Interpreter::ulysses_grads_to_tokens);  // CP a2a: dq, dk, dv to tokens

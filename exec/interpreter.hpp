@@ -110,7 +110,8 @@ class Interpreter {
     Tensor keys, values;             // context parallelism: every CP rank's keys, values (cp, tokens, KV/t D), gathered
                                      // for one attention forward or backward (not kept)
     Tensor values_local;             // ... this rank's values, between the keys' all-gather and the values'
-    Tensor ulysses_qkv, ulysses_out;  // context parallelism (a2a): the head group's qkv and output, (B, seq, ...)
+    // context parallelism (a2a): the head group's qkv and output over the whole sequence, (B, seq, ...)
+    Tensor ulysses_qkv, ulysses_out;
     Tensor proj;                     // (tokens, C) partial sums; (tokens_sp, C) after the TP reduction
     Tensor x2;                       // (tokens_sp, C) residual stream after attention
     Tensor ln2, ln2_mean, ln2_rstd;  // (tokens_sp, C), (tokens_sp), (tokens_sp)
@@ -135,7 +136,8 @@ class Interpreter {
     Tensor d_attn;     // (tokens, C/t)
     Tensor d_qkv;      // (tokens, qkv_local)
     Tensor d_keys, d_values;  // context parallelism: this rank's share of every CP rank's dK, dV (cp, tokens, KV/t D)
-    Tensor ulysses_dout, ulysses_dqkv;  // context parallelism (a2a): the head group's dout and dqkv, (B, seq, ...)
+    // context parallelism (a2a): the head group's dout and dqkv over the whole sequence, (B, seq, ...)
+    Tensor ulysses_dout, ulysses_dqkv;
     Tensor d_ln;       // (tokens, C) partial input gradient of a column-parallel GEMM; (tokens_sp, C)
                        // after the TP reduction
     Tensor d_x_mlp;    // parallel block: LN2's input gradient (tokens_sp, C), which the LN1 op adds to the stream's

@@ -22,8 +22,7 @@ std::size_t sz(int value) {
 // The range's columns [column, column + range) of every row of `tensor` (rows x width), and back.
 std::vector<float> take_columns(const Tensor& tensor, std::size_t rows, int width, int column, std::size_t range) {
   TWIN_EXEC_CHECK(tensor.numel == rows * sz(width) && sz(column) + range <= sz(width),
-                  "ulysses: {} elements for {} rows of {} (columns {} + {})", tensor.numel, rows, width, column,
-                  range);
+                  "ulysses: {} elements for {} rows of {} (columns {} + {})", tensor.numel, rows, width, column, range);
   std::vector<float> out(rows * range);
   for (std::size_t r = 0; r < rows; ++r) {
     const float* from = tensor.f32() + r * sz(width) + sz(column);
@@ -35,8 +34,7 @@ std::vector<float> take_columns(const Tensor& tensor, std::size_t rows, int widt
 void put_columns(const Tensor& tensor, const std::vector<float>& part, std::size_t rows, int width, int column,
                  std::size_t range) {
   TWIN_EXEC_CHECK(tensor.numel == rows * sz(width) && sz(column) + range <= sz(width) && part.size() == rows * range,
-                  "ulysses: {} elements for {} rows of {} (columns {} + {})", tensor.numel, rows, width, column,
-                  range);
+                  "ulysses: {} elements for {} rows of {} (columns {} + {})", tensor.numel, rows, width, column, range);
   for (std::size_t r = 0; r < rows; ++r) {
     std::copy(part.data() + r * range, part.data() + (r + 1) * range, tensor.f32() + r * sz(width) + sz(column));
   }

@@ -72,16 +72,14 @@ TEST_P(ExecContextParallelA2aParity, LossesEqualTheSingleRankRun) {
 
 INSTANTIATE_TEST_SUITE_P(
     Plans, ExecContextParallelA2aParity,
-    ::testing::Values(Plan{"cp2", {"parallel.cp=2"}}, Plan{"cp4", {"parallel.cp=4"}},
-                      Plan{"cp2_tp2", {"parallel.cp=2", "parallel.tp=2"}},
-                      Plan{"cp2_pp2", {"parallel.cp=2", "parallel.pp=2"}},
-                      Plan{"cp2_dp2", {"parallel.cp=2", "parallel.dp=2"}},
-                      Plan{"cp2_dp2_zero1", {"parallel.cp=2", "parallel.dp=2", "parallel.zero_stage=1"}},
-                      Plan{"cp2_tp2_sequence_parallel",
-                           {"parallel.cp=2", "parallel.tp=2", "parallel.sequence_parallel=true"}},
-                      Plan{"cp2_recompute_selective", {"parallel.cp=2", "parallel.recompute=\"selective\""}},
-                      Plan{"cp2_pp2_recompute_full",
-                           {"parallel.cp=2", "parallel.pp=2", "parallel.recompute=\"full\""}}),
+    ::testing::Values(
+        Plan{"cp2", {"parallel.cp=2"}}, Plan{"cp4", {"parallel.cp=4"}},
+        Plan{"cp2_tp2", {"parallel.cp=2", "parallel.tp=2"}}, Plan{"cp2_pp2", {"parallel.cp=2", "parallel.pp=2"}},
+        Plan{"cp2_dp2", {"parallel.cp=2", "parallel.dp=2"}},
+        Plan{"cp2_dp2_zero1", {"parallel.cp=2", "parallel.dp=2", "parallel.zero_stage=1"}},
+        Plan{"cp2_tp2_sequence_parallel", {"parallel.cp=2", "parallel.tp=2", "parallel.sequence_parallel=true"}},
+        Plan{"cp2_recompute_selective", {"parallel.cp=2", "parallel.recompute=\"selective\""}},
+        Plan{"cp2_pp2_recompute_full", {"parallel.cp=2", "parallel.pp=2", "parallel.recompute=\"full\""}}),
     [](const ::testing::TestParamInfo<Plan>& plan_info) { return std::string(plan_info.param.name); });
 
 // Llama's block: rotary embeddings at each token's place in the sequence; grouped queries (2 key/value heads, one per

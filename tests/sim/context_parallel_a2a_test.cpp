@@ -30,7 +30,8 @@ using model::Phase;
 model::Scenario llama(std::int64_t seq, std::int64_t tp, std::int64_t cp, std::string_view cp_comm = "a2a",
                       std::int64_t kv_heads = 8, std::string_view recompute = "none") {
   const std::int64_t nodes = (tp * cp + 7) / 8, dp = nodes * 8 / (tp * cp);
-  const std::string toml = fmt::format(R"(
+  const std::string toml =
+      fmt::format(R"(
 [model]
 name = "llama"
 layers = 32
@@ -62,7 +63,7 @@ dropout = false
 attention = "flash2"
 cp_comm = "{}"
 )",
-                                       kv_heads, seq, tp, cp, 2 * dp, tp > 1 ? "true" : "false", recompute, nodes, cp_comm);
+                  kv_heads, seq, tp, cp, 2 * dp, tp > 1 ? "true" : "false", recompute, nodes, cp_comm);
   return model::parse_scenario(toml, "test");
 }
 
@@ -161,8 +162,8 @@ TEST(ContextParallelA2aProgram, TheCoreAttendsTheWholeSequenceForItsHeadGroup) {
   for (Phase phase : {Phase::Forward, Phase::Backward}) {
     EXPECT_DOUBLE_EQ(core(ulysses, phase).flops * 4, core(one, phase).flops);
     EXPECT_DOUBLE_EQ(core(ulysses, phase).flops, core(gathered, phase).flops);
-    EXPECT_EQ(core(ulysses, phase).gemm.m, 8192);  // the whole sequence's queries ...
-    EXPECT_EQ(core(ulysses, phase).gemm.n, 8192);  // ... against its keys
+    EXPECT_EQ(core(ulysses, phase).gemm.m, 8192);                                 // the whole sequence's queries ...
+    EXPECT_EQ(core(ulysses, phase).gemm.n, 8192);                                 // ... against its keys
     EXPECT_EQ(core(ulysses, phase).gemm.count * 4, core(one, phase).gemm.count);  // a quarter of the heads
   }
 }
@@ -231,10 +232,10 @@ TEST(ContextParallelA2aSim, At128kTokensEachAllToAllTakesItsBytesOverTheGroupsBa
   const ExchangeTimes nvlink = simulate_exchanges(llama(131072, 1, 8), 8);
   // A 32 key/value head Llama at TP 4, CP 8 on four nodes: 2 of each CP group's 8 members per node, the NICs.
   const ExchangeTimes fabric = simulate_exchanges(llama(131072, 4, 8, "a2a", 32), 2);
-  std::printf("[ a2a ] 128k tokens, layer 5's 8 all-to-alls: CP 8 on NVLink %.3f ms (closed form %.3f ms); "
-              "TP 4 CP 8 across nodes %.3f ms (closed form %.3f ms)\n",
-              nvlink.measured_s * 1e3, nvlink.closed_form_s * 1e3, fabric.measured_s * 1e3,
-              fabric.closed_form_s * 1e3);
+  std::printf(
+      "[ a2a ] 128k tokens, layer 5's 8 all-to-alls: CP 8 on NVLink %.3f ms (closed form %.3f ms); "
+      "TP 4 CP 8 across nodes %.3f ms (closed form %.3f ms)\n",
+      nvlink.measured_s * 1e3, nvlink.closed_form_s * 1e3, fabric.measured_s * 1e3, fabric.closed_form_s * 1e3);
   EXPECT_GT(nvlink.closed_form_s, 0);
   EXPECT_NEAR(nvlink.measured_s, nvlink.closed_form_s, 0.01 * nvlink.closed_form_s);
   EXPECT_NEAR(fabric.measured_s, fabric.closed_form_s, 0.01 * fabric.closed_form_s);
