@@ -69,6 +69,19 @@ void Backend::context_ring_put_grads(const Tensor&, const Tensor&, const Tensor&
   no_context_parallelism(name());
 }
 
+void Backend::ulysses_split_heads(const Tensor&, const Tensor&, int, int, int, const ContextShape&) {
+  no_context_parallelism(name());
+}
+void Backend::ulysses_join_heads(const Tensor&, const Tensor&, int, int, int, const ContextShape&) {
+  no_context_parallelism(name());
+}
+void Backend::ulysses_blocks_to_sequence(const Tensor&, const Tensor&, int, int, int, const ContextShape&) {
+  no_context_parallelism(name());
+}
+void Backend::ulysses_sequence_to_blocks(const Tensor&, const Tensor&, int, int, int, const ContextShape&) {
+  no_context_parallelism(name());
+}
+
 Tensor Backend::zeros(std::size_t numel, DType dtype) {
   Tensor t = allocate(numel, dtype);
   if (numel > 0) fill(t, 0.0f);

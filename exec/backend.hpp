@@ -211,6 +211,23 @@ class Backend {
   // dqkv (B, L, (H + 2 KV) D) OVERWRITTEN <- dq in its query part, dkv (this rank's own block's) in the rest
   virtual void context_ring_put_grads(const Tensor& dqkv, const Tensor& dq, const Tensor& dkv,
                                       const ContextShape& shape);
+  // --- context parallelism, the a2a way (DeepSpeed-Ulysses; exec/interpreter_context_a2a.cpp) ----------------------
+  // A column range of a token-major tensor cut into the CP group's all-to-all blocks and back. L = seq / cp local
+  // tokens (the rank's two chunks of each sequence), shape.seq the whole sequence; `heads` the range's heads of this
+  // TP rank, `column` its first element of a row of `width`. A backend without it throws a RunError (the default).
+  // send (cp, B, L, heads / cp D) <- the range of local (B, L, width): block d is head group d (for CP rank d)
+  virtual void ulysses_split_heads(const Tensor& send, const Tensor& local, int width, int column, int heads,
+                                   const ContextShape& shape);
+  // The range of local (B, L, width) <- recv (cp, B, L, heads / cp D), block d being head group d
+  virtual void ulysses_join_heads(const Tensor& local, const Tensor& recv, int width, int column, int heads,
+                                  const ContextShape& shape);
+  // The range of full (B, seq, width), in sequence order <- blocks (cp, B, L, heads D), block r being CP rank r's
+  // tokens
+  virtual void ulysses_blocks_to_sequence(const Tensor& full, const Tensor& blocks, int width, int column, int heads,
+                                          const ContextShape& shape);
+  // blocks (cp, B, L, heads D) <- the range of full (B, seq, width): block r is CP rank r's tokens
+  virtual void ulysses_sequence_to_blocks(const Tensor& blocks, const Tensor& full, int width, int column, int heads,
+                                          const ContextShape& shape);
 
   // --- vocab-parallel cross-entropy (kernels/cpu/cross_entropy.hpp) -----------------------------------------------
   // stats (rows, 3) fp32 <- logits (rows, V_local), targets (rows) int32

@@ -325,6 +325,27 @@ class DeferredCheckBackend final : public Backend {
     inner_->context_put_key_value_grad(dqkv, grad, values, shape);
   }
 
+  void ulysses_split_heads(const Tensor& send, const Tensor& local, int width, int column, int heads,
+                           const ContextShape& shape) override {
+    touch("ulysses_split_heads", {{send, "send"}, {local, "local"}});
+    inner_->ulysses_split_heads(send, local, width, column, heads, shape);
+  }
+  void ulysses_join_heads(const Tensor& local, const Tensor& recv, int width, int column, int heads,
+                          const ContextShape& shape) override {
+    touch("ulysses_join_heads", {{local, "local"}, {recv, "recv"}});
+    inner_->ulysses_join_heads(local, recv, width, column, heads, shape);
+  }
+  void ulysses_blocks_to_sequence(const Tensor& full, const Tensor& blocks, int width, int column, int heads,
+                                  const ContextShape& shape) override {
+    touch("ulysses_blocks_to_sequence", {{full, "full"}, {blocks, "blocks"}});
+    inner_->ulysses_blocks_to_sequence(full, blocks, width, column, heads, shape);
+  }
+  void ulysses_sequence_to_blocks(const Tensor& blocks, const Tensor& full, int width, int column, int heads,
+                                  const ContextShape& shape) override {
+    touch("ulysses_sequence_to_blocks", {{blocks, "blocks"}, {full, "full"}});
+    inner_->ulysses_sequence_to_blocks(blocks, full, width, column, heads, shape);
+  }
+
   void cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,
                                  int vocab_start, int vocab_local, int valid_vocab) override {
     touch("cross_entropy_local_stats", {{stats, "stats"}, {logits, "logits"}, {targets, "targets"}});

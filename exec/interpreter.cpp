@@ -163,6 +163,14 @@ void Interpreter::build_dispatch_tables() {
   route(Payload::ContextValues, &Interpreter::gather_context_values);          // CP: V of every CP rank
   route(Payload::ContextKeyGrads, &Interpreter::scatter_context_key_grads);    // CP: dK back to its rank
   route(Payload::ContextValueGrads, &Interpreter::scatter_context_value_grads);  // CP: dV back to its rank
+  for (Payload payload : {Payload::UlyssesQueries, Payload::UlyssesKeys, Payload::UlyssesValues}) {
+    route(payload, &Interpreter::ulysses_qkv_to_heads);  // CP a2a: q, k, v to heads
+  }
+  route(Payload::UlyssesOutput, &Interpreter::ulysses_output_to_tokens);  // CP a2a: the output to tokens
+  route(Payload::UlyssesOutputGrad, &Interpreter::ulysses_output_grad_to_heads);  // CP a2a: dout to heads
+  for (Payload payload : {Payload::UlyssesQueryGrads, Payload::UlyssesKeyGrads, Payload::UlyssesValueGrads}) {
+    route(payload, &Interpreter::ulysses_grads_to_tokens);  // CP a2a: dq, dk, dv to tokens
+  }
 }
 
 // ---- the loop -------------------------------------------------------------------------------------------------------

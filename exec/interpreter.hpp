@@ -111,6 +111,8 @@ class Interpreter {
                                      // for one attention forward or backward (not kept)
     Tensor values_local;             // ... this rank's values, between the keys' all-gather and the values'
     Tensor ring_kv, ring_kv_next;    // the p2p ring: the K/V block this step computes on, the one arriving for the next
+    // context parallelism (a2a): the head group's qkv and output over the whole sequence, (B, seq, ...)
+    Tensor ulysses_qkv, ulysses_out;
     Tensor proj;                     // (tokens, C) partial sums; (tokens_sp, C) after the TP reduction
     Tensor x2;                       // (tokens_sp, C) residual stream after attention
     Tensor ln2, ln2_mean, ln2_rstd;  // (tokens_sp, C), (tokens_sp), (tokens_sp)
@@ -138,6 +140,8 @@ class Interpreter {
     // The p2p ring's backward: dq summed over the steps, this rank's own block's dK/dV (step 0), the travelling
     // accumulator of the block held last (sent on), the one received with it, rowsum(dout * out)
     Tensor ring_dq, ring_own_dkv, ring_acc, ring_acc_in, ring_delta;
+    // context parallelism (a2a): the head group's dout and dqkv over the whole sequence, (B, seq, ...)
+    Tensor ulysses_dout, ulysses_dqkv;
     Tensor d_ln;      // (tokens, C) partial input gradient of a column-parallel GEMM; (tokens_sp, C)
                       // after the TP reduction
     Tensor d_x_mlp;   // parallel block: LN2's input gradient (tokens_sp, C), which the LN1 op adds to the stream's
@@ -253,6 +257,25 @@ class Interpreter {
   void ring_block_backward(const model::Op& op);
   void ring_return_grads(const model::Op& op);  // the owner's add of its block's returned dK/dV
   int ring_peer_rank(const model::Op& op) const;
+  // interpreter_context_a2a.cpp: context parallelism (the a2a way)
+  struct UlyssesSection {
+    int heads;         // of this TP rank, in the range
+    int column;        // the range's first element in the rank's packed row
+    int group_column;  // ... in the head group's packed row
+  };
+  UlyssesSection ulysses_section(model::Payload payload) const;
+  int ulysses_qkv_width() const;
+  int whole_tokens() const;
+  void ulysses_all_to_all(const model::Op& op, const Tensor& send, const Tensor& recv);
+  void ulysses_to_heads(const model::Op& op, const Tensor& local, int local_width, const Tensor& full, int full_width);
+  void ulysses_to_tokens(const model::Op& op, const Tensor& full, int full_width, const Tensor& local,
+                         int local_width);
+  void ulysses_qkv_to_heads(const model::Op& op);          // UlyssesQueries, UlyssesKeys, UlyssesValues
+  void ulysses_output_to_tokens(const model::Op& op);      // UlyssesOutput
+  void ulysses_output_grad_to_heads(const model::Op& op);  // UlyssesOutputGrad
+  void ulysses_grads_to_tokens(const model::Op& op);       // UlyssesQueryGrads, UlyssesKeyGrads, UlyssesValueGrads
+  void ulysses_attention_forward(const model::Op& op);
+  void ulysses_attention_backward(const model::Op& op);
   // The learned position embedding of this rank's tokens (its two chunks of each sequence): out += wpe, or the
   // backward's dwpe += dout.
   void context_position_embedding(const Tensor& x, bool backward);

@@ -77,6 +77,7 @@ void Interpreter::qkv_forward(const Op& op) {
 
 void Interpreter::attention_core_forward(const Op& op) {
   if (op.cp_ring_step >= 0) return ring_block_forward(op);
+  if (dims_.cp > 1 && scenario_.framework.cp_comm == model::CpComm::AllToAll) return ulysses_attention_forward(op);
   if (dims_.cp > 1) return context_attention_forward(op);
   LayerStash& s = stash(op);
   s.attn = backend_.allocate(n(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
@@ -192,6 +193,8 @@ void Interpreter::finish_layer_forward(const Op& op, LayerStash& s) {
     case Recompute::Selective:
       s.attn = Tensor{};
       s.attn_lse = Tensor{};
+      s.ulysses_qkv = Tensor{};
+      s.ulysses_out = Tensor{};
       break;
   }
 }
@@ -296,6 +299,7 @@ void Interpreter::attention_projection_backward(const Op& op) {
 
 void Interpreter::attention_core_backward(const Op& op) {
   if (op.cp_ring_step >= 0) return ring_block_backward(op);
+  if (dims_.cp > 1 && scenario_.framework.cp_comm == model::CpComm::AllToAll) return ulysses_attention_backward(op);
   if (dims_.cp > 1) return context_attention_backward(op);
   ChunkState& state = chunk(op);
   LayerStash& s = stash(op);

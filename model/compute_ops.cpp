@@ -3,6 +3,8 @@
 #include <memory>
 #include <utility>
 
+#include "model/context_parallel_ops.hpp"
+
 namespace twin::model {
 namespace {
 
@@ -199,6 +201,8 @@ AttentionBenchmarkKernels unmasked_attention_kernels(double batch_heads, double 
 }
 
 Op attention_core(const Shapes& x, Phase phase) {
+  // a2a (DeepSpeed-Ulysses): after its all-to-alls the rank runs whole-sequence causal attention on its head group.
+  if (x.cp > 1 && x.cp_comm == CpComm::AllToAll) return attention_core(ulysses_core_shapes(x), phase);
   // Two batched GEMMs per head, Q K^T [s, d] x [d, s] and P V [s, s] x [s, d]: 4 b s^2 h / t FLOPs forward (the
   // model's count, Narayanan's, whatever a kernel skips under the causal mask; backward twice that).
   const bool backward = phase == Phase::Backward;

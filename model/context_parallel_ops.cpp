@@ -25,6 +25,7 @@ Op context_collective(CollectiveKind kind, Payload payload, Phase phase, double 
 // each other, not with the gathers. An all-gather's bytes are the gathered tensor's (cp shards).
 void gather_context_keys_values(std::vector<Op>& ops, const Shapes& x, Phase phase) {
   if (x.cp <= 1) return;
+  if (x.cp_comm == CpComm::AllToAll) return ulysses_to_heads(ops, x, phase);
   const double gathered = x.cp * key_value_shard_bytes(x);
   ops.push_back(context_collective(CollectiveKind::AllGather, Payload::ContextKeys, phase, gathered));
   ops.push_back(context_collective(CollectiveKind::AllGather, Payload::ContextValues, phase, gathered));
@@ -34,9 +35,14 @@ void gather_context_keys_values(std::vector<Op>& ops, const Shapes& x, Phase pha
 // reduce-scatter's bytes are its input (cp shards).
 void scatter_context_key_value_grads(std::vector<Op>& ops, const Shapes& x) {
   if (x.cp <= 1) return;
+  if (x.cp_comm == CpComm::AllToAll) return ulysses_grads_to_tokens(ops, x);
   const double whole = x.cp * key_value_shard_bytes(x);
   ops.push_back(context_collective(CollectiveKind::ReduceScatter, Payload::ContextKeyGrads, Phase::Backward, whole));
   ops.push_back(context_collective(CollectiveKind::ReduceScatter, Payload::ContextValueGrads, Phase::Backward, whole));
+}
+
+void return_context_output(std::vector<Op>& ops, const Shapes& x, Phase phase) {
+  if (x.cp > 1 && x.cp_comm == CpComm::AllToAll) ulysses_output_to_tokens(ops, x, phase);
 }
 
 }  // namespace twin::model

@@ -23,6 +23,7 @@ int gradient_accumulation_launches(const Scenario& scenario);
 struct Shapes {
   double seq, batch, tokens;  // tokens = micro_batch * seq_len / cp: the rank's part of the micro-batch
   double cp;                  // parallel.cp: the ranks that split each sequence (model/context_parallel.hpp)
+  CpComm cp_comm;             // framework.cp_comm: how they exchange around the attention core
   double seq_local;           // seq / cp: the queries of one sequence on this rank (two chunks of seq / 2 cp)
   double tokens_sp;           // tokens a rank holds outside the TP region: tokens / t with sequence parallelism
   double h, f, vocab_local, t, e;
@@ -52,6 +53,7 @@ struct Shapes {
     seq = d(s.model.seq_len);
     batch = d(s.parallel.micro_batch);
     cp = d(s.parallel.cp);
+    cp_comm = s.framework.cp_comm;
     seq_local = seq / cp;
     tokens = seq * batch / cp;
     t = d(s.parallel.tp);

@@ -15,7 +15,7 @@ namespace twin::model {
 namespace {
 
 // The attention core with its context-parallel exchanges: the ring's blocks and messages (`ring`: framework.cp_comm
-// = "p2p" with cp > 1), or the all_gather way's gathers around one core op (nothing to gather when cp == 1).
+// = "p2p" with cp > 1), or the all_gather or a2a way's exchanges around one core op (none when cp == 1).
 void context_attention(std::vector<Op>& ops, const Shapes& x, Phase phase, bool ring) {
   if (ring) {
     if (phase == Phase::Backward) {
@@ -27,7 +27,11 @@ void context_attention(std::vector<Op>& ops, const Shapes& x, Phase phase, bool 
   }
   gather_context_keys_values(ops, x, phase);
   ops.push_back(attention_core(x, phase));
-  if (phase == Phase::Backward) scatter_context_key_value_grads(ops, x);
+  if (phase == Phase::Backward) {
+    scatter_context_key_value_grads(ops, x);
+  } else {
+    return_context_output(ops, x, phase);  // a2a: the output back to tokens (the checkpointed function ends with it)
+  }
 }
 
 // Forward (or recomputed forward) of one transformer layer, op by op.

@@ -77,9 +77,19 @@ enum class Payload : std::uint8_t {
   ContextKeys,        // context parallelism (all_gather): a layer's keys gathered across the CP group (AG)
   ContextValues,      // ... its values (AG)
   ContextKeyGrads,    // ... the whole sequence's key gradients reduce-scattered back to their ranks (RS)
-  ContextValueGrads,  // ... the value gradients (RS) (keep it last)
+  ContextValueGrads,  // ... the value gradients (RS)
+  // Context parallelism (a2a, DeepSpeed-Ulysses; model/context_parallel_a2a.cpp): all-to-alls over the CP group that
+  // turn "seq / cp tokens, all of the rank's heads" into "the whole sequence, 1 / cp of them" (to heads) and back
+  UlyssesQueries,     // forward: the queries to heads
+  UlyssesKeys,        // ... the keys to heads
+  UlyssesValues,      // ... the values to heads
+  UlyssesOutput,      // ... the attention output back to tokens
+  UlyssesOutputGrad,  // backward: the output's gradient to heads
+  UlyssesQueryGrads,  // ... dQ back to tokens
+  UlyssesKeyGrads,    // ... dK back to tokens
+  UlyssesValueGrads,  // ... dV back to tokens (keep it last)
 };
-inline constexpr std::size_t kPayloadCount = static_cast<std::size_t>(Payload::ContextValueGrads) + 1;
+inline constexpr std::size_t kPayloadCount = static_cast<std::size_t>(Payload::UlyssesValueGrads) + 1;
 
 enum class Granularity : std::uint8_t {
   Op,     // every GEMM/kernel is an op: what the executor needs

@@ -38,13 +38,6 @@ Op fused_layer_op(const Scenario& scenario, int layer, Phase phase) {
 Program build_program(const Scenario& scenario, Granularity granularity) {
   if (auto problems = validation_problems(scenario); !problems.empty()) throw ScenarioError(problems);
   const auto& p = scenario.parallel;
-  if (p.cp > 1 && scenario.framework.cp_comm == CpComm::AllToAll) {
-    throw ScenarioError(
-        {fmt::format("{}: parallel.cp = {} with framework.cp_comm = \"{}\": only the p2p and all_gather ways' "
-                     "exchanges are in the Program yet (framework.cp_comm = \"p2p\" or \"all_gather\", "
-                     "--cp-comm-type)",
-                     scenario.source, p.cp, to_string(scenario.framework.cp_comm))});
-  }
   if (p.cp > kCpRingMaxSize && scenario.framework.cp_comm == CpComm::P2P) {
     throw ScenarioError(
         {fmt::format("parallel.cp = {}: the p2p ring's message tags hold at most {} CP ranks", p.cp, kCpRingMaxSize)});

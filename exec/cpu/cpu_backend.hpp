@@ -109,6 +109,16 @@ class CpuBackend final : public Backend {
   void context_ring_put_grads(const Tensor& dqkv, const Tensor& dq, const Tensor& dkv,
                               const ContextShape& shape) override;
 
+  // context parallelism, the a2a way: exec/cpu/cpu_context_a2a.cpp
+  void ulysses_split_heads(const Tensor& send, const Tensor& local, int width, int column, int heads,
+                           const ContextShape& shape) override;
+  void ulysses_join_heads(const Tensor& local, const Tensor& recv, int width, int column, int heads,
+                          const ContextShape& shape) override;
+  void ulysses_blocks_to_sequence(const Tensor& full, const Tensor& blocks, int width, int column, int heads,
+                                  const ContextShape& shape) override;
+  void ulysses_sequence_to_blocks(const Tensor& blocks, const Tensor& full, int width, int column, int heads,
+                                  const ContextShape& shape) override;
+
   void cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,
                                  int vocab_start, int vocab_local, int valid_vocab) override;
   void cross_entropy_combine(const Tensor& losses, const Tensor& lse, const Tensor& gathered_stats, int rows,

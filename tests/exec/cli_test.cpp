@@ -110,6 +110,27 @@ TEST_F(ExecRunFixture, MpiRanksTrainTheContextRingAsThreadsDo) {
   for (std::size_t i = 0; i < losses.size(); ++i) EXPECT_NEAR(losses[i], one.losses[i], 1e-5 * one.losses[i]);
 }
 
+// The a2a way (DeepSpeed-Ulysses) through MPI: 4 processes, CP 2 x TP 2 (one head of the 4 per rank inside the
+// attention core), give the threads' bits, and the single-rank losses within 1e-5.
+TEST_F(ExecRunFixture, MpiRanksTrainUlyssesContextParallelismAsThreadsDo) {
+  if (!testing::on_path("mpirun"))
+    GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): MPI launcher not tested";
+  const std::vector<std::string> model = {"framework.attention=\"flash2\"", "framework.cp_comm=\"a2a\""};
+  std::vector<std::string> sets = model;
+  sets.insert(sets.end(), {"parallel.cp=2", "parallel.tp=2"});
+  std::vector<std::string> args = twin_run({"--steps", "3", "--launcher", "mpi", "--json", dir + "/mpi.json"});
+  for (const std::string& set : sets) args.insert(args.end(), {"--set", set});
+  ASSERT_EQ(testing::run_command(args, dir + "/mpi.log"), 0) << testing::read_text(dir + "/mpi.log");
+  const auto losses = nlohmann::json::parse(testing::read_text(dir + "/mpi.json"))["losses"].get<std::vector<double>>();
+
+  TrainOptions options;
+  options.steps = 3;
+  EXPECT_EQ(losses, testing::train(testing::scenario(testing::small_toml(), sets), options).losses);  // bit for bit
+  const auto one = testing::train(testing::scenario(testing::small_toml(), model), options);
+  ASSERT_EQ(losses.size(), one.losses.size());
+  for (std::size_t i = 0; i < losses.size(); ++i) EXPECT_NEAR(losses[i], one.losses[i], 1e-5 * one.losses[i]);
+}
+
 // A checkpoint written by 4 threads (TP 2 x PP 2) resumed by 2 MPI ranks (PP 2): each process re-shards from the old
 // shard files by itself, and the run goes on as the uninterrupted one.
 TEST_F(ExecRunFixture, MpiRanksReshardACheckpointOfThreadsInAnotherPlan) {
