@@ -137,15 +137,17 @@ TEST(ContextParallelProgram, EveryWayBuildsWhereItsRuleHolds) {
   for (std::string_view comm : {"p2p", "all_gather"}) {
     EXPECT_NO_THROW(model::build_program(llama3_8b(8192, 2, comm), model::Granularity::Layer)) << comm;
   }
+  model::Scenario a2a = llama3_8b(8192, 2);
+  a2a.framework.cp_comm = model::CpComm::AllToAll;
   try {
-    model::build_program(llama3_8b(8192, 2, "a2a"), model::Granularity::Layer);
+    model::build_program(a2a, model::Granularity::Layer);
     FAIL() << "a2a over 8 key/value heads at tp 8 x cp 2";
   } catch (const model::ScenarioError& error) {
     EXPECT_NE(std::string(error.what()).find("framework.cp_comm = \"a2a\""), std::string::npos) << error.what();
   }
-  model::Scenario tp4 = llama3_8b(8192, 2, "a2a");
-  tp4.parallel.tp = 4;
-  EXPECT_NO_THROW(model::build_program(tp4, model::Granularity::Layer));
+  a2a.parallel.tp = 4;  // and dp 2 on the same 16 GPUs
+  a2a.parallel.dp = 2;
+  EXPECT_NO_THROW(model::build_program(a2a, model::Granularity::Layer));
 }
 
 TEST(ContextParallelSim, At128kTokensCp16FitsAndSplitsTheSequencesTimeWhereCp1DoesNotFit) {
