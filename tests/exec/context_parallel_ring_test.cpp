@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "exec/backend.hpp"
+#include "context_parallel_parity.hpp"
 #include "exec_test_util.hpp"
 
 namespace twin::exec {
@@ -18,47 +19,19 @@ using testing::parity_toml;
 using testing::scenario;
 using testing::train;
 
-constexpr int kSteps = 3;
-constexpr double kRelativeTolerance = 1e-5;
-
 const std::vector<std::string> kRingKeys = {"framework.attention=\"flash2\"", "framework.cp_comm=\"p2p\""};
-const std::vector<std::string> kLlamaKeys = {
-    "model.norm=\"rmsnorm\"", "model.activation=\"swiglu\"", "model.position_embedding=\"rope\"",
-    "model.kv_heads=2",       "model.linear_bias=false",     "framework.tied_embeddings=false"};
-
-std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 TrainResult run(const std::vector<std::string>& sets) {
-  TrainOptions options;
-  options.steps = kSteps;
-  options.comm_timeout_s = 120;
-  return train(scenario(parity_toml(), joined(kRingKeys, sets)), options);
+  return cp_parity::run_way(kRingKeys, sets);
 }
 
 void expect_same_losses(const TrainResult& many, const TrainResult& one, const std::string& plan) {
-  ASSERT_EQ(many.losses.size(), one.losses.size()) << plan;
-  double worst = 0;
-  for (std::size_t i = 0; i < one.losses.size(); ++i) {
-    const double relative = std::abs(many.losses[i] - one.losses[i]) / std::abs(one.losses[i]);
-    worst = std::max(worst, relative);
-    EXPECT_LE(relative, kRelativeTolerance)
-        << plan << " step " << i << ": " << many.losses[i] << " vs " << one.losses[i];
-    EXPECT_NEAR(many.grad_norms[i], one.grad_norms[i], 1e-4 * one.grad_norms[i]) << plan << " step " << i;
-  }
-  std::printf("[ ring parity ] %-26s losses %.7f %.7f %.7f   max relative difference %.1e\n", plan.c_str(),
-              many.losses[0], many.losses[1], many.losses[2], worst);
+  cp_parity::expect_same_losses(many, one, plan, "ring parity");
 }
 
-struct Plan {
-  const char* name;
-  std::vector<std::string> sets;
-};
-void PrintTo(const Plan& plan, std::ostream* out) {
-  *out << plan.name;
-}
+using cp_parity::joined;
+using cp_parity::kLlamaKeys;
+using cp_parity::Plan;
 
 class ExecContextRingParity : public ::testing::TestWithParam<Plan> {};
 
