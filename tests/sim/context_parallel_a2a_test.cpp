@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "context_parallel_scenarios.hpp"
 #include "model/context_parallel.hpp"
 #include "model/program.hpp"
 #include "sim/collectives.hpp"
@@ -20,6 +21,7 @@
 namespace twin::sim {
 namespace {
 
+using cp_scenarios::cp_attention;
 using model::Op;
 using model::Payload;
 using model::Phase;
@@ -65,11 +67,6 @@ cp_comm = "{}"
 )",
                   kv_heads, seq, tp, cp, 2 * dp, tp > 1 ? "true" : "false", recompute, nodes, cp_comm);
   return model::parse_scenario(toml, "test");
-}
-
-model::CpAttention cp_attention(const model::Scenario& s) {
-  return model::CpAttention{s.parallel.micro_batch, s.model.seq_len, s.model.heads, s.model.key_value_heads(),
-                            s.model.head_dim(),     s.parallel.tp,   s.parallel.cp, 2};
 }
 
 // The Context group's ops of one layer and micro-batch in one phase, in issue order (compute ops as well).

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "context_parallel_scenarios.hpp"
 #include "model/context_parallel_ring.hpp"
 #include "model/program.hpp"
 #include "sim/cost_model.hpp"
@@ -14,45 +15,7 @@
 namespace twin::sim {
 namespace {
 
-// Llama 3 8B (Meta's model card: 32 layers, hidden 4096, 32 heads, 8 key/value heads, FFN 14336) on DGX H100s, TP 8
-// with sequence parallelism, one sequence per iteration (tests/sim/context_parallel_sim_test.cpp's).
-model::Scenario llama3_8b(std::int64_t seq, std::int64_t cp, std::string_view cp_comm) {
-  return model::parse_scenario(fmt::format(R"(
-[model]
-name = "llama3-8b"
-layers = 32
-hidden = 4096
-heads = 32
-kv_heads = 8
-ffn_hidden = 14336
-seq_len = {}
-vocab = 128256
-dtype = "bf16"
-norm = "rmsnorm"
-activation = "swiglu"
-position_embedding = "rope"
-linear_bias = false
-[parallel]
-tp = 8
-cp = {}
-micro_batch = 1
-global_batch = 2
-sequence_parallel = true
-zero_stage = 1
-dp_overlap = true
-[cluster]
-nodes = {}
-node = "dgx-h100"
-[framework]
-name = "megatron"
-tied_embeddings = false
-dropout = false
-attention = "flash2"
-cp_comm = "{}"
-)",
-                                           seq, cp, cp, cp_comm),
-                               "test");
-}
+using cp_scenarios::llama3_8b;
 
 double iteration_s(const model::Program& program) {
   const AnalyticalCostModel cost(topology::h100_sxm5_80gb());

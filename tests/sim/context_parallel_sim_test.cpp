@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "context_parallel_scenarios.hpp"
 #include "model/context_parallel.hpp"
 #include "model/formulas.hpp"
 #include "model/program.hpp"
@@ -16,53 +17,9 @@
 namespace twin::sim {
 namespace {
 
+using cp_scenarios::cp_attention;
+using cp_scenarios::llama3_8b;
 using model::Op;
-
-// Llama 3 8B (Meta's model card: 32 layers, hidden 4096, 32 heads, 8 key/value heads, FFN 14336) on DGX H100s, TP 8
-// with sequence parallelism, one sequence per iteration.
-model::Scenario llama3_8b(std::int64_t seq, std::int64_t cp, std::string_view cp_comm = "all_gather") {
-  const std::int64_t nodes = cp;  // TP 8 fills a node
-  const std::string toml = fmt::format(R"(
-[model]
-name = "llama3-8b"
-layers = 32
-hidden = 4096
-heads = 32
-kv_heads = 8
-ffn_hidden = 14336
-seq_len = {}
-vocab = 128256
-dtype = "bf16"
-norm = "rmsnorm"
-activation = "swiglu"
-position_embedding = "rope"
-linear_bias = false
-[parallel]
-tp = 8
-cp = {}
-micro_batch = 1
-global_batch = 2
-sequence_parallel = true
-zero_stage = 1
-dp_overlap = true
-[cluster]
-nodes = {}
-node = "dgx-h100"
-[framework]
-name = "megatron"
-tied_embeddings = false
-dropout = false
-attention = "flash2"
-cp_comm = "{}"
-)",
-                                       seq, cp, nodes, cp_comm);
-  return model::parse_scenario(toml, "test");
-}
-
-model::CpAttention cp_attention(const model::Scenario& s) {
-  return model::CpAttention{s.parallel.micro_batch, s.model.seq_len, s.model.heads, s.model.key_value_heads(),
-                            s.model.head_dim(),     s.parallel.tp,   s.parallel.cp, 2};
-}
 
 // Per layer and micro-batch, the bytes this rank puts into CP collectives, as the closed form counts them: an
 // all-gather's shard (its op carries the gathered tensor, cp shards), a reduce-scatter's whole input.
