@@ -18,6 +18,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "exec/checkpoint_io.hpp"
 #include "exec/errors.hpp"
 
 namespace twin::exec {
@@ -36,19 +37,6 @@ constexpr std::uint32_t kParameterShardOnly = 2;
 constexpr const char* kManifestFormat = "twin-checkpoint";
 constexpr int kManifestVersion = 1;
 
-std::uint64_t fnv1a(const char* data, std::size_t n) {
-  std::uint64_t hash = 0xcbf29ce484222325ull;
-  for (std::size_t i = 0; i < n; ++i) {
-    hash ^= static_cast<unsigned char>(data[i]);
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
-
-std::string hex(std::uint64_t value) {
-  return fmt::format("{:016x}", value);
-}
-
 // FNV-1a 64 of the losses' IEEE bits, in order (JSON writes doubles so that they read back exactly; a skipped step's
 // NaN, written as null, counts as the one quiet NaN).
 std::uint64_t losses_checksum(std::vector<double> losses) {
@@ -56,87 +44,6 @@ std::uint64_t losses_checksum(std::vector<double> losses) {
     if (std::isnan(loss)) loss = std::numeric_limits<double>::quiet_NaN();
   }
   return fnv1a(reinterpret_cast<const char*>(losses.data()), losses.size() * sizeof(double));
-}
-
-// temp file + fsync + rename: a reader (or a resumed run after SIGKILL) sees the old file or the new one, never half.
-// A failure (a full disk, a file size limit) removes the temporary and stops the run naming the file.
-void write_atomically(const fs::path& path, const std::string& bytes, const std::string& kill_writing) {
-  const fs::path temporary = path.string() + ".tmp";
-  auto fail = [&](const std::string& what, int error) {
-    ::unlink(temporary.c_str());
-    throw RunFailure(
-        fmt::format("checkpoint: {} '{}' failed: {} (this checkpoint is incomplete and resuming ignores "
-                    "it; the previous ones are untouched)",
-                    what, temporary.string(), std::strerror(error)));
-  };
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("creating", errno);
-  const bool interrupt = !kill_writing.empty() && path.filename() == kill_writing;
-  const std::size_t size = interrupt ? bytes.size() / 2 : bytes.size();
-  std::size_t written = 0;
-  while (written < size) {
-    const ssize_t n = ::write(fd, bytes.data() + written, size - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      ::close(fd);
-      fail("writing", error);
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  if (interrupt) {  // fault injection: the process dies with half the file written, as a power cut would leave it
-    ::fsync(fd);
-    ::raise(SIGKILL);
-  }
-  if (::fsync(fd) != 0) {
-    const int error = errno;
-    ::close(fd);
-    fail("writing", error);
-  }
-  if (::close(fd) != 0) fail("writing", errno);
-  std::error_code error;
-  fs::rename(temporary, path, error);
-  if (error) {
-    ::unlink(temporary.c_str());
-    throw RunFailure(
-        fmt::format("checkpoint: cannot rename '{}' to '{}': {}", temporary.string(), path.string(), error.message()));
-  }
-}
-
-// The whole file, or a RunError naming it. Anything but a regular file is refused before reading (a directory or a
-// symbolic-link loop in its place, a named pipe that would block the run forever).
-std::string read_file(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    throw RunError(
-        fmt::format("checkpoint file '{}' is missing or unreadable: {}", path.string(), std::strerror(errno)));
-  }
-  struct FileCloser {
-    int fd;
-    ~FileCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat info {};
-  if (::fstat(fd, &info) != 0) {
-    throw RunError(fmt::format("checkpoint file '{}' is unreadable: {}", path.string(), std::strerror(errno)));
-  }
-  if (!S_ISREG(info.st_mode)) {
-    throw RunError(fmt::format("checkpoint file '{}' is unreadable: it is {}, not a regular file", path.string(),
-                               S_ISDIR(info.st_mode) ? "a directory" : "a special file"));
-  }
-  std::string bytes(static_cast<std::size_t>(info.st_size), '\0');
-  std::size_t done = 0;
-  while (true) {
-    if (done == bytes.size()) bytes.resize(bytes.size() + 65536);  // the file grew since fstat: read to its end
-    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      throw RunError(fmt::format("checkpoint file '{}' is unreadable: {}", path.string(), std::strerror(errno)));
-    }
-    if (n == 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  bytes.resize(done);
-  return bytes;
 }
 
 // Reads the manifest's fields, each checked for presence, type and range before it is converted (a JSON 1e30 or -5
@@ -291,6 +198,13 @@ void write_manifest(const fs::path& step_dir, const Manifest& m, const std::stri
     shards.push_back({{"rank", s.rank}, {"file", s.file}, {"bytes", s.bytes}, {"fnv1a64", hex(s.checksum)}});
   }
   json["shards"] = std::move(shards);
+  if (!m.fp8_states.empty()) {
+    nlohmann::json fp8 = nlohmann::json::array();
+    for (const ShardRecord& s : m.fp8_states) {
+      fp8.push_back({{"rank", s.rank}, {"file", s.file}, {"bytes", s.bytes}, {"fnv1a64", hex(s.checksum)}});
+    }
+    json["fp8_states"] = std::move(fp8);
+  }
   write_atomically(step_dir / "manifest.json", json.dump(2) + "\n", kill_writing);
 }
 
@@ -334,15 +248,20 @@ Manifest read_manifest(const fs::path& step_dir) {
                       "(edited or damaged)",
                       path.string(), json["losses_fnv1a64"].get<std::string>()));
     }
-    const nlohmann::json& shards = fields.at(json, "shards", "shards");
-    if (!shards.is_array()) fields.corrupt("shards", shards, "a list");
-    for (std::size_t i = 0; i < shards.size(); ++i) {
-      const std::string field = fmt::format("shards[{}]", i);
-      m.shards.push_back(ShardRecord{fields.whole_number<int>(shards[i], "rank", field + ".rank", 0, m.world_size - 1),
-                                     fields.text(shards[i], "file", field + ".file"),
-                                     fields.whole_number<std::uint64_t>(shards[i], "bytes", field + ".bytes"),
-                                     fields.hex64(shards[i], "fnv1a64", field + ".fnv1a64")});
-    }
+    auto records = [&](const std::string& key, std::vector<ShardRecord>& into) {
+      const nlohmann::json& list = fields.at(json, key, key);
+      if (!list.is_array()) fields.corrupt(key, list, "a list");
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        const std::string field = fmt::format("{}[{}]", key, i);
+        into.push_back(ShardRecord{fields.whole_number<int>(list[i], "rank", field + ".rank", 0, m.world_size - 1),
+                                   fields.text(list[i], "file", field + ".file"),
+                                   fields.whole_number<std::uint64_t>(list[i], "bytes", field + ".bytes"),
+                                   fields.hex64(list[i], "fnv1a64", field + ".fnv1a64")});
+      }
+    };
+    records("shards", m.shards);
+    // FP8 delayed scaling's state files, since checkpoints keep it: absent otherwise (and in older checkpoints)
+    if (json.contains("fp8_states")) records("fp8_states", m.fp8_states);
   } catch (const RunError&) {
     throw;
   } catch (const std::exception& error) {
@@ -351,6 +270,10 @@ Manifest read_manifest(const fs::path& step_dir) {
   if (static_cast<int>(m.shards.size()) != m.world_size) {
     throw RunError(fmt::format("checkpoint manifest '{}' lists {} shards for a world of {} ranks", path.string(),
                                m.shards.size(), m.world_size));
+  }
+  if (!m.fp8_states.empty() && static_cast<int>(m.fp8_states.size()) != m.world_size) {
+    throw RunError(fmt::format("checkpoint manifest '{}' lists {} fp8_states for a world of {} ranks", path.string(),
+                               m.fp8_states.size(), m.world_size));
   }
   // A folder copied or renamed to another step would resume from the wrong place and, being "newer", make the cleanup
   // of old checkpoints remove the real ones.
@@ -375,10 +298,22 @@ model::Scenario checkpoint_scenario(const Manifest& m, const fs::path& step_dir)
   }
 }
 
+model::RankLayout plan_layout(const model::Scenario& s) {
+  const auto& p = s.parallel;
+  return model::RankLayout(model::LayoutSizes{static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp),
+                                              static_cast<int>(p.cp), static_cast<int>(p.ep), static_cast<int>(p.etp)});
+}
+
+std::string plan_text(const model::Scenario& s) {
+  const auto& p = s.parallel;
+  const std::string cp = p.cp > 1 ? fmt::format(" x CP {}", p.cp) : std::string();
+  return fmt::format("TP {} x PP {} x DP {}{}", p.tp, p.pp, p.dp, cp);
+}
+
 bool same_layout(const model::Scenario& then, const model::Scenario& now) {
   const auto& a = then.parallel;
   const auto& b = now.parallel;
-  return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.ep == b.ep && a.etp == b.etp &&
+  return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.cp == b.cp && a.ep == b.ep && a.etp == b.etp &&
          a.virtual_stages == b.virtual_stages && a.first_stage_layers == b.first_stage_layers &&
          a.last_stage_layers == b.last_stage_layers && a.zero_stage == b.zero_stage &&
          then.shards_parameters() == now.shards_parameters() && then.padded_vocab() == now.padded_vocab();
@@ -437,6 +372,7 @@ std::vector<std::string> check_compatible(const Manifest& m, const fs::path& ste
   compare(notes, "parallel.tp", then.parallel.tp, now.parallel.tp);
   compare(notes, "parallel.pp", then.parallel.pp, now.parallel.pp);
   compare(notes, "parallel.dp", then.parallel.dp, now.parallel.dp);
+  compare(notes, "parallel.cp", then.parallel.cp, now.parallel.cp);
   compare(notes, "parallel.ep", then.parallel.ep, now.parallel.ep);
   compare(notes, "parallel.virtual_stages", then.parallel.virtual_stages, now.parallel.virtual_stages);
   compare(notes, "parallel.first_stage_layers", then.parallel.first_stage_layers, now.parallel.first_stage_layers);
@@ -552,13 +488,11 @@ void reshard(const fs::path& step_dir, const Manifest& m, const model::Scenario&
       f.has_state.assign(n, 0);
     }
   }
-  const model::RankLayout old_layout(static_cast<int>(then.parallel.tp), static_cast<int>(then.parallel.pp),
-                                     static_cast<int>(then.parallel.dp));
+  const model::RankLayout old_layout = plan_layout(then);
   if (old_layout.world_size() != m.world_size) {
-    throw RunError(
-        fmt::format("checkpoint manifest '{}' says world_size {}, but its plan TP {} x PP {} x DP {} has {} ranks",
-                    (step_dir / "manifest.json").string(), m.world_size, then.parallel.tp, then.parallel.pp,
-                    then.parallel.dp, old_layout.world_size()));
+    throw RunError(fmt::format("checkpoint manifest '{}' says world_size {}, but its plan {} has {} ranks",
+                               (step_dir / "manifest.json").string(), m.world_size, plan_text(then),
+                               old_layout.world_size()));
   }
   // Every old rank whose stage holds one of those tensors: its shard read (and checked) as read_shard reads it, and
   // each of its local elements put where it sits in the full tensor.
@@ -615,10 +549,9 @@ void reshard(const fs::path& step_dir, const Manifest& m, const model::Scenario&
         const bool owned = at >= owned_begin && at < owned_end;
         if (!f.has_value[e] || (owned && !f.has_state[e])) {
           throw RunError(
-              fmt::format("checkpoint '{}' (TP {} x PP {} x DP {}) holds no {} of {} element {}: its shards "
-                          "do not cover the model this run re-shards them into",
-                          step_dir.string(), then.parallel.tp, then.parallel.pp, then.parallel.dp,
-                          f.has_value[e] ? "Adam state" : "value", t.name, e));
+              fmt::format("checkpoint '{}' ({}) holds no {} of {} element {}: its shards do not cover the model this "
+                          "run re-shards them into",
+                          step_dir.string(), plan_text(then), f.has_value[e] ? "Adam state" : "value", t.name, e));
         }
         params[at] = f.value[e];
         if (!owned) continue;

@@ -1,17 +1,19 @@
 // Checkpoints: DIR/step-NNNNNNNN/ holds one shard file per rank (rank-RRRRR.bin: its parameters, Adam state and
 // master weights, bucket by bucket; under ZeRO-3 its shard of the parameters alone, like the Adam state: the other
-// ranks' regions are freed, NaN, outside the gathers) and manifest.json (the scenario as TOML, the step, the data
-// position and fingerprint, the RNG state, each shard's size and checksum). Every file is written to a temporary and
-// renamed; the manifest is written last, by rank 0, once every rank has renamed its shard: a step directory with a
-// manifest is complete, one without is ignored.
+// ranks' regions are freed, NaN, outside the gathers; CP ranks write theirs as DP replicas do), under FP8 delayed
+// scaling one state file per rank (fp8-rank-RRRRR.bin, checkpoint_fp8.hpp), and manifest.json (the scenario as TOML,
+// the step, the data position and fingerprint, the RNG state, each file's size and checksum). Every file is written to
+// a temporary and renamed; the manifest is written last, by rank 0, once every rank has renamed its shard: a step
+// directory with a manifest is complete, one without is ignored.
 //
 // Loading checks, each failure a RunError naming the file: every file read is a regular file (not a directory or a
 // link loop); the manifest parses, each field has its type and range (named with its value as written otherwise), and
 // its step is the one the folder's name says (a copied or renamed folder is refused); the scenario's model, global
 // batch, seed and data are this run's (else refused with the list of differences); each shard exists, has the
 // manifest's size (else "truncated") and checksum (else "corrupt"), and holds the buckets its rank's plan gives it.
-// A checkpoint of another plan (TP, PP, DP, virtual stages, stage sizes, ZeRO stage, vocabulary padding) is re-sharded:
-// every element of every full tensor, and Adam's state of it, goes to whichever rank of the new plan holds it.
+// A checkpoint of another plan (TP, PP, DP, CP, virtual stages, stage sizes, ZeRO stage, vocabulary padding) is
+// re-sharded: every element of every full tensor, and Adam's state of it, goes to whichever rank of the new plan holds
+// it.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@
 
 #include "exec/backend.hpp"
 #include "exec/model_shard.hpp"
+#include "model/ranks.hpp"
 #include "model/scenario.hpp"
 
 namespace twin::exec {
@@ -42,6 +45,7 @@ struct Manifest {
   std::uint64_t seed = 0;      // the counter-based RNG's whole state with `step` (no other random state exists)
   std::vector<double> losses;  // per step so far (for the run's record)
   std::vector<ShardRecord> shards;
+  std::vector<ShardRecord> fp8_states;  // FP8 delayed scaling: each rank's scales (checkpoint_fp8.hpp); else empty
 };
 
 std::filesystem::path step_directory(const std::filesystem::path& dir, int step);
@@ -95,7 +99,11 @@ Manifest read_manifest(const std::filesystem::path& step_dir);
 // The scenario the checkpoint was written under (its manifest's TOML); RunError naming the manifest if it does not
 // load.
 model::Scenario checkpoint_scenario(const Manifest& manifest, const std::filesystem::path& step_dir);
-// Whether `now` lays the model's tensors out across ranks as `then` did (tp, pp, dp, virtual stages, stage sizes,
+// The ranks of a scenario's plan (its tp, pp, dp, cp, ep and etp), and the plan as a reader names it: "TP 2 x PP 1 x
+// DP 2", with " x CP n" under context parallelism.
+model::RankLayout plan_layout(const model::Scenario& s);
+std::string plan_text(const model::Scenario& s);
+// Whether `now` lays the model's tensors out across ranks as `then` did (tp, pp, dp, cp, virtual stages, stage sizes,
 // ZeRO stage, padded vocabulary): each rank then reads its own shard (read_shard), else resuming re-shards (reshard).
 bool same_layout(const model::Scenario& then, const model::Scenario& now);
 // Throws RunError listing every difference that forbids resuming `now` from `manifest`; returns notes about

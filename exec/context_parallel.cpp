@@ -30,8 +30,7 @@ MicroBatch context_parallel_share(const MicroBatch& whole, int batch, int seq, i
   return mine;
 }
 
-void refuse_unsupported_context_parallelism(const model::Scenario& scenario, const Backend& backend,
-                                            const std::string& checkpoint_dir) {
+void refuse_unsupported_context_parallelism(const model::Scenario& scenario, const Backend& backend) {
   const auto cp = scenario.parallel.cp;
   if (cp <= 1) return;
   if (backend.device() != Device::Host) {
@@ -39,20 +38,6 @@ void refuse_unsupported_context_parallelism(const model::Scenario& scenario, con
         fmt::format("{}: parallel.cp = {}: the {} backend does not run context parallelism yet (run with "
                     "--backend cpu, or parallel.cp = 1)",
                     scenario.source, cp, backend.name()));
-  }
-  // FP8's amaxes reduce over TP and DP (model/precision); under CP each rank also scales its own tokens' amaxes: not
-  // checked against one rank yet
-  if (scenario.model.fp8 != model::Fp8Format::None) {
-    throw RunError(
-        fmt::format("{}: parallel.cp = {}: the executor does not combine context parallelism with model.fp8 "
-                    "yet; run with model.fp8 = \"none\"",
-                    scenario.source, cp));
-  }
-  if (!checkpoint_dir.empty()) {
-    throw RunError(
-        fmt::format("{}: parallel.cp = {}: the executor does not write or read checkpoints of a context-"
-                    "parallel run yet; run without --checkpoint-dir",
-                    scenario.source, cp));
   }
 }
 

@@ -1,6 +1,11 @@
 #include "exec/fp8_state.hpp"
 
+#include <utility>
+
+#include <fmt/core.h>
+
 #include "exec/check.hpp"
+#include "exec/errors.hpp"
 
 namespace twin::exec {
 
@@ -46,6 +51,40 @@ float Fp8State::scale(int layer, model::ComputeKind what, Role role) const {
   if (it == tensors_.end()) return 1.0f;
   const Tensors& t = it->second;
   return role == Role::Input ? t.input.scale() : role == Role::Weight ? t.weight.scale() : t.gradient.scale();
+}
+
+std::vector<Fp8TensorScales> Fp8State::saved() const {
+  std::vector<Fp8TensorScales> out;
+  for (const auto& [key, t] : tensors_) {
+    Fp8TensorScales s;
+    s.layer = key.first;
+    s.what = key.second;
+    std::size_t role = 0;
+    for (const k::DelayedScaling* d : {&t.input, &t.weight, &t.gradient}) {
+      s.scale[role] = d->scale();
+      s.amax_history[role++] = d->amax_history();
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void Fp8State::restore(const std::vector<Fp8TensorScales>& saved) {
+  tensors_.clear();
+  for (const Fp8TensorScales& s : saved) {
+    Tensors& t = tensors_[{s.layer, s.what}];
+    std::size_t role = 0;
+    for (k::DelayedScaling* d : {&t.input, &t.weight, &t.gradient}) {
+      if (s.amax_history[role].size() != d->amax_history().size()) {
+        throw RunError(
+            fmt::format("FP8 delayed scaling of layer {} GEMM {}: an amax history of {} steps, this run "
+                        "keeps {}",
+                        s.layer, s.what, s.amax_history[role].size(), d->amax_history().size()));
+      }
+      d->restore(s.amax_history[role], s.scale[role]);
+      ++role;
+    }
+  }
 }
 
 Fp8GemmOperands Fp8State::operands(const model::Op& op) {

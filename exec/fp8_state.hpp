@@ -18,6 +18,7 @@
 // its forward used, whatever regions have updated them since; only the output gradient takes the scale of now.
 #pragma once
 
+#include <array>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -33,6 +34,16 @@ namespace twin::exec {
 // The operands of one FP8 GEMM call: input and weight (forward, recompute, backward), output gradient (backward).
 struct Fp8GemmOperands {
   Fp8Operand input, weight, gradient;
+};
+
+// Delayed scaling's state of one GEMM's three tensors between iterations (what a checkpoint keeps,
+// exec/checkpoint_fp8.hpp): by role (input, weight, output gradient) its scale and its amax history.
+struct Fp8TensorScales {
+  int layer = 0;  // global layer index
+  int what = 0;   // model::ComputeKind of the GEMM
+  std::array<float, 3> scale{1, 1, 1};
+  std::array<std::vector<float>, 3> amax_history;
+  bool operator==(const Fp8TensorScales&) const = default;
 };
 
 class Fp8State {
@@ -54,6 +65,10 @@ class Fp8State {
   // Delayed scaling: the scale `role` of the GEMM `what` of layer `layer` would take now (1 before any update).
   enum class Role : unsigned char { Input, Weight, OutputGradient };
   float scale(int layer, model::ComputeKind what, Role role) const;
+  // Delayed scaling's state between iterations, by (layer, GEMM kind), and back: restore() replaces every tensor's
+  // state with `saved`'s (a history of another length than this recipe's is an error naming the tensor).
+  std::vector<Fp8TensorScales> saved() const;
+  void restore(const std::vector<Fp8TensorScales>& saved);
 
  private:
   struct Tensors {

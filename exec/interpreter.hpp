@@ -91,6 +91,7 @@ class Interpreter {
   const std::vector<model::Op>& ops() const { return ops_; }
   // model.fp8: the FP8 scales and amaxes this rank keeps (null without FP8)
   const Fp8State* fp8_state() const { return fp8_.get(); }
+  Fp8State* fp8_state() { return fp8_.get(); }
   // "op #12 forward qkv_projection layer 3 micro-batch 1" (model::op_label): how messages name op i
   const std::string& label(std::size_t op_index) const { return labels_[op_index]; }
 

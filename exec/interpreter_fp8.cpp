@@ -5,11 +5,13 @@
 // E5M2 under "hybrid"), reads them back and multiplies in fp32 (the backend's fp8_matmul_*: emulated on the CPU).
 // Amaxes reduce to their maximum over their group, so that every plan quantizes alike:
 //   delayed     at the end of each forward and backward region (the Program's Fp8Amax op on TransformerLayer), the
-//               region's amaxes over TP and the op's group (data parallel, when there are replicas): TE's amax
-//               reduction group. Under TP the max of the shards' amaxes is the whole tensor's, so a TP plan's scales
-//               are one rank's, bit for bit; DP replicas see other micro-batches, so theirs are the max over them.
+//               region's amaxes over TP and the op's group (DP x CP, when there are replicas or CP ranks): TE's amax
+//               reduction group. Under TP the max of the shards' amaxes is the whole tensor's, and under CP the max
+//               of the ranks' chunks' amaxes is the whole sequence's, so those plans' scales are one rank's; DP
+//               replicas see other micro-batches, so theirs are the max over them.
 //   tensorwise  before a sequence-parallel input's gather (the Fp8Amax op on the GEMM's kind): the input shards'
-//               amaxes over TP, which is the gathered input's own amax (the GEMM checks that it is).
+//               amaxes over TP, which is the gathered input's own amax (the GEMM checks that it is). Never over CP:
+//               a CP rank scales its own tokens, as TE's current scaling does (its amax group is TP's alone).
 #include <fmt/core.h>
 
 #include <algorithm>

@@ -14,9 +14,11 @@
 
 #include "exec/backend.hpp"
 #include "exec/checkpoint.hpp"
+#include "exec/checkpoint_fp8.hpp"
 #include "exec/context_parallel.hpp"
 #include "exec/deferred_emulation.hpp"
 #include "exec/errors.hpp"
+#include "exec/fp8_state.hpp"
 #include "exec/interpreter.hpp"
 #include "exec/model_shard.hpp"
 #ifdef TWIN_HAVE_CUDA
@@ -79,7 +81,7 @@ class RankRun {
                                  "emulates it; twin sim predicts it)",
                                  scenario_.source, model::to_string(scenario_.model.fp8), backend_->name()));
     }
-    refuse_unsupported_context_parallelism(scenario_, *backend_, options.checkpoint_dir);
+    refuse_unsupported_context_parallelism(scenario_, *backend_);
     if (options.check_deferred_collectives && backend_->device() == Device::Host) {
       deferred_ = std::make_unique<DeferredCollectives>(rank_, DeferredCheck::Strict);
       backend_ = make_deferred_check_backend(std::move(backend_), *deferred_);
@@ -101,6 +103,7 @@ class RankRun {
     }
     const DataLoader loader(data_, scenario_);
     Interpreter interpreter(program_, rank_, *backend_, device_comm_ ? *device_comm_ : comm_, *shard_);
+    if (fp8_restored_) interpreter.fp8_state()->restore(*fp8_restored_);
     const model::RankCoord coord = program_.layout.coord_of(rank_);
     const int dp_rank = coord.dp;
     const double tokens_per_step = static_cast<double>(scenario_.parallel.global_batch * scenario_.model.seq_len);
@@ -190,29 +193,31 @@ class RankRun {
       }
       const int done = step + 1;
       const bool due = options_.checkpoint_every > 0 ? done % options_.checkpoint_every == 0 : false;
-      if (!options_.checkpoint_dir.empty() && (due || done == options_.steps)) save_checkpoint(done);
+      if (!options_.checkpoint_dir.empty() && (due || done == options_.steps)) {
+        save_checkpoint(done, interpreter.fp8_state());
+      }
     }
   }
 
  private:
-  // Returns the first step to run.
-  // Delayed scaling's amax history is not in checkpoints: a resumed run would restart its scales at 1 and leave the
-  // run it continues (checkpoints resume bit for bit, or not at all).
-  void refuse_fp8_delayed_resume(const std::filesystem::path& latest) const {
-    if (scenario_.model.fp8 == model::Fp8Format::None || scenario_.framework.fp8_recipe != model::Fp8Recipe::Delayed) {
-      return;
-    }
-    throw RunError(fmt::format("{}: model.fp8 = \"{}\" with framework.fp8_recipe = \"delayed\": checkpoints do not keep "
-                               "the amax history, so {} cannot be resumed as it ran; start over (--no-resume) or train "
-                               "with another recipe",
-                               scenario_.source, model::to_string(scenario_.model.fp8), latest.string()));
+  static bool fp8_delayed(const model::Scenario& s) {
+    return s.model.fp8 != model::Fp8Format::None && s.framework.fp8_recipe == model::Fp8Recipe::Delayed;
   }
 
+  // FP8 delayed scaling's scales and amax histories, read with the shard (checkpoint_fp8.hpp) and put into the
+  // interpreter's Fp8State when run() makes it. A checkpoint trained without delayed scaling has none: the scales start
+  // at 1, as a fresh run's do.
+  void read_fp8_state(const fs::path& latest, const Manifest& manifest, const model::Scenario& then, bool resharded) {
+    if (!fp8_delayed(scenario_) || !fp8_delayed(then)) return;
+    fp8_restored_ = resharded ? read_fp8_state_resharded(latest, manifest, then, *shard_)
+                              : exec::read_fp8_state(latest, manifest, rank_);
+  }
+
+  // Returns the first step to run.
   int restore_or_initialize() {
     if (!options_.checkpoint_dir.empty() && options_.resume) {
       const auto unfinished = unfinished_checkpoints(options_.checkpoint_dir);
       if (const auto latest = latest_checkpoint(options_.checkpoint_dir)) {
-        refuse_fp8_delayed_resume(*latest);
         const Manifest manifest = read_manifest(*latest);
         const auto notes = check_compatible(manifest, *latest, scenario_, data_.path, data_.fingerprint);
         const model::Scenario then = checkpoint_scenario(manifest, *latest);
@@ -222,6 +227,7 @@ class RankRun {
         } else {
           read_shard(*latest, manifest, rank_, *shard_, *backend_);
         }
+        read_fp8_state(*latest, manifest, then, resharded);
         history_ = manifest.losses;
         last_written_ = manifest.step;
         if (result_ != nullptr) {
@@ -237,10 +243,9 @@ class RankRun {
             }
             options_.on_note(fmt::format("resuming from {} (step {})", latest->string(), manifest.step));
             if (resharded) {
-              options_.on_note(fmt::format(
-                  "re-sharded from TP {} x PP {} x DP {} (ZeRO {}) to TP {} x PP {} x DP {} (ZeRO {})",
-                  then.parallel.tp, then.parallel.pp, then.parallel.dp, then.parallel.zero_stage, scenario_.parallel.tp,
-                  scenario_.parallel.pp, scenario_.parallel.dp, scenario_.parallel.zero_stage));
+              options_.on_note(fmt::format("re-sharded from {} (ZeRO {}) to {} (ZeRO {})", plan_text(then),
+                                           then.parallel.zero_stage, plan_text(scenario_),
+                                           scenario_.parallel.zero_stage));
             }
             for (const auto& note : notes) options_.on_note("changed since the checkpoint: " + note);
           }
@@ -345,18 +350,22 @@ class RankRun {
                     step + 1, problem, saved, scenario_.training.learning_rate, resume));
   }
 
-  void save_checkpoint(int done) {
+  // `fp8`: the interpreter's FP8 state (null without FP8): delayed scaling's is saved beside the shard.
+  void save_checkpoint(int done, const Fp8State* fp8) {
     const fs::path dir = step_directory(options_.checkpoint_dir, done);
     const FaultInjection& fault = options_.fault;
     const std::string kill_writing =
         fault.mode == FaultInjection::Mode::KillWriting && fault.step + 1 == done ? fault.file : std::string();
-    const ShardRecord mine =
-        write_shard(dir, rank_, static_cast<int>(world_.members.size()), done, *shard_, *backend_, kill_writing);
-    // everyone's (bytes, checksum), which also tells rank 0 that every shard is in place
+    const int world_size = static_cast<int>(world_.members.size());
+    const ShardRecord mine = write_shard(dir, rank_, world_size, done, *shard_, *backend_, kill_writing);
+    const bool keeps_fp8 = fp8 != nullptr && fp8->delayed();
+    const ShardRecord fp8_mine =
+        keeps_fp8 ? write_fp8_state(dir, rank_, world_size, done, fp8->saved(), kill_writing) : ShardRecord{};
+    // everyone's (bytes, checksum) of both files, which also tells rank 0 that every file is in place
     const std::size_t world = world_.members.size();
-    std::vector<std::uint64_t> records(2 * world);
-    const std::uint64_t local[2] = {mine.bytes, mine.checksum};
-    comm_.all_gather(world_, local, records.data(), 2, DType::F64, "checkpoint shard records");
+    std::vector<std::uint64_t> records(4 * world);
+    const std::uint64_t local[4] = {mine.bytes, mine.checksum, fp8_mine.bytes, fp8_mine.checksum};
+    comm_.all_gather(world_, local, records.data(), 4, DType::F64, "checkpoint shard records");
     last_written_ = done;
     if (rank_ != 0) return;
     Manifest manifest;
@@ -372,8 +381,12 @@ class RankRun {
       manifest.losses.insert(manifest.losses.end(), result_->losses.begin(), result_->losses.end());
     }
     for (std::size_t r = 0; r < world; ++r) {
-      manifest.shards.push_back(
-          ShardRecord{static_cast<int>(r), shard_file_name(static_cast<int>(r)), records[2 * r], records[2 * r + 1]});
+      const int rank = static_cast<int>(r);
+      manifest.shards.push_back(ShardRecord{rank, shard_file_name(rank), records[4 * r], records[4 * r + 1]});
+      if (keeps_fp8) {
+        manifest.fp8_states.push_back(
+            ShardRecord{rank, fp8_state_file_name(rank), records[4 * r + 2], records[4 * r + 3]});
+      }
     }
     write_manifest(dir, manifest, kill_writing);
     prune_checkpoints(options_.checkpoint_dir, options_.keep_checkpoints, known_good_);
@@ -430,6 +443,7 @@ class RankRun {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Communicator> device_comm_;  // the interpreter's, for a device backend (destroyed before it)
   std::unique_ptr<ModelShard> shard_;
+  std::optional<std::vector<Fp8TensorScales>> fp8_restored_;  // FP8 delayed scaling's state from the checkpoint
   std::vector<double> history_;  // the losses of the steps before this run (the checkpoint's record)
   int last_written_ = -1;        // the newest checkpoint's step (resumed from or written), -1: none
   int known_good_ = -1;          // the newest checkpoint whose weights gave a sane loss, -1: none

@@ -89,8 +89,10 @@ void StageBuilder::emit_layer(int layer, Phase phase, const PipelineStep& step, 
 // reduction group, TP x DP x CP (parallel_state.get_amax_reduction_group); Megatron-Core's region is a model chunk's
 // forward, and its backward. Forward the input, weight and output amaxes of the four GEMMs of each layer, backward
 // the output gradient's and input gradient's. One op per region, whose group is the group's DP part when there are
-// DP replicas (its TP part rides on NVLink inside a node) and its TP part otherwise (a group of one: nothing to time,
-// but the point where the region's scales are updated); the executor reduces over TP and that group.
+// DP replicas or CP ranks (DataWithContext under CP: Megatron-Core builds the group with_context_parallel=True,
+// megatron/core/fp8_utils.py get_fp8_context, since a CP rank's amaxes are those of its chunks of each sequence; its
+// TP part rides on NVLink inside a node) and its TP part otherwise (a group of one: nothing to time, but the point
+// where the region's scales are updated); the executor reduces over TP and that group.
 void StageBuilder::reduce_fp8_amaxes(int layers, Phase phase, const PipelineStep& step, int& wait_for) {
   if (s_.model.fp8 == Fp8Format::None || s_.framework.fp8_recipe != Fp8Recipe::Delayed || layers <= 0) return;
   Op op = tensor_collective(CollectiveKind::AllReduce, Payload::Fp8Amax, ComputeKind::TransformerLayer, phase,

@@ -126,6 +126,12 @@ void DelayedScaling::update(float fp8_max_value) {
   history_[0] = 0.0f;
 }
 
+void DelayedScaling::restore(const std::vector<float>& history, float scale) {
+  TWIN_KERNEL_CHECK(history.size() == history_.size());
+  history_ = history;
+  scale_ = scale;
+}
+
 void fp8_quantize_dequantize_row_tiles(float* out, const float* inp, int rows, int cols, int tile, Fp8Format format,
                                        bool power_of_two) {
   TWIN_KERNEL_CHECK(rows >= 0 && cols >= 0 && tile >= 1);

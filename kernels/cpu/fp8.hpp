@@ -61,6 +61,8 @@ class DelayedScaling {
   void record(float amax);  // the largest of this step's amaxes is kept
   void update(float fp8_max_value);
   const std::vector<float>& amax_history() const { return history_; }  // [0]: this step's, then oldest to newest
+  // Puts back a state read from scale() and amax_history() (a checkpoint's); `history` has this object's length.
+  void restore(const std::vector<float>& history, float scale);
 
  private:
   std::vector<float> history_;

@@ -173,34 +173,5 @@ TEST(ExecContextParallel, AttentionBackwardMatchesFiniteDifferences) {
   std::printf("[ cp fd ] %d elements, worst relative difference %.1e\n", checked, worst);
 }
 
-TEST(ExecContextParallel, CheckpointsAreRefusedByName) {
-  TrainOptions options;
-  options.steps = 1;
-  options.checkpoint_dir = testing::temp_dir("cp_checkpoint");
-  try {
-    train(scenario(parity_toml(), joined(kCpKeys, {"parallel.cp=2"})), options);
-    FAIL() << "a context-parallel run wrote checkpoints";
-  } catch (const RunError& error) {
-    EXPECT_NE(std::string(error.what()).find("checkpoints of a context-parallel run"), std::string::npos)
-        << error.what();
-  }
-}
-
-TEST(ExecContextParallel, Fp8IsRefusedByName) {
-  TrainOptions options;
-  options.steps = 1;
-  try {
-    train(scenario(parity_toml(), joined(kCpKeys, {"parallel.cp=2", "model.dtype=\"bf16\"", "model.fp8=\"hybrid\""})),
-          options);
-    FAIL() << "a context-parallel run trained in FP8";
-  } catch (const RunError& error) {
-    EXPECT_NE(std::string(error.what())
-                  .find("parallel.cp = 2: the executor does not combine context parallelism with "
-                        "model.fp8"),
-              std::string::npos)
-        << error.what();
-  }
-}
-
 }  // namespace
 }  // namespace twin::exec

@@ -16,6 +16,7 @@
 #include "exec/interpreter.hpp"
 #include "exec/model_shard.hpp"
 #include "exec_test_util.hpp"
+#include "fp8_scales.hpp"
 
 namespace twin::exec {
 namespace {
@@ -146,49 +147,8 @@ TEST(ExecFp8Parity, TensorwiseScalingAgreesUnderSequenceParallelismAndDataParall
 // (percent). Deeper activations and the gradients agree only to ~6 %: within one forward, an element that TP's
 // summation order (1e-7) tips over an FP8 rounding boundary moves by one FP8 step, and what it feeds differs by more
 // than 1e-7, so that more elements tip, layer after layer.
-using ScaleKey = std::tuple<int, int, int>;  // layer, GEMM kind, role
-std::vector<std::map<ScaleKey, float>> scales_after_one_iteration(const model::Scenario& s) {
-  const model::Program program = model::build_program(s, model::Granularity::Op);
-  const int world = program.layout.world_size();
-  ThreadsWorld threads_world(world, CommOptions{60});
-  std::vector<std::map<ScaleKey, float>> scales(static_cast<std::size_t>(world));
-  std::vector<std::string> errors(static_cast<std::size_t>(world));
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < world; ++rank) {
-    ranks.emplace_back([&, rank] {
-      try {
-        auto comm = threads_world.communicator(rank);
-        BackendOptions backend_options;
-        backend_options.shares_process = world > 1;
-        auto backend = make_backend("cpu", backend_options);
-        const model::RankCoord coord = program.layout.coord_of(rank);
-        ModelShard shard(program.scenario, coord, *backend);
-        shard.initialize(program.scenario.training.seed);
-        Interpreter interpreter(program, rank, *backend, *comm, shard);
-        IterationInput input;
-        input.micro_batches = DataLoader(testing::corpus(), program.scenario).micro_batches(0, coord.dp);
-        interpreter.run_iteration(input);
-        const Fp8State& fp8 = *interpreter.fp8_state();
-        for (int layer = 0; layer < s.model.layers; ++layer) {
-          if (!shard.has_layer(layer)) continue;
-          for (auto what : {model::ComputeKind::QkvProjection, model::ComputeKind::AttentionProjection,
-                            model::ComputeKind::MlpUp, model::ComputeKind::MlpDown}) {
-            for (auto role : {Fp8State::Role::Input, Fp8State::Role::Weight, Fp8State::Role::OutputGradient}) {
-              scales[static_cast<std::size_t>(rank)][{layer, static_cast<int>(what), static_cast<int>(role)}] =
-                  fp8.scale(layer, what, role);
-            }
-          }
-        }
-      } catch (const std::exception& error) {
-        errors[static_cast<std::size_t>(rank)] = error.what();
-        threads_world.abort(rank, error.what());
-      }
-    });
-  }
-  for (auto& thread : ranks) thread.join();
-  for (const std::string& error : errors) EXPECT_EQ(error, "");
-  return scales;
-}
+using fp8_scales::scales_after_one_iteration;
+using fp8_scales::ScaleKey;
 
 TEST(ExecFp8Parity, DelayedScalesUnderTensorParallelismAreTheOneRanksScales) {
   const std::vector<std::string> sets = {"model.dtype=\"bf16\"", "model.fp8=\"hybrid\""};
@@ -222,37 +182,6 @@ TEST(ExecFp8Parity, DelayedScalesUnderTensorParallelismAreTheOneRanksScales) {
       worst_weight, worst_first_input, worst_other);
   EXPECT_LE(worst_first_input, 1e-6);
   EXPECT_LE(worst_other, 0.15);
-}
-
-// Delayed scaling's amax history is not in checkpoints: resuming such a run is refused by name, before any step;
-// a recipe without state resumes.
-TEST(ExecFp8Checkpoints, ResumingDelayedScalingIsRefusedByName) {
-  const std::string dir = testing::temp_dir("fp8-resume");
-  TrainOptions options;
-  options.steps = 1;
-  options.checkpoint_dir = dir;
-  const model::Scenario delayed = scenario(testing::small_toml(), {"model.dtype=\"bf16\"", "model.fp8=\"hybrid\""});
-  testing::train(delayed, options);
-  options.steps = 2;
-  try {
-    testing::train(delayed, options);
-    FAIL() << "a delayed-scaling FP8 run resumed";
-  } catch (const RunError& error) {
-    EXPECT_NE(std::string(error.what())
-                  .find("framework.fp8_recipe = \"delayed\": checkpoints do not keep the amax "
-                        "history"),
-              std::string::npos)
-        << error.what();
-  }
-  const model::Scenario tensorwise = scenario(
-      testing::small_toml(), {"model.dtype=\"bf16\"", "model.fp8=\"hybrid\"", "framework.fp8_recipe=\"tensorwise\""});
-  std::filesystem::remove_all(dir);
-  options.checkpoint_dir = testing::temp_dir("fp8-resume-tensorwise");
-  options.steps = 1;
-  testing::train(tensorwise, options);
-  options.steps = 2;
-  EXPECT_EQ(testing::train(tensorwise, options).first_step, 1);
-  std::filesystem::remove_all(options.checkpoint_dir);
 }
 
 }  // namespace
