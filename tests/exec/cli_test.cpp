@@ -131,6 +131,51 @@ TEST_F(ExecRunFixture, MpiRanksTrainUlyssesContextParallelismAsThreadsDo) {
   for (std::size_t i = 0; i < losses.size(); ++i) EXPECT_NEAR(losses[i], one.losses[i], 1e-5 * one.losses[i]);
 }
 
+// FP8 delayed scaling under CP 2 x TP 2, checkpointed by 4 threads at step 2 and resumed by 4 MPI processes: each
+// reads its shard and its FP8 state file, and the run goes on as the uninterrupted threads' run, bit for bit.
+TEST_F(ExecRunFixture, MpiRanksResumeAnFp8ContextParallelCheckpointOfThreads) {
+  if (!testing::on_path("mpirun"))
+    GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): MPI launcher not tested";
+  const std::vector<std::string> sets = {"framework.attention=\"flash2\"",
+                                         "framework.cp_comm=\"all_gather\"",
+                                         "parallel.cp=2",
+                                         "parallel.tp=2",
+                                         "model.dtype=\"bf16\"",
+                                         "model.fp8=\"hybrid\""};
+  const auto s = testing::scenario(testing::small_toml(), sets);
+  TrainOptions options;
+  options.steps = 4;
+  const auto uninterrupted = testing::train(s, options).losses;
+  options.steps = 2;
+  options.checkpoint_dir = dir + "/ck";
+  testing::train(s, options);
+  auto args = twin_run({"--steps", "4", "--checkpoint", dir + "/ck", "--launcher", "mpi", "--json", dir + "/mpi.json"});
+  for (const std::string& set : sets) args.insert(args.end(), {"--set", set});
+  ASSERT_EQ(testing::run_command(args, dir + "/mpi.log"), 0) << testing::read_text(dir + "/mpi.log");
+  const auto mpi = nlohmann::json::parse(testing::read_text(dir + "/mpi.json"));
+  EXPECT_FALSE(mpi["resharded"].get<bool>());
+  EXPECT_EQ(mpi["losses"].get<std::vector<double>>(),
+            std::vector<double>(uninterrupted.begin() + 2, uninterrupted.end()));  // bit for bit
+}
+
+// A delayed-scaling checkpoint without its FP8 state (as an older twin wrote it): one line, naming the field.
+TEST_F(ExecRunFixture, AnFp8CheckpointWithoutItsScalesIsOneClearLine) {
+  auto run = [&](const std::string& steps) {
+    return twin_run(
+        {"--steps", steps, "--checkpoint", dir + "/ck", "--set", "model.dtype=\"bf16\"", "--fp8-format", "hybrid"});
+  };
+  ASSERT_EQ(testing::run_command(run("1"), dir + "/first.log"), 0) << testing::read_text(dir + "/first.log");
+  const std::string manifest = dir + "/ck/step-00000001/manifest.json";
+  auto json = nlohmann::json::parse(testing::read_text(manifest));
+  ASSERT_TRUE(json.contains("fp8_states"));
+  json.erase("fp8_states");
+  std::ofstream(manifest) << json.dump(2);
+  EXPECT_EQ(testing::run_command(run("2"), dir + "/resumed.log"), 2);
+  const std::string log = testing::read_text(dir + "/resumed.log");
+  EXPECT_EQ(log.rfind("twin: error: checkpoint manifest '" + manifest + "' has no fp8_states", 0), 0u) << log;
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+}
+
 // A checkpoint written by 4 threads (TP 2 x PP 2) resumed by 2 MPI ranks (PP 2): each process re-shards from the old
 // shard files by itself, and the run goes on as the uninterrupted one.
 TEST_F(ExecRunFixture, MpiRanksReshardACheckpointOfThreadsInAnotherPlan) {

@@ -73,7 +73,9 @@ TEST(ExecContextParallelCheckpoint, AnotherCpSizeIsReshardedAndTrainsOnAsTheUnin
   };
   for (const Case& c : std::vector<Case>{
            {"one rank", {}, "re-sharded from TP 1 x PP 1 x DP 2 x CP 2 (ZeRO 1) to TP 1 x PP 1 x DP 1 (ZeRO 0)"},
-           {"cp 4", {"parallel.cp=4"}, "re-sharded from TP 1 x PP 1 x DP 2 x CP 2 (ZeRO 1) to TP 1 x PP 1 x DP 1 x CP 4 (ZeRO 0)"},
+           {"cp 4",
+            {"parallel.cp=4"},
+            "re-sharded from TP 1 x PP 1 x DP 2 x CP 2 (ZeRO 1) to TP 1 x PP 1 x DP 1 x CP 4 (ZeRO 0)"},
            {"cp 2 x tp 2 x dp 2",
             {"parallel.cp=2", "parallel.tp=2", "parallel.dp=2", "parallel.zero_stage=1"},
             "re-sharded from TP 1 x PP 1 x DP 2 x CP 2 (ZeRO 1) to TP 2 x PP 1 x DP 2 x CP 2 (ZeRO 1)"}}) {

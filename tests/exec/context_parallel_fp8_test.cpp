@@ -70,7 +70,8 @@ TEST(ExecContextParallelFp8, TensorwiseScalingAgreesWithOneRankUnderCpWithSequen
 
 TEST(ExecContextParallelFp8, BlockwiseAndMxfp8AgreeWithOneRankUnderCp) {
   expect_parity("blockwise", {"model.fp8=\"e4m3\"", "framework.fp8_recipe=\"blockwise\""}, {{"parallel.cp=2"}});
-  expect_parity("mxfp8", {"model.fp8=\"e4m3\"", "framework.fp8_recipe=\"mxfp8\""}, {{"parallel.dp=2", "parallel.cp=2"}});
+  expect_parity("mxfp8", {"model.fp8=\"e4m3\"", "framework.fp8_recipe=\"mxfp8\""},
+                {{"parallel.dp=2", "parallel.cp=2"}});
 }
 
 // What the losses cannot show: after one iteration of delayed scaling every CP rank's weight scales are the one-rank

@@ -112,13 +112,13 @@ TEST(ExecFp8Checkpoint, DelayedScalingIsReshardedLayerByLayer) {
   train(written, 2, dir);
   const fs::path step = fs::path(dir) / "step-00000002";
   const Manifest manifest = read_manifest(step);
-  // one rank of the new plan gets layer 0's state from old rank 0 and layer 1's from old rank 4 (stage 1)
+  // one rank of the new plan gets layer 0's state from old rank 0 and layer 1's from old rank 2 (stage 1)
   const auto one_rank = delayed({});
   cpu::CpuBackend backend;
   const ModelShard shard(one_rank, model::RankCoord{}, backend);
   const auto state = read_fp8_state_resharded(step, manifest, written, shard);
   ASSERT_EQ(state.size(), 8u);
-  const auto stage_0 = read_fp8_state(step, manifest, 0), stage_1 = read_fp8_state(step, manifest, 4);
+  const auto stage_0 = read_fp8_state(step, manifest, 0), stage_1 = read_fp8_state(step, manifest, 2);
   for (const Fp8TensorScales& gemm : state) {
     const auto& old = gemm.layer == 0 ? stage_0 : stage_1;
     EXPECT_NE(std::find(old.begin(), old.end(), gemm), old.end()) << "layer " << gemm.layer << " GEMM " << gemm.what;

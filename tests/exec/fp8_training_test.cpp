@@ -147,8 +147,8 @@ TEST(ExecFp8Parity, TensorwiseScalingAgreesUnderSequenceParallelismAndDataParall
 // (percent). Deeper activations and the gradients agree only to ~6 %: within one forward, an element that TP's
 // summation order (1e-7) tips over an FP8 rounding boundary moves by one FP8 step, and what it feeds differs by more
 // than 1e-7, so that more elements tip, layer after layer.
-using fp8_scales::scales_after_one_iteration;
 using fp8_scales::ScaleKey;
+using fp8_scales::scales_after_one_iteration;
 
 TEST(ExecFp8Parity, DelayedScalesUnderTensorParallelismAreTheOneRanksScales) {
   const std::vector<std::string> sets = {"model.dtype=\"bf16\"", "model.fp8=\"hybrid\""};

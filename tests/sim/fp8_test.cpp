@@ -7,6 +7,7 @@
 #include "model/program.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/simulate.hpp"
+#include "tests/sim/context_parallel_scenarios.hpp"
 #include "tests/sim/support.hpp"
 #include "topology/hardware.hpp"
 
@@ -98,6 +99,36 @@ TEST(Fp8, AnIterationTakesBetweenItsBf16TimeAndHalfOfIt) {
       simulate(model::build_program(tensorwise, model::Granularity::Layer), cost).timeline.iteration_time_s;
   EXPECT_GT(tt, t8 * 0.999);
   EXPECT_LT(tt, t16);
+}
+
+// Under context parallelism a rank's amaxes are those of its two chunks of each sequence: delayed scaling reduces them
+// over the CP ranks too (Megatron-Core's amax reduction group is built with_context_parallel=True:
+// megatron/core/fp8_utils.py, get_fp8_context), so the Program's amax all-reduce runs over DataWithContext even
+// without DP replicas, and costs time: Llama 3 8B on TP 8 x CP 2, one node per CP rank, crosses the fabric.
+TEST(Fp8, DelayedAmaxesReduceOverTheContextParallelRanks) {
+  model::Scenario s = cp_scenarios::llama3_8b(8192, 2);
+  s.model.fp8 = model::Fp8Format::Hybrid;
+  const model::Program program = model::build_program(s, model::Granularity::Layer);
+  ASSERT_EQ(program.layout.group_members(model::Group::DataWithContext, 0).size(), 2u);
+  const SimResult result = simulate(program, AnalyticalCostModel(topology::h100_sxm5_80gb()));
+  const auto& ops = program.stage_ops[0];
+  int amax = 0;
+  for (const report::OpSpan& span : result.timeline.ranks[0].spans) {
+    const model::Op& op = ops[static_cast<std::size_t>(span.op)];
+    if (op.kind != model::OpKind::Collective || op.payload != model::Payload::Fp8Amax) continue;
+    ++amax;
+    EXPECT_EQ(op.group, model::Group::DataWithContext) << "op " << span.op;
+    EXPECT_GT(span.end_s, span.active_s) << "op " << span.op << ": an all-reduce across two nodes takes time";
+  }
+  EXPECT_EQ(amax, 2 * 2);  // a forward and a backward region per micro-batch, 2 micro-batches
+  // Without CP (and DP) the group is TP's: the region's scales update with nothing to reduce across nodes.
+  model::Scenario one = cp_scenarios::llama3_8b(8192, 1);
+  one.model.fp8 = model::Fp8Format::Hybrid;
+  for (const model::Op& op : model::build_program(one, model::Granularity::Layer).stage_ops[0]) {
+    if (op.kind == model::OpKind::Collective && op.payload == model::Payload::Fp8Amax) {
+      EXPECT_EQ(op.group, model::Group::Tensor);
+    }
+  }
 }
 
 }  // namespace
