@@ -1,6 +1,7 @@
 // Fp8State: which format and scale each operand of an FP8 GEMM takes, when (exec/fp8_state.hpp).
 #include <gtest/gtest.h>
 
+#include "exec/errors.hpp"
 #include "exec/fp8_state.hpp"
 #include "exec_test_util.hpp"
 
@@ -82,6 +83,35 @@ TEST(ExecFp8State, ARegionUpdatesOnlyTheTensorsItSawWithTheReducedAmaxes) {
   fp8.update(Phase::Backward, {4.0f});
   EXPECT_EQ(fp8.scale(0, ComputeKind::QkvProjection, Fp8State::Role::OutputGradient), 112.0f);  // E4M3: 448 / 4
   EXPECT_FALSE(fp8.operands(gemm(Phase::Backward, 0, 0, ComputeKind::QkvProjection)).gradient.e5m2);
+}
+
+// What a checkpoint keeps (saved) and puts back (restore): another state restored from it scales every operand as
+// the first does; a history of another length (another amax_history_len) is refused naming the tensor.
+TEST(ExecFp8State, SavedStateRestoresTheSameScales) {
+  Fp8State fp8 = state({"model.fp8=\"hybrid\""});
+  fp8.begin_iteration();
+  fp8.operands(gemm(Phase::Forward, 0, 1, ComputeKind::MlpDown));
+  fp8.record(gemm(Phase::Forward, 0, 1, ComputeKind::MlpDown), Fp8Amaxes{3.0f, 0.5f, 0});
+  end_region(fp8, Phase::Forward);
+  fp8.operands(gemm(Phase::Backward, 0, 1, ComputeKind::MlpDown));
+  fp8.record(gemm(Phase::Backward, 0, 1, ComputeKind::MlpDown), Fp8Amaxes{0, 0, 0.25f});
+  end_region(fp8, Phase::Backward);
+  const std::vector<Fp8TensorScales> saved = fp8.saved();
+  ASSERT_EQ(saved.size(), 1u);
+  EXPECT_EQ(saved[0].layer, 1);
+  EXPECT_EQ(saved[0].scale[0], 448.0f / 3.0f);
+  EXPECT_EQ(saved[0].scale[2], 57344.0f / 0.25f);  // E5M2's gradient
+  Fp8State resumed = state({"model.fp8=\"hybrid\""});
+  resumed.restore(saved);
+  EXPECT_EQ(resumed.saved(), saved);
+  for (auto role : {Fp8State::Role::Input, Fp8State::Role::Weight, Fp8State::Role::OutputGradient}) {
+    EXPECT_EQ(resumed.scale(1, ComputeKind::MlpDown, role), fp8.scale(1, ComputeKind::MlpDown, role));
+  }
+  resumed.begin_iteration();
+  EXPECT_EQ(resumed.operands(gemm(Phase::Forward, 0, 1, ComputeKind::MlpDown)).weight.scale, 448.0f / 0.5f);
+  std::vector<Fp8TensorScales> longer = saved;
+  longer[0].amax_history[1] = {0.5f, 0.5f};
+  EXPECT_THROW(resumed.restore(longer), RunError);
 }
 
 TEST(ExecFp8State, OtherRecipesScaleFromTheTensorsThemselves) {
