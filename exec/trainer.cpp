@@ -207,7 +207,8 @@ class RankRun {
   // FP8 delayed scaling's scales and amax histories, read with the shard (checkpoint_fp8.hpp) and put into the
   // interpreter's Fp8State when run() makes it. A checkpoint trained without delayed scaling has none: the scales start
   // at 1, as a fresh run's do.
-  void read_fp8_state(const fs::path& latest, const Manifest& manifest, const model::Scenario& then, bool resharded) {
+  void restore_fp8_state(const fs::path& latest, const Manifest& manifest, const model::Scenario& then,
+                         bool resharded) {
     if (!fp8_delayed(scenario_) || !fp8_delayed(then)) return;
     fp8_restored_ = resharded ? read_fp8_state_resharded(latest, manifest, then, *shard_)
                               : exec::read_fp8_state(latest, manifest, rank_);
@@ -227,7 +228,7 @@ class RankRun {
         } else {
           read_shard(*latest, manifest, rank_, *shard_, *backend_);
         }
-        read_fp8_state(*latest, manifest, then, resharded);
+        restore_fp8_state(*latest, manifest, then, resharded);
         history_ = manifest.losses;
         last_written_ = manifest.step;
         if (result_ != nullptr) {
