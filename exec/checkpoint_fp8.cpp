@@ -53,8 +53,8 @@ const ShardRecord& fp8_record(const fs::path& step_dir, const Manifest& m, int r
   if (m.fp8_states.empty()) {
     throw RunError(fmt::format(
         "checkpoint manifest '{}' has no fp8_states: it was written without FP8 delayed scaling's amax history and "
-        "scales (framework.fp8_recipe = \"delayed\"; checkpoints keep them since this twin), so it cannot be resumed "
-        "as it ran; start over (--no-resume) or train with another recipe",
+        "scales (framework.fp8_recipe = \"delayed\"; an older twin's checkpoint), so it cannot be resumed as it ran; "
+        "start over (--no-resume) or train with another recipe",
         manifest_path.string()));
   }
   for (const ShardRecord& r : m.fp8_states) {
