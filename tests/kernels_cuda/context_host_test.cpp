@@ -277,6 +277,78 @@ TEST(CudaContextRows, RingStepsAreTheCpuRingSteps) {
   }
 }
 
+// What the device stores: the same rows on bf16 tensors (the host path of cuda_bf16.h's conversions), every ring step
+// merged into a bf16 output and every backward step accumulated into bf16 dq and dK/dV, stay within bf16 tolerance of
+// the CPU's fp32 ring at cp = 4 (the most steps of the cases).
+TEST(CudaContextRows, RingStepsOnBf16TensorsStayWithinBf16Tolerance) {
+  using bf16 = __nv_bfloat16;
+  const auto to_b = [](const Floats& x) {
+    std::vector<bf16> out;
+    for (float v : x) out.push_back(__float2bfloat16_rn(v));
+    return out;
+  };
+  const auto to_f = [](const std::vector<bf16>& x) {
+    Floats out;
+    for (bf16 v : x) out.push_back(__bfloat162float(v));
+    return out;
+  };
+  const auto within = [](const Floats& got, const Floats& want, double tolerance) {
+    double error = 0, norm = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      error += (got[i] - want[i]) * static_cast<double>(got[i] - want[i]);
+      norm += want[i] * static_cast<double>(want[i]);
+    }
+    return std::sqrt(error / norm) <= tolerance;
+  };
+  const Case c = kCases[2];
+  const ctx::Layout s = layout(c);
+  const cpu::ContextParallelShape cs = shape(c);
+  Ranks ranks = random_ranks(c);
+  for (auto* tensors : {&ranks.qkv, &ranks.dout, &ranks.kv}) {  // bf16-exact inputs on both sides
+    for (Floats& t : *tensors) t = to_f(to_b(t));
+  }
+  const int rank = 1;
+  const std::size_t stats = s.tokens() * c.heads;
+  Floats want_out(s.tokens() * s.out_width()), want_lse(stats), lse(stats), delta(stats), want_delta(stats);
+  std::vector<bf16> out(want_out.size()), dq(want_out.size(), __float2bfloat16_rn(0.0f));
+  const std::vector<bf16> qkv = to_b(ranks.qkv[rank]), dout = to_b(ranks.dout[rank]);
+  for (int step = 0; step < c.cp; ++step) {
+    const int source = (rank - step + c.cp) % c.cp;
+    cpu::ring_attention_forward_step(want_out.data(), want_lse.data(), ranks.qkv[rank].data(), ranks.kv[source].data(),
+                                     rank, source, cs);
+    const std::vector<bf16> kv = to_b(ranks.kv[source]);
+    for (std::size_t row = 0; row < ctx::query_rows(s); ++row) {
+      ctx::forward_row(row, out.data(), lse.data(), qkv.data(), ring_block<const bf16>(kv.data(), source, s), rank,
+                       step > 0, s);
+    }
+  }
+  EXPECT_TRUE(within(to_f(out), want_out, 1e-2)) << "out";
+  EXPECT_TRUE(close(lse, want_lse, 1e-3)) << "lse";
+  cpu::ring_attention_delta(want_delta.data(), ranks.dout[rank].data(), want_out.data(), cs);
+  for (std::size_t row = 0; row < ctx::query_rows(s); ++row)
+    ctx::delta_row(row, delta.data(), dout.data(), out.data(), s);
+  EXPECT_TRUE(within(delta, want_delta, 1e-2)) << "delta";
+  Floats want_dq(want_out.size(), 0.0f);
+  const ctx::Backward<bf16> x{dout.data(), qkv.data(), lse.data(), delta.data(), rank};
+  for (int step = 0; step < c.cp; ++step) {
+    const int source = (rank - step + c.cp) % c.cp;
+    Floats want_dkv(ranks.kv[source].size(), 0.0f);
+    cpu::ring_attention_backward_step(want_dq.data(), want_dkv.data(), ranks.dout[rank].data(), ranks.qkv[rank].data(),
+                                      ranks.kv[source].data(), want_lse.data(), want_delta.data(), rank, source, cs);
+    const std::vector<bf16> kv = to_b(ranks.kv[source]);
+    std::vector<bf16> dkv(kv.size(), __float2bfloat16_rn(0.0f));
+    for (std::size_t row = 0; row < ctx::query_rows(s); ++row) {
+      ctx::dq_row(row, dq.data(), s.out_width(), x, ring_block<const bf16>(kv.data(), source, s), s);
+    }
+    for (std::size_t row = 0; row < ctx::key_rows(1, s); ++row) {
+      ctx::dkv_row(row, ring_block<bf16>(dkv.data(), source, s), x, ring_block<const bf16>(kv.data(), source, s), true,
+                   s);
+    }
+    EXPECT_TRUE(within(to_f(dkv), want_dkv, 2e-2)) << "step " << step << " dkv";
+  }
+  EXPECT_TRUE(within(to_f(dq), want_dq, 2e-2)) << "dq";
+}
+
 TEST(CudaContextRows, AllGatherIsTheCpuAllGather) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(::testing::PrintToString(c));
