@@ -1,11 +1,12 @@
 // exec/cuda's context parallelism (cuda_backend_context.cpp): every context_* and ulysses_* method of the CUDA backend
 // against the CPU backend's on the same inputs, in the interpreter's order for each CP rank, and training at cp = 2
 // under each way (framework.cp_comm all_gather, p2p, a2a) following the CPU backend (skipped without a GPU). The
-// executor's check lets the cuda backend through.
+// executor's check lets the cuda backend through. On any machine: the NCCL pairs of a CP ring.
 #include <gtest/gtest.h>
 
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../kernels/kernel_test_util.hpp"
@@ -13,6 +14,7 @@
 #include "exec/context_parallel.hpp"
 #include "exec/cpu/cpu_backend.hpp"
 #include "exec/cuda/cuda_backend.hpp"
+#include "exec/cuda/cuda_exec.hpp"
 #include "exec/errors.hpp"
 #include "exec/trainer.hpp"
 #include "model/program.hpp"
@@ -35,6 +37,23 @@ std::string llama_toml(int cp, const std::string& way) {
          way +
          "\"\ntied_embeddings = false\n[cluster]\nnode = \"cpu-host\"\n[training]\nseed = 3\nlearning_rate = 3e-3\n"
          "warmup_steps = 1\ndecay_steps = 10\n";
+}
+
+// --- on any machine ------------------------------------------------------------------------------------------------
+
+TEST(CudaExecContext, NcclPairsIncludeTheRing) {
+  // cp 4: each rank sends its K/V blocks to the next CP rank, around the ring
+  const model::Program ring = model::build_program(model::parse_scenario(llama_toml(4, "p2p"), "test"));
+  const std::vector<std::pair<int, int>> want_ring = {{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  EXPECT_EQ(pipeline_pairs(ring), want_ring);
+  // cp 2, pp 2 (rank = cp_rank + 2 stage): each stage's ring, and the pipeline's pairs
+  const model::Program both = model::build_program(
+      model::parse_scenario(llama_toml(2, "p2p"), "test", {model::parse_override("parallel.pp=2")}));
+  const std::vector<std::pair<int, int>> want_both = {{0, 1}, {0, 2}, {1, 0}, {1, 3}, {2, 0}, {2, 3}, {3, 1}, {3, 2}};
+  EXPECT_EQ(pipeline_pairs(both), want_both);
+  // all_gather and a2a send nothing point to point: their groups are collective_groups'
+  const model::Program gathered = model::build_program(model::parse_scenario(llama_toml(2, "all_gather"), "test"));
+  EXPECT_TRUE(pipeline_pairs(gathered).empty());
 }
 
 // --- with a GPU: the CUDA backend against the CPU backend ----------------------------------------------------------
