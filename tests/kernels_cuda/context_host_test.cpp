@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <limits>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "../kernels/kernel_test_util.hpp"

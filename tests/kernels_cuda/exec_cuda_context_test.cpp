@@ -190,8 +190,11 @@ TEST(CudaTraining, ContextParallelFollowsTheCpuBackendUnderEachWay) {
   for (int i = 0; i < 400; ++i)
     corpus_text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
   const TextDataset data = text_from_string(corpus_text);
-  auto losses = [&](const std::string& backend, int cp, const std::string& way) {
-    const model::Program program = model::build_program(model::parse_scenario(llama_toml(cp, way), "test"));
+  auto losses = [&](const std::string& backend, int cp, const std::string& way,
+                    const std::vector<std::string>& sets = {}) {
+    std::vector<model::Override> overrides;
+    for (const std::string& set : sets) overrides.push_back(model::parse_override(set));
+    const model::Program program = model::build_program(model::parse_scenario(llama_toml(cp, way), "test", overrides));
     TrainOptions options;
     options.backend = backend;
     options.steps = 8;
@@ -216,6 +219,15 @@ TEST(CudaTraining, ContextParallelFollowsTheCpuBackendUnderEachWay) {
       EXPECT_NEAR(cuda_losses[i], one_rank[i], 0.02 * one_rank[i]) << "step " << i;      // cp 2 against 1 rank
     }
     EXPECT_LT(cuda_losses.back(), cuda_losses.front());
+  }
+  // GPT-2's block (LayerNorm, GELU, biases, learned positions: each local chunk at its positions of wpe) on the ring
+  const std::vector<std::string> gpt2 = {"model.norm=\"layernorm\"", "model.activation=\"gelu\"",
+                                         "model.position_embedding=\"learned\"", "model.kv_heads=4",
+                                         "model.linear_bias=true"};
+  const auto cpu_gpt2 = losses("cpu", 2, "p2p", gpt2), cuda_gpt2 = losses("cuda", 2, "p2p", gpt2);
+  ASSERT_EQ(cuda_gpt2.size(), cpu_gpt2.size());
+  for (std::size_t i = 0; i < cpu_gpt2.size(); ++i) {
+    EXPECT_NEAR(cuda_gpt2[i], cpu_gpt2[i], 0.02 * cpu_gpt2[i]) << "gpt-2 block, step " << i;
   }
 }
 
