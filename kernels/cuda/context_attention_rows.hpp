@@ -13,6 +13,7 @@
 //             dq_i += scale sum_j ds k_j     (a query row: every visible key of the blocks)
 //             dk_j += scale sum_(h, i) ds q_i, dv_j += sum_(h, i) p dout_i   (a key row: the group's query heads and
 //             every local query that sees it)
+//   rope      a q or k pair rotated as rope.cuh rotates it, at its token's position in the whole sequence
 #pragma once
 
 #include <cuda_bf16.h>
