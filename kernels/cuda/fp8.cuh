@@ -77,10 +77,11 @@ class Fp8GemmPlans {
   struct Key {
     int m = 0, n = 0, k = 0, a_format = 0, b_format = 0, d_type = 0;
     bool accumulate = false, bias = false;
-    std::uint32_t align_d = 0;
+    std::uint32_t align_a = 0, align_b = 0, align_d = 0;  // bytes (a power of two, at most 256)
     bool operator==(const Key& o) const {
       return m == o.m && n == o.n && k == o.k && a_format == o.a_format && b_format == o.b_format &&
-             d_type == o.d_type && accumulate == o.accumulate && bias == o.bias && align_d == o.align_d;
+             d_type == o.d_type && accumulate == o.accumulate && bias == o.bias && align_a == o.align_a &&
+             align_b == o.align_b && align_d == o.align_d;
     }
   };
   struct KeyHash {

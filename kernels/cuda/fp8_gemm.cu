@@ -4,6 +4,7 @@
 // Transformer Engine's use_split_accumulator, its default for the backward GEMMs), so the product is the one the CPU
 // twin's fp32 emulation computes up to the order of the sums.
 #include <string>
+#include <utility>
 
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/fp8.cuh"
@@ -32,9 +33,10 @@ Fp8GemmPlans::~Fp8GemmPlans() = default;
 
 std::size_t Fp8GemmPlans::KeyHash::operator()(const Key& key) const {
   std::size_t h = 1469598103934665603ull;  // FNV-1a over the fields
-  for (std::uint64_t v : {std::uint64_t(key.m), std::uint64_t(key.n), std::uint64_t(key.k), std::uint64_t(key.a_format),
-                          std::uint64_t(key.b_format), std::uint64_t(key.d_type), std::uint64_t(key.accumulate),
-                          std::uint64_t(key.bias), std::uint64_t(key.align_d)}) {
+  for (std::uint64_t v :
+       {std::uint64_t(key.m), std::uint64_t(key.n), std::uint64_t(key.k), std::uint64_t(key.a_format),
+        std::uint64_t(key.b_format), std::uint64_t(key.d_type), std::uint64_t(key.accumulate), std::uint64_t(key.bias),
+        std::uint64_t(key.align_a), std::uint64_t(key.align_b), std::uint64_t(key.align_d)}) {
     h = (h ^ v) * 1099511628211ull;
   }
   return h;
@@ -78,9 +80,13 @@ void choose_algorithm(Cublas& blas, Fp8GemmPlans::Plan& plan, const Fp8GemmPlans
   int found = 0;
   cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                                &workspace_bytes, sizeof(workspace_bytes));
-  for (auto attribute : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-    if (status == CUBLAS_STATUS_SUCCESS)
-      status = cublasLtMatmulPreferenceSetAttribute(preference, attribute, &key.align_d, 4);
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, const std::uint32_t*> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_d},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d}};
+  for (const auto& [attribute, value] : alignments) {
+    if (status == CUBLAS_STATUS_SUCCESS) status = cublasLtMatmulPreferenceSetAttribute(preference, attribute, value, 4);
   }
   if (status == CUBLAS_STATUS_SUCCESS) {
     status = cublasLtMatmulAlgoGetHeuristic(blas.handle(), plan.operation, plan.a, plan.b, plan.d, plan.d, preference,
@@ -125,7 +131,7 @@ bool try_fp8_gemm(Cublas& blas, Fp8GemmPlans& plans, int m, int n, int k, const 
   key.m = m, key.n = n, key.k = k;
   key.a_format = static_cast<int>(a.format), key.b_format = static_cast<int>(b.format);
   key.d_type = static_cast<int>(d_type), key.accumulate = accumulate, key.bias = bias != nullptr;
-  key.align_d = alignment_bytes(d);
+  key.align_a = alignment_bytes(a.data), key.align_b = alignment_bytes(b.data), key.align_d = alignment_bytes(d);
   Fp8GemmPlans::Plan& plan = plans.plan_for(blas, key);
   if (!plan.has_algorithm) return false;
   set(plan.operation, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a.scale_inverse, sizeof(a.scale_inverse));
