@@ -1,8 +1,9 @@
 // cuBLASLt's FP8 GEMM (fp8.cuh): descriptors and algorithm once per problem, then per call the operands' pointers and
 // their per-tensor scale pointers (CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER, the inverses of the scales,
-// as Transformer Engine passes scale_inv). Accumulation stays in full fp32 (CUBLASLT_MATMUL_DESC_FAST_ACCUM = 0:
-// Transformer Engine's use_split_accumulator, its default for the backward GEMMs), so the product is the one the CPU
-// twin's fp32 emulation computes up to the order of the sums.
+// as Transformer Engine passes scale_inv). Accumulation stays in full fp32 (CUBLASLT_MATMUL_DESC_FAST_ACCUM = 0) in
+// every GEMM, so the product is the one the CPU twin's fp32 emulation computes up to the order of the sums. (TE
+// promotes the backward GEMMs' sums the same way but lets the forward's accumulate fast: _2X_ACC_FPROP = False,
+// _2X_ACC_DGRAD = _2X_ACC_WGRAD = True in transformer_engine/pytorch/module/base.py.)
 #include <string>
 #include <utility>
 

@@ -9,11 +9,18 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <ostream>
 #include <vector>
 
 #include "../kernels/kernel_test_util.hpp"
 #include "kernels/cpu/fp8.hpp"
 #include "kernels/cuda/fp8_math.hpp"
+
+namespace twin::kernels::cuda::fp8 {
+inline void PrintTo(Fp8Format format, std::ostream* out) {  // the test's parameter, by name
+  *out << (format == Fp8Format::E4M3 ? "E4M3" : "E5M2");
+}
+}  // namespace twin::kernels::cuda::fp8
 
 namespace twin::kernels::cuda {
 namespace {

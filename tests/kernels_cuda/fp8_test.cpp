@@ -19,6 +19,12 @@
 #include "kernels/cuda/fp8_matmul.cuh"
 #include "kernels/cuda/matmul.cuh"
 
+namespace twin::kernels::cuda::fp8 {
+inline void PrintTo(Fp8Format format, std::ostream* out) {  // the test's parameter, by name
+  *out << (format == Fp8Format::E4M3 ? "E4M3" : "E5M2");
+}
+}  // namespace twin::kernels::cuda::fp8
+
 namespace twin::kernels::cuda {
 namespace {
 
