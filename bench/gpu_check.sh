@@ -8,7 +8,8 @@
 #      against its CPU mirror among them
 #   3. the executor on the CUDA backend: its tests (twin_exec_cuda_tests: backend against the CPU backend, staging
 #      and NCCL communicators, training), then parity: twin run gpt-tiny on the cpu backend, on cuda, and on cuda with
-#      tp=2 pp=2 (4 ranks sharing the GPU): the loss curves must follow each other
+#      tp=2 pp=2 (4 ranks sharing the GPU): the loss curves must follow each other; then context parallelism: a
+#      tiny Llama at cp=2 (2 ranks sharing the GPU) under each way (all_gather, p2p, a2a), cpu against cuda
 #   4. the cuBLASLt bf16 GEMM peak, the HBM bandwidth, the unfused attention GEMMs' share of it, the fused attention's
 #      TFLOP/s (the [cluster] keys twin sim takes), and the GEMM rate against K (GEMMs only)
 #   5. a ~1.1B GPT step through the executor (bench/gpu/gpt-1b-h200.toml, twin run --backend cuda): MFU against the
@@ -154,6 +155,43 @@ print("parity " + ("holds" if ok else "FAILS"))
 sys.exit(0 if ok else 1)
 PY
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail "parity of the loss curves"
+
+section "3c. context parallelism: a tiny Llama at cp=2 (2 ranks sharing the GPU), each way, on cpu and cuda"
+# gpt-tiny made a Llama (RMSNorm, SwiGLU, rotary embeddings, 2 kv heads for 4 query heads), 30 steps under each
+# framework.cp_comm; the CPU references run in the background while the GPU works.
+llama=("$root/scenarios/gpt-tiny.toml" --steps 30 --quiet --set parallel.cp=2 --set 'model.norm="rmsnorm"'
+  --set 'model.activation="swiglu"' --set 'model.position_embedding="rope"' --set model.kv_heads=2
+  --set model.linear_bias=false --set framework.tied_embeddings=false --set 'framework.attention="flash2"')
+cp_pids=()
+for way in all_gather p2p a2a; do
+  "$twin" run "${llama[@]}" --set "framework.cp_comm=\"$way\"" --backend cpu --json "$build/run_cp2_${way}_cpu.json" \
+    >"$build/run_cp2_${way}_cpu.log" 2>&1 &
+  cp_pids+=($!)
+done
+for way in all_gather p2p a2a; do
+  run_logged timeout 120 "$twin" run "${llama[@]}" --set "framework.cp_comm=\"$way\"" --backend cuda \
+    --json "$build/run_cp2_${way}_cuda.json" >/dev/null || fail "twin run llama cp=2 $way (cuda)"
+done
+for pid in "${cp_pids[@]}"; do wait "$pid" || fail "twin run llama cp=2 (cpu, see run_cp2_*_cpu.log)"; done
+python3 - "$build" <<'PY' | tee -a "$report"
+import json, os, sys
+ok = True
+for way in ("all_gather", "p2p", "a2a"):
+    paths = [os.path.join(sys.argv[1], f"run_cp2_{way}_{backend}.json") for backend in ("cpu", "cuda")]
+    if not all(os.path.exists(p) for p in paths):
+        print(f"cp=2 {way}: a run is missing")
+        ok = False
+        continue
+    cpu, cuda = (json.load(open(p))["losses"] for p in paths)
+    rel = max(abs(x - y) / y for x, y in zip(cuda, cpu))
+    good = len(cuda) == len(cpu) and rel < 0.03 and cuda[-1] < cuda[0]
+    ok = ok and good
+    print(f"cp=2 {way}: loss cpu {cpu[0]:.4f} -> {cpu[-1]:.4f}, cuda {cuda[0]:.4f} -> {cuda[-1]:.4f}, "
+          f"max relative difference {rel:.2e} (bf16 against fp32: within 3e-2) {'ok' if good else 'FAILS'}")
+print("context-parallel parity " + ("holds" if ok else "FAILS"))
+sys.exit(0 if ok else 1)
+PY
+[ "${PIPESTATUS[0]}" -eq 0 ] || fail "context-parallel parity of the loss curves"
 
 section "4. GEMM peak, HBM bandwidth, attention (the [cluster] keys twin sim takes)"
 gemm_peak=$(program twin_gemm_peak)

@@ -14,7 +14,7 @@ namespace twin::exec {
 MicroBatch context_parallel_share(const MicroBatch& whole, int batch, int seq, int cp, int cp_rank);
 
 // What the executor does not run with parallel.cp > 1 yet, as one RunError naming the key: a backend other than the
-// cpu one, and checkpoints (`checkpoint_dir` not empty). Nothing when cp == 1.
+// cpu and cuda ones, and checkpoints (`checkpoint_dir` not empty). Nothing when cp == 1.
 void refuse_unsupported_context_parallelism(const model::Scenario& scenario, const Backend& backend,
                                             const std::string& checkpoint_dir);
 

@@ -98,7 +98,8 @@ MeasuredComparison compare_with_measured(const json& predicted, const MeasuredRu
   // Traces: compute by class, communication, ranks.
   const json split = predicted.value("time_split", json::object());
   const double exposed_predicted =
-      predicted_s * (number_or(split, "tp", 0) + number_or(split, "pp", 0) + number_or(split, "dp", 0));
+      predicted_s * (number_or(split, "tp", 0) + number_or(split, "cp", 0) + number_or(split, "ep", 0) +
+                     number_or(split, "pp", 0) + number_or(split, "dp", 0));
   const double exposed_measured = rank_mean(run, [](const RankMeasurement& r) { return r.exposed_communication_s; });
   if (run.gpu) {
     v.totals.push_back({"exposed communication (s)", exposed_measured, exposed_predicted});

@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -157,7 +158,12 @@ Comparison compare_summaries(const nlohmann::json& reference, const nlohmann::js
   const double t_can = number(candidate, "iteration_time_s", "predicted");
   if (reference.contains("time_split") && candidate.contains("time_split")) {
     // Fractions of the iteration in each, shown as seconds so that the errors add up to the time's error.
-    for (const char* part : {"compute", "tp", "pp", "dp", "bubble"}) {
+    for (const char* part : {"compute", "tp", "cp", "ep", "pp", "dp", "bubble"}) {
+      // CP's and EP's exchanges where either side has them (summaries written before they were split count them as DP)
+      if ((part == std::string_view("cp") || part == std::string_view("ep")) &&
+          reference["time_split"].value(part, 0.0) == 0 && candidate["time_split"].value(part, 0.0) == 0) {
+        continue;
+      }
       const std::string name = std::string(part) == "bubble" ? "fill/drain (s)" : std::string(part) + " (s)";
       c.totals.push_back(
           {name, reference["time_split"].value(part, 0.0) * t_ref, candidate["time_split"].value(part, 0.0) * t_can});

@@ -17,11 +17,13 @@ namespace {
 enum Category : int {
   kCompute = 0,
   kTensor = 1,
-  kDataBlocking = 2,
-  kDataBackground = 3,
-  kPipeline = 4,
-  kHost = 5,
-  kCount = 6
+  kContext = 2,
+  kExpert = 3,
+  kDataBlocking = 4,
+  kDataBackground = 5,
+  kPipeline = 6,
+  kHost = 7,
+  kCount = 8
 };
 
 int category_of(const model::Op& op) {
@@ -29,7 +31,18 @@ int category_of(const model::Op& op) {
   if (op.kind == model::OpKind::Recv || op.kind == model::OpKind::Send) return kPipeline;
   if (op.stream == model::Stream::DataParallel) return kDataBackground;
   if (op.kind == model::OpKind::Compute) return kCompute;
-  return op.group == model::Group::Tensor ? kTensor : kDataBlocking;
+  switch (op.group) {
+    case model::Group::Tensor:
+    case model::Group::ExpertTensor:  // one expert's weights split like a dense layer's
+      return kTensor;
+    case model::Group::Context:  // the K/V exchanges of context parallelism (all-gathers, ring, all-to-alls)
+      return kContext;
+    case model::Group::Expert:                 // the tokens' dispatch and combine
+    case model::Group::ExpertTensorAndExpert:  // the tokens-per-expert counts' all-gather
+      return kExpert;
+    default:  // gradient and optimizer traffic over Data, DataWithContext, ExpertData, Embedding, World
+      return kDataBlocking;
+  }
 }
 
 }  // namespace
@@ -81,6 +94,8 @@ TimeSplit time_split(const model::Program& program, const RankTimeline& rank, do
   TimeSplit split;
   split.compute_s = seconds[kCompute];
   split.tp_s = seconds[kTensor];
+  split.cp_s = seconds[kContext];
+  split.ep_s = seconds[kExpert];
   split.dp_s = seconds[kDataBlocking] + seconds[kDataBackground];
   split.pp_s = seconds[kPipeline];
   split.host_s = seconds[kHost];
@@ -120,6 +135,7 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
   summary.pp = program.layout.pp();
   summary.dp = program.layout.dp();
   summary.cp = program.layout.cp();
+  summary.ep = program.layout.ep();
   summary.micro_batches = static_cast<int>(s.parallel.micro_batches());
   summary.layers = s.model.layers;
   summary.hidden = s.model.hidden;
@@ -182,6 +198,8 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
     bubble_sum += entry.bubble_fraction;
     summary.split.compute_s += entry.split.compute_s;
     summary.split.tp_s += entry.split.tp_s;
+    summary.split.cp_s += entry.split.cp_s;
+    summary.split.ep_s += entry.split.ep_s;
     summary.split.dp_s += entry.split.dp_s;
     summary.split.pp_s += entry.split.pp_s;
     summary.split.host_s += entry.split.host_s;
@@ -193,6 +211,8 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
     summary.bubble_fraction = bubble_sum / n;
     summary.split.compute_s /= n;
     summary.split.tp_s /= n;
+    summary.split.cp_s /= n;
+    summary.split.ep_s /= n;
     summary.split.dp_s /= n;
     summary.split.pp_s /= n;
     summary.split.host_s /= n;
@@ -205,8 +225,8 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
 namespace {
 
 nlohmann::json split_to_json(const TimeSplit& split) {
-  return {{"compute_s", split.compute_s}, {"tp_s", split.tp_s},     {"pp_s", split.pp_s},
-          {"dp_s", split.dp_s},           {"host_s", split.host_s}, {"bubble_s", split.bubble_s}};
+  return {{"compute_s", split.compute_s}, {"tp_s", split.tp_s}, {"cp_s", split.cp_s},     {"ep_s", split.ep_s},
+          {"pp_s", split.pp_s},           {"dp_s", split.dp_s}, {"host_s", split.host_s}, {"bubble_s", split.bubble_s}};
 }
 
 // Only the kinds the stage ran, by their Program names ("qkv_projection", ...).
@@ -282,6 +302,7 @@ nlohmann::json summary_to_json(const Summary& summary) {
                     {"capacity_bytes", summary.memory.capacity_bytes},
                     {"fits", summary.memory.fits}};
   json["time_split"] = {{"compute", fraction(summary.split.compute_s)}, {"tp", fraction(summary.split.tp_s)},
+                        {"cp", fraction(summary.split.cp_s)},           {"ep", fraction(summary.split.ep_s)},
                         {"pp", fraction(summary.split.pp_s)},           {"dp", fraction(summary.split.dp_s)},
                         {"host", fraction(summary.split.host_s)},       {"bubble", fraction(summary.split.bubble_s)}};
   json["compute_by_kind_s"] = compute_by_kind_to_json(summary.compute_by_kind);
@@ -315,19 +336,26 @@ std::string summary_table(const Summary& s) {
   // The host's share only where the host paced the GPU (cluster.host_us_per_kernel): otherwise the lines as always.
   const bool host = s.split.host_s > 0;
   const std::string host_share = host ? fmt::format(", host {:.1f} %", percent(s.split.host_s)) : "";
+  // CP's and EP's exchanges only for plans that have them: a dense plan's lines stay as they were.
+  const bool cp = s.cp > 1 || s.split.cp_s > 0, ep = s.ep > 1 || s.split.ep_s > 0;
+  const std::string exchanges = (cp ? fmt::format(", CP {:.1f} %", percent(s.split.cp_s)) : "") +
+                                (ep ? fmt::format(", EP {:.1f} %", percent(s.split.ep_s)) : "");
   fmt::format_to(line,
-                 "  time split (mean of stages): compute {:.1f} %, exposed TP {:.1f} %, PP {:.1f} %, DP {:.1f} %, "
+                 "  time split (mean of stages): compute {:.1f} %, exposed TP {:.1f} %{}, PP {:.1f} %, DP {:.1f} %, "
                  "fill/drain {:.1f} %{}\n",
-                 percent(s.split.compute_s), percent(s.split.tp_s), percent(s.split.pp_s), percent(s.split.dp_s),
-                 percent(s.split.bubble_s), host_share);
+                 percent(s.split.compute_s), percent(s.split.tp_s), exchanges, percent(s.split.pp_s),
+                 percent(s.split.dp_s), percent(s.split.bubble_s), host_share);
   fmt::format_to(line, "  compute by kernel: {}\n\n", compute_by_kernel_line(s));
-  fmt::format_to(line, "  stage   rank    busy s  bubble %  compute %    TP %    PP %    DP %  fill/drain %{}\n",
-                 host ? "  host %" : "");
+  fmt::format_to(line, "  stage   rank    busy s  bubble %  compute %    TP %{}{}    PP %    DP %  fill/drain %{}\n",
+                 cp ? "    CP %" : "", ep ? "    EP %" : "", host ? "  host %" : "");
   // A long pipeline's middle stages usually print the same numbers: a run of them is one line, not thirty.
   const auto columns = [&](const StageSummary& stage) {
-    return fmt::format("{:9.3f} {:9.1f} {:10.1f} {:7.1f} {:7.1f} {:7.1f} {:12.1f}", stage.busy_s,
-                       100 * stage.bubble_fraction, percent(stage.split.compute_s), percent(stage.split.tp_s),
-                       percent(stage.split.pp_s), percent(stage.split.dp_s), percent(stage.split.bubble_s)) +
+    return fmt::format("{:9.3f} {:9.1f} {:10.1f} {:7.1f}", stage.busy_s, 100 * stage.bubble_fraction,
+                       percent(stage.split.compute_s), percent(stage.split.tp_s)) +
+           (cp ? fmt::format(" {:7.1f}", percent(stage.split.cp_s)) : "") +
+           (ep ? fmt::format(" {:7.1f}", percent(stage.split.ep_s)) : "") +
+           fmt::format(" {:7.1f} {:7.1f} {:12.1f}", percent(stage.split.pp_s), percent(stage.split.dp_s),
+                       percent(stage.split.bubble_s)) +
            (host ? fmt::format(" {:7.1f}", percent(stage.split.host_s)) : "");
   };
   for (std::size_t i = 0; i < s.stages.size();) {

@@ -31,9 +31,15 @@
 
 namespace twin::report {
 
+// Where a rank's iteration goes, each instant counted once, in this order of priority: compute, exposed TP (and
+// expert-TP) collectives, exposed context-parallel exchanges (cp), exposed expert token exchanges (ep: the dispatch and
+// combine all-to-alls, the counts' all-gather), exposed gradient and optimizer collectives (dp, whatever group they
+// reduce over), pipeline transfers, waiting for the host, and the rest (fill/drain).
 struct TimeSplit {
   double compute_s = 0;
   double tp_s = 0;
+  double cp_s = 0;
+  double ep_s = 0;
   double dp_s = 0;
   double pp_s = 0;
   double host_s = 0;
@@ -73,6 +79,7 @@ struct Summary {
   int gpus = 0;
   int tp = 1, pp = 1, dp = 1;
   int cp = 1;  // context parallel (parallel.cp): printed, and in the JSON, only when > 1
+  int ep = 1;  // expert parallel (parallel.ep): its exchanges' share printed only when > 1
   int micro_batches = 0;
   // What `twin compare` checks both sides share: the model's shape, the batch, and the hardware (the scenario's
   // cluster.node, e.g. "dgx-a100" or "cpu-host", or the GPU a simulation ran on when it was another).

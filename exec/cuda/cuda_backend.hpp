@@ -89,6 +89,39 @@ class CudaBackend final : public Backend {
   void rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim,
                      int rotary_dim) override;
 
+  // --- context parallelism: the all_gather way, the p2p ring, the a2a way (exec/cuda/cuda_backend_context.cpp,
+  // kernels/cuda/context_parallel.cuh); bf16 tensors, fp32 lse and delta
+  void context_rope_forward(const Tensor& qkv, const ContextShape& shape, int rotary_dim) override;
+  void context_rope_backward(const Tensor& dqkv, const ContextShape& shape, int rotary_dim) override;
+  void context_split_keys_values(const Tensor& keys, const Tensor& values, const Tensor& qkv,
+                                 const ContextShape& shape) override;
+  void context_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& keys,
+                                 const Tensor& values, const ContextShape& shape) override;
+  void context_attention_backward(const Tensor& dqkv, const Tensor& dkeys, const Tensor& dvalues, const Tensor& dout,
+                                  const Tensor& qkv, const Tensor& keys, const Tensor& values, const Tensor& out,
+                                  const Tensor& lse, const ContextShape& shape) override;
+  void context_put_key_value_grad(const Tensor& dqkv, const Tensor& grad, bool values,
+                                  const ContextShape& shape) override;
+  void context_ring_pack_kv(const Tensor& kv, const Tensor& qkv, const ContextShape& shape) override;
+  void context_ring_forward_step(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& kv, int source,
+                                 const ContextShape& shape) override;
+  void context_ring_delta(const Tensor& delta, const Tensor& dout, const Tensor& out,
+                          const ContextShape& shape) override;
+  void context_ring_backward_step(const Tensor& dq, const Tensor& dkv, const Tensor& dout, const Tensor& qkv,
+                                  const Tensor& kv, const Tensor& lse, const Tensor& delta, int source,
+                                  const ContextShape& shape) override;
+  void context_ring_put_grads(const Tensor& dqkv, const Tensor& dq, const Tensor& dkv,
+                              const ContextShape& shape) override;
+  void ulysses_split_heads(const Tensor& send, const Tensor& local, int width, int column, int heads,
+                           const ContextShape& shape) override;
+  void ulysses_join_heads(const Tensor& local, const Tensor& recv, int width, int column, int heads,
+                          const ContextShape& shape) override;
+  void ulysses_blocks_to_sequence(const Tensor& full, const Tensor& blocks, int width, int column, int heads,
+                                  const ContextShape& shape) override;
+  void ulysses_sequence_to_blocks(const Tensor& blocks, const Tensor& full, int width, int column, int heads,
+                                  const ContextShape& shape) override;
+  // --- end of context parallelism
+
   void cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,
                                  int vocab_start, int vocab_local, int valid_vocab) override;
   void cross_entropy_combine(const Tensor& losses, const Tensor& lse, const Tensor& gathered_stats, int rows,

@@ -14,6 +14,7 @@
 #include "exec/errors.hpp"
 #include "exec/model_shard.hpp"
 #include "kernels/cuda/check.cuh"
+#include "model/context_parallel_ring.hpp"
 #ifdef TWIN_HAVE_NCCL
 #include "exec/cuda/nccl_communicator.hpp"
 #endif
@@ -116,7 +117,13 @@ std::vector<std::pair<int, int>> pipeline_pairs(const model::Program& program) {
   const model::RankLayout& layout = program.layout;
   for (int rank = 0; rank < layout.world_size(); ++rank) {
     for (const model::Op& op : program.ops_of_rank(rank)) {
-      if (op.kind != model::OpKind::Send || op.group == model::Group::Context) continue;  // a CP ring's: no stage
+      if (op.kind != model::OpKind::Send) continue;
+      if (op.group == model::Group::Context) {  // a CP ring's: to the next CP rank, not to a stage
+        const std::vector<int> ring = layout.group_members(model::Group::Context, rank);
+        const int cp_rank = layout.index_in_group(model::Group::Context, rank), cp = static_cast<int>(ring.size());
+        pairs.insert({rank, ring[static_cast<std::size_t>(model::cp_ring_peer(op, cp_rank, cp))]});
+        continue;
+      }
       pairs.insert({rank, layout.rank_on_stage(rank, op.peer_stage)});
     }
   }

@@ -31,7 +31,8 @@ std::unique_ptr<Communicator> make_device_communicator(Communicator& host, Backe
 // interpreter builds its groups alike (model::RankLayout::group_members).
 std::vector<CommGroup> collective_groups(const model::Program& program);
 
-// Every (sender, receiver) pair of global ranks that the Program's sends connect, sorted: the same list on every rank.
+// Every (sender, receiver) pair of global ranks that the Program's sends connect (the pipeline's, and a CP ring's from
+// each CP rank to the next), sorted: the same list on every rank.
 std::vector<std::pair<int, int>> pipeline_pairs(const model::Program& program);
 
 // true when this build has NCCL

@@ -49,6 +49,51 @@ TEST(TimeSplit, PartitionsTheIteration) {
   EXPECT_DOUBLE_EQ(split.bubble_s, 3);   // [2,3] + [4,5] + [9,10]
 }
 
+// Context-parallel exchanges and the experts' token all-to-alls are their own shares, not DP's: compute [0,1], a CP
+// all-gather [1,2], an EP all-to-all [2,4], the tokens-per-expert all-gather over tp-ep [4,5], an expert-TP
+// all-gather [5,6], the gradients' reduce-scatter over dp x cp [6,8], the experts' over expert-data [8,9].
+TEST(TimeSplit, ContextAndExpertExchangesAreTheirOwnShares) {
+  testing::Plan plan;
+  plan.tp = 8;
+  std::vector<model::Op> ops(7);
+  ops[0].what = model::ComputeKind::TransformerLayer;
+  ops[1] = testing::collective(model::CollectiveKind::AllGather, model::Group::Context, 1e6);
+  ops[2] = testing::collective(model::CollectiveKind::AllToAll, model::Group::Expert, 1e6);
+  ops[3] = testing::collective(model::CollectiveKind::AllGather, model::Group::ExpertTensorAndExpert, 1e3);
+  ops[4] = testing::collective(model::CollectiveKind::AllGather, model::Group::ExpertTensor, 1e6);
+  ops[5] = testing::collective(model::CollectiveKind::ReduceScatter, model::Group::DataWithContext, 1e6);
+  ops[6] = testing::collective(model::CollectiveKind::ReduceScatter, model::Group::ExpertData, 1e6);
+  const model::Program program = testing::hand_program(testing::make_scenario(plan), {ops});
+  const RankTimeline rank{
+      0, 0, {{0, 0, 0, 1}, {1, 1, 1, 2}, {2, 2, 2, 4}, {3, 4, 4, 5}, {4, 5, 5, 6}, {5, 6, 6, 8}, {6, 8, 8, 9}}};
+  const TimeSplit split = time_split(program, rank, 10);
+  EXPECT_DOUBLE_EQ(split.compute_s, 1);
+  EXPECT_DOUBLE_EQ(split.cp_s, 1);
+  EXPECT_DOUBLE_EQ(split.ep_s, 3);  // the dispatch and the counts' gather
+  EXPECT_DOUBLE_EQ(split.tp_s, 1);  // expert TP counts as TP
+  EXPECT_DOUBLE_EQ(split.dp_s, 3);  // both gradient reductions
+  EXPECT_DOUBLE_EQ(split.bubble_s, 1);
+
+  Timeline timeline;
+  timeline.engine = "test";
+  timeline.iteration_time_s = 10;
+  timeline.ranks.push_back(rank);
+  const Summary summary = summarize(program, timeline, 312e12, "test");
+  const nlohmann::json json = summary_to_json(summary);
+  EXPECT_DOUBLE_EQ(json["time_split"]["cp"].get<double>(), 0.1);
+  EXPECT_DOUBLE_EQ(json["time_split"]["ep"].get<double>(), 0.3);
+  EXPECT_DOUBLE_EQ(json["stages"][0]["time_split"]["ep_s"].get<double>(), 3);
+  EXPECT_THAT(summary_table(summary), ::testing::HasSubstr("exposed TP 10.0 %, CP 10.0 %, EP 30.0 %, PP 0.0 %"));
+}
+
+TEST(TimeSplit, ADensePlanPrintsNoContextOrExpertShare) {
+  const Fixture f;
+  const Summary summary = summarize(f.program, f.timeline, 312e12, "test");
+  const std::string table = summary_table(summary);
+  EXPECT_THAT(table, ::testing::HasSubstr("exposed TP 10.0 %, PP 10.0 %, DP 20.0 %"));
+  EXPECT_THAT(table, ::testing::Not(::testing::HasSubstr("CP %")));
+}
+
 TEST(Summary, JsonHasTheDocumentedKeys) {
   const Fixture f;
   const Summary summary = summarize(f.program, f.timeline, 312e12, "test");
