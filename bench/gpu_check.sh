@@ -15,6 +15,8 @@
 #   5. a ~1.1B GPT step through the executor (bench/gpu/gpt-1b-h200.toml, twin run --backend cuda): MFU against the
 #      DATASHEET peak (989 TFLOP/s dense bf16 for H100/H200 SXM, 312 for A100; gate: MFU_GATE, 50 % by default), the
 #      share of the step and the TFLOP/s of each kernel kind (bench/gpu/step_report.py), and its trace for twin compare
+#   6. FP8 (sm_90 and later, else skipped): cuBLASLt's FP8 GEMM rate beside the bf16 one at 8192^3
+#      (twin_fp8_gemm_peak), and twin run gpt-tiny with model.fp8 = "hybrid" on cuda against cpu
 # Numbers go to $OUT/gpu_check.txt (or build-gpu/gpu_check.txt without $OUT), the full log beside it. Exit status 0
 # only when every section passed.
 #
@@ -81,7 +83,7 @@ section "1. build (CUDA architecture ${capability:-80;90})"
 configure=(cmake -G Ninja -S "$root/bench/gpu/standalone" -B "$build" "-DTWIN_ROOT=$root" -DCMAKE_BUILD_TYPE=Release
   -DTWIN_BUILD_TESTS=ON -DTWIN_BUILD_BENCH=ON "-DCMAKE_CUDA_ARCHITECTURES=${capability:-80;90}"
   -DCMAKE_POLICY_VERSION_MINIMUM=3.5 "-DTWIN_DEPS_DIR=$root/.deps")
-targets=(twin_kernels_cuda_tests twin_exec_cuda_tests twin twin_gemm_peak)
+targets=(twin_kernels_cuda_tests twin_exec_cuda_tests twin twin_gemm_peak twin_fp8_gemm_peak)
 if ! run_logged "${configure[@]}" >/dev/null; then
   fail "configure (see gpu_check.log)"
   tail -40 "$log"
@@ -103,6 +105,12 @@ twin=$(program twin)
 tiny=("$root/scenarios/gpt-tiny.toml" --steps 60 --quiet)
 "$twin" run "${tiny[@]}" --backend cpu --json "$build/run_cpu.json" >"$build/run_cpu.log" 2>&1 &
 cpu_pid=$!
+# and step 6's FP8 reference (sm_90 and later), also in the background
+fp8_tiny=("$root/scenarios/gpt-tiny.toml" --steps 60 --quiet --set 'model.dtype="bf16"' --set 'model.fp8="hybrid"')
+if [ -n "$capability" ] && [ "$capability" -ge 90 ]; then
+  "$twin" run "${fp8_tiny[@]}" --backend cpu --json "$build/run_fp8_cpu.json" >"$build/run_fp8_cpu.log" 2>&1 &
+  fp8_cpu_pid=$!
+fi
 
 section "2. CUDA kernels against their CPU twins"
 if timeout 180 "$(program twin_kernels_cuda_tests)" --gtest_brief=1 "--gtest_output=xml:$results/kernels_cuda.xml" \
@@ -222,6 +230,32 @@ else
     say "  op by op, where twin sim is built: twin sim bench/gpu/gpt-1b-h200.toml --set 'cluster.node=\"$node\"'" \
       "--granularity op --trace predicted.json && twin compare predicted.json measured_gpt-1b.trace.json"
   fi
+fi
+
+section "6. FP8 (sm_90 and later): the FP8 GEMM rate beside bf16's, gpt-tiny in FP8 on cuda against cpu"
+if [ -z "$capability" ] || [ "$capability" -lt 90 ]; then
+  say "skipped: the cuda backend's FP8 GEMMs need sm_90 or later (this GPU is sm_${capability:-unknown})"
+else
+  run_logged timeout 60 "$(program twin_fp8_gemm_peak)" 8192 8192 8192 | grep -E "^(gemm|fp8)" | tee -a "$report"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || fail "FP8 GEMM rate"
+  run_logged timeout 120 "$twin" run "${fp8_tiny[@]}" --backend cuda --json "$build/run_fp8_cuda.json" >/dev/null \
+    || fail "twin run gpt-tiny fp8 (cuda)"
+  wait "$fp8_cpu_pid" || fail "twin run gpt-tiny fp8 (cpu, see run_fp8_cpu.log)"
+  python3 - "$build" <<'PY' | tee -a "$report"
+import json, os, sys
+paths = [os.path.join(sys.argv[1], f"run_fp8_{name}.json") for name in ("cpu", "cuda")]
+if not all(os.path.exists(p) for p in paths):
+    print("fp8 parity: a run is missing")
+    sys.exit(1)
+cpu, cuda = (json.load(open(p))["losses"] for p in paths)
+worst = max(abs(x - y) / y for x, y in zip(cuda, cpu))
+print(f"fp8 hybrid loss cpu {cpu[0]:.4f} -> {cpu[-1]:.4f}, cuda {cuda[0]:.4f} -> {cuda[-1]:.4f}; "
+      f"max relative difference {worst:.2e} (FP8 on bf16 against FP8 on fp32: within 3e-2)")
+ok = worst < 0.03 and cuda[-1] < cuda[0]
+print("fp8 parity " + ("holds" if ok else "FAILS"))
+sys.exit(0 if ok else 1)
+PY
+  [ "${PIPESTATUS[0]}" -eq 0 ] || fail "parity of the FP8 loss curves"
 fi
 
 finish

@@ -75,12 +75,10 @@ class RankRun {
     backend_options.threads = threads;
     backend_options.shares_process = threads_launcher && program.layout.world_size() > 1;
     backend_ = make_backend(options.backend, backend_options);
-    // FP8 GEMMs run emulated on the host (exec/interpreter_fp8.cpp), every recipe; no device backend runs them yet.
-    if (scenario_.model.fp8 != model::Fp8Format::None && backend_->device() != Device::Host) {
-      throw RunError(fmt::format("{}: model.fp8 = \"{}\": the {} backend does not train in FP8 yet (the cpu backend "
-                                 "emulates it; twin sim predicts it)",
-                                 scenario_.source, model::to_string(scenario_.model.fp8), backend_->name()));
-    }
+    // FP8 GEMMs: emulated on the host (exec/interpreter_fp8.cpp), cuBLASLt's on sm_90 and later (exec/cuda)
+#ifdef TWIN_HAVE_CUDA
+    if (scenario_.model.fp8 != model::Fp8Format::None) cuda::require_fp8_gemms(*backend_, scenario_.source);
+#endif
     refuse_unsupported_context_parallelism(scenario_, *backend_);
     if (options.check_deferred_collectives && backend_->device() == Device::Host) {
       deferred_ = std::make_unique<DeferredCollectives>(rank_, DeferredCheck::Strict);

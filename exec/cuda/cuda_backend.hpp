@@ -22,6 +22,7 @@
 
 namespace twin::kernels::cuda {
 class Cublas;
+class Fp8GemmPlans;
 }
 
 namespace twin::exec::cuda {
@@ -171,6 +172,24 @@ class CudaBackend final : public Backend {
   static constexpr std::size_t kUploadSlots = 4;
   std::array<Upload, kUploadSlots> uploads_{};
   std::size_t next_upload_ = 0;
+
+  // --- FP8: cuBLASLt's FP8 GEMMs on sm_90 and later (exec/cuda/cuda_backend_fp8.cpp, kernels/cuda/fp8_matmul.cuh) ---
+ public:
+  // Per-tensor recipes (delayed, tensorwise) on cuBLASLt's FP8 GEMM, block-scaled ones (blockwise, mxfp8) quantized
+  // then dequantized to bf16 and multiplied at the bf16 rate. The returned amaxes are read back (one synchronization
+  // per call).
+  Fp8Amaxes fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, int rows,
+                               int in_features, int out_features, const Fp8Operand& input,
+                               const Fp8Operand& weights) override;
+  Fp8Amaxes fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                                const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features,
+                                const Fp8Operand& input, const Fp8Operand& weights,
+                                const Fp8Operand& gradient) override;
+  int compute_capability() const;  // 10 * major + minor of this backend's GPU (90: sm_90)
+
+ private:
+  std::shared_ptr<kernels::cuda::Fp8GemmPlans> fp8_plans_;  // made on the first FP8 call
+  Tensor fp8_amaxes_;                                       // (3) f32: input, weight, gradient of the last call
 };
 
 }  // namespace twin::exec::cuda

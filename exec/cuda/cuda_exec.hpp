@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -36,5 +37,10 @@ std::vector<std::pair<int, int>> pipeline_pairs(const model::Program& program);
 
 // true when this build has NCCL
 bool have_nccl();
+
+// model.fp8 on the cuda backend: cuBLASLt's FP8 GEMMs need sm_90 or later. The refusal for a GPU of compute capability
+// 10 * major + minor ("" from sm_90 on), and the check the trainer makes before a run (nothing for other backends).
+std::string fp8_gemm_refusal(int compute_capability);
+void require_fp8_gemms(const Backend& backend, const std::string& source);
 
 }  // namespace twin::exec::cuda

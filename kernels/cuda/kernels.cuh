@@ -18,6 +18,8 @@
                                            // squared_norm, sum
 #include "kernels/cuda/embedding.cuh"      // embedding_forward/backward, position_embedding_forward/backward
 #include "kernels/cuda/flash_attention.cuh"  // flash_attention_forward/backward (fused), flash_attention_supports
+#include "kernels/cuda/fp8_matmul.cuh"       // fp8_matmul_forward/backward; fp8.cuh: amax, quantize,
+                                             // try_fp8_gemm
 #include "kernels/cuda/gelu.cuh"             // gelu_forward, gelu_backward
 #include "kernels/cuda/layernorm.cuh"        // layernorm_forward, residual_layernorm_forward, layernorm_backward
 #include "kernels/cuda/matmul.cuh"           // Cublas, gemm, matmul_forward, matmul_forward_gelu, matmul_backward
