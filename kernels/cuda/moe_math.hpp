@@ -1,0 +1,120 @@
+// The per-token formulas of the Mixture-of-Experts router and the per-element sums of the token permutation, shared by
+// the CUDA kernels (moe.cu: one thread per token or element runs them) and the host (plain C++ when g++ compiles it).
+// Each follows kernels/cpu/moe.cpp operation for operation, each fp32 operation correctly rounded (math.hpp's *_rn:
+// no FMA contraction on the device), so tests/kernels_cuda/moe_host_test.cpp compares them with kernels/cpu on the CPU.
+// A row is read through an accessor, value(i) -> float, so that the device reads bf16 logits and the host fp32.
+#pragma once
+
+#include "kernels/cuda/math.hpp"
+
+namespace twin::kernels::cuda::moe_math {
+
+// true when (value a, expert ia) comes before (value b, expert ib) in the router's order: the larger logit first,
+// the lower expert first among equal logits (kernels/cpu/moe.cpp's partial_sort comparator)
+TWIN_HOST_DEVICE inline bool before(float a, int ia, float b, int ib) {
+  return a > b || (a == b && ia < ib);
+}
+
+// experts (top_k) <- the top_k experts of a row of num_experts logits in the router's order (slot 0 the largest).
+// Pick j is the first expert after pick j - 1 in that order: O(top_k num_experts), no scratch. A row with NaN still
+// yields top_k distinct experts (the lowest not yet chosen), so a non-finite row never indexes out of range.
+template <class Value>
+TWIN_HOST_DEVICE void topk(int* experts, Value value, int num_experts, int top_k) {
+  int previous = -1;
+  float previous_value = 0.0f;
+  for (int j = 0; j < top_k; ++j) {
+    int best = -1;
+    float best_value = 0.0f;
+    for (int e = 0; e < num_experts; ++e) {
+      const float v = value(e);
+      if (previous >= 0 && !before(previous_value, previous, v, e)) continue;  // chosen already
+      if (best < 0 || before(v, e, best_value, best)) {
+        best = e;
+        best_value = v;
+      }
+    }
+    if (best < 0) {  // NaN: no order; take the lowest expert not chosen yet
+      for (int e = 0; e < num_experts && best < 0; ++e) {
+        bool taken = false;
+        for (int i = 0; i < j; ++i) taken = taken || experts[i] == e;
+        if (!taken) best = e;
+      }
+      best_value = value(best);
+    }
+    experts[j] = best;
+    previous = best;
+    previous_value = best_value;
+  }
+}
+
+// out (n) <- softmax of value(0 .. n): the largest subtracted first, exp_cephes, the sum in index order, then one
+// multiplication by its inverse (kernels/cpu/moe.cpp's softmax_row)
+template <class Value>
+TWIN_HOST_DEVICE void softmax(float* out, Value value, int n) {
+  float largest = value(0);
+  for (int i = 1; i < n; ++i) {
+    const float v = value(i);
+    largest = largest < v ? v : largest;  // std::max
+  }
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    out[i] = math::exp_cephes(math::sub_rn(value(i), largest));
+    sum = math::add_rn(sum, out[i]);
+  }
+  const float inverse = math::div_rn(1.0f, sum);
+  for (int i = 0; i < n; ++i) out[i] = math::mul_rn(out[i], inverse);
+}
+
+// sum_i a(i) b(i) in index order, fp32 (the top-k softmax's and the load-balancing loss's row dots)
+template <class A, class B>
+TWIN_HOST_DEVICE float dot(A a, B b, int n) {
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) sum = math::add_rn(sum, math::mul_rn(a(i), b(i)));
+  return sum;
+}
+
+// The top-k softmax's gradient at a chosen slot: p (dp - sum_i p_i dp_i)
+TWIN_HOST_DEVICE inline float topk_softmax_grad(float p, float dp, float p_dot_dp) {
+  return math::mul_rn(p, math::sub_rn(dp, p_dot_dp));
+}
+
+// The load-balancing loss's gradient factor, in double on the host:
+//   loss_grad coeff E / (k T^2)     (kernels/cpu/moe.cpp's moe_aux_loss_backward `scale`)
+inline float aux_loss_grad_scale(int num_experts, int top_k, double total_tokens, double coeff, double loss_grad) {
+  return static_cast<float>(loss_grad * coeff * num_experts / (top_k * total_tokens * total_tokens));
+}
+
+// dlogit += scale s (count - sum_i s_i count_i): the loss's gradient through the scores' softmax at one expert
+TWIN_HOST_DEVICE inline float aux_loss_grad_add(float dlogit, float scale, float score, float count,
+                                                float score_dot_counts) {
+  return math::add_rn(dlogit, math::mul_rn(math::mul_rn(scale, score), math::sub_rn(count, score_dot_counts)));
+}
+
+// The load-balancing loss from the scores' column sums (E, double) and the micro-batch's counts (E):
+//   coeff E / (k T^2) sum_e counts[e] score_sums[e]
+// (Megatron-Core's switch_load_balancing_loss_func order: the scores summed over tokens first). Host only.
+inline double aux_loss(const double* score_sums, const float* counts, int num_experts, int top_k, double total_tokens,
+                       double coeff) {
+  double sum = 0.0;
+  for (int e = 0; e < num_experts; ++e) sum += score_sums[e] * counts[e];
+  return coeff * num_experts / (top_k * total_tokens * total_tokens) * sum;
+}
+
+// One element of the unpermute's weighted sum: sum over slots j in order of prob(j) x(j) (the first term a product,
+// as kernels/cpu/moe.cpp starts from p x, not from 0 + p x)
+template <class Prob, class X>
+TWIN_HOST_DEVICE float weighted_sum(Prob prob, X x, int top_k) {
+  float y = math::mul_rn(prob(0), x(0));
+  for (int j = 1; j < top_k; ++j) y = math::add_rn(y, math::mul_rn(prob(j), x(j)));
+  return y;
+}
+
+// One element of the permute's backward: sum over slots j in order of g(j) (the first term copied)
+template <class G>
+TWIN_HOST_DEVICE float slot_sum(G g, int top_k) {
+  float y = g(0);
+  for (int j = 1; j < top_k; ++j) y = math::add_rn(y, g(j));
+  return y;
+}
+
+}  // namespace twin::kernels::cuda::moe_math
