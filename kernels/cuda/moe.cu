@@ -54,25 +54,12 @@ __global__ void router_backward_kernel(bf16* dlogits, const float* dprobs, const
                                        const float* scores, const int* counts, int tokens, int num_experts, int top_k,
                                        float aux_scale) {
   TWIN_GRID_STRIDE_LOOP(t, static_cast<std::size_t>(tokens)) {
-    const float* p = probs + t * top_k;
-    const float* dp = dprobs + t * top_k;
-    const int* chosen = experts + t * top_k;
-    const float p_dot_dp = moe_math::dot([p](int j) { return p[j]; }, [dp](int j) { return dp[j]; }, top_k);
     const float* s = scores == nullptr ? nullptr : scores + t * num_experts;
-    const float s_dot_counts =
-        s == nullptr ? 0.0f
-                     : moe_math::dot([s](int e) { return s[e]; },
-                                     [counts](int e) { return static_cast<float>(counts[e]); }, num_experts);
-    for (int e = 0; e < num_experts; ++e) {
-      float d = 0.0f;
-      for (int j = 0; j < top_k; ++j) {
-        if (chosen[j] == e) d = moe_math::topk_softmax_grad(p[j], dp[j], p_dot_dp);
-      }
-      if (s != nullptr) {
-        d = moe_math::aux_loss_grad_add(d, aux_scale, s[e], static_cast<float>(counts[e]), s_dot_counts);
-      }
-      dlogits[t * num_experts + e] = __float2bfloat16_rn(d);
-    }
+    bf16* d = dlogits + t * num_experts;
+    moe_math::router_backward_row([d](int e, float value) { d[e] = __float2bfloat16_rn(value); }, probs + t * top_k,
+                                  dprobs + t * top_k, experts + t * top_k, [s](int e) { return s[e]; },
+                                  [counts](int e) { return static_cast<float>(counts[e]); }, s != nullptr, aux_scale,
+                                  num_experts, top_k);
   }
 }
 

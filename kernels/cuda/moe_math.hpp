@@ -90,6 +90,24 @@ TWIN_HOST_DEVICE inline float aux_loss_grad_add(float dlogit, float scale, float
   return math::add_rn(dlogit, math::mul_rn(math::mul_rn(scale, score), math::sub_rn(count, score_dot_counts)));
 }
 
+// One token's router gradient, expert by expert: store(e, d) with d = the top-k softmax's gradient at a chosen expert
+// (0 at the others) plus, when score is given (aux_scale's loss on), aux_loss_grad_add's term; kernels/cpu/moe.cpp's
+// moe_topk_softmax_backward then moe_aux_loss_backward. p, dp, chosen (top_k); score(e), count(e) (num_experts).
+template <class Score, class Count, class Store>
+TWIN_HOST_DEVICE void router_backward_row(Store store, const float* p, const float* dp, const int* chosen, Score score,
+                                          Count count, bool aux, float aux_scale, int num_experts, int top_k) {
+  const float p_dot_dp = dot([p](int j) { return p[j]; }, [dp](int j) { return dp[j]; }, top_k);
+  const float s_dot_counts = aux ? dot(score, count, num_experts) : 0.0f;
+  for (int e = 0; e < num_experts; ++e) {
+    float d = 0.0f;
+    for (int j = 0; j < top_k; ++j) {
+      if (chosen[j] == e) d = topk_softmax_grad(p[j], dp[j], p_dot_dp);
+    }
+    if (aux) d = aux_loss_grad_add(d, aux_scale, score(e), count(e), s_dot_counts);
+    store(e, d);
+  }
+}
+
 // The load-balancing loss from the scores' column sums (E, double) and the micro-batch's counts (E):
 //   coeff E / (k T^2) sum_e counts[e] score_sums[e]
 // (Megatron-Core's switch_load_balancing_loss_func order: the scores summed over tokens first). Host only.
