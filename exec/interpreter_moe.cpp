@@ -1,4 +1,4 @@
-// The Mixture-of-Experts MLP of one layer (model/moe_ops.hpp gives the op order; kernels/cpu/moe.hpp the kernels).
+// The Mixture-of-Experts MLP of one layer (model/moe_ops.hpp gives the op order; the Backend's MoE block the kernels).
 // Its input is the second layer norm's output, this rank's T = tokens_sp tokens; its output, (T, C) in the layer
 // stash's fc_proj, is what the MLP residual adds (no TP reduction: every rank's MoE works on its own tokens).
 //   forward   [shared experts: MlpUp, activation, MlpDown] -> Router (logits, top-k softmax, scores, counts)
@@ -48,8 +48,8 @@ void refuse_unsupported_moe(const model::Scenario& s, std::string_view backend) 
   };
   if (backend != "cpu" && backend != "cuda") {
     refuse(
-        fmt::format("the executor trains Mixture-of-Experts layers on the cpu and cuda backends only (got --backend "
-                    "{})",
+        fmt::format("the executor trains Mixture-of-Experts layers on the cpu and cuda backends only (got "
+                    "--backend {})",
                     backend));
   }
   if (s.model.capacity_factor > 0) {
@@ -174,8 +174,9 @@ void Interpreter::router_forward(const Op& op) {
   k::moe_tokens_per_expert(m.counts.data(), m.chosen.data(), T, d.experts, d.top_k);
 }
 
-// Megatron-Core's wait for the tokens-per-expert counts on the host (model/moe_host_sync.hpp): this executor's
-// dispatch exchanges its counts on the host already, so the op has nothing to run.
+// Megatron-Core's wait for the tokens-per-expert counts on the host (model/moe_host_sync.hpp): this executor waits
+// earlier, in router_forward's download of the chosen experts, and its dispatch exchanges the counts on the host, so
+// the op has nothing to run.
 void Interpreter::splits_sync(const Op& /*op*/) {}
 
 void Interpreter::permute_forward(const Op& op) {

@@ -158,6 +158,14 @@ class CudaBackend final : public Backend {
   void moe_grouped_matmul_backward(const Tensor& dinp, const Tensor& dweights, const Tensor& dout, const Tensor& inp,
                                    const Tensor& weights, const std::vector<int>& rows_per_group, int in_features,
                                    int out_features) override;
+
+ private:
+  // The grouped GEMMs' cuBLASLt handle, made at the first one: without autotuning (the rows per expert change every
+  // micro-batch, and autotuning times each new problem with a host wait); the heuristic's first algorithm
+  kernels::cuda::Cublas& expert_blas();
+  std::unique_ptr<kernels::cuda::Cublas> expert_blas_;
+
+ public:
   // --- end MoE
 
   // The device and compute stream of this rank, for the communicators (and deferred waits, see device_context.hpp).

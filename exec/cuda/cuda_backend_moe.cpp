@@ -2,8 +2,10 @@
 // probabilities and scores, int32 expert indices and row maps on the device. The host keeps the integer bookkeeping:
 // the interpreter downloads the (T, k) chosen experts once per layer (download_i32: the host wait Megatron-Core also
 // pays to size its all-to-all, model/moe_host_sync.hpp) and uploads the permutation rows it derives; the grouped GEMMs
-// take the rows per local expert from the host and run one cuBLASLt GEMM per expert with rows.
+// take the rows per local expert from the host and run one cuBLASLt GEMM per expert with rows, on a handle of their own
+// without autotuning (expert_blas()).
 #include <algorithm>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -27,6 +29,13 @@ std::size_t total_rows(const std::vector<int>& rows) {
 }
 
 }  // namespace
+
+kernels::cuda::Cublas& CudaBackend::expert_blas() {
+  if (!expert_blas_) {
+    expert_blas_ = std::make_unique<k::Cublas>(k::Cublas::kDefaultWorkspaceBytes, k::Cublas::Autotune::Off);
+  }
+  return *expert_blas_;
+}
 
 void CudaBackend::download_i32(int* host, const Tensor& src) {
   if (src.numel == 0) return;
@@ -180,8 +189,8 @@ void CudaBackend::moe_grouped_matmul_forward(const Tensor& out, const Tensor& in
   if (rows == 0) return;
   const char* kernel = "moe_grouped_matmul_forward";
   k::moe_grouped_matmul_forward(b16(out, kernel, "out"), b16(inp, kernel, "inp"), b16(weights, kernel, "weights"),
-                                rows_per_group.data(), static_cast<int>(groups), in_features, out_features, *blas_,
-                                context_->compute());
+                                rows_per_group.data(), static_cast<int>(groups), in_features, out_features,
+                                expert_blas(), context_->compute());
 }
 
 void CudaBackend::moe_grouped_matmul_backward(const Tensor& dinp, const Tensor& dweights, const Tensor& dout,
@@ -200,8 +209,8 @@ void CudaBackend::moe_grouped_matmul_backward(const Tensor& dinp, const Tensor& 
   const char* kernel = "moe_grouped_matmul_backward";
   k::moe_grouped_matmul_backward(optional_b16(dinp, kernel, "dinp"), f32(dweights, kernel, "dweights"),
                                  b16(dout, kernel, "dout"), b16(inp, kernel, "inp"), b16(weights, kernel, "weights"),
-                                 rows_per_group.data(), static_cast<int>(groups), in_features, out_features, *blas_,
-                                 context_->compute());
+                                 rows_per_group.data(), static_cast<int>(groups), in_features, out_features,
+                                 expert_blas(), context_->compute());
 }
 
 }  // namespace twin::exec::cuda
