@@ -24,7 +24,7 @@
 #include "exec/check.hpp"
 #include "exec/errors.hpp"
 #include "exec/interpreter.hpp"
-#include "kernels/cpu/moe.hpp"
+#include "kernels/cpu/moe.hpp"  // the host bookkeeping only: moe_tokens_per_expert, moe_permutation
 
 namespace twin::exec {
 

@@ -100,7 +100,7 @@ TEST(CudaBackendMoe, MoeMethodsMatchCpuBackend) {
   EXPECT_EQ(got.chosen, want.chosen);  // the same logits (bf16 values on both sides): the same experts
   EXPECT_NEAR(got.aux_loss, want.aux_loss, 1e-6 * want.aux_loss);
   const char* names[] = {"probs", "scores", "y", "d_rows", "dprobs", "dlogits", "dx", "dweights"};
-  const double tolerances[] = {1e-6, 1e-6, 2e-2, 2e-2, 2e-2, 2e-2, 3e-2, 2e-2};
+  const double tolerances[] = {1e-6, 1e-6, 2e-2, 2e-2, 3e-2, 5e-2, 3e-2, 3e-2};  // bf16 GEMMs chained
   for (std::size_t i = 0; i < want.values.size(); ++i) {
     EXPECT_TRUE(normalised_error_below(got.values[i], want.values[i], tolerances[i])) << names[i];
   }
