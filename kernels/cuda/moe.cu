@@ -65,46 +65,40 @@ __global__ void router_backward_kernel(bf16* dlogits, const float* dprobs, const
 
 // ---- permutation: one thread per element -------------------------------------------------------------------------
 
-// element i = (t k + j) hidden + c of the permuted rows' source:  out[rows[t, j], c] = inp[t, c]
+// one thread per element: the bodies are moe_math's (bf16 loads and stores, fp32 arithmetic)
 __global__ void permute_forward_kernel(bf16* out, const bf16* inp, const int* rows, std::size_t n, int hidden,
                                        int top_k) {
   TWIN_GRID_STRIDE_LOOP(i, n) {
-    const std::size_t slot = i / hidden, c = i % hidden;
-    out[static_cast<std::size_t>(rows[slot]) * hidden + c] = inp[(slot / top_k) * hidden + c];
+    moe_math::permute_forward_element(
+        i, [out](std::size_t at, float x) { out[at] = __float2bfloat16_rn(x); },
+        [inp](std::size_t at) { return __bfloat162float(inp[at]); }, rows, hidden, top_k);
   }
 }
 
-// element i = t hidden + c:  dinp[t, c] = sum_j dout[rows[t, j], c]
 __global__ void permute_backward_kernel(bf16* dinp, const bf16* dout, const int* rows, std::size_t n, int hidden,
                                         int top_k) {
   TWIN_GRID_STRIDE_LOOP(i, n) {
-    const std::size_t t = i / hidden, c = i % hidden;
-    const int* row = rows + t * top_k;
-    dinp[i] = __float2bfloat16_rn(moe_math::slot_sum(
-        [=](int j) { return __bfloat162float(dout[static_cast<std::size_t>(row[j]) * hidden + c]); }, top_k));
+    moe_math::permute_backward_element(
+        i, [dinp](std::size_t at, float x) { dinp[at] = __float2bfloat16_rn(x); },
+        [dout](std::size_t at) { return __bfloat162float(dout[at]); }, rows, hidden, top_k);
   }
 }
 
-// element i = t hidden + c:  out[t, c] = sum_j probs[t, j] inp[rows[t, j], c]
 __global__ void unpermute_forward_kernel(bf16* out, const bf16* inp, const float* probs, const int* rows, std::size_t n,
                                          int hidden, int top_k) {
   TWIN_GRID_STRIDE_LOOP(i, n) {
-    const std::size_t t = i / hidden, c = i % hidden;
-    const int* row = rows + t * top_k;
-    const float* p = probs + t * top_k;
-    out[i] = __float2bfloat16_rn(moe_math::weighted_sum(
-        [p](int j) { return p[j]; },
-        [=](int j) { return __bfloat162float(inp[static_cast<std::size_t>(row[j]) * hidden + c]); }, top_k));
+    moe_math::unpermute_forward_element(
+        i, [out](std::size_t at, float x) { out[at] = __float2bfloat16_rn(x); },
+        [inp](std::size_t at) { return __bfloat162float(inp[at]); }, probs, rows, hidden, top_k);
   }
 }
 
-// element i = (t k + j) hidden + c:  dinp[rows[t, j], c] = probs[t, j] dout[t, c]
 __global__ void unpermute_backward_rows_kernel(bf16* dinp, const bf16* dout, const float* probs, const int* rows,
                                                std::size_t n, int hidden, int top_k) {
   TWIN_GRID_STRIDE_LOOP(i, n) {
-    const std::size_t slot = i / hidden, c = i % hidden;
-    const float g = __bfloat162float(dout[(slot / top_k) * hidden + c]);
-    dinp[static_cast<std::size_t>(rows[slot]) * hidden + c] = __float2bfloat16_rn(math::mul_rn(probs[slot], g));
+    moe_math::unpermute_backward_element(
+        i, [dinp](std::size_t at, float x) { dinp[at] = __float2bfloat16_rn(x); },
+        [dout](std::size_t at) { return __bfloat162float(dout[at]); }, probs, rows, hidden, top_k);
   }
 }
 
@@ -134,27 +128,11 @@ void check_permutation(const void* out, const void* inp, const int* rows, int to
   TWIN_CUDA_REQUIRE(out != nullptr && inp != nullptr && rows != nullptr && out != inp);
 }
 
-// Each chunk's first row in the unsorted (arrival) layout and in the sorted one, on the host.
-struct ChunkCopy {
-  std::size_t unsorted_row, sorted_row, rows;
-};
-std::vector<ChunkCopy> chunk_copies(const int* chunk_rows, const int* order, int chunks) {
+std::vector<moe_math::ChunkCopy> chunk_copies(const int* chunk_rows, const int* order, int chunks) {
   TWIN_CUDA_REQUIRE(chunks > 0 && chunk_rows != nullptr && order != nullptr);
-  std::vector<std::size_t> starts(static_cast<std::size_t>(chunks) + 1, 0);
-  for (int c = 0; c < chunks; ++c) {
-    TWIN_CUDA_REQUIRE(chunk_rows[c] >= 0);
-    starts[c + 1] = starts[c] + static_cast<std::size_t>(chunk_rows[c]);
-  }
-  std::vector<bool> seen(static_cast<std::size_t>(chunks), false);
-  std::vector<ChunkCopy> copies;
-  std::size_t sorted = 0;
-  for (int i = 0; i < chunks; ++i) {
-    const int c = order[i];
-    TWIN_CUDA_REQUIRE(c >= 0 && c < chunks && !seen[c]);  // order is a permutation
-    seen[c] = true;
-    if (chunk_rows[c] > 0) copies.push_back({starts[c], sorted, static_cast<std::size_t>(chunk_rows[c])});
-    sorted += static_cast<std::size_t>(chunk_rows[c]);
-  }
+  std::vector<moe_math::ChunkCopy> copies;
+  const bool valid = moe_math::sort_chunk_copies(copies, chunk_rows, order, chunks);
+  TWIN_CUDA_REQUIRE(valid);  // order a permutation of the chunks, no chunk with negative rows
   return copies;
 }
 
@@ -243,7 +221,7 @@ void moe_unpermute_backward(bf16* dinp, float* dprobs, const bf16* dout, const b
 void moe_sort_chunks_forward(bf16* out, const bf16* inp, const int* chunk_rows, const int* order, int chunks,
                              int hidden, cudaStream_t stream) {
   TWIN_CUDA_REQUIRE(out != nullptr && inp != nullptr && out != inp && hidden > 0);
-  for (const ChunkCopy& c : chunk_copies(chunk_rows, order, chunks)) {
+  for (const moe_math::ChunkCopy& c : chunk_copies(chunk_rows, order, chunks)) {
     copy_rows(out + c.sorted_row * hidden, inp + c.unsorted_row * hidden, c.rows, hidden, stream);
   }
 }
@@ -251,7 +229,7 @@ void moe_sort_chunks_forward(bf16* out, const bf16* inp, const int* chunk_rows, 
 void moe_sort_chunks_backward(bf16* dinp, const bf16* dout, const int* chunk_rows, const int* order, int chunks,
                               int hidden, cudaStream_t stream) {
   TWIN_CUDA_REQUIRE(dinp != nullptr && dout != nullptr && dinp != dout && hidden > 0);
-  for (const ChunkCopy& c : chunk_copies(chunk_rows, order, chunks)) {
+  for (const moe_math::ChunkCopy& c : chunk_copies(chunk_rows, order, chunks)) {
     copy_rows(dinp + c.unsorted_row * hidden, dout + c.sorted_row * hidden, c.rows, hidden, stream);
   }
 }

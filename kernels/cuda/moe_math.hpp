@@ -5,6 +5,9 @@
 // A row is read through an accessor, value(i) -> float, so that the device reads bf16 logits and the host fp32.
 #pragma once
 
+#include <cstddef>
+#include <vector>
+
 #include "kernels/cuda/math.hpp"
 
 namespace twin::kernels::cuda::moe_math {
@@ -133,6 +136,78 @@ TWIN_HOST_DEVICE float slot_sum(G g, int top_k) {
   float y = g(0);
   for (int j = 1; j < top_k; ++j) y = math::add_rn(y, g(j));
   return y;
+}
+
+// ---- the permutation kernels' element bodies (moe.cu runs one thread per element i) ------------------------------
+// load(index) -> float reads an input, store(index, float) writes an output (bf16 on the device, fp32 on the host);
+// rows (T, k) is the permutation, probs (T, k) fp32. Slot s = t k + j is token t's j-th choice.
+
+// i over (T k, C) by slot:  out[rows[s], c] = inp[t, c]
+template <class Load, class Store>
+TWIN_HOST_DEVICE void permute_forward_element(std::size_t i, Store out, Load inp, const int* rows, int hidden,
+                                              int top_k) {
+  const std::size_t slot = i / hidden, c = i % hidden;
+  out(static_cast<std::size_t>(rows[slot]) * hidden + c, inp((slot / top_k) * hidden + c));
+}
+
+// i over (T, C):  dinp[t, c] = sum over j in slot order of dout[rows[t, j], c]
+template <class Load, class Store>
+TWIN_HOST_DEVICE void permute_backward_element(std::size_t i, Store dinp, Load dout, const int* rows, int hidden,
+                                               int top_k) {
+  const std::size_t t = i / hidden, c = i % hidden;
+  const int* row = rows + t * top_k;
+  dinp(i, slot_sum([=](int j) { return dout(static_cast<std::size_t>(row[j]) * hidden + c); }, top_k));
+}
+
+// i over (T, C):  out[t, c] = sum over j in slot order of probs[t, j] inp[rows[t, j], c]
+template <class Load, class Store>
+TWIN_HOST_DEVICE void unpermute_forward_element(std::size_t i, Store out, Load inp, const float* probs, const int* rows,
+                                                int hidden, int top_k) {
+  const std::size_t t = i / hidden, c = i % hidden;
+  const int* row = rows + t * top_k;
+  const float* p = probs + t * top_k;
+  out(i, weighted_sum([p](int j) { return p[j]; },
+                      [=](int j) { return inp(static_cast<std::size_t>(row[j]) * hidden + c); }, top_k));
+}
+
+// i over (T k, C) by slot:  dinp[rows[s], c] = probs[s] dout[t, c]
+template <class Load, class Store>
+TWIN_HOST_DEVICE void unpermute_backward_element(std::size_t i, Store dinp, Load dout, const float* probs,
+                                                 const int* rows, int hidden, int top_k) {
+  const std::size_t slot = i / hidden, c = i % hidden;
+  dinp(static_cast<std::size_t>(rows[slot]) * hidden + c, math::mul_rn(probs[slot], dout((slot / top_k) * hidden + c)));
+}
+
+// ---- the chunk sort after the all-to-all, planned on the host (moe.cu copies each chunk) --------------------------
+
+// One chunk's rows: its first row in the arrival (unsorted) layout and in the sorted one.
+struct ChunkCopy {
+  std::size_t unsorted_row = 0, sorted_row = 0, rows = 0;
+};
+
+// The copies of kernels/cpu/moe.cpp's moe_sort_chunks: sorted chunk i is unsorted chunk order[i], chunk c of
+// chunk_rows[c] rows; chunks without rows left out. Returns false (and no copies) when order is no permutation of
+// [0, chunks) or a chunk has negative rows.
+inline bool sort_chunk_copies(std::vector<ChunkCopy>& copies, const int* chunk_rows, const int* order, int chunks) {
+  copies.clear();
+  std::vector<std::size_t> starts(static_cast<std::size_t>(chunks) + 1, 0);
+  for (int c = 0; c < chunks; ++c) {
+    if (chunk_rows[c] < 0) return false;
+    starts[c + 1] = starts[c] + static_cast<std::size_t>(chunk_rows[c]);
+  }
+  std::vector<bool> seen(static_cast<std::size_t>(chunks), false);
+  std::size_t sorted = 0;
+  for (int i = 0; i < chunks; ++i) {
+    const int c = order[i];
+    if (c < 0 || c >= chunks || seen[c]) {
+      copies.clear();
+      return false;
+    }
+    seen[c] = true;
+    if (chunk_rows[c] > 0) copies.push_back({starts[c], sorted, static_cast<std::size_t>(chunk_rows[c])});
+    sorted += static_cast<std::size_t>(chunk_rows[c]);
+  }
+  return true;
 }
 
 }  // namespace twin::kernels::cuda::moe_math

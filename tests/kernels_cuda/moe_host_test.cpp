@@ -1,7 +1,7 @@
 // The MoE formulas the CUDA kernels share with the host (kernels/cuda/moe_math.hpp), run on the CPU against
 // kernels/cpu/moe.hpp: the router's top-k choice (ties included) and softmaxes, its backward with the load-balancing
-// loss, the loss from column sums, and the permutation's per-element sums. No GPU needed: where the operations are
-// the CPU twin's, the bits are too.
+// loss, the loss from column sums, the permutation kernels' element bodies and the chunk sort's copies. No GPU needed:
+// where the operations are the CPU twin's, the bits are too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -130,29 +130,68 @@ TEST(CudaMoeMath, LoadBalancingLossFromColumnSumsIsTheCpuTwins) {
   EXPECT_GT(want, 0.0);
 }
 
-TEST(CudaMoeMath, PermutationSumsAreTheCpuTwins) {
+// The permutation kernels' element bodies, run over every element on fp32 buffers: kernels/cpu's bits
+TEST(CudaMoeMath, PermutationKernelBodiesAreTheCpuTwins) {
   const std::vector<float> logits = random_vector(kTokens * kExperts, 8);
   std::vector<float> probs;
   std::vector<int> experts;
   topk_softmax(probs, experts, logits);
   std::vector<int> rows(kTokens * kTopK), rows_per_expert(kExperts);
   cpu::moe_permutation(rows.data(), rows_per_expert.data(), experts.data(), kTokens, kExperts, kTopK);
-  const std::vector<float> permuted = random_vector(kTokens * kTopK * kHidden, 9);
-  std::vector<float> want_out(kTokens * kHidden), want_dinp(kTokens * kHidden);
-  cpu::moe_unpermute_forward(want_out.data(), permuted.data(), probs.data(), rows.data(), kTokens, kHidden, kTopK);
-  cpu::moe_permute_backward(want_dinp.data(), permuted.data(), rows.data(), kTokens, kHidden, kTopK);
-  std::vector<float> out(want_out.size()), dinp(want_dinp.size());
-  for (int t = 0; t < kTokens; ++t) {
-    const int* row = rows.data() + t * kTopK;
-    const float* p = probs.data() + t * kTopK;
-    for (int c = 0; c < kHidden; ++c) {
-      const auto x = [&](int j) { return permuted[row[j] * kHidden + c]; };
-      out[t * kHidden + c] = moe_math::weighted_sum([p](int j) { return p[j]; }, x, kTopK);
-      dinp[t * kHidden + c] = moe_math::slot_sum(x, kTopK);
+  const std::size_t slots_n = static_cast<std::size_t>(kTokens) * kTopK * kHidden, tokens_n = kTokens * kHidden;
+  const std::vector<float> x = random_vector(tokens_n, 9), permuted_grad = random_vector(slots_n, 10);
+  const std::vector<float> expert_out = random_vector(slots_n, 11), dy = random_vector(tokens_n, 12);
+  std::vector<float> want_permuted(slots_n), want_dx(tokens_n), want_y(tokens_n), want_d_rows(slots_n),
+      want_dprobs(kTokens * kTopK);
+  cpu::moe_permute_forward(want_permuted.data(), x.data(), rows.data(), kTokens, kHidden, kTopK);
+  cpu::moe_permute_backward(want_dx.data(), permuted_grad.data(), rows.data(), kTokens, kHidden, kTopK);
+  cpu::moe_unpermute_forward(want_y.data(), expert_out.data(), probs.data(), rows.data(), kTokens, kHidden, kTopK);
+  cpu::moe_unpermute_backward(want_d_rows.data(), want_dprobs.data(), dy.data(), expert_out.data(), probs.data(),
+                              rows.data(), kTokens, kHidden, kTopK);
+
+  const auto load = [](const std::vector<float>& v) { return [&v](std::size_t at) { return v[at]; }; };
+  const auto store = [](std::vector<float>& v) { return [&v](std::size_t at, float value) { v[at] = value; }; };
+  const float nan = std::numeric_limits<float>::quiet_NaN();  // an element no body writes stays NaN
+  std::vector<float> permuted(slots_n, nan), dx(tokens_n, nan), y(tokens_n, nan), d_rows(slots_n, nan);
+  for (std::size_t i = 0; i < slots_n; ++i) {
+    moe_math::permute_forward_element(i, store(permuted), load(x), rows.data(), kHidden, kTopK);
+    moe_math::unpermute_backward_element(i, store(d_rows), load(dy), probs.data(), rows.data(), kHidden, kTopK);
+  }
+  for (std::size_t i = 0; i < tokens_n; ++i) {
+    moe_math::permute_backward_element(i, store(dx), load(permuted_grad), rows.data(), kHidden, kTopK);
+    moe_math::unpermute_forward_element(i, store(y), load(expert_out), probs.data(), rows.data(), kHidden, kTopK);
+  }
+  EXPECT_EQ(permuted, want_permuted);
+  EXPECT_EQ(dx, want_dx);
+  EXPECT_EQ(y, want_y);
+  EXPECT_EQ(d_rows, want_d_rows);
+}
+
+// The chunk sort's copies, planned on the host and applied row by row, against kernels/cpu's sort both ways
+TEST(CudaMoeMath, ChunkSortCopiesAreTheCpuTwins) {
+  const std::vector<int> chunk_rows = {3, 0, 2, 1, 0, 4, 2, 5};  // 2 peers x 4 local experts, some empty
+  const std::vector<int> order = {0, 4, 1, 5, 2, 6, 3, 7};       // expert-major
+  const int chunks = 8, rows = 17;
+  const std::vector<float> received = random_vector(static_cast<std::size_t>(rows) * kHidden, 13);
+  std::vector<float> want(received.size()), want_back(received.size());
+  cpu::moe_sort_chunks_forward(want.data(), received.data(), chunk_rows.data(), order.data(), chunks, kHidden);
+  cpu::moe_sort_chunks_backward(want_back.data(), want.data(), chunk_rows.data(), order.data(), chunks, kHidden);
+  std::vector<moe_math::ChunkCopy> copies;
+  ASSERT_TRUE(moe_math::sort_chunk_copies(copies, chunk_rows.data(), order.data(), chunks));
+  EXPECT_EQ(copies.size(), 6u);  // the two empty chunks copy nothing
+  std::vector<float> sorted(received.size(), std::numeric_limits<float>::quiet_NaN()), back(sorted);
+  for (const moe_math::ChunkCopy& c : copies) {
+    for (std::size_t e = 0; e < c.rows * kHidden; ++e) {
+      sorted[c.sorted_row * kHidden + e] = received[c.unsorted_row * kHidden + e];
+      back[c.unsorted_row * kHidden + e] = sorted[c.sorted_row * kHidden + e];
     }
   }
-  EXPECT_EQ(out, want_out);
-  EXPECT_EQ(dinp, want_dinp);
+  EXPECT_EQ(sorted, want);
+  EXPECT_EQ(back, want_back);
+  const std::vector<int> repeated = {0, 4, 1, 5, 2, 6, 3, 3}, negative = {3, 0, 2, -1, 0, 4, 2, 5};
+  EXPECT_FALSE(moe_math::sort_chunk_copies(copies, chunk_rows.data(), repeated.data(), chunks));
+  EXPECT_FALSE(moe_math::sort_chunk_copies(copies, negative.data(), order.data(), chunks));
+  EXPECT_TRUE(copies.empty());
 }
 
 }  // namespace
