@@ -1,8 +1,10 @@
-// Mixture-of-Experts on the CUDA backend (exec/cuda/cuda_backend_moe.cpp; skipped without a GPU): its MoE methods
-// against the CPU backend's on one layer's worth of routing, and a tiny MoE trained on the CUDA backend (one rank, and
-// expert parallelism over 2 rank threads sharing the GPU: the all-to-alls staged) following the CPU backend's losses.
+// Mixture-of-Experts on the CUDA backend (exec/cuda/cuda_backend_moe.cpp; skipped without a GPU but the harness's own
+// check): its MoE methods against the CPU backend's on one layer's worth of routing, and a tiny MoE trained on the CUDA
+// backend (one rank, and expert parallelism over 2 rank threads sharing the GPU: the all-to-alls staged) following the
+// CPU backend's losses.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -89,6 +91,21 @@ MoeOutputs run_moe(Backend& be, DType act) {
   o.values = {read(be, probs),  read(be, scores),  read(be, y),  read(be, d_rows),
               read(be, dprobs), read(be, dlogits), read(be, dx), read(be, dw)};
   return o;
+}
+
+// On any machine: the comparison's sequence on the CPU backend alone passes every size check of the MoE block, and its
+// values are finite and deterministic (what the GPU comparison below then holds the CUDA backend to)
+TEST(CudaBackendMoe, TheComparisonRunsOnTheCpuBackend) {
+  cpu::CpuBackend first_backend, second_backend;
+  const MoeOutputs first = run_moe(first_backend, DType::F32);
+  const MoeOutputs second = run_moe(second_backend, DType::F32);
+  EXPECT_EQ(first.chosen, second.chosen);
+  EXPECT_EQ(first.values, second.values);
+  EXPECT_GT(first.aux_loss, 0.0);
+  for (const std::vector<float>& values : first.values) {
+    for (float v : values) ASSERT_TRUE(std::isfinite(v));
+  }
+  for (std::size_t t = 0; t < first.chosen.size(); t += 2) EXPECT_NE(first.chosen[t], first.chosen[t + 1]);  // top-2
 }
 
 TEST(CudaBackendMoe, MoeMethodsMatchCpuBackend) {
