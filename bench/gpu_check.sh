@@ -9,7 +9,9 @@
 #   3. the executor on the CUDA backend: its tests (twin_exec_cuda_tests: backend against the CPU backend, staging
 #      and NCCL communicators, training), then parity: twin run gpt-tiny on the cpu backend, on cuda, and on cuda with
 #      tp=2 pp=2 (4 ranks sharing the GPU): the loss curves must follow each other; then context parallelism: a
-#      tiny Llama at cp=2 (2 ranks sharing the GPU) under each way (all_gather, p2p, a2a), cpu against cuda
+#      tiny Llama at cp=2 (2 ranks sharing the GPU) under each way (all_gather, p2p, a2a), cpu against cuda;
+#      and a tiny MoE (gpt-tiny with 4 experts, top-2, a shared expert) on cpu, cuda, and cuda with dp=2 ep=2 (2 ranks
+#      sharing the GPU: the dispatch and combine all-to-alls), loss curves following each other
 #   4. the cuBLASLt bf16 GEMM peak, the HBM bandwidth, the unfused attention GEMMs' share of it, the fused attention's
 #      TFLOP/s (the [cluster] keys twin sim takes), and the GEMM rate against K (GEMMs only)
 #   5. a ~1.1B GPT step through the executor (bench/gpu/gpt-1b-h200.toml, twin run --backend cuda): MFU against the
@@ -111,6 +113,10 @@ if [ -n "$capability" ] && [ "$capability" -ge 90 ]; then
   "$twin" run "${fp8_tiny[@]}" --backend cpu --json "$build/run_fp8_cpu.json" >"$build/run_fp8_cpu.log" 2>&1 &
   fp8_cpu_pid=$!
 fi
+tiny_moe=("$root/scenarios/gpt-tiny.toml" --steps 30 --quiet --set model.experts=4 --set model.top_k=2
+  --set model.moe_ffn_hidden=256 --set model.shared_experts=1)
+"$twin" run "${tiny_moe[@]}" --backend cpu --json "$build/run_moe_cpu.json" >"$build/run_moe_cpu.log" 2>&1 &
+moe_cpu_pid=$!
 
 section "2. CUDA kernels against their CPU twins"
 if timeout 180 "$(program twin_kernels_cuda_tests)" --gtest_brief=1 "--gtest_output=xml:$results/kernels_cuda.xml" \
@@ -198,6 +204,38 @@ print("context-parallel parity " + ("holds" if ok else "FAILS"))
 sys.exit(0 if ok else 1)
 PY
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail "context-parallel parity of the loss curves"
+
+section "3d. MoE: twin run gpt-tiny with 4 experts (top-2, a shared one), 30 steps, on cpu, cuda, cuda dp=2 ep=2"
+run_logged timeout 120 "$twin" run "${tiny_moe[@]}" --backend cuda --json "$build/run_moe_cuda.json" >/dev/null \
+  || fail "twin run gpt-tiny MoE (cuda)"
+run_logged timeout 120 "$twin" run "${tiny_moe[@]}" --backend cuda --set parallel.dp=2 --set parallel.ep=2 \
+  --json "$build/run_moe_cuda_dp2_ep2.json" >/dev/null || fail "twin run gpt-tiny MoE (cuda, dp=2 ep=2)"
+wait "$moe_cpu_pid" || fail "twin run gpt-tiny MoE (cpu, see run_moe_cpu.log)"
+python3 - "$build" <<'PY' | tee -a "$report"
+import json, os, sys
+names = ("moe_cpu", "moe_cuda", "moe_cuda_dp2_ep2")
+runs = {}
+for name in names:
+    path = os.path.join(sys.argv[1], f"run_{name}.json")
+    if os.path.exists(path):
+        runs[name] = json.load(open(path))
+if len(runs) < 3:
+    print("MoE parity: runs missing:", sorted(set(names) - set(runs)))
+    sys.exit(1)
+cpu, cuda, split = (runs[n]["losses"] for n in names)
+aux_cpu, aux_cuda = (runs[n]["aux_losses"] for n in names[:2])
+rel = lambda a, b: max(abs(x - y) / y for x, y in zip(a, b))
+print(f"MoE loss cpu {cpu[0]:.4f} -> {cpu[-1]:.4f}, cuda {cuda[0]:.4f} -> {cuda[-1]:.4f}, "
+      f"cuda dp2 ep2 {split[0]:.4f} -> {split[-1]:.4f}; load-balancing loss cpu {aux_cpu[-1]:.4f}, cuda {aux_cuda[-1]:.4f}")
+print(f"max relative difference: cuda/cpu {rel(cuda, cpu):.2e}, cuda dp2ep2/cpu {rel(split, cpu):.2e}, "
+      f"cuda dp2ep2/cuda {rel(split, cuda):.2e} (bf16 against fp32: within 3e-2); "
+      f"load-balancing loss cuda/cpu {rel(aux_cuda, aux_cpu):.2e} (within 1e-1)")
+ok = (rel(cuda, cpu) < 0.03 and rel(split, cpu) < 0.03 and rel(split, cuda) < 0.03 and cuda[-1] < cuda[0]
+      and rel(aux_cuda, aux_cpu) < 0.1)
+print("MoE parity " + ("holds" if ok else "FAILS"))
+sys.exit(0 if ok else 1)
+PY
+[ "${PIPESTATUS[0]}" -eq 0 ] || fail "MoE parity of the loss curves"
 
 section "4. GEMM peak, HBM bandwidth, attention (the [cluster] keys twin sim takes)"
 gemm_peak=$(program twin_gemm_peak)

@@ -82,6 +82,58 @@ void Backend::ulysses_sequence_to_blocks(const Tensor&, const Tensor&, int, int,
   no_context_parallelism(name());
 }
 
+namespace {
+[[noreturn]] void no_moe(std::string_view backend) {
+  throw RunError(fmt::format("model.experts: the {} backend does not run Mixture-of-Experts layers", backend));
+}
+}  // namespace
+
+void Backend::download_i32(int*, const Tensor&) {
+  no_moe(name());
+}
+void Backend::moe_topk_softmax_forward(const Tensor&, const Tensor&, const Tensor&, int, int, int) {
+  no_moe(name());
+}
+void Backend::moe_router_scores_forward(const Tensor&, const Tensor&, int, int) {
+  no_moe(name());
+}
+double Backend::moe_aux_loss_forward(const Tensor&, const std::vector<float>&, int, int, int, double, double) {
+  no_moe(name());
+}
+void Backend::moe_router_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                  const std::vector<float>&, int, int, int, const MoeAuxLoss&) {
+  no_moe(name());
+}
+void Backend::moe_permute_forward(const Tensor&, const Tensor&, const Tensor&, int, int, int) {
+  no_moe(name());
+}
+void Backend::moe_permute_backward(const Tensor&, const Tensor&, const Tensor&, int, int, int) {
+  no_moe(name());
+}
+void Backend::moe_unpermute_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int, int) {
+  no_moe(name());
+}
+void Backend::moe_unpermute_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                     const Tensor&, int, int, int) {
+  no_moe(name());
+}
+void Backend::moe_sort_chunks_forward(const Tensor&, const Tensor&, const std::vector<int>&, const std::vector<int>&,
+                                      int) {
+  no_moe(name());
+}
+void Backend::moe_sort_chunks_backward(const Tensor&, const Tensor&, const std::vector<int>&, const std::vector<int>&,
+                                       int) {
+  no_moe(name());
+}
+void Backend::moe_grouped_matmul_forward(const Tensor&, const Tensor&, const Tensor&, const std::vector<int>&, int,
+                                         int) {
+  no_moe(name());
+}
+void Backend::moe_grouped_matmul_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                          const std::vector<int>&, int, int) {
+  no_moe(name());
+}
+
 Tensor Backend::zeros(std::size_t numel, DType dtype) {
   Tensor t = allocate(numel, dtype);
   if (numel > 0) fill(t, 0.0f);

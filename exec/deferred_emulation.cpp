@@ -315,8 +315,15 @@ class DeferredCheckBackend final : public Backend {
   void context_attention_backward(const Tensor& dqkv, const Tensor& dkeys, const Tensor& dvalues, const Tensor& dout,
                                   const Tensor& qkv, const Tensor& keys, const Tensor& values, const Tensor& out,
                                   const Tensor& lse, const ContextShape& shape) override {
-    touch("context_attention_backward", {{dqkv, "dqkv"}, {dkeys, "dkeys"}, {dvalues, "dvalues"}, {dout, "dout"},
-                                         {qkv, "qkv"}, {keys, "keys"}, {values, "values"}, {out, "out"}, {lse, "lse"}});
+    touch("context_attention_backward", {{dqkv, "dqkv"},
+                                         {dkeys, "dkeys"},
+                                         {dvalues, "dvalues"},
+                                         {dout, "dout"},
+                                         {qkv, "qkv"},
+                                         {keys, "keys"},
+                                         {values, "values"},
+                                         {out, "out"},
+                                         {lse, "lse"}});
     inner_->context_attention_backward(dqkv, dkeys, dvalues, dout, qkv, keys, values, out, lse, shape);
   }
   void context_put_key_value_grad(const Tensor& dqkv, const Tensor& grad, bool values,
@@ -344,6 +351,76 @@ class DeferredCheckBackend final : public Backend {
                                   const ContextShape& shape) override {
     touch("ulysses_sequence_to_blocks", {{blocks, "blocks"}, {full, "full"}});
     inner_->ulysses_sequence_to_blocks(blocks, full, width, column, heads, shape);
+  }
+
+  // Mixture-of-Experts: the downloads and the loss wait (host reads), the kernels touch their tensors
+  void download_i32(int* host, const Tensor& src) override {
+    deferred_.wait_all();
+    inner_->download_i32(host, src);
+  }
+  void moe_topk_softmax_forward(const Tensor& probs, const Tensor& chosen, const Tensor& logits, int tokens,
+                                int experts, int top_k) override {
+    touch("moe_topk_softmax_forward", {{probs, "probs"}, {chosen, "chosen"}, {logits, "logits"}});
+    inner_->moe_topk_softmax_forward(probs, chosen, logits, tokens, experts, top_k);
+  }
+  void moe_router_scores_forward(const Tensor& scores, const Tensor& logits, int tokens, int experts) override {
+    touch("moe_router_scores_forward", {{scores, "scores"}, {logits, "logits"}});
+    inner_->moe_router_scores_forward(scores, logits, tokens, experts);
+  }
+  double moe_aux_loss_forward(const Tensor& scores, const std::vector<float>& counts, int tokens, int experts,
+                              int top_k, double total_tokens, double coeff) override {
+    deferred_.wait_all();
+    return inner_->moe_aux_loss_forward(scores, counts, tokens, experts, top_k, total_tokens, coeff);
+  }
+  void moe_router_backward(const Tensor& dlogits, const Tensor& dprobs, const Tensor& probs, const Tensor& chosen,
+                           const Tensor& scores, const std::vector<float>& counts, int tokens, int experts, int top_k,
+                           const MoeAuxLoss& aux) override {
+    touch("moe_router_backward",
+          {{dlogits, "dlogits"}, {dprobs, "dprobs"}, {probs, "probs"}, {chosen, "chosen"}, {scores, "scores"}});
+    inner_->moe_router_backward(dlogits, dprobs, probs, chosen, scores, counts, tokens, experts, top_k, aux);
+  }
+  void moe_permute_forward(const Tensor& out, const Tensor& inp, const Tensor& rows, int tokens, int hidden,
+                           int top_k) override {
+    touch("moe_permute_forward", {{out, "out"}, {inp, "inp"}, {rows, "rows"}});
+    inner_->moe_permute_forward(out, inp, rows, tokens, hidden, top_k);
+  }
+  void moe_permute_backward(const Tensor& dinp, const Tensor& dout, const Tensor& rows, int tokens, int hidden,
+                            int top_k) override {
+    touch("moe_permute_backward", {{dinp, "dinp"}, {dout, "dout"}, {rows, "rows"}});
+    inner_->moe_permute_backward(dinp, dout, rows, tokens, hidden, top_k);
+  }
+  void moe_unpermute_forward(const Tensor& out, const Tensor& inp, const Tensor& probs, const Tensor& rows, int tokens,
+                             int hidden, int top_k) override {
+    touch("moe_unpermute_forward", {{out, "out"}, {inp, "inp"}, {probs, "probs"}, {rows, "rows"}});
+    inner_->moe_unpermute_forward(out, inp, probs, rows, tokens, hidden, top_k);
+  }
+  void moe_unpermute_backward(const Tensor& dinp, const Tensor& dprobs, const Tensor& dout, const Tensor& inp,
+                              const Tensor& probs, const Tensor& rows, int tokens, int hidden, int top_k) override {
+    touch("moe_unpermute_backward",
+          {{dinp, "dinp"}, {dprobs, "dprobs"}, {dout, "dout"}, {inp, "inp"}, {probs, "probs"}, {rows, "rows"}});
+    inner_->moe_unpermute_backward(dinp, dprobs, dout, inp, probs, rows, tokens, hidden, top_k);
+  }
+  void moe_sort_chunks_forward(const Tensor& out, const Tensor& inp, const std::vector<int>& chunk_rows,
+                               const std::vector<int>& order, int hidden) override {
+    touch("moe_sort_chunks_forward", {{out, "out"}, {inp, "inp"}});
+    inner_->moe_sort_chunks_forward(out, inp, chunk_rows, order, hidden);
+  }
+  void moe_sort_chunks_backward(const Tensor& dinp, const Tensor& dout, const std::vector<int>& chunk_rows,
+                                const std::vector<int>& order, int hidden) override {
+    touch("moe_sort_chunks_backward", {{dinp, "dinp"}, {dout, "dout"}});
+    inner_->moe_sort_chunks_backward(dinp, dout, chunk_rows, order, hidden);
+  }
+  void moe_grouped_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weights,
+                                  const std::vector<int>& rows_per_group, int in_features, int out_features) override {
+    touch("moe_grouped_matmul_forward", {{out, "out"}, {inp, "inp"}, {weights, "weights"}});
+    inner_->moe_grouped_matmul_forward(out, inp, weights, rows_per_group, in_features, out_features);
+  }
+  void moe_grouped_matmul_backward(const Tensor& dinp, const Tensor& dweights, const Tensor& dout, const Tensor& inp,
+                                   const Tensor& weights, const std::vector<int>& rows_per_group, int in_features,
+                                   int out_features) override {
+    touch("moe_grouped_matmul_backward",
+          {{dinp, "dinp"}, {dweights, "dweights"}, {dout, "dout"}, {inp, "inp"}, {weights, "weights"}});
+    inner_->moe_grouped_matmul_backward(dinp, dweights, dout, inp, weights, rows_per_group, in_features, out_features);
   }
 
   void cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,

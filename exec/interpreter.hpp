@@ -74,8 +74,8 @@ struct OpTiming {
 };
 
 // Throws a RunError naming the field when `scenario`'s Mixture-of-Experts layers ask for what the executor does not run
-// (interpreter_moe.cpp): another backend than "cpu", token dropping, tensor parallelism without sequence parallelism,
-// a shared norm. Nothing for a dense model.
+// (interpreter_moe.cpp): another backend than "cpu" or "cuda", token dropping, tensor parallelism without sequence
+// parallelism, a shared norm. Nothing for a dense model.
 void refuse_unsupported_moe(const model::Scenario& scenario, std::string_view backend);
 
 class Interpreter {
@@ -155,8 +155,10 @@ class Interpreter {
   struct MoeStash {
     Tensor scores;                        // (T, E) softmax of the router logits: the load-balancing loss's
     Tensor probs;                         // (T, k) the chosen experts' weights
-    std::vector<int> chosen;              // (T, k) expert of each (token, slot)
+    std::vector<int> chosen;              // (T, k) expert of each (token, slot), on the host
+    Tensor chosen_map;                    // (T, k) int32: the same on the backend (the router's backward reads it)
     std::vector<int> rows;                // (T, k) row of each (token, slot) in the expert-major permuted buffer
+    Tensor row_map;                       // (T, k) int32: the same on the backend (permute, unpermute)
     std::vector<int> rows_per_expert;     // (E) of the permuted buffer
     std::vector<float> counts;            // (E) tokens per expert of the whole micro-batch (summed over TP shards)
     std::vector<std::size_t> send_rows;   // (ep) rows sent to each EP peer in the dispatch
@@ -269,8 +271,7 @@ class Interpreter {
   int whole_tokens() const;
   void ulysses_all_to_all(const model::Op& op, const Tensor& send, const Tensor& recv);
   void ulysses_to_heads(const model::Op& op, const Tensor& local, int local_width, const Tensor& full, int full_width);
-  void ulysses_to_tokens(const model::Op& op, const Tensor& full, int full_width, const Tensor& local,
-                         int local_width);
+  void ulysses_to_tokens(const model::Op& op, const Tensor& full, int full_width, const Tensor& local, int local_width);
   void ulysses_qkv_to_heads(const model::Op& op);          // UlyssesQueries, UlyssesKeys, UlyssesValues
   void ulysses_output_to_tokens(const model::Op& op);      // UlyssesOutput
   void ulysses_output_grad_to_heads(const model::Op& op);  // UlyssesOutputGrad

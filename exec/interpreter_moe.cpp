@@ -1,4 +1,4 @@
-// The Mixture-of-Experts MLP of one layer (model/moe_ops.hpp gives the op order; kernels/cpu/moe.hpp the kernels).
+// The Mixture-of-Experts MLP of one layer (model/moe_ops.hpp gives the op order; the Backend's MoE block the kernels).
 // Its input is the second layer norm's output, this rank's T = tokens_sp tokens; its output, (T, C) in the layer
 // stash's fc_proj, is what the MLP residual adds (no TP reduction: every rank's MoE works on its own tokens).
 //   forward   [shared experts: MlpUp, activation, MlpDown] -> Router (logits, top-k softmax, scores, counts)
@@ -8,7 +8,10 @@
 //             -> ExpertUnpermute (weighted by the probabilities, added to the shared experts' output)
 //   backward  the reverse; Router's backward adds the load-balancing loss's gradient to the top-k softmax's.
 // An activation op of an MoE layer is the routed experts' when it follows ExpertUp (ExpertDown in the backward), else
-// the shared experts'. The routing kernels run on host memory: the executor trains MoE on the cpu backend.
+// the shared experts'. Every kernel runs through the Backend (its MoE block); the integer bookkeeping (permutation
+// rows, tokens per expert, split sizes) runs on the host from the chosen experts, downloaded once per layer and
+// micro-batch: the host wait Megatron-Core also pays before its all-to-all (model/moe_host_sync.hpp). Rows and
+// activations are in the backend's activation dtype; probabilities, scores and the loss fp32.
 //
 // The load-balancing loss joins the training loss as Megatron-Core adds it (MoEAuxLossAutoScaler, its gradient scaled
 // by 1 / micro-batches, then averaged over DP like every gradient): objective = cross-entropy (mean over the global
@@ -21,7 +24,7 @@
 #include "exec/check.hpp"
 #include "exec/errors.hpp"
 #include "exec/interpreter.hpp"
-#include "kernels/cpu/moe.hpp"
+#include "kernels/cpu/moe.hpp"  // the host bookkeeping only: moe_tokens_per_expert, moe_permutation
 
 namespace twin::exec {
 
@@ -43,9 +46,11 @@ void refuse_unsupported_moe(const model::Scenario& s, std::string_view backend) 
   const auto refuse = [&](std::string_view why) {
     throw RunError(fmt::format("{}: model.experts = {}: {}", s.source, s.model.experts, why));
   };
-  if (backend != "cpu") {
-    refuse(fmt::format("the executor trains Mixture-of-Experts layers on the cpu backend only (got --backend {})",
-                       backend));
+  if (backend != "cpu" && backend != "cuda") {
+    refuse(
+        fmt::format("the executor trains Mixture-of-Experts layers on the cpu and cuda backends only (got "
+                    "--backend {})",
+                    backend));
   }
   if (s.model.capacity_factor > 0) {
     refuse(fmt::format("model.capacity_factor = {}: the executor trains dropless MoE only (capacity_factor = 0)",
@@ -115,7 +120,7 @@ void Interpreter::shared_up_forward(const Op& op) {
   MoeStash& m = moe_stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const MoeDims& d = shard_.moe();
-  m.shared_fc = backend_.allocate(n(dims_.tokens_sp, d.shared_up), DType::F32);
+  m.shared_fc = backend_.allocate(n(dims_.tokens_sp, d.shared_up), backend_.activation_dtype());
   backend_.matmul_forward(m.shared_fc, s.ln2, w.shared_fc_weight, Tensor{}, dims_.tokens_sp, dims_.hidden, d.shared_up);
 }
 
@@ -123,7 +128,7 @@ void Interpreter::shared_down_forward(const Op& op) {
   LayerStash& s = stash(op);
   MoeStash& m = moe_stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
-  s.fc_proj = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), DType::F32);  // the routed experts add theirs
+  s.fc_proj = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());  // routed ones add
   backend_.matmul_forward(s.fc_proj, m.shared_act, w.shared_fc_proj_weight, Tensor{}, dims_.tokens_sp,
                           shard_.moe().shared_ffn, dims_.hidden);
 }
@@ -137,7 +142,7 @@ void Interpreter::moe_activation_forward(const Op& op) {
   Tensor& out = routed ? m.expert_act : m.shared_act;
   const int rows = routed ? std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0) : dims_.tokens_sp;
   const int width = routed ? d.expert_ffn : d.shared_ffn;
-  out = backend_.allocate(n(rows, width), DType::F32);
+  out = backend_.allocate(n(rows, width), backend_.activation_dtype());
   if (rows == 0) return;  // this rank's experts received no token
   if (dims_.swiglu) {
     backend_.swiglu_forward(out, inp, rows, width);
@@ -154,20 +159,24 @@ void Interpreter::router_forward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   const MoeDims& d = shard_.moe();
   const int T = dims_.tokens_sp;
-  const Tensor logits = backend_.allocate(n(T, d.experts), DType::F32);
+  const Tensor logits = backend_.allocate(n(T, d.experts), backend_.activation_dtype());
   backend_.matmul_forward(logits, s.ln2, w.router_weight, Tensor{}, T, dims_.hidden, d.experts);
-  require_finite(backend_.sum(logits), "the router logits");
-  m.probs = backend_.allocate(n(T, d.top_k), DType::F32);
-  m.chosen.assign(n(T, d.top_k), 0);
-  k::moe_topk_softmax_forward(m.probs.f32(), m.chosen.data(), logits.f32(), T, d.experts, d.top_k);
   m.scores = backend_.allocate(n(T, d.experts), DType::F32);
-  k::moe_router_scores_forward(m.scores.f32(), logits.f32(), T, d.experts);
+  backend_.moe_router_scores_forward(m.scores, logits, T, d.experts);
+  require_finite(backend_.sum(m.scores), "the router logits");  // a non-finite logit makes its row's scores NaN
+  m.probs = backend_.allocate(n(T, d.top_k), DType::F32);
+  m.chosen_map = backend_.allocate(n(T, d.top_k), DType::I32);
+  backend_.moe_topk_softmax_forward(m.probs, m.chosen_map, logits, T, d.experts, d.top_k);
+  // The host wait of the layer: the chosen experts, from which the host derives counts, rows and split sizes.
+  m.chosen.assign(n(T, d.top_k), 0);
+  backend_.download_i32(m.chosen.data(), m.chosen_map);
   m.counts.assign(static_cast<std::size_t>(d.experts), 0.0f);  // this shard's; an ExpertCounts all-reduce sums them
   k::moe_tokens_per_expert(m.counts.data(), m.chosen.data(), T, d.experts, d.top_k);
 }
 
-// Megatron-Core's wait for the tokens-per-expert counts on the host (model/moe_host_sync.hpp): this executor's
-// dispatch exchanges its counts on the host already, so the op has nothing to run.
+// Megatron-Core's wait for the tokens-per-expert counts on the host (model/moe_host_sync.hpp): this executor waits
+// earlier, in router_forward's download of the chosen experts, and its dispatch exchanges the counts on the host, so
+// the op has nothing to run.
 void Interpreter::splits_sync(const Op& /*op*/) {}
 
 void Interpreter::permute_forward(const Op& op) {
@@ -178,12 +187,14 @@ void Interpreter::permute_forward(const Op& op) {
   m.rows.assign(n(T, d.top_k), 0);
   m.rows_per_expert.assign(static_cast<std::size_t>(d.experts), 0);
   k::moe_permutation(m.rows.data(), m.rows_per_expert.data(), m.chosen.data(), T, d.experts, d.top_k);
-  m.permuted = backend_.allocate(n(T * d.top_k, dims_.hidden), DType::F32);
-  k::moe_permute_forward(m.permuted.f32(), s.ln2.f32(), m.rows.data(), T, dims_.hidden, d.top_k);
+  m.row_map = backend_.allocate(n(T, d.top_k), DType::I32);
+  backend_.upload_i32(m.row_map, m.rows.data());
+  m.permuted = backend_.allocate(n(T * d.top_k, dims_.hidden), backend_.activation_dtype());
+  backend_.moe_permute_forward(m.permuted, s.ln2, m.row_map, T, dims_.hidden, d.top_k);
   if (!recomputing(op) && d.aux_loss_coeff > 0) {
     const double micro_batch_tokens = static_cast<double>(dims_.tokens);  // the counts cover every sequence shard
-    output_.aux_loss_sum += k::moe_aux_loss_forward(m.scores.f32(), m.counts.data(), T, d.experts, d.top_k,
-                                                    micro_batch_tokens, d.aux_loss_coeff);
+    output_.aux_loss_sum +=
+        backend_.moe_aux_loss_forward(m.scores, m.counts, T, d.experts, d.top_k, micro_batch_tokens, d.aux_loss_coeff);
   }
   if (d.ep == 1) {  // no dispatch: this rank holds every expert
     m.expert_in = m.permuted;
@@ -198,9 +209,9 @@ void Interpreter::experts_up_forward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   const MoeDims& d = shard_.moe();
   const int rows = std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0);
-  m.expert_fc = backend_.allocate(n(std::max(rows, 1), d.expert_up), DType::F32);
-  k::moe_grouped_matmul_forward(m.expert_fc.f32(), m.expert_in.f32(), w.expert_fc_weight.f32(), m.expert_rows.data(),
-                                d.local_experts, dims_.hidden, d.expert_up);
+  m.expert_fc = backend_.allocate(n(std::max(rows, 1), d.expert_up), backend_.activation_dtype());
+  backend_.moe_grouped_matmul_forward(m.expert_fc, m.expert_in, w.expert_fc_weight, m.expert_rows, dims_.hidden,
+                                      d.expert_up);
   m.routed_activation_next = true;
 }
 
@@ -209,10 +220,10 @@ void Interpreter::experts_down_forward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   const MoeDims& d = shard_.moe();
   const int rows = std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0);
-  m.expert_out = backend_.allocate(n(std::max(rows, 1), dims_.hidden), DType::F32);
+  m.expert_out = backend_.allocate(n(std::max(rows, 1), dims_.hidden), backend_.activation_dtype());
   if (rows > 0) {
-    k::moe_grouped_matmul_forward(m.expert_out.f32(), m.expert_act.f32(), w.expert_fc_proj_weight.f32(),
-                                  m.expert_rows.data(), d.local_experts, d.expert_ffn, dims_.hidden);
+    backend_.moe_grouped_matmul_forward(m.expert_out, m.expert_act, w.expert_fc_proj_weight, m.expert_rows,
+                                        d.expert_ffn, dims_.hidden);
   }
   // no combine (and no ETP reduce-scatter): the rows are this rank's own, in permuted order
   if (d.ep == 1 && d.etp == 1) m.combined = m.expert_out;
@@ -223,8 +234,8 @@ void Interpreter::unpermute_forward(const Op& op) {
   MoeStash& m = moe_stash(op);
   const MoeDims& d = shard_.moe();
   const int T = dims_.tokens_sp;
-  const Tensor out = backend_.allocate(n(T, dims_.hidden), DType::F32);
-  k::moe_unpermute_forward(out.f32(), m.combined.f32(), m.probs.f32(), m.rows.data(), T, dims_.hidden, d.top_k);
+  const Tensor out = backend_.allocate(n(T, dims_.hidden), backend_.activation_dtype());
+  backend_.moe_unpermute_forward(out, m.combined, m.probs, m.row_map, T, dims_.hidden, d.top_k);
   if (d.shared_ffn > 0) {
     backend_.accumulate(s.fc_proj, out);
   } else {
@@ -243,10 +254,10 @@ void Interpreter::unpermute_backward(const Op& op) {
   MoeStash& m = moe_stash(op);
   const MoeDims& d = shard_.moe();
   const int T = dims_.tokens_sp;
-  m.d_rows = backend_.allocate(n(T * d.top_k, dims_.hidden), DType::F32);
+  m.d_rows = backend_.allocate(n(T * d.top_k, dims_.hidden), backend_.activation_dtype());
   m.d_probs = backend_.allocate(n(T, d.top_k), DType::F32);
-  k::moe_unpermute_backward(m.d_rows.f32(), m.d_probs.f32(), state.grad.f32(), m.combined.f32(), m.probs.f32(),
-                            m.rows.data(), T, dims_.hidden, d.top_k);
+  backend_.moe_unpermute_backward(m.d_rows, m.d_probs, state.grad, m.combined, m.probs, m.row_map, T, dims_.hidden,
+                                  d.top_k);
   m.combined = Tensor{};
 }
 
@@ -256,11 +267,10 @@ void Interpreter::experts_down_backward(const Op& op) {
   const LayerTensors& g = shard_.layer_grads(op.layer);
   const MoeDims& d = shard_.moe();
   const int rows = std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0);
-  const Tensor d_act = backend_.allocate(n(std::max(rows, 1), d.expert_ffn), DType::F32);
+  const Tensor d_act = backend_.allocate(n(std::max(rows, 1), d.expert_ffn), backend_.activation_dtype());
   if (rows > 0) {
-    k::moe_grouped_matmul_backward(d_act.f32(), g.expert_fc_proj_weight.f32(), m.d_rows.f32(), m.expert_act.f32(),
-                                   w.expert_fc_proj_weight.f32(), m.expert_rows.data(), d.local_experts, d.expert_ffn,
-                                   dims_.hidden);
+    backend_.moe_grouped_matmul_backward(d_act, g.expert_fc_proj_weight, m.d_rows, m.expert_act,
+                                         w.expert_fc_proj_weight, m.expert_rows, d.expert_ffn, dims_.hidden);
   }
   m.d_rows = d_act;
   m.expert_act = Tensor{};
@@ -277,7 +287,8 @@ void Interpreter::moe_activation_backward(const Op& op) {
   Tensor& grad = routed ? m.d_rows : state.work.d_hidden;  // (rows, width) -> (rows, up width)
   const int rows = routed ? std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0) : dims_.tokens_sp;
   const int width = routed ? d.expert_ffn : d.shared_ffn;
-  const Tensor d_fc = backend_.allocate(n(std::max(rows, 1), routed ? d.expert_up : d.shared_up), DType::F32);
+  const Tensor d_fc =
+      backend_.allocate(n(std::max(rows, 1), routed ? d.expert_up : d.shared_up), backend_.activation_dtype());
   if (rows > 0) {
     if (dims_.swiglu) {
       backend_.swiglu_backward(d_fc, inp, grad, rows, width);
@@ -294,11 +305,10 @@ void Interpreter::experts_up_backward(const Op& op) {
   const LayerTensors& g = shard_.layer_grads(op.layer);
   const MoeDims& d = shard_.moe();
   const int rows = std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0);
-  const Tensor d_in = backend_.allocate(n(std::max(rows, 1), dims_.hidden), DType::F32);
+  const Tensor d_in = backend_.allocate(n(std::max(rows, 1), dims_.hidden), backend_.activation_dtype());
   if (rows > 0) {
-    k::moe_grouped_matmul_backward(d_in.f32(), g.expert_fc_weight.f32(), m.d_rows.f32(), m.expert_in.f32(),
-                                   w.expert_fc_weight.f32(), m.expert_rows.data(), d.local_experts, dims_.hidden,
-                                   d.expert_up);
+    backend_.moe_grouped_matmul_backward(d_in, g.expert_fc_weight, m.d_rows, m.expert_in, w.expert_fc_weight,
+                                         m.expert_rows, dims_.hidden, d.expert_up);
   }
   m.d_rows = d_in;  // expert-major; with ep = 1 also the permuted order
   m.expert_in = Tensor{};
@@ -308,9 +318,9 @@ void Interpreter::experts_up_backward(const Op& op) {
 void Interpreter::permute_backward(const Op& op) {
   ChunkState& state = chunk(op);
   MoeStash& m = moe_stash(op);
-  state.work.d_ln = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), DType::F32);
-  k::moe_permute_backward(state.work.d_ln.f32(), m.d_rows.f32(), m.rows.data(), dims_.tokens_sp, dims_.hidden,
-                          shard_.moe().top_k);
+  state.work.d_ln = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
+  backend_.moe_permute_backward(state.work.d_ln, m.d_rows, m.row_map, dims_.tokens_sp, dims_.hidden,
+                                shard_.moe().top_k);
   m.d_rows = Tensor{};
 }
 
@@ -322,15 +332,16 @@ void Interpreter::router_backward(const Op& op) {
   const LayerTensors& g = shard_.layer_grads(op.layer);
   const MoeDims& d = shard_.moe();
   const int T = dims_.tokens_sp;
-  const Tensor d_logits = backend_.allocate(n(T, d.experts), DType::F32);
-  k::moe_topk_softmax_backward(d_logits.f32(), m.d_probs.f32(), m.probs.f32(), m.chosen.data(), T, d.experts, d.top_k);
+  const Tensor d_logits = backend_.allocate(n(T, d.experts), backend_.activation_dtype());
+  MoeAuxLoss aux;
   if (d.aux_loss_coeff > 0) {
     const auto& p = scenario_.parallel;
     const double micro_batches = static_cast<double>(p.global_batch / p.micro_batch);  // of the whole global batch
-    k::moe_aux_loss_backward(d_logits.f32(), m.scores.f32(), m.counts.data(), T, d.experts, d.top_k,
-                             static_cast<double>(dims_.tokens), d.aux_loss_coeff, 1.0 / micro_batches);
+    aux = MoeAuxLoss{static_cast<double>(dims_.tokens), d.aux_loss_coeff, 1.0 / micro_batches};
   }
-  const Tensor d_ln = backend_.allocate(n(T, dims_.hidden), DType::F32);
+  backend_.moe_router_backward(d_logits, m.d_probs, m.probs, m.chosen_map, m.scores, m.counts, T, d.experts, d.top_k,
+                               aux);
+  const Tensor d_ln = backend_.allocate(n(T, dims_.hidden), backend_.activation_dtype());
   backend_.matmul_backward(d_ln, g.router_weight, Tensor{}, d_logits, s.ln2, w.router_weight, T, dims_.hidden,
                            d.experts);
   backend_.accumulate(state.work.d_ln, d_ln);
@@ -343,7 +354,7 @@ void Interpreter::shared_down_backward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   const MoeDims& d = shard_.moe();
-  state.work.d_hidden = backend_.allocate(n(dims_.tokens_sp, d.shared_ffn), DType::F32);
+  state.work.d_hidden = backend_.allocate(n(dims_.tokens_sp, d.shared_ffn), backend_.activation_dtype());
   backend_.matmul_backward(state.work.d_hidden, g.shared_fc_proj_weight, Tensor{}, state.grad, m.shared_act,
                            w.shared_fc_proj_weight, dims_.tokens_sp, d.shared_ffn, dims_.hidden);
 }
@@ -353,7 +364,7 @@ void Interpreter::shared_up_backward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
-  const Tensor d_ln = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), DType::F32);
+  const Tensor d_ln = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   backend_.matmul_backward(d_ln, g.shared_fc_weight, Tensor{}, state.work.d_hidden, s.ln2, w.shared_fc_weight,
                            dims_.tokens_sp, dims_.hidden, shard_.moe().shared_up);
   backend_.accumulate(state.work.d_ln, d_ln);

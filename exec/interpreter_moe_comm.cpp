@@ -21,11 +21,9 @@
 
 #include "exec/check.hpp"
 #include "exec/interpreter.hpp"
-#include "kernels/cpu/moe.hpp"
 
 namespace twin::exec {
 
-namespace k = kernels::cpu;
 using model::CollectiveKind;
 using model::ComputeKind;
 using model::Op;
@@ -119,12 +117,12 @@ void Interpreter::dispatch_tokens(const Op& op, MoeStash& m, bool gradients) {
   }
   const Tensor& in = gradients ? m.d_rows : m.permuted;  // (T k, C) in permuted order
   const std::size_t rows = total(m.recv_rows);
-  const Tensor received = backend_.allocate(std::max<std::size_t>(rows, 1) * C, DType::F32);
-  comm_.all_to_all(ep_group, in.data, times(m.send_rows, C), received.data, times(m.recv_rows, C), DType::F32, label);
-  Tensor sorted = backend_.allocate(std::max<std::size_t>(rows, 1) * C, DType::F32);  // (R, C) expert-major
-  const std::vector<int> order = expert_major_order(d.ep, d.local_experts);
-  k::moe_sort_chunks_forward(sorted.f32(), received.f32(), m.recv_chunk_rows.data(), order.data(),
-                             d.ep * d.local_experts, dims_.hidden);
+  const DType act = backend_.activation_dtype();
+  const Tensor received = backend_.allocate(std::max<std::size_t>(rows, 1) * C, act);
+  comm_.all_to_all(ep_group, in.data, times(m.send_rows, C), received.data, times(m.recv_rows, C), act, label);
+  Tensor sorted = backend_.allocate(std::max<std::size_t>(rows, 1) * C, act);  // (R, C) expert-major
+  backend_.moe_sort_chunks_forward(sorted, received, m.recv_chunk_rows, expert_major_order(d.ep, d.local_experts),
+                                   dims_.hidden);
   (gradients ? m.d_rows : m.expert_in) = sorted;
 }
 
@@ -135,12 +133,12 @@ void Interpreter::combine_tokens(const Op& op, MoeStash& m, bool gradients) {
   const auto C = static_cast<std::size_t>(dims_.hidden);
   const Tensor& in = gradients ? m.d_rows : m.expert_out;  // (R, C) expert-major
   const std::size_t rows = total(m.recv_rows);
-  const Tensor unsorted = backend_.allocate(std::max<std::size_t>(rows, 1) * C, DType::F32);  // by peer, then expert
-  const std::vector<int> order = expert_major_order(d.ep, d.local_experts);
-  k::moe_sort_chunks_backward(unsorted.f32(), in.f32(), m.recv_chunk_rows.data(), order.data(), d.ep * d.local_experts,
-                              dims_.hidden);
-  const Tensor out = backend_.allocate(std::max<std::size_t>(total(m.send_rows), 1) * C, DType::F32);  // (T k, C)
-  comm_.all_to_all(ep_group, unsorted.data, times(m.recv_rows, C), out.data, times(m.send_rows, C), DType::F32, label);
+  const DType act = backend_.activation_dtype();
+  const Tensor unsorted = backend_.allocate(std::max<std::size_t>(rows, 1) * C, act);  // by peer, then expert
+  backend_.moe_sort_chunks_backward(unsorted, in, m.recv_chunk_rows, expert_major_order(d.ep, d.local_experts),
+                                    dims_.hidden);
+  const Tensor out = backend_.allocate(std::max<std::size_t>(total(m.send_rows), 1) * C, act);  // (T k, C)
+  comm_.all_to_all(ep_group, unsorted.data, times(m.recv_rows, C), out.data, times(m.send_rows, C), act, label);
   (gradients ? m.d_rows : m.combined) = out;
 }
 
@@ -169,17 +167,17 @@ void Interpreter::gather_expert_rows(const Op& op, MoeStash& m, bool gradients) 
   }
   const Tensor& own = gradients ? m.d_rows : m.expert_in;  // (own rows, C) expert-major
   const std::size_t own_numel = m.own_rows * C;
-  const Tensor copies = backend_.allocate(std::max<std::size_t>(etp * own_numel, 1), DType::F32);  // one per member
+  const DType act = backend_.activation_dtype();
+  const Tensor copies = backend_.allocate(std::max<std::size_t>(etp * own_numel, 1), act);  // one per member
   for (std::size_t j = 0; j < etp && own_numel > 0; ++j)
     backend_.copy(copies.slice(j * own_numel, own_numel), own.slice(0, own_numel));
   const std::size_t rows = total(m.etp_rows);
-  const Tensor received = backend_.allocate(std::max<std::size_t>(rows, 1) * C, DType::F32);  // by member, expert
+  const Tensor received = backend_.allocate(std::max<std::size_t>(rows, 1) * C, act);  // by member, expert
   comm_.all_to_all(etp_group, copies.data, std::vector<std::size_t>(etp, own_numel), received.data,
-                   times(m.etp_rows, C), DType::F32, label);
-  const Tensor sorted = backend_.allocate(std::max<std::size_t>(rows, 1) * C, DType::F32);  // expert-major
-  const std::vector<int> order = expert_major_order(d.etp, d.local_experts);
-  k::moe_sort_chunks_forward(sorted.f32(), received.f32(), m.etp_chunk_rows.data(), order.data(),
-                             d.etp * d.local_experts, dims_.hidden);
+                   times(m.etp_rows, C), act, label);
+  const Tensor sorted = backend_.allocate(std::max<std::size_t>(rows, 1) * C, act);  // expert-major
+  backend_.moe_sort_chunks_forward(sorted, received, m.etp_chunk_rows, expert_major_order(d.etp, d.local_experts),
+                                   dims_.hidden);
   (gradients ? m.d_rows : m.expert_in) = sorted;
 }
 
@@ -189,14 +187,14 @@ void Interpreter::scatter_expert_rows(const Op& op, MoeStash& m, bool gradients)
   const auto C = static_cast<std::size_t>(dims_.hidden), etp = static_cast<std::size_t>(d.etp);
   const Tensor& partial = gradients ? m.d_rows : m.expert_out;  // (all rows, C) expert-major, partial sums
   const std::size_t rows = total(m.etp_rows), own_numel = m.own_rows * C;
-  const Tensor unsorted = backend_.allocate(std::max<std::size_t>(rows, 1) * C, DType::F32);  // by member, expert
-  const std::vector<int> order = expert_major_order(d.etp, d.local_experts);
-  k::moe_sort_chunks_backward(unsorted.f32(), partial.f32(), m.etp_chunk_rows.data(), order.data(),
-                              d.etp * d.local_experts, dims_.hidden);
-  const Tensor parts = backend_.allocate(std::max<std::size_t>(etp * own_numel, 1), DType::F32);  // one per member
+  const DType act = backend_.activation_dtype();
+  const Tensor unsorted = backend_.allocate(std::max<std::size_t>(rows, 1) * C, act);  // by member, expert
+  backend_.moe_sort_chunks_backward(unsorted, partial, m.etp_chunk_rows, expert_major_order(d.etp, d.local_experts),
+                                    dims_.hidden);
+  const Tensor parts = backend_.allocate(std::max<std::size_t>(etp * own_numel, 1), act);  // one per member
   comm_.all_to_all(etp_group, unsorted.data, times(m.etp_rows, C), parts.data, std::vector<std::size_t>(etp, own_numel),
-                   DType::F32, labels_[current_op_]);
-  Tensor sum = backend_.allocate(std::max<std::size_t>(own_numel, 1), DType::F32);  // (own rows, C)
+                   act, labels_[current_op_]);
+  Tensor sum = backend_.allocate(std::max<std::size_t>(own_numel, 1), act);  // (own rows, C)
   if (own_numel > 0) {
     backend_.copy(sum.slice(0, own_numel), parts.slice(0, own_numel));
     for (std::size_t j = 1; j < etp; ++j)

@@ -119,6 +119,34 @@ class CpuBackend final : public Backend {
   void ulysses_sequence_to_blocks(const Tensor& blocks, const Tensor& full, int width, int column, int heads,
                                   const ContextShape& shape) override;
 
+  // Mixture-of-Experts: exec/cpu/cpu_moe.cpp
+  void download_i32(int* host, const Tensor& src) override;
+  void moe_topk_softmax_forward(const Tensor& probs, const Tensor& chosen, const Tensor& logits, int tokens,
+                                int experts, int top_k) override;
+  void moe_router_scores_forward(const Tensor& scores, const Tensor& logits, int tokens, int experts) override;
+  double moe_aux_loss_forward(const Tensor& scores, const std::vector<float>& counts, int tokens, int experts,
+                              int top_k, double total_tokens, double coeff) override;
+  void moe_router_backward(const Tensor& dlogits, const Tensor& dprobs, const Tensor& probs, const Tensor& chosen,
+                           const Tensor& scores, const std::vector<float>& counts, int tokens, int experts, int top_k,
+                           const MoeAuxLoss& aux) override;
+  void moe_permute_forward(const Tensor& out, const Tensor& inp, const Tensor& rows, int tokens, int hidden,
+                           int top_k) override;
+  void moe_permute_backward(const Tensor& dinp, const Tensor& dout, const Tensor& rows, int tokens, int hidden,
+                            int top_k) override;
+  void moe_unpermute_forward(const Tensor& out, const Tensor& inp, const Tensor& probs, const Tensor& rows, int tokens,
+                             int hidden, int top_k) override;
+  void moe_unpermute_backward(const Tensor& dinp, const Tensor& dprobs, const Tensor& dout, const Tensor& inp,
+                              const Tensor& probs, const Tensor& rows, int tokens, int hidden, int top_k) override;
+  void moe_sort_chunks_forward(const Tensor& out, const Tensor& inp, const std::vector<int>& chunk_rows,
+                               const std::vector<int>& order, int hidden) override;
+  void moe_sort_chunks_backward(const Tensor& dinp, const Tensor& dout, const std::vector<int>& chunk_rows,
+                                const std::vector<int>& order, int hidden) override;
+  void moe_grouped_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weights,
+                                  const std::vector<int>& rows_per_group, int in_features, int out_features) override;
+  void moe_grouped_matmul_backward(const Tensor& dinp, const Tensor& dweights, const Tensor& dout, const Tensor& inp,
+                                   const Tensor& weights, const std::vector<int>& rows_per_group, int in_features,
+                                   int out_features) override;
+
   void cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,
                                  int vocab_start, int vocab_local, int valid_vocab) override;
   void cross_entropy_combine(const Tensor& losses, const Tensor& lse, const Tensor& gathered_stats, int rows,

@@ -132,6 +132,43 @@ class CudaBackend final : public Backend {
   void adamw_update(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
                     const AdamWStep& step) override;
 
+  // --- MoE (exec/cuda/cuda_backend_moe.cpp: kernels/cuda/moe.cuh; grouped GEMMs one cuBLASLt GEMM per local expert)
+  void download_i32(int* host, const Tensor& src) override;
+  void moe_topk_softmax_forward(const Tensor& probs, const Tensor& chosen, const Tensor& logits, int tokens,
+                                int experts, int top_k) override;
+  void moe_router_scores_forward(const Tensor& scores, const Tensor& logits, int tokens, int experts) override;
+  double moe_aux_loss_forward(const Tensor& scores, const std::vector<float>& counts, int tokens, int experts,
+                              int top_k, double total_tokens, double coeff) override;
+  void moe_router_backward(const Tensor& dlogits, const Tensor& dprobs, const Tensor& probs, const Tensor& chosen,
+                           const Tensor& scores, const std::vector<float>& counts, int tokens, int experts, int top_k,
+                           const MoeAuxLoss& aux) override;
+  void moe_permute_forward(const Tensor& out, const Tensor& inp, const Tensor& rows, int tokens, int hidden,
+                           int top_k) override;
+  void moe_permute_backward(const Tensor& dinp, const Tensor& dout, const Tensor& rows, int tokens, int hidden,
+                            int top_k) override;
+  void moe_unpermute_forward(const Tensor& out, const Tensor& inp, const Tensor& probs, const Tensor& rows, int tokens,
+                             int hidden, int top_k) override;
+  void moe_unpermute_backward(const Tensor& dinp, const Tensor& dprobs, const Tensor& dout, const Tensor& inp,
+                              const Tensor& probs, const Tensor& rows, int tokens, int hidden, int top_k) override;
+  void moe_sort_chunks_forward(const Tensor& out, const Tensor& inp, const std::vector<int>& chunk_rows,
+                               const std::vector<int>& order, int hidden) override;
+  void moe_sort_chunks_backward(const Tensor& dinp, const Tensor& dout, const std::vector<int>& chunk_rows,
+                                const std::vector<int>& order, int hidden) override;
+  void moe_grouped_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weights,
+                                  const std::vector<int>& rows_per_group, int in_features, int out_features) override;
+  void moe_grouped_matmul_backward(const Tensor& dinp, const Tensor& dweights, const Tensor& dout, const Tensor& inp,
+                                   const Tensor& weights, const std::vector<int>& rows_per_group, int in_features,
+                                   int out_features) override;
+
+ private:
+  // The grouped GEMMs' cuBLASLt handle, made at the first one: without autotuning (the rows per expert change every
+  // micro-batch, and autotuning times each new problem with a host wait); the heuristic's first algorithm
+  kernels::cuda::Cublas& expert_blas();
+  std::unique_ptr<kernels::cuda::Cublas> expert_blas_;
+
+ public:
+  // --- end MoE
+
   // The device and compute stream of this rank, for the communicators (and deferred waits, see device_context.hpp).
   DeviceContext& device_context() { return *context_; }
 

@@ -23,6 +23,8 @@
 #include "kernels/cuda/gelu.cuh"             // gelu_forward, gelu_backward
 #include "kernels/cuda/layernorm.cuh"        // layernorm_forward, residual_layernorm_forward, layernorm_backward
 #include "kernels/cuda/matmul.cuh"           // Cublas, gemm, matmul_forward, matmul_forward_gelu, matmul_backward
+#include "kernels/cuda/moe.cuh"              // moe_topk_softmax_forward, moe_router_*, moe_permute_*, moe_unpermute_*,
+                                             // moe_sort_chunks_*, moe_grouped_matmul_*
 #include "kernels/cuda/rmsnorm.cuh"          // rmsnorm_forward, rmsnorm_backward
 #include "kernels/cuda/rope.cuh"             // rope_forward, rope_backward
 #include "kernels/cuda/swiglu.cuh"           // swiglu_forward, swiglu_backward

@@ -195,13 +195,15 @@ TEST(ExecMoeParity, WhatTheExecutorDoesNotRunIsRefusedByName) {
     }
   }
   try {
-    refuse_unsupported_moe(scenario(moe_toml()), "cuda");
-    ADD_FAILURE() << "the cuda backend was not refused";
+    refuse_unsupported_moe(scenario(moe_toml()), "rocm");
+    ADD_FAILURE() << "a backend without MoE was not refused";
   } catch (const RunError& error) {
-    EXPECT_NE(std::string(error.what()).find("on the cpu backend only (got --backend cuda)"), std::string::npos)
+    EXPECT_NE(std::string(error.what()).find("on the cpu and cuda backends only (got --backend rocm)"),
+              std::string::npos)
         << error.what();
   }
   EXPECT_NO_THROW(refuse_unsupported_moe(scenario(moe_toml()), "cpu"));
+  EXPECT_NO_THROW(refuse_unsupported_moe(scenario(moe_toml()), "cuda"));  // exec/cuda/cuda_backend_moe.cpp
 }
 
 }  // namespace
