@@ -100,37 +100,6 @@ class ManifestFields {
   const fs::path& path_;
 };
 
-template <typename T>
-void put(std::string& out, const T& value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
-}
-
-// Reads a shard file's bytes in order; running past the end is a truncated (or foreign) file.
-class Reader {
- public:
-  Reader(const std::string& bytes, const fs::path& path) : bytes_(bytes), path_(path) {}
-  template <typename T>
-  T get() {
-    T value;
-    take(&value, sizeof(T));
-    return value;
-  }
-  void take(void* out, std::size_t n) {
-    if (position_ + n > bytes_.size()) {
-      throw RunError(fmt::format("checkpoint shard '{}' is truncated: it ends at byte {}, its contents need {}",
-                                 path_.string(), bytes_.size(), position_ + n));
-    }
-    std::memcpy(out, bytes_.data() + position_, n);
-    position_ += n;
-  }
-  bool at_end() const { return position_ == bytes_.size(); }
-
- private:
-  const std::string& bytes_;
-  const fs::path& path_;
-  std::size_t position_ = 0;
-};
-
 std::vector<float> download(Backend& backend, const Tensor& t) {
   std::vector<float> host(t.numel);
   if (t.numel > 0) backend.download_f32(host.data(), t);
@@ -418,7 +387,7 @@ void read_shard(const fs::path& step_dir, const Manifest& m, int rank, ModelShar
         "with checksum {}",
         path.string(), bytes.size(), hex(fnv1a(bytes.data(), bytes.size())), record->bytes, hex(record->checksum)));
   }
-  Reader in(bytes, path);
+  BinaryReader in(bytes, path, "shard");
   char magic[sizeof(kShardMagic)];
   in.take(magic, sizeof(magic));
   if (std::memcmp(magic, kShardMagic, sizeof(magic)) != 0 || in.get<std::uint32_t>() != kShardVersion) {

@@ -21,33 +21,6 @@ constexpr char kMagic[8] = {'T', 'W', 'I', 'N', 'F', 'P', '8', 'S'};
 constexpr std::uint32_t kVersion = 1;
 constexpr std::uint32_t kLongestHistory = 1u << 20;  // TE's amax_history_len is 1024 by default: a bound for reading
 
-template <typename T>
-void put(std::string& out, const T& value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
-}
-
-class Reader {
- public:
-  Reader(const std::string& bytes, const fs::path& path) : bytes_(bytes), path_(path) {}
-  template <typename T>
-  T get() {
-    T value;
-    if (position_ + sizeof(T) > bytes_.size()) {
-      throw RunError(
-          fmt::format("checkpoint FP8 state '{}' is truncated: it ends at byte {}", path_.string(), bytes_.size()));
-    }
-    std::memcpy(&value, bytes_.data() + position_, sizeof(T));
-    position_ += sizeof(T);
-    return value;
-  }
-  bool at_end() const { return position_ == bytes_.size(); }
-
- private:
-  const std::string& bytes_;
-  const fs::path& path_;
-  std::size_t position_ = 0;
-};
-
 const ShardRecord& fp8_record(const fs::path& step_dir, const Manifest& m, int rank) {
   const fs::path manifest_path = step_dir / "manifest.json";
   if (m.fp8_states.empty()) {
@@ -102,7 +75,7 @@ std::vector<Fp8TensorScales> read_fp8_state(const fs::path& step_dir, const Mani
         path.string(), bytes.size() < record.bytes ? "truncated" : "corrupt", bytes.size(),
         hex(fnv1a(bytes.data(), bytes.size())), record.bytes, hex(record.checksum)));
   }
-  Reader in(bytes, path);
+  BinaryReader in(bytes, path, "FP8 state");
   char magic[sizeof(kMagic)];
   for (char& c : magic) c = in.get<char>();
   if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0 || in.get<std::uint32_t>() != kVersion) {

@@ -111,4 +111,13 @@ std::string read_file(const fs::path& path) {
   return bytes;
 }
 
+void BinaryReader::take(void* out, std::size_t n) {
+  if (position_ + n > bytes_.size()) {
+    throw RunError(fmt::format("checkpoint {} '{}' is truncated: it ends at byte {}, its contents need {}", what_,
+                               path_.string(), bytes_.size(), position_ + n));
+  }
+  std::memcpy(out, bytes_.data() + position_, n);
+  position_ += n;
+}
+
 }  // namespace twin::exec

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
@@ -20,5 +21,33 @@ void write_atomically(const std::filesystem::path& path, const std::string& byte
 
 // The whole file, or a RunError naming it (missing, unreadable, or not a regular file).
 std::string read_file(const std::filesystem::path& path);
+
+// Appends `value`'s bytes (the files are read back on machines of the same byte order: twin checks the magic).
+template <typename T>
+void put(std::string& out, const T& value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+// Reads a checkpoint file's bytes in order; running past the end is a truncated (or foreign) file, a RunError naming
+// it as `what` ("shard", "FP8 state").
+class BinaryReader {
+ public:
+  BinaryReader(const std::string& bytes, const std::filesystem::path& path, const char* what)
+      : bytes_(bytes), path_(path), what_(what) {}
+  template <typename T>
+  T get() {
+    T value;
+    take(&value, sizeof(T));
+    return value;
+  }
+  void take(void* out, std::size_t n);
+  bool at_end() const { return position_ == bytes_.size(); }
+
+ private:
+  const std::string& bytes_;
+  const std::filesystem::path& path_;
+  const char* what_;
+  std::size_t position_ = 0;
+};
 
 }  // namespace twin::exec
