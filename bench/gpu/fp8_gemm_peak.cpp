@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench/gpu/event_timing.hpp"
 #include "kernels/cuda/kernels.cuh"
 
 namespace {
@@ -34,26 +35,10 @@ __nv_bfloat16* device_random_bf16(std::size_t count, std::uint32_t seed) {
   return buffer;
 }
 
-// `launch` enqueues the work on `stream`: 3 warm-up runs, then the median of 20 timed with CUDA events (seconds).
+// `launch` enqueues the work on `stream`: its median time over 20 runs after 3 warm-ups (seconds).
 template <typename Launch>
 double median_s(cudaStream_t stream, Launch launch) {
-  cudaEvent_t start, stop;
-  TWIN_CUDA_CHECK(cudaEventCreate(&start));
-  TWIN_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int run = 0; run < 23; ++run) {
-    TWIN_CUDA_CHECK(cudaEventRecord(start, stream));
-    launch();
-    TWIN_CUDA_CHECK(cudaEventRecord(stop, stream));
-    TWIN_CUDA_CHECK(cudaEventSynchronize(stop));
-    float elapsed = 0.0f;
-    TWIN_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
-    if (run >= 3) ms.push_back(elapsed);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] / 1e3;
+  return twin::bench::time_on(stream, launch).median_s;
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/gpu/event_timing.hpp"
 #include "kernels/cuda/kernels.cuh"
 
 namespace {
@@ -58,31 +59,8 @@ __nv_bfloat16* device_random_bf16(std::size_t count, std::uint32_t seed) {
   return buffer;
 }
 
-struct Timing {
-  double median_s, min_s;
-};
-
-// `launch` enqueues the work on `stream`: 3 warm-up runs, then the median (and min) of 20 timed with CUDA events.
-template <typename Launch>
-Timing time_on(cudaStream_t stream, Launch launch) {
-  cudaEvent_t start, stop;
-  TWIN_CUDA_CHECK(cudaEventCreate(&start));
-  TWIN_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int run = 0; run < 23; ++run) {
-    TWIN_CUDA_CHECK(cudaEventRecord(start, stream));
-    launch();
-    TWIN_CUDA_CHECK(cudaEventRecord(stop, stream));
-    TWIN_CUDA_CHECK(cudaEventSynchronize(stop));
-    float elapsed = 0.0f;
-    TWIN_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
-    if (run >= 3) ms.push_back(elapsed);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2] / 1e3, ms.front() / 1e3};
-}
+using twin::bench::Timing;
+using twin::bench::time_on;
 
 double time_shape(const Shape& s, Cublas& blas, cudaStream_t stream) {
   const std::size_t a_count = static_cast<std::size_t>(s.m) * s.k, b_count = static_cast<std::size_t>(s.n) * s.k;

@@ -8,26 +8,13 @@
 #include <utility>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/lt_plan.cuh"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/matmul.cuh"
 
 namespace twin::kernels::cuda {
 
-struct Fp8GemmPlans::Plan {
-  cublasLtMatmulDesc_t operation = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algorithm{};
-  bool has_algorithm = false;
-  Plan() = default;
-  Plan(const Plan&) = delete;
-  Plan& operator=(const Plan&) = delete;
-  ~Plan() {
-    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
-    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
-    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
-    if (operation != nullptr) cublasLtMatmulDescDestroy(operation);
-  }
-};
+struct Fp8GemmPlans::Plan : LtPlan {};
 
 Fp8GemmPlans::Fp8GemmPlans() = default;
 Fp8GemmPlans::~Fp8GemmPlans() = default;

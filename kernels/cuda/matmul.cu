@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/lt_plan.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/reduce.cuh"
 
@@ -34,23 +35,7 @@ Cublas::Cublas(std::size_t workspace_bytes, Autotune autotune) : workspace_bytes
   }
 }
 
-// The cuBLASLt descriptors of one problem and its algorithm (none: cuBLASLt has no algorithm for it), destroyed with
-// the Cublas (a check may throw between creations: every path out destroys what exists).
-struct Cublas::Plan {
-  cublasLtMatmulDesc_t operation = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algorithm{};
-  bool has_algorithm = false;
-  Plan() = default;
-  Plan(const Plan&) = delete;
-  Plan& operator=(const Plan&) = delete;
-  ~Plan() {
-    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
-    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
-    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
-    if (operation != nullptr) cublasLtMatmulDescDestroy(operation);
-  }
-};
+struct Cublas::Plan : LtPlan {};
 
 Cublas::~Cublas() {
   plans_.clear();
