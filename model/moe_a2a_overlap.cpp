@@ -10,7 +10,8 @@ bool is_token_all_to_all(const Op& op) {
   return op.kind == OpKind::Collective && op.collective == CollectiveKind::AllToAll && op.group == Group::Expert;
 }
 
-// Ops [begin, end) of the layer's list as one node: deps rebased onto the node, those before it -1.
+// Ops [begin, end) of the layer's list as one node: deps rebased onto the node, those before it -1; its all-to-all and
+// the host's wait for the split sizes on the expert stream, when `stream` is.
 std::vector<Op> node_of(const std::vector<Op>& ops, std::size_t begin, std::size_t end, Stream stream) {
   std::vector<Op> node(ops.begin() + static_cast<std::ptrdiff_t>(begin),
                        ops.begin() + static_cast<std::ptrdiff_t>(end));
@@ -19,7 +20,7 @@ std::vector<Op> node_of(const std::vector<Op>& ops, std::size_t begin, std::size
     for (std::int32_t& dep : op.deps) dep = dep >= first ? dep - first : -1;
     std::sort(op.deps.begin(), op.deps.end());
     op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
-    if (op.stream != Stream::Pipeline) op.stream = stream;
+    if (is_token_all_to_all(op) || op.what == ComputeKind::ExpertSplitsSync) op.stream = stream;
   }
   return node;
 }
@@ -66,7 +67,8 @@ LayerNodes split_layer_nodes(const std::vector<Op>& ops, Phase phase) {
     set(LayerNode::Attention, 0, dispatch_begin, Stream::Compute);
     set(LayerNode::Dispatch, dispatch_begin, dispatch + 1, Stream::Expert);
     set(LayerNode::Mlp, dispatch + 1, combine, Stream::Compute);
-    set(LayerNode::Combine, combine, n, Stream::Expert);
+    set(LayerNode::Combine, combine, combine + 1, Stream::Expert);
+    set(LayerNode::CombineTail, combine + 1, n, Stream::Compute);
     return nodes;
   }
   const std::size_t combine = exchanges[0], dispatch = exchanges[1];  // backward: the combine's adjoint first

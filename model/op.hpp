@@ -20,8 +20,8 @@ enum class Stream : std::uint8_t {
   Compute,       // kernels, and the collectives that block them (TP; DP when not overlapped)
   DataParallel,  // DP gradient reduction and ZeRO-1 parameter gathering when overlapped with compute
   Pipeline,      // P2P sends and receives (unordered)
-  Expert,        // framework.moe_a2a_overlap: Megatron-Core's communication stream for an MoE layer's dispatch and
-                 // combine (their all-to-alls, and the combine's unpermute and residual add): model/moe_a2a_overlap.hpp
+  Expert,        // framework.moe_a2a_overlap: an MoE layer's dispatch and combine all-to-alls (and the host's wait for
+                 // the split sizes) on Megatron-Core's communication stream (model/moe_a2a_overlap.hpp)
 };
 inline constexpr std::size_t kStreamCount = static_cast<std::size_t>(Stream::Expert) + 1;
 

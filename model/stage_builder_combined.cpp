@@ -26,10 +26,10 @@ std::vector<Op> fuse_node(const std::vector<Op>& node) {
   for (Op& op : rest) {
     for (std::int32_t& dep : op.deps) dep = dep >= lead ? dep - lead : -1;
   }
-  const Stream stream = first->stream;
+  const Stream stream = first->stream;  // a node's kernels share one stream
   for (Op& op : fuse_layer(rest)) {
     for (std::int32_t& dep : op.deps) dep = dep >= 0 ? dep + lead : -1;
-    if (op.stream != Stream::Pipeline) op.stream = stream;
+    if (op.kind == OpKind::Compute) op.stream = stream;
     out.push_back(std::move(op));
   }
   return out;
@@ -72,7 +72,8 @@ void StageBuilder::emit_node(const std::vector<Op>& ops, const PipelineStep& ste
 
 void StageBuilder::forward_layer_alone(int layer, const PipelineStep& step, Chain& chain) {
   const LayerNodes& nodes = nodes_of(layer, Phase::Forward);
-  for (LayerNode node : {LayerNode::Attention, LayerNode::Dispatch, LayerNode::Mlp, LayerNode::Combine}) {
+  for (LayerNode node :
+       {LayerNode::Attention, LayerNode::Dispatch, LayerNode::Mlp, LayerNode::Combine, LayerNode::CombineTail}) {
     emit_node(nodes[static_cast<std::size_t>(node)], step, chain);
   }
 }
@@ -94,6 +95,7 @@ void StageBuilder::layer_pair(int forward_layer, const PipelineStep& forward, Ch
   emit_node(at(f, LayerNode::Mlp), forward, fc);
   emit_node(at(f, LayerNode::Combine), forward, fc);  // under the backward's attention
   finish_backward_layer(backward_layer, backward, bc, last_backward_of_chunk);
+  emit_node(at(f, LayerNode::CombineTail), forward, fc);
 }
 
 // The backward's attention node (after the selective recompute of its core), then the layer's gradient reduction.
