@@ -55,8 +55,9 @@ void expert_grid(const Scenario& scenario, SizesKnown known, bool sizes_ok, std:
 
 // framework.moe_a2a_overlap: what Megatron-Core's TransformerConfig.__post_init__ asserts for
 // overlap_moe_expert_parallel_comm (megatron/core/transformer/transformer_config.py lines 1852-1906 at b0cc2706, the
-// pin of Megatron-Bridge v0.3.0; the same at 0d8e0714, v0.2.0's). The alltoall (or flex) dispatcher it also needs is
-// the only one twin models; its MTP, shared-expert-overlap and CUDA-graph scope rules have no key here.
+// pin of Megatron-Bridge v0.3.0; the same checks at lines 1665-1700 of 0d8e0714, v0.2.0's). The alltoall (or flex)
+// dispatcher it also needs is the only one twin models; its MTP, shared-expert-overlap and CUDA-graph scope rules
+// have no key here.
 void a2a_overlap(const Scenario& scenario, std::vector<std::string>& problems) {
   const ModelSpec& m = scenario.model;
   const ParallelSpec& p = scenario.parallel;
