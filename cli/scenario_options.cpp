@@ -77,6 +77,8 @@ constexpr SwitchAlias kSwitches[] = {
     {"--overlap-param-gather", "parallel.overlap_param_gather", "true",
      "alias of --set parallel.overlap_param_gather=true"},
     {"--tp-comm-overlap", "framework.tp_comm_overlap", "true", "alias of --set framework.tp_comm_overlap=true"},
+    {"--overlap-moe-expert-parallel-comm", "framework.moe_a2a_overlap", "true",
+     "alias of --set framework.moe_a2a_overlap=true"},
     {"--recompute-activations", "parallel.recompute", "selective",
      "alias of --set parallel.recompute=selective (Megatron's shorthand for --recompute-granularity selective)"},
     {"--swiglu", "model.activation", "swiglu", "alias of --set model.activation=swiglu"},

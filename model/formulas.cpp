@@ -2,13 +2,16 @@
 
 #include <algorithm>
 
+#include "model/moe_a2a_overlap.hpp"
 #include "model/moe_ops.hpp"
 #include "model/schedule.hpp"
 
 namespace twin::model {
 namespace {
 
-double d(std::int64_t value) { return static_cast<double>(value); }
+double d(std::int64_t value) {
+  return static_cast<double>(value);
+}
 
 // Parameters of one layer norm: a weight and a bias (LayerNorm) or a weight alone (RMSNorm).
 double norm_parameters(const Scenario& s) {
@@ -56,7 +59,9 @@ double position_embedding_parameters(const Scenario& s) {
   return s.model.position_embedding == PositionEmbedding::Learned ? d(s.model.seq_len) * d(s.model.hidden) : 0;
 }
 
-double layer_parameters_per_gpu(const Scenario& s) { return layer_parameters_per_rank(s, s.parallel.tp); }
+double layer_parameters_per_gpu(const Scenario& s) {
+  return layer_parameters_per_rank(s, s.parallel.tp);
+}
 
 namespace {
 
@@ -282,7 +287,7 @@ MemoryEstimate estimate_memory(const Scenario& s) {
   const auto& p = s.parallel;
   MemoryEstimate estimate;
   estimate.capacity_bytes = gpu_memory_bytes(s.cluster.node);
-  const auto schedule = build_schedule(p);
+  const auto schedule = build_schedule(p, combined_extra_warmup(s));
   const StateBytesPerParameter per_param = state_bytes_per_parameter(s);
   for (int stage = 0; stage < p.pp; ++stage) {
     StageMemory m;

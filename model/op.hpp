@@ -20,7 +20,10 @@ enum class Stream : std::uint8_t {
   Compute,       // kernels, and the collectives that block them (TP; DP when not overlapped)
   DataParallel,  // DP gradient reduction and ZeRO-1 parameter gathering when overlapped with compute
   Pipeline,      // P2P sends and receives (unordered)
+  Expert,        // framework.moe_a2a_overlap: an MoE layer's dispatch and combine all-to-alls (and the host's wait for
+                 // the split sizes) on Megatron-Core's communication stream (model/moe_a2a_overlap.hpp)
 };
+inline constexpr std::size_t kStreamCount = static_cast<std::size_t>(Stream::Expert) + 1;
 
 // What a compute op computes. A Collective op names the compute op whose tensor it carries.
 enum class ComputeKind : std::uint8_t {
@@ -152,7 +155,7 @@ struct Op {
   // Context parallelism's ring (framework.cp_comm = "p2p", model/context_parallel_ring.hpp): a message's index in its
   // layer's ring (a Send/Recv over Group::Context), or the step of an attention block; -1 outside the ring.
   std::int32_t cp_ring_step = -1;
-  double flops = 0;                     // matrix-multiply FLOPs on one rank
+  double flops = 0;  // matrix-multiply FLOPs on one rank
   // Compute: memory traffic (its kernels'); collective: full buffer size per rank (the all-reduce size; the gathered
   // size for AG; the input size for RS); P2P: message size.
   double bytes = 0;

@@ -8,6 +8,7 @@
 #include "model/compute_ops.hpp"
 #include "model/context_parallel_ring.hpp"
 #include "model/layer_ops.hpp"
+#include "model/moe_a2a_overlap.hpp"
 #include "model/stage_builder.hpp"
 
 namespace twin::model {
@@ -54,7 +55,7 @@ Program build_program(const Scenario& scenario, Granularity granularity) {
   program.granularity = granularity;
   program.layout = RankLayout(LayoutSizes{static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp),
                                           static_cast<int>(p.cp), static_cast<int>(p.ep), static_cast<int>(p.etp)});
-  program.schedule = build_schedule(p);
+  program.schedule = build_schedule(p, combined_extra_warmup(scenario));
   program.stage_ops.reserve(p.pp);
   program.exchange_issue = exchange_issue(scenario);
   for (int stage = 0; stage < p.pp; ++stage) {

@@ -53,6 +53,52 @@ void expert_grid(const Scenario& scenario, SizesKnown known, bool sizes_ok, std:
   }
 }
 
+// framework.moe_a2a_overlap: what Megatron-Core's TransformerConfig.__post_init__ asserts for
+// overlap_moe_expert_parallel_comm (megatron/core/transformer/transformer_config.py lines 1852-1906 at b0cc2706, the
+// pin of Megatron-Bridge v0.3.0; the same checks at lines 1665-1700 of 0d8e0714, v0.2.0's). The alltoall (or flex)
+// dispatcher it also needs is the only one twin models; its MTP, shared-expert-overlap and CUDA-graph scope rules
+// have no key here.
+void a2a_overlap(const Scenario& scenario, std::vector<std::string>& problems) {
+  const ModelSpec& m = scenario.model;
+  const ParallelSpec& p = scenario.parallel;
+  const std::string& src = scenario.source;
+  if (!scenario.framework.moe_a2a_overlap) return;
+  const std::string flag = "framework.moe_a2a_overlap (Megatron-Core's --overlap-moe-expert-parallel-comm)";
+  if (m.experts <= 0 || p.ep <= 1) {
+    problems.push_back(
+        fmt::format("{}: {} needs expert parallelism: model.experts > 0 and parallel.ep > 1 (got {} and "
+                    "{}; \"overlap_moe_expert_parallel_comm is only supported with expert model "
+                    "parallelism\")",
+                    src, flag, m.experts, p.ep));
+  }
+  if (p.pp > 1 && p.schedule != ScheduleKind::Interleaved) {
+    problems.push_back(
+        fmt::format("{}: {} with parallel.pp = {} needs parallel.schedule = \"interleaved\" (\"If "
+                    "enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified "
+                    "when pipeline_model_parallel_size > 1\")",
+                    src, flag, p.pp));
+  }
+  if (p.pp == 1 && p.schedule == ScheduleKind::GPipe) {
+    problems.push_back(
+        fmt::format("{}: {} with parallel.pp = 1 runs Megatron-Core's forward/backward alternation "
+                    "(combined_1f1b_schedule_for_no_pipelining): set parallel.schedule = \"1f1b\"",
+                    src, flag));
+  }
+  if (p.recompute == Recompute::Full || p.recompute_num_layers != 0) {
+    problems.push_back(
+        fmt::format("{}: {} refuses full recompute (parallel.recompute = \"full\", "
+                    "parallel.recompute_num_layers): \"disable full recomputation when enabling "
+                    "overlap_moe_expert_parallel_comm\"",
+                    src, flag));
+  }
+  if (m.dtype != DType::BF16 && m.dtype != DType::FP16) {
+    problems.push_back(
+        fmt::format("{}: {} needs model.dtype = \"bf16\" or \"fp16\": \"overlap_moe_expert_parallel_"
+                    "comm is only supported with bf16 or fp16 model\"",
+                    src, flag));
+  }
+}
+
 }  // namespace
 
 // Mixture-of-Experts: the router's choice, the expert split and the rules Megatron-Core checks
@@ -65,6 +111,7 @@ void check_mixture_of_experts(const Scenario& scenario, SizesKnown known, std::v
     if (value <= 0) problems.push_back(fmt::format("{}: {} must be a positive integer, got {}", src, field, value));
     return value > 0;
   };
+  a2a_overlap(scenario, problems);
   const bool ep_ok = require_positive("parallel.ep", p.ep), etp_ok = require_positive("parallel.etp", p.etp);
   if (m.experts < 0)
     problems.push_back(fmt::format("{}: model.experts must be >= 0 (0: dense), got {}", src, m.experts));

@@ -135,9 +135,9 @@ void read_model(const toml::table& root, const std::string& source, ModelSpec& m
   }
   model.integer("head_dim", m.head_dim_given);
   if (model.has("head_dim") && m.head_dim_given <= 0) {
-    problems.push_back(fmt::format(
-        "{}: model.head_dim must be positive (leave it out for model.hidden / model.heads), got {}", source,
-        m.head_dim_given));
+    problems.push_back(
+        fmt::format("{}: model.head_dim must be positive (leave it out for model.hidden / model.heads), got {}", source,
+                    m.head_dim_given));
   }
   model.boolean("linear_bias", m.linear_bias);
   model.boolean("parallel_residual", m.parallel_residual);
@@ -241,6 +241,7 @@ void read_framework(const toml::table& root, const std::string& source, Scenario
   framework.version("deepspeed_version", f.deepspeed_version);
   framework.choice("cp_comm", f.cp_comm, names::kCpComms);
   framework.choice("fp8_recipe", f.fp8_recipe, names::kFp8Recipes);
+  framework.boolean("moe_a2a_overlap", f.moe_a2a_overlap);
   framework.reject_unknown_keys();
   if (f.name == Framework::Composer) {
     // Composer runs PyTorch's own elementwise kernels (sim/cost_model.cpp); Megatron's fused ones are not there.
@@ -437,6 +438,7 @@ std::string to_toml(const Scenario& s) {
   if (s.framework.cp_comm != CpComm::P2P) line(fmt::format("cp_comm = \"{}\"", to_string(s.framework.cp_comm)));
   if (s.framework.fp8_recipe != Fp8Recipe::Delayed)
     line(fmt::format("fp8_recipe = \"{}\"", to_string(s.framework.fp8_recipe)));
+  if (s.framework.moe_a2a_overlap) line("moe_a2a_overlap = true");
   line("\n[training]");
   line(fmt::format("seed = {}", s.training.seed));
   line(fmt::format("learning_rate = {:.17g}", s.training.learning_rate));

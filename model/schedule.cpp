@@ -50,28 +50,29 @@ bool group_without_dependency_bubbles(int stages, int micro_batches, int group) 
   return group >= stages && group <= micro_batches && (last == 0 || last >= stages);
 }
 
-int warmup_steps(ScheduleKind kind, int stage, int stages, int micro_batches, int chunks, int group) {
+int warmup_steps(ScheduleKind kind, int stage, int stages, int micro_batches, int chunks, int group, int extra_warmup) {
   switch (kind) {
     case ScheduleKind::GPipe:
       return micro_batches;
     case ScheduleKind::OneFOneB:
-      return std::min(stages - stage - 1, micro_batches);
+      return std::min(stages - stage - 1 + extra_warmup, micro_batches);
     case ScheduleKind::Interleaved: {
       const int total = micro_batches * chunks;
       if (group > 0) {
         // Megatron-Core's warmup where its rule holds; otherwise every forward first (a group smaller than the
         // stages would leave a stage waiting on a backward that waits on it: all warmup always completes).
         if (!group_without_dependency_bubbles(stages, micro_batches, group)) return total;
-        return std::min((stages - stage - 1) * 2 + (chunks - 1) * group, total);
+        return std::min((stages - stage - 1) * 2 + (chunks - 1) * group + extra_warmup, total);
       }
       if (micro_batches == stages) return total;  // Megatron-LM: all warmup when m == p
-      return std::min((stages - stage - 1) * 2 + (chunks - 1) * stages, total);
+      return std::min((stages - stage - 1) * 2 + (chunks - 1) * stages + extra_warmup, total);
     }
   }
   return 0;
 }
 
-std::vector<StageSchedule> build_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks, int group) {
+std::vector<StageSchedule> build_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks, int group,
+                                          int extra_warmup) {
   check_arguments(kind, stages, micro_batches, chunks, group);
   const std::vector<PipelineStep> table = kind == ScheduleKind::Interleaved
                                               ? interleaved_table(micro_batches, chunks, group > 0 ? group : stages)
@@ -85,7 +86,7 @@ std::vector<StageSchedule> build_schedule(ScheduleKind kind, int stages, int mic
       continue;
     }
     const int total = micro_batches * chunks;
-    const int warmup = warmup_steps(kind, stage, stages, micro_batches, chunks, group);
+    const int warmup = warmup_steps(kind, stage, stages, micro_batches, chunks, group, extra_warmup);
     const int steady = total - warmup;
     auto forward = [&](int k) {
       return kind == ScheduleKind::Interleaved ? table[k] : PipelineStep{k, 0, Pass::Forward};
@@ -104,9 +105,9 @@ std::vector<StageSchedule> build_schedule(ScheduleKind kind, int stages, int mic
   return schedule;
 }
 
-std::vector<StageSchedule> build_schedule(const ParallelSpec& p) {
+std::vector<StageSchedule> build_schedule(const ParallelSpec& p, int extra_warmup) {
   return build_schedule(p.schedule, static_cast<int>(p.pp), static_cast<int>(p.micro_batches()),
-                        static_cast<int>(p.virtual_stages), static_cast<int>(p.microbatch_group));
+                        static_cast<int>(p.virtual_stages), static_cast<int>(p.microbatch_group), extra_warmup);
 }
 
 std::int64_t max_in_flight_weighted(const StageSchedule& schedule, const std::vector<std::int64_t>& chunk_weight) {

@@ -30,6 +30,7 @@ StageBuilder::StageBuilder(const Scenario& s, Granularity granularity, const Sta
   tied_reduce_bytes_ = s.framework.bf16_optimizer ? 4.0 : grad_reduce_bytes_;
   zero3_ = s.shards_parameters();
   gathers_under_forward_ = s.parallel.overlap_param_gather && s.parallel.zero_stage >= 1 && dp_ > 1 && !zero3_;
+  combined_ = s.framework.moe_a2a_overlap && !zero3_;
   last_backward_.assign(chunks_, -1);
   for (int i = 0; i < static_cast<int>(schedule.size()); ++i) {
     if (schedule[i].pass == Pass::Backward) last_backward_[schedule[i].chunk] = i;
@@ -38,8 +39,30 @@ StageBuilder::StageBuilder(const Scenario& s, Granularity granularity, const Sta
 
 std::vector<Op> StageBuilder::build() {
   if (gathers_under_forward_ && s_.parallel.schedule == ScheduleKind::Interleaved) dispatch_aligned_gathers();
+  // The combined 1F1B merges the steady state's pairs only: forward warmup + k with backward k (a schedule whose
+  // warm-up is all its forwards has none).
+  const int forwards = static_cast<int>(schedule_.size()) / 2;
+  const int warmup =
+      combined_ ? warmup_steps(s_.parallel.schedule, stage_, stages_, static_cast<int>(s_.parallel.micro_batches()),
+                               chunks_, static_cast<int>(s_.parallel.microbatch_group), combined_extra_warmup(s_))
+                : 0;
+  const auto steady_forward = [&](int i) {
+    return i >= warmup && (i - warmup) % 2 == 0 && (i - warmup) / 2 < forwards - warmup;
+  };
   for (int i = 0; i < static_cast<int>(schedule_.size()); ++i) {
     const PipelineStep& step = schedule_[i];
+    // The first forward of a chunk waits for its parameter gathers (ParameterGathers): always a warm-up step, alone.
+    const bool gathers = gathers_under_forward_ && step.pass == Pass::Forward && step.micro_batch == 0;
+    if (combined_ && !gathers) {
+      const bool pair = step.pass == Pass::Forward && steady_forward(i) && i + 1 < static_cast<int>(schedule_.size()) &&
+                        schedule_[i + 1].pass == Pass::Backward;
+      const PipelineStep* forward = step.pass == Pass::Forward ? &step : nullptr;
+      const int b = pair ? i + 1 : i;
+      const PipelineStep* backward = schedule_[b].pass == Pass::Backward ? &schedule_[b] : nullptr;
+      combined_step(forward, backward, backward != nullptr && b == last_backward_[backward->chunk]);
+      i = b;
+      continue;
+    }
     if (step.pass == Pass::Forward) {
       forward_step(step);
     } else {

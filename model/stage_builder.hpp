@@ -7,6 +7,8 @@
 // gradient-norm all-reduce and the optimizer step (then the ZeRO-1 parameter all-gather).
 //
 //   stage_builder.cpp   the steps: layers, ends, point-to-point ops
+//   stage_builder_combined.cpp  framework.moe_a2a_overlap: a forward and a backward step merged layer by layer
+//                       (model/moe_a2a_overlap.hpp)
 //   gradient_sync.cpp   gradient synchronisation and parameter sharding: DP buckets, ZeRO-1's gathers, FSDP
 #pragma once
 
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "model/kernel_traffic.hpp"
+#include "model/moe_a2a_overlap.hpp"
 #include "model/op.hpp"
 #include "model/scenario.hpp"
 #include "model/schedule.hpp"
@@ -43,6 +46,21 @@ class StageBuilder {
   int layers_in(int chunk) const;
   void forward_step(const PipelineStep& step);
   void backward_step(const PipelineStep& step, bool last_backward_of_chunk);
+
+  // ---- framework.moe_a2a_overlap: Megatron-Core's combined 1F1B (stage_builder_combined.cpp)
+  // One micro-batch's ops so far in a step: its latest op (what its next node waits for), and its Recv until taken.
+  struct Chain {
+    int last = -1;
+    int wait = -1;
+  };
+  // A forward step, a backward step, or both merged (either may be null, not both).
+  void combined_step(const PipelineStep* forward, const PipelineStep* backward, bool last_backward_of_chunk);
+  const LayerNodes& nodes_of(int layer, Phase phase);
+  void emit_node(const std::vector<Op>& ops, const PipelineStep& step, Chain& chain);
+  void forward_layer_alone(int layer, const PipelineStep& step, Chain& chain);
+  void layer_pair(int forward_layer, const PipelineStep& forward, Chain& fc, int backward_layer,
+                  const PipelineStep& backward, Chain& bc, bool last_backward_of_chunk);
+  void finish_backward_layer(int layer, const PipelineStep& step, Chain& chain, bool last_backward_of_chunk);
 
   // ---- ZeRO-1's parameter gathers under the forward (parallel.overlap_param_gather; gradient_sync.cpp)
   struct GatherBucket {
@@ -92,6 +110,8 @@ class StageBuilder {
   // (layer, phase) -> the layer's ops for one micro-batch: built once, so that every micro-batch's copy shares their
   // kernel breakdowns
   std::map<std::pair<int, Phase>, std::vector<Op>> layer_ops_;
+  bool combined_ = false;                                    // framework.moe_a2a_overlap
+  std::map<std::pair<int, Phase>, LayerNodes> layer_nodes_;  // ... each layer's nodes, built once
   std::vector<int> deferred_layers_;
   std::vector<Bucket> buckets_;
   std::vector<Op> ops_;

@@ -45,6 +45,35 @@ int category_of(const model::Op& op) {
   }
 }
 
+// The compute stream's busy time; with framework.moe_a2a_overlap the union of it and the expert stream's (its
+// all-to-alls would otherwise count as idle when exposed, where they counted as busy on the compute stream).
+double busy_s(const std::vector<model::Op>& ops, const RankTimeline& rank) {
+  double busy = 0;
+  std::vector<std::pair<double, double>> spans;
+  for (const OpSpan& span : rank.spans) {
+    const model::Stream stream = ops[span.op].stream;
+    if (stream == model::Stream::Expert) spans.emplace_back(span.active_s, span.end_s);
+    if (stream != model::Stream::Compute) continue;
+    busy += span.end_s - span.active_s;
+    spans.emplace_back(span.active_s, span.end_s);
+  }
+  const bool expert =
+      std::any_of(ops.begin(), ops.end(), [](const model::Op& op) { return op.stream == model::Stream::Expert; });
+  if (!expert) return busy;  // one ordered stream: its spans never overlap
+  std::sort(spans.begin(), spans.end());
+  double merged = 0, from = 0, to = -1;
+  for (const auto& [start, end] : spans) {
+    if (start > to) {
+      merged += std::max(0.0, to - from);
+      from = start;
+      to = end;
+    } else {
+      to = std::max(to, end);
+    }
+  }
+  return merged + std::max(0.0, to - from);
+}
+
 }  // namespace
 
 TimeSplit time_split(const model::Program& program, const RankTimeline& rank, double iteration_time_s) {
@@ -183,12 +212,7 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
     StageSummary entry;
     entry.stage = stage;
     entry.rank = rank->rank;
-    const auto& ops = program.stage_ops[stage];
-    for (const OpSpan& span : rank->spans) {
-      const model::Op& op = ops[span.op];
-      if (op.stream != model::Stream::Compute) continue;
-      entry.busy_s += span.end_s - span.active_s;
-    }
+    entry.busy_s = busy_s(program.stage_ops[stage], *rank);
     entry.idle_s = std::max(0.0, T - entry.busy_s);
     entry.bubble_fraction = T > 0 ? entry.idle_s / T : 0;
     entry.split = time_split(program, *rank, T);
@@ -280,11 +304,19 @@ nlohmann::json summary_to_json(const Summary& summary) {
   const double T = summary.iteration_time_s;
   const auto fraction = [T](double seconds) { return T > 0 ? seconds / T : 0.0; };
   nlohmann::json json;
-  json["scenario"] = {{"name", summary.scenario}, {"gpus", summary.gpus}, {"tp", summary.tp},
-                      {"pp", summary.pp},         {"dp", summary.dp},     {"micro_batches", summary.micro_batches},
-                      {"layers", summary.layers}, {"hidden", summary.hidden}, {"heads", summary.heads},
-                      {"seq_len", summary.seq_len}, {"global_batch", summary.global_batch},
-                      {"micro_batch", summary.micro_batch}, {"hardware", summary.hardware}};
+  json["scenario"] = {{"name", summary.scenario},
+                      {"gpus", summary.gpus},
+                      {"tp", summary.tp},
+                      {"pp", summary.pp},
+                      {"dp", summary.dp},
+                      {"micro_batches", summary.micro_batches},
+                      {"layers", summary.layers},
+                      {"hidden", summary.hidden},
+                      {"heads", summary.heads},
+                      {"seq_len", summary.seq_len},
+                      {"global_batch", summary.global_batch},
+                      {"micro_batch", summary.micro_batch},
+                      {"hardware", summary.hardware}};
   if (summary.cp > 1) json["scenario"]["cp"] = summary.cp;
   json["engine"] = summary.engine;
   json["iteration_time_s"] = T;

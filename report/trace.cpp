@@ -19,7 +19,7 @@ std::string chrome_trace(const model::Program& program, const Timeline& timeline
     if (!first) out += ",\n";
     first = false;
   };
-  static const char* const kStreams[] = {"compute", "data-parallel", "pipeline"};
+  static const char* const kStreams[] = {"compute", "data-parallel", "pipeline", "expert"};
   for (const RankTimeline& rank : timeline.ranks) {
     if (!ranks.empty() && std::find(ranks.begin(), ranks.end(), rank.rank) == ranks.end()) continue;
     const model::RankCoord coord = program.layout.coord_of(rank.rank);
@@ -29,7 +29,9 @@ std::string chrome_trace(const model::Program& program, const Timeline& timeline
                    "dp {2}, tp {3})\"}}}},\n{{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":{0},\"args\":{{"
                    "\"sort_index\":{0}}}}}",
                    rank.rank, rank.stage, coord.dp, coord.tp);
-    for (int stream = 0; stream < 3; ++stream) {
+    // The expert stream only where the Program uses it (framework.moe_a2a_overlap), so that other traces keep theirs.
+    const int streams = program.scenario.framework.moe_a2a_overlap ? 4 : 3;
+    for (int stream = 0; stream < streams; ++stream) {
       fmt::format_to(it,
                      ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"{}\"}}}}",
                      rank.rank, stream, kStreams[stream]);

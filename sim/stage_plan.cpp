@@ -46,7 +46,8 @@ void link_predecessors(StagePlan& plan, const std::vector<std::vector<std::int32
   const auto n = static_cast<std::int32_t>(ops.size());
   begin.assign(n + 1, 0);
   predecessors.clear();
-  std::int32_t last_on_stream[3] = {-1, -1, -1};
+  std::int32_t last_on_stream[model::kStreamCount];
+  std::fill(std::begin(last_on_stream), std::end(last_on_stream), -1);
   for (std::int32_t i = 0; i < n; ++i) {
     const model::Op& op = ops[i];
     const std::size_t first = predecessors.size();

@@ -211,8 +211,8 @@ TEST(Replay, EveryScheduleFinishesWithTheTextbookBubble) {
           for (auto [forward, backward] : {std::pair{1.0, 2.0}, std::pair{1.0, 1.0}, std::pair{3.0, 5.0}}) {
             const ReplayResult r = replay(program, forward, backward);
             ASSERT_FALSE(r.deadlocked) << to_string(kind) << " p=" << p << " m=" << m << " v=" << v;
-            const double ideal = kind == ScheduleKind::Interleaved ? double(p - 1) / (v * m + p - 1)
-                                                                   : double(p - 1) / (m + p - 1);
+            const double ideal =
+                kind == ScheduleKind::Interleaved ? double(p - 1) / (v * m + p - 1) : double(p - 1) / (m + p - 1);
             for (int stage = 0; stage < p; ++stage) {
               const double bubble = 1.0 - r.busy[stage] / r.iteration_time;
               EXPECT_NEAR(bubble, ideal, 1e-12)
@@ -256,9 +256,8 @@ TEST(Replay, EveryFrameworksIssueOrderFinishes) {
             if (!validation_problems(s).empty()) continue;
             for (const Granularity granularity : {Granularity::Layer, Granularity::Op}) {
               const Program program = build_program(s, granularity);
-              EXPECT_TRUE(replay_issue_order(program))
-                  << framework << " " << to_string(kind) << " p=" << p << " m=" << m << " v=" << v << " "
-                  << to_string(granularity);
+              EXPECT_TRUE(replay_issue_order(program)) << framework << " " << to_string(kind) << " p=" << p
+                                                       << " m=" << m << " v=" << v << " " << to_string(granularity);
               issues.insert(program.exchange_issue);
               ++cases;
             }
@@ -269,6 +268,39 @@ TEST(Replay, EveryFrameworksIssueOrderFinishes) {
   }
   EXPECT_EQ(issues.size(), 3u);
   EXPECT_GT(cases, 600);
+}
+
+TEST(Replay, TheCombinedOneFOneBFinishes) {
+  // framework.moe_a2a_overlap (model/moe_a2a_overlap.hpp): each steady step merges a forward and a backward layer by
+  // layer, after one more warm-up forward; an MoE model over dp 2 = ep 2, without a pipeline and interleaved.
+  int cases = 0;
+  for (auto kind : {ScheduleKind::OneFOneB, ScheduleKind::Interleaved}) {
+    for (int p : {1, 2, 3, 4}) {
+      for (int m = 1; m <= 12; ++m) {
+        for (int v : {1, 2, 3}) {
+          Scenario s = testing::make_scenario(p * v * 2, 64, 4, 16, 128, 1, p, 2, 1, 2 * m);
+          s.parallel.schedule = kind;
+          s.parallel.virtual_stages = v;
+          s.cluster = ClusterSpec{1, NodeKind::CpuHost, 2 * p};
+          s.model.experts = 4;
+          s.model.top_k = 2;
+          s.parallel.ep = 2;
+          s.framework.moe_a2a_overlap = true;
+          if (!validation_problems(s).empty()) continue;
+          for (const Granularity granularity : {Granularity::Layer, Granularity::Op}) {
+            const Program program = build_program(s, granularity);
+            const std::string name = std::string(to_string(kind)) + " p=" + std::to_string(p) +
+                                     " m=" + std::to_string(m) + " v=" + std::to_string(v) + " " +
+                                     std::string(to_string(granularity));
+            EXPECT_FALSE(replay(program, 1, 2).deadlocked) << name;
+            EXPECT_TRUE(replay_issue_order(program)) << name;
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 40);
 }
 
 TEST(Replay, TheIssueOrderReplayDetectsADeadlock) {
