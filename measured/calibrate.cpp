@@ -81,6 +81,12 @@ struct Gathered {
   std::map<KernelClass, std::vector<double>> class_rates;
   std::map<std::string, std::vector<double>> kind_rates;
   std::vector<double> between_per_operator_s;
+  // A PyTorch CPU run, per profiled step: each class's time, the GEMMs' with a recorded shape, the step's.
+  struct Step {
+    std::map<KernelClass, double> class_s;
+    double shaped_gemm_s = 0, step_s = 0;
+  };
+  std::vector<Step> torch_steps;
 };
 
 // One CPU step's streaming rates and time between operators.
@@ -88,10 +94,15 @@ void gather_cpu_step(const KinetoTrace& trace, int step, Gathered& g) {
   std::map<KernelClass, std::pair<double, double>> by_class;  // bytes, seconds
   std::map<std::string, std::pair<double, double>> by_kind;
   double busy = 0, operators = 0;
+  Gathered::Step step_totals;
+  bool twin_trace = false;
   for (const TracedKernel& k : trace.kernels) {
     if (!trace.steps.empty() && k.iteration != step) continue;
     busy += k.duration_s;
     operators += 1;
+    step_totals.class_s[k.kind.kind] += k.duration_s;
+    if (k.kind.kind == KernelClass::Gemm && k.flops > 0 && k.shape.batch > 0) step_totals.shaped_gemm_s += k.duration_s;
+    twin_trace = twin_trace || !twin_kind(k).empty();
     if (k.bytes <= 0 || !streams(k.kind.kind)) continue;
     const std::string kind = twin_kind(k);
     auto& [bytes, seconds] = kind.empty() ? by_class[k.kind.kind] : by_kind[kind];
@@ -107,7 +118,60 @@ void gather_cpu_step(const KinetoTrace& trace, int step, Gathered& g) {
   if (!trace.steps.empty() && operators > 0) {
     const double step_s = trace.steps[static_cast<std::size_t>(step)].duration_s;
     g.between_per_operator_s.push_back(std::max(0.0, step_s - busy) / operators);
+    step_totals.step_s = step_s;
+    if (!twin_trace) g.torch_steps.push_back(std::move(step_totals));
   }
+}
+
+// A PyTorch CPU run's rates per unit of the Program's work (CalibrateOptions::program): each memory-bound class's
+// measured time (its operators', beyond the GEMMs timed by shape) per byte the Program streams for that class, every
+// kind of the class at that rate; and the step's time outside every class the Program has ops for (copies,
+// reductions, unclassified operators, the gaps between operators) per kernel the Program launches. Each a median over
+// the profiled steps. In sample the simulator then sums to the measured step; out of sample it is right as far as the
+// Program's bytes and kernels grow with the plan as the framework's time does.
+void per_program_work(const Gathered& g, const ProgramWork& work, HardwareProfile& profile) {
+  if (g.torch_steps.empty()) return;
+  for (const auto& [cls, bytes] : work.stream_bytes) {
+    std::vector<double> seconds;
+    for (const Gathered::Step& step : g.torch_steps) {
+      const auto it = step.class_s.find(cls);
+      const double own = it == step.class_s.end() ? 0 : it->second;
+      seconds.push_back(own - (cls == KernelClass::Gemm ? step.shaped_gemm_s : 0));
+    }
+    const double time_s = median(seconds);
+    if (!(bytes > 0) || !(time_s > 0)) continue;
+    for (std::size_t index = 0; index < model::kComputeKindCount; ++index) {
+      const auto kind = static_cast<model::ComputeKind>(index);
+      if (class_of(kind) == cls)
+        profile.memory_bytes_per_s_by_kind[std::string(model::to_string(kind))] = bytes / time_s;
+    }
+  }
+  if (!(work.kernel_launches > 0)) return;
+  std::vector<double> outside;
+  for (const Gathered::Step& step : g.torch_steps) {
+    double modelled = 0;
+    for (const auto& [cls, seconds] : step.class_s) modelled += modelled_by_twin(cls) ? seconds : 0;
+    outside.push_back(std::max(0.0, step.step_s - modelled));
+  }
+  // The simulator charges every launch the memory fit's overhead too.
+  profile.host_s_per_operator = std::max(0.0, median(outside) / work.kernel_launches - profile.memory.overhead_s);
+}
+
+// A GEMM op of twin's own trace by the shape its Program gives its class (CalibrateOptions::program): forward the op's
+// GEMM [m, k] x [k, n]; backward its input gradient [m, n] x [n, k] and weight gradient [k, m] x [m, n], the same
+// FLOPs each, half the op's time each (as the simulator times a backward op: the two GEMMs at their shapes' rates).
+bool gather_twin_gemm(const TracedKernel& k, const CalibrateOptions& options, Gathered& g) {
+  if (!options.program || twin_kind(k).empty()) return false;
+  const auto it = options.program->gemm_shape_by_op_class.find(k.name);
+  if (it == options.program->gemm_shape_by_op_class.end()) return false;
+  const model::GemmShape& s = it->second;
+  if (k.name.rfind("backward", 0) != 0) {
+    g.gemm_seconds_by_shape[{s.m, s.n, s.k, s.count}].push_back(k.duration_s);
+  } else {
+    g.gemm_seconds_by_shape[{s.m, s.k, s.n, s.count}].push_back(k.duration_s / 2);
+    g.gemm_seconds_by_shape[{s.k, s.n, s.m, s.count}].push_back(k.duration_s / 2);
+  }
+  return true;
 }
 
 void gather(const KinetoTrace& trace, const CalibrateOptions& options, Gathered& g) {
@@ -115,7 +179,11 @@ void gather(const KinetoTrace& trace, const CalibrateOptions& options, Gathered&
     if (!counted(k, trace)) continue;
     if (k.kind.kind == KernelClass::Gemm && k.flops > 0 && k.duration_s > 0) {
       g.gemms.push_back({k.flops, k.duration_s});
-      if (k.shape.batch > 0) g.gemm_seconds_by_shape[key_of(k.shape)].push_back(k.duration_s);
+      if (k.shape.batch > 0) {
+        g.gemm_seconds_by_shape[key_of(k.shape)].push_back(k.duration_s);
+      } else {
+        gather_twin_gemm(k, options, g);
+      }
     } else if (memory_bound(k)) {
       g.memory.push_back({k.bytes, k.duration_s});
     } else if (k.kind.kind == KernelClass::Attention && k.flops > 0) {
@@ -219,6 +287,16 @@ HardwareProfile calibrate(const std::vector<KinetoTrace>& traces, const Calibrat
             [](const ShapeRate& a, const ShapeRate& b) { return a.shape.flops() > b.shape.flops(); });
   profile.memory = fit_linear(g.memory);
   profile.attention = fit_linear(g.attention);
+  if (!traces.front().gpu && !g.attention.empty()) {
+    // A CPU run's attention core (twin's executor runs it as one fused kernel): its FLOPs over its time, summed over
+    // the forward and backward ops, which a line's intercept fitted on two sizes of op would only split between them.
+    double flops = 0, seconds = 0;
+    for (const WorkSample& s : g.attention) {
+      flops += s.work;
+      seconds += s.seconds;
+    }
+    profile.attention = residuals_of({0, seconds > 0 ? flops / seconds : 0, 0, g.attention.size()}, g.attention);
+  }
   for (const auto& [key, samples] : g.collectives) profile.collectives.push_back(collective_fit(key, samples));
   for (std::size_t index = 0; index < model::kComputeKindCount; ++index) {
     const auto kind = static_cast<model::ComputeKind>(index);
@@ -230,6 +308,7 @@ HardwareProfile calibrate(const std::vector<KinetoTrace>& traces, const Calibrat
   }
   for (const auto& [kind, rates] : g.kind_rates) profile.memory_bytes_per_s_by_kind[kind] = median(rates);
   profile.host_s_per_operator = median(g.between_per_operator_s);
+  if (options.program) per_program_work(g, *options.program, profile);
   return profile;
 }
 

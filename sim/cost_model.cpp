@@ -204,9 +204,10 @@ namespace {
 void check_measurement(std::string_view field, double value, double ceiling, std::string_view ceiling_name,
                        std::string_view unit, const std::string& gpu) {
   if (value > ceiling) {
-    throw std::invalid_argument(fmt::format("{} = {:g} exceeds the {}'s {} of {:g} {}; a measured one cannot (is it "
-                                            "the scenario's GPU?)",
-                                            field, value, gpu, ceiling_name, ceiling, unit));
+    throw std::invalid_argument(
+        fmt::format("{} = {:g} exceeds the {}'s {} of {:g} {}; a measured one cannot (is it "
+                    "the scenario's GPU?)",
+                    field, value, gpu, ceiling_name, ceiling, unit));
   }
   if (value < 0.05 * ceiling) {
     throw std::invalid_argument(fmt::format("{} = {:g} is under 5 % of the {}'s {} of {:g} {}: is it in {}?", field,
@@ -242,9 +243,10 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu, const m
     // A fraction of the streaming rate: at most all of it (the scenario check), and no GEMM streams its operands at
     // under 5 % of HBM (a percentage slip).
     if (cluster.attention_gemm_hbm_fraction < 0.05) {
-      throw std::invalid_argument(fmt::format("cluster.attention_gemm_hbm_fraction = {:g} is under 5 % of the "
-                                              "streaming rate: is it a percentage? (a fraction: 0 < f <= 1)",
-                                              cluster.attention_gemm_hbm_fraction));
+      throw std::invalid_argument(
+          fmt::format("cluster.attention_gemm_hbm_fraction = {:g} is under 5 % of the "
+                      "streaming rate: is it a percentage? (a fraction: 0 < f <= 1)",
+                      cluster.attention_gemm_hbm_fraction));
     }
     p.attention_gemm_hbm_fraction = cluster.attention_gemm_hbm_fraction;
     p.attention_measured_here = true;
@@ -307,7 +309,20 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
   double seconds = 0;
   int attention_launches = 0;
   kernels = 0;
+  // A host whose profile measured its attention core as one kernel (twin's CPU executor runs it fused): the unfused
+  // core's GEMMs and passes are that kernel, at its measured rate.
+  const bool fused_on_host = parameters_.host && parameters_.attention_flops_per_s > 0;
   for (const model::Kernel& kernel : op.breakdown->kernels) {
+    if (fused_on_host &&
+        (kernel.kind == model::KernelKind::AttentionOperand || kernel.kind == model::KernelKind::AttentionPasses)) {
+      continue;
+    }
+    if (fused_on_host && kernel.kind == model::KernelKind::AttentionGemms) {
+      seconds += flash_attention_s(scenario, op);
+      attention_launches += 1;
+      kernels += 1;
+      continue;
+    }
     kernels += kernel.launches;
     switch (kernel.kind) {
       case model::KernelKind::Gemm:
@@ -324,11 +339,11 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
         attention_launches += kernel.launches;
         break;
       case model::KernelKind::AttentionOperand:
-        seconds += memory_time_s(kernel.bytes) / parameters_.attention_gemm_hbm_fraction;
+        seconds += stream_time_s(op, kernel.bytes) / parameters_.attention_gemm_hbm_fraction;
         attention_launches += kernel.launches;
         break;
       case model::KernelKind::AttentionPasses:
-        seconds += memory_time_s(kernel.bytes);
+        seconds += stream_time_s(op, kernel.bytes);
         attention_launches += kernel.launches;
         break;
       case model::KernelKind::FlashAttention:
