@@ -16,9 +16,12 @@ void add_op(const model::Op& op, ProgramWork& work) {
     return;
   }
   const std::optional<KernelClass> cls = class_of(op.what);
+  const std::string op_class = model::op_class(model::op_label(op));
   for (const model::Kernel& kernel : op.breakdown->kernels) {
-    if (kernel.kind == model::KernelKind::Gemm)
-      work.gemm_shape_by_op_class[model::op_class(model::op_label(op))] = op.gemm;
+    if (kernel.kind == model::KernelKind::Gemm) work.gemm_shape_by_op_class[op_class] = op.gemm;
+    if (kernel.kind == model::KernelKind::Stream && cls == KernelClass::Gemm) {
+      work.gemm_pass_bytes_by_op_class[op_class] = kernel.bytes;  // every layer's op of a class alike
+    }
     work.kernel_launches += kernel.launches;
     const bool streams = kernel.kind == model::KernelKind::Stream ||
                          kernel.kind == model::KernelKind::AttentionPasses ||

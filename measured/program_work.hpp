@@ -19,6 +19,8 @@ struct ProgramWork {
   // Each GEMM op's shape by its class ("forward mlp_up", model/op_label.hpp): what twin's own traces, which carry
   // an op's FLOPs and not its shape, are matched with, so that they give GEMM rates by shape as PyTorch's do.
   std::map<std::string, model::GemmShape> gemm_shape_by_op_class;
+  // Each GEMM op's passes beyond its GEMMs (a bias gradient's sum, a bias add), bytes by the op's class.
+  std::map<std::string, double> gemm_pass_bytes_by_op_class;
 };
 
 ProgramWork program_work(const model::Program& program);
