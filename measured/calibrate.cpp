@@ -132,9 +132,9 @@ void gather_cpu_step(const KinetoTrace& trace, int step, Gathered& g) {
 // A CPU run's rates per unit of the Program's work (CalibrateOptions::program): a PyTorch run's memory-bound classes,
 // each class's measured time (its operators', beyond the GEMMs timed by shape) per byte the Program streams for that
 // class, every kind of the class at that rate; and any CPU run's time outside every class the Program has ops for
-// (copies, reductions, unclassified operators, the gaps between operators) per kernel the Program launches. Each a median over
-// the profiled steps. In sample the simulator then sums to the measured step; out of sample it is right as far as the
-// Program's bytes and kernels grow with the plan as the framework's time does.
+// (copies, reductions, unclassified operators, the gaps between operators) per kernel the Program launches. Each a
+// median over the profiled steps. In sample the simulator then sums to the measured step; out of sample it is right as
+// far as the Program's bytes and kernels grow with the plan as the framework's time does.
 void per_program_work(const Gathered& g, const ProgramWork& work, HardwareProfile& profile) {
   for (const auto& [cls, bytes] : work.stream_bytes) {
     if (g.torch_steps.empty()) break;
