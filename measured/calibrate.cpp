@@ -157,6 +157,7 @@ void per_program_work(const Gathered& g, const ProgramWork& work, HardwareProfil
   // The simulator charges every launch the memory fit's overhead too.
   profile.host_s_per_operator =
       std::max(0.0, median(g.outside_program_s) / work.kernel_launches - profile.memory.overhead_s);
+  profile.host_per_program_kernel = true;
 }
 
 // A GEMM op of twin's own trace, kept for its shape (CalibrateOptions::program): its class and time.

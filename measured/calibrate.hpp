@@ -94,6 +94,9 @@ struct HardwareProfile {
   // rates. From a PyTorch trace every kind of a class gets the class's rate; from twin's own trace each kind its own.
   std::map<std::string, double> memory_bytes_per_s_by_kind;
   double host_s_per_operator = 0;  // CPU runs only
+  // host_s_per_operator is the time outside the Program's ops per kernel the Program launches (--scenario), not the
+  // time between a run's operators per operator.
+  bool host_per_program_kernel = false;
   std::vector<OutOfSample> checks;
 };
 

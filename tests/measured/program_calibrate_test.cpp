@@ -114,11 +114,14 @@ TEST(Calibrate, PerProgramByteAndPerProgramKernel) {
   EXPECT_NEAR(profile.memory_bytes_per_s_by_kind.at("mlp_up"), 1e6 / 0.5e-3, 1);
   // Outside the modelled classes: the own copy's 0.7 ms and the 2.3 ms between operators, over 50 kernels.
   EXPECT_NEAR(profile.host_s_per_operator, (0.7e-3 + 2.3e-3) / 50, 1e-12);
+  EXPECT_TRUE(profile.host_per_program_kernel);
+  EXPECT_NE(profile_to_toml(profile).find("per kernel it launches"), std::string::npos);
   // The GEMM shape's rate is the addmm's own time, its bias copy not included.
   EXPECT_NEAR(profile.gemm_shapes.front().flops_per_s, 2.0 * 256 * 128 * 64 / 3.5e-3, 1);
   EXPECT_EQ(profile.gemm_shapes.front().flops_per_s, without.gemm_shapes.front().flops_per_s);
   // Without the Program: the time between operators per PyTorch operator, no per-byte kind rates for GEMMs.
   EXPECT_NEAR(without.host_s_per_operator, 2.3e-3 / 5, 1e-12);
+  EXPECT_FALSE(without.host_per_program_kernel);
   EXPECT_FALSE(without.memory_bytes_per_s_by_kind.contains("mlp_up"));
 }
 
