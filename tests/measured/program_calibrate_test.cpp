@@ -13,6 +13,7 @@
 
 #include "measured/calibrate.hpp"
 #include "measured/kineto.hpp"
+#include "measured/measured_run.hpp"
 #include "measured/program_work.hpp"
 #include "model/program.hpp"
 
@@ -123,6 +124,27 @@ TEST(Calibrate, PerProgramByteAndPerProgramKernel) {
   EXPECT_NEAR(without.host_s_per_operator, 2.3e-3 / 5, 1e-12);
   EXPECT_FALSE(without.host_per_program_kernel);
   EXPECT_FALSE(without.memory_bytes_per_s_by_kind.contains("mlp_up"));
+}
+
+// twin compare --fastest-step: the iteration and the kernel times by class both of the fastest step.
+TEST(MeasuredRun, FastestStepMeasuresItsOwnClasses) {
+  json events = torch_step();
+  for (const json& e : torch_step()) {
+    json slow = e;
+    slow["ts"] = 20000 + 2 * e["ts"].get<double>();
+    slow["dur"] = 2 * e["dur"].get<double>();
+    if (e["name"] == "ProfilerStep#1") slow["name"] = "ProfilerStep#2";
+    events.push_back(slow);
+  }
+  const std::string path = temporary("two_steps.json");
+  std::ofstream(path) << json{{"traceEvents", events}}.dump();
+  const RankMeasurement mean = read_measured(path).ranks.at(0);
+  const RankMeasurement fastest = read_measured(path, 0, true).ranks.at(0);
+  EXPECT_NEAR(mean.iteration_time_s, 15e-3, 1e-12);
+  EXPECT_NEAR(fastest.iteration_time_s, 10e-3, 1e-12);
+  const auto gelu = static_cast<std::size_t>(KernelClass::Elementwise);
+  EXPECT_NEAR(mean.class_s[gelu], 3e-3, 1e-12);
+  EXPECT_NEAR(fastest.class_s[gelu], 2e-3, 1e-12);
 }
 
 json twin_op(const std::string& name, double start_us, double duration_us, double flops, double bytes) {
