@@ -433,8 +433,9 @@ KinetoTrace read_kineto_trace(const std::string& path) {
 
 void keep_fastest_step(KinetoTrace& trace) {
   if (trace.steps.size() < 2) return;
-  const auto fastest = std::min_element(trace.steps.begin(), trace.steps.end(),
-                                        [](const auto& a, const auto& b) { return a.duration_s < b.duration_s; });
+  const auto fastest = std::min_element(trace.steps.begin(), trace.steps.end(), [](const auto& a, const auto& b) {
+    return a.duration_s < b.duration_s;
+  });
   const int kept = static_cast<int>(fastest - trace.steps.begin());
   trace.steps = {*fastest};
   std::erase_if(trace.kernels, [kept](const TracedKernel& k) { return k.iteration != kept; });

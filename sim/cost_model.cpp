@@ -204,10 +204,9 @@ namespace {
 void check_measurement(std::string_view field, double value, double ceiling, std::string_view ceiling_name,
                        std::string_view unit, const std::string& gpu) {
   if (value > ceiling) {
-    throw std::invalid_argument(
-        fmt::format("{} = {:g} exceeds the {}'s {} of {:g} {}; a measured one cannot (is it "
-                    "the scenario's GPU?)",
-                    field, value, gpu, ceiling_name, ceiling, unit));
+    throw std::invalid_argument(fmt::format("{} = {:g} exceeds the {}'s {} of {:g} {}; a measured one cannot (is it "
+                                            "the scenario's GPU?)",
+                                            field, value, gpu, ceiling_name, ceiling, unit));
   }
   if (value < 0.05 * ceiling) {
     throw std::invalid_argument(fmt::format("{} = {:g} is under 5 % of the {}'s {} of {:g} {}: is it in {}?", field,
@@ -243,10 +242,9 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu, const m
     // A fraction of the streaming rate: at most all of it (the scenario check), and no GEMM streams its operands at
     // under 5 % of HBM (a percentage slip).
     if (cluster.attention_gemm_hbm_fraction < 0.05) {
-      throw std::invalid_argument(
-          fmt::format("cluster.attention_gemm_hbm_fraction = {:g} is under 5 % of the "
-                      "streaming rate: is it a percentage? (a fraction: 0 < f <= 1)",
-                      cluster.attention_gemm_hbm_fraction));
+      throw std::invalid_argument(fmt::format("cluster.attention_gemm_hbm_fraction = {:g} is under 5 % of the "
+                                              "streaming rate: is it a percentage? (a fraction: 0 < f <= 1)",
+                                              cluster.attention_gemm_hbm_fraction));
     }
     p.attention_gemm_hbm_fraction = cluster.attention_gemm_hbm_fraction;
     p.attention_measured_here = true;
