@@ -14,6 +14,7 @@
 #include "measured/calibrate.hpp"
 #include "measured/kineto.hpp"
 #include "measured/microbenchmarks.hpp"
+#include "measured/program_work.hpp"
 
 namespace twin::cli {
 namespace {
@@ -23,6 +24,7 @@ struct CalibrateOptions {
   std::string out;
   int gpus_per_node = 8;
   bool fastest_step = false;
+  std::string scenario;  // the plan the traces ran (optional)
 };
 
 measured::HardwareProfile profile_of(const CalibrateOptions& o, const measured::CalibrateOptions& options) {
@@ -77,12 +79,21 @@ void register_calibrate_command(CLI::App& app) {
   command->add_option("--out", o->out, "write the profile (TOML) here")->check(output_file());
   command->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node, to count the nodes a collective spans")
       ->check(CLI::Range(1, 1024));
+  command->add_option("--scenario", o->scenario,
+                      "the plan the CPU run's traces ran (a scenario file or name): a PyTorch trace's memory-bound "
+                      "classes are then fitted per byte its Program streams, and the time no Program op stands for "
+                      "(copies, reductions, gaps between operators) per kernel it launches");
   command->add_flag("--fastest-step", o->fastest_step,
                     "fit on each trace's fastest ProfilerStep only (the one other work on the machine delayed least), "
                     "as `twin compare --fastest-step` measures a run");
   command->callback([o] {
     try {
-      const measured::HardwareProfile profile = profile_of(*o, measured::CalibrateOptions{o->gpus_per_node});
+      measured::CalibrateOptions options{o->gpus_per_node, std::nullopt};
+      if (!o->scenario.empty()) {
+        const model::Scenario plan = load_scenario(ScenarioOptions{.scenario = o->scenario});
+        options.program = measured::program_work(build_program_within_memory(plan, model::Granularity::Op));
+      }
+      const measured::HardwareProfile profile = profile_of(*o, options);
       fmt::print("{}", measured::profile_table(profile));
       if (!o->out.empty()) {
         write_file_atomically(o->out, measured::profile_to_toml(profile));

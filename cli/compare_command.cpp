@@ -76,7 +76,7 @@ void register_compare_command(CLI::App& app) {
       ->check(CLI::Range(1, 1000000));
   command->add_flag("--fastest-step", *fastest,
                     "with profiler traces: each rank's iteration time is its fastest ProfilerStep (the one other work "
-                    "on a shared machine delayed least), not the mean");
+                    "on a shared machine delayed least), not the mean, and its kernel times by class are that step's");
   command->add_option("--top", *top, "with two traces: list the N ops whose times differ most (default 10)")
       ->check(CLI::Range(0, 100000));
   command->add_option("--json", *json_path, "also write the comparison as JSON to this file")->check(output_file());
@@ -125,7 +125,7 @@ void register_compare_command(CLI::App& app) {
         return;
       }
       if (measured::is_measured_input(*measured)) {
-        measured::MeasuredRun run = measured::read_measured(*measured, *iterations);
+        measured::MeasuredRun run = measured::read_measured(*measured, *iterations, *fastest);
         if (*fastest) measured::use_fastest_iteration(run);
         const measured::MeasuredComparison comparison =
             measured::compare_with_measured(predicted, run, *allow_mismatch, *top);

@@ -80,7 +80,16 @@ struct Gathered {
   // delayed moves a median less than a sum.
   std::map<KernelClass, std::vector<double>> class_rates;
   std::map<std::string, std::vector<double>> kind_rates;
+  std::vector<std::pair<std::string, double>> twin_gemm_ops;  // twin's own GEMM ops: class, seconds
   std::vector<double> between_per_operator_s;
+  // A PyTorch CPU run, per profiled step: each class's time, the GEMMs' with a recorded shape, the step's.
+  struct Step {
+    std::map<KernelClass, double> class_s;
+    double shaped_gemm_s = 0, step_s = 0;
+  };
+  std::vector<Step> torch_steps;
+  // Every CPU step's time outside the classes the Program has ops for (gaps between operators included).
+  std::vector<double> outside_program_s;
 };
 
 // One CPU step's streaming rates and time between operators.
@@ -88,10 +97,15 @@ void gather_cpu_step(const KinetoTrace& trace, int step, Gathered& g) {
   std::map<KernelClass, std::pair<double, double>> by_class;  // bytes, seconds
   std::map<std::string, std::pair<double, double>> by_kind;
   double busy = 0, operators = 0;
+  Gathered::Step step_totals;
+  bool twin_trace = false;
   for (const TracedKernel& k : trace.kernels) {
     if (!trace.steps.empty() && k.iteration != step) continue;
     busy += k.duration_s;
     operators += 1;
+    step_totals.class_s[k.kind.kind] += k.duration_s;
+    if (k.kind.kind == KernelClass::Gemm && k.flops > 0 && k.shape.batch > 0) step_totals.shaped_gemm_s += k.duration_s;
+    twin_trace = twin_trace || !twin_kind(k).empty();
     if (k.bytes <= 0 || !streams(k.kind.kind)) continue;
     const std::string kind = twin_kind(k);
     auto& [bytes, seconds] = kind.empty() ? by_class[k.kind.kind] : by_kind[kind];
@@ -107,6 +121,73 @@ void gather_cpu_step(const KinetoTrace& trace, int step, Gathered& g) {
   if (!trace.steps.empty() && operators > 0) {
     const double step_s = trace.steps[static_cast<std::size_t>(step)].duration_s;
     g.between_per_operator_s.push_back(std::max(0.0, step_s - busy) / operators);
+    step_totals.step_s = step_s;
+    double modelled = 0;
+    for (const auto& [cls, seconds] : step_totals.class_s) modelled += modelled_by_twin(cls) ? seconds : 0;
+    g.outside_program_s.push_back(std::max(0.0, step_s - modelled));
+    if (!twin_trace) g.torch_steps.push_back(std::move(step_totals));
+  }
+}
+
+// A CPU run's rates per unit of the Program's work (CalibrateOptions::program): a PyTorch run's memory-bound classes,
+// each class's measured time (its operators', beyond the GEMMs timed by shape) per byte the Program streams for that
+// class, every kind of the class at that rate; and any CPU run's time outside every class the Program has ops for
+// (copies, reductions, unclassified operators, the gaps between operators) per kernel the Program launches. Each a
+// median over the profiled steps. In sample the simulator then sums to the measured step; out of sample it is right as
+// far as the Program's bytes and kernels grow with the plan as the framework's time does.
+void per_program_work(const Gathered& g, const ProgramWork& work, HardwareProfile& profile) {
+  for (const auto& [cls, bytes] : work.stream_bytes) {
+    if (g.torch_steps.empty()) break;
+    std::vector<double> seconds;
+    for (const Gathered::Step& step : g.torch_steps) {
+      const auto it = step.class_s.find(cls);
+      const double own = it == step.class_s.end() ? 0 : it->second;
+      seconds.push_back(own - (cls == KernelClass::Gemm ? step.shaped_gemm_s : 0));
+    }
+    const double time_s = median(seconds);
+    if (!(bytes > 0) || !(time_s > 0)) continue;
+    for (std::size_t index = 0; index < model::kComputeKindCount; ++index) {
+      const auto kind = static_cast<model::ComputeKind>(index);
+      if (class_of(kind) == cls) {
+        profile.memory_bytes_per_s_by_kind[std::string(model::to_string(kind))] = bytes / time_s;
+      }
+    }
+  }
+  if (!(work.kernel_launches > 0) || g.outside_program_s.empty()) return;
+  // The simulator charges every launch the memory fit's overhead too.
+  profile.host_s_per_operator =
+      std::max(0.0, median(g.outside_program_s) / work.kernel_launches - profile.memory.overhead_s);
+  profile.host_per_program_kernel = true;
+}
+
+// A GEMM op of twin's own trace, kept for its shape (CalibrateOptions::program): its class and time.
+bool gather_twin_gemm(const TracedKernel& k, const CalibrateOptions& options, Gathered& g) {
+  if (!options.program || twin_kind(k).empty() || !options.program->gemm_shape_by_op_class.contains(k.name)) {
+    return false;
+  }
+  g.twin_gemm_ops.emplace_back(k.name, k.duration_s);
+  return true;
+}
+
+// twin's own GEMM ops by the shape their Program gives their class: forward the op's GEMM [m, k] x [k, n]; backward
+// its input gradient [m, n] x [n, k] and weight gradient [k, m] x [m, n], the same FLOPs each, half the op's GEMM time
+// each (as the simulator times a backward op: the two GEMMs at their shapes' rates). The op's passes beyond its GEMMs
+// (a bias gradient's sum) take their bytes at `pass_bytes_per_s` first, the rate the simulator times them by.
+void shape_twin_gemms(const Gathered& g, const ProgramWork& work, double pass_bytes_per_s,
+                      std::map<ShapeKey, std::vector<double>>& seconds_by_shape) {
+  for (const auto& [op_class, duration_s] : g.twin_gemm_ops) {
+    const model::GemmShape& s = work.gemm_shape_by_op_class.at(op_class);
+    const auto pass = work.gemm_pass_bytes_by_op_class.find(op_class);
+    const double pass_s =
+        pass != work.gemm_pass_bytes_by_op_class.end() && pass_bytes_per_s > 0 ? pass->second / pass_bytes_per_s : 0;
+    const double gemm_s = duration_s - pass_s;
+    if (!(gemm_s > 0)) continue;
+    if (op_class.rfind("backward", 0) != 0) {
+      seconds_by_shape[{s.m, s.n, s.k, s.count}].push_back(gemm_s);
+    } else {
+      seconds_by_shape[{s.m, s.k, s.n, s.count}].push_back(gemm_s / 2);
+      seconds_by_shape[{s.k, s.n, s.m, s.count}].push_back(gemm_s / 2);
+    }
   }
 }
 
@@ -115,7 +196,11 @@ void gather(const KinetoTrace& trace, const CalibrateOptions& options, Gathered&
     if (!counted(k, trace)) continue;
     if (k.kind.kind == KernelClass::Gemm && k.flops > 0 && k.duration_s > 0) {
       g.gemms.push_back({k.flops, k.duration_s});
-      if (k.shape.batch > 0) g.gemm_seconds_by_shape[key_of(k.shape)].push_back(k.duration_s);
+      if (k.shape.batch > 0) {
+        g.gemm_seconds_by_shape[key_of(k.shape)].push_back(k.duration_s);
+      } else {
+        gather_twin_gemm(k, options, g);
+      }
     } else if (memory_bound(k)) {
       g.memory.push_back({k.bytes, k.duration_s});
     } else if (k.kind.kind == KernelClass::Attention && k.flops > 0) {
@@ -201,6 +286,34 @@ HardwareProfile calibrate(const std::vector<KinetoTrace>& traces, const Calibrat
         "calibrate: nothing to fit: no GEMM, memory-bound or attention kernel with its shapes and no collective with "
         "its size in the traces (profile with record_shapes=True)");
   }
+  for (std::size_t index = 0; index < model::kComputeKindCount; ++index) {
+    const auto kind = static_cast<model::ComputeKind>(index);
+    const auto cls = class_of(kind);
+    if (!cls) continue;
+    if (const auto it = g.class_rates.find(*cls); it != g.class_rates.end()) {
+      profile.memory_bytes_per_s_by_kind[std::string(model::to_string(kind))] = median(it->second);
+    }
+  }
+  for (const auto& [kind, rates] : g.kind_rates) profile.memory_bytes_per_s_by_kind[kind] = median(rates);
+  if (options.program && !g.twin_gemm_ops.empty()) {
+    // A GEMM op's bias pass streams as the Program's other elementwise passes do on this host (their median rate).
+    std::vector<double> elementwise;
+    for (std::size_t index = 0; index < model::kComputeKindCount; ++index) {
+      const auto kind = static_cast<model::ComputeKind>(index);
+      const auto it = profile.memory_bytes_per_s_by_kind.find(std::string(model::to_string(kind)));
+      if (class_of(kind) == KernelClass::Elementwise && it != profile.memory_bytes_per_s_by_kind.end()) {
+        elementwise.push_back(it->second);
+      }
+    }
+    const double pass_bytes_per_s = median(elementwise);
+    shape_twin_gemms(g, *options.program, pass_bytes_per_s, g.gemm_seconds_by_shape);
+    for (std::size_t index = 0; index < model::kComputeKindCount && pass_bytes_per_s > 0; ++index) {
+      const auto kind = static_cast<model::ComputeKind>(index);
+      if (class_of(kind) == KernelClass::Gemm) {
+        profile.memory_bytes_per_s_by_kind[std::string(model::to_string(kind))] = pass_bytes_per_s;
+      }
+    }
+  }
   profile.gemm = fit_linear(g.gemms);
   if (g.gemm_seconds_by_shape.empty() && !g.gemms.empty()) {
     // No shapes (twin's own traces give each GEMM op's FLOPs, not its shape): the rate is the median of the ops'
@@ -219,17 +332,19 @@ HardwareProfile calibrate(const std::vector<KinetoTrace>& traces, const Calibrat
             [](const ShapeRate& a, const ShapeRate& b) { return a.shape.flops() > b.shape.flops(); });
   profile.memory = fit_linear(g.memory);
   profile.attention = fit_linear(g.attention);
-  for (const auto& [key, samples] : g.collectives) profile.collectives.push_back(collective_fit(key, samples));
-  for (std::size_t index = 0; index < model::kComputeKindCount; ++index) {
-    const auto kind = static_cast<model::ComputeKind>(index);
-    const auto cls = class_of(kind);
-    if (!cls) continue;
-    if (const auto it = g.class_rates.find(*cls); it != g.class_rates.end()) {
-      profile.memory_bytes_per_s_by_kind[std::string(model::to_string(kind))] = median(it->second);
+  if (!traces.front().gpu && !g.attention.empty()) {
+    // A CPU run's attention core (twin's executor runs it as one fused kernel): its FLOPs over its time, summed over
+    // the forward and backward ops, which a line's intercept fitted on two sizes of op would only split between them.
+    double flops = 0, seconds = 0;
+    for (const WorkSample& s : g.attention) {
+      flops += s.work;
+      seconds += s.seconds;
     }
+    profile.attention = residuals_of({0, seconds > 0 ? flops / seconds : 0, 0, g.attention.size()}, g.attention);
   }
-  for (const auto& [kind, rates] : g.kind_rates) profile.memory_bytes_per_s_by_kind[kind] = median(rates);
+  for (const auto& [key, samples] : g.collectives) profile.collectives.push_back(collective_fit(key, samples));
   profile.host_s_per_operator = median(g.between_per_operator_s);
+  if (options.program) per_program_work(g, *options.program, profile);
   return profile;
 }
 

@@ -15,10 +15,12 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "measured/kineto.hpp"
+#include "measured/program_work.hpp"
 
 namespace twin::measured {
 
@@ -72,6 +74,10 @@ struct OutOfSample {
 
 struct CalibrateOptions {
   int gpus_per_node = 8;  // to count the nodes a collective's group spans from its ranks
+  // The Program of the plan a CPU run's traces ran (twin calibrate --scenario): a PyTorch trace's memory-bound classes
+  // are then fitted per byte the Program counts for them, and the time no Program op stands for (copies, reductions,
+  // the framework between operators) per kernel the Program launches: the units the simulator times a host by.
+  std::optional<ProgramWork> program;
 };
 
 struct HardwareProfile {
@@ -88,6 +94,9 @@ struct HardwareProfile {
   // rates. From a PyTorch trace every kind of a class gets the class's rate; from twin's own trace each kind its own.
   std::map<std::string, double> memory_bytes_per_s_by_kind;
   double host_s_per_operator = 0;  // CPU runs only
+  // host_s_per_operator is the time outside the Program's ops per kernel the Program launches (--scenario), not the
+  // time between a run's operators per operator.
+  bool host_per_program_kernel = false;
   std::vector<OutOfSample> checks;
 };
 

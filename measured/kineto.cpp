@@ -155,8 +155,12 @@ void cpu_operators_as_kernels(const std::vector<CpuOp>& ops, KinetoTrace& trace)
         close(stack.back());
         stack.pop_back();
       }
-      const std::optional<KernelClass> own = classify_cpu_op(op->name);
+      std::optional<KernelClass> own = classify_cpu_op(op->name);
       const KernelClass parent = stack.empty() ? KernelClass::Unclassified : stack.back().inherited;
+      // A copy or reduction inside an operator of a class the Program has ops for is that operator's work:
+      // aten::addmm copies the bias into its output, a linear layer's backward sums the bias gradient, split's
+      // backward concatenates the gradients.
+      if (own && !modelled_by_twin(*own) && modelled_by_twin(parent)) own.reset();
       const KernelClass kind = parent == KernelClass::Optimizer ? parent : own.value_or(parent);
       if (!stack.empty()) stack.back().children_s += op->end_s - op->start_s;
       stack.push_back({op, 0.0, kind, own.has_value() && parent != KernelClass::Optimizer});

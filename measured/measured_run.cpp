@@ -137,12 +137,13 @@ RankMeasurement measure_rank(const KinetoTrace& trace, int iterations_given) {
   return r;
 }
 
-MeasuredRun measure_traces(const std::vector<std::string>& paths, int iterations_given) {
+MeasuredRun measure_traces(const std::vector<std::string>& paths, int iterations_given, bool fastest_step) {
   if (paths.empty()) throw MeasuredError("no trace to measure");
   MeasuredRun run;
   run.source = "pytorch profiler";
   for (std::size_t i = 0; i < paths.size(); ++i) {
-    const KinetoTrace trace = read_kineto_trace(paths[i]);
+    KinetoTrace trace = read_kineto_trace(paths[i]);
+    if (fastest_step) keep_fastest_step(trace);
     RankMeasurement rank = measure_rank(trace, iterations_given);
     if (rank.rank < 0) rank.rank = static_cast<int>(i);
     for (const RankMeasurement& other : run.ranks) {
@@ -220,7 +221,7 @@ bool is_measured_input(const std::string& path) {
   return open != std::string::npos && text[open] != '{' && text[open] != '[';  // a log, not JSON
 }
 
-MeasuredRun read_measured(const std::string& path, int iterations_given) {
+MeasuredRun read_measured(const std::string& path, int iterations_given, bool fastest_step) {
   std::error_code ignored;
   if (std::filesystem::is_directory(path, ignored)) {
     std::vector<std::string> traces;
@@ -229,10 +230,10 @@ MeasuredRun read_measured(const std::string& path, int iterations_given) {
     }
     std::sort(traces.begin(), traces.end());
     if (traces.empty()) throw MeasuredError(fmt::format("'{}' holds no trace (*.json, *.json.gz)", path));
-    return measure_traces(traces, iterations_given);
+    return measure_traces(traces, iterations_given, fastest_step);
   }
   const std::string text = read_maybe_gzipped(path);
-  if (looks_like_chrome_trace(text)) return measure_traces({path}, iterations_given);
+  if (looks_like_chrome_trace(text)) return measure_traces({path}, iterations_given, fastest_step);
   return read_training_log(path);
 }
 

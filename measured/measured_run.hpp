@@ -59,8 +59,9 @@ struct MeasuredRun {
 };
 
 // Measures traces (one per rank; several files of one run). `iterations_given` > 0: the count of iterations a trace
-// without ProfilerStep ranges holds (its kernel span is divided by it). Throws MeasuredError naming the file.
-MeasuredRun measure_traces(const std::vector<std::string>& paths, int iterations_given = 0);
+// without ProfilerStep ranges holds (its kernel span is divided by it). `fastest_step`: each trace's fastest
+// ProfilerStep alone (keep_fastest_step), its kernel times by class included. Throws MeasuredError naming the file.
+MeasuredRun measure_traces(const std::vector<std::string>& paths, int iterations_given = 0, bool fastest_step = false);
 
 // One rank's measurement from a read trace.
 RankMeasurement measure_rank(const KinetoTrace& trace, int iterations_given = 0);
@@ -70,13 +71,15 @@ RankMeasurement measure_rank(const KinetoTrace& trace, int iterations_given = 0)
 MeasuredRun read_training_log(const std::string& path);
 
 // A measured input by its content: a directory (every *.json / *.json.gz trace in it), a trace, or a log.
-MeasuredRun read_measured(const std::string& path, int iterations_given = 0);
+// `fastest_step`: a trace's fastest ProfilerStep alone (measure_traces).
+MeasuredRun read_measured(const std::string& path, int iterations_given = 0, bool fastest_step = false);
 // Whether `path` is a measurement twin reads with read_measured (a trace, a directory of them, or a training log)
 // rather than twin's own JSON.
 bool is_measured_input(const std::string& path);
 
 // Each rank's iteration time becomes its fastest iteration (the one other work on a shared machine delayed least)
-// instead of the mean; the run's is their mean. Kernel times per class stay means.
+// instead of the mean; the run's is their mean. Kernel times per class stay means (read_measured with fastest_step
+// measures them on the fastest step too).
 void use_fastest_iteration(MeasuredRun& run);
 
 // The share of kernel time classified (not Unclassified), over every rank: what the bench reports.

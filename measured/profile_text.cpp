@@ -61,7 +61,12 @@ std::string profile_to_toml(const HardwareProfile& p) {
     fit_lines(out, p.memory, "bytes_per_s");
     out += "\n";
   }
-  if (p.device == "cpu") fmt::format_to(line, "[host]\nseconds_per_operator = {:.6e}\n\n", p.host_s_per_operator);
+  if (p.device == "cpu") {
+    fmt::format_to(
+        line, "[host]{}\nseconds_per_operator = {:.6e}\n\n",
+        p.host_per_program_kernel ? "  # the time no op of the Program stands for, per kernel it launches" : "",
+        p.host_s_per_operator);
+  }
   if (!p.memory_bytes_per_s_by_kind.empty()) {
     out += "[memory.kind]  # bytes per second each memory-bound kind of the Program streams at\n";
     for (const auto& [kind, rate] : p.memory_bytes_per_s_by_kind) fmt::format_to(line, "{} = {:.6e}\n", kind, rate);
@@ -106,7 +111,9 @@ std::string profile_table(const HardwareProfile& p) {
                    p.memory.samples, 100 * p.memory.residual_rms);
   }
   if (p.device == "cpu") {
-    fmt::format_to(line, "  host       {:.1f} us between operators, per operator\n", p.host_s_per_operator * 1e6);
+    fmt::format_to(line, "  host       {:.1f} us {}\n", p.host_s_per_operator * 1e6,
+                   p.host_per_program_kernel ? "outside the Program's ops, per kernel it launches (--scenario)"
+                                             : "between operators, per operator");
   }
   if (p.attention.samples > 0) {
     fmt::format_to(line, "  attention  {:.3f} TFLOP/s + {:.1f} us per kernel over {} kernels (fit residual {:.1f} %)\n",

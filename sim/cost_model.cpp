@@ -307,7 +307,20 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
   double seconds = 0;
   int attention_launches = 0;
   kernels = 0;
+  // A host whose profile measured its attention core as one kernel (twin's CPU executor runs it fused): the unfused
+  // core's GEMMs and passes are that kernel, at its measured rate.
+  const bool fused_on_host = parameters_.host && parameters_.attention_flops_per_s > 0;
   for (const model::Kernel& kernel : op.breakdown->kernels) {
+    if (fused_on_host &&
+        (kernel.kind == model::KernelKind::AttentionOperand || kernel.kind == model::KernelKind::AttentionPasses)) {
+      continue;
+    }
+    if (fused_on_host && kernel.kind == model::KernelKind::AttentionGemms) {
+      seconds += flash_attention_s(scenario, op);
+      attention_launches += 1;
+      kernels += 1;
+      continue;
+    }
     kernels += kernel.launches;
     switch (kernel.kind) {
       case model::KernelKind::Gemm:
@@ -324,11 +337,11 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
         attention_launches += kernel.launches;
         break;
       case model::KernelKind::AttentionOperand:
-        seconds += memory_time_s(kernel.bytes) / parameters_.attention_gemm_hbm_fraction;
+        seconds += stream_time_s(op, kernel.bytes) / parameters_.attention_gemm_hbm_fraction;
         attention_launches += kernel.launches;
         break;
       case model::KernelKind::AttentionPasses:
-        seconds += memory_time_s(kernel.bytes);
+        seconds += stream_time_s(op, kernel.bytes);
         attention_launches += kernel.launches;
         break;
       case model::KernelKind::FlashAttention:

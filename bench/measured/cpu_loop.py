@@ -6,7 +6,8 @@ bench/measured/torch_cpu_gpt.py trains twin's GPT (hidden 256, 4 heads, sequence
 (layers, batch), one step of each in turn, and writes each plan's profiler trace; it does so --repeats times (each a
 fresh process, every thread pool pinned to one thread: OMP, OpenBLAS, MKL), so that a burst of other work on a shared
 machine falls on one repeat, not on one plan. `twin calibrate` fits the profile on the first plan's traces of every
-repeat together (each GEMM shape at the median of its calls, the time between operators at the median over steps);
+repeat together, in the units of that plan's Program (`--scenario`: each GEMM shape at the median of its calls, each
+memory-bound class per byte the Program streams for it, the time no Program op stands for per kernel it launches);
 every other plan is simulated (`twin sim --profile`, cluster.node = "cpu-host", framework.name = "composer": PyTorch's
 own kernels, dropout off as in the script) and compared with its traces (`twin compare --fastest-step`): the
 out-of-sample error against each plan's fastest step over all repeats (the one other work delayed least), with the
@@ -115,21 +116,26 @@ def main():
                    "--steps", str(args.steps), "--active", str(args.active), "--trace-dir",
                    os.path.join(work, f"repeat_{repeat}")], env=environment)
         measured.append([json.loads(line) for line in out.strip().splitlines() if line.startswith("{")])
+    for layers, batch in plans:
+        with open(os.path.join(work, f"scenario_{layers}x{batch}.toml"), "w") as f:
+            f.write(SCENARIO.format(layers=layers, batch=batch, **SHAPE))
+    # The profile is fitted in the units of the first plan's Program (--scenario): each memory-bound class per byte the
+    # Program streams, the time no Program op stands for per kernel it launches.
+    args.calibration_scenario = os.path.join(work, f"scenario_{plans[0][0]}x{plans[0][1]}.toml")
     calibration_traces = [m[0]["trace"] for m in measured]
     profile = os.path.join(work, "host.toml")
     checks = sum((["--check", m[i]["trace"]] for m in measured for i in range(1, len(plans))), [])
-    calibration = run([args.twin, "calibrate", *calibration_traces, *checks, "--out", profile])
+    calibration = run([args.twin, "calibrate", *calibration_traces, *checks, "--scenario", args.calibration_scenario,
+                       "--out", profile])
     # The calibration's own noise: a profile from each repeat's trace alone.
     single_profiles = []
     for repeat, trace in enumerate(calibration_traces):
         single_profiles.append(os.path.join(work, f"host_repeat_{repeat}.toml"))
-        run([args.twin, "calibrate", trace, "--out", single_profiles[-1]])
+        run([args.twin, "calibrate", trace, "--scenario", args.calibration_scenario, "--out", single_profiles[-1]])
 
     rows = []
     for index, (layers, batch) in enumerate(plans):
         scenario = os.path.join(work, f"scenario_{layers}x{batch}.toml")
-        with open(scenario, "w") as f:
-            f.write(SCENARIO.format(layers=layers, batch=batch, **SHAPE))
         predicted = simulate(args, scenario, profile, os.path.join(work, f"predicted_{layers}x{batch}.json"))
         fastest, mean = [], []
         for repeat in range(args.repeats):
@@ -205,7 +211,7 @@ def twin_executor_loop(args, plans, work):
     # prediction is set against each plan's fastest step.
     traces = [trace for _, trace in sorted(traces)[:max(1, len(traces) // 3)]]
     profile = os.path.join(work, "twin_host.toml")
-    print(run([args.twin, "calibrate", *traces, "--out", profile]))
+    print(run([args.twin, "calibrate", *traces, "--scenario", args.calibration_scenario, "--out", profile]))
     rows = []
     print(f"{'plan':>10} {'predicted s':>12} {'fastest step':>13} {'error':>8} {'spread':>7}   (twin run, "
           f"{args.repeats} runs x {args.steps - 1} steps per plan, {args.active} runs of the first)")

@@ -65,6 +65,16 @@ TEST(MeasuredCli, CalibrateThenSimulateACpuHost) {
   ASSERT_EQ(calibrated.status, 0) << calibrated.output;
   EXPECT_THAT(calibrated.output, HasSubstr("GEMM"));
 
+  // In the units of the plan's Program: the time outside its ops per kernel it launches; a scenario that is not one
+  // gets one error line.
+  const Result by_program =
+      twin("calibrate " + trace.string() + " --scenario gpt-tiny --out " + scratch("by_program.toml").string());
+  ASSERT_EQ(by_program.status, 0) << by_program.output;
+  EXPECT_THAT(by_program.output, HasSubstr("outside the Program's ops, per kernel it launches (--scenario)"));
+  const Result no_plan = twin("calibrate " + trace.string() + " --scenario /nonexistent/plan.toml");
+  EXPECT_EQ(no_plan.status, 2);
+  EXPECT_THAT(no_plan.output, HasSubstr("twin: error:"));
+
   const Result refused = twin("sim gpt-tiny --quiet");
   EXPECT_EQ(refused.status, 2);
   EXPECT_THAT(refused.output, HasSubstr("twin: error: twin sim of a cpu-host needs the host's measured rates"));
