@@ -2,7 +2,7 @@
 // Its input is the second layer norm's output, this rank's T = tokens_sp tokens; its output, (T, C) in the layer
 // stash's fc_proj, is what the MLP residual adds (no TP reduction: every rank's MoE works on its own tokens).
 // Token dropping (model.capacity_factor > 0, cpu backend): after the top-k, each expert keeps the capacity of its
-// (token, slot) pairs with the highest probabilities (Megatron-Core's topk_softmax_with_capacity, drop policy "probs";
+// (token, slot) pairs with the highest probabilities (Megatron-Core's apply_router_token_dropping, drop policy "probs";
 // kernels/cpu/moe.hpp's moe_capacity_drop), computed on the host from the downloaded probabilities in permute_forward.
 // A dropped pair gets no row (k::kMoeDropped), adds nothing to its token and gets no gradient; the load-balancing loss
 // keeps the counts of the top-k before the drop, as Megatron-Core's. No padding to capacity

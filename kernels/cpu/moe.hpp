@@ -51,7 +51,10 @@ double moe_aux_loss_forward(const float* scores, const float* counts, int tokens
 void moe_aux_loss_backward(float* dlogits, const float* scores, const float* counts, int tokens, int num_experts,
                            int top_k, double total_tokens, double coeff, double loss_grad);
 
-// ---- Token dropping (Megatron-Core's topk_softmax_with_capacity, moe_token_drop_policy "probs") ------------------
+// ---- Token dropping (Megatron-Core's apply_router_token_dropping and get_capacity in moe_utils.py, called by
+// TopKRouter.routing in router.py on the rank's own tokens after the top-k; read at NVIDIA/Megatron-LM commit
+// 00611e6eeb0b09b5ee074750956855215ddbd67f): moe_token_drop_policy "probs" (the default), no padding to capacity
+// (moe_pad_expert_input_to_capacity: padded rows are zeros, numerically nothing; not implemented) ---------------
 
 // A dropped (token, slot): its expert in `experts` and its row in `rows`. It has no row in the permuted buffer,
 // adds nothing to its token's output and gets no gradient (its probability's included).

@@ -1,5 +1,5 @@
 // Token dropping (model.capacity_factor > 0): each expert keeps the capacity of its (token, slot) pairs with the
-// highest routing probabilities (Megatron-Core's topk_softmax_with_capacity, drop policy "probs"). The tiny MoE of
+// highest routing probabilities (Megatron-Core's apply_router_token_dropping, drop policy "probs"). The tiny MoE of
 // moe_parity_test.cpp at capacity factor 1 (capacity = tokens x k / E: any imbalance drops) drops pairs, and trains
 // to the same losses, load-balancing losses and dropped counts under EP, DP x EP, PP x EP and ETP plans as on one
 // rank; a capacity no expert fills is dropless bit for bit; what the executor cannot match is refused by name.
