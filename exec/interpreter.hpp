@@ -65,6 +65,8 @@ struct IterationOutput {
   // Mixture-of-Experts: this rank's share of the load-balancing losses (coefficient included) summed over its MoE
   // layers and micro-batches; the shares of all ranks sum to the global batch's (sequence shards add up).
   double aux_loss_sum = 0;
+  // model.capacity_factor > 0: the (token, slot) pairs this rank's MoE layers dropped (forward passes, not recompute)
+  double moe_dropped_slots = 0;
 };
 
 // Measured start and end of one op (seconds since the run's epoch).
@@ -74,8 +76,8 @@ struct OpTiming {
 };
 
 // Throws a RunError naming the field when `scenario`'s Mixture-of-Experts layers ask for what the executor does not run
-// (interpreter_moe.cpp): another backend than "cpu" or "cuda", token dropping, tensor parallelism without sequence
-// parallelism, a shared norm. Nothing for a dense model.
+// (interpreter_moe.cpp): another backend than "cpu" or "cuda", token dropping off the cpu backend or with tensor
+// parallelism, tensor parallelism without sequence parallelism, a shared norm. Nothing for a dense model.
 void refuse_unsupported_moe(const model::Scenario& scenario, std::string_view backend);
 
 class Interpreter {

@@ -1,6 +1,12 @@
 // The Mixture-of-Experts MLP of one layer (model/moe_ops.hpp gives the op order; the Backend's MoE block the kernels).
 // Its input is the second layer norm's output, this rank's T = tokens_sp tokens; its output, (T, C) in the layer
 // stash's fc_proj, is what the MLP residual adds (no TP reduction: every rank's MoE works on its own tokens).
+// Token dropping (model.capacity_factor > 0, cpu backend): after the top-k, each expert keeps the capacity of its
+// (token, slot) pairs with the highest probabilities (Megatron-Core's apply_router_token_dropping, drop policy "probs";
+// kernels/cpu/moe.hpp's moe_capacity_drop), computed on the host from the downloaded probabilities in permute_forward.
+// A dropped pair gets no row (k::kMoeDropped), adds nothing to its token and gets no gradient; the load-balancing loss
+// keeps the counts of the top-k before the drop, as Megatron-Core's. No padding to capacity
+// (moe_pad_expert_input_to_capacity): the padded rows are zeros, numerically nothing.
 //   forward   [shared experts: MlpUp, activation, MlpDown] -> Router (logits, top-k softmax, scores, counts)
 //             [-> ExpertCounts all-reduce over TP] [-> their all-gather over the expert grid]
 //             -> ExpertPermute (permutation, load-balancing loss) -> ExpertSplitsSync (nothing to run here)
@@ -52,9 +58,20 @@ void refuse_unsupported_moe(const model::Scenario& s, std::string_view backend) 
                     "--backend {})",
                     backend));
   }
-  if (s.model.capacity_factor > 0) {
-    refuse(fmt::format("model.capacity_factor = {}: the executor trains dropless MoE only (capacity_factor = 0)",
-                       s.model.capacity_factor));
+  if (s.model.capacity_factor > 0 && backend != "cpu") {
+    refuse(
+        fmt::format("model.capacity_factor = {}: the {} backend trains dropless MoE only (capacity_factor = 0); "
+                    "token dropping runs on --backend cpu",
+                    s.model.capacity_factor, backend));
+  }
+  // Megatron-Core computes the capacity from the tokens each rank routes: under TP with sequence parallelism a TP
+  // rank's shard, so the tokens it drops are not those one rank routing the whole sequence would drop.
+  if (s.model.capacity_factor > 0 && s.parallel.tp > 1) {
+    refuse(
+        fmt::format("model.capacity_factor = {} with parallel.tp = {}: each TP rank drops within its own sequence "
+                    "shard (Megatron-Core's capacity is per rank), which the executor does not run; drop tokens "
+                    "with tp = 1",
+                    s.model.capacity_factor, s.parallel.tp));
   }
   if (s.parallel.tp > 1 && !s.parallel.sequence_parallel) {
     refuse(
@@ -184,9 +201,17 @@ void Interpreter::permute_forward(const Op& op) {
   MoeStash& m = moe_stash(op);
   const MoeDims& d = shard_.moe();
   const int T = dims_.tokens_sp;
+  std::vector<int> kept = m.chosen;  // (T, k) the chosen experts, k::kMoeDropped where the capacity drops
+  if (scenario_.model.capacity_factor > 0) {
+    std::vector<float> probs(n(T, d.top_k));
+    backend_.download_f32(probs.data(), m.probs);
+    const int capacity = k::moe_capacity(T, d.experts, d.top_k, scenario_.model.capacity_factor);
+    const int dropped = k::moe_capacity_drop(kept.data(), probs.data(), T, d.experts, d.top_k, capacity);
+    if (!recomputing(op)) output_.moe_dropped_slots += dropped;
+  }
   m.rows.assign(n(T, d.top_k), 0);
   m.rows_per_expert.assign(static_cast<std::size_t>(d.experts), 0);
-  k::moe_permutation(m.rows.data(), m.rows_per_expert.data(), m.chosen.data(), T, d.experts, d.top_k);
+  k::moe_permutation(m.rows.data(), m.rows_per_expert.data(), kept.data(), T, d.experts, d.top_k);
   m.row_map = backend_.allocate(n(T, d.top_k), DType::I32);
   backend_.upload_i32(m.row_map, m.rows.data());
   m.permuted = backend_.allocate(n(T * d.top_k, dims_.hidden), backend_.activation_dtype());

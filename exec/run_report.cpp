@@ -15,6 +15,7 @@ nlohmann::json run_json(const model::Program& program, const TrainResult& result
   json["first_step"] = result.first_step;
   json["losses"] = result.losses;
   if (!result.aux_losses.empty()) json["aux_losses"] = result.aux_losses;
+  if (!result.moe_dropped_slots.empty()) json["moe_dropped_slots"] = result.moe_dropped_slots;
   json["iteration_time_s"] = result.iteration_time_s;
   json["tokens_per_s"] = result.tokens_per_s;
   json["grad_norms"] = result.grad_norms;

@@ -148,8 +148,8 @@ class RankRun {
         if (raised_by_every_rank(error)) throw GuardTripped(message);
         throw TrainingDiverged(message);
       }
-      double metrics[4] = {out.loss_sum, out.loss_tokens, squared_weights(), out.aux_loss_sum};
-      comm_.all_reduce(world_, metrics, 4, DType::F64, "loss sum and weight norm (reporting, guards)");
+      double metrics[5] = {out.loss_sum, out.loss_tokens, squared_weights(), out.aux_loss_sum, out.moe_dropped_slots};
+      comm_.all_reduce(world_, metrics, 5, DType::F64, "loss sum and weight norm (reporting, guards)");
       const double seconds = now_s() - start;
       if (trace) gather_timeline(timings, step);
       const double loss = metrics[0] / std::max(1.0, metrics[1]), weights_after = std::sqrt(metrics[2]);
@@ -174,6 +174,7 @@ class RankRun {
       if (result_ != nullptr) {
         result_->losses.push_back(loss);
         if (scenario_.model.is_moe()) result_->aux_losses.push_back(metrics[3] / micro_batches_per_step);
+        if (scenario_.model.capacity_factor > 0) result_->moe_dropped_slots.push_back(static_cast<long>(metrics[4]));
         result_->iteration_time_s.push_back(seconds);
         result_->grad_norms.push_back(out.grad_norm);
         result_->learning_rates.push_back(out.learning_rate);

@@ -70,6 +70,8 @@ struct TrainResult {                   // complete on rank 0
   // Mixture-of-Experts: each step's load-balancing loss (coefficient included), summed over the MoE layers and
   // averaged over the global batch's micro-batches; empty for a dense model
   std::vector<double> aux_losses;
+  // model.capacity_factor > 0: each step's dropped (token, slot) pairs, summed over the MoE layers and the global batch
+  std::vector<long> moe_dropped_slots;
   std::vector<double> iteration_time_s, grad_norms, learning_rates, weight_norms;
   std::vector<int> skipped_steps;            // 0-based steps whose update was skipped (skip_nonfinite)
   double tokens_per_s = 0;                   // over the run's steps, the first one excluded when there are several

@@ -20,6 +20,13 @@ std::size_t total_rows(const std::vector<int>& rows) {
   return static_cast<std::size_t>(std::accumulate(rows.begin(), rows.end(), 0));
 }
 
+// The rows of the permuted buffer a row map (tokens, k) addresses: its largest row + 1 (k::kMoeDropped rows have none,
+// so a buffer with drops holds fewer than tokens x k).
+std::size_t permuted_rows(const Tensor& rows) {
+  const int* begin = rows.i32();
+  return rows.numel == 0 ? 0 : static_cast<std::size_t>(*std::max_element(begin, begin + rows.numel) + 1);
+}
+
 }  // namespace
 
 void CpuBackend::download_i32(int* host, const Tensor& src) {
@@ -68,7 +75,7 @@ void CpuBackend::moe_router_backward(const Tensor& dlogits, const Tensor& dprobs
 void CpuBackend::moe_permute_forward(const Tensor& out, const Tensor& inp, const Tensor& rows, int tokens, int hidden,
                                      int top_k) {
   TWIN_EXEC_CHECK(
-      out.numel >= n(tokens * top_k, hidden) && inp.numel >= n(tokens, hidden) && rows.numel == n(tokens, top_k),
+      rows.numel == n(tokens, top_k) && out.numel >= permuted_rows(rows) * hidden && inp.numel >= n(tokens, hidden),
       "moe_permute_forward: out {} inp {} rows {} for T {} C {} k {}", out.numel, inp.numel, rows.numel, tokens, hidden,
       top_k);
   k::moe_permute_forward(out.f32(), inp.f32(), rows.i32(), tokens, hidden, top_k);
@@ -77,7 +84,7 @@ void CpuBackend::moe_permute_forward(const Tensor& out, const Tensor& inp, const
 void CpuBackend::moe_permute_backward(const Tensor& dinp, const Tensor& dout, const Tensor& rows, int tokens,
                                       int hidden, int top_k) {
   TWIN_EXEC_CHECK(
-      dinp.numel >= n(tokens, hidden) && dout.numel >= n(tokens * top_k, hidden) && rows.numel == n(tokens, top_k),
+      rows.numel == n(tokens, top_k) && dinp.numel >= n(tokens, hidden) && dout.numel >= permuted_rows(rows) * hidden,
       "moe_permute_backward: dinp {} dout {} rows {} for T {} C {} k {}", dinp.numel, dout.numel, rows.numel, tokens,
       hidden, top_k);
   k::moe_permute_backward(dinp.f32(), dout.f32(), rows.i32(), tokens, hidden, top_k);
@@ -85,8 +92,8 @@ void CpuBackend::moe_permute_backward(const Tensor& dinp, const Tensor& dout, co
 
 void CpuBackend::moe_unpermute_forward(const Tensor& out, const Tensor& inp, const Tensor& probs, const Tensor& rows,
                                        int tokens, int hidden, int top_k) {
-  TWIN_EXEC_CHECK(out.numel >= n(tokens, hidden) && inp.numel >= n(tokens * top_k, hidden) &&
-                      probs.numel == n(tokens, top_k) && rows.numel == probs.numel,
+  TWIN_EXEC_CHECK(probs.numel == n(tokens, top_k) && rows.numel == probs.numel && out.numel >= n(tokens, hidden) &&
+                      inp.numel >= permuted_rows(rows) * hidden,
                   "moe_unpermute_forward: out {} inp {} probs {} rows {} for T {} C {} k {}", out.numel, inp.numel,
                   probs.numel, rows.numel, tokens, hidden, top_k);
   k::moe_unpermute_forward(out.f32(), inp.f32(), probs.f32(), rows.i32(), tokens, hidden, top_k);
@@ -94,9 +101,9 @@ void CpuBackend::moe_unpermute_forward(const Tensor& out, const Tensor& inp, con
 
 void CpuBackend::moe_unpermute_backward(const Tensor& dinp, const Tensor& dprobs, const Tensor& dout, const Tensor& inp,
                                         const Tensor& probs, const Tensor& rows, int tokens, int hidden, int top_k) {
-  TWIN_EXEC_CHECK(dinp.numel >= n(tokens * top_k, hidden) && dprobs.numel == n(tokens, top_k) &&
-                      dout.numel >= n(tokens, hidden) && inp.numel >= n(tokens * top_k, hidden) &&
-                      probs.numel == dprobs.numel && rows.numel == dprobs.numel,
+  TWIN_EXEC_CHECK(dprobs.numel == n(tokens, top_k) && probs.numel == dprobs.numel && rows.numel == dprobs.numel &&
+                      dinp.numel >= permuted_rows(rows) * hidden && dout.numel >= n(tokens, hidden) &&
+                      inp.numel >= permuted_rows(rows) * hidden,
                   "moe_unpermute_backward: dinp {} dprobs {} dout {} inp {} for T {} C {} k {}", dinp.numel,
                   dprobs.numel, dout.numel, inp.numel, tokens, hidden, top_k);
   k::moe_unpermute_backward(dinp.f32(), dprobs.f32(), dout.f32(), inp.f32(), probs.f32(), rows.i32(), tokens, hidden,

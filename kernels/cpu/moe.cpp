@@ -1,6 +1,7 @@
 #include "kernels/cpu/moe.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <vector>
@@ -126,19 +127,49 @@ void moe_permutation(int* rows, int* rows_per_expert, const int* experts, int to
   TWIN_KERNEL_CHECK(rows != nullptr && rows_per_expert != nullptr && experts != nullptr);
   std::fill(rows_per_expert, rows_per_expert + num_experts, 0);
   for (std::size_t i = 0; i < at(tokens, top_k); ++i) {
-    TWIN_KERNEL_CHECK(experts[i] >= 0 && experts[i] < num_experts);
-    ++rows_per_expert[experts[i]];
+    TWIN_KERNEL_CHECK(experts[i] >= kMoeDropped && experts[i] < num_experts);
+    if (experts[i] != kMoeDropped) ++rows_per_expert[experts[i]];
   }
   std::vector<int> next(num_experts, 0);  // each expert's next free row
   for (int e = 1; e < num_experts; ++e) next[e] = next[e - 1] + rows_per_expert[e - 1];
   for (int t = 0; t < tokens; ++t) {  // token order within an expert
     for (int j = 0; j < top_k; ++j) {
       const int expert = experts[at(t, top_k) + j];
-      TWIN_KERNEL_CHECK(j == 0 || std::find(experts + at(t, top_k), experts + at(t, top_k) + j, expert) ==
-                                      experts + at(t, top_k) + j);  // a token picks an expert once
-      rows[at(t, top_k) + j] = next[expert]++;
+      TWIN_KERNEL_CHECK(expert == kMoeDropped || j == 0 ||
+                        std::find(experts + at(t, top_k), experts + at(t, top_k) + j, expert) ==
+                            experts + at(t, top_k) + j);  // a token picks an expert once
+      rows[at(t, top_k) + j] = expert == kMoeDropped ? kMoeDropped : next[expert]++;
     }
   }
+}
+
+int moe_capacity(int tokens, int num_experts, int top_k, double capacity_factor) {
+  TWIN_KERNEL_CHECK(tokens > 0 && num_experts > 0 && top_k > 0 && capacity_factor > 0);
+  // get_capacity(num_tokens = tokens * top_k, ...): ceil(num_tokens / num_experts * capacity_factor), in double as
+  // Python computes it; no expert can take more than every token, so the top-k below never asks for more.
+  const double capacity = std::ceil(static_cast<double>(tokens) * top_k / num_experts * capacity_factor);
+  return static_cast<int>(std::min(capacity, static_cast<double>(tokens)));
+}
+
+int moe_capacity_drop(int* experts, const float* probs, int tokens, int num_experts, int top_k, int capacity) {
+  TWIN_KERNEL_CHECK(tokens > 0 && num_experts > 0 && top_k > 0 && capacity >= 0);
+  TWIN_KERNEL_CHECK(experts != nullptr && probs != nullptr);
+  std::vector<std::vector<std::size_t>> slots(num_experts);  // each expert's (token, slot) indices, token order
+  for (std::size_t i = 0; i < at(tokens, top_k); ++i) {
+    TWIN_KERNEL_CHECK(experts[i] >= 0 && experts[i] < num_experts);
+    slots[experts[i]].push_back(i);
+  }
+  int dropped = 0;
+  for (auto& mine : slots) {
+    if (mine.size() <= static_cast<std::size_t>(capacity)) continue;
+    // the highest probabilities first; equal ones: the earlier token (a stable sort of token-ordered slots)
+    std::stable_sort(mine.begin(), mine.end(), [&](std::size_t a, std::size_t b) { return probs[a] > probs[b]; });
+    for (std::size_t r = static_cast<std::size_t>(capacity); r < mine.size(); ++r) {
+      experts[mine[r]] = kMoeDropped;
+      ++dropped;
+    }
+  }
+  return dropped;
 }
 
 void moe_permute_forward(float* out, const float* inp, const int* rows, int tokens, int hidden, int top_k) {
@@ -148,7 +179,8 @@ void moe_permute_forward(float* out, const float* inp, const int* rows, int toke
   for (int t = 0; t < tokens; ++t) {
     for (int j = 0; j < top_k; ++j) {
       const int row = rows[at(t, top_k) + j];
-      TWIN_KERNEL_CHECK(row >= 0 && row < total);
+      TWIN_KERNEL_CHECK(row >= kMoeDropped && row < total);
+      if (row == kMoeDropped) continue;
       std::memcpy(out + at(row, hidden), inp + at(t, hidden), hidden * sizeof(float));
     }
   }
@@ -160,16 +192,20 @@ void moe_permute_backward(float* dinp, const float* dout, const int* rows, int t
   const int total = tokens * top_k;
   for (int t = 0; t < tokens; ++t) {
     float* d = dinp + at(t, hidden);
+    bool first = true;  // the first kept slot overwrites (a token with every slot dropped gets 0)
     for (int j = 0; j < top_k; ++j) {
       const int row = rows[at(t, top_k) + j];
-      TWIN_KERNEL_CHECK(row >= 0 && row < total);
+      TWIN_KERNEL_CHECK(row >= kMoeDropped && row < total);
+      if (row == kMoeDropped) continue;
       const float* g = dout + at(row, hidden);
-      if (j == 0) {
+      if (first) {
         std::memcpy(d, g, hidden * sizeof(float));
       } else {
         for (int c = 0; c < hidden; ++c) d[c] += g[c];
       }
+      first = false;
     }
+    if (first) std::fill(d, d + hidden, 0.0f);
   }
 }
 
@@ -180,17 +216,21 @@ void moe_unpermute_forward(float* out, const float* inp, const float* probs, con
   const int total = tokens * top_k;
   for (int t = 0; t < tokens; ++t) {
     float* y = out + at(t, hidden);
+    bool first = true;  // the first kept slot overwrites (a token with every slot dropped gets 0)
     for (int j = 0; j < top_k; ++j) {
       const int row = rows[at(t, top_k) + j];
-      TWIN_KERNEL_CHECK(row >= 0 && row < total);
+      TWIN_KERNEL_CHECK(row >= kMoeDropped && row < total);
+      if (row == kMoeDropped) continue;
       const float p = probs[at(t, top_k) + j];
       const float* x = inp + at(row, hidden);
-      if (j == 0) {
+      if (first) {
         for (int c = 0; c < hidden; ++c) y[c] = p * x[c];
       } else {
         for (int c = 0; c < hidden; ++c) y[c] += p * x[c];
       }
+      first = false;
     }
+    if (first) std::fill(y, y + hidden, 0.0f);
   }
 }
 
@@ -205,7 +245,11 @@ void moe_unpermute_backward(float* dinp, float* dprobs, const float* dout, const
     const float* g = dout + at(t, hidden);
     for (int j = 0; j < top_k; ++j) {
       const int row = rows[at(t, top_k) + j];
-      TWIN_KERNEL_CHECK(row >= 0 && row < total);
+      TWIN_KERNEL_CHECK(row >= kMoeDropped && row < total);
+      if (row == kMoeDropped) {  // dropped: no row, and no gradient to its probability
+        dprobs[at(t, top_k) + j] = 0.0f;
+        continue;
+      }
       const float p = probs[at(t, top_k) + j];
       const float* x = inp + at(row, hidden);
       float* d = dinp + at(row, hidden);

@@ -2,7 +2,8 @@
 // experts' grouped GEMM, forward and backward. They follow Megatron-Core's MoE layer (megatron/core/transformer/moe/:
 // router.py, moe_utils.py, token_dispatcher.py, experts.py) with its defaults: softmax scores, top-k on the logits
 // then a softmax over the k chosen (moe_router_pre_softmax off), probabilities applied when tokens are unpermuted,
-// dropless (no capacity). The router GEMM itself is matmul_forward (logits = x @ router_weight^T, no bias).
+// dropless unless a capacity drops (moe_capacity_drop). The router GEMM itself is matmul_forward (logits = x @
+// router_weight^T, no bias).
 //
 // The data flow of one MoE layer on one rank (T tokens, E experts, k = top_k, C = hidden):
 //   logits (T, E) -> moe_topk_softmax_forward -> probs (T, k), experts (T, k)
@@ -50,23 +51,43 @@ double moe_aux_loss_forward(const float* scores, const float* counts, int tokens
 void moe_aux_loss_backward(float* dlogits, const float* scores, const float* counts, int tokens, int num_experts,
                            int top_k, double total_tokens, double coeff, double loss_grad);
 
-// ---- Permutation (Megatron-Core's permute / unpermute: expert-major, tokens in order within an expert) ----------
+// ---- Token dropping (Megatron-Core's apply_router_token_dropping and get_capacity in moe_utils.py, called by
+// TopKRouter.routing in router.py on the rank's own tokens after the top-k; read at NVIDIA/Megatron-LM commit
+// 00611e6eeb0b09b5ee074750956855215ddbd67f): moe_token_drop_policy "probs" (the default), no padding to capacity
+// (moe_pad_expert_input_to_capacity: padded rows are zeros, numerically nothing; not implemented) ---------------
 
-// rows (tokens, top_k) <- the row of the permuted buffer (tokens * top_k rows) each (token, slot) goes to;
-// rows_per_expert (num_experts) <- the rows of each expert, which sit together in expert order.
+// A dropped (token, slot): its expert in `experts` and its row in `rows`. It has no row in the permuted buffer,
+// adds nothing to its token's output and gets no gradient (its probability's included).
+inline constexpr int kMoeDropped = -1;
+
+// Rows an expert takes: get_capacity(num_tokens = tokens * top_k, num_experts, capacity_factor) =
+// ceil(tokens * top_k / num_experts * capacity_factor), at most `tokens` (no expert can be chosen more often).
+int moe_capacity(int tokens, int num_experts, int top_k, double capacity_factor);
+
+// experts (tokens, top_k): each expert keeps the `capacity` of its (token, slot) pairs with the highest probs
+// (tokens, top_k), the others become kMoeDropped. Equal probabilities: the earlier token is kept (torch.topk leaves
+// the order of ties unspecified; this one is deterministic). Returns how many pairs it dropped.
+int moe_capacity_drop(int* experts, const float* probs, int tokens, int num_experts, int top_k, int capacity);
+
+// ---- Permutation (Megatron-Core's permute / unpermute: expert-major, tokens in order within an expert) ----------
+// A row of kMoeDropped (from an expert of kMoeDropped) is skipped by every function below.
+
+// rows (tokens, top_k) <- the row of the permuted buffer each (token, slot) goes to (kMoeDropped for a dropped one);
+// rows_per_expert (num_experts) <- the rows of each expert, which sit together in expert order (their sum, at most
+// tokens * top_k, is the permuted buffer's row count).
 void moe_permutation(int* rows, int* rows_per_expert, const int* experts, int tokens, int num_experts, int top_k);
 
-// out (tokens * top_k, hidden): out[rows[t, j]] = inp[t] (inp (tokens, hidden)). OVERWRITES out.
+// out (tokens * top_k, hidden): out[rows[t, j]] = inp[t] (inp (tokens, hidden)). OVERWRITES out's rows.
 void moe_permute_forward(float* out, const float* inp, const int* rows, int tokens, int hidden, int top_k);
-// dinp (tokens, hidden) = sum over j (in slot order) of dout[rows[t, j]]. OVERWRITES dinp.
+// dinp (tokens, hidden) = sum over kept j (in slot order) of dout[rows[t, j]]. OVERWRITES dinp.
 void moe_permute_backward(float* dinp, const float* dout, const int* rows, int tokens, int hidden, int top_k);
 
-// out (tokens, hidden) = sum over j (in slot order) of probs[t, j] * inp[rows[t, j]] (inp (tokens * top_k, hidden)).
-// OVERWRITES out.
+// out (tokens, hidden) = sum over kept j (in slot order) of probs[t, j] * inp[rows[t, j]] (inp (tokens * top_k,
+// hidden)). OVERWRITES out.
 void moe_unpermute_forward(float* out, const float* inp, const float* probs, const int* rows, int tokens, int hidden,
                            int top_k);
 // dinp (tokens * top_k, hidden): dinp[rows[t, j]] = probs[t, j] * dout[t]; dprobs (tokens, top_k): dprobs[t, j] =
-// dout[t] . inp[rows[t, j]]. Both OVERWRITTEN.
+// dout[t] . inp[rows[t, j]], 0 for a dropped slot. Both OVERWRITTEN.
 void moe_unpermute_backward(float* dinp, float* dprobs, const float* dout, const float* inp, const float* probs,
                             const int* rows, int tokens, int hidden, int top_k);
 

@@ -47,6 +47,7 @@ class OneRankModel {
   double loss_and_gradient() {
     shard_.zero_grads();
     const IterationOutput out = interpreter_->run_iteration(input_);
+    last_output_ = out;
     // with MoE layers, plus their load-balancing losses (a mean over the micro-batches, as the gradient's)
     const auto& p = program_.scenario.parallel;
     return out.loss_sum / out.loss_tokens + out.aux_loss_sum / static_cast<double>(p.global_batch / p.micro_batch);
@@ -54,6 +55,7 @@ class OneRankModel {
 
   std::vector<Bucket>& buckets() { return shard_.buckets(); }
   Backend& backend() { return *backend_; }
+  const IterationOutput& last_output() const { return last_output_; }
 
  private:
   model::Program program_;
@@ -63,6 +65,7 @@ class OneRankModel {
   ModelShard shard_;
   std::unique_ptr<Interpreter> interpreter_;
   IterationInput input_;
+  IterationOutput last_output_;
 };
 
 std::vector<float> download(Backend& backend, const Tensor& t) {
@@ -217,6 +220,18 @@ TEST(ExecGradient, TheMoeLayerMatchesFiniteDifferences) {
       with({"model.top_k=2", "model.moe_aux_loss_coeff=1", "model.activation=\"swiglu\"", "model.dense_layers=1",
             "parallel.micro_batch=1", "parallel.global_batch=2"}),
       "MoE with SwiGLU experts after a dense layer", true);
+  // token dropping (capacity factor 1.25: an expert takes 20 of a micro-batch's 64 pairs): a dropped pair adds nothing
+  // and gets no gradient, its probability's included (a dropped slot given a probability gradient fails this check).
+  // The drop is one more kink, where an expert's last kept pair changes: at capacity factor 1 (16 an expert) over a
+  // third of the directions cross one.
+  const model::Scenario dropping = with({"model.top_k=2", "model.moe_aux_loss_coeff=1", "model.capacity_factor=1.25",
+                                         "parallel.micro_batch=1", "parallel.global_batch=2"});
+  OneRankModel model(dropping);
+  model.loss_and_gradient();
+  EXPECT_GT(model.last_output().moe_dropped_slots, 0) << "capacity factor 1.25 dropped no token";
+  std::printf("[ gradient ] capacity factor 1.25 drops %.0f (token, slot) pairs\n",
+              model.last_output().moe_dropped_slots);
+  expect_gradients_match_finite_differences(dropping, "MoE, top-2 dropping tokens past capacity", true);
 }
 
 }  // namespace

@@ -181,7 +181,6 @@ TEST(ExecMoeParity, TheExpertsAndTheLoadBalancingLossChangeTheModel) {
 TEST(ExecMoeParity, WhatTheExecutorDoesNotRunIsRefusedByName) {
   TrainOptions options;
   for (const auto& [sets, field] : std::vector<std::pair<std::vector<std::string>, std::string>>{
-           {{"model.capacity_factor=1.25"}, "model.capacity_factor = 1.25: the executor trains dropless MoE only"},
            {{"parallel.tp=2"}, "parallel.tp = 2 needs parallel.sequence_parallel = true"},
            {{"parallel.cp=2", "framework.attention=\"flash2\"", "framework.cp_comm=\"all_gather\""},
             "parallel.cp = 2: the executor does not combine context parallelism with MoE layers yet"},
