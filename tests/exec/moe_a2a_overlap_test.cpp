@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "exec_test_util.hpp"
+#include "tiny_moe.hpp"
 
 namespace twin::exec {
 namespace {
@@ -12,44 +13,14 @@ namespace {
 using testing::scenario;
 using testing::train;
 
-constexpr const char* kMoe = R"(
-[model]
-name = "moe-a2a-overlap"
-layers = 4
-hidden = 64
-heads = 4
-seq_len = 32
-vocab = 256
-dtype = "bf16"
-experts = 4
-top_k = 2
-moe_ffn_hidden = 96
-shared_experts = 1
-dense_layers = 1
-
-[parallel]
-micro_batch = 1
-global_batch = 8
-dp = 2
-ep = 2
-
-[cluster]
-node = "cpu-host"
-
-[training]
-seed = 5
-learning_rate = 3e-3
-warmup_steps = 1
-decay_steps = 10
-grad_clip = 1.0
-)";
-
 TrainResult run(std::vector<std::string> sets, bool overlap) {
+  // the tiny MoE in bf16 (the overlap needs a 16-bit dtype), EP carved out of DP
+  sets.insert(sets.begin(), {"model.dtype=\"bf16\"", "parallel.dp=2", "parallel.ep=2"});
   sets.push_back(overlap ? "framework.moe_a2a_overlap=true" : "framework.moe_a2a_overlap=false");
   TrainOptions options;
   options.steps = 3;
   options.comm_timeout_s = 120;
-  return train(scenario(kMoe, sets), options);
+  return train(scenario(testing::tiny_moe_toml(), sets), options);
 }
 
 void expect_same_training(const std::vector<std::string>& sets) {

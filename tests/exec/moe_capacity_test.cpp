@@ -15,57 +15,26 @@
 #include "exec/errors.hpp"
 #include "exec/interpreter.hpp"
 #include "exec_test_util.hpp"
+#include "tiny_moe.hpp"
 #include "kernels/cpu/moe.hpp"
 
 namespace twin::exec {
 namespace {
 
 using testing::scenario;
+using testing::tiny_moe_toml;
 using testing::train;
 namespace k = kernels::cpu;
 
 constexpr int kSteps = 3;
 constexpr double kRelativeTolerance = 1e-5;
 
-std::string moe_toml() {
-  return R"(
-[model]
-name = "moe-capacity"
-layers = 4
-hidden = 64
-heads = 4
-seq_len = 32
-vocab = 256
-dtype = "fp32"
-experts = 4
-top_k = 2
-moe_ffn_hidden = 96
-shared_experts = 1
-dense_layers = 1
-
-[parallel]
-micro_batch = 1
-global_batch = 8
-
-[cluster]
-node = "cpu-host"
-
-[training]
-seed = 5
-learning_rate = 3e-3
-min_learning_rate = 3e-4
-warmup_steps = 1
-decay_steps = 10
-grad_clip = 1.0
-)";
-}
-
 TrainResult run(std::vector<std::string> sets, double capacity_factor) {
   sets.push_back(fmt::format("model.capacity_factor={}", capacity_factor));
   TrainOptions options;
   options.steps = kSteps;
   options.comm_timeout_s = 120;
-  return train(scenario(moe_toml(), sets), options);
+  return train(scenario(tiny_moe_toml(), sets), options);
 }
 
 const TrainResult& one_rank_dropping() {
@@ -183,7 +152,7 @@ TEST(ExecMoeCapacity, ACapacityNoExpertFillsIsDroplessBitForBit) {
 TEST(ExecMoeCapacity, WhatTheExecutorCannotMatchIsRefusedByName) {
   TrainOptions options;
   try {
-    train(scenario(moe_toml(), {"model.capacity_factor=1", "parallel.tp=2", "parallel.sequence_parallel=true"}),
+    train(scenario(tiny_moe_toml(), {"model.capacity_factor=1", "parallel.tp=2", "parallel.sequence_parallel=true"}),
           options);
     ADD_FAILURE() << "token dropping under TP trained";
   } catch (const RunError& error) {
@@ -194,14 +163,14 @@ TEST(ExecMoeCapacity, WhatTheExecutorCannotMatchIsRefusedByName) {
         << error.what();
   }
   try {
-    refuse_unsupported_moe(scenario(moe_toml(), {"model.capacity_factor=1.25"}), "cuda");
+    refuse_unsupported_moe(scenario(tiny_moe_toml(), {"model.capacity_factor=1.25"}), "cuda");
     ADD_FAILURE() << "token dropping on the cuda backend was not refused";
   } catch (const RunError& error) {
     EXPECT_NE(std::string(error.what()).find("model.capacity_factor = 1.25: the cuda backend trains dropless MoE only"),
               std::string::npos)
         << error.what();
   }
-  EXPECT_NO_THROW(refuse_unsupported_moe(scenario(moe_toml(), {"model.capacity_factor=1.25"}), "cpu"));
+  EXPECT_NO_THROW(refuse_unsupported_moe(scenario(tiny_moe_toml(), {"model.capacity_factor=1.25"}), "cpu"));
 }
 
 }  // namespace

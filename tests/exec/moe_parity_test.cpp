@@ -10,54 +10,23 @@
 #include "exec/errors.hpp"
 #include "exec/interpreter.hpp"
 #include "exec_test_util.hpp"
+#include "tiny_moe.hpp"
 
 namespace twin::exec {
 namespace {
 
 using testing::scenario;
+using testing::tiny_moe_toml;
 using testing::train;
 
 constexpr int kSteps = 4;
 constexpr double kRelativeTolerance = 1e-5;
 
-std::string moe_toml() {
-  return R"(
-[model]
-name = "moe-parity"
-layers = 4
-hidden = 64
-heads = 4
-seq_len = 32
-vocab = 256
-dtype = "fp32"
-experts = 4
-top_k = 2
-moe_ffn_hidden = 96
-shared_experts = 1
-dense_layers = 1
-
-[parallel]
-micro_batch = 1
-global_batch = 8
-
-[cluster]
-node = "cpu-host"
-
-[training]
-seed = 5
-learning_rate = 3e-3
-min_learning_rate = 3e-4
-warmup_steps = 1
-decay_steps = 10
-grad_clip = 1.0
-)";
-}
-
 TrainResult run(const std::vector<std::string>& sets) {
   TrainOptions options;
   options.steps = kSteps;
   options.comm_timeout_s = 120;
-  return train(scenario(moe_toml(), sets), options);
+  return train(scenario(tiny_moe_toml(), sets), options);
 }
 
 const TrainResult& reference_run() {
@@ -151,13 +120,13 @@ TEST(ExecMoeParity, SwigluExpertsAgreeAcrossExpertSplits) {
   options.steps = 3;
   const std::vector<std::string> swiglu = {"model.activation=\"swiglu\"", "model.norm=\"rmsnorm\"",
                                            "model.linear_bias=false"};
-  const auto one = train(scenario(moe_toml(), swiglu), options);
+  const auto one = train(scenario(tiny_moe_toml(), swiglu), options);
   for (const auto& plan : std::vector<std::vector<std::string>>{
            {"parallel.dp=4", "parallel.ep=2", "parallel.etp=2"},
            {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.dp=2", "parallel.ep=4"}}) {
     std::vector<std::string> sets = swiglu;
     sets.insert(sets.end(), plan.begin(), plan.end());
-    const auto many = train(scenario(moe_toml(), sets), options);
+    const auto many = train(scenario(tiny_moe_toml(), sets), options);
     ASSERT_EQ(many.losses.size(), one.losses.size());
     for (std::size_t i = 0; i < one.losses.size(); ++i) {
       EXPECT_NEAR(many.losses[i], one.losses[i], kRelativeTolerance * one.losses[i]) << plan.back() << " " << i;
@@ -171,8 +140,8 @@ TEST(ExecMoeParity, TheExpertsAndTheLoadBalancingLossChangeTheModel) {
   TrainOptions options;
   options.steps = 2;
   const TrainResult one = reference_run();
-  const TrainResult dense = train(scenario(moe_toml(), {"model.dense_layers=3"}), options);
-  const TrainResult no_aux = train(scenario(moe_toml(), {"model.moe_aux_loss_coeff=0"}), options);
+  const TrainResult dense = train(scenario(tiny_moe_toml(), {"model.dense_layers=3"}), options);
+  const TrainResult no_aux = train(scenario(tiny_moe_toml(), {"model.moe_aux_loss_coeff=0"}), options);
   EXPECT_GT(std::abs(dense.losses[1] - one.losses[1]), 1e-4) << "the MoE layers trained like dense ones";
   EXPECT_GT(std::abs(no_aux.losses[1] - one.losses[1]), 1e-7) << "the load-balancing loss has no gradient";
   EXPECT_TRUE(no_aux.aux_losses.empty() || no_aux.aux_losses[0] == 0);
@@ -187,22 +156,22 @@ TEST(ExecMoeParity, WhatTheExecutorDoesNotRunIsRefusedByName) {
            {{"model.dtype=\"bf16\"", "model.fp8=\"hybrid\""},
             "model.fp8 = \"hybrid\": the executor's expert GEMMs do not run in FP8 yet"}}) {
     try {
-      train(scenario(moe_toml(), sets), options);
+      train(scenario(tiny_moe_toml(), sets), options);
       ADD_FAILURE() << sets.front() << " trained";
     } catch (const RunError& error) {
       EXPECT_NE(std::string(error.what()).find(field), std::string::npos) << error.what();
     }
   }
   try {
-    refuse_unsupported_moe(scenario(moe_toml()), "rocm");
+    refuse_unsupported_moe(scenario(tiny_moe_toml()), "rocm");
     ADD_FAILURE() << "a backend without MoE was not refused";
   } catch (const RunError& error) {
     EXPECT_NE(std::string(error.what()).find("on the cpu and cuda backends only (got --backend rocm)"),
               std::string::npos)
         << error.what();
   }
-  EXPECT_NO_THROW(refuse_unsupported_moe(scenario(moe_toml()), "cpu"));
-  EXPECT_NO_THROW(refuse_unsupported_moe(scenario(moe_toml()), "cuda"));  // exec/cuda/cuda_backend_moe.cpp
+  EXPECT_NO_THROW(refuse_unsupported_moe(scenario(tiny_moe_toml()), "cpu"));
+  EXPECT_NO_THROW(refuse_unsupported_moe(scenario(tiny_moe_toml()), "cuda"));  // exec/cuda/cuda_backend_moe.cpp
 }
 
 }  // namespace
