@@ -9,9 +9,7 @@
 namespace twin::model {
 namespace {
 
-double d(std::int64_t value) {
-  return static_cast<double>(value);
-}
+double d(std::int64_t value) { return static_cast<double>(value); }
 
 // Parameters of one layer norm: a weight and a bias (LayerNorm) or a weight alone (RMSNorm).
 double norm_parameters(const Scenario& s) {
@@ -59,9 +57,7 @@ double position_embedding_parameters(const Scenario& s) {
   return s.model.position_embedding == PositionEmbedding::Learned ? d(s.model.seq_len) * d(s.model.hidden) : 0;
 }
 
-double layer_parameters_per_gpu(const Scenario& s) {
-  return layer_parameters_per_rank(s, s.parallel.tp);
-}
+double layer_parameters_per_gpu(const Scenario& s) { return layer_parameters_per_rank(s, s.parallel.tp); }
 
 namespace {
 

@@ -86,32 +86,14 @@ std::string_view to_string(Group value) {
   return lookup(names, value);
 }
 std::string_view to_string(Payload value) {
-  static const char* const names[] = {"layer_output",
-                                      "layer_input",
-                                      "input_grad",
-                                      "output_grad",
-                                      "cross_entropy_stats",
-                                      "layernorm_grads",
-                                      "embedding_grads",
-                                      "gradients",
-                                      "parameters",
-                                      "grad_norm_squared",
-                                      "tokens",
-                                      "expert_counts",
-                                      "checkpointed_input",
-                                      "fp8_amax",
-                                      "context_keys",
-                                      "context_values",
-                                      "context_key_grads",
-                                      "context_value_grads",
-                                      "ulysses_queries",
-                                      "ulysses_keys",
-                                      "ulysses_values",
-                                      "ulysses_output",
-                                      "ulysses_output_grad",
-                                      "ulysses_query_grads",
-                                      "ulysses_key_grads",
-                                      "ulysses_value_grads"};
+  static const char* const names[] = {
+      "layer_output",         "layer_input",          "input_grad",           "output_grad",
+      "cross_entropy_stats",  "layernorm_grads",      "embedding_grads",      "gradients",
+      "parameters",           "grad_norm_squared",    "tokens",               "expert_counts",
+      "checkpointed_input",   "fp8_amax",             "context_keys",         "context_values",
+      "context_key_grads",    "context_value_grads",  "ulysses_queries",      "ulysses_keys",
+      "ulysses_values",       "ulysses_output",       "ulysses_output_grad",  "ulysses_query_grads",
+      "ulysses_key_grads",    "ulysses_value_grads"};
   static_assert(std::size(names) == kPayloadCount, "a name for every Payload");
   return lookup(names, value);
 }

@@ -155,7 +155,7 @@ struct Op {
   // Context parallelism's ring (framework.cp_comm = "p2p", model/context_parallel_ring.hpp): a message's index in its
   // layer's ring (a Send/Recv over Group::Context), or the step of an attention block; -1 outside the ring.
   std::int32_t cp_ring_step = -1;
-  double flops = 0;  // matrix-multiply FLOPs on one rank
+  double flops = 0;                     // matrix-multiply FLOPs on one rank
   // Compute: memory traffic (its kernels'); collective: full buffer size per rank (the all-reduce size; the gathered
   // size for AG; the input size for RS); P2P: message size.
   double bytes = 0;

@@ -66,7 +66,7 @@ struct ModelSpec {
   std::int64_t heads = 0;
   std::int64_t ffn_hidden = 0;  // 4 * hidden unless given
   std::int64_t seq_len = 0;
-  std::int64_t vocab = 0;  // as given; see Scenario::padded_vocab()
+  std::int64_t vocab = 0;       // as given; see Scenario::padded_vocab()
   DType dtype = DType::BF16;
   PositionEmbedding position_embedding = PositionEmbedding::Learned;
   Norm norm = Norm::LayerNorm;
@@ -126,23 +126,23 @@ struct ModelSpec {
 struct ParallelSpec {
   std::int64_t tp = 1;
   std::int64_t pp = 1;
-  std::int64_t dp = 1;  // defaults to the cluster's GPUs / (tp * cp * pp)
+  std::int64_t dp = 1;                // defaults to the cluster's GPUs / (tp * cp * pp)
   // Context parallelism (Megatron-Core's --context-parallel-size; model/context_parallel.hpp): ranks that share each
   // sequence, each with seq_len / cp of its tokens.
   std::int64_t cp = 1;
-  std::int64_t micro_batch = 1;   // sequences per micro-batch
-  std::int64_t global_batch = 1;  // sequences per iteration
+  std::int64_t micro_batch = 1;       // sequences per micro-batch
+  std::int64_t global_batch = 1;      // sequences per iteration
   ScheduleKind schedule = ScheduleKind::OneFOneB;
-  std::int64_t virtual_stages = 1;  // model chunks per stage (interleaved schedule)
+  std::int64_t virtual_stages = 1;    // model chunks per stage (interleaved schedule)
   // The interleaved schedule's micro-batches per group (Megatron-Core's --microbatch-group-size-per-virtual-pipeline-
   // stage; the Llama 3 paper's N): 0, groups of pp. Any other N lets micro-batches be any number (schedule.hpp).
   std::int64_t microbatch_group = 0;
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;
-  std::int64_t zero_stage = 0;  // 0; 1 (optimizer state sharded across DP); 3 (parameters, gradients and
-                                // optimizer state sharded, parameters gathered per layer: PyTorch FSDP's
-                                // FULL_SHARD, framework.name = "composer")
-  bool dp_overlap = false;      // reduce DP gradients under the backward pass
+  std::int64_t zero_stage = 0;        // 0; 1 (optimizer state sharded across DP); 3 (parameters, gradients and
+                                      // optimizer state sharded, parameters gathered per layer: PyTorch FSDP's
+                                      // FULL_SHARD, framework.name = "composer")
+  bool dp_overlap = false;            // reduce DP gradients under the backward pass
   // ZeRO-1 under Megatron-LM: gather the updated parameters under the next forward instead of after the optimizer
   // step (Megatron-Core's --overlap-param-gather): the first micro-batch's forward of each bucket waits for its
   // gather, which was dispatched when the bucket before it began its forward.
@@ -204,14 +204,14 @@ struct ClusterSpec {
 // Defaults are Megatron-LM as of 2021 (Narayanan et al., SC'21); docs/accuracy.md describes each effect.
 struct FrameworkSpec {
   Framework name = Framework::Megatron;
-  bool tied_embeddings = true;   // GPT-2 style: the LM head reuses the word embedding
-  bool dropout = true;           // hidden and attention dropout (Megatron's default p = 0.1): dropout kernels
-                                 // run and write their masks; false: p = 0, no dropout kernels
-  bool fused_kernels = true;     // Megatron's fused bias+GeLU, bias+dropout+add and scale+mask+softmax kernels;
-                                 // false: one kernel (one memory pass) per elementwise operation
-  bool tp_comm_overlap = false;  // backward TP communication overlapped with the independent GEMM (Megatron's
-                                 // --async-tensor-model-parallel-allreduce and its sequence-parallel twin, 2022)
-                                 // (a scenario that leaves it unset gets parallel.sequence_parallel)
+  bool tied_embeddings = true;        // GPT-2 style: the LM head reuses the word embedding
+  bool dropout = true;                // hidden and attention dropout (Megatron's default p = 0.1): dropout kernels
+                                      // run and write their masks; false: p = 0, no dropout kernels
+  bool fused_kernels = true;          // Megatron's fused bias+GeLU, bias+dropout+add and scale+mask+softmax kernels;
+                                      // false: one kernel (one memory pass) per elementwise operation
+  bool tp_comm_overlap = false;       // backward TP communication overlapped with the independent GEMM (Megatron's
+                                      // --async-tensor-model-parallel-allreduce and its sequence-parallel twin, 2022)
+                                      // (a scenario that leaves it unset gets parallel.sequence_parallel)
   bool gradient_accumulation_fusion = false;  // weight-gradient GEMMs accumulate into the fp32 main gradient
                                               // (Megatron's --gradient-accumulation-fusion, 2022); false: a
                                               // separate accumulation kernel per weight and micro-batch (a
@@ -260,11 +260,11 @@ std::string version_text(const std::array<int, 3>& version);  // "0.9.5"
 struct TrainingSpec {
   std::uint64_t seed = 1234;
   double learning_rate = 1e-3;
-  double min_learning_rate = 0.0;  // cosine decay floor; equal to learning_rate for a constant rate
+  double min_learning_rate = 0.0;     // cosine decay floor; equal to learning_rate for a constant rate
   std::int64_t warmup_steps = 0;
-  std::int64_t decay_steps = 0;  // 0: no decay
+  std::int64_t decay_steps = 0;       // 0: no decay
   double weight_decay = 0.1;
-  double grad_clip = 1.0;  // global L2 norm; 0 disables clipping
+  double grad_clip = 1.0;             // global L2 norm; 0 disables clipping
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.95;
   double adam_eps = 1e-8;
@@ -272,7 +272,7 @@ struct TrainingSpec {
 };
 
 struct Scenario {
-  std::string source = "<memory>";  // file it was loaded from, for messages
+  std::string source = "<memory>";   // file it was loaded from, for messages
   ModelSpec model;
   ParallelSpec parallel;
   ClusterSpec cluster;

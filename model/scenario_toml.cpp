@@ -135,9 +135,9 @@ void read_model(const toml::table& root, const std::string& source, ModelSpec& m
   }
   model.integer("head_dim", m.head_dim_given);
   if (model.has("head_dim") && m.head_dim_given <= 0) {
-    problems.push_back(
-        fmt::format("{}: model.head_dim must be positive (leave it out for model.hidden / model.heads), got {}", source,
-                    m.head_dim_given));
+    problems.push_back(fmt::format(
+        "{}: model.head_dim must be positive (leave it out for model.hidden / model.heads), got {}", source,
+        m.head_dim_given));
   }
   model.boolean("linear_bias", m.linear_bias);
   model.boolean("parallel_residual", m.parallel_residual);

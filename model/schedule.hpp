@@ -62,8 +62,6 @@ int max_in_flight(const StageSchedule& schedule);
 std::int64_t max_in_flight_weighted(const StageSchedule& schedule, const std::vector<std::int64_t>& chunk_weight);
 
 // Virtual stage of a chunk on a stage: chunk * stages + stage. Layers are assigned to virtual stages in order.
-inline int virtual_stage(int stage, int chunk, int stages) {
-  return chunk * stages + stage;
-}
+inline int virtual_stage(int stage, int chunk, int stages) { return chunk * stages + stage; }
 
 }  // namespace twin::model
