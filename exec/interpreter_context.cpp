@@ -18,14 +18,6 @@ namespace twin::exec {
 
 using model::Op;
 
-namespace {
-
-std::size_t n(int rows, int cols) {
-  return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
-}
-
-}  // namespace
-
 ContextShape Interpreter::context_shape() const {
   ContextShape shape;
   shape.batch = dims_.batch;
@@ -43,7 +35,7 @@ void Interpreter::gather_context_keys(const Op& op) {
   LayerStash& s = stash(op);
   TWIN_EXEC_CHECK(!s.qkv.empty(), "rank {}: {}: no keys to gather (the QKV projection did not run)", rank_,
                   labels_[current_op_]);
-  const std::size_t local = n(dims_.tokens, dims_.kv_heads_local * dims_.head_dim);
+  const std::size_t local = numel(dims_.tokens, dims_.kv_heads_local * dims_.head_dim);
   Tensor keys = backend_.allocate(local, backend_.activation_dtype());
   s.values_local = backend_.allocate(local, backend_.activation_dtype());
   backend_.context_split_keys_values(keys, s.values_local, s.qkv, context_shape());
@@ -64,8 +56,8 @@ void Interpreter::gather_context_values(const Op& op) {
 void Interpreter::context_attention_forward(const Op& op) {
   LayerStash& s = stash(op);
   TWIN_EXEC_CHECK(!s.keys.empty() && !s.values.empty(), "layer {}: the keys and values were not gathered", op.layer);
-  s.attn = backend_.allocate(n(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
-  s.attn_lse = backend_.allocate(n(dims_.batch * dims_.heads_local, dims_.seq), DType::F32);
+  s.attn = backend_.allocate(numel(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
+  s.attn_lse = backend_.allocate(numel(dims_.batch * dims_.heads_local, dims_.seq), DType::F32);
   backend_.context_attention_forward(s.attn, s.attn_lse, s.qkv, s.keys, s.values, context_shape());
   s.keys = Tensor{};  // Transformer Engine gathers them again for the backward
   s.values = Tensor{};
@@ -108,16 +100,16 @@ void Interpreter::scatter_context_value_grads(const Op& op) {
 // Each local chunk of each sequence (rows [b L + part C, + C) of x) at its chunk's positions of wpe.
 void Interpreter::context_position_embedding(const Tensor& x, bool backward) {
   const int chunk = dims_.seq / 2;
-  const std::size_t rows = n(chunk, dims_.hidden);
+  const std::size_t rows = numel(chunk, dims_.hidden);
   for (int b = 0; b < dims_.batch; ++b) {
     for (int part = 0; part < 2; ++part) {
-      const Tensor mine = x.slice(n(b * dims_.seq + part * chunk, dims_.hidden), rows);
+      const Tensor mine = x.slice(numel(b * dims_.seq + part * chunk, dims_.hidden), rows);
       const int first = model::cp_sequence_chunk(dims_.cp_rank, part, dims_.cp) * chunk;
       if (backward) {
-        backend_.position_embedding_backward(shard_.wpe_grad.slice(n(first, dims_.hidden), rows), mine, 1, chunk,
+        backend_.position_embedding_backward(shard_.wpe_grad.slice(numel(first, dims_.hidden), rows), mine, 1, chunk,
                                              dims_.hidden);
       } else {
-        backend_.position_embedding_forward(mine, shard_.wpe.slice(n(first, dims_.hidden), rows), 1, chunk,
+        backend_.position_embedding_forward(mine, shard_.wpe.slice(numel(first, dims_.hidden), rows), 1, chunk,
                                             dims_.hidden);
       }
     }

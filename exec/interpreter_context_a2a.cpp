@@ -21,14 +21,6 @@ namespace twin::exec {
 using model::Op;
 using model::Payload;
 
-namespace {
-
-std::size_t n(int rows, int cols) {
-  return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
-}
-
-}  // namespace
-
 // Where a payload's tensor lies: its heads and first column in this rank's packed qkv (or output) row, and in the
 // head group's packed row.
 Interpreter::UlyssesSection Interpreter::ulysses_section(Payload payload) const {
@@ -57,8 +49,8 @@ void Interpreter::ulysses_to_heads(const Op& op, const Tensor& local, int local_
                                    int full_width) {
   const UlyssesSection section = ulysses_section(op.payload);
   const ContextShape shape = context_shape();
-  const std::size_t numel = n(dims_.tokens, section.heads * dims_.head_dim);
-  Tensor send = backend_.allocate(numel, local.dtype), recv = backend_.allocate(numel, local.dtype);
+  const std::size_t elements = numel(dims_.tokens, section.heads * dims_.head_dim);
+  Tensor send = backend_.allocate(elements, local.dtype), recv = backend_.allocate(elements, local.dtype);
   backend_.ulysses_split_heads(send, local, local_width, section.column, section.heads, shape);
   ulysses_all_to_all(op, send, recv);
   backend_.ulysses_blocks_to_sequence(full, recv, full_width, section.group_column, section.heads / dims_.cp, shape);
@@ -69,8 +61,8 @@ void Interpreter::ulysses_to_tokens(const Op& op, const Tensor& full, int full_w
                                     int local_width) {
   const UlyssesSection section = ulysses_section(op.payload);
   const ContextShape shape = context_shape();
-  const std::size_t numel = n(dims_.tokens, section.heads * dims_.head_dim);
-  Tensor send = backend_.allocate(numel, full.dtype), recv = backend_.allocate(numel, full.dtype);
+  const std::size_t elements = numel(dims_.tokens, section.heads * dims_.head_dim);
+  Tensor send = backend_.allocate(elements, full.dtype), recv = backend_.allocate(elements, full.dtype);
   backend_.ulysses_sequence_to_blocks(send, full, full_width, section.group_column, section.heads / dims_.cp, shape);
   ulysses_all_to_all(op, send, recv);
   backend_.ulysses_join_heads(local, recv, local_width, section.column, section.heads, shape);
@@ -91,7 +83,7 @@ void Interpreter::ulysses_qkv_to_heads(const Op& op) {
   TWIN_EXEC_CHECK(!s.qkv.empty(), "rank {}: {}: no qkv to exchange (the QKV projection did not run)", rank_,
                   labels_[current_op_]);
   if (op.payload == Payload::UlyssesQueries) {
-    s.ulysses_qkv = backend_.allocate(n(whole_tokens(), ulysses_qkv_width()), s.qkv.dtype);
+    s.ulysses_qkv = backend_.allocate(numel(whole_tokens(), ulysses_qkv_width()), s.qkv.dtype);
   }
   TWIN_EXEC_CHECK(!s.ulysses_qkv.empty(), "rank {}: {}: the queries' all-to-all did not run first", rank_,
                   labels_[current_op_]);
@@ -102,8 +94,8 @@ void Interpreter::ulysses_attention_forward(const Op& op) {
   LayerStash& s = stash(op);
   TWIN_EXEC_CHECK(!s.ulysses_qkv.empty(), "layer {}: the queries, keys and values were not exchanged", op.layer);
   const int heads = dims_.heads_local / dims_.cp, seq = dims_.seq * dims_.cp;
-  s.ulysses_out = backend_.allocate(n(whole_tokens(), heads * dims_.head_dim), backend_.activation_dtype());
-  s.attn_lse = backend_.allocate(n(dims_.batch * heads, seq), DType::F32);
+  s.ulysses_out = backend_.allocate(numel(whole_tokens(), heads * dims_.head_dim), backend_.activation_dtype());
+  s.attn_lse = backend_.allocate(numel(dims_.batch * heads, seq), DType::F32);
   backend_.attention_forward(s.ulysses_out, s.attn_lse, s.ulysses_qkv, dims_.batch, seq, heads,
                              dims_.kv_heads_local / dims_.cp, dims_.head_dim, shard_.alibi_slopes);
 }
@@ -113,7 +105,7 @@ void Interpreter::ulysses_output_to_tokens(const Op& op) {
   LayerStash& s = stash(op);
   TWIN_EXEC_CHECK(!s.ulysses_out.empty(), "layer {}: the attention core did not run", op.layer);
   const int width = dims_.heads_local * dims_.head_dim;
-  s.attn = backend_.allocate(n(dims_.tokens, width), s.ulysses_out.dtype);
+  s.attn = backend_.allocate(numel(dims_.tokens, width), s.ulysses_out.dtype);
   ulysses_to_tokens(op, s.ulysses_out, width / dims_.cp, s.attn, width);
 }
 
@@ -122,7 +114,7 @@ void Interpreter::ulysses_output_grad_to_heads(const Op& op) {
   ChunkState& state = chunk(op);
   TWIN_EXEC_CHECK(!state.work.d_attn.empty(), "layer {}: no attention output gradient to exchange", op.layer);
   const int width = dims_.heads_local * dims_.head_dim;
-  state.work.ulysses_dout = backend_.allocate(n(whole_tokens(), width / dims_.cp), state.work.d_attn.dtype);
+  state.work.ulysses_dout = backend_.allocate(numel(whole_tokens(), width / dims_.cp), state.work.d_attn.dtype);
   ulysses_to_heads(op, state.work.d_attn, width, state.work.ulysses_dout, width / dims_.cp);
   state.work.d_attn = Tensor{};
 }
@@ -141,7 +133,7 @@ void Interpreter::ulysses_attention_backward(const Op& op) {
   s.ulysses_qkv = Tensor{};
   s.ulysses_out = Tensor{};
   // Every column of the rank's dqkv is written by one of the three all-to-alls back.
-  state.work.d_qkv = backend_.allocate(n(dims_.tokens, dims_.qkv_local), backend_.activation_dtype());
+  state.work.d_qkv = backend_.allocate(numel(dims_.tokens, dims_.qkv_local), backend_.activation_dtype());
 }
 
 // UlyssesQueryGrads, UlyssesKeyGrads, UlyssesValueGrads: each part of the head group's dqkv back into the rank's.

@@ -18,14 +18,6 @@ namespace twin::exec {
 
 using model::Op;
 
-namespace {
-
-std::size_t n(int rows, int cols) {
-  return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
-}
-
-}  // namespace
-
 int Interpreter::ring_peer_rank(const Op& op) const {
   const CommGroup& ring = group(model::Group::Context);
   TWIN_EXEC_CHECK(static_cast<int>(ring.members.size()) == dims_.cp && ring.members[dims_.cp_rank] == rank_,
@@ -35,7 +27,7 @@ int Interpreter::ring_peer_rank(const Op& op) const {
 
 void Interpreter::ring_send(const Op& op) {
   LayerStash& s = stash(op);
-  const std::size_t block = n(dims_.tokens, 2 * dims_.kv_heads_local * dims_.head_dim);
+  const std::size_t block = numel(dims_.tokens, 2 * dims_.kv_heads_local * dims_.head_dim);
   model::CpRingMessage parts{true, false};
   if (op.phase == model::Phase::Backward) parts = model::cp_ring_backward_message(op.cp_ring_step, dims_.cp);
   if (parts.keys_values && s.ring_kv.empty()) {  // step 0: this rank's own block
@@ -57,7 +49,7 @@ void Interpreter::ring_send(const Op& op) {
 
 void Interpreter::ring_recv(const Op& op) {
   LayerStash& s = stash(op);
-  const std::size_t block = n(dims_.tokens, 2 * dims_.kv_heads_local * dims_.head_dim);
+  const std::size_t block = numel(dims_.tokens, 2 * dims_.kv_heads_local * dims_.head_dim);
   model::CpRingMessage parts{true, false};
   if (op.phase == model::Phase::Backward) parts = model::cp_ring_backward_message(op.cp_ring_step, dims_.cp);
   const std::size_t count = (parts.keys_values ? block : 0) + (parts.key_value_grads ? block : 0);
@@ -75,8 +67,8 @@ void Interpreter::ring_block_forward(const Op& op) {
   TWIN_EXEC_CHECK(!s.ring_kv.empty(), "rank {}: {}: the K/V block of step {} did not arrive", rank_,
                   labels_[current_op_], step);
   if (step == 0) {
-    s.attn = backend_.allocate(n(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
-    s.attn_lse = backend_.allocate(n(dims_.batch * dims_.heads_local, dims_.seq), DType::F32);
+    s.attn = backend_.allocate(numel(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
+    s.attn_lse = backend_.allocate(numel(dims_.batch * dims_.heads_local, dims_.seq), DType::F32);
   }
   backend_.context_ring_forward_step(s.attn, s.attn_lse, s.qkv, s.ring_kv, source, context_shape());
   s.ring_kv = s.ring_kv_next;  // nothing after the last step: no other rank's keys are kept

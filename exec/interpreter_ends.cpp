@@ -13,9 +13,6 @@ namespace twin::exec {
 using model::Op;
 
 namespace {
-std::size_t n(int a, int b) {
-  return static_cast<std::size_t>(a) * static_cast<std::size_t>(b);
-}
 constexpr int kStats = 3;  // (local max, local sum of exp, target logit) per token
 }  // namespace
 
@@ -24,7 +21,7 @@ constexpr int kStats = 3;  // (local max, local sum of exp, target logit) per to
 // Also the recompute of DeepSpeed's checkpointed embedding before its backward: `hidden` is not needed by then.
 void Interpreter::embedding_forward(const Op& op) {
   ChunkState& state = chunk(op);
-  Tensor out = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // (T, C)
+  Tensor out = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // (T, C)
   backend_.embedding_forward(out, state.tokens, shard_.wte, dims_.tokens, dims_.hidden, dims_.vocab_start,
                              dims_.vocab_local);
   // the position embedding once, before the TP sum: (wte + 0) + wpe has the bits of wte + wpe
@@ -54,7 +51,7 @@ void Interpreter::final_layernorm_forward(const Op& op) {
   ChunkState& state = chunk(op);
   HeadStash& h = state.head;
   h.x = state.hidden;
-  h.lnf = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
+  h.lnf = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   h.lnf_mean = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
   h.lnf_rstd = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
   norm_forward(h.lnf, h.lnf_mean, h.lnf_rstd, h.x, shard_.lnf_weight, shard_.lnf_bias);
@@ -63,7 +60,7 @@ void Interpreter::final_layernorm_forward(const Op& op) {
 
 void Interpreter::lm_head_forward(const Op& op) {
   HeadStash& h = chunk(op).head;
-  const Tensor logits = backend_.allocate(n(dims_.tokens, dims_.vocab_local), backend_.activation_dtype());  // (T, V/t)
+  const Tensor logits = backend_.allocate(numel(dims_.tokens, dims_.vocab_local), backend_.activation_dtype());  // (T, V/t)
   backend_.matmul_forward(logits, h.lnf_full, shard_.head_weight, Tensor{}, dims_.tokens, dims_.hidden,
                           dims_.vocab_local);
   if (dims_.sequence_parallel) h.lnf_full = Tensor{};  // re-gathered for the backward
@@ -75,7 +72,7 @@ void Interpreter::lm_head_forward(const Op& op) {
 void Interpreter::cross_entropy_forward(const Op& op) {
   ChunkState& state = chunk(op);
   HeadStash& h = state.head;
-  h.stats = backend_.allocate(n(dims_.tokens, kStats), DType::F32);
+  h.stats = backend_.allocate(numel(dims_.tokens, kStats), DType::F32);
   backend_.cross_entropy_local_stats(h.stats, h.logits, state.targets, dims_.tokens, dims_.vocab_start,
                                      dims_.vocab_local, dims_.vocab);
   // Non-finite logits (a diverged run) break the combine kernel's precondition: say so here, where the step and the
@@ -115,14 +112,14 @@ void Interpreter::cross_entropy_backward(const Op& op) {
   // dlogits over the logits' memory: (T, V/t)
   backend_.cross_entropy_backward(h.logits, h.logits, h.lse, state.targets, dims_.tokens, dims_.vocab_start,
                                   dims_.vocab_local, dims_.vocab, static_cast<float>(1.0 / global_tokens));
-  state.grad = backend_.zeros(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
+  state.grad = backend_.zeros(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
 }
 
 void Interpreter::lm_head_backward(const Op& op) {
   ChunkState& state = chunk(op);
   HeadStash& h = state.head;
   TWIN_EXEC_CHECK(!h.lnf_full.empty(), "the LM head input was not gathered");
-  state.work.d_ln = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
+  state.work.d_ln = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
   backend_.matmul_backward(state.work.d_ln, shard_.head_grad, Tensor{}, h.logits, h.lnf_full, shard_.head_weight,
                            dims_.tokens, dims_.hidden, dims_.vocab_local);
   h.logits = Tensor{};

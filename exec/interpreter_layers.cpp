@@ -33,12 +33,6 @@ namespace twin::exec {
 using model::Op;
 using model::Recompute;
 
-namespace {
-std::size_t n(int a, int b) {
-  return static_cast<std::size_t>(a) * static_cast<std::size_t>(b);
-}
-}  // namespace
-
 // ---- forward (and recompute) ----------------------------------------------------------------------------------------
 
 void Interpreter::layernorm_attention_forward(const Op& op) {
@@ -54,7 +48,7 @@ void Interpreter::layernorm_attention_forward(const Op& op) {
     s.x_part = backend_.allocate(part, s.x.dtype);
     backend_.copy(s.x_part, s.x.slice(static_cast<std::size_t>(coord_.tp) * part, part));
   }
-  s.ln1 = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
+  s.ln1 = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   s.ln1_mean = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
   s.ln1_rstd = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
   norm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, s.x, w.ln1_weight, w.ln1_bias);
@@ -65,7 +59,7 @@ void Interpreter::qkv_forward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const int width = dims_.qkv_local;  // 3C/t, or (H/t + 2 KV/t) D
-  s.qkv = backend_.allocate(n(dims_.tokens, width), backend_.activation_dtype());
+  s.qkv = backend_.allocate(numel(dims_.tokens, width), backend_.activation_dtype());
   linear_forward(op, s.qkv, s.ln1_full, w.qkv_weight, w.qkv_bias, dims_.tokens, dims_.hidden, width);
   if (dims_.rope && dims_.cp > 1) {
     backend_.context_rope_forward(s.qkv, context_shape(), dims_.rotary_dim);
@@ -80,8 +74,8 @@ void Interpreter::attention_core_forward(const Op& op) {
   if (dims_.cp > 1 && scenario_.framework.cp_comm == model::CpComm::AllToAll) return ulysses_attention_forward(op);
   if (dims_.cp > 1) return context_attention_forward(op);
   LayerStash& s = stash(op);
-  s.attn = backend_.allocate(n(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
-  s.attn_lse = backend_.allocate(n(dims_.batch * dims_.heads_local, dims_.seq), DType::F32);
+  s.attn = backend_.allocate(numel(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
+  s.attn_lse = backend_.allocate(numel(dims_.batch * dims_.heads_local, dims_.seq), DType::F32);
   backend_.attention_forward(s.attn, s.attn_lse, s.qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local,
                              dims_.head_dim, shard_.alibi_slopes);
 }
@@ -89,7 +83,7 @@ void Interpreter::attention_core_forward(const Op& op) {
 void Interpreter::attention_projection_forward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
-  s.proj = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums over TP
+  s.proj = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums over TP
   linear_forward(op, s.proj, s.attn, w.proj_weight, Tensor{}, dims_.tokens, dims_.heads_local * dims_.head_dim,
                           dims_.hidden);
 }
@@ -97,7 +91,7 @@ void Interpreter::attention_projection_forward(const Op& op) {
 void Interpreter::attention_residual_forward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
-  s.x2 = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
+  s.x2 = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   backend_.residual_forward(s.x2, s.x, s.proj);  // proj is (T_sp, C) after its TP reduction
   if (!w.proj_bias.empty()) backend_.bias_add(s.x2, w.proj_bias, dims_.tokens_sp, dims_.hidden);
   s.proj = Tensor{};
@@ -106,7 +100,7 @@ void Interpreter::attention_residual_forward(const Op& op) {
 void Interpreter::layernorm_mlp_forward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
-  s.ln2 = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
+  s.ln2 = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   s.ln2_mean = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
   s.ln2_rstd = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
   norm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, dims_.parallel_residual ? s.x : s.x2, w.ln2_weight, w.ln2_bias);
@@ -116,7 +110,7 @@ void Interpreter::layernorm_mlp_forward(const Op& op) {
 void Interpreter::mlp_up_forward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
-  s.fc = backend_.allocate(n(dims_.tokens, dims_.up_local), backend_.activation_dtype());
+  s.fc = backend_.allocate(numel(dims_.tokens, dims_.up_local), backend_.activation_dtype());
   const Tensor& input = dims_.shared_norm ? s.ln1_full : s.ln2_full;  // (T, C)
   linear_forward(op, s.fc, input, w.fc_weight, w.fc_bias, dims_.tokens, dims_.hidden, dims_.up_local);
 }
@@ -129,14 +123,14 @@ void Interpreter::gelu_forward(const Op& op) {
 
 void Interpreter::swiglu_forward(const Op& op) {
   LayerStash& s = stash(op);
-  s.gelu = backend_.allocate(n(dims_.tokens, dims_.ffn_local), backend_.activation_dtype());  // the MLP's activation
+  s.gelu = backend_.allocate(numel(dims_.tokens, dims_.ffn_local), backend_.activation_dtype());  // the MLP's activation
   backend_.swiglu_forward(s.gelu, s.fc, dims_.tokens, dims_.ffn_local);
 }
 
 void Interpreter::mlp_down_forward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
-  s.fc_proj = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
+  s.fc_proj = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
   linear_forward(op, s.fc_proj, s.gelu, w.fc_proj_weight, Tensor{}, dims_.tokens, dims_.ffn_local, dims_.hidden);
   if (dims_.parallel_residual) {  // both branches' partial sums, for one TP reduction
     backend_.accumulate(s.fc_proj, s.proj);
@@ -148,7 +142,7 @@ void Interpreter::mlp_residual_forward(const Op& op) {
   ChunkState& state = chunk(op);
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
-  Tensor y = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());  // (T_sp, C)
+  Tensor y = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());  // (T_sp, C)
   backend_.residual_forward(y, dims_.parallel_residual ? s.x : s.x2, s.fc_proj);
   if (dims_.parallel_residual && !w.proj_bias.empty()) {
     backend_.bias_add(y, w.proj_bias, dims_.tokens_sp, dims_.hidden);
@@ -218,7 +212,7 @@ void Interpreter::mlp_down_backward(const Op& op) {
   const LayerTensors& g = shard_.layer_grads(op.layer);
   const Tensor d_out = take_grad_full(state);  // (T, C)
   if (dims_.parallel_residual) state.work.d_out = d_out;  // the attention branch's output gradient too
-  state.work.d_hidden = backend_.allocate(n(dims_.tokens, dims_.ffn_local), backend_.activation_dtype());
+  state.work.d_hidden = backend_.allocate(numel(dims_.tokens, dims_.ffn_local), backend_.activation_dtype());
   linear_backward(op, state.work.d_hidden, g.fc_proj_weight, Tensor{}, d_out, s.gelu, w.fc_proj_weight,
                            dims_.tokens, dims_.ffn_local, dims_.hidden);
 }
@@ -244,7 +238,7 @@ void Interpreter::mlp_up_backward(const Op& op) {
   const LayerTensors& g = shard_.layer_grads(op.layer);
   const Tensor& input = dims_.shared_norm ? s.ln1_full : s.ln2_full;  // (T, C)
   TWIN_EXEC_CHECK(!input.empty(), "layer {}: the MLP input was not gathered", op.layer);
-  state.work.d_ln = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
+  state.work.d_ln = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
   linear_backward(op, state.work.d_ln, g.fc_weight, g.fc_bias, state.work.d_hidden, input, w.fc_weight,
                            dims_.tokens, dims_.hidden, dims_.up_local);
   state.work.d_hidden = Tensor{};
@@ -292,7 +286,7 @@ void Interpreter::attention_projection_backward(const Op& op) {
   }
   const int width = dims_.heads_local * dims_.head_dim;
   TWIN_EXEC_CHECK(!s.attn.empty(), "layer {}: the attention output is neither stashed nor recomputed", op.layer);
-  state.work.d_attn = backend_.allocate(n(dims_.tokens, width), backend_.activation_dtype());
+  state.work.d_attn = backend_.allocate(numel(dims_.tokens, width), backend_.activation_dtype());
   linear_backward(op, state.work.d_attn, g.proj_weight, Tensor{}, d_out, s.attn, w.proj_weight, dims_.tokens,
                            width, dims_.hidden);
 }
@@ -321,7 +315,7 @@ void Interpreter::qkv_backward(const Op& op) {
     backend_.rope_backward(state.work.d_qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local,
                            dims_.head_dim, dims_.rotary_dim);
   }
-  state.work.d_ln = backend_.allocate(n(dims_.tokens, dims_.hidden), backend_.activation_dtype());
+  state.work.d_ln = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());
   linear_backward(op, state.work.d_ln, g.qkv_weight, g.qkv_bias, state.work.d_qkv, s.ln1_full, w.qkv_weight,
                            dims_.tokens, dims_.hidden, dims_.qkv_local);
   state.work.d_qkv = Tensor{};

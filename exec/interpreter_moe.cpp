@@ -39,14 +39,6 @@ using model::ComputeKind;
 using model::Op;
 using model::Phase;
 
-namespace {
-
-std::size_t n(int a, int b) {
-  return static_cast<std::size_t>(a) * static_cast<std::size_t>(b);
-}
-
-}  // namespace
-
 void refuse_unsupported_moe(const model::Scenario& s, std::string_view backend) {
   if (!s.model.is_moe()) return;
   const auto refuse = [&](std::string_view why) {
@@ -137,7 +129,7 @@ void Interpreter::shared_up_forward(const Op& op) {
   MoeStash& m = moe_stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const MoeDims& d = shard_.moe();
-  m.shared_fc = backend_.allocate(n(dims_.tokens_sp, d.shared_up), backend_.activation_dtype());
+  m.shared_fc = backend_.allocate(numel(dims_.tokens_sp, d.shared_up), backend_.activation_dtype());
   backend_.matmul_forward(m.shared_fc, s.ln2, w.shared_fc_weight, Tensor{}, dims_.tokens_sp, dims_.hidden, d.shared_up);
 }
 
@@ -145,7 +137,7 @@ void Interpreter::shared_down_forward(const Op& op) {
   LayerStash& s = stash(op);
   MoeStash& m = moe_stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
-  s.fc_proj = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());  // routed ones add
+  s.fc_proj = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());  // routed ones add
   backend_.matmul_forward(s.fc_proj, m.shared_act, w.shared_fc_proj_weight, Tensor{}, dims_.tokens_sp,
                           shard_.moe().shared_ffn, dims_.hidden);
 }
@@ -159,7 +151,7 @@ void Interpreter::moe_activation_forward(const Op& op) {
   Tensor& out = routed ? m.expert_act : m.shared_act;
   const int rows = routed ? std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0) : dims_.tokens_sp;
   const int width = routed ? d.expert_ffn : d.shared_ffn;
-  out = backend_.allocate(n(rows, width), backend_.activation_dtype());
+  out = backend_.allocate(numel(rows, width), backend_.activation_dtype());
   if (rows == 0) return;  // this rank's experts received no token
   if (dims_.swiglu) {
     backend_.swiglu_forward(out, inp, rows, width);
@@ -176,16 +168,16 @@ void Interpreter::router_forward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   const MoeDims& d = shard_.moe();
   const int T = dims_.tokens_sp;
-  const Tensor logits = backend_.allocate(n(T, d.experts), backend_.activation_dtype());
+  const Tensor logits = backend_.allocate(numel(T, d.experts), backend_.activation_dtype());
   backend_.matmul_forward(logits, s.ln2, w.router_weight, Tensor{}, T, dims_.hidden, d.experts);
-  m.scores = backend_.allocate(n(T, d.experts), DType::F32);
+  m.scores = backend_.allocate(numel(T, d.experts), DType::F32);
   backend_.moe_router_scores_forward(m.scores, logits, T, d.experts);
   require_finite(backend_.sum(m.scores), "the router logits");  // a non-finite logit makes its row's scores NaN
-  m.probs = backend_.allocate(n(T, d.top_k), DType::F32);
-  m.chosen_map = backend_.allocate(n(T, d.top_k), DType::I32);
+  m.probs = backend_.allocate(numel(T, d.top_k), DType::F32);
+  m.chosen_map = backend_.allocate(numel(T, d.top_k), DType::I32);
   backend_.moe_topk_softmax_forward(m.probs, m.chosen_map, logits, T, d.experts, d.top_k);
   // The host wait of the layer: the chosen experts, from which the host derives counts, rows and split sizes.
-  m.chosen.assign(n(T, d.top_k), 0);
+  m.chosen.assign(numel(T, d.top_k), 0);
   backend_.download_i32(m.chosen.data(), m.chosen_map);
   m.counts.assign(static_cast<std::size_t>(d.experts), 0.0f);  // this shard's; an ExpertCounts all-reduce sums them
   k::moe_tokens_per_expert(m.counts.data(), m.chosen.data(), T, d.experts, d.top_k);
@@ -203,18 +195,18 @@ void Interpreter::permute_forward(const Op& op) {
   const int T = dims_.tokens_sp;
   std::vector<int> kept = m.chosen;  // (T, k) the chosen experts, k::kMoeDropped where the capacity drops
   if (scenario_.model.capacity_factor > 0) {
-    std::vector<float> probs(n(T, d.top_k));
+    std::vector<float> probs(numel(T, d.top_k));
     backend_.download_f32(probs.data(), m.probs);
     const int capacity = k::moe_capacity(T, d.experts, d.top_k, scenario_.model.capacity_factor);
     const int dropped = k::moe_capacity_drop(kept.data(), probs.data(), T, d.experts, d.top_k, capacity);
     if (!recomputing(op)) output_.moe_dropped_slots += dropped;
   }
-  m.rows.assign(n(T, d.top_k), 0);
+  m.rows.assign(numel(T, d.top_k), 0);
   m.rows_per_expert.assign(static_cast<std::size_t>(d.experts), 0);
   k::moe_permutation(m.rows.data(), m.rows_per_expert.data(), kept.data(), T, d.experts, d.top_k);
-  m.row_map = backend_.allocate(n(T, d.top_k), DType::I32);
+  m.row_map = backend_.allocate(numel(T, d.top_k), DType::I32);
   backend_.upload_i32(m.row_map, m.rows.data());
-  m.permuted = backend_.allocate(n(T * d.top_k, dims_.hidden), backend_.activation_dtype());
+  m.permuted = backend_.allocate(numel(T * d.top_k, dims_.hidden), backend_.activation_dtype());
   backend_.moe_permute_forward(m.permuted, s.ln2, m.row_map, T, dims_.hidden, d.top_k);
   if (!recomputing(op) && d.aux_loss_coeff > 0) {
     const double micro_batch_tokens = static_cast<double>(dims_.tokens);  // the counts cover every sequence shard
@@ -234,7 +226,7 @@ void Interpreter::experts_up_forward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   const MoeDims& d = shard_.moe();
   const int rows = std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0);
-  m.expert_fc = backend_.allocate(n(std::max(rows, 1), d.expert_up), backend_.activation_dtype());
+  m.expert_fc = backend_.allocate(numel(std::max(rows, 1), d.expert_up), backend_.activation_dtype());
   backend_.moe_grouped_matmul_forward(m.expert_fc, m.expert_in, w.expert_fc_weight, m.expert_rows, dims_.hidden,
                                       d.expert_up);
   m.routed_activation_next = true;
@@ -245,7 +237,7 @@ void Interpreter::experts_down_forward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   const MoeDims& d = shard_.moe();
   const int rows = std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0);
-  m.expert_out = backend_.allocate(n(std::max(rows, 1), dims_.hidden), backend_.activation_dtype());
+  m.expert_out = backend_.allocate(numel(std::max(rows, 1), dims_.hidden), backend_.activation_dtype());
   if (rows > 0) {
     backend_.moe_grouped_matmul_forward(m.expert_out, m.expert_act, w.expert_fc_proj_weight, m.expert_rows,
                                         d.expert_ffn, dims_.hidden);
@@ -259,7 +251,7 @@ void Interpreter::unpermute_forward(const Op& op) {
   MoeStash& m = moe_stash(op);
   const MoeDims& d = shard_.moe();
   const int T = dims_.tokens_sp;
-  const Tensor out = backend_.allocate(n(T, dims_.hidden), backend_.activation_dtype());
+  const Tensor out = backend_.allocate(numel(T, dims_.hidden), backend_.activation_dtype());
   backend_.moe_unpermute_forward(out, m.combined, m.probs, m.row_map, T, dims_.hidden, d.top_k);
   if (d.shared_ffn > 0) {
     backend_.accumulate(s.fc_proj, out);
@@ -279,8 +271,8 @@ void Interpreter::unpermute_backward(const Op& op) {
   MoeStash& m = moe_stash(op);
   const MoeDims& d = shard_.moe();
   const int T = dims_.tokens_sp;
-  m.d_rows = backend_.allocate(n(T * d.top_k, dims_.hidden), backend_.activation_dtype());
-  m.d_probs = backend_.allocate(n(T, d.top_k), DType::F32);
+  m.d_rows = backend_.allocate(numel(T * d.top_k, dims_.hidden), backend_.activation_dtype());
+  m.d_probs = backend_.allocate(numel(T, d.top_k), DType::F32);
   backend_.moe_unpermute_backward(m.d_rows, m.d_probs, state.grad, m.combined, m.probs, m.row_map, T, dims_.hidden,
                                   d.top_k);
   m.combined = Tensor{};
@@ -292,7 +284,7 @@ void Interpreter::experts_down_backward(const Op& op) {
   const LayerTensors& g = shard_.layer_grads(op.layer);
   const MoeDims& d = shard_.moe();
   const int rows = std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0);
-  const Tensor d_act = backend_.allocate(n(std::max(rows, 1), d.expert_ffn), backend_.activation_dtype());
+  const Tensor d_act = backend_.allocate(numel(std::max(rows, 1), d.expert_ffn), backend_.activation_dtype());
   if (rows > 0) {
     backend_.moe_grouped_matmul_backward(d_act, g.expert_fc_proj_weight, m.d_rows, m.expert_act,
                                          w.expert_fc_proj_weight, m.expert_rows, d.expert_ffn, dims_.hidden);
@@ -313,12 +305,12 @@ void Interpreter::moe_activation_backward(const Op& op) {
   const int rows = routed ? std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0) : dims_.tokens_sp;
   const int width = routed ? d.expert_ffn : d.shared_ffn;
   const Tensor d_fc =
-      backend_.allocate(n(std::max(rows, 1), routed ? d.expert_up : d.shared_up), backend_.activation_dtype());
+      backend_.allocate(numel(std::max(rows, 1), routed ? d.expert_up : d.shared_up), backend_.activation_dtype());
   if (rows > 0) {
     if (dims_.swiglu) {
       backend_.swiglu_backward(d_fc, inp, grad, rows, width);
     } else {
-      backend_.gelu_backward(d_fc.slice(0, n(rows, width)), inp, grad.slice(0, n(rows, width)));
+      backend_.gelu_backward(d_fc.slice(0, numel(rows, width)), inp, grad.slice(0, numel(rows, width)));
     }
   }
   grad = d_fc;
@@ -330,7 +322,7 @@ void Interpreter::experts_up_backward(const Op& op) {
   const LayerTensors& g = shard_.layer_grads(op.layer);
   const MoeDims& d = shard_.moe();
   const int rows = std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0);
-  const Tensor d_in = backend_.allocate(n(std::max(rows, 1), dims_.hidden), backend_.activation_dtype());
+  const Tensor d_in = backend_.allocate(numel(std::max(rows, 1), dims_.hidden), backend_.activation_dtype());
   if (rows > 0) {
     backend_.moe_grouped_matmul_backward(d_in, g.expert_fc_weight, m.d_rows, m.expert_in, w.expert_fc_weight,
                                          m.expert_rows, dims_.hidden, d.expert_up);
@@ -343,7 +335,7 @@ void Interpreter::experts_up_backward(const Op& op) {
 void Interpreter::permute_backward(const Op& op) {
   ChunkState& state = chunk(op);
   MoeStash& m = moe_stash(op);
-  state.work.d_ln = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
+  state.work.d_ln = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   backend_.moe_permute_backward(state.work.d_ln, m.d_rows, m.row_map, dims_.tokens_sp, dims_.hidden,
                                 shard_.moe().top_k);
   m.d_rows = Tensor{};
@@ -357,7 +349,7 @@ void Interpreter::router_backward(const Op& op) {
   const LayerTensors& g = shard_.layer_grads(op.layer);
   const MoeDims& d = shard_.moe();
   const int T = dims_.tokens_sp;
-  const Tensor d_logits = backend_.allocate(n(T, d.experts), backend_.activation_dtype());
+  const Tensor d_logits = backend_.allocate(numel(T, d.experts), backend_.activation_dtype());
   MoeAuxLoss aux;
   if (d.aux_loss_coeff > 0) {
     const auto& p = scenario_.parallel;
@@ -366,7 +358,7 @@ void Interpreter::router_backward(const Op& op) {
   }
   backend_.moe_router_backward(d_logits, m.d_probs, m.probs, m.chosen_map, m.scores, m.counts, T, d.experts, d.top_k,
                                aux);
-  const Tensor d_ln = backend_.allocate(n(T, dims_.hidden), backend_.activation_dtype());
+  const Tensor d_ln = backend_.allocate(numel(T, dims_.hidden), backend_.activation_dtype());
   backend_.matmul_backward(d_ln, g.router_weight, Tensor{}, d_logits, s.ln2, w.router_weight, T, dims_.hidden,
                            d.experts);
   backend_.accumulate(state.work.d_ln, d_ln);
@@ -379,7 +371,7 @@ void Interpreter::shared_down_backward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   const MoeDims& d = shard_.moe();
-  state.work.d_hidden = backend_.allocate(n(dims_.tokens_sp, d.shared_ffn), backend_.activation_dtype());
+  state.work.d_hidden = backend_.allocate(numel(dims_.tokens_sp, d.shared_ffn), backend_.activation_dtype());
   backend_.matmul_backward(state.work.d_hidden, g.shared_fc_proj_weight, Tensor{}, state.grad, m.shared_act,
                            w.shared_fc_proj_weight, dims_.tokens_sp, d.shared_ffn, dims_.hidden);
 }
@@ -389,7 +381,7 @@ void Interpreter::shared_up_backward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
-  const Tensor d_ln = backend_.allocate(n(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
+  const Tensor d_ln = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   backend_.matmul_backward(d_ln, g.shared_fc_weight, Tensor{}, state.work.d_hidden, s.ln2, w.shared_fc_weight,
                            dims_.tokens_sp, dims_.hidden, shard_.moe().shared_up);
   backend_.accumulate(state.work.d_ln, d_ln);

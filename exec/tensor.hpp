@@ -16,6 +16,11 @@ enum class Device : std::uint8_t { Host, Cuda };
 std::size_t dtype_bytes(DType dtype);
 std::string_view to_string(DType dtype);
 
+// Elements of a (rows, cols) tensor, in the size type allocations take.
+inline std::size_t numel(int rows, int cols) {
+  return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
+}
+
 struct Tensor {
   std::shared_ptr<void> storage;  // the allocation (null for an empty tensor)
   void* data = nullptr;

@@ -14,14 +14,6 @@ namespace twin::exec::cuda {
 namespace k = twin::kernels::cuda;
 using bf16 = __nv_bfloat16;
 
-namespace {
-
-std::size_t n(int rows, int columns) {
-  return static_cast<std::size_t>(rows) * static_cast<std::size_t>(columns);
-}
-
-}  // namespace
-
 CudaBackend::CudaBackend(const BackendOptions& options)
     : context_(std::make_shared<DeviceContext>(options.device)), blas_(std::make_unique<k::Cublas>()) {
   // keep freed blocks in the device's pool across steps (the default threshold returns them at every synchronize)
@@ -180,13 +172,13 @@ void CudaBackend::residual_forward(const Tensor& out, const Tensor& a, const Ten
 }
 
 void CudaBackend::bias_add(const Tensor& out, const Tensor& bias, int rows, int channels) {
-  TWIN_EXEC_CHECK(out.numel == n(rows, channels) && bias.numel == std::size_t(channels),
+  TWIN_EXEC_CHECK(out.numel == numel(rows, channels) && bias.numel == std::size_t(channels),
                   "cuda bias_add: out {} bias {} for ({}, {})", out.numel, bias.numel, rows, channels);
   k::bias_add(b16(out, "bias_add", "out"), b16(bias, "bias_add", "bias"), rows, channels, context_->compute());
 }
 
 void CudaBackend::bias_backward(const Tensor& dbias, const Tensor& dout, int rows, int channels) {
-  TWIN_EXEC_CHECK(dout.numel == n(rows, channels) && dbias.numel == std::size_t(channels),
+  TWIN_EXEC_CHECK(dout.numel == numel(rows, channels) && dbias.numel == std::size_t(channels),
                   "cuda bias_backward: dout {} dbias {} for ({}, {})", dout.numel, dbias.numel, rows, channels);
   k::bias_backward(f32(dbias, "bias_backward", "dbias"), b16(dout, "bias_backward", "dout"), rows, channels,
                    context_->compute());
@@ -227,8 +219,8 @@ double CudaBackend::sum(const Tensor& x) {
 
 void CudaBackend::embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte_local, int rows,
                                     int channels, int vocab_start, int vocab_local) {
-  TWIN_EXEC_CHECK(out.numel == n(rows, channels) && tokens.numel == std::size_t(rows) &&
-                      wte_local.numel == n(vocab_local, channels),
+  TWIN_EXEC_CHECK(out.numel == numel(rows, channels) && tokens.numel == std::size_t(rows) &&
+                      wte_local.numel == numel(vocab_local, channels),
                   "cuda embedding_forward: out {} tokens {} wte {} for rows {} channels {} vocab_local {}", out.numel,
                   tokens.numel, wte_local.numel, rows, channels, vocab_local);
   k::embedding_forward(b16(out, "embedding_forward", "out"), i32(tokens, "embedding_forward", "tokens"),
@@ -238,7 +230,7 @@ void CudaBackend::embedding_forward(const Tensor& out, const Tensor& tokens, con
 
 void CudaBackend::embedding_backward(const Tensor& dwte_local, const Tensor& dout, const Tensor& tokens, int rows,
                                      int channels, int vocab_start, int vocab_local) {
-  TWIN_EXEC_CHECK(dout.numel == n(rows, channels) && dwte_local.numel == n(vocab_local, channels) &&
+  TWIN_EXEC_CHECK(dout.numel == numel(rows, channels) && dwte_local.numel == numel(vocab_local, channels) &&
                       tokens.numel == std::size_t(rows),
                   "cuda embedding_backward: dout {} dwte {} tokens {}", dout.numel, dwte_local.numel, tokens.numel);
   k::embedding_backward(f32(dwte_local, "embedding_backward", "dwte_local"), b16(dout, "embedding_backward", "dout"),
@@ -247,7 +239,7 @@ void CudaBackend::embedding_backward(const Tensor& dwte_local, const Tensor& dou
 }
 
 void CudaBackend::position_embedding_forward(const Tensor& out, const Tensor& wpe, int batch, int seq, int channels) {
-  TWIN_EXEC_CHECK(out.numel == n(batch, seq) * channels && wpe.numel >= n(seq, channels),
+  TWIN_EXEC_CHECK(out.numel == numel(batch, seq) * channels && wpe.numel >= numel(seq, channels),
                   "cuda position_embedding_forward: out {} wpe {}", out.numel, wpe.numel);
   k::position_embedding_forward(b16(out, "position_embedding_forward", "out"),
                                 b16(wpe, "position_embedding_forward", "wpe"), batch, seq, channels,
@@ -256,7 +248,7 @@ void CudaBackend::position_embedding_forward(const Tensor& out, const Tensor& wp
 
 void CudaBackend::position_embedding_backward(const Tensor& dwpe, const Tensor& dout, int batch, int seq,
                                               int channels) {
-  TWIN_EXEC_CHECK(dout.numel == n(batch, seq) * channels && dwpe.numel >= n(seq, channels),
+  TWIN_EXEC_CHECK(dout.numel == numel(batch, seq) * channels && dwpe.numel >= numel(seq, channels),
                   "cuda position_embedding_backward: dout {} dwpe {}", dout.numel, dwpe.numel);
   k::position_embedding_backward(f32(dwpe, "position_embedding_backward", "dwpe"),
                                  b16(dout, "position_embedding_backward", "dout"), batch, seq, channels,
@@ -267,7 +259,7 @@ void CudaBackend::position_embedding_backward(const Tensor& dwpe, const Tensor& 
 
 void CudaBackend::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                                     const Tensor& weight, const Tensor& bias, int rows, int channels) {
-  TWIN_EXEC_CHECK(out.numel == n(rows, channels) && inp.numel == n(rows, channels) && mean.numel == std::size_t(rows) &&
+  TWIN_EXEC_CHECK(out.numel == numel(rows, channels) && inp.numel == numel(rows, channels) && mean.numel == std::size_t(rows) &&
                       rstd.numel == std::size_t(rows) && weight.numel == std::size_t(channels) &&
                       bias.numel == std::size_t(channels),
                   "cuda layernorm_forward: out {} inp {} mean {} weight {} for ({}, {})", out.numel, inp.numel,
@@ -281,8 +273,8 @@ void CudaBackend::layernorm_forward(const Tensor& out, const Tensor& mean, const
 void CudaBackend::layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                                      const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                                      int rows, int channels) {
-  TWIN_EXEC_CHECK(dinp.numel == n(rows, channels) && dout.numel == n(rows, channels) &&
-                      inp.numel == n(rows, channels) && dweight.numel == std::size_t(channels) &&
+  TWIN_EXEC_CHECK(dinp.numel == numel(rows, channels) && dout.numel == numel(rows, channels) &&
+                      inp.numel == numel(rows, channels) && dweight.numel == std::size_t(channels) &&
                       dbias.numel == std::size_t(channels) && mean.numel == std::size_t(rows),
                   "cuda layernorm_backward: dinp {} dout {} inp {} dweight {} for ({}, {})", dinp.numel, dout.numel,
                   inp.numel, dweight.numel, rows, channels);
@@ -294,8 +286,8 @@ void CudaBackend::layernorm_backward(const Tensor& dinp, const Tensor& dweight, 
 
 void CudaBackend::matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                                  int rows, int in_features, int out_features) {
-  TWIN_EXEC_CHECK(out.numel == n(rows, out_features) && inp.numel == n(rows, in_features) &&
-                      weight.numel == n(out_features, in_features) &&
+  TWIN_EXEC_CHECK(out.numel == numel(rows, out_features) && inp.numel == numel(rows, in_features) &&
+                      weight.numel == numel(out_features, in_features) &&
                       (bias.empty() || bias.numel == std::size_t(out_features)),
                   "cuda matmul_forward: out {} inp {} weight {} bias {} for ({}, {} -> {})", out.numel, inp.numel,
                   weight.numel, bias.numel, rows, in_features, out_features);
@@ -307,9 +299,9 @@ void CudaBackend::matmul_forward(const Tensor& out, const Tensor& inp, const Ten
 void CudaBackend::matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                                   const Tensor& inp, const Tensor& weight, int rows, int in_features,
                                   int out_features) {
-  TWIN_EXEC_CHECK((dinp.empty() || dinp.numel == n(rows, in_features)) && dout.numel == n(rows, out_features) &&
-                      inp.numel == n(rows, in_features) && weight.numel == n(out_features, in_features) &&
-                      dweight.numel == n(out_features, in_features) &&
+  TWIN_EXEC_CHECK((dinp.empty() || dinp.numel == numel(rows, in_features)) && dout.numel == numel(rows, out_features) &&
+                      inp.numel == numel(rows, in_features) && weight.numel == numel(out_features, in_features) &&
+                      dweight.numel == numel(out_features, in_features) &&
                       (dbias.empty() || dbias.numel == std::size_t(out_features)),
                   "cuda matmul_backward: dinp {} dout {} inp {} weight {} dweight {} for ({}, {} -> {})", dinp.numel,
                   dout.numel, inp.numel, weight.numel, dweight.numel, rows, in_features, out_features);
@@ -337,7 +329,7 @@ void CudaBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Ten
 
 void CudaBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                   int rows, int channels) {
-  TWIN_EXEC_CHECK(out.numel == n(rows, channels) && inp.numel == n(rows, channels) && rstd.numel == std::size_t(rows) &&
+  TWIN_EXEC_CHECK(out.numel == numel(rows, channels) && inp.numel == numel(rows, channels) && rstd.numel == std::size_t(rows) &&
                       weight.numel == std::size_t(channels),
                   "cuda rmsnorm_forward: out {} inp {} rstd {} weight {} for ({}, {})", out.numel, inp.numel,
                   rstd.numel, weight.numel, rows, channels);
@@ -348,8 +340,8 @@ void CudaBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const T
 
 void CudaBackend::rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
                                    const Tensor& weight, const Tensor& rstd, int rows, int channels) {
-  TWIN_EXEC_CHECK(dinp.numel == n(rows, channels) && dout.numel == n(rows, channels) &&
-                      inp.numel == n(rows, channels) && dweight.numel == std::size_t(channels) &&
+  TWIN_EXEC_CHECK(dinp.numel == numel(rows, channels) && dout.numel == numel(rows, channels) &&
+                      inp.numel == numel(rows, channels) && dweight.numel == std::size_t(channels) &&
                       weight.numel == std::size_t(channels) && rstd.numel == std::size_t(rows),
                   "cuda rmsnorm_backward: dinp {} dout {} inp {} dweight {} rstd {} for ({}, {})", dinp.numel,
                   dout.numel, inp.numel, dweight.numel, rstd.numel, rows, channels);
@@ -360,14 +352,14 @@ void CudaBackend::rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, co
 }
 
 void CudaBackend::swiglu_forward(const Tensor& out, const Tensor& inp, int rows, int width) {
-  TWIN_EXEC_CHECK(out.numel == n(rows, width) && inp.numel == 2 * out.numel,
+  TWIN_EXEC_CHECK(out.numel == numel(rows, width) && inp.numel == 2 * out.numel,
                   "cuda swiglu_forward: out {} inp {} for ({}, {})", out.numel, inp.numel, rows, width);
   const char* kernel = "swiglu_forward";
   k::swiglu_forward(b16(out, kernel, "out"), b16(inp, kernel, "inp"), rows, width, context_->compute());
 }
 
 void CudaBackend::swiglu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout, int rows, int width) {
-  TWIN_EXEC_CHECK(dout.numel == n(rows, width) && inp.numel == 2 * dout.numel && dinp.numel == inp.numel,
+  TWIN_EXEC_CHECK(dout.numel == numel(rows, width) && inp.numel == 2 * dout.numel && dinp.numel == inp.numel,
                   "cuda swiglu_backward: dinp {} inp {} dout {} for ({}, {})", dinp.numel, inp.numel, dout.numel, rows,
                   width);
   const char* kernel = "swiglu_backward";
@@ -377,7 +369,7 @@ void CudaBackend::swiglu_backward(const Tensor& dinp, const Tensor& inp, const T
 
 void CudaBackend::rope_forward(const Tensor& qkv, int batch, int seq, int heads, int kv_heads, int head_dim,
                                int rotary_dim) {
-  TWIN_EXEC_CHECK(qkv.numel == n(batch, seq) * n(heads + 2 * kv_heads, head_dim),
+  TWIN_EXEC_CHECK(qkv.numel == numel(batch, seq) * numel(heads + 2 * kv_heads, head_dim),
                   "cuda rope_forward: qkv {} for ({}, {}, ({} + 2 x {}) x {})", qkv.numel, batch, seq, heads, kv_heads,
                   head_dim);
   k::rope_forward(b16(qkv, "rope_forward", "qkv"), batch, seq, heads, kv_heads, head_dim, context_->compute(), 10000.f,
@@ -386,7 +378,7 @@ void CudaBackend::rope_forward(const Tensor& qkv, int batch, int seq, int heads,
 
 void CudaBackend::rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim,
                                 int rotary_dim) {
-  TWIN_EXEC_CHECK(dqkv.numel == n(batch, seq) * n(heads + 2 * kv_heads, head_dim),
+  TWIN_EXEC_CHECK(dqkv.numel == numel(batch, seq) * numel(heads + 2 * kv_heads, head_dim),
                   "cuda rope_backward: dqkv {} for ({}, {}, ({} + 2 x {}) x {})", dqkv.numel, batch, seq, heads,
                   kv_heads, head_dim);
   k::rope_backward(b16(dqkv, "rope_backward", "dqkv"), batch, seq, heads, kv_heads, head_dim, context_->compute(),
@@ -397,12 +389,12 @@ void CudaBackend::rope_backward(const Tensor& dqkv, int batch, int seq, int head
 // grouped-query path (GEMMs around a softmax kernel, (heads, seq, seq) scratch) for the others.
 void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
                                     int heads, int kv_heads, int head_dim, const Tensor& alibi_slopes) {
-  const std::size_t tokens = n(batch, seq), hidden = n(heads, head_dim);
-  const std::size_t row = n(heads + 2 * kv_heads, head_dim);
+  const std::size_t tokens = numel(batch, seq), hidden = numel(heads, head_dim);
+  const std::size_t row = numel(heads + 2 * kv_heads, head_dim);
   TWIN_EXEC_CHECK(qkv.numel == tokens * row && out.numel == tokens * hidden && lse.numel == tokens * heads,
                   "cuda attention_forward: qkv {} out {} lse {} for B {} T {} H {} KV {} D {}", qkv.numel, out.numel,
                   lse.numel, batch, seq, heads, kv_heads, head_dim);
-  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == n(heads, 1),
+  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == numel(heads, 1),
                   "cuda attention_forward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
   const char* kernel = "attention_forward";
   if (k::flash_attention_supports(head_dim)) {
@@ -419,13 +411,13 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const 
 void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                      const Tensor& lse, int batch, int seq, int heads, int kv_heads, int head_dim,
                                      const Tensor& alibi_slopes) {
-  const std::size_t tokens = n(batch, seq), hidden = n(heads, head_dim);
-  const std::size_t row = n(heads + 2 * kv_heads, head_dim);
+  const std::size_t tokens = numel(batch, seq), hidden = numel(heads, head_dim);
+  const std::size_t row = numel(heads + 2 * kv_heads, head_dim);
   TWIN_EXEC_CHECK(qkv.numel == tokens * row && dqkv.numel == qkv.numel && dout.numel == tokens * hidden &&
                       out.numel == tokens * hidden && lse.numel == tokens * heads,
                   "cuda attention_backward: dqkv {} dout {} qkv {} out {} lse {} for B {} T {} H {} KV {} D {}",
                   dqkv.numel, dout.numel, qkv.numel, out.numel, lse.numel, batch, seq, heads, kv_heads, head_dim);
-  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == n(heads, 1),
+  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == numel(heads, 1),
                   "cuda attention_backward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
   const char* kernel = "attention_backward";
   if (k::flash_attention_supports(head_dim)) {
@@ -443,7 +435,7 @@ void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, con
 
 void CudaBackend::cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,
                                             int vocab_start, int vocab_local, int valid_vocab) {
-  TWIN_EXEC_CHECK(stats.numel == n(rows, k::kCrossEntropyStats) && logits.numel == n(rows, vocab_local) &&
+  TWIN_EXEC_CHECK(stats.numel == numel(rows, k::kCrossEntropyStats) && logits.numel == numel(rows, vocab_local) &&
                       targets.numel == std::size_t(rows),
                   "cuda cross_entropy_local_stats: stats {} logits {} targets {} for rows {} vocab_local {}",
                   stats.numel, logits.numel, targets.numel, rows, vocab_local);
@@ -456,7 +448,7 @@ void CudaBackend::cross_entropy_local_stats(const Tensor& stats, const Tensor& l
 void CudaBackend::cross_entropy_combine(const Tensor& losses, const Tensor& lse, const Tensor& gathered_stats, int rows,
                                         int shards) {
   TWIN_EXEC_CHECK(losses.numel == std::size_t(rows) && lse.numel == std::size_t(rows) &&
-                      gathered_stats.numel == n(shards, rows) * k::kCrossEntropyStats,
+                      gathered_stats.numel == numel(shards, rows) * k::kCrossEntropyStats,
                   "cuda cross_entropy_combine: losses {} lse {} stats {} for rows {} shards {}", losses.numel,
                   lse.numel, gathered_stats.numel, rows, shards);
   const char* kernel = "cross_entropy_combine";
@@ -467,7 +459,7 @@ void CudaBackend::cross_entropy_combine(const Tensor& losses, const Tensor& lse,
 void CudaBackend::cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& lse,
                                          const Tensor& targets, int rows, int vocab_start, int vocab_local,
                                          int valid_vocab, float scale) {
-  TWIN_EXEC_CHECK(dlogits.numel == n(rows, vocab_local) && logits.numel == dlogits.numel &&
+  TWIN_EXEC_CHECK(dlogits.numel == numel(rows, vocab_local) && logits.numel == dlogits.numel &&
                       lse.numel == std::size_t(rows) && targets.numel == std::size_t(rows),
                   "cuda cross_entropy_backward: dlogits {} logits {} lse {} for rows {} vocab_local {}", dlogits.numel,
                   logits.numel, lse.numel, rows, vocab_local);

@@ -22,10 +22,6 @@ namespace {
 
 constexpr int kFp8GemmCapability = 90;  // Hopper: the FP8 GEMMs this backend was written for (issue 27)
 
-std::size_t n(int rows, int columns) {
-  return static_cast<std::size_t>(rows) * static_cast<std::size_t>(columns);
-}
-
 k::Fp8Operand kernel_operand(const Fp8Operand& operand) {
   k::Fp8Scaling scaling = k::Fp8Scaling::Current;
   switch (operand.scaling) {
@@ -73,8 +69,8 @@ int CudaBackend::compute_capability() const {
 Fp8Amaxes CudaBackend::fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight,
                                           const Tensor& bias, int rows, int in_features, int out_features,
                                           const Fp8Operand& input, const Fp8Operand& weights) {
-  TWIN_EXEC_CHECK(out.numel == n(rows, out_features) && inp.numel == n(rows, in_features) &&
-                      weight.numel == n(out_features, in_features) &&
+  TWIN_EXEC_CHECK(out.numel == numel(rows, out_features) && inp.numel == numel(rows, in_features) &&
+                      weight.numel == numel(out_features, in_features) &&
                       (bias.empty() || bias.numel == std::size_t(out_features)),
                   "cuda fp8_matmul_forward: out {} inp {} weight {} bias {} for ({}, {} -> {})", out.numel, inp.numel,
                   weight.numel, bias.numel, rows, in_features, out_features);
@@ -95,9 +91,9 @@ Fp8Amaxes CudaBackend::fp8_matmul_backward(const Tensor& dinp, const Tensor& dwe
                                            const Tensor& dout, const Tensor& inp, const Tensor& weight, int rows,
                                            int in_features, int out_features, const Fp8Operand& input,
                                            const Fp8Operand& weights, const Fp8Operand& gradient) {
-  TWIN_EXEC_CHECK((dinp.empty() || dinp.numel == n(rows, in_features)) && dout.numel == n(rows, out_features) &&
-                      inp.numel == n(rows, in_features) && weight.numel == n(out_features, in_features) &&
-                      dweight.numel == n(out_features, in_features) &&
+  TWIN_EXEC_CHECK((dinp.empty() || dinp.numel == numel(rows, in_features)) && dout.numel == numel(rows, out_features) &&
+                      inp.numel == numel(rows, in_features) && weight.numel == numel(out_features, in_features) &&
+                      dweight.numel == numel(out_features, in_features) &&
                       (dbias.empty() || dbias.numel == std::size_t(out_features)),
                   "cuda fp8_matmul_backward: dinp {} dout {} inp {} weight {} dweight {} for ({}, {} -> {})",
                   dinp.numel, dout.numel, inp.numel, weight.numel, dweight.numel, rows, in_features, out_features);

@@ -20,10 +20,6 @@ namespace k = twin::kernels::cuda;
 
 namespace {
 
-std::size_t n(int a, int b) {
-  return static_cast<std::size_t>(a) * static_cast<std::size_t>(b);
-}
-
 std::size_t total_rows(const std::vector<int>& rows) {
   return static_cast<std::size_t>(std::accumulate(rows.begin(), rows.end(), 0));
 }
@@ -47,7 +43,7 @@ void CudaBackend::download_i32(int* host, const Tensor& src) {
 
 void CudaBackend::moe_topk_softmax_forward(const Tensor& probs, const Tensor& chosen, const Tensor& logits, int tokens,
                                            int experts, int top_k) {
-  TWIN_EXEC_CHECK(probs.numel == n(tokens, top_k) && chosen.numel == probs.numel && logits.numel == n(tokens, experts),
+  TWIN_EXEC_CHECK(probs.numel == numel(tokens, top_k) && chosen.numel == probs.numel && logits.numel == numel(tokens, experts),
                   "cuda moe_topk_softmax_forward: probs {} chosen {} logits {} for T {} E {} k {}", probs.numel,
                   chosen.numel, logits.numel, tokens, experts, top_k);
   const char* kernel = "moe_topk_softmax_forward";
@@ -56,7 +52,7 @@ void CudaBackend::moe_topk_softmax_forward(const Tensor& probs, const Tensor& ch
 }
 
 void CudaBackend::moe_router_scores_forward(const Tensor& scores, const Tensor& logits, int tokens, int experts) {
-  TWIN_EXEC_CHECK(scores.numel == n(tokens, experts) && logits.numel == scores.numel,
+  TWIN_EXEC_CHECK(scores.numel == numel(tokens, experts) && logits.numel == scores.numel,
                   "cuda moe_router_scores_forward: scores {} logits {} for T {} E {}", scores.numel, logits.numel,
                   tokens, experts);
   const char* kernel = "moe_router_scores_forward";
@@ -67,7 +63,7 @@ void CudaBackend::moe_router_scores_forward(const Tensor& scores, const Tensor& 
 // The scores' column sums on the device, then the loss on the host from them and the counts.
 double CudaBackend::moe_aux_loss_forward(const Tensor& scores, const std::vector<float>& counts, int tokens,
                                          int experts, int top_k, double total_tokens, double coeff) {
-  TWIN_EXEC_CHECK(scores.numel == n(tokens, experts) && counts.size() == static_cast<std::size_t>(experts),
+  TWIN_EXEC_CHECK(scores.numel == numel(tokens, experts) && counts.size() == static_cast<std::size_t>(experts),
                   "cuda moe_aux_loss_forward: scores {} counts {} for T {} E {}", scores.numel, counts.size(), tokens,
                   experts);
   const Tensor sums = allocate(static_cast<std::size_t>(experts), DType::F64);
@@ -82,7 +78,7 @@ double CudaBackend::moe_aux_loss_forward(const Tensor& scores, const std::vector
 void CudaBackend::moe_router_backward(const Tensor& dlogits, const Tensor& dprobs, const Tensor& probs,
                                       const Tensor& chosen, const Tensor& scores, const std::vector<float>& counts,
                                       int tokens, int experts, int top_k, const MoeAuxLoss& aux) {
-  TWIN_EXEC_CHECK(dlogits.numel == n(tokens, experts) && dprobs.numel == n(tokens, top_k) &&
+  TWIN_EXEC_CHECK(dlogits.numel == numel(tokens, experts) && dprobs.numel == numel(tokens, top_k) &&
                       probs.numel == dprobs.numel && chosen.numel == dprobs.numel,
                   "cuda moe_router_backward: dlogits {} dprobs {} probs {} chosen {} for T {} E {} k {}", dlogits.numel,
                   dprobs.numel, probs.numel, chosen.numel, tokens, experts, top_k);
@@ -92,7 +88,7 @@ void CudaBackend::moe_router_backward(const Tensor& dlogits, const Tensor& dprob
   Tensor device_counts;
   float scale = 0.0f;
   if (aux.coeff > 0) {
-    TWIN_EXEC_CHECK(scores.numel == n(tokens, experts) && counts.size() == static_cast<std::size_t>(experts),
+    TWIN_EXEC_CHECK(scores.numel == numel(tokens, experts) && counts.size() == static_cast<std::size_t>(experts),
                     "cuda moe_router_backward: scores {} counts {} for T {} E {}", scores.numel, counts.size(), tokens,
                     experts);
     // Tokens per expert are whole numbers: uploaded as int32 through upload_i32's pinned slots (no host wait)
@@ -111,7 +107,7 @@ void CudaBackend::moe_router_backward(const Tensor& dlogits, const Tensor& dprob
 void CudaBackend::moe_permute_forward(const Tensor& out, const Tensor& inp, const Tensor& rows, int tokens, int hidden,
                                       int top_k) {
   TWIN_EXEC_CHECK(
-      out.numel >= n(tokens * top_k, hidden) && inp.numel >= n(tokens, hidden) && rows.numel == n(tokens, top_k),
+      out.numel >= numel(tokens * top_k, hidden) && inp.numel >= numel(tokens, hidden) && rows.numel == numel(tokens, top_k),
       "cuda moe_permute_forward: out {} inp {} rows {} for T {} C {} k {}", out.numel, inp.numel, rows.numel, tokens,
       hidden, top_k);
   const char* kernel = "moe_permute_forward";
@@ -122,7 +118,7 @@ void CudaBackend::moe_permute_forward(const Tensor& out, const Tensor& inp, cons
 void CudaBackend::moe_permute_backward(const Tensor& dinp, const Tensor& dout, const Tensor& rows, int tokens,
                                        int hidden, int top_k) {
   TWIN_EXEC_CHECK(
-      dinp.numel >= n(tokens, hidden) && dout.numel >= n(tokens * top_k, hidden) && rows.numel == n(tokens, top_k),
+      dinp.numel >= numel(tokens, hidden) && dout.numel >= numel(tokens * top_k, hidden) && rows.numel == numel(tokens, top_k),
       "cuda moe_permute_backward: dinp {} dout {} rows {} for T {} C {} k {}", dinp.numel, dout.numel, rows.numel,
       tokens, hidden, top_k);
   const char* kernel = "moe_permute_backward";
@@ -132,8 +128,8 @@ void CudaBackend::moe_permute_backward(const Tensor& dinp, const Tensor& dout, c
 
 void CudaBackend::moe_unpermute_forward(const Tensor& out, const Tensor& inp, const Tensor& probs, const Tensor& rows,
                                         int tokens, int hidden, int top_k) {
-  TWIN_EXEC_CHECK(out.numel >= n(tokens, hidden) && inp.numel >= n(tokens * top_k, hidden) &&
-                      probs.numel == n(tokens, top_k) && rows.numel == probs.numel,
+  TWIN_EXEC_CHECK(out.numel >= numel(tokens, hidden) && inp.numel >= numel(tokens * top_k, hidden) &&
+                      probs.numel == numel(tokens, top_k) && rows.numel == probs.numel,
                   "cuda moe_unpermute_forward: out {} inp {} probs {} rows {} for T {} C {} k {}", out.numel, inp.numel,
                   probs.numel, rows.numel, tokens, hidden, top_k);
   const char* kernel = "moe_unpermute_forward";
@@ -144,8 +140,8 @@ void CudaBackend::moe_unpermute_forward(const Tensor& out, const Tensor& inp, co
 void CudaBackend::moe_unpermute_backward(const Tensor& dinp, const Tensor& dprobs, const Tensor& dout,
                                          const Tensor& inp, const Tensor& probs, const Tensor& rows, int tokens,
                                          int hidden, int top_k) {
-  TWIN_EXEC_CHECK(dinp.numel >= n(tokens * top_k, hidden) && dprobs.numel == n(tokens, top_k) &&
-                      dout.numel >= n(tokens, hidden) && inp.numel >= n(tokens * top_k, hidden) &&
+  TWIN_EXEC_CHECK(dinp.numel >= numel(tokens * top_k, hidden) && dprobs.numel == numel(tokens, top_k) &&
+                      dout.numel >= numel(tokens, hidden) && inp.numel >= numel(tokens * top_k, hidden) &&
                       probs.numel == dprobs.numel && rows.numel == dprobs.numel,
                   "cuda moe_unpermute_backward: dinp {} dprobs {} dout {} inp {} for T {} C {} k {}", dinp.numel,
                   dprobs.numel, dout.numel, inp.numel, tokens, hidden, top_k);
@@ -183,7 +179,7 @@ void CudaBackend::moe_grouped_matmul_forward(const Tensor& out, const Tensor& in
   const std::size_t rows = total_rows(rows_per_group), groups = rows_per_group.size();
   TWIN_EXEC_CHECK(out.numel >= rows * static_cast<std::size_t>(out_features) &&
                       inp.numel >= rows * static_cast<std::size_t>(in_features) &&
-                      weights.numel == groups * n(out_features, in_features),
+                      weights.numel == groups * numel(out_features, in_features),
                   "cuda moe_grouped_matmul_forward: out {} inp {} weights {} for {} rows of {} groups ({} -> {})",
                   out.numel, inp.numel, weights.numel, rows, groups, in_features, out_features);
   if (rows == 0) return;
@@ -201,7 +197,7 @@ void CudaBackend::moe_grouped_matmul_backward(const Tensor& dinp, const Tensor& 
   TWIN_EXEC_CHECK((dinp.empty() || dinp.numel >= rows * static_cast<std::size_t>(in_features)) &&
                       dout.numel >= rows * static_cast<std::size_t>(out_features) &&
                       inp.numel >= rows * static_cast<std::size_t>(in_features) &&
-                      weights.numel == groups * n(out_features, in_features) && dweights.numel == weights.numel,
+                      weights.numel == groups * numel(out_features, in_features) && dweights.numel == weights.numel,
                   "cuda moe_grouped_matmul_backward: dinp {} dout {} inp {} weights {} dweights {} for {} rows of {} "
                   "groups",
                   dinp.numel, dout.numel, inp.numel, weights.numel, dweights.numel, rows, groups);
