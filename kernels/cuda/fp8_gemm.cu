@@ -20,14 +20,10 @@ Fp8GemmPlans::Fp8GemmPlans() = default;
 Fp8GemmPlans::~Fp8GemmPlans() = default;
 
 std::size_t Fp8GemmPlans::KeyHash::operator()(const Key& key) const {
-  std::size_t h = 1469598103934665603ull;  // FNV-1a over the fields
-  for (std::uint64_t v :
-       {std::uint64_t(key.m), std::uint64_t(key.n), std::uint64_t(key.k), std::uint64_t(key.a_format),
-        std::uint64_t(key.b_format), std::uint64_t(key.d_type), std::uint64_t(key.accumulate), std::uint64_t(key.bias),
-        std::uint64_t(key.align_a), std::uint64_t(key.align_b), std::uint64_t(key.align_d)}) {
-    h = (h ^ v) * 1099511628211ull;
-  }
-  return h;
+  return fnv1a_of({std::uint64_t(key.m), std::uint64_t(key.n), std::uint64_t(key.k), std::uint64_t(key.a_format),
+                   std::uint64_t(key.b_format), std::uint64_t(key.d_type), std::uint64_t(key.accumulate),
+                   std::uint64_t(key.bias), std::uint64_t(key.align_a), std::uint64_t(key.align_b),
+                   std::uint64_t(key.align_d)});
 }
 
 namespace {
@@ -88,11 +84,6 @@ void choose_algorithm(Cublas& blas, Fp8GemmPlans::Plan& plan, const Fp8GemmPlans
     plan.algorithm = result.algo;
     plan.has_algorithm = true;
   }
-}
-
-std::uint32_t alignment_bytes(const void* p) {
-  const auto address = reinterpret_cast<std::uintptr_t>(p) | 256u;
-  return static_cast<std::uint32_t>(address & (~address + 1));  // lowest set bit, at most 256
 }
 
 }  // namespace

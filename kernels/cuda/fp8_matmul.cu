@@ -28,10 +28,6 @@ std::size_t count(int rows, int cols) {
   return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
 }
 
-bool per_tensor(const Fp8Operand& x) {
-  return x.scaling == Fp8Scaling::PerTensor || x.scaling == Fp8Scaling::Current;
-}
-
 // Scratch split into parts of the given byte sizes, each 256-byte aligned.
 class Parts {
  public:

@@ -31,11 +31,13 @@ struct Fp8Operand {
   float scale = 1.0f;  // PerTensor only
 };
 
+// true when the operand has one scale for the whole tensor (delayed or tensorwise scaling)
+inline bool per_tensor(const Fp8Operand& x) {
+  return x.scaling == Fp8Scaling::PerTensor || x.scaling == Fp8Scaling::Current;
+}
+
 // true when the recipe's two operands run on cuBLASLt's FP8 GEMM (per-tensor scales), false: quantize-dequantize
 inline bool runs_fp8_gemm(const Fp8Operand& a, const Fp8Operand& b) {
-  const auto per_tensor = [](const Fp8Operand& x) {
-    return x.scaling == Fp8Scaling::PerTensor || x.scaling == Fp8Scaling::Current;
-  };
   return per_tensor(a) && per_tensor(b) && !(a.format == Fp8Format::E5M2 && b.format == Fp8Format::E5M2);
 }
 

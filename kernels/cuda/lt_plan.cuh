@@ -5,7 +5,24 @@
 
 #include <cublasLt.h>
 
+#include <cstdint>
+#include <initializer_list>
+
 namespace twin::kernels::cuda {
+
+// FNV-1a over a plan key's fields: the plan caches' hash.
+inline std::size_t fnv1a_of(std::initializer_list<std::uint64_t> fields) {
+  std::size_t h = 1469598103934665603ull;
+  for (std::uint64_t v : fields) h = (h ^ v) * 1099511628211ull;
+  return h;
+}
+
+// Largest power of two (up to 256) dividing every batch entry's address: base + i * stride_bytes (0: one matrix).
+// What cuBLASLt's MIN_ALIGNMENT preferences take.
+inline std::uint32_t alignment_bytes(const void* base, std::int64_t stride_bytes = 0) {
+  const auto address = reinterpret_cast<std::uintptr_t>(base) | static_cast<std::uintptr_t>(stride_bytes) | 256u;
+  return static_cast<std::uint32_t>(address & (~address + 1));  // lowest set bit
+}
 
 struct LtPlan {
   cublasLtMatmulDesc_t operation = nullptr;

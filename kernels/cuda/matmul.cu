@@ -53,17 +53,10 @@ Cublas::Plan& Cublas::remember(const GemmKey& key, std::unique_ptr<Plan> plan) {
 }
 
 std::size_t GemmKeyHash::operator()(const GemmKey& key) const {
-  std::size_t h = 1469598103934665603ull;  // FNV-1a over the fields
-  const auto mix = [&](std::uint64_t value) { h = (h ^ value) * 1099511628211ull; };
-  mix(static_cast<std::uint64_t>(key.trans_a) | static_cast<std::uint64_t>(key.trans_b) << 1 |
-      static_cast<std::uint64_t>(key.accumulate) << 2);
-  for (std::int64_t v :
-       {std::int64_t{key.m}, std::int64_t{key.n}, std::int64_t{key.k}, std::int64_t{key.batch}, key.lda, key.ldb,
-        key.ldd, key.stride_a, key.stride_b, key.stride_d, key.aux_ld, std::int64_t{key.d_type},
-        std::int64_t{key.epilogue}, std::int64_t{key.align_a}, std::int64_t{key.align_b}, std::int64_t{key.align_d}}) {
-    mix(static_cast<std::uint64_t>(v));
-  }
-  return h;
+  const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
+  return fnv1a_of({u(key.trans_a) | u(key.trans_b) << 1 | u(key.accumulate) << 2, u(key.m), u(key.n), u(key.k),
+                   u(key.batch), u(key.lda), u(key.ldb), u(key.ldd), u(key.stride_a), u(key.stride_b), u(key.stride_d),
+                   u(key.aux_ld), u(key.d_type), u(key.epilogue), u(key.align_a), u(key.align_b), u(key.align_d)});
 }
 
 namespace {
@@ -77,12 +70,6 @@ std::size_t element_bytes(cudaDataType_t type) {
     default:
       throw std::invalid_argument("twin::kernels::cuda::gemm: only bf16 and fp32 matrices are used");
   }
-}
-
-// Largest power of two (up to 256) dividing every batch entry's address: base + i * stride_bytes.
-std::uint32_t alignment_bytes(const void* base, std::int64_t stride_bytes) {
-  const auto address = reinterpret_cast<std::uintptr_t>(base) | static_cast<std::uintptr_t>(stride_bytes) | 256u;
-  return static_cast<std::uint32_t>(address & (~address + 1));  // lowest set bit
 }
 
 // A column-major (rows, cols) matrix with leading dimension ld, batched as the key says.

@@ -179,7 +179,7 @@ void moe_router_backward(bf16* dlogits, const float* dprobs, const float* probs,
 void moe_permute_forward(bf16* out, const bf16* inp, const int* rows, int tokens, int hidden, int top_k,
                          cudaStream_t stream) {
   check_permutation(out, inp, rows, tokens, hidden, top_k);
-  const std::size_t n = at(tokens * top_k, hidden);
+  const std::size_t n = at(tokens, top_k) * static_cast<std::size_t>(hidden);
   permute_forward_kernel<<<launch::grid_stride_blocks(n), launch::kElementwiseThreads, 0, stream>>>(out, inp, rows, n,
                                                                                                     hidden, top_k);
   TWIN_CUDA_CHECK_LAUNCH();
@@ -208,7 +208,7 @@ void moe_unpermute_backward(bf16* dinp, float* dprobs, const bf16* dout, const b
                             const int* rows, int tokens, int hidden, int top_k, cudaStream_t stream) {
   check_permutation(dinp, dout, rows, tokens, hidden, top_k);
   TWIN_CUDA_REQUIRE(dprobs != nullptr && inp != nullptr && probs != nullptr && dinp != inp);
-  const std::size_t n = at(tokens * top_k, hidden), slots = at(tokens, top_k);
+  const std::size_t n = at(tokens, top_k) * static_cast<std::size_t>(hidden), slots = at(tokens, top_k);
   unpermute_backward_rows_kernel<<<launch::grid_stride_blocks(n), launch::kElementwiseThreads, 0, stream>>>(
       dinp, dout, probs, rows, n, hidden, top_k);
   TWIN_CUDA_CHECK_LAUNCH();
@@ -263,7 +263,8 @@ void moe_grouped_matmul_backward(bf16* dinp, float* dweights, const bf16* dout, 
     if (rows > 0) {
       const std::size_t weight = at(g, out_features) * in_features;
       matmul_backward(dinp == nullptr ? nullptr : dinp + row * in_features, dweights + weight, nullptr,
-                      dout + row * out_features, inp + row * in_features, weights + weight, rows, in_features,
+                      dout + row * out_features, inp + row * in_features,
+                      weights == nullptr ? nullptr : weights + weight, rows, in_features,
                       out_features, blas, stream);
     }
     row += static_cast<std::size_t>(rows);
