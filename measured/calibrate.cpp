@@ -129,6 +129,16 @@ void gather_cpu_step(const KinetoTrace& trace, int step, Gathered& g) {
   }
 }
 
+// The Program's compute kinds (their names, as [memory.kind] keys them) that fall in kernel class `cls` (class_of).
+std::vector<std::string> kinds_of_class(KernelClass cls) {
+  std::vector<std::string> kinds;
+  for (std::size_t index = 0; index < model::kComputeKindCount; ++index) {
+    const auto kind = static_cast<model::ComputeKind>(index);
+    if (class_of(kind) == cls) kinds.emplace_back(model::to_string(kind));
+  }
+  return kinds;
+}
+
 // A CPU run's rates per unit of the Program's work (CalibrateOptions::program): a PyTorch run's memory-bound classes,
 // each class's measured time (its operators', beyond the GEMMs timed by shape) per byte the Program streams for that
 // class, every kind of the class at that rate; and any CPU run's time outside every class the Program has ops for
@@ -146,12 +156,7 @@ void per_program_work(const Gathered& g, const ProgramWork& work, HardwareProfil
     }
     const double time_s = median(seconds);
     if (!(bytes > 0) || !(time_s > 0)) continue;
-    for (std::size_t index = 0; index < model::kComputeKindCount; ++index) {
-      const auto kind = static_cast<model::ComputeKind>(index);
-      if (class_of(kind) == cls) {
-        profile.memory_bytes_per_s_by_kind[std::string(model::to_string(kind))] = bytes / time_s;
-      }
-    }
+    for (const std::string& kind : kinds_of_class(cls)) profile.memory_bytes_per_s_by_kind[kind] = bytes / time_s;
   }
   if (!(work.kernel_launches > 0) || g.outside_program_s.empty()) return;
   // The simulator charges every launch the memory fit's overhead too.
@@ -286,31 +291,22 @@ HardwareProfile calibrate(const std::vector<KinetoTrace>& traces, const Calibrat
         "calibrate: nothing to fit: no GEMM, memory-bound or attention kernel with its shapes and no collective with "
         "its size in the traces (profile with record_shapes=True)");
   }
-  for (std::size_t index = 0; index < model::kComputeKindCount; ++index) {
-    const auto kind = static_cast<model::ComputeKind>(index);
-    const auto cls = class_of(kind);
-    if (!cls) continue;
-    if (const auto it = g.class_rates.find(*cls); it != g.class_rates.end()) {
-      profile.memory_bytes_per_s_by_kind[std::string(model::to_string(kind))] = median(it->second);
-    }
+  for (const auto& [cls, rates] : g.class_rates) {
+    for (const std::string& kind : kinds_of_class(cls)) profile.memory_bytes_per_s_by_kind[kind] = median(rates);
   }
   for (const auto& [kind, rates] : g.kind_rates) profile.memory_bytes_per_s_by_kind[kind] = median(rates);
   if (options.program && !g.twin_gemm_ops.empty()) {
     // A GEMM op's bias pass streams as the Program's other elementwise passes do on this host (their median rate).
     std::vector<double> elementwise;
-    for (std::size_t index = 0; index < model::kComputeKindCount; ++index) {
-      const auto kind = static_cast<model::ComputeKind>(index);
-      const auto it = profile.memory_bytes_per_s_by_kind.find(std::string(model::to_string(kind)));
-      if (class_of(kind) == KernelClass::Elementwise && it != profile.memory_bytes_per_s_by_kind.end()) {
-        elementwise.push_back(it->second);
-      }
+    for (const std::string& kind : kinds_of_class(KernelClass::Elementwise)) {
+      const auto it = profile.memory_bytes_per_s_by_kind.find(kind);
+      if (it != profile.memory_bytes_per_s_by_kind.end()) elementwise.push_back(it->second);
     }
     const double pass_bytes_per_s = median(elementwise);
     shape_twin_gemms(g, *options.program, pass_bytes_per_s, g.gemm_seconds_by_shape);
-    for (std::size_t index = 0; index < model::kComputeKindCount && pass_bytes_per_s > 0; ++index) {
-      const auto kind = static_cast<model::ComputeKind>(index);
-      if (class_of(kind) == KernelClass::Gemm) {
-        profile.memory_bytes_per_s_by_kind[std::string(model::to_string(kind))] = pass_bytes_per_s;
+    if (pass_bytes_per_s > 0) {
+      for (const std::string& kind : kinds_of_class(KernelClass::Gemm)) {
+        profile.memory_bytes_per_s_by_kind[kind] = pass_bytes_per_s;
       }
     }
   }
