@@ -52,15 +52,11 @@ inline std::vector<std::map<ScaleKey, float>> scales_after_one_iteration(const m
           }
         }
         interpreter.run_iteration(input);
-        const Fp8State& fp8 = *interpreter.fp8_state();
-        for (int layer = 0; layer < s.model.layers; ++layer) {
-          if (!shard.has_layer(layer)) continue;
-          for (auto what : {model::ComputeKind::QkvProjection, model::ComputeKind::AttentionProjection,
-                            model::ComputeKind::MlpUp, model::ComputeKind::MlpDown}) {
-            for (auto role : {Fp8State::Role::Input, Fp8State::Role::Weight, Fp8State::Role::OutputGradient}) {
-              scales[static_cast<std::size_t>(rank)][{layer, static_cast<int>(what), static_cast<int>(role)}] =
-                  fp8.scale(layer, what, role);
-            }
+        // every tensor the rank's state holds after the iteration (only its own layers' GEMMs: a tensor the
+        // iteration never recorded is missing here, and the callers' size checks see it)
+        for (const Fp8TensorScales& t : interpreter.fp8_state()->saved()) {
+          for (int role = 0; role < 3; ++role) {
+            scales[static_cast<std::size_t>(rank)][{t.layer, t.what, role}] = t.scale[static_cast<std::size_t>(role)];
           }
         }
       } catch (const std::exception& error) {

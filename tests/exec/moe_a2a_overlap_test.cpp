@@ -4,6 +4,10 @@
 // load-balancing losses and gradient norms as with the overlap off, with and without an interleaved pipeline.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "model/program.hpp"
+
 #include "exec_test_util.hpp"
 #include "tiny_moe.hpp"
 
@@ -13,14 +17,30 @@ namespace {
 using testing::scenario;
 using testing::train;
 
-TrainResult run(std::vector<std::string> sets, bool overlap) {
+model::Scenario plan(std::vector<std::string> sets, bool overlap) {
   // the tiny MoE in bf16 (the overlap needs a 16-bit dtype), EP carved out of DP
   sets.insert(sets.begin(), {"model.dtype=\"bf16\"", "parallel.dp=2", "parallel.ep=2"});
   sets.push_back(overlap ? "framework.moe_a2a_overlap=true" : "framework.moe_a2a_overlap=false");
+  return scenario(testing::tiny_moe_toml(), sets);
+}
+
+// The ops on the expert stream: what tells a merged Program from the plain one (the executor runs either in order).
+std::size_t expert_stream_ops(const model::Scenario& s) {
+  std::size_t count = 0;
+  for (const auto& ops : model::build_program(s, model::Granularity::Op).stage_ops) {
+    count +=
+        std::count_if(ops.begin(), ops.end(), [](const model::Op& op) { return op.stream == model::Stream::Expert; });
+  }
+  return count;
+}
+
+TrainResult run(const std::vector<std::string>& sets, bool overlap) {
+  const model::Scenario s = plan(sets, overlap);
+  EXPECT_EQ(expert_stream_ops(s) > 0, overlap) << "the Program the executor runs is the merged one only with the key";
   TrainOptions options;
   options.steps = 3;
   options.comm_timeout_s = 120;
-  return train(scenario(testing::tiny_moe_toml(), sets), options);
+  return train(s, options);
 }
 
 void expect_same_training(const std::vector<std::string>& sets) {

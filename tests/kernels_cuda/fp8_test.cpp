@@ -173,7 +173,7 @@ TEST(CudaFp8Gemm, RunsFromSm89AndMatchesTheDequantizedProduct) {
   EXPECT_EQ(plans.problems(), 1u);
   if (compute_capability() < 89) {
     EXPECT_FALSE(ran) << "an FP8 algorithm below sm_89";
-    return;
+    GTEST_SKIP() << "sm_" << compute_capability() << ": no FP8 GEMM to compare below sm_89 (its refusal checked)";
   }
   ASSERT_TRUE(ran) << "cuBLASLt has no FP8 algorithm on this sm_" << compute_capability() << " GPU";
   std::vector<float> want(static_cast<std::size_t>(m) * n, 0.0f);  // column-major (m, n): A row-major (m, k)
