@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "exec/checkpoint_io.hpp"
+#include "model/program.hpp"
 #include "exec/errors.hpp"
 
 namespace twin::exec {
@@ -267,12 +268,6 @@ model::Scenario checkpoint_scenario(const Manifest& m, const fs::path& step_dir)
   }
 }
 
-model::RankLayout plan_layout(const model::Scenario& s) {
-  const auto& p = s.parallel;
-  return model::RankLayout(model::LayoutSizes{static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp),
-                                              static_cast<int>(p.cp), static_cast<int>(p.ep), static_cast<int>(p.etp)});
-}
-
 std::string plan_text(const model::Scenario& s) {
   const auto& p = s.parallel;
   const std::string cp = p.cp > 1 ? fmt::format(" x CP {}", p.cp) : std::string();
@@ -457,7 +452,7 @@ void reshard(const fs::path& step_dir, const Manifest& m, const model::Scenario&
       f.has_state.assign(n, 0);
     }
   }
-  const model::RankLayout old_layout = plan_layout(then);
+  const model::RankLayout old_layout = model::rank_layout(then);
   if (old_layout.world_size() != m.world_size) {
     throw RunError(fmt::format("checkpoint manifest '{}' says world_size {}, but its plan {} has {} ranks",
                                (step_dir / "manifest.json").string(), m.world_size, plan_text(then),

@@ -99,9 +99,8 @@ Manifest read_manifest(const std::filesystem::path& step_dir);
 // The scenario the checkpoint was written under (its manifest's TOML); RunError naming the manifest if it does not
 // load.
 model::Scenario checkpoint_scenario(const Manifest& manifest, const std::filesystem::path& step_dir);
-// The ranks of a scenario's plan (its tp, pp, dp, cp, ep and etp), and the plan as a reader names it: "TP 2 x PP 1 x
-// DP 2", with " x CP n" under context parallelism.
-model::RankLayout plan_layout(const model::Scenario& s);
+// The plan as a reader names it: "TP 2 x PP 1 x DP 2", with " x CP n" under context parallelism (its ranks:
+// model::rank_layout).
 std::string plan_text(const model::Scenario& s);
 // Whether `now` lays the model's tensors out across ranks as `then` did (tp, pp, dp, cp, virtual stages, stage sizes,
 // ZeRO stage, padded vocabulary): each rank then reads its own shard (read_shard), else resuming re-shards (reshard).

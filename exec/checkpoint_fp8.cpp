@@ -10,6 +10,7 @@
 
 #include "exec/checkpoint_io.hpp"
 #include "exec/errors.hpp"
+#include "model/program.hpp"
 
 namespace twin::exec {
 
@@ -77,7 +78,7 @@ std::vector<Fp8TensorScales> read_fp8_state(const fs::path& step_dir, const Mani
   }
   BinaryReader in(bytes, path, "FP8 state");
   char magic[sizeof(kMagic)];
-  for (char& c : magic) c = in.get<char>();
+  in.take(magic, sizeof(magic));
   if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0 || in.get<std::uint32_t>() != kVersion) {
     throw RunError(fmt::format("'{}' is not a twin FP8 state file (version {})", path.string(), kVersion));
   }
@@ -111,7 +112,7 @@ std::vector<Fp8TensorScales> read_fp8_state(const fs::path& step_dir, const Mani
 
 std::vector<Fp8TensorScales> read_fp8_state_resharded(const fs::path& step_dir, const Manifest& m,
                                                       const model::Scenario& then, const ModelShard& shard) {
-  const model::RankLayout old_layout = plan_layout(then);
+  const model::RankLayout old_layout = model::rank_layout(then);
   std::vector<Fp8TensorScales> mine;
   for (int old_rank = 0; old_rank < old_layout.world_size(); ++old_rank) {
     const model::RankCoord coord = old_layout.coord_of(old_rank);

@@ -36,6 +36,12 @@ Op fused_layer_op(const Scenario& scenario, int layer, Phase phase) {
   return fuse_layer(layer_ops(scenario, layer, phase)).front();
 }
 
+RankLayout rank_layout(const Scenario& scenario) {
+  const auto& p = scenario.parallel;
+  return RankLayout(LayoutSizes{static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp),
+                                static_cast<int>(p.cp), static_cast<int>(p.ep), static_cast<int>(p.etp)});
+}
+
 Program build_program(const Scenario& scenario, Granularity granularity) {
   if (auto problems = validation_problems(scenario); !problems.empty()) throw ScenarioError(problems);
   const auto& p = scenario.parallel;
@@ -53,8 +59,7 @@ Program build_program(const Scenario& scenario, Granularity granularity) {
   Program program;
   program.scenario = scenario;
   program.granularity = granularity;
-  program.layout = RankLayout(LayoutSizes{static_cast<int>(p.tp), static_cast<int>(p.pp), static_cast<int>(p.dp),
-                                          static_cast<int>(p.cp), static_cast<int>(p.ep), static_cast<int>(p.etp)});
+  program.layout = rank_layout(scenario);
   program.schedule = build_schedule(p, combined_extra_warmup(scenario));
   program.stage_ops.reserve(p.pp);
   program.exchange_issue = exchange_issue(scenario);

@@ -49,6 +49,10 @@ struct Program {
   double total_flops() const;
 };
 
+// The rank grid of a scenario's plan: tp, pp, dp, cp and the expert grid's ep, etp (the layout build_program gives
+// its Program; a checkpoint's plan is compared and re-sharded by it).
+RankLayout rank_layout(const Scenario& scenario);
+
 Program build_program(const Scenario& scenario, Granularity granularity = Granularity::Op);
 
 // Ops build_program would put in the stage lists (one rank per stage), from one layer's op count times the layers

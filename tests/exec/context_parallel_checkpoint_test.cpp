@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "exec/checkpoint.hpp"
+#include "model/program.hpp"
 #include "exec_test_util.hpp"
 
 namespace twin::exec {
@@ -47,7 +48,7 @@ TEST(ExecContextParallelCheckpoint, ResumingContinuesBitForBit) {
     const auto first = train(s, 2, dir);
     EXPECT_EQ(first.losses, std::vector<double>(uninterrupted.begin(), uninterrupted.begin() + 2));
     const Manifest manifest = read_manifest(fs::path(dir) / "step-00000002");
-    EXPECT_EQ(manifest.world_size, plan_layout(s).world_size());
+    EXPECT_EQ(manifest.world_size, model::rank_layout(s).world_size());
     for (const ShardRecord& shard : manifest.shards) {
       EXPECT_TRUE(fs::exists(fs::path(dir) / "step-00000002" / shard.file)) << shard.file;
     }
