@@ -8,13 +8,13 @@
 
 #include <CLI/CLI.hpp>
 
-#include "model/errors.hpp"
-#include "model/program.hpp"
-#include "model/scenario.hpp"
+#include "model/program/program.hpp"
+#include "model/scenario/errors.hpp"
+#include "model/scenario/scenario.hpp"
 
 namespace twin::cli {
 
-// A mistake in what the user typed (flag, file, value): printed as one line, exit status 2 (model/errors.hpp).
+// A mistake in what the user typed (flag, file, value): printed as one line, exit status 2 (model/scenario/errors.hpp).
 using twin::UserError;
 
 // The scenario a command works on: a TOML file or a name under scenarios/, with `--set key=value` overrides and

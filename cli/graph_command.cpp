@@ -5,10 +5,10 @@
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
-#include "model/formulas.hpp"
-#include "model/moe_ops.hpp"
-#include "model/program.hpp"
-#include "model/program_json.hpp"
+#include "model/ops/moe_ops.hpp"
+#include "model/program/estimates.hpp"
+#include "model/program/program.hpp"
+#include "model/program/program_json.hpp"
 #ifdef TWIN_HAVE_CHAKRA
 #include "measured/chakra.hpp"
 #include "measured/kineto.hpp"

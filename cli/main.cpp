@@ -17,7 +17,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
-#include "model/errors.hpp"
+#include "model/scenario/errors.hpp"
 
 namespace {
 
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
     // every mistake in what was typed: one line, exit 2, as a UserError's
     fmt::print(stderr, "twin: error: {}\n", parse_error_line(app, error, argc, argv));
     return twin::kExitUsage;
-  } catch (const std::exception& error) {  // the one mapping of errors to lines and statuses: model/errors.hpp
+  } catch (const std::exception& error) {  // the one mapping of errors to lines and statuses: model/scenario/errors.hpp
     for (const std::string& line : twin::error_lines(error)) fmt::print(stderr, "twin: {}\n", line);
     return twin::exit_status(error);
   }

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/scenario.hpp"
+#include "model/scenario/scenario.hpp"
 #include "sim/cost_model.hpp"
 #include "topology/gpu_profile.hpp"
 #include "topology/hardware.hpp"

@@ -27,16 +27,16 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
-#include "exec/checkpoint.hpp"
+#include "exec/checkpoint/checkpoint.hpp"
 #include "exec/comm/mpi_communicator.hpp"
-#include "exec/data.hpp"
-#include "exec/errors.hpp"
-#include "exec/faults.hpp"
-#include "exec/guards.hpp"
-#include "exec/run_report.hpp"
-#include "exec/trainer.hpp"
-#include "model/formulas.hpp"
-#include "model/program.hpp"
+#include "exec/core/errors.hpp"
+#include "exec/train/data.hpp"
+#include "exec/train/faults.hpp"
+#include "exec/train/guards.hpp"
+#include "exec/train/run_report.hpp"
+#include "exec/train/trainer.hpp"
+#include "model/program/estimates.hpp"
+#include "model/program/program.hpp"
 
 namespace twin::cli {
 namespace {
@@ -359,7 +359,7 @@ void run_threads(const RunOptions& o, const model::Program& program, const exec:
   write_outputs(o, program, result, fmt::format("exec ({}, threads)", o.backend));
 }
 
-// What a failure under MPI exits with: model/errors.hpp's mapping (2 for what the user can fix, 1 for a failed run).
+// What a failure under MPI exits with: model/scenario/errors.hpp's mapping (2 for what the user can fix, 1 for a failed run).
 int exit_code_of(const std::exception& error) { return twin::exit_status(error); }
 
 // One rank of an MPI job. A failure is printed as one `twin: error:` line and ends the job with the exit status the

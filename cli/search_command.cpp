@@ -13,7 +13,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/simulation_pool.hpp"
-#include "model/formulas.hpp"
+#include "model/program/estimates.hpp"
 #include "sim/cost_model.hpp"
 #include "topology/hardware.hpp"
 
@@ -103,7 +103,7 @@ std::vector<std::int64_t> divisors(std::int64_t n) {
 
 // The (ep, etp) pairs worth trying: for a Mixture-of-Experts model every ep that divides the experts, with etp = 1 or
 // (vary_etp) every power of two up to a node's GPUs; validation keeps what Megatron-Core allows (ep x etp dividing
-// tp x dp, model/ranks.hpp). A dense model keeps its (1, 1).
+// tp x dp, model/plan/ranks.hpp). A dense model keeps its (1, 1).
 std::vector<std::pair<std::int64_t, std::int64_t>> expert_plans(const model::Scenario& base, bool vary_etp) {
   if (!base.model.is_moe()) return {{base.parallel.ep, base.parallel.etp}};
   std::vector<std::int64_t> etps{1};
@@ -261,7 +261,7 @@ void check_searchable(const model::Scenario& base, const SearchOptions& o) {
 
 // The node kind named `name` as a scenario spells it (cluster.node), if any.
 std::optional<model::NodeKind> node_kind(const std::string& name) {
-  // Every kind: CpuHost is the enumeration's last (model/scenario.hpp).
+  // Every kind: CpuHost is the enumeration's last (model/scenario/scenario.hpp).
   for (int k = 0; k <= static_cast<int>(model::NodeKind::CpuHost); ++k) {
     const auto kind = static_cast<model::NodeKind>(k);
     if (model::to_string(kind) == name) return kind;

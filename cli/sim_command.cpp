@@ -11,7 +11,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/measured_hardware.hpp"
-#include "model/program.hpp"
+#include "model/program/program.hpp"
 #include "report/summary.hpp"
 #include "report/svg.hpp"
 #include "report/trace.hpp"

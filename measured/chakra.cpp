@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "measured/kineto.hpp"
-#include "model/op_label.hpp"
+#include "model/ops/op_label.hpp"
 
 namespace twin::measured {
 namespace {

@@ -9,7 +9,7 @@
 //   Send/Recv   COMM_SEND_NODE / COMM_RECV_NODE, comm_src, comm_dst (global ranks), comm_tag (the P2P tag:
 //               (micro_batch * 1024 + sender_virtual_stage) * 2 + 1 for a backward gradient), comm_size.
 // data_deps are the op's deps; ctrl_deps the previous op on the same ordered stream (compute, data-parallel), the
-// order the Program's execution semantics impose (model/program.hpp). Every node also carries twin's own op label
+// order the Program's execution semantics impose (model/program/program.hpp). Every node also carries twin's own op label
 // as its name and its phase, kind, layer and micro-batch as attributes, so that a reader gets the op back.
 #pragma once
 
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "model/program.hpp"
+#include "model/program/program.hpp"
 
 namespace twin::measured {
 

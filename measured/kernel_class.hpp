@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "model/program.hpp"
+#include "model/program/program.hpp"
 
 namespace twin::measured {
 

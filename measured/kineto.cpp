@@ -15,7 +15,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "model/op_label.hpp"
+#include "model/ops/op_label.hpp"
 
 namespace twin::measured {
 
@@ -197,7 +197,7 @@ void read_twin_trace(const json& events, const Reader& reader, KinetoTrace& trac
     begin = std::min(begin, start);
     end = std::max(end, start + duration);
     if (event.value("cat", std::string()) != "compute") continue;
-    // "forward qkv_projection layer 3 micro-batch 2" (model/op_label.hpp): its class is the phase and the kind.
+    // "forward qkv_projection layer 3 micro-batch 2" (model/ops/op_label.hpp): its class is the phase and the kind.
     const std::string op_class = model::op_class(event.value("name", std::string()));
     const std::string kind = op_class.substr(op_class.find(' ') + 1);
     TracedKernel k;

@@ -1,6 +1,6 @@
 #include "measured/program_work.hpp"
 
-#include "model/op_label.hpp"
+#include "model/ops/op_label.hpp"
 
 namespace twin::measured {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "measured/kernel_class.hpp"
-#include "model/program.hpp"
+#include "model/program/program.hpp"
 
 namespace twin::measured {
 
@@ -16,7 +16,7 @@ struct ProgramWork {
   std::map<KernelClass, double>
       stream_bytes;            // by the class of the op's kind (class_of): a GEMM op's bias pass is gemm
   double kernel_launches = 0;  // every compute op's kernels, as the cost model charges them
-  // Each GEMM op's shape by its class ("forward mlp_up", model/op_label.hpp): what twin's own traces, which carry
+  // Each GEMM op's shape by its class ("forward mlp_up", model/ops/op_label.hpp): what twin's own traces, which carry
   // an op's FLOPs and not its shape, are matched with, so that they give GEMM rates by shape as PyTorch's do.
   std::map<std::string, model::GemmShape> gemm_shape_by_op_class;
   // Each GEMM op's passes beyond its GEMMs (a bias gradient's sum, a bias add), bytes by the op's class.

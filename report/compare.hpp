@@ -11,11 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/errors.hpp"
+#include "model/scenario/errors.hpp"
 
 namespace twin::report {
 
-// Two documents that cannot be compared, or one that is not what it claims: the user's files (model/errors.hpp).
+// Two documents that cannot be compared, or one that is not what it claims: the user's files (model/scenario/errors.hpp).
 class CompareError : public UserError {
  public:
   using UserError::UserError;

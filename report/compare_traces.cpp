@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "model/op_label.hpp"
+#include "model/ops/op_label.hpp"
 
 namespace twin::report {
 bool is_trace(const nlohmann::json& document) {
@@ -17,7 +17,7 @@ bool is_trace(const nlohmann::json& document) {
 }
 
 std::string op_class(std::string_view label) {
-  return model::op_class(label);  // the labels both engines write (model/op_label.hpp)
+  return model::op_class(label);  // the labels both engines write (model/ops/op_label.hpp)
 }
 
 namespace {

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "model/formulas.hpp"
+#include "model/program/estimates.hpp"
 
 namespace twin::report {
 
@@ -27,7 +27,7 @@ enum Category : int {
 };
 
 int category_of(const model::Op& op) {
-  // Both frameworks block on their sends as on their receives (model/exchanges.hpp): from the moment its bytes move.
+  // Both frameworks block on their sends as on their receives (model/ops/exchanges.hpp): from the moment its bytes move.
   if (op.kind == model::OpKind::Recv || op.kind == model::OpKind::Send) return kPipeline;
   if (op.stream == model::Stream::DataParallel) return kDataBackground;
   if (op.kind == model::OpKind::Compute) return kCompute;

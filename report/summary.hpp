@@ -26,7 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/program.hpp"
+#include "model/program/program.hpp"
 #include "report/timeline.hpp"
 
 namespace twin::report {

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "model/op_label.hpp"
+#include "model/ops/op_label.hpp"
 
 namespace twin::report {
 

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/program.hpp"
+#include "model/program/program.hpp"
 #include "report/timeline.hpp"
 
 namespace twin::report {

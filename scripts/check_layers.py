@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The layers, checked: each folder includes only the folders below it (docs/architecture in the README's folder
 table). sim/ and exec/ sit side by side above report/ and model/ and never include each other; model/ knows nothing
-of SimGrid or CUDA; kernels/ stands alone. Prints every include that breaks a rule and exits 1; silent and 0 when the
-tree keeps them.
+of SimGrid or CUDA; kernels/ stands alone. Inside exec/ and model/ the rooms (sub-folders) are floors with the same
+rule (ROOMS). Prints every include that breaks a rule and exits 1; silent and 0 when the tree keeps them.
 
     scripts/check_layers.py [ROOT]
 """
@@ -21,6 +21,25 @@ ALLOWED = {
     "exec": {"model", "report", "kernels"},
     "cli": {"model", "report", "topology", "sim", "exec", "kernels", "measured"},
 }
+# layer -> room -> the rooms of the same layer its files may include (besides its own), lowest floor first
+ROOMS = {
+    "model": {
+        "scenario": set(),                             # the validated scenario, its names and errors
+        "plan": {"scenario"},                          # ranks, schedules, parameter counts
+        "ops": {"scenario", "plan"},                   # what each op of a layer computes and moves
+        "program": {"scenario", "plan", "ops"},        # the Program and the estimates built on it
+    },
+    "exec": {
+        "core": set(),                                 # tensors, the Backend seam, errors, micro-batches
+        "comm": {"core"},                              # communicators
+        "cpu": {"core"},                               # the CPU backend
+        "shard": {"core"},                             # a rank's parameters and optimizer state
+        "cuda": {"core", "comm", "shard"},             # the CUDA backend and device communicators
+        "interpreter": {"core", "comm", "shard"},      # the op loop and the features' runners
+        "checkpoint": {"core", "shard", "interpreter"},  # shards on disk, manifest, re-shard
+        "train": {"core", "comm", "cpu", "cuda", "shard", "interpreter", "checkpoint"},  # trainer, launchers, data
+    },
+}
 # system headers a layer must not reach (model/ knows nothing of SimGrid or CUDA)
 FORBIDDEN_SYSTEM = {
     "model": re.compile(r"^(simgrid/|cuda|cublas|nccl)"),
@@ -29,6 +48,24 @@ FORBIDDEN_SYSTEM = {
     "exec": re.compile(r"^simgrid/"),
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]')
+
+
+def room_violation(root, layer, path, target):
+    """Why an include of `target` from `path` (in `layer`) breaks the rooms' floors, or None."""
+    rooms = ROOMS.get(layer)
+    parts = target.split("/")
+    if not rooms or len(parts) < 3 or parts[0] != layer:
+        return None
+    inside = os.path.relpath(path, os.path.join(root, layer)).split(os.sep)
+    room = inside[0] if len(inside) > 1 else ""
+    if room not in rooms:
+        return f"{layer}/{inside[0]} is in no room of {layer}/ (the rooms: {', '.join(rooms)})"
+    wanted = parts[1]
+    if wanted == room or wanted in rooms[room]:
+        return None
+    if wanted not in rooms:
+        return f"{layer}/{room}/ includes {target} ({layer}/{wanted}/ is no room of {layer}/)"
+    return f"{layer}/{room}/ includes {target} ({layer}/{wanted}/ is not below {layer}/{room}/)"
 
 
 def violations(root):
@@ -50,6 +87,9 @@ def violations(root):
                         where = f"{os.path.relpath(path, root)}:{number}"
                         if match.group(1) == '"' and first in ALLOWED and first != layer and first not in allowed:
                             found.append(f"{where}: {layer}/ includes {target} ({first}/ is not below it)")
+                        room_rule = room_violation(root, layer, path, target)
+                        if match.group(1) == '"' and room_rule:
+                            found.append(f"{where}: {room_rule}")
                         rule = FORBIDDEN_SYSTEM.get(layer)
                         if match.group(1) == "<" and rule and rule.match(target):
                             found.append(f"{where}: {layer}/ includes <{target}>")

@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/program.hpp"
+#include "model/program/program.hpp"
 #include "topology/hardware.hpp"
 
 namespace twin::sim {
@@ -123,7 +123,7 @@ CollectivePlan plan_collective(model::CollectiveKind kind, double bytes, const s
                                const CommunicationModel& model, CollectiveAlgorithm requested,
                                double bandwidth_scale = 1);
 
-// framework.tp_comm_overlap (model/tp_overlap.hpp): the time a collective of `collective_s` adds to a GEMM of `gemm_s`
+// framework.tp_comm_overlap (model/ops/tp_overlap.hpp): the time a collective of `collective_s` adds to a GEMM of `gemm_s`
 // it runs beside, when the collective's thread blocks hold `sm_share` of the SMs meanwhile (NCCL launches one block
 // per channel, and a cuBLAS GEMM block does not fit beside one: NVIDIA Developer Forums, "Compute-Communication
 // Overlap Causes Severe GEMM Performance Degradation because of Tail Effect", 2025, profiles an all-gather's 24 blocks

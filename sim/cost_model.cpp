@@ -9,7 +9,7 @@
 
 #include <fmt/core.h>
 
-#include "model/compute_ops.hpp"
+#include "model/ops/compute_ops.hpp"
 #include "sim/fp8_gemm.hpp"
 
 namespace twin::sim {

@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/program.hpp"
+#include "model/program/program.hpp"
 #include "report/summary.hpp"
 #include "topology/hardware.hpp"
 #include "topology/host_profile.hpp"
@@ -53,7 +53,7 @@ class CostModel {
     return 0;
   }
   // Seconds of copies the framework makes outside the Program's ops: `bytes` through HBM in `kernels` memory-bound
-  // kernels (DeepSpeed's PartitionedTensor.full() on a pipeline receipt, model/exchanges.hpp); 0 when the model does
+  // kernels (DeepSpeed's PartitionedTensor.full() on a pipeline receipt, model/ops/exchanges.hpp); 0 when the model does
   // not know.
   virtual double memory_copy_s(double /*bytes*/, int /*kernels*/) const { return 0; }
   // What issuing `op` (any kind) costs the rank's host; nothing when the model does not know.

@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <simgrid/s4u.hpp>
 
-#include "model/context_parallel_ring.hpp"
+#include "model/ops/context_parallel_ring.hpp"
 
 namespace twin::sim::detail {
 
@@ -128,7 +128,7 @@ double Engine::receipt_s(const model::PipelineTransfer& transfer) const {
   return gather + cost_.memory_copy_s(transfer.receipt_copy_bytes, transfer.receipt_copy_kernels);
 }
 
-// A blocking Send/Recv pair (model/exchanges.hpp) as a two-member instance: sender and receiver register when they
+// A blocking Send/Recv pair (model/ops/exchanges.hpp) as a two-member instance: sender and receiver register when they
 // post; the transfer starts once both have; the receiver then all-gathers a scattered tensor across its TP group.
 CollectiveInstance* Engine::point_to_point(const Replayer& member, std::int32_t op) {
   const model::Op& o = program_.stage_ops[member.stage()][op];

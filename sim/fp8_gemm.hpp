@@ -7,7 +7,7 @@
 
 #include <string_view>
 
-#include "model/precision.hpp"
+#include "model/scenario/precision.hpp"
 #include "topology/hardware.hpp"
 
 namespace twin::sim {

@@ -14,7 +14,7 @@
 
 #include <simgrid/s4u.hpp>
 
-#include "model/exchanges.hpp"
+#include "model/ops/exchanges.hpp"
 #include "sim/engine.hpp"
 
 namespace twin::sim::detail {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/program.hpp"
+#include "model/program/program.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/simulate.hpp"
 #include "topology/hardware.hpp"

@@ -22,10 +22,10 @@
 #include <string_view>
 #include <vector>
 
-#include "model/program.hpp"
+#include "model/program/program.hpp"
+#include "report/timeline.hpp"
 #include "sim/collectives.hpp"
 #include "sim/cost_model.hpp"
-#include "report/timeline.hpp"
 #include "topology/hardware.hpp"
 
 namespace twin::sim {
@@ -45,7 +45,7 @@ struct SimOptions {
   std::optional<topology::FabricSpec> fabric;  // default: the node's InfiniBand fabric
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::Auto;
   bool ideal_network = false;     // infinite bandwidth, zero latency: the pipeline schedule alone
-  bool blocking_p2p = true;       // Send/Recv block both sides as the frameworks do (model/exchanges.hpp); false: a
+  bool blocking_p2p = true;       // Send/Recv block both sides as the frameworks do (model/ops/exchanges.hpp); false: a
                                   // Send leaves eagerly and only the receiver waits
   std::vector<int> record_ranks;  // ranks whose full timeline is kept, besides dp = 0, tp = 0 of every stage
   bool isolate = true;            // run SimGrid in a child process

@@ -7,10 +7,10 @@
 
 #include <fmt/format.h>
 
-#include "model/context_parallel_ring.hpp"
-#include "model/moe_host_sync.hpp"
-#include "model/moe_ops.hpp"
-#include "model/tp_overlap.hpp"
+#include "model/ops/context_parallel_ring.hpp"
+#include "model/ops/moe_host_sync.hpp"
+#include "model/ops/moe_ops.hpp"
+#include "model/ops/tp_overlap.hpp"
 #include "sim/all_to_all.hpp"
 #include "sim/engine.hpp"
 
@@ -94,7 +94,7 @@ StagePlan Engine::build_plan(int stage) const {
   return plan;
 }
 
-// Blocking pipeline exchanges (model/exchanges.hpp), as the Program says the framework issues them: the compute op
+// Blocking pipeline exchanges (model/ops/exchanges.hpp), as the Program says the framework issues them: the compute op
 // after an exchange waits for every op of it; batched or serialized exchanges also rendezvous: their ops are posted
 // when the compute op before them ends (serialized: one after the other, in the framework's order) and a transfer
 // starts once both sides have posted. Eager ones leave as soon as their dependencies allow.
@@ -231,7 +231,7 @@ void Engine::plan_recv(StagePlan& plan, std::int32_t i) const {
   }
 }
 
-// The host issues the ops in list order (model/program.hpp), without waiting for the GPU. A compute op waits for its
+// The host issues the ops in list order (model/program/program.hpp), without waiting for the GPU. A compute op waits for its
 // kernels' launches; a collective or a message is one call, whose time delays the ops after it (the GPU reaches it
 // only after the compute op before it, which the host issued first).
 void Engine::pace_host(StagePlan& plan) const {

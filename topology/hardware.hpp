@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "model/scenario.hpp"
+#include "model/scenario/scenario.hpp"
 
 namespace twin::topology {
 

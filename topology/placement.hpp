@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/ranks.hpp"
+#include "model/plan/ranks.hpp"
 
 namespace twin::topology {
 

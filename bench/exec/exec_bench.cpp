@@ -22,10 +22,10 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "exec/data.hpp"
-#include "exec/trainer.hpp"
-#include "model/formulas.hpp"
-#include "model/program.hpp"
+#include "exec/train/data.hpp"
+#include "exec/train/trainer.hpp"
+#include "model/program/estimates.hpp"
+#include "model/program/program.hpp"
 
 #ifdef TWIN_HAVE_BLAS
 #include <cblas.h>

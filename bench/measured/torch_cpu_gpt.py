@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A GPT trained by PyTorch on this machine's CPU under its profiler: the measured side of twin's CPU loop.
 
-The model is twin's GPT as model/program.cpp builds it (learned position embedding, pre-layer-norm blocks, fused QKV
+The model is twin's GPT as model/program/program.cpp builds it (learned position embedding, pre-layer-norm blocks, fused QKV
 projection, causal softmax attention, GELU MLP of 4h, final layer norm, LM head tied to the word embedding, fp32,
 AdamW), so that a twin scenario of the same shape describes it. Every plan (layers x batch) trains on random tokens,
 one step of each plan in turn, so that other work on a shared machine slows every plan alike; the profiler

@@ -11,9 +11,9 @@
 
 #include <fmt/core.h>
 
-#include "model/formulas.hpp"
-#include "model/program.hpp"
-#include "model/scenario.hpp"
+#include "model/program/estimates.hpp"
+#include "model/program/program.hpp"
+#include "model/scenario/scenario.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/simulate.hpp"
 #include "topology/hardware.hpp"

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "model/ranks.hpp"
+#include "model/plan/ranks.hpp"
 
 namespace twin::exec {
 

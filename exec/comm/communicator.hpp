@@ -21,8 +21,8 @@
 #include <string_view>
 #include <vector>
 
-#include "exec/errors.hpp"  // CommError, PeerFailure
-#include "exec/tensor.hpp"
+#include "exec/core/errors.hpp"  // CommError, PeerFailure
+#include "exec/core/tensor.hpp"
 
 namespace twin::exec {
 

@@ -5,7 +5,7 @@
 // make the compute stream wait (exec/cuda/nccl_communicator.hpp): the backward goes on while they run on their own
 // stream. Until the rank waits for such a collective it reads and writes its buffers, and a kernel that touches them
 // in between races it. DeferredWork keeps each one's byte ranges with a handle to wait on (a CUDA event on the GPU;
-// the call itself in the CPU emulation, exec/deferred_emulation.hpp), so that a touch is ordered after it, or, in the
+// the call itself in the CPU emulation, exec/train/deferred_emulation.hpp), so that a touch is ordered after it, or, in the
 // emulation's strict mode, reported.
 #pragma once
 

@@ -19,7 +19,7 @@
 #include <fmt/core.h>
 
 #include "exec/comm/mpi_shim.hpp"
-#include "model/program.hpp"  // model::Group, to_string
+#include "model/program/program.hpp"  // model::Group, to_string
 
 namespace twin::exec {
 

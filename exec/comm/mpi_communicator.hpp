@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "exec/comm/communicator.hpp"
-#include "model/op.hpp"
+#include "model/ops/op.hpp"
 
 namespace twin::exec {
 

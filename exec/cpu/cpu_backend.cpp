@@ -8,7 +8,7 @@
 #include <new>
 #include <vector>
 
-#include "exec/check.hpp"
+#include "exec/core/check.hpp"
 #include "exec/cpu/thread_pool.hpp"
 #include "kernels/cpu/kernels.hpp"
 

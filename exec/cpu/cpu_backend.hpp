@@ -9,7 +9,7 @@
 #include <functional>
 #include <memory>
 
-#include "exec/backend.hpp"
+#include "exec/core/backend.hpp"
 
 namespace twin::exec::cpu {
 

@@ -5,11 +5,11 @@
 #include <cstring>
 #include <vector>
 
-#include "exec/check.hpp"
+#include "exec/core/check.hpp"
 #include "exec/cpu/cpu_backend.hpp"
 #include "kernels/cpu/ring_attention.hpp"
 #include "kernels/cpu/rope.hpp"
-#include "model/context_parallel.hpp"
+#include "model/ops/context_parallel.hpp"
 
 namespace twin::exec::cpu {
 

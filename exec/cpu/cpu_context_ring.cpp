@@ -2,7 +2,7 @@
 // the interpreter moves around the ring (a K/V block: one rank's keys then values per token, (B, L, 2 KV D)).
 #include <cstring>
 
-#include "exec/check.hpp"
+#include "exec/core/check.hpp"
 #include "exec/cpu/cpu_backend.hpp"
 #include "kernels/cpu/ring_attention.hpp"
 

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "exec/check.hpp"
+#include "exec/core/check.hpp"
 #include "exec/cpu/cpu_backend.hpp"
 #include "kernels/cpu/moe.hpp"
 

@@ -5,7 +5,7 @@
 #include <limits>
 #include <vector>
 
-#include "exec/check.hpp"
+#include "exec/core/check.hpp"
 #include "kernels/cpu/cast.hpp"
 #include "kernels/cuda/kernels.cuh"
 

@@ -17,7 +17,7 @@
 #include <array>
 #include <memory>
 
-#include "exec/backend.hpp"
+#include "exec/core/backend.hpp"
 #include "exec/cuda/device_context.hpp"
 
 namespace twin::kernels::cuda {

@@ -3,10 +3,10 @@
 // lse and delta. The layouts are the interpreter's: every CP rank's keys and values as (cp, B, L, KV D) blocks in rank
 // order (all_gather), one rank's K/V block (B, L, 2 KV D) (ring), a column range of a token-major tensor (Ulysses).
 // Each method describes its tensors to the kernels (context::Layout, KeyBlocks, an index map) and launches.
-#include "exec/check.hpp"
+#include "exec/core/check.hpp"
 #include "exec/cuda/cuda_backend.hpp"
 #include "kernels/cuda/context_parallel.cuh"
-#include "model/context_parallel.hpp"
+#include "model/ops/context_parallel.hpp"
 
 namespace twin::exec::cuda {
 

@@ -6,10 +6,10 @@
 #include <memory>
 #include <string>
 
-#include "exec/check.hpp"
+#include "exec/core/check.hpp"
+#include "exec/core/errors.hpp"
 #include "exec/cuda/cuda_backend.hpp"
 #include "exec/cuda/cuda_exec.hpp"
-#include "exec/errors.hpp"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/fp8_matmul.cuh"
 #include "kernels/cuda/matmul.cuh"

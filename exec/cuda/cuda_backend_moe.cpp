@@ -1,7 +1,7 @@
 // The CUDA backend's Mixture-of-Experts kernels (kernels/cuda/moe.cuh): bf16 logits and token rows, fp32
 // probabilities and scores, int32 expert indices and row maps on the device. The host keeps the integer bookkeeping:
 // the interpreter downloads the (T, k) chosen experts once per layer (download_i32: the host wait Megatron-Core also
-// pays to size its all-to-all, model/moe_host_sync.hpp) and uploads the permutation rows it derives; the grouped GEMMs
+// pays to size its all-to-all, model/ops/moe_host_sync.hpp) and uploads the permutation rows it derives; the grouped GEMMs
 // take the rows per local expert from the host and run one cuBLASLt GEMM per expert with rows, on a handle of their own
 // without autotuning (expert_blas()).
 #include <algorithm>
@@ -9,7 +9,7 @@
 #include <numeric>
 #include <vector>
 
-#include "exec/check.hpp"
+#include "exec/core/check.hpp"
 #include "exec/cuda/cuda_backend.hpp"
 #include "kernels/cuda/kernels.cuh"
 #include "kernels/cuda/moe_math.hpp"

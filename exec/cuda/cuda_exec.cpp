@@ -9,12 +9,12 @@
 
 #include <fmt/core.h>
 
+#include "exec/core/errors.hpp"
 #include "exec/cuda/cuda_backend.hpp"
 #include "exec/cuda/staging_communicator.hpp"
-#include "exec/errors.hpp"
-#include "exec/model_shard.hpp"
+#include "exec/shard/model_shard.hpp"
 #include "kernels/cuda/check.cuh"
-#include "model/context_parallel_ring.hpp"
+#include "model/ops/context_parallel_ring.hpp"
 #ifdef TWIN_HAVE_NCCL
 #include "exec/cuda/nccl_communicator.hpp"
 #endif

@@ -1,6 +1,6 @@
 // What the rest of exec/ calls to run on GPUs (compiled only when the CUDA toolkit is found: TWIN_HAVE_CUDA):
 //
-//   make_cuda_backend         `--backend cuda`: exec/backend.cpp's make_backend("cuda", ...) returns it
+//   make_cuda_backend         `--backend cuda`: exec/train/backend_factory.cpp's make_backend("cuda", ...) returns it
 //   make_device_communicator  the communicator the interpreter uses with that backend, wrapping the launcher's host
 //                             communicator: NCCL when every rank of the job has a GPU of its own (mpi launcher, one
 //                             process per GPU, built with NCCL), else device buffers staged through the host
@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "exec/backend.hpp"
 #include "exec/comm/communicator.hpp"
-#include "model/program.hpp"
+#include "exec/core/backend.hpp"
+#include "model/program/program.hpp"
 
 namespace twin::exec::cuda {
 

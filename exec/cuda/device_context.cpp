@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "exec/errors.hpp"
+#include "exec/core/errors.hpp"
 #include "kernels/cuda/check.cuh"
 
 namespace twin::exec::cuda {

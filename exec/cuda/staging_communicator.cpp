@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "exec/check.hpp"
+#include "exec/core/check.hpp"
 #include "kernels/cpu/cast.hpp"
 #include "kernels/cuda/check.cuh"
 

@@ -2,7 +2,7 @@
 """Random scenario overrides fail cleanly: `twin graph` (and a few `twin sim`, `twin run` and `twin sweep`) with 1 to
 4 random `--set`s (a sweep: one, and a random `--vary` of two values).
 
-Every key the scenario loader reads (found in model/scenario_toml.cpp, so a new key is covered the day it is added) gets
+Every key the scenario loader reads (found in model/scenario/scenario_toml.cpp, so a new key is covered the day it is added) gets
 values of every kind: the values the repository's scenarios give it, and zero, negative, huge, fractional, string,
 array and boolean ones. Each run must exit 0, or 2 with a `twin: error:` line; a signal, another status or a run past
 its timeout fails the test. The seed is fixed, so a failure reproduces with the command it prints.
@@ -21,7 +21,7 @@ JUNK = ["0", "1", "2", "3", "7", "8", "16", "128", "-1", "0.5", "3.5", "1e30", "
 
 
 def loader_keys(source: pathlib.Path) -> list[str]:
-    """The section.key pairs model/scenario_toml.cpp reads (SectionReader calls such as `model.integer("layers", ...)`)."""
+    """The section.key pairs model/scenario/scenario_toml.cpp reads (SectionReader calls such as `model.integer("layers", ...)`)."""
     text = source.read_text()
     keys = set(re.findall(r'\b(model|parallel|cluster|framework|training)\.'
                           r'(?:integer|number|boolean|choice|text|positive_integers|version)\("([a-z_0-9]+)"', text))
@@ -61,9 +61,9 @@ def main() -> int:
     args = parser.parse_args()
 
     root = pathlib.Path(args.source)
-    keys = loader_keys(root / "model" / "scenario_toml.cpp")
+    keys = loader_keys(root / "model" / "scenario" / "scenario_toml.cpp")
     if len(keys) < 40:
-        print(f"found only {len(keys)} keys in model/scenario_toml.cpp: has the loader's reader changed?")
+        print(f"found only {len(keys)} keys in model/scenario/scenario_toml.cpp: has the loader's reader changed?")
         return 1
     names, by_scenario = scenario_values(root / "scenarios")
     every_value: dict[str, set[str]] = {}

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "exec/data.hpp"
-#include "exec/trainer.hpp"
-#include "model/program.hpp"
-#include "model/scenario.hpp"
+#include "exec/train/data.hpp"
+#include "exec/train/trainer.hpp"
+#include "model/program/program.hpp"
+#include "model/scenario/scenario.hpp"
 
 namespace twin::exec::testing {
 

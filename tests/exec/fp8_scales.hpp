@@ -11,10 +11,11 @@
 #include <vector>
 
 #include "exec/comm/threads_communicator.hpp"
-#include "exec/context_parallel.hpp"
-#include "exec/fp8_state.hpp"
-#include "exec/interpreter.hpp"
-#include "exec/model_shard.hpp"
+#include "exec/interpreter/fp8_state.hpp"
+#include "exec/interpreter/interpreter.hpp"
+#include "exec/shard/model_shard.hpp"
+#include "exec/train/backend_factory.hpp"
+#include "exec/train/context_parallel.hpp"
 #include "exec_test_util.hpp"
 
 namespace twin::exec::fp8_scales {

@@ -1,5 +1,5 @@
 // The fault-injection suite (ctest -L faults): `twin run` with one fault injected through TWIN_FAULT
-// (exec/faults.hpp), under each launcher: a rank killed, stopped, slowed or raising; a checkpoint write cut short at
+// (exec/train/faults.hpp), under each launcher: a rank killed, stopped, slowed or raising; a checkpoint write cut short at
 // each of its files; a full disk; a NaN at a chosen op. Each asserts the exit status, that the message names the rank
 // or the file, and that the next run resumes to the losses of a run nobody interrupted, bit for bit.
 #include <gtest/gtest.h>

@@ -13,7 +13,7 @@
 
 #include "measured/chakra.hpp"
 #include "measured/kineto.hpp"
-#include "model/op_label.hpp"
+#include "model/ops/op_label.hpp"
 #include "tests/model/test_scenarios.hpp"
 
 namespace twin::measured {

@@ -15,7 +15,7 @@
 #include "measured/kineto.hpp"
 #include "measured/measured_run.hpp"
 #include "measured/program_work.hpp"
-#include "model/program.hpp"
+#include "model/program/program.hpp"
 
 namespace twin::measured {
 namespace {

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "model/program.hpp"
-#include "model/scenario.hpp"
+#include "model/program/program.hpp"
+#include "model/scenario/scenario.hpp"
 
 namespace twin::model::testing {
 

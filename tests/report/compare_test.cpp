@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <functional>
 
-#include "model/op_label.hpp"
+#include "model/ops/op_label.hpp"
 #include "report/compare.hpp"
 #include "report/compare_traces.hpp"
 #include "report/trace.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/program.hpp"
+#include "model/program/program.hpp"
 #include "sim/simulate.hpp"
 #include "topology/hardware.hpp"
 
@@ -132,7 +132,7 @@ TEST(AllToAll, GroupFidelityAgreesWithRankFidelityAcrossNodes) {
         const SimResult rank = simulate(program, cost, options);
         options.fidelity = Fidelity::Group;
         const SimResult group = simulate(program, cost, options);
-        // TP 2: the tokens-per-expert counts' small all-gather over the tp-ep group (model/moe_host_sync.hpp) runs
+        // TP 2: the tokens-per-expert counts' small all-gather over the tp-ep group (model/ops/moe_host_sync.hpp) runs
         // among the actors (ep / 2 of them, twice the bytes each) rather than among its ep ranks: fewer ring steps'
         // latency, 0.2 to 0.6 % of these iterations (measured); the all-to-alls themselves agree within 1.2e-4.
         const double tolerance = tp == 1 ? 0.001 : 0.01;

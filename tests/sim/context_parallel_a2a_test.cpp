@@ -1,4 +1,4 @@
-// Context parallelism's a2a way (framework.cp_comm = "a2a", DeepSpeed-Ulysses; model/context_parallel_a2a.cpp) in the
+// Context parallelism's a2a way (framework.cp_comm = "a2a", DeepSpeed-Ulysses; model/ops/context_parallel_a2a.cpp) in the
 // Program and the simulator: four all-to-alls over the Context group per pass whose bytes equal
 // model/context_parallel's closed form, the attention core over the whole sequence for heads / (tp cp) heads, and at
 // 128k tokens each exchange timed as its bytes over the group's NVLink or NIC bandwidth, blocking the attention.
@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include "context_parallel_scenarios.hpp"
-#include "model/context_parallel.hpp"
-#include "model/program.hpp"
+#include "model/ops/context_parallel.hpp"
+#include "model/program/program.hpp"
 #include "sim/collectives.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/simulate.hpp"

@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 
 #include "context_parallel_scenarios.hpp"
-#include "model/context_parallel_ring.hpp"
-#include "model/program.hpp"
+#include "model/ops/context_parallel_ring.hpp"
+#include "model/program/program.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/simulate.hpp"
 #include "topology/hardware.hpp"

@@ -1,5 +1,5 @@
 // What the context-parallel simulator tests share: Llama 3 8B at long sequences on DGX H100s, and the closed form's
-// view of a scenario's attention (model/context_parallel.hpp).
+// view of a scenario's attention (model/ops/context_parallel.hpp).
 #pragma once
 
 #include <cstdint>
@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "model/context_parallel.hpp"
-#include "model/scenario.hpp"
+#include "model/ops/context_parallel.hpp"
+#include "model/scenario/scenario.hpp"
 
 namespace twin::sim::cp_scenarios {
 

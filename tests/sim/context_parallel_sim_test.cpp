@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 
 #include "context_parallel_scenarios.hpp"
-#include "model/context_parallel.hpp"
-#include "model/formulas.hpp"
-#include "model/program.hpp"
+#include "model/ops/context_parallel.hpp"
+#include "model/program/estimates.hpp"
+#include "model/program/program.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/simulate.hpp"
 #include "topology/hardware.hpp"

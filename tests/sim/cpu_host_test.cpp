@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-#include "model/program.hpp"
+#include "model/program/program.hpp"
 #include "sim/cost_model.hpp"
 #include "topology/host_profile.hpp"
 

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "model/formulas.hpp"
+#include "model/program/estimates.hpp"
 #include "report/summary.hpp"
 #include "report/trace.hpp"
 #include "sim/simulate.hpp"

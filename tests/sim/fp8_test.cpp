@@ -3,8 +3,8 @@
 // of it.
 #include <gtest/gtest.h>
 
-#include "model/compute_ops.hpp"
-#include "model/program.hpp"
+#include "model/ops/compute_ops.hpp"
+#include "model/program/program.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/simulate.hpp"
 #include "tests/sim/context_parallel_scenarios.hpp"

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "model/compute_ops.hpp"
-#include "model/program.hpp"
+#include "model/ops/compute_ops.hpp"
+#include "model/program/program.hpp"
 #include "report/summary.hpp"
 #include "sim/collectives.hpp"
 #include "sim/simulate.hpp"

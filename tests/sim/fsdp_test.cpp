@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 
-#include "model/program.hpp"
-#include "sim/cost_model.hpp"
+#include "model/program/program.hpp"
 #include "report/summary.hpp"
+#include "sim/cost_model.hpp"
 #include "sim/simulate.hpp"
 #include "topology/hardware.hpp"
 

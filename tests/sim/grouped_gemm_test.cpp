@@ -1,4 +1,4 @@
-// The experts' grouped GEMM as the analytical cost model times it (model/moe_ops.cpp gives each expert GEMM op
+// The experts' grouped GEMM as the analytical cost model times it (model/ops/moe_ops.cpp gives each expert GEMM op
 // gemm.m = rows / local experts and gemm.count = local experts): the dense GEMM model applied to each expert's
 // [rows / E, k] x [k, n], with its tile and wave quantization, and memory bound on every expert's weight when the
 // rows per expert are few. No grouped-GEMM efficiency of its own: twin has no cited measurement of one.

@@ -5,9 +5,9 @@
 
 #include <vector>
 
-#include "model/program.hpp"
-#include "sim/cost_model.hpp"
+#include "model/program/program.hpp"
 #include "report/summary.hpp"
+#include "sim/cost_model.hpp"
 #include "sim/simulate.hpp"
 #include "tests/sim/support.hpp"
 

@@ -1,9 +1,9 @@
-// framework.moe_a2a_overlap (model/moe_a2a_overlap.hpp) in the simulator: an MoE plan whose all-to-alls are exposed
+// framework.moe_a2a_overlap (model/program/moe_a2a_overlap.hpp) in the simulator: an MoE plan whose all-to-alls are exposed
 // runs faster with them under the other micro-batch's compute, by no more than the exposed all-to-all time it had
 // (report/summary.cpp's time split, "ep"), at both granularities, with and without a pipeline.
 #include <gtest/gtest.h>
 
-#include "model/program.hpp"
+#include "model/program/program.hpp"
 #include "report/summary.hpp"
 #include "sim/simulate.hpp"
 #include "tests/sim/support.hpp"

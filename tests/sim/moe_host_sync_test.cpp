@@ -1,10 +1,10 @@
 // Megatron-Core's all-to-all dispatcher waits on the host for the tokens-per-expert counts once per MoE layer and
-// forward (model/moe_host_sync.hpp): the op costs its launches, and with a host model (cluster.host_us_per_kernel)
+// forward (model/ops/moe_host_sync.hpp): the op costs its launches, and with a host model (cluster.host_us_per_kernel)
 // the host cannot run ahead of the GPU past it, so a host slower than the kernels loses its lead at every MoE layer.
 #include <gtest/gtest.h>
 
-#include "model/moe_host_sync.hpp"
-#include "model/program.hpp"
+#include "model/ops/moe_host_sync.hpp"
+#include "model/program/program.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/simulate.hpp"
 #include "tests/sim/support.hpp"

@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "model/program.hpp"
-#include "model/scenario.hpp"
+#include "model/program/program.hpp"
+#include "model/scenario/scenario.hpp"
 
 namespace twin::testing {
 

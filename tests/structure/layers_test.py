@@ -23,21 +23,26 @@ def tree(files):
     return root
 
 
-checks = 6
+checks = 9
 failures = []
 result = run(ROOT)
 if result.returncode != 0:
     failures.append("the tree breaks the layering:\n" + result.stdout)
 
-allowed = tree({"sim/a.cpp": '#include "report/summary.hpp"\n#include "model/program.hpp"\n',
+allowed = tree({"sim/a.cpp": '#include "report/summary.hpp"\n#include "model/program/program.hpp"\n',
                 "exec/b.cpp": '#include "report/timeline.hpp"\n#include "kernels/cpu/gelu.hpp"\n'})
 if run(allowed).returncode != 0:
     failures.append("allowed includes were refused: " + run(allowed).stdout)
 
-for planted, expect in [({"sim/a.cpp": '#include "exec/trainer.hpp"\n'}, "sim/ includes exec/trainer.hpp"),
+for planted, expect in [({"sim/a.cpp": '#include "exec/train/trainer.hpp"\n'}, "sim/ includes exec/train/trainer.hpp"),
                         ({"exec/a.cpp": '  # include "sim/engine.hpp"\n'}, "exec/ includes sim/engine.hpp"),
                         ({"model/a.hpp": "#include <simgrid/s4u.hpp>\n"}, "model/ includes <simgrid/s4u.hpp>"),
-                        ({"report/a.hpp": '#include "sim/cost_model.hpp"\n'}, "report/ includes sim/cost_model.hpp")]:
+                        ({"report/a.hpp": '#include "sim/cost_model.hpp"\n'}, "report/ includes sim/cost_model.hpp"),
+                        ({"exec/cpu/a.cpp": '#include "exec/interpreter/interpreter.hpp"\n'},
+                         "exec/cpu/ includes exec/interpreter/interpreter.hpp (exec/interpreter/ is not below exec/cpu/)"),
+                        ({"model/plan/a.cpp": '#include "model/program/program.hpp"\n'},
+                         "model/plan/ includes model/program/program.hpp (model/program/ is not below model/plan/)"),
+                        ({"exec/a.cpp": '#include "exec/core/tensor.hpp"\n'}, "exec/a.cpp is in no room of exec/")]:
     result = run(tree(planted))
     if result.returncode != 1 or expect not in result.stdout:
         failures.append(f"planted {planted} not caught: rc {result.returncode}, {result.stdout!r}")

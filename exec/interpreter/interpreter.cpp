@@ -1,0 +1,333 @@
+// The loop and the dispatch tables. Every op of the rank's list goes through execute(): a compute op to the handler
+// of its (what, phase), a collective to the handler of its payload, a Send/Recv to the pipeline handlers.
+#include "exec/interpreter/interpreter.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <limits>
+
+#include <fmt/core.h>
+
+#include "exec/core/check.hpp"
+#include "exec/core/errors.hpp"
+#include "exec/interpreter/fp8_state.hpp"
+#include "model/ops/op_label.hpp"
+
+namespace twin::exec {
+
+using model::CollectiveKind;
+using model::ComputeKind;
+using model::Op;
+using model::OpKind;
+using model::Payload;
+using model::Phase;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Interpreter::Interpreter(const model::Program& program, int rank, Backend& backend, Communicator& comm,
+                         ModelShard& shard)
+    : program_(program),
+      scenario_(program.scenario),
+      rank_(rank),
+      coord_(program.layout.coord_of(rank)),
+      backend_(backend),
+      comm_(comm),
+      shard_(shard),
+      dims_(shard.dims()),
+      ops_(program.ops_of_rank(rank)) {
+  if (program.granularity != model::Granularity::Op) {
+    throw std::invalid_argument("the executor runs op-granularity Programs (build_program(scenario, Granularity::Op))");
+  }
+  virtual_stages_ = static_cast<int>(scenario_.parallel.pp * scenario_.parallel.virtual_stages);
+  for (int g = 0; g < model::kGroupCount; ++g) {
+    const auto group = static_cast<model::Group>(g);
+    groups_[g] = CommGroup{model::to_string(group), program.layout.group_members(group, rank)};
+  }
+  labels_.reserve(ops_.size());
+  std::map<std::pair<int, int>, std::size_t> last_op;
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    labels_.push_back(fmt::format("op #{} {}", i, model::op_label(ops_[i])));
+    if (ops_[i].micro_batch >= 0 && ops_[i].chunk >= 0) last_op[{ops_[i].micro_batch, ops_[i].chunk}] = i;
+  }
+  release_after_.assign(ops_.size(), false);
+  for (const auto& [key, index] : last_op) release_after_[index] = true;
+  build_dispatch_tables();
+  if (scenario_.shards_parameters()) plan_parameter_lifetimes();
+  if (scenario_.model.fp8 != model::Fp8Format::None) fp8_ = std::make_unique<Fp8State>(scenario_);
+}
+
+Interpreter::~Interpreter() = default;
+
+// ---- ZeRO-3: when a bucket's parameters are whole ------------------------------------------------------------------
+
+// The Program gathers a bucket before the ops that read it (Parameters all-gathers) and marks the op after which FSDP
+// reshards it (Op::frees_parameters: a layer's last op of each forward and backward; the root's, the embedding's and
+// the head's buckets, after the embedding's backward).
+void Interpreter::plan_parameter_lifetimes() {
+  parameters_read_.assign(ops_.size(), nullptr);
+  free_after_.assign(ops_.size(), {});
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    const Op& op = ops_[i];
+    if (op.kind == OpKind::Compute) parameters_read_[i] = parameters_read_by(op);
+    if (!op.frees_parameters) continue;
+    if (op.layer >= 0) {
+      free_after_[i].push_back(&shard_.bucket(op.layer, ComputeKind::TransformerLayer));
+    } else {
+      if (shard_.first_stage()) free_after_[i].push_back(&shard_.bucket(-1, ComputeKind::Embedding));
+      if (shard_.last_stage()) free_after_[i].push_back(&shard_.bucket(-1, ComputeKind::LmHead));
+    }
+  }
+}
+
+// The bucket whose parameters a compute op reads: its layer's for every op of a layer (the weightless ones too: they
+// run inside the same gather), the embedding's for the embedding and for the LM head tied to it on the same stage,
+// the head's for the final layernorm and an untied (or copied) LM head; none for the loss and the optimizer (which
+// updates only this rank's shard).
+Bucket* Interpreter::parameters_read_by(const Op& op) {
+  if (op.layer >= 0) return &shard_.bucket(op.layer, ComputeKind::TransformerLayer);
+  switch (op.what) {
+    case ComputeKind::Embedding:
+      return &shard_.bucket(-1, ComputeKind::Embedding);
+    case ComputeKind::FinalLayerNorm:
+      return &shard_.bucket(-1, ComputeKind::LmHead);
+    case ComputeKind::LmHead:
+      return scenario_.framework.tied_embeddings && shard_.first_stage() ? &shard_.bucket(-1, ComputeKind::Embedding)
+                                                                         : &shard_.bucket(-1, ComputeKind::LmHead);
+    default:
+      return nullptr;
+  }
+}
+
+// ---- dispatch tables ------------------------------------------------------------------------------------------------
+
+void Interpreter::build_dispatch_tables() {
+  using I = Interpreter;
+  struct ComputeRoute {
+    ComputeKind what;
+    Handler forward;  // also runs the Recompute phase (the handler reads op.phase)
+    Handler backward;
+  };
+  // clang-format off
+  const ComputeRoute compute_routes[] = {
+      {ComputeKind::Embedding,           &I::embedding_forward,             &I::embedding_backward},
+      {ComputeKind::LayerNormAttention,  &I::layernorm_attention_forward,   &I::layernorm_attention_backward},
+      {ComputeKind::QkvProjection,       &I::qkv_forward,                   &I::qkv_backward},
+      {ComputeKind::AttentionCore,       &I::attention_core_forward,        &I::attention_core_backward},
+      {ComputeKind::AttentionProjection, &I::attention_projection_forward,  &I::attention_projection_backward},
+      {ComputeKind::AttentionResidual,   &I::attention_residual_forward,    &I::attention_residual_backward},
+      {ComputeKind::LayerNormMlp,        &I::layernorm_mlp_forward,         &I::layernorm_mlp_backward},
+      {ComputeKind::MlpUp,               &I::mlp_up_forward,                &I::mlp_up_backward},
+      {ComputeKind::Gelu,                &I::gelu_forward,                  &I::gelu_backward},
+      {ComputeKind::Swiglu,              &I::swiglu_forward,                &I::swiglu_backward},
+      {ComputeKind::MlpDown,             &I::mlp_down_forward,              &I::mlp_down_backward},
+      {ComputeKind::MlpResidual,         &I::mlp_residual_forward,          &I::mlp_residual_backward},
+      {ComputeKind::FinalLayerNorm,      &I::final_layernorm_forward,       &I::final_layernorm_backward},
+      {ComputeKind::LmHead,              &I::lm_head_forward,               &I::lm_head_backward},
+      {ComputeKind::CrossEntropy,        &I::cross_entropy_forward,         &I::cross_entropy_backward},
+  };
+  // clang-format on
+  for (const ComputeRoute& route : compute_routes) {
+    auto& row = compute_handlers_[static_cast<int>(route.what)];
+    row[static_cast<int>(Phase::Forward)] = route.forward;
+    row[static_cast<int>(Phase::Recompute)] = route.forward;
+    row[static_cast<int>(Phase::Backward)] = route.backward;
+  }
+  compute_handlers_[static_cast<int>(ComputeKind::OptimizerStep)][static_cast<int>(Phase::Optimizer)] =
+      &Interpreter::optimizer_step;
+
+  auto route = [this](Payload payload, Handler handler) { collective_handlers_[static_cast<int>(payload)] = handler; };
+  route(Payload::LayerOutput, &Interpreter::reduce_tensor_parallel);            // row-parallel output: AR, or RS (SP)
+  route(Payload::InputGrad, &Interpreter::reduce_tensor_parallel);              // column-parallel dinput: AR, or RS
+  route(Payload::LayerInput, &Interpreter::gather_layer_input);                 // SP: gather a GEMM's input
+  route(Payload::OutputGrad, &Interpreter::gather_output_grad);                 // SP: gather a GEMM's dout
+  route(Payload::CrossEntropyStats, &Interpreter::gather_cross_entropy_stats);  // vocab-parallel CE statistics
+  route(Payload::LayerNormGrads, &Interpreter::reduce_layernorm_grads);         // SP: replicated params' grads
+  route(Payload::EmbeddingGrads, &Interpreter::reduce_embedding_grads);         // tied embedding, first + last stage
+  route(Payload::Gradients, &Interpreter::reduce_data_parallel_grads);          // DP: AR, or RS under ZeRO-1 / 3
+  route(Payload::GradNormSquared, &Interpreter::gradient_norm);                 // global norm for clipping
+  route(Payload::Parameters, &Interpreter::gather_parameters);                  // ZeRO-1 / 3: gather the shards
+  route(Payload::CheckpointedInput, &Interpreter::gather_checkpointed_input);   // DeepSpeed: a layer's kept input
+  route(Payload::Tokens, &Interpreter::moe_collective);                         // MoE: dispatch and combine
+  route(Payload::ExpertCounts, &Interpreter::moe_collective);                   // MoE: tokens per expert over TP
+  if (scenario_.model.is_moe()) build_moe_dispatch_table();
+  route(Payload::Fp8Amax, &Interpreter::reduce_fp8_amaxes);                     // FP8: amaxes to their max
+  route(Payload::ContextKeys, &Interpreter::gather_context_keys);              // CP: K of every CP rank
+  route(Payload::ContextValues, &Interpreter::gather_context_values);          // CP: V of every CP rank
+  route(Payload::ContextKeyGrads, &Interpreter::scatter_context_key_grads);    // CP: dK back to its rank
+  route(Payload::ContextValueGrads, &Interpreter::scatter_context_value_grads);  // CP: dV back to its rank
+  for (Payload payload : {Payload::UlyssesQueries, Payload::UlyssesKeys, Payload::UlyssesValues}) {
+    route(payload, &Interpreter::ulysses_qkv_to_heads);  // CP a2a: q, k, v to heads
+  }
+  route(Payload::UlyssesOutput, &Interpreter::ulysses_output_to_tokens);  // CP a2a: the output to tokens
+  route(Payload::UlyssesOutputGrad, &Interpreter::ulysses_output_grad_to_heads);  // CP a2a: dout to heads
+  for (Payload payload : {Payload::UlyssesQueryGrads, Payload::UlyssesKeyGrads, Payload::UlyssesValueGrads}) {
+    route(payload, &Interpreter::ulysses_grads_to_tokens);  // CP a2a: dq, dk, dv to tokens
+  }
+}
+
+// ---- the loop -------------------------------------------------------------------------------------------------------
+
+IterationOutput Interpreter::run_iteration(const IterationInput& input, std::vector<OpTiming>* timings,
+                                           double epoch_s) {
+  const auto micro_batches = static_cast<std::size_t>(scenario_.parallel.micro_batches());
+  TWIN_EXEC_CHECK(input.micro_batches.size() == micro_batches, "rank {} got {} micro-batches, the plan has {}", rank_,
+                  input.micro_batches.size(), micro_batches);
+  input_ = &input;
+  output_ = IterationOutput{};
+  saw_nonfinite_ = false;
+  chunks_.clear();
+  shard_.zero_grads();
+  if (fp8_) fp8_->begin_iteration();
+  if (timings != nullptr) timings->reserve(timings->size() + ops_.size());
+
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    current_op_ = i;
+    if (input.progress != nullptr) input.progress->mark(input.step, static_cast<int>(i));
+    const double start = timings ? now_s() : 0;
+    execute(i);
+    if (static_cast<int>(i) == input.poison_after_op) poison(ops_[i]);
+    if (timings != nullptr) {
+      backend_.synchronize();
+      timings->push_back(OpTiming{static_cast<int>(i), start - epoch_s, now_s() - epoch_s});
+    }
+    if (release_after_[i]) chunks_.erase({ops_[i].micro_batch, ops_[i].chunk});
+  }
+  TWIN_EXEC_CHECK(chunks_.empty(), "rank {}: {} micro-batch states left after the iteration", rank_, chunks_.size());
+  input_ = nullptr;
+  return output_;
+}
+
+void Interpreter::execute(std::size_t index) {
+  const Op& op = ops_[index];
+  Handler handler = nullptr;
+  switch (op.kind) {
+    case OpKind::Compute:
+      if (op.layer >= 0 && shard_.is_moe_layer(op.layer)) {
+        handler = moe_handlers_[static_cast<int>(op.what)][static_cast<int>(op.phase)];
+      }
+      if (handler == nullptr) handler = compute_handlers_[static_cast<int>(op.what)][static_cast<int>(op.phase)];
+      break;
+    case OpKind::Collective:
+      handler = collective_handlers_[static_cast<int>(op.payload)];
+      break;
+    case OpKind::Send:
+      handler = &Interpreter::send;
+      break;
+    case OpKind::Recv:
+      handler = &Interpreter::recv;
+      break;
+  }
+  if (handler == nullptr) {
+    throw InternalError(fmt::format("rank {}: {}: the executor has no handler for it", rank_, labels_[index]));
+  }
+  // ZeRO-3: the freed regions are NaN, which would only surface ops later as a "diverged" loss or gradient norm;
+  // name the op that read them and the gather it lacks.
+  if (!parameters_read_.empty() && parameters_read_[index] != nullptr && parameters_read_[index]->other_shards_freed) {
+    const Bucket& b = *parameters_read_[index];
+    const std::string bucket = b.layer >= 0 ? b.name : "the " + b.name;  // "layer 3", "the embedding", "the head"
+    throw InternalError(fmt::format(
+        "rank {}: {} reads the parameters of {}, but this rank holds only its own shard of them (ZeRO-3 frees the "
+        "other ranks' shards after a layer's forward and after its backward): the Program lacks "
+        "a Parameters all-gather of {} before this op",
+        rank_, labels_[index], bucket, bucket));
+  }
+  try {
+    (this->*handler)(op);
+  } catch (const RunFailure&) {
+    throw;  // already names the rank, the op and the group (or, training diverged, the step and the rank)
+  } catch (const std::exception& error) {
+    throw std::runtime_error(fmt::format("rank {}: {}: {}", rank_, labels_[index], error.what()));
+  }
+  if (!free_after_.empty())
+    for (Bucket* bucket : free_after_[index]) shard_.free_other_shards(*bucket);
+}
+
+Interpreter::ChunkState& Interpreter::chunk(const Op& op) {
+  const auto key = std::make_pair(op.micro_batch, op.chunk);
+  auto it = chunks_.find(key);
+  if (it != chunks_.end()) return it->second;
+  TWIN_EXEC_CHECK(op.phase == Phase::Forward, "rank {}: {} finds no state of its micro-batch (no forward ran)", rank_,
+                  labels_[current_op_]);
+  TWIN_EXEC_CHECK(op.micro_batch >= 0 && static_cast<std::size_t>(op.micro_batch) < input_->micro_batches.size(),
+                  "micro-batch {} out of range", op.micro_batch);
+  ChunkState& state = chunks_[key];
+  const MicroBatch& data = input_->micro_batches[static_cast<std::size_t>(op.micro_batch)];
+  const int vs = model::virtual_stage(coord_.pp, op.chunk, static_cast<int>(scenario_.parallel.pp));
+  if (vs == 0) {
+    state.tokens = backend_.allocate(static_cast<std::size_t>(dims_.tokens), DType::I32);
+    backend_.upload_i32(state.tokens, data.tokens.data());
+  }
+  if (vs == virtual_stages_ - 1) {
+    state.targets = backend_.allocate(static_cast<std::size_t>(dims_.tokens), DType::I32);
+    backend_.upload_i32(state.targets, data.targets.data());
+  }
+  return state;
+}
+
+Interpreter::LayerStash& Interpreter::stash(const Op& op) {
+  ChunkState& state = chunk(op);
+  auto it = state.layers.find(op.layer);
+  if (it != state.layers.end()) return it->second;
+  TWIN_EXEC_CHECK(op.phase == Phase::Forward && shard_.has_layer(op.layer), "rank {}: {} finds no stash of layer {}",
+                  rank_, labels_[current_op_], op.layer);
+  return state.layers[op.layer];
+}
+
+Tensor Interpreter::take_grad_full(ChunkState& state) {
+  Tensor full = state.work.grad_full.empty() ? state.grad : state.work.grad_full;
+  state.work.grad_full = Tensor{};
+  return full;
+}
+
+const CommGroup& Interpreter::group(model::Group g) const {
+  return groups_[static_cast<int>(g)];
+}
+
+void RankProgress::mark(int step_now, int op_now) {
+  step.store(step_now, std::memory_order_relaxed);
+  op.store(op_now, std::memory_order_relaxed);
+  at_s.store(now_s(), std::memory_order_relaxed);
+}
+
+bool Interpreter::nonfinite(double value, std::string_view what, bool every_rank) {
+  if (std::isfinite(value)) return false;
+  if (!input_->skip_nonfinite) require_finite(value, what, every_rank);
+  saw_nonfinite_ = true;
+  return true;
+}
+
+void Interpreter::poison(const Op& op) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto poison_first = [&](const Tensor& t) {
+    if (!t.empty()) backend_.upload_f32(t.slice(0, 1), &nan);
+  };
+  const auto it = chunks_.find({op.micro_batch, op.chunk});
+  if (op.micro_batch >= 0 && it != chunks_.end()) {
+    poison_first(op.phase == Phase::Backward ? it->second.grad : it->second.hidden);
+    return;
+  }
+  std::vector<Bucket>& buckets = shard_.buckets();
+  TWIN_EXEC_CHECK(!buckets.empty(), "rank {} holds no parameters to poison", rank_);
+  poison_first(buckets.front().grads);
+}
+
+void Interpreter::require_finite(double value, std::string_view what, bool every_rank) const {
+  if (std::isfinite(value)) return;
+  const auto& t = scenario_.training;
+  const std::string message = fmt::format(
+      "training diverged: {} became non-finite ({}) at step {} on rank {} ({}); lower training.learning_rate (now "
+      "{:g}) or training.init_std (now {:g}){}",
+      what, std::isnan(value) ? "NaN" : fmt::format("{}", value), input_->step + 1, rank_, labels_[current_op_],
+      t.learning_rate, t.init_std, t.grad_clip > 0 ? "" : ", or clip the gradients with training.grad_clip");
+  if (every_rank) throw GuardTripped(message);
+  throw TrainingDiverged(message);
+}
+
+}  // namespace twin::exec

@@ -1,0 +1,259 @@
+#include "model/ops/moe_ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "model/ops/compute_ops.hpp"
+#include "model/ops/moe_host_sync.hpp"
+#include "model/plan/parameters.hpp"
+
+namespace twin::model {
+
+std::vector<double> expert_row_shares(const Scenario& s) {
+  const auto experts = static_cast<std::size_t>(std::max<std::int64_t>(1, s.model.experts));
+  std::vector<double> shares(experts);
+  double sum = 0;
+  for (std::size_t i = 0; i < experts; ++i)
+    sum += shares[i] = std::pow(static_cast<double>(i + 1), -s.model.expert_load_skew);
+  const double capacity = s.model.capacity_factor > 0 ? s.model.capacity_factor / static_cast<double>(experts) : 1;
+  for (double& share : shares) share = std::min(share / sum, capacity);
+  return shares;
+}
+
+std::vector<double> ep_rank_row_shares(const Scenario& s) {
+  const std::vector<double> experts = expert_row_shares(s);
+  const auto ep = static_cast<std::size_t>(s.parallel.ep);
+  const std::size_t local = experts.size() / ep;
+  std::vector<double> ranks(ep, 0.0);
+  for (std::size_t i = 0; i < experts.size(); ++i) ranks[std::min(ep - 1, i / local)] += experts[i];
+  return ranks;
+}
+
+std::shared_ptr<const std::vector<double>> dispatch_peer_bytes(const Scenario& s, double rows_per_rank,
+                                                               double row_bytes) {
+  const std::vector<double> shares = ep_rank_row_shares(s);
+  const std::size_t ep = shares.size();
+  auto bytes = std::make_shared<std::vector<double>>(ep * ep, 0.0);
+  for (std::size_t i = 0; i < ep; ++i) {
+    for (std::size_t j = 0; j < ep; ++j) (*bytes)[i * ep + j] = rows_per_rank * shares[j] * row_bytes;
+  }
+  return bytes;
+}
+
+namespace {
+
+// The dense MLP's parameters over `tp` ranks (model/plan/parameters.cpp counts them in a layer).
+double dense_mlp_parameters_per_rank(const Scenario& s, double tp) {
+  const double h = static_cast<double>(s.model.hidden), f = static_cast<double>(s.ffn_hidden());
+  const double up = static_cast<double>(s.mlp_up_width()), bias = s.model.linear_bias ? 1 : 0;
+  return (h * up + bias * up + f * h) / tp + bias * h;
+}
+
+}  // namespace
+
+double expert_parameters(const Scenario& s) {
+  const double h = static_cast<double>(s.model.hidden), f = static_cast<double>(s.moe_ffn_hidden());
+  const double up = (s.model.activation == Activation::Swiglu ? 2 : 1) * f, bias = s.model.linear_bias ? 1 : 0;
+  return h * up + bias * up + f * h + bias * h;
+}
+
+double expert_parameters_per_gpu(const Scenario& s) {
+  if (!s.model.is_moe()) return 0;
+  return static_cast<double>(s.model.experts / s.parallel.ep) * expert_parameters(s) /
+         static_cast<double>(s.parallel.etp);
+}
+
+double moe_layer_dense_parameters_per_gpu(const Scenario& s) {
+  const double tp = static_cast<double>(s.parallel.tp), h = static_cast<double>(s.model.hidden);
+  const double router = static_cast<double>(s.model.experts) * h;  // replicated over TP
+  const double shared = static_cast<double>(s.model.shared_experts) * expert_parameters(s) / tp;
+  return layer_parameters_per_gpu(s) - dense_mlp_parameters_per_rank(s, tp) + router + shared;
+}
+
+double layer_dense_parameters_per_gpu(const Scenario& s, std::int64_t layer) {
+  return s.is_moe_layer(layer) ? moe_layer_dense_parameters_per_gpu(s) : layer_parameters_per_gpu(s);
+}
+
+MoeParameterCount count_moe_parameters(const Scenario& s) {
+  const double total = count_parameters(s).total;
+  if (!s.model.is_moe()) return {total, total};
+  const double moe_layers = static_cast<double>(s.model.layers - s.model.dense_layers);
+  const double h = static_cast<double>(s.model.hidden), one = expert_parameters(s);
+  const double rest =
+      total + moe_layers * (static_cast<double>(s.model.experts) * h - dense_mlp_parameters_per_rank(s, 1) +
+                            static_cast<double>(s.model.shared_experts) * one);
+  return {rest + moe_layers * static_cast<double>(s.model.experts) * one,
+          rest + moe_layers * static_cast<double>(s.model.top_k) * one};
+}
+
+namespace {
+
+// What one rank's experts compute on, per micro-batch.
+struct ExpertShapes {
+  double tokens = 0;    // T: the layer's tokens on this rank
+  double rows_out = 0;  // T x top_k: the rows this rank dispatches
+  double rows = 0;      // rows its experts compute on (the hottest EP rank's, times etp after the gather)
+  double local_experts = 1;
+  double width = 0;     // one expert's MLP width on this rank: moe_ffn_hidden / etp
+  double up_width = 0;  // twice that with SwiGLU
+  double etp = 1, ep = 1;
+};
+
+ExpertShapes expert_shapes(const Scenario& s, const Shapes& x) {
+  ExpertShapes m;
+  m.ep = static_cast<double>(s.parallel.ep);
+  m.etp = static_cast<double>(s.parallel.etp);
+  m.tokens = x.tokens_sp;
+  m.rows_out = m.tokens * static_cast<double>(s.model.top_k);
+  const std::vector<double> shares = ep_rank_row_shares(s);
+  const double hottest = *std::max_element(shares.begin(), shares.end());
+  m.rows = m.rows_out * m.ep * hottest * m.etp;  // every EP peer sends it this share; the ETP gather multiplies
+  m.local_experts = static_cast<double>(s.model.experts) / m.ep;
+  m.width = static_cast<double>(s.moe_ffn_hidden()) / m.etp;
+  m.up_width = (x.swiglu ? 2 : 1) * m.width;
+  return m;
+}
+
+// One GEMM per local expert over its rows, [rows / experts, k] x [k, n] each: the FLOPs of one [rows, k] x [k, n]
+// GEMM, reading every expert's weight, and (backward) accumulating every expert's weight gradient. Launched one
+// per expert: Transformer Engine's GroupedLinear (Megatron-Core's TEGroupedMLP) runs general_grouped_gemm, whose
+// multi_stream_cublas_gemm (transformer_engine/common/gemm/cublaslt_gemm.cu) loops over the num_gemms GEMMs, one
+// cuBLASLt call each on its compute streams.
+Op grouped_gemm(const Shapes& x, ComputeKind what, Phase phase, const ExpertShapes& m, double n, double k) {
+  Op op = linear(x, what, phase, m.rows, n, k);
+  const double experts = m.local_experts;
+  if (experts <= 1) return op;
+  const double passes = phase == Phase::Backward ? 2 : 1;
+  auto breakdown = std::make_shared<KernelBreakdown>(*op.breakdown);
+  const bool accumulates = phase == Phase::Backward && x.accumulation_bytes_per_weight > 0;
+  for (std::size_t i = 0; i < breakdown->kernels.size(); ++i) {
+    Kernel& kernel = breakdown->kernels[i];
+    double extra = 0;
+    if (kernel.kind == KernelKind::Gemm) extra = passes * x.e * (experts - 1) * k * n;
+    if (kernel.kind == KernelKind::Gemm || kernel.kind == KernelKind::Fp8Gemm) {
+      kernel.launches *= static_cast<std::int32_t>(experts);
+    }
+    if (i == 1 && accumulates) extra = (experts - 1) * x.accumulation_bytes_per_weight * k * n;  // gemm()'s order
+    kernel.bytes += extra;
+    op.bytes += extra;
+  }
+  op.breakdown = std::move(breakdown);
+  op.gemm.m = static_cast<std::int64_t>(std::ceil(m.rows / experts));
+  op.gemm.count = static_cast<std::int64_t>(experts);
+  return op;
+}
+
+Op expert_activation(const Shapes& x, Phase phase, double elements) {
+  const bool backward = phase == Phase::Backward;
+  if (x.swiglu) {
+    return elementwise(ComputeKind::Swiglu, phase, (backward ? x.swiglu_backward() : x.swiglu_forward()) * elements,
+                       x.swiglu_launches());
+  }
+  return elementwise(ComputeKind::Gelu, phase, (backward ? x.gelu_backward() : x.gelu_forward()) * elements,
+                     x.gelu_launches(phase));
+}
+
+Op all_to_all(Phase phase, ComputeKind what, double bytes, std::shared_ptr<const std::vector<double>> peer_bytes) {
+  Op op;
+  op.kind = OpKind::Collective;
+  op.collective = CollectiveKind::AllToAll;
+  op.group = Group::Expert;
+  op.payload = Payload::Tokens;
+  op.what = what;
+  op.phase = phase;
+  op.bytes = bytes;
+  op.peer_bytes = std::move(peer_bytes);
+  return op;
+}
+
+// The transpose of an ep x ep matrix: what combine sends is what dispatch received.
+std::shared_ptr<const std::vector<double>> transposed(const std::vector<double>& bytes) {
+  const auto ep = static_cast<std::size_t>(std::lround(std::sqrt(static_cast<double>(bytes.size()))));
+  auto out = std::make_shared<std::vector<double>>(bytes.size());
+  for (std::size_t i = 0; i < ep; ++i) {
+    for (std::size_t j = 0; j < ep; ++j) (*out)[j * ep + i] = bytes[i * ep + j];
+  }
+  return out;
+}
+
+Op expert_tensor_collective(CollectiveKind kind, ComputeKind what, Phase phase, double bytes) {
+  Op op = tensor_collective(kind, Payload::Tokens, what, phase, bytes);
+  op.group = Group::ExpertTensor;
+  return op;
+}
+
+// The shared experts: one dense MLP of shared_experts x moe_ffn_hidden on the rank's tokens (its sequence shard:
+// the FLOPs of Megatron-Core's TP-split shared expert summed over TP).
+void shared_experts(std::vector<Op>& ops, const Scenario& s, const Shapes& x, Phase phase) {
+  if (s.model.shared_experts <= 0) return;
+  const double width = static_cast<double>(s.model.shared_experts * s.moe_ffn_hidden());
+  const double up = (x.swiglu ? 2 : 1) * width;
+  if (phase == Phase::Backward) {
+    ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens_sp, x.h, width));
+    ops.push_back(expert_activation(x, phase, x.tokens_sp * width));
+    ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens_sp, up, x.h));
+    return;
+  }
+  ops.push_back(linear(x, ComputeKind::MlpUp, phase, x.tokens_sp, up, x.h));
+  ops.push_back(expert_activation(x, phase, x.tokens_sp * width));
+  ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens_sp, x.h, width));
+}
+
+}  // namespace
+
+// Routing traffic (Megatron-Core's router and moe_utils.permute / unpermute), per pass: the top-k softmax reads the
+// [T, E] logits and writes [T, k] probabilities and indices; permute reads each token once per choice and writes the
+// [T k, h] rows; unpermute reads the rows and probabilities and writes [T, h]. Backward moves the same again.
+std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
+  const ExpertShapes m = expert_shapes(s, x);
+  const double experts = static_cast<double>(s.model.experts), k = static_cast<double>(s.model.top_k);
+  const double row_bytes = x.h * x.e, dispatched = m.rows_out * row_bytes;
+  const double routing = m.tokens * experts * x.e + m.tokens * k * (x.e + 4);
+  const double permute = routing + 2 * dispatched, unpermute = 2 * dispatched + m.tokens * (k * x.e + row_bytes);
+  const bool exchange = m.ep > 1, split = m.etp > 1;
+  const auto dispatch = exchange ? dispatch_peer_bytes(s, m.rows_out, row_bytes) : nullptr;
+  const double gathered = m.rows * row_bytes;  // the expert rows after the ETP gather
+  std::vector<Op> ops;
+  if (phase == Phase::Backward) {
+    ops.push_back(elementwise(ComputeKind::ExpertUnpermute, phase, unpermute, 2));
+    if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertDown, dispatched, dispatch));
+    if (split)
+      ops.push_back(expert_tensor_collective(CollectiveKind::AllGather, ComputeKind::ExpertDown, phase, gathered));
+    ops.push_back(grouped_gemm(x, ComputeKind::ExpertDown, phase, m, x.h, m.width));
+    ops.push_back(expert_activation(x, phase, m.rows * m.width));
+    ops.push_back(grouped_gemm(x, ComputeKind::ExpertUp, phase, m, m.up_width, x.h));
+    if (split) {
+      ops.push_back(expert_tensor_collective(CollectiveKind::ReduceScatter, ComputeKind::ExpertUp, phase, gathered));
+    }
+    if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, dispatched, transposed(*dispatch)));
+    ops.push_back(elementwise(ComputeKind::ExpertPermute, phase, permute, 3));
+    ops.push_back(gemm(x, ComputeKind::Router, phase, m.tokens, experts, x.h));
+    shared_experts(ops, s, x, phase);
+    return ops;
+  }
+  shared_experts(ops, s, x, phase);
+  ops.push_back(gemm(x, ComputeKind::Router, phase, m.tokens, experts, x.h));
+  if (x.sequence_parallel) {  // Megatron-Core's router sums tokens_per_expert over the TP (and CP) shards for the loss
+    ops.push_back(
+        tensor_collective(CollectiveKind::AllReduce, Payload::ExpertCounts, ComputeKind::Router, phase, experts * 4));
+  }
+  if (exchange || split) ops.push_back(expert_counts_gather(s, phase));  // the split sizes' source (moe_host_sync)
+  const bool sync_first = splits_sync_before_permutation(s);  // model/ops/moe_host_sync.hpp: where the host waits
+  if (sync_first) ops.push_back(expert_splits_sync(s, phase));
+  ops.push_back(elementwise(ComputeKind::ExpertPermute, phase, permute, 3));
+  if (!sync_first) ops.push_back(expert_splits_sync(s, phase));
+  if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, dispatched, dispatch));
+  if (split) ops.push_back(expert_tensor_collective(CollectiveKind::AllGather, ComputeKind::ExpertUp, phase, gathered));
+  ops.push_back(grouped_gemm(x, ComputeKind::ExpertUp, phase, m, m.up_width, x.h));
+  ops.push_back(expert_activation(x, phase, m.rows * m.width));
+  ops.push_back(grouped_gemm(x, ComputeKind::ExpertDown, phase, m, x.h, m.width));
+  if (split) {
+    ops.push_back(expert_tensor_collective(CollectiveKind::ReduceScatter, ComputeKind::ExpertDown, phase, gathered));
+  }
+  if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertDown, dispatched, transposed(*dispatch)));
+  ops.push_back(elementwise(ComputeKind::ExpertUnpermute, phase, unpermute, 2));
+  return ops;
+}
+
+}  // namespace twin::model

@@ -1,0 +1,67 @@
+// Pipeline schedules as plain data: for every stage, the ordered list of (micro-batch, chunk, forward|backward).
+//
+//   GPipe            all forwards, then all backwards.
+//   1F1B             Megatron's PipeDream-Flush: warmup = min(p - stage - 1, m) forwards, then one forward / one
+//                    backward pairs, then the remaining backwards.
+//   interleaved 1F1B Megatron's schedule with v model chunks per stage: micro-batches go in groups of p, chunk
+//                    order 0..v-1 forward and v-1..0 backward; warmup = (p - stage - 1) * 2 + (v - 1) * p, capped at
+//                    m * v (all warmup when m == p).
+//     with groups    of N micro-batches instead of p (Megatron-Core's --microbatch-group-size-per-virtual-pipeline-
+//                    stage; the flexible N of the Llama 3 paper, arXiv:2407.21783, section 3.3.2 and Figure 6): each
+//                    group of N runs through chunk 0, then chunk 1, ..., the last group holding what is left; warmup
+//                    = (p - stage - 1) * 2 + (v - 1) * N, capped at m * v (schedules.py get_schedule_table and
+//                    get_pp_rank_microbatches). So m need not be a multiple of p: any m works with N = m.
+//   extra_warmup     forwards added to the warmup of 1F1B and interleaved 1F1B (capped like it): Megatron-Core's
+//                    combined 1F1B (framework.moe_a2a_overlap) runs one more, so that the forward and backward it
+//                    merges in each steady step are independent (schedules.py get_pp_rank_microbatches at
+//                    b0cc2706; combined_1f1b_schedule_for_no_pipelining runs micro-batch 0's forward alone).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/scenario/scenario.hpp"
+
+namespace twin::model {
+
+enum class Pass : std::uint8_t { Forward, Backward };
+
+struct PipelineStep {
+  int micro_batch = 0;
+  int chunk = 0;  // model chunk on this stage, 0..v-1
+  Pass pass = Pass::Forward;
+  bool operator==(const PipelineStep&) const = default;
+};
+
+using StageSchedule = std::vector<PipelineStep>;
+
+// One StageSchedule per stage. Requires stages >= 1, micro_batches >= 1, chunks >= 1 (chunks > 1 only for
+// Interleaved). `group` (Interleaved only): micro-batches per group, 1 <= group <= micro_batches; 0: groups of
+// `stages`, which requires micro_batches % stages == 0. Throws std::invalid_argument otherwise.
+std::vector<StageSchedule> build_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks, int group = 0,
+                                          int extra_warmup = 0);
+
+// Number of forward steps a stage runs before its first backward.
+int warmup_steps(ScheduleKind kind, int stage, int stages, int micro_batches, int chunks, int group = 0,
+                 int extra_warmup = 0);
+
+// Megatron-Core's rule for a group size it runs without "dependency bubbles": stages <= group <= micro_batches and
+// micro_batches % group either 0 or at least `stages` (schedules.py raises otherwise). Other groups (fewer
+// micro-batches than stages, as Llama 3 allows) run every forward first: in Megatron-Core's order a stage would wait
+// forever on one of them.
+bool group_without_dependency_bubbles(int stages, int micro_batches, int group);
+
+// The schedule a scenario's plan runs: parallel.schedule, pp, micro-batches, virtual stages and micro-batch group.
+std::vector<StageSchedule> build_schedule(const ParallelSpec& parallel, int extra_warmup = 0);
+
+// The most (micro-batch, chunk) pairs whose forward has run and backward has not, at any point of the schedule:
+// how many chunks' activations the stage stashes at its peak.
+int max_in_flight(const StageSchedule& schedule);
+// The same, each pair counted with its chunk's weight (its layers, when chunks differ): the most layers' activations
+// the stage stashes at once.
+std::int64_t max_in_flight_weighted(const StageSchedule& schedule, const std::vector<std::int64_t>& chunk_weight);
+
+// Virtual stage of a chunk on a stage: chunk * stages + stage. Layers are assigned to virtual stages in order.
+inline int virtual_stage(int stage, int chunk, int stages) { return chunk * stages + stage; }
+
+}  // namespace twin::model

@@ -1,0 +1,23 @@
+// The rules a valid scenario obeys (model/scenario/scenario_rules.cpp), for the TOML reader, which checks them once the fields
+// were read. Internal to model/: everyone else calls validation_problems (scenario.hpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/scenario/scenario.hpp"
+
+namespace twin::model {
+
+// Every rule `scenario` breaks; `check_world_size` false leaves out whether the plan fills the cluster (when dp could
+// not be derived, the reader has said why already).
+std::vector<std::string> scenario_rule_violations(const Scenario& scenario, bool check_world_size);
+
+// Which sizes the general rules found valid, so that a later rule divides only by those.
+struct SizesKnown {
+  bool layers = false, hidden = false, tp = false, dp = false;
+};
+// Mixture-of-Experts' rules (model/scenario/scenario_rules_moe.cpp), appended to `problems`.
+void check_mixture_of_experts(const Scenario& scenario, SizesKnown known, std::vector<std::string>& problems);
+
+}  // namespace twin::model

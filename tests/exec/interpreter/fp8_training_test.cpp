@@ -1,0 +1,190 @@
+// FP8 training on the CPU (emulated: exec/interpreter/fp8.cpp, docs/fp8.md): the tiny model's loss curve under each
+// recipe stays within a stated tolerance of the 16-bit run's, and FP8's amax reductions make plans agree.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "exec/comm/threads_communicator.hpp"
+#include "exec/interpreter/fp8_state.hpp"
+#include "exec/interpreter/interpreter.hpp"
+#include "exec/shard/model_shard.hpp"
+#include "exec_test_util.hpp"
+#include "fp8_scales.hpp"
+
+namespace twin::exec {
+namespace {
+
+using testing::scenario;
+
+// ---- (b) the loss curve against the 16-bit run's ------------------------------------------------------------------
+// gpt-tiny (scenarios/gpt-tiny.toml: 4 layers, hidden 128, 16 x 64 tokens a step) on the shipped corpus, in bf16 (the
+// CPU computes it in fp32: the reference is FP8's absence, not bf16's rounding), kSteps steps. The measure is the
+// mean loss of the last kTail steps (single steps wander by a few per cent between any two runs of this model:
+// docs/fp8.md), and the bound kCurveTolerance holds it within 2 % relative of the reference's. Six runs of 30 steps
+// (the fewest where the loss has left its first fall): ~5 s each on a quiet 2-core machine.
+constexpr int kSteps = 30, kTail = 10;
+constexpr double kCurveTolerance = 0.02;
+
+std::vector<double> tiny_losses(const std::vector<std::string>& sets) {
+  std::vector<model::Override> overrides = {model::parse_override("model.dtype=\"bf16\"")};
+  for (const auto& text : sets) overrides.push_back(model::parse_override(text));
+  const model::Scenario s = model::load_scenario(testing::source_dir() + "/scenarios/gpt-tiny.toml", overrides);
+  TrainOptions options;
+  options.steps = kSteps;
+  options.threads_per_rank = 0;  // this host's cores
+  options.trace_step = -2;
+  return train_threads(model::build_program(s, model::Granularity::Op), testing::corpus(), options).losses;
+}
+
+double tail_mean(const std::vector<double>& losses) {
+  return std::accumulate(losses.end() - kTail, losses.end(), 0.0) / kTail;
+}
+
+const std::vector<double>& bf16_losses() {
+  static const std::vector<double> losses = tiny_losses({});
+  return losses;
+}
+
+struct Recipe {
+  const char* name;
+  std::vector<std::string> sets;
+};
+void PrintTo(const Recipe& recipe, std::ostream* out) {
+  *out << recipe.name;
+}
+
+class ExecFp8CurveTest : public ::testing::TestWithParam<Recipe> {};
+
+TEST_P(ExecFp8CurveTest, StaysWithinTheToleranceOfBf16) {
+  const std::vector<double> losses = tiny_losses(GetParam().sets);
+  const std::vector<double>& reference = bf16_losses();
+  ASSERT_EQ(losses.size(), reference.size());
+  const double fp8 = tail_mean(losses), bf16 = tail_mean(reference);
+  const double relative = std::abs(fp8 - bf16) / bf16;
+  std::printf("[ fp8 ] %-18s loss step 1 %.4f, %d %.4f; mean of the last %d %.4f (bf16 %.4f): %.2f %%\n",
+              GetParam().name, losses.front(), kSteps, losses.back(), kTail, fp8, bf16, 100 * relative);
+  EXPECT_LT(losses.back(), losses.front() - 2.0) << "it did not learn";
+  EXPECT_LE(relative, kCurveTolerance) << GetParam().name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Recipes, ExecFp8CurveTest,
+    ::testing::Values(Recipe{"hybrid_delayed", {"model.fp8=\"hybrid\""}},
+                      Recipe{"e4m3_delayed", {"model.fp8=\"e4m3\""}},
+                      Recipe{"hybrid_tensorwise", {"model.fp8=\"hybrid\"", "framework.fp8_recipe=\"tensorwise\""}},
+                      Recipe{"e4m3_blockwise", {"model.fp8=\"e4m3\"", "framework.fp8_recipe=\"blockwise\""}},
+                      Recipe{"e4m3_mxfp8", {"model.fp8=\"e4m3\"", "framework.fp8_recipe=\"mxfp8\""}}),
+    [](const ::testing::TestParamInfo<Recipe>& param) { return std::string(param.param.name); });
+
+// ---- (c) plans agree --------------------------------------------------------------------------------------------
+// The parity model (tests/exec/interpreter/parity_test.cpp: 8 layers, hidden 128, global batch 8 of 1, 5 steps) in FP8.
+constexpr int kParitySteps = 4;
+
+std::vector<double> parity_losses(const std::vector<std::string>& sets) {
+  std::vector<std::string> all = {"model.dtype=\"bf16\""};
+  all.insert(all.end(), sets.begin(), sets.end());
+  TrainOptions options;
+  options.steps = kParitySteps;
+  options.comm_timeout_s = 120;
+  return testing::train(scenario(testing::parity_toml(), all), options).losses;
+}
+
+double worst_relative(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(b[i]));
+  return worst;
+}
+
+void expect_parity(const char* name, const std::vector<std::string>& recipe, const std::vector<std::string>& plan,
+                   double tolerance) {
+  static std::map<std::vector<std::string>, std::vector<double>> one_rank;  // by recipe: each run once
+  if (!one_rank.count(recipe)) one_rank[recipe] = parity_losses(recipe);
+  const std::vector<double>& one = one_rank[recipe];
+  std::vector<std::string> sets = recipe;
+  sets.insert(sets.end(), plan.begin(), plan.end());
+  const std::vector<double> many = parity_losses(sets);
+  ASSERT_EQ(one.size(), many.size());
+  const double worst = worst_relative(many, one);
+  std::printf(
+      "[ fp8 parity ] %-28s losses %.7f %.7f %.7f %.7f (one rank %.7f %.7f %.7f %.7f) max relative "
+      "difference %.1e\n",
+      name, many[0], many[1], many[2], many[3], one[0], one[1], one[2], one[3], worst);
+  EXPECT_LE(worst, tolerance) << name;
+}
+
+// Losses: near, not exact. FP8 rounding is discontinuous: where a plan sums in another order (TP's partial GEMMs,
+// DP's gradient sums: ~1e-7 relative), an element that lies that close to a rounding boundary of its FP8 grid rounds
+// the other way, a change of one FP8 step (6 to 12 %) in one operand element; and DP replicas reduce their amaxes
+// over micro-batches that one rank sees one after the other, so delayed scaling's scales differ under DP by design.
+// Measured over 4 steps (before the parity model's fifth, a steep step where FP8 runs part by 1e-2): delayed tp 2
+// 2.1e-4, dp 2 2.4e-4; tensorwise tp 2 with sequence parallelism 6.5e-4 (each TP rank scales its weight shard by its
+// own amax, as Transformer Engine's current scaling does), dp 2 2.0e-5; FP8 itself moves these losses by ~1e-3.
+constexpr double kFp8PlanTolerance = 2e-3;
+
+TEST(ExecFp8Parity, DelayedScalingAgreesUnderTensorAndDataParallelism) {
+  expect_parity("delayed tp 2", {"model.fp8=\"hybrid\""}, {"parallel.tp=2"}, kFp8PlanTolerance);
+  expect_parity("delayed dp 2", {"model.fp8=\"hybrid\""}, {"parallel.dp=2"}, kFp8PlanTolerance);
+}
+
+TEST(ExecFp8Parity, TensorwiseScalingAgreesUnderSequenceParallelismAndDataParallelism) {
+  const std::vector<std::string> tensorwise = {"model.fp8=\"hybrid\"", "framework.fp8_recipe=\"tensorwise\""};
+  expect_parity("tensorwise tp 2 sp", tensorwise, {"parallel.tp=2", "parallel.sequence_parallel=true"},
+                kFp8PlanTolerance);
+  expect_parity("tensorwise dp 2", tensorwise, {"parallel.dp=2"}, kFp8PlanTolerance);
+}
+
+// Scales: what the losses cannot show (a TP plan that skipped the amax reduction trains to losses as close: 1.5e-4).
+// After one iteration of delayed scaling, every weight scale a TP rank holds is the one-rank run's, bit for bit (the
+// weights are the same, and the max over the shards' amaxes is the whole tensor's), and so are the first layer's input
+// scales up to the amax's fp32 rounding; a shard scaled by its own amax would be off by its share of the range
+// (percent). Deeper activations and the gradients agree only to ~6 %: within one forward, an element that TP's
+// summation order (1e-7) tips over an FP8 rounding boundary moves by one FP8 step, and what it feeds differs by more
+// than 1e-7, so that more elements tip, layer after layer.
+using fp8_scales::ScaleKey;
+using fp8_scales::scales_after_one_iteration;
+
+TEST(ExecFp8Parity, DelayedScalesUnderTensorParallelismAreTheOneRanksScales) {
+  const std::vector<std::string> sets = {"model.dtype=\"bf16\"", "model.fp8=\"hybrid\""};
+  const auto one = scales_after_one_iteration(scenario(testing::parity_toml(), sets));
+  std::vector<std::string> tp = sets;
+  tp.push_back("parallel.tp=2");
+  const auto two = scales_after_one_iteration(scenario(testing::parity_toml(), tp));
+  ASSERT_EQ(one.size(), 1u);
+  ASSERT_EQ(two.size(), 2u);
+  // every layer's four FP8 GEMMs, three tensors each
+  const auto layers = static_cast<std::size_t>(scenario(testing::parity_toml(), sets).model.layers);
+  ASSERT_EQ(one[0].size(), layers * 4 * 3);
+  double worst_weight = 0, worst_first_input = 0, worst_other = 0;
+  for (const auto& rank : two) {
+    ASSERT_EQ(rank.size(), one[0].size());
+    for (const auto& [key, scale] : rank) {
+      const auto [layer, what, role] = key;
+      const double expected = one[0].at(key), relative = std::abs(scale - expected) / expected;
+      EXPECT_NE(expected, 1.0) << "layer " << layer << ": the scale was never updated";
+      if (role == static_cast<int>(Fp8State::Role::Weight)) {
+        EXPECT_EQ(scale, expected) << "layer " << layer << " GEMM " << what << ": the weight's scale";
+        worst_weight = std::max(worst_weight, relative);
+      } else if (role == static_cast<int>(Fp8State::Role::Input) && layer == 0) {
+        worst_first_input = std::max(worst_first_input, relative);
+      } else {
+        worst_other = std::max(worst_other, relative);
+      }
+    }
+  }
+  std::printf(
+      "[ fp8 parity ] delayed tp 2 scales against one rank's: weights %.1e, first layer's inputs %.1e, the "
+      "rest %.1e\n",
+      worst_weight, worst_first_input, worst_other);
+  EXPECT_LE(worst_first_input, 1e-6);
+  EXPECT_LE(worst_other, 0.15);
+}
+
+}  // namespace
+}  // namespace twin::exec

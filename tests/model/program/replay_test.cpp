@@ -1,0 +1,321 @@
+// Abstract replays of the Program that prove it free of deadlock.
+//   replay: every rank walks its list in order; a compute op costs a fixed time by phase (layer-granularity
+//     TransformerLayer ops only; everything else is free), communication is instantaneous: a sequential interpreter
+//     with buffered sends and blocking receives and collectives (what the CPU executor does). It also pins the bubble
+//     of each schedule to its textbook value.
+//   replay_issue_order: every stage issues its pipeline exchanges as the Program says the framework does
+//     (Program::exchange_issue, Program::stage_exchanges): batched exchanges wait for every peer's matching call,
+//     serialized ones wait for each in turn (DeepSpeed's blocking broadcasts), eager ones only for their receives
+//     (what the simulator replays).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "model/program/program.hpp"
+#include "test_scenarios.hpp"
+
+namespace twin::model {
+namespace {
+
+struct ReplayResult {
+  bool deadlocked = false;
+  double iteration_time = 0;
+  std::vector<double> busy;  // per stage, compute time
+};
+
+// Only stages matter when tp = dp = 1: rank = stage.
+ReplayResult replay(const Program& program, double forward_cost, double backward_cost) {
+  const int stages = program.stages();
+  std::vector<std::size_t> next(stages, 0);
+  std::vector<double> clock(stages, 0.0);  // when the compute stream is next free
+  ReplayResult result;
+  result.busy.assign(stages, 0.0);
+  using Tag = std::tuple<int, int, int, int, int>;  // from, to, micro-batch, sender virtual stage, phase
+  std::map<Tag, double> sent;                       // -> time the bytes are available
+  auto cost = [&](const Op& op) {
+    if (op.kind != OpKind::Compute || op.what != ComputeKind::TransformerLayer) return 0.0;
+    return op.phase == Phase::Forward ? forward_cost : op.phase == Phase::Backward ? backward_cost : 0.0;
+  };
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int stage = 0; stage < stages; ++stage) {
+      const auto& ops = program.stage_ops[stage];
+      while (next[stage] < ops.size()) {
+        const Op& op = ops[next[stage]];
+        if (op.kind == OpKind::Recv) {
+          auto it = sent.find({op.peer_stage, stage, op.micro_batch, op.tag_virtual_stage, static_cast<int>(op.phase)});
+          if (it == sent.end()) break;  // blocked until the sender gets there
+          clock[stage] = std::max(clock[stage], it->second);
+        } else if (op.kind == OpKind::Send) {
+          sent[{stage, op.peer_stage, op.micro_batch, op.tag_virtual_stage, static_cast<int>(op.phase)}] = clock[stage];
+        } else if (op.kind == OpKind::Collective && op.group != Group::Tensor && op.group != Group::Data) {
+          // Embedding (first and last stage) and World (all stages): every member must be at this same collective.
+          const auto members = program.layout.group_members(op.group, program.layout.rank_of({0, stage, 0}));
+          bool all_here = true;
+          double start = clock[stage];
+          for (int member : members) {
+            const int other = program.layout.coord_of(member).pp;
+            const auto& other_ops = program.stage_ops[other];
+            const bool here = next[other] < other_ops.size() && other_ops[next[other]].kind == OpKind::Collective &&
+                              other_ops[next[other]].group == op.group;
+            all_here = all_here && here;
+            start = std::max(start, clock[other]);
+          }
+          if (!all_here) break;
+          for (int member : members) {
+            const int other = program.layout.coord_of(member).pp;
+            clock[other] = start;
+            if (other != stage) ++next[other];
+          }
+        } else {
+          const double duration = cost(op);
+          clock[stage] += duration;
+          result.busy[stage] += duration;
+        }
+        ++next[stage];
+        progress = true;
+      }
+    }
+  }
+  for (int stage = 0; stage < stages; ++stage) {
+    if (next[stage] != program.stage_ops[stage].size()) result.deadlocked = true;
+    result.iteration_time = std::max(result.iteration_time, clock[stage]);
+  }
+  return result;
+}
+
+// Where a message goes: (from stage, to stage, micro-batch, sender virtual stage, phase).
+using MessageKey = std::tuple<int, int, int, int, int>;
+MessageKey message_key(const Op& op, int stage) {
+  const bool send = op.kind == OpKind::Send;
+  return {send ? stage : op.peer_stage, send ? op.peer_stage : stage, op.micro_batch, op.tag_virtual_stage,
+          static_cast<int>(op.phase)};
+}
+
+// A stage's list as it issues it: its compute-stream ops, each pipeline exchange (index into stage_exchanges, as
+// -1 - index) before the compute op that waits for it.
+std::vector<std::int32_t> issue_items(const Program& program, int stage) {
+  const auto& ops = program.stage_ops[stage];
+  const auto& exchanges = program.stage_exchanges[stage];
+  std::map<std::int32_t, std::int32_t> exchange_before;  // compute op -> exchange
+  std::vector<std::int32_t> items, trailing;
+  for (std::int32_t e = 0; e < static_cast<std::int32_t>(exchanges.size()); ++e) {
+    if (exchanges[e].before >= 0) {
+      exchange_before[exchanges[e].before] = e;
+    } else {
+      trailing.push_back(-1 - e);
+    }
+  }
+  for (std::int32_t i = 0; i < static_cast<std::int32_t>(ops.size()); ++i) {
+    if (ops[i].stream != Stream::Compute) continue;
+    if (auto it = exchange_before.find(i); it != exchange_before.end()) items.push_back(-1 - it->second);
+    items.push_back(i);
+  }
+  items.insert(items.end(), trailing.begin(), trailing.end());
+  return items;
+}
+
+// Whether every stage reaches the end of its list (tp = dp = 1: only stages matter; collectives over the embedding
+// and world groups wait for every member stage).
+bool replay_issue_order(const Program& program) {
+  const int stages = program.stages();
+  std::vector<std::vector<std::int32_t>> items(stages);
+  for (int stage = 0; stage < stages; ++stage) items[stage] = issue_items(program, stage);
+  std::vector<std::size_t> next(stages, 0), posted_in_exchange(stages, 0);
+  std::set<MessageKey> sends, recvs;  // posted so far
+  const auto counterpart_posted = [&](const Op& op, int stage) {
+    const MessageKey key = message_key(op, stage);
+    return op.kind == OpKind::Send ? recvs.count(key) > 0 : sends.count(key) > 0;
+  };
+  const auto post = [&](const Op& op, int stage) {
+    (op.kind == OpKind::Send ? sends : recvs).insert(message_key(op, stage));
+  };
+  // One step of `stage` at an exchange: whether the exchange is done.
+  const auto exchange_done = [&](int stage, const PipelineExchange& exchange) {
+    const auto& ops = program.stage_ops[stage];
+    std::size_t& posted = posted_in_exchange[stage];
+    if (program.exchange_issue == ExchangeIssue::Serialized) {
+      while (posted < exchange.ops.size()) {
+        const Op& op = ops[exchange.ops[posted]];
+        post(op, stage);
+        if (!counterpart_posted(op, stage)) return false;  // a blocking call: wait for the peer's
+        ++posted;
+      }
+      return true;
+    }
+    for (; posted < exchange.ops.size(); ++posted) post(ops[exchange.ops[posted]], stage);
+    return std::all_of(exchange.ops.begin(), exchange.ops.end(), [&](std::int32_t i) {
+      const bool eager_send = program.exchange_issue == ExchangeIssue::Eager && ops[i].kind == OpKind::Send;
+      return eager_send || counterpart_posted(ops[i], stage);
+    });
+  };
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int stage = 0; stage < stages; ++stage) {
+      while (next[stage] < items[stage].size()) {
+        const std::int32_t item = items[stage][next[stage]];
+        if (item < 0) {
+          if (!exchange_done(stage, program.stage_exchanges[stage][-1 - item])) break;
+          posted_in_exchange[stage] = 0;
+        } else if (const Op& op = program.stage_ops[stage][item];
+                   op.kind == OpKind::Collective && (op.group == Group::Embedding || op.group == Group::World)) {
+          // Every member stage must be at this same collective.
+          const auto members = program.layout.group_members(op.group, program.layout.rank_of({0, stage, 0}));
+          const bool all_here = std::all_of(members.begin(), members.end(), [&](int member) {
+            const int other = program.layout.coord_of(member).pp;
+            if (next[other] >= items[other].size() || items[other][next[other]] < 0) return false;
+            const Op& theirs = program.stage_ops[other][items[other][next[other]]];
+            return theirs.kind == OpKind::Collective && theirs.group == op.group;
+          });
+          if (!all_here) break;
+          for (int member : members) {
+            const int other = program.layout.coord_of(member).pp;
+            if (other != stage) ++next[other];
+          }
+        }
+        ++next[stage];
+        progress = true;
+      }
+    }
+  }
+  for (int stage = 0; stage < stages; ++stage) {
+    if (next[stage] != items[stage].size()) return false;
+  }
+  return true;
+}
+
+Scenario pipeline(ScheduleKind kind, int p, int m, int v) {
+  Scenario s = testing::make_scenario(p * v * 2, 64, 4, 16, 128, 1, p, 1, 1, m);
+  s.parallel.schedule = kind;
+  s.parallel.virtual_stages = v;
+  s.cluster = ClusterSpec{1, NodeKind::CpuHost, p};
+  return s;
+}
+
+TEST(Replay, EveryScheduleFinishesWithTheTextbookBubble) {
+  int cases = 0;
+  for (auto kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved}) {
+    for (int p : {1, 2, 4, 8}) {
+      for (int m = 1; m <= 16; ++m) {
+        for (int v : {1, 2, 3}) {
+          const Scenario s = pipeline(kind, p, m, v);
+          if (!validation_problems(s).empty()) continue;
+          const Program program = build_program(s, Granularity::Layer);
+          for (auto [forward, backward] : {std::pair{1.0, 2.0}, std::pair{1.0, 1.0}, std::pair{3.0, 5.0}}) {
+            const ReplayResult r = replay(program, forward, backward);
+            ASSERT_FALSE(r.deadlocked) << to_string(kind) << " p=" << p << " m=" << m << " v=" << v;
+            const double ideal =
+                kind == ScheduleKind::Interleaved ? double(p - 1) / (v * m + p - 1) : double(p - 1) / (m + p - 1);
+            for (int stage = 0; stage < p; ++stage) {
+              const double bubble = 1.0 - r.busy[stage] / r.iteration_time;
+              EXPECT_NEAR(bubble, ideal, 1e-12)
+                  << to_string(kind) << " p=" << p << " m=" << m << " v=" << v << " stage " << stage;
+            }
+          }
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 150);
+}
+
+TEST(Replay, TheReplayDetectsADeadlock) {
+  // Swap a stage's receive ahead of the send its peer waits for: the replay must report it.
+  Program program = build_program(pipeline(ScheduleKind::OneFOneB, 2, 2, 1), Granularity::Layer);
+  auto& last = program.stage_ops[1];
+  auto recv = std::find_if(last.begin(), last.end(), [](const Op& op) { return op.kind == OpKind::Recv; });
+  ASSERT_NE(recv, last.end());
+  Op bogus = *recv;
+  bogus.micro_batch = 99;  // a message nobody sends
+  last.insert(last.begin(), bogus);
+  EXPECT_TRUE(replay(program, 1, 2).deadlocked);
+}
+
+TEST(Replay, EveryFrameworksIssueOrderFinishes) {
+  // Megatron's batched exchanges, DeepSpeed's serialized TrainSchedule order (v0.5's activation first, v0.8.3's
+  // gradient first), the interleaved schedule's eager messages: with few and many micro-batches, at both
+  // granularities.
+  int cases = 0;
+  std::set<ExchangeIssue> issues;
+  for (const char* framework : {"megatron", "deepspeed 0.5", "deepspeed 0.8.3"}) {
+    for (auto kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved}) {
+      for (int p : {1, 2, 3, 4, 8}) {
+        for (int m = 1; m <= 12; ++m) {
+          for (int v : {1, 2, 3}) {
+            Scenario s = pipeline(kind, p, m, v);
+            if (std::string(framework) != "megatron") s.framework.name = Framework::DeepSpeed;
+            if (std::string(framework) == "deepspeed 0.8.3") s.framework.deepspeed_version = {0, 8, 3};
+            if (!validation_problems(s).empty()) continue;
+            for (const Granularity granularity : {Granularity::Layer, Granularity::Op}) {
+              const Program program = build_program(s, granularity);
+              EXPECT_TRUE(replay_issue_order(program)) << framework << " " << to_string(kind) << " p=" << p
+                                                       << " m=" << m << " v=" << v << " " << to_string(granularity);
+              issues.insert(program.exchange_issue);
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(issues.size(), 3u);
+  EXPECT_GT(cases, 600);
+}
+
+TEST(Replay, TheCombinedOneFOneBFinishes) {
+  // framework.moe_a2a_overlap (model/program/moe_a2a_overlap.hpp): each steady step merges a forward and a backward layer by
+  // layer, after one more warm-up forward; an MoE model over dp 2 = ep 2, without a pipeline and interleaved.
+  int cases = 0;
+  for (auto kind : {ScheduleKind::OneFOneB, ScheduleKind::Interleaved}) {
+    for (int p : {1, 2, 3, 4}) {
+      for (int m = 1; m <= 12; ++m) {
+        for (int v : {1, 2, 3}) {
+          Scenario s = testing::make_scenario(p * v * 2, 64, 4, 16, 128, 1, p, 2, 1, 2 * m);
+          s.parallel.schedule = kind;
+          s.parallel.virtual_stages = v;
+          s.cluster = ClusterSpec{1, NodeKind::CpuHost, 2 * p};
+          s.model.experts = 4;
+          s.model.top_k = 2;
+          s.parallel.ep = 2;
+          s.framework.moe_a2a_overlap = true;
+          if (!validation_problems(s).empty()) continue;
+          for (const Granularity granularity : {Granularity::Layer, Granularity::Op}) {
+            const Program program = build_program(s, granularity);
+            const std::string name = std::string(to_string(kind)) + " p=" + std::to_string(p) +
+                                     " m=" + std::to_string(m) + " v=" + std::to_string(v) + " " +
+                                     std::string(to_string(granularity));
+            EXPECT_FALSE(replay(program, 1, 2).deadlocked) << name;
+            EXPECT_TRUE(replay_issue_order(program)) << name;
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 40);
+}
+
+TEST(Replay, TheIssueOrderReplayDetectsADeadlock) {
+  // DeepSpeed with fewer micro-batches than stages: its stage 0 sends the last warm-up activation before it receives
+  // the first gradient, of a later step. Issued in Program order instead, every exchange would wait for its peer's.
+  Scenario s = pipeline(ScheduleKind::OneFOneB, 4, 2, 1);
+  s.framework.name = Framework::DeepSpeed;
+  Program program = build_program(s, Granularity::Layer);
+  ASSERT_EQ(program.exchange_issue, ExchangeIssue::Serialized);
+  EXPECT_TRUE(replay_issue_order(program));
+  for (auto& exchanges : program.stage_exchanges) {
+    for (PipelineExchange& exchange : exchanges) std::sort(exchange.ops.begin(), exchange.ops.end());
+  }
+  EXPECT_FALSE(replay_issue_order(program));
+}
+
+}  // namespace
+}  // namespace twin::model
