@@ -29,6 +29,7 @@ struct SearchOptions {
   bool vary_zero = false;
   std::vector<std::string> nodes;  // --vary-node: node kinds to search over, the scenario's GPU count on each
   bool vary_etp = false;
+  bool vary_cp = false;  // --vary-cp: context-parallel sizes 1, 2, 4, 8 (those the sequence allows)
   std::string json_path;
   std::string train_tokens;  // passed on to each `twin sim --train-tokens` (empty: not asked)
   bool quiet = false;        // nothing on stderr but errors
@@ -44,6 +45,7 @@ struct Plan {
   bool overlap_param_gather = false;  // the scenario's, kept where it applies (ZeRO-1)
   bool moe = false;                   // the model has experts: ep and etp are part of the plan
   std::int64_t ep = 1, etp = 1;
+  std::int64_t cp = 1;  // context parallelism: dp = GPUs / (tp x cp x pp)
   double ideal_bubble = 0;
   double peak_memory_bytes = 0;
   // Filled by the simulation.
@@ -57,6 +59,7 @@ struct Plan {
     std::vector<std::string> sets{fmt::format("parallel.tp={}", tp),
                                   fmt::format("parallel.pp={}", pp),
                                   fmt::format("parallel.dp={}", dp),
+                                  fmt::format("parallel.cp={}", cp),
                                   fmt::format("parallel.micro_batch={}", micro_batch),
                                   fmt::format("parallel.schedule={}", model::to_string(schedule)),
                                   fmt::format("parallel.virtual_stages={}", chunks),
@@ -87,7 +90,8 @@ struct Plan {
     return etp > 1 ? fmt::format("ep {} etp {}", ep, etp) : fmt::format("ep {}", ep);
   }
   std::string label() const {
-    return fmt::format("tp {} pp {} dp {}{} mb {} {}{} recompute {} {}", tp, pp, dp, moe ? " " + expert_label() : "",
+    return fmt::format("tp {} pp {} dp {}{}{} mb {} {}{} recompute {} {}", tp, pp, dp,
+                       cp > 1 ? fmt::format(" cp {}", cp) : "", moe ? " " + expert_label() : "",
                        micro_batch, model::to_string(schedule), chunks > 1 ? fmt::format(" v{}", chunks) : "",
                        recompute_label(), sharding_label());
   }
@@ -161,6 +165,7 @@ void add_plan_if_it_fits(const model::Scenario& s, std::vector<Plan>& plans, int
   plan.moe = s.model.is_moe();
   plan.ep = p.ep;
   plan.etp = p.etp;
+  plan.cp = p.cp;
   plan.ideal_bubble =
       static_cast<double>(p.pp - 1) / (static_cast<double>(p.virtual_stages) * m + static_cast<double>(p.pp - 1));
   plan.peak_memory_bytes = memory.peak_bytes;
@@ -180,12 +185,17 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptio
   if (o.vary_zero) zero_stages = {0, 1};
   const std::int64_t gpus = base.cluster.total_gpus();
   const auto experts = expert_plans(base, o.vary_etp);
+  // Context parallelism takes its share of the GPUs before data parallelism does (Megatron-Core's rank grid): the
+  // scenario's cp, or with --vary-cp each of 1, 2, 4, 8 (validation keeps those the sequence length allows).
+  const std::vector<std::int64_t> cps = o.vary_cp ? std::vector<std::int64_t>{1, 2, 4, 8}
+                                                  : std::vector<std::int64_t>{base.parallel.cp};
   std::vector<Plan> plans;
   rejected_for_memory = 0;
   for (std::int64_t tp = 1; tp <= base.cluster.gpus_per_node; tp *= 2) {
     for (std::int64_t pp : pipeline_sizes(base)) {
-      if (gpus % (tp * pp) != 0) continue;
-      const std::int64_t dp = gpus / (tp * pp);
+     for (const std::int64_t cp : cps) {
+      if (gpus % (tp * pp * cp) != 0) continue;
+      const std::int64_t dp = gpus / (tp * pp * cp);
       for (std::int64_t micro_batch : {1, 2, 4, 8}) {
         for (std::int64_t chunks = 1; chunks <= 4; ++chunks) {
           for (model::Recompute recompute : recomputes) {
@@ -193,6 +203,7 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptio
             s.parallel.tp = tp;
             s.parallel.pp = pp;
             s.parallel.dp = dp;
+            s.parallel.cp = cp;
             s.parallel.micro_batch = micro_batch;
             s.parallel.virtual_stages = chunks;
             s.parallel.schedule = chunks > 1 ? model::ScheduleKind::Interleaved
@@ -228,6 +239,7 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptio
           }
         }
       }
+     }
     }
   }
   std::stable_sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {
@@ -377,10 +389,16 @@ void run_search(const SearchOptions& o) {
   };
   // An MoE model's plans have two more columns, ep and etp, after dp.
   const bool moe = base.model.is_moe();
-  auto experts = [moe](const Plan& plan) { return moe ? fmt::format(" {:>4} {:>4}", plan.ep, plan.etp) : ""; };
+  const bool context = o.vary_cp || base.parallel.cp > 1;  // a cp column after dp
+  auto experts = [moe, context](const Plan& plan) {
+    return fmt::format("{}{}", context ? fmt::format(" {:>3}", plan.cp) : "",
+                       moe ? fmt::format(" {:>4} {:>4}", plan.ep, plan.etp) : "");
+  };
   fmt::print("{}  {:>4} {:>4} {:>5}{} {:>4}  {:<16} {:<10} {:<8} {:>10} {:>9} {:>8} {:>9} {:>5}{}\n",
              varied ? fmt::format("  {:<12}", "node") : "", "tp", "pp", "dp",
-             moe ? fmt::format(" {:>4} {:>4}", "ep", "etp") : "", "mb", "schedule", "recompute", "sharding", "iter s",
+             fmt::format("{}{}", context ? fmt::format(" {:>3}", "cp") : "",
+                         moe ? fmt::format(" {:>4} {:>4}", "ep", "etp") : ""),
+             "mb", "schedule", "recompute", "sharding", "iter s",
              "TFLOP/s", "bubble", "mem GiB", "fits", training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : "");
   nlohmann::json results = nlohmann::json::array();
   for (const Plan& plan : plans) {
@@ -407,6 +425,7 @@ void run_search(const SearchOptions& o) {
                        {"tp", plan.tp},
                        {"pp", plan.pp},
                        {"dp", plan.dp},
+                       {"cp", plan.cp},
                        {"ep", plan.ep},
                        {"etp", plan.etp},
                        {"micro_batch", plan.micro_batch},
@@ -454,6 +473,9 @@ void register_search_command(CLI::App& app) {
                    "also search these node kinds (e.g. dgx-h100,dgx-h200,gb200-nvl72), each with the scenario's "
                    "number of GPUs in whole nodes")
       ->delimiter(',');
+  command->add_flag("--vary-cp", o->vary_cp,
+                    "also try context parallelism 1, 2, 4 and 8 (dp = GPUs / (tp x cp x pp)); without it, the "
+                    "scenario's parallel.cp is kept");
   command->add_flag("--vary-etp", o->vary_etp,
                     "Mixture-of-Experts: also try expert tensor parallelism (etp 2, 4, ... up to a node) with each ep");
   command->add_option("--json", o->json_path, "write every plan and its result as JSON")->check(output_file());

@@ -93,6 +93,28 @@ MeasuredComparison compare_with_measured(const json& predicted, const MeasuredRu
     v.totals.push_back({"model TFLOP/s per GPU", tflops * predicted_s / measured_s, tflops});
   }
   if (run.mfu > 0) v.totals.push_back({"MFU", run.mfu, number_or(predicted, "mfu", 0)});
+  if (run.logged_iterations > 0) {
+    c.notes.push_back(
+        run.used_iterations < run.logged_iterations
+            ? fmt::format("measured: the mean of the last {} of the log's {} iteration lines (the first holds start-up: "
+                          "compilation, allocator warm-up, first connections)",
+                          run.used_iterations, run.logged_iterations)
+            : fmt::format("measured: the mean of all {} iteration lines of the log (with fewer than 3, none is left "
+                          "out as start-up)",
+                          run.logged_iterations));
+  }
+  const double predicted_memory_gib = number_or(predicted, "memory_per_gpu_bytes", 0) / (1024.0 * 1024 * 1024);
+  if (run.max_allocated_bytes > 0 && predicted_memory_gib > 0) {
+    v.totals.push_back({"peak memory per GPU (GiB)", run.max_allocated_bytes / (1024.0 * 1024 * 1024),
+                        predicted_memory_gib});
+    c.notes.push_back("peak memory: the log's \"max allocated\" (live tensors at their peak, rank 0) against "
+                      "twin's peak of the busiest stage");
+  } else if (run.max_reserved_bytes > 0 && predicted_memory_gib > 0) {
+    v.totals.push_back({"peak memory per GPU (GiB)", run.max_reserved_bytes / (1024.0 * 1024 * 1024),
+                        predicted_memory_gib});
+    c.notes.push_back("peak memory: the log's reserved peak (the caching allocator's cache included, so above the "
+                      "live tensors twin counts)");
+  }
   if (run.ranks.empty()) return c;
 
   // Traces: compute by class, communication, ranks.

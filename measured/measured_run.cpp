@@ -217,8 +217,12 @@ bool is_measured_input(const std::string& path) {
     // comparison reads those.
     return text.find("\"otherData\":{\"engine\"") == std::string::npos;
   }
+  // A log may begin with '[' too ("[W socket.cpp ...]", "[2024-05-01 ...] torch.distributed.run", "[NeMo I ...]"):
+  // what parses as JSON is twin's own document, anything else is read as a log (by its iteration lines).
   const std::size_t open = text.find_first_not_of(" \t\r\n");
-  return open != std::string::npos && text[open] != '{' && text[open] != '[';  // a log, not JSON
+  if (open == std::string::npos) return false;
+  if (text[open] != '{' && text[open] != '[') return true;
+  return !nlohmann::json::accept(text);
 }
 
 MeasuredRun read_measured(const std::string& path, int iterations_given, bool fastest_step) {

@@ -53,6 +53,11 @@ struct MeasuredRun {
   double tflops_per_gpu = 0;
   double mfu = 0;
   int logged_iterations = 0;  // log lines read (the first interval, warm-up, left out when three or more)
+  int used_iterations = 0;    // of those, the ones the mean is over
+  // Memory as the log reports it (0: not in the log): Megatron-LM's "max allocated" (the caching allocator's peak of
+  // live tensors, MB), torchtitan's "memory: X GiB" (its max reserved, the allocator's peak including its cache).
+  double max_allocated_bytes = 0;
+  double max_reserved_bytes = 0;
   // The run's model and plan as its log states them: tp, pp, dp, layers, hidden, heads, seq_len, global_batch,
   // micro_batch, world_size (only those found).
   std::map<std::string, long long> plan;

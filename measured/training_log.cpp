@@ -11,6 +11,7 @@
 //     with local batch size 8, global batch size 64, sequence length 8192".
 // The first logged interval includes start-up (compilation, allocator warm-up, the first NCCL connections): it is
 // left out when three or more were logged.
+#include <algorithm>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -47,8 +48,10 @@ const std::map<std::string, std::string>& plan_keys() {
   return keys;
 }
 
+std::size_t warmup_intervals(std::size_t logged) { return logged >= 3 ? 1 : 0; }
+
 double mean_after_warmup(const std::vector<double>& values) {
-  const std::size_t skip = values.size() >= 3 ? 1 : 0;
+  const std::size_t skip = warmup_intervals(values.size());
   double total = 0;
   for (std::size_t i = skip; i < values.size(); ++i) total += values[i];
   return total / static_cast<double>(values.size() - skip);
@@ -65,6 +68,10 @@ MeasuredRun read_training_log(const std::string& path) {
   static const std::regex titan_step(R"(step:\s*(\d+)\s+loss:.*?(?:tps|wps):\s*([0-9,.]+)(?:\s+tflops:\s*([0-9,.]+))?(?:\s+mfu:\s*([0-9.]+)%)?)");
   static const std::regex argument(R"(^\s*([a-z_0-9]+)\s*(?:\.{3,}|:)\s*(\d+)\s*$)");
   static const std::regex world(R"(using world size:\s*(\d+), data-parallel[- ]size:\s*(\d+).*?, tensor-model-parallel size:\s*(\d+).*?, pipeline-model-parallel size:\s*(\d+))");
+  // Megatron-LM's report_memory (megatron/training/utils.py): "memory (MB) | allocated: ... | max allocated: ...";
+  // torchtitan's step line: "memory: 27.41GiB(28.84%)" (max reserved).
+  static const std::regex megatron_memory(R"(memory \(MB\).*\|\s*max allocated:\s*([0-9.]+))");
+  static const std::regex titan_memory(R"(memory:\s*([0-9.]+)\s*GiB)");
   static const std::regex titan_batch(R"(local batch size (\d+), global batch size (\d+), sequence length (\d+))");
 
   MeasuredRun run;
@@ -81,6 +88,9 @@ MeasuredRun read_training_log(const std::string& path) {
     while (std::getline(pieces, line, '\r')) {
       std::smatch m;
       try {
+        if (std::smatch memory; std::regex_search(line, memory, megatron_memory)) {
+          run.max_allocated_bytes = std::max(run.max_allocated_bytes, number(memory[1]) * 1024 * 1024);
+        }
         if (std::regex_search(line, m, megatron_iteration)) {
           megatron_ms.push_back(number(m[2]));
           std::smatch t;
@@ -90,6 +100,9 @@ MeasuredRun read_training_log(const std::string& path) {
           nemo_s.push_back(number(m[1]));
         } else if (std::regex_search(line, m, titan_step)) {
           titan_tps.push_back(number(m[2]));
+          if (std::smatch memory; std::regex_search(line, memory, titan_memory)) {
+            run.max_reserved_bytes = std::max(run.max_reserved_bytes, number(memory[1]) * 1024 * 1024 * 1024);
+          }
           if (m[3].matched) titan_tflops.push_back(number(m[3]));
           if (m[4].matched) titan_mfu.push_back(number(m[4]) / 100);
         } else if (std::regex_search(line, m, world)) {
@@ -135,6 +148,8 @@ MeasuredRun read_training_log(const std::string& path) {
         "...\")",
         path));
   }
+  run.used_iterations =
+      run.logged_iterations - static_cast<int>(warmup_intervals(static_cast<std::size_t>(run.logged_iterations)));
   if (run.iteration_time_s < 0 || run.tokens_per_s_per_gpu < 0) {
     throw MeasuredError(fmt::format("'{}': a negative iteration time or throughput", path));
   }

@@ -610,6 +610,37 @@ TEST(Cli, SearchTriesPipelinesThatSplitUnevenLayers) {
   for (const auto& plan : plans) EXPECT_EQ(plan["pp"], 4);
 }
 
+TEST(Cli, SearchKeepsAndVariesContextParallelism) {
+  // The scenario's cp takes its share of the GPUs: dp = 16 / (tp x pp x 2). Before, dp was 16 / (tp x pp), every plan
+  // was invalid, and search reported none ("0 rejected for memory").
+  const fs::path kept_path = scratch("search-cp-kept.json");
+  const Result kept = twin("search " + small_cluster_scenario().string() +
+                           " --context-parallel-size 2 --set framework.attention=flash2 --max 2 --jobs 2 --json " + kept_path.string());
+  ASSERT_EQ(kept.status, 0) << kept.output;
+  EXPECT_THAT(kept.output, HasSubstr(" cp "));
+  std::ifstream kept_in(kept_path);
+  const auto kept_plans = nlohmann::json::parse(kept_in)["plans"];
+  ASSERT_FALSE(kept_plans.empty());
+  for (const auto& plan : kept_plans) {
+    EXPECT_EQ(plan["cp"], 2);
+    EXPECT_EQ(plan["tp"].get<int>() * plan["pp"].get<int>() * plan["dp"].get<int>() * plan["cp"].get<int>(), 16);
+    EXPECT_EQ(plan["error"], "");
+  }
+  // --vary-cp tries cp 1, 2, 4, 8: the enumeration holds plans of several sizes (ranked by ideal bubble, the first few
+  // simulated are pp 1 plans of tp 1, in the order cp 1, 2, 4, 8).
+  const fs::path varied_path = scratch("search-cp-varied.json");
+  const Result varied = twin("search " + small_cluster_scenario().string() +
+                             " --set parallel.pp=1 --set model.layers=2 --set framework.attention=flash2 --vary-cp --max 8 --jobs 2 --json " +
+                             varied_path.string());
+  ASSERT_EQ(varied.status, 0) << varied.output;
+  std::ifstream varied_in(varied_path);
+  std::set<int> sizes;
+  const auto varied_plans = nlohmann::json::parse(varied_in)["plans"];
+  for (const auto& plan : varied_plans) sizes.insert(plan["cp"].get<int>());
+  EXPECT_GE(sizes.size(), 2u);
+  EXPECT_TRUE(sizes.count(2) || sizes.count(4) || sizes.count(8));
+}
+
 TEST(Cli, SearchRanksValidPlansByIterationTime) {
   const fs::path json_path = scratch("search.json");
   const Result r = twin("search " + small_cluster_scenario().string() + " --max 5 --jobs 2 --train-tokens 10B --json " +

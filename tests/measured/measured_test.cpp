@@ -463,6 +463,69 @@ TEST(TrainingLog, NemoAndTorchtitanLogs) {
   EXPECT_EQ(t.plan.at("global_batch"), 64);
 }
 
+// Logs as they come: launcher noise before the first iteration line, lines that begin with '[' or '{', ANSI colours.
+// The JSON test was "the first non-blank character is '[' or '{'", which took each of these for JSON.
+TEST(TrainingLog, RecognisedByContentWhateverPrecedesIt) {
+  const std::string iterations =
+      " [2024-05-06 13:34:31] iteration       10/     100 | elapsed time per iteration (ms): 9000.0 |\n"
+      " [2024-05-06 13:34:41] iteration       20/     100 | elapsed time per iteration (ms): 1000.0 |\n"
+      "[Rank 0] (after 20 iterations) memory (MB) | allocated: 30000.0 | max allocated: 61440.0 | reserved: 70000.0 "
+      "| max reserved: 70000.0\n"
+      " [2024-05-06 13:34:51] iteration       30/     100 | elapsed time per iteration (ms): 1100.0 |\n"
+      " [2024-05-06 13:35:01] iteration       40/     100 | elapsed time per iteration (ms): 1200.0 |\n";
+  const std::vector<std::string> preambles = {
+      "[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500\n",
+      "[2024-05-06 13:30:00,000] torch.distributed.run: [WARNING] \n*****************************************\n",
+      "{'rank': 0, 'world_size': 8}\n",
+      "\x1b[33m[NeMo W 2024-05-06 13:30:00 nemo_logging:349]\x1b[0m some warning\n",
+  };
+  for (std::size_t i = 0; i < preambles.size(); ++i) {
+    const std::string path = temporary("noisy-" + std::to_string(i) + ".log");
+    write(path, preambles[i] + iterations);
+    ASSERT_TRUE(is_measured_input(path)) << preambles[i];
+    const MeasuredRun run = read_measured(path);
+    EXPECT_EQ(run.source, "megatron-lm log");
+    EXPECT_EQ(run.logged_iterations, 4);
+    EXPECT_EQ(run.used_iterations, 3);  // the first interval (start-up) left out
+    EXPECT_NEAR(run.iteration_time_s, 1.1, 1e-12);
+    EXPECT_NEAR(run.max_allocated_bytes, 61440.0 * 1024 * 1024, 1);
+  }
+  // twin's own JSON stays JSON.
+  const std::string summary = temporary("summary.json");
+  write(summary, "[{\"iteration_time_s\": 1.0}]");
+  EXPECT_FALSE(is_measured_input(summary));
+  // With two lines none is left out: one interval of two would be half the data.
+  const std::string two = temporary("two.log");
+  write(two, " iteration 10/ 100 | elapsed time per iteration (ms): 900.0 |\n"
+             " iteration 20/ 100 | elapsed time per iteration (ms): 1100.0 |\n");
+  const MeasuredRun short_run = read_measured(two);
+  EXPECT_EQ(short_run.used_iterations, 2);
+  EXPECT_NEAR(short_run.iteration_time_s, 1.0, 1e-12);
+}
+
+TEST(CompareMeasured, LogMemoryAndIterationsUsedAreReported) {
+  const std::string path = temporary("memory.log");
+  write(path, " iteration 10/ 100 | elapsed time per iteration (ms): 5000.0 |\n"
+              " iteration 20/ 100 | elapsed time per iteration (ms): 1000.0 |\n"
+              " iteration 30/ 100 | elapsed time per iteration (ms): 1000.0 |\n"
+              "[Rank 0] (after 30 iterations) memory (MB) | allocated: 1.0 | max allocated: 40960.0 | reserved: 2.0\n");
+  json predicted = {{"engine", "sim"}, {"iteration_time_s", 1.0}, {"tflops_per_gpu", 100.0},
+                    {"memory_per_gpu_bytes", 50.0 * 1024 * 1024 * 1024}};
+  const MeasuredComparison c = compare_with_measured(predicted, read_measured(path), true, 5);
+  bool memory_row = false;
+  for (const auto& total : c.values.totals) {
+    if (total.name == "peak memory per GPU (GiB)") {
+      memory_row = true;
+      EXPECT_NEAR(total.reference, 40.0, 1e-9);
+      EXPECT_NEAR(total.candidate, 50.0, 1e-9);
+    }
+  }
+  EXPECT_TRUE(memory_row);
+  bool iterations_note = false;
+  for (const std::string& note : c.notes) iterations_note |= note.find("last 2 of the log's 3") != std::string::npos;
+  EXPECT_TRUE(iterations_note);
+}
+
 // A prediction's summary as `twin sim --json` writes it (the fields compare reads).
 json prediction(const std::string& hardware, int gpus, int tp) {
   return {{"scenario",
