@@ -23,6 +23,10 @@ namespace {
 struct SearchOptions {
   ScenarioOptions scenario;
   int max_plans = 48;
+  bool all = false;  // --all: simulate every plan that fits, not only the first --max
+  // --memory-headroom: what a plan must leave free of one GPU's memory to count as fitting ("5%" of it, or GiB).
+  std::string memory_headroom = "5%";
+  bool explain = false;  // --explain: list the plans not simulated, each with its reason
   int jobs = 0;  // 0: hardware threads
   bool vary_recompute = false;
   bool vary_sequence_parallel = false;
@@ -148,16 +152,41 @@ std::vector<std::int64_t> block_recompute_layers(const model::Scenario& s) {
   return out;
 }
 
-// `s` as a plan, when it is valid and fits (else counted in rejected_for_memory when only memory stops it).
-void add_plan_if_it_fits(const model::Scenario& s, std::vector<Plan>& plans, int& rejected_for_memory) {
-  if (!model::validation_problems(s).empty()) return;
-  const auto memory = model::estimate_memory(s);
-  if (!memory.fits) {
-    ++rejected_for_memory;
-    return;
+// A plan the enumeration left out, with why: the first rule it breaks, or the memory it needs.
+struct Rejection {
+  std::string plan;
+  std::string reason;
+  bool memory = false;
+};
+
+// What --memory-headroom leaves free of a GPU of `capacity_bytes`: "N%" of it, or N GiB ("N" or "NGiB").
+double headroom_bytes(const std::string& text, double capacity_bytes) {
+  const bool percent = !text.empty() && text.back() == '%';
+  std::string number = percent ? text.substr(0, text.size() - 1) : text;
+  if (!percent && number.size() > 3 && number.compare(number.size() - 3, 3, "GiB") == 0) {
+    number.resize(number.size() - 3);
   }
+  double value = -1;
+  try {
+    std::size_t used = 0;
+    value = std::stod(number, &used);
+    if (used != number.size()) value = -1;
+  } catch (const std::exception&) {
+    value = -1;
+  }
+  const double bytes = percent ? capacity_bytes * value / 100 : value * 1024 * 1024 * 1024;
+  if (!(value >= 0) || !(bytes < capacity_bytes)) {
+    throw UserError(fmt::format("--memory-headroom {}: give a share of one GPU's memory under 100 % (\"5%\") or "
+                                "GiB under its {:.0f} GiB (\"4\", \"4GiB\")",
+                                text, capacity_bytes / (1024.0 * 1024 * 1024)));
+  }
+  return bytes;
+}
+
+// `s` as a plan, when it is valid and fits within the headroom; otherwise, with `rejections`, why not.
+void add_plan_if_it_fits(const model::Scenario& s, const SearchOptions& o, std::vector<Plan>& plans,
+                         int& rejected_for_memory, std::vector<Rejection>* rejections) {
   const auto& p = s.parallel;
-  const double m = static_cast<double>(p.micro_batches());
   Plan plan{p.tp, p.pp, p.dp, p.micro_batch, p.virtual_stages, p.schedule, p.recompute, p.recompute_num_layers};
   plan.sequence_parallel = p.sequence_parallel;
   plan.zero_stage = p.zero_stage;
@@ -166,6 +195,29 @@ void add_plan_if_it_fits(const model::Scenario& s, std::vector<Plan>& plans, int
   plan.ep = p.ep;
   plan.etp = p.etp;
   plan.cp = p.cp;
+  if (const std::vector<std::string> problems = model::validation_problems(s); !problems.empty()) {
+    if (rejections) {
+      std::string reason = problems.front();  // without the scenario's name: every line would repeat it
+      if (reason.rfind(s.source + ": ", 0) == 0) reason.erase(0, s.source.size() + 2);
+      rejections->push_back({plan.label(), reason, false});
+    }
+    return;
+  }
+  const auto memory = model::estimate_memory(s);
+  const double headroom = headroom_bytes(o.memory_headroom, memory.capacity_bytes);
+  if (memory.peak_bytes > memory.capacity_bytes - headroom) {
+    ++rejected_for_memory;
+    const double gib = 1024.0 * 1024 * 1024;
+    if (rejections) {
+      rejections->push_back({plan.label(),
+                             fmt::format("needs {:.1f} GiB of {:.0f} GiB, over the {:.1f} GiB the headroom leaves",
+                                         memory.peak_bytes / gib, memory.capacity_bytes / gib,
+                                         (memory.capacity_bytes - headroom) / gib),
+                             true});
+    }
+    return;
+  }
+  const double m = static_cast<double>(p.micro_batches());
   plan.ideal_bubble =
       static_cast<double>(p.pp - 1) / (static_cast<double>(p.virtual_stages) * m + static_cast<double>(p.pp - 1));
   plan.peak_memory_bytes = memory.peak_bytes;
@@ -175,7 +227,8 @@ void add_plan_if_it_fits(const model::Scenario& s, std::vector<Plan>& plans, int
 // Every valid plan that fits, ordered by its ideal bubble (then less tensor parallelism): the order in which they are
 // simulated when there are more than --max. With vary_recompute, every recompute mode, block recompute included; with
 // vary_sequence_parallel, with and without it (where tp > 1); with vary_zero, ZeRO stages 0 and 1.
-std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptions& o, int& rejected_for_memory) {
+std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptions& o, int& rejected_for_memory,
+                                  std::vector<Rejection>* rejections) {
   const bool vary_recompute = o.vary_recompute;
   std::vector<model::Recompute> recomputes{base.parallel.recompute};
   if (vary_recompute) recomputes = {model::Recompute::None, model::Recompute::Selective, model::Recompute::Full};
@@ -231,7 +284,7 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptio
                   for (const auto& [ep, etp] : experts) {
                     s.parallel.ep = ep;
                     s.parallel.etp = etp;
-                    add_plan_if_it_fits(s, plans, rejected_for_memory);
+                    add_plan_if_it_fits(s, o, plans, rejected_for_memory, rejections);
                   }
                 }
               }
@@ -307,15 +360,35 @@ std::vector<SearchTarget> search_targets(const SearchOptions& o) {
   return targets;
 }
 
+// "12 plans simulated" or "48 of 87 plans that fit simulated (--max 48, ...)": the cap, said where it cut.
+std::string simulated_line(std::size_t simulated, std::size_t found, const SearchOptions& o) {
+  if (simulated == found) return fmt::format("{} plans simulated (every plan that fits)", simulated);
+  return fmt::format("{} of {} plans that fit simulated (--max {}, smallest ideal bubble first; --all for every one)",
+                     simulated, found, o.max_plans);
+}
+
+// --explain: the plans left out, with their reasons (memory first, then the rules they break).
+void print_rejections(const std::vector<Rejection>& rejections) {
+  if (rejections.empty()) return;
+  fmt::print("\nnot simulated ({} plans):\n", rejections.size());
+  for (const bool memory : {true, false}) {
+    for (const Rejection& r : rejections) {
+      if (r.memory == memory) fmt::print("  {}: {}\n", r.plan, r.reason);
+    }
+  }
+}
+
 void run_search(const SearchOptions& o) {
   const std::vector<SearchTarget> targets = search_targets(o);
   const model::Scenario& base = targets.front().base;
   int rejected_for_memory = 0;
   std::vector<std::vector<Plan>> per_target;
+  std::vector<Rejection> rejections;
   for (std::size_t t = 0; t < targets.size(); ++t) {
     check_searchable(targets[t].base, o);
+    headroom_bytes(o.memory_headroom, model::estimate_memory(targets[t].base).capacity_bytes);  // refused before work
     int rejected = 0;
-    per_target.push_back(enumerate_plans(targets[t].base, o, rejected));
+    per_target.push_back(enumerate_plans(targets[t].base, o, rejected, o.explain ? &rejections : nullptr));
     for (Plan& plan : per_target.back()) plan.target = t;
     rejected_for_memory += rejected;
   }
@@ -333,10 +406,13 @@ void run_search(const SearchOptions& o) {
                    [](const Plan& a, const Plan& b) { return a.ideal_bubble < b.ideal_bubble; });
   const std::size_t found = plans.size();
   if (plans.empty()) {
-    throw UserError(fmt::format("no valid plan of {} fits {} x {} GPUs ({} rejected for memory)", base.model.name,
-                                base.cluster.nodes, base.cluster.gpus_per_node, rejected_for_memory));
+    print_rejections(rejections);
+    throw UserError(fmt::format("no valid plan of {} fits {} x {} GPUs ({} rejected for memory with --memory-headroom "
+                                "{}{})",
+                                base.model.name, base.cluster.nodes, base.cluster.gpus_per_node, rejected_for_memory,
+                                o.memory_headroom, o.explain ? "" : "; --explain lists every plan with its reason"));
   }
-  if (plans.size() > static_cast<std::size_t>(o.max_plans)) plans.resize(o.max_plans);
+  if (!o.all && plans.size() > static_cast<std::size_t>(o.max_plans)) plans.resize(o.max_plans);
   const int jobs = o.jobs > 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
   if (!o.quiet) {
     fmt::print(stderr, "twin search: {} plans of {} fit {} GPUs ({} rejected for memory); simulating {} with {} jobs\n",
@@ -376,12 +452,12 @@ void run_search(const SearchOptions& o) {
       kinds += fmt::format("{}{} x {}", kinds.empty() ? "" : ", ", target.base.cluster.nodes,
                            model::to_string(target.base.cluster.node));
     }
-    fmt::print("{} on {} GPUs of {}, global batch {}: {} plans simulated, fastest first\n\n", base.model.name,
-               base.cluster.total_gpus(), kinds, base.parallel.global_batch, plans.size());
+    fmt::print("{} on {} GPUs of {}, global batch {}: {}, fastest first\n\n", base.model.name,
+               base.cluster.total_gpus(), kinds, base.parallel.global_batch, simulated_line(plans.size(), found, o));
   } else {
-    fmt::print("{} on {} x {} ({} GPUs), global batch {}: {} plans simulated, fastest first\n\n", base.model.name,
+    fmt::print("{} on {} x {} ({} GPUs), global batch {}: {}, fastest first\n\n", base.model.name,
                base.cluster.nodes, model::to_string(base.cluster.node), base.cluster.total_gpus(),
-               base.parallel.global_batch, plans.size());
+               base.parallel.global_batch, simulated_line(plans.size(), found, o));
   }
   const bool training = !o.train_tokens.empty();
   auto node_column = [&](const Plan& plan) {
@@ -444,9 +520,21 @@ void run_search(const SearchOptions& o) {
                        {"error", plan.error}});
     if (training && plan.error.empty()) results.back()["training"] = plan.training;
   }
+  print_rejections(rejections);
   if (!o.json_path.empty()) {
-    write_file_atomically(o.json_path,
-                          nlohmann::json{{"scenario", base.model.name}, {"plans", results}}.dump(1) + "\n");
+    nlohmann::json document{{"scenario", base.model.name},
+                            {"plans", results},
+                            {"plans_that_fit", found},
+                            {"rejected_for_memory", rejected_for_memory},
+                            {"memory_headroom", o.memory_headroom}};
+    if (o.explain) {
+      nlohmann::json rejected = nlohmann::json::array();
+      for (const Rejection& r : rejections) {
+        rejected.push_back({{"plan", r.plan}, {"reason", r.reason}, {"memory", r.memory}});
+      }
+      document["rejected"] = rejected;
+    }
+    write_file_atomically(o.json_path, document.dump(1) + "\n");
   }
 }
 
@@ -458,8 +546,16 @@ void register_search_command(CLI::App& app) {
       "search",
       "simulate every parallel plan (tp, pp, micro-batch, schedule) that fits and rank them by iteration time");
   add_scenario_options(*command, o->scenario);
-  command->add_option("--max", o->max_plans, "simulate at most this many plans (smallest ideal bubble first)")
+  command
+      ->add_option("--max", o->max_plans,
+                   "simulate at most this many of the plans that fit, smallest ideal bubble first (default 48)")
       ->check(at_least(1));
+  command->add_flag("--all", o->all, "simulate every plan that fits (no --max cap)");
+  command->add_option("--memory-headroom", o->memory_headroom,
+                      "memory a plan must leave free on each GPU to count as fitting: a share (\"5%\", the default: "
+                      "the caching allocator's slack and what a run allocates beyond the estimate) or GiB (\"4\")");
+  command->add_flag("--explain", o->explain,
+                    "list every plan not simulated with its reason (the rule it breaks, or the memory it needs)");
   command->add_option("--jobs", o->jobs, "simulations at a time (default: one per core)")->check(between(1, 1024));
   command->add_flag("--vary-recompute", o->vary_recompute,
                     "also try recompute none, selective and full, and block recompute of a quarter, half and three "

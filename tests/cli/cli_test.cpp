@@ -641,6 +641,37 @@ TEST(Cli, SearchKeepsAndVariesContextParallelism) {
   EXPECT_TRUE(sizes.count(2) || sizes.count(4) || sizes.count(8));
 }
 
+TEST(Cli, SearchLeavesMemoryHeadroomStatesItsCapAndExplains) {
+  // "Fits" left no headroom: a plan at 78.8 of 80 GiB ranked first. Now a plan must leave --memory-headroom free
+  // (default 5 %), the output says how many of the plans that fit it simulated, and --explain says why the others
+  // were left out.
+  auto search = [](const std::string& flags, const std::string& name) {
+    const fs::path json_path = scratch(name);
+    const Result r = twin("search " + small_cluster_scenario().string() + " --set parallel.recompute=none --max 1 "
+                          "--jobs 1 --json " + json_path.string() + " " + flags);
+    EXPECT_EQ(r.status, 0) << r.output;
+    std::ifstream in(json_path);
+    return std::make_pair(r.output, nlohmann::json::parse(in));
+  };
+  const auto [none_output, none] = search("--memory-headroom 0%", "headroom-0.json");
+  const auto [tight_output, tight] = search("--memory-headroom 60 --explain", "headroom-60.json");
+  EXPECT_THAT(none_output, HasSubstr("1 of "));
+  EXPECT_THAT(none_output, HasSubstr("plans that fit simulated (--max 1"));
+  EXPECT_LT(tight["plans_that_fit"].get<int>(), none["plans_that_fit"].get<int>());
+  EXPECT_GT(tight["rejected_for_memory"].get<int>(), none["rejected_for_memory"].get<int>());
+  ASSERT_TRUE(tight.contains("rejected"));
+  int memory_reasons = 0;
+  for (const auto& r : tight["rejected"]) {
+    if (r["memory"].get<bool>()) {
+      ++memory_reasons;
+      EXPECT_THAT(r["reason"].get<std::string>(), HasSubstr("the headroom leaves"));
+    }
+  }
+  EXPECT_EQ(memory_reasons, tight["rejected_for_memory"].get<int>());
+  EXPECT_THAT(tight_output, HasSubstr("not simulated ("));
+  EXPECT_EQ(twin("search " + small_cluster_scenario().string() + " --memory-headroom 100%").status, 2);
+}
+
 TEST(Cli, SearchRanksValidPlansByIterationTime) {
   const fs::path json_path = scratch("search.json");
   const Result r = twin("search " + small_cluster_scenario().string() + " --max 5 --jobs 2 --train-tokens 10B --json " +
