@@ -173,6 +173,10 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
   summary.global_batch = s.parallel.global_batch;
   summary.micro_batch = s.parallel.micro_batch;
   summary.hardware = std::string(model::to_string(s.cluster.node));
+  summary.precision = s.model.fp8 == model::Fp8Format::None
+                          ? std::string(model::to_string(s.model.dtype))
+                          : fmt::format("fp8 {}, {}", model::to_string(s.model.fp8),
+                                        model::to_string(s.framework.fp8_recipe));
   summary.iteration_time_s = timeline.iteration_time_s;
   summary.peak_flops_per_gpu = peak_flops_per_gpu;
   const double T = timeline.iteration_time_s;
@@ -318,6 +322,8 @@ nlohmann::json summary_to_json(const Summary& summary) {
                       {"micro_batch", summary.micro_batch},
                       {"hardware", summary.hardware}};
   if (summary.cp > 1) json["scenario"]["cp"] = summary.cp;
+  if (summary.ep > 1) json["scenario"]["ep"] = summary.ep;
+  json["scenario"]["precision"] = summary.precision;
   json["engine"] = summary.engine;
   json["iteration_time_s"] = T;
   json["bubble_fraction"] = summary.bubble_fraction;
@@ -349,8 +355,11 @@ std::string summary_table(const Summary& s) {
   std::string out;
   auto line = std::back_inserter(out);
   const std::string context = s.cp > 1 ? fmt::format(" x CP {}", s.cp) : "";
-  fmt::format_to(line, "{}: {} GPUs, TP {}{} x PP {} x DP {}, {} micro-batches per iteration  [{}]\n\n", s.scenario,
-                 s.gpus, s.tp, context, s.pp, s.dp, s.micro_batches, s.engine);
+  // Expert parallelism splits the same ranks again (ep x etp divides tp x cp x dp): beside the grid, not a factor of it.
+  const std::string experts = s.ep > 1 ? fmt::format(" (EP {})", s.ep) : "";
+  fmt::format_to(line, "{}: {} GPUs, TP {}{} x PP {} x DP {}{}, {}, {} micro-batches per iteration  [{}]\n\n",
+                 s.scenario, s.gpus, s.tp, context, s.pp, s.dp, experts,
+                 s.precision.empty() ? "bf16" : s.precision, s.micro_batches, s.engine);
   fmt::format_to(line, "  iteration time          {:10.3f} s\n", T);
   fmt::format_to(line, "  model TFLOP/s per GPU   {:10.1f}     (Narayanan's count, as papers quote it)\n",
                  s.tflops_per_gpu);

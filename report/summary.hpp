@@ -85,6 +85,7 @@ struct Summary {
   // cluster.node, e.g. "dgx-a100" or "cpu-host", or the GPU a simulation ran on when it was another).
   long long layers = 0, hidden = 0, heads = 0, seq_len = 0, global_batch = 0, micro_batch = 0;
   std::string hardware;
+  std::string precision;  // "bf16", or with FP8 GEMMs "fp8 hybrid, delayed" (the format, then the recipe)
   double iteration_time_s = 0;
   double bubble_fraction = 0;  // mean over stages
   double model_flops = 0;      // model::reported_flops_per_iteration

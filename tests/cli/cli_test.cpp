@@ -837,6 +837,22 @@ TEST(Cli, MegatronLaunchFlagsGiveTheProgramOfTheKeysTheyName) {
   }
 }
 
+TEST(Cli, SimHeaderNamesExpertParallelismAndPrecision) {
+  // The header read "8 GPUs, TP 1 x PP 2 x DP 4" for an EP 4 plan with FP8 GEMMs: neither was visible.
+  const fs::path path = scratch("moe-fp8.toml");
+  std::ofstream(path) << "[model]\nname = \"gpt-moe\"\nlayers = 4\nhidden = 1024\nheads = 16\nseq_len = 2048\n"
+                         "vocab = 50257\nexperts = 8\ntop_k = 2\nfp8 = \"hybrid\"\n[parallel]\ntp = 1\npp = 2\nep = 4\n"
+                         "global_batch = 32\n[cluster]\nnodes = 1\nnode = \"dgx-h100\"\n";
+  const fs::path json_path = scratch("moe-fp8.json");
+  const Result r = twin("sim " + path.string() + " --json " + json_path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("TP 1 x PP 2 x DP 4 (EP 4), fp8 hybrid, delayed,"));
+  std::ifstream in(json_path);
+  const auto scenario = nlohmann::json::parse(in)["scenario"];
+  EXPECT_EQ(scenario["ep"], 4);
+  EXPECT_EQ(scenario["precision"], "fp8 hybrid, delayed");
+}
+
 TEST(Cli, SimEstimatesAWholeTrainingRun) {
   // GPT-3 175B, 300 B tokens on 1024 GPUs: the iterations are whole global batches, the days follow from the
   // simulated iteration, and they agree with Narayanan et al.'s end-to-end estimate 8 T P / (n X) (SC'21, Sec. 5.1)
