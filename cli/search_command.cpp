@@ -57,6 +57,7 @@ struct Plan {
   bool fits = false;  // its summary's memory.fits: the plan's peak within one GPU
   double iteration_time_s = 0, tflops_per_gpu = 0, bubble_fraction = 0;
   nlohmann::json training;  // with --train-tokens: the child's `training` summary
+  nlohmann::json time_split = nlohmann::json::object();  // the child's `time_split`
   std::size_t target = 0;   // the SearchTarget (node kind) it runs on
 
   std::vector<std::string> overrides() const {
@@ -438,6 +439,7 @@ void run_search(const SearchOptions& o) {
     plan.tflops_per_gpu = outcomes[i].summary.at("tflops_per_gpu").get<double>();
     plan.bubble_fraction = outcomes[i].summary.at("bubble_fraction").get<double>();
     plan.fits = outcomes[i].summary.at("memory").at("fits").get<bool>();
+    plan.time_split = outcomes[i].summary.value("time_split", nlohmann::json::object());
     if (!o.train_tokens.empty()) plan.training = outcomes[i].summary.at("training");
   }
 
@@ -452,12 +454,13 @@ void run_search(const SearchOptions& o) {
       kinds += fmt::format("{}{} x {}", kinds.empty() ? "" : ", ", target.base.cluster.nodes,
                            model::to_string(target.base.cluster.node));
     }
-    fmt::print("{} on {} GPUs of {}, global batch {}: {}, fastest first\n\n", base.model.name,
-               base.cluster.total_gpus(), kinds, base.parallel.global_batch, simulated_line(plans.size(), found, o));
+    fmt::print("{} on {} GPUs of {}, {}, global batch {}: {}, fastest first\n\n", base.model.name,
+               base.cluster.total_gpus(), kinds, model::precision_label(base), base.parallel.global_batch,
+               simulated_line(plans.size(), found, o));
   } else {
-    fmt::print("{} on {} x {} ({} GPUs), global batch {}: {}, fastest first\n\n", base.model.name,
+    fmt::print("{} on {} x {} ({} GPUs), {}, global batch {}: {}, fastest first\n\n", base.model.name,
                base.cluster.nodes, model::to_string(base.cluster.node), base.cluster.total_gpus(),
-               base.parallel.global_batch, simulated_line(plans.size(), found, o));
+               model::precision_label(base), base.parallel.global_batch, simulated_line(plans.size(), found, o));
   }
   const bool training = !o.train_tokens.empty();
   auto node_column = [&](const Plan& plan) {
@@ -517,6 +520,7 @@ void run_search(const SearchOptions& o) {
                        {"iteration_time_s", plan.iteration_time_s},
                        {"tflops_per_gpu", plan.tflops_per_gpu},
                        {"bubble_fraction", plan.bubble_fraction},
+                       {"time_split", plan.time_split},
                        {"error", plan.error}});
     if (training && plan.error.empty()) results.back()["training"] = plan.training;
   }

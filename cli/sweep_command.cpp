@@ -225,6 +225,7 @@ void run_sweep(const SweepOptions& o) {
       entry["iteration_time_s"] = seconds;
       entry["tflops_per_gpu"] = summary.at("tflops_per_gpu").get<double>();
       entry["bubble_fraction"] = summary.at("bubble_fraction").get<double>();
+      entry["time_split"] = summary.value("time_split", nlohmann::json::object());
       entry["memory_per_gpu_bytes"] = memory;
       const bool fits = summary.at("memory").at("fits").get<bool>();
       entry["fits"] = fits;

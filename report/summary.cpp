@@ -173,10 +173,7 @@ Summary summarize(const model::Program& program, const Timeline& timeline, doubl
   summary.global_batch = s.parallel.global_batch;
   summary.micro_batch = s.parallel.micro_batch;
   summary.hardware = std::string(model::to_string(s.cluster.node));
-  summary.precision = s.model.fp8 == model::Fp8Format::None
-                          ? std::string(model::to_string(s.model.dtype))
-                          : fmt::format("fp8 {}, {}", model::to_string(s.model.fp8),
-                                        model::to_string(s.framework.fp8_recipe));
+  summary.precision = model::precision_label(s);
   summary.iteration_time_s = timeline.iteration_time_s;
   summary.peak_flops_per_gpu = peak_flops_per_gpu;
   const double T = timeline.iteration_time_s;

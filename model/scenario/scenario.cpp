@@ -180,4 +180,9 @@ bool deepspeed_gradient_first_in_step(const FrameworkSpec& framework) {
   return framework.name == Framework::DeepSpeed && deepspeed_at_least(framework, 0, 8, 3);
 }
 
+std::string precision_label(const Scenario& scenario) {
+  if (scenario.model.fp8 == Fp8Format::None) return std::string(to_string(scenario.model.dtype));
+  return fmt::format("fp8 {}, {}", to_string(scenario.model.fp8), to_string(scenario.framework.fp8_recipe));
+}
+
 }  // namespace twin::model

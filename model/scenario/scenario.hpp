@@ -321,6 +321,10 @@ Scenario load_scenario(const std::filesystem::path& path, const std::vector<Over
 Scenario parse_scenario(std::string_view toml_text, std::string_view source_name,
                         const std::vector<Override>& overrides = {});
 
+// The scenario's precision as reports name it: "bf16" (the dtype), or with FP8 GEMMs "fp8 hybrid, delayed" (the
+// format, then the recipe).
+std::string precision_label(const Scenario& scenario);
+
 // Every rule a valid scenario obeys (scenario_rules.cpp); empty when valid. load_/parse_scenario throw ScenarioError
 // with these.
 std::vector<std::string> validation_problems(const Scenario& scenario);

@@ -657,6 +657,8 @@ TEST(Cli, SearchLeavesMemoryHeadroomStatesItsCapAndExplains) {
   const auto [tight_output, tight] = search("--memory-headroom 60 --explain", "headroom-60.json");
   EXPECT_THAT(none_output, HasSubstr("1 of "));
   EXPECT_THAT(none_output, HasSubstr("plans that fit simulated (--max 1"));
+  EXPECT_THAT(none_output, HasSubstr("(16 GPUs), bf16, global batch"));  // the precision, named
+  EXPECT_GT(none["plans"][0]["time_split"]["compute"].get<double>(), 0);  // each row's time split
   EXPECT_LT(tight["plans_that_fit"].get<int>(), none["plans_that_fit"].get<int>());
   EXPECT_GT(tight["rejected_for_memory"].get<int>(), none["rejected_for_memory"].get<int>());
   ASSERT_TRUE(tight.contains("rejected"));
@@ -953,6 +955,7 @@ TEST(Cli, SweepAndSimSayWhetherAPlanFitsInMemory) {
   const auto variants = nlohmann::json::parse(std::ifstream(json_path))["variants"];
   ASSERT_EQ(variants.size(), 2u);
   EXPECT_TRUE(variants[0]["fits"].get<bool>());   // pp 8: 52 GiB of 80
+  EXPECT_GT(variants[0]["time_split"]["compute"].get<double>(), 0);  // each row's time split, as twin sim's
   EXPECT_FALSE(variants[1]["fits"].get<bool>());  // pp 2: 189 GiB
   EXPECT_THAT(r.output, HasSubstr("     189.1    NO "));
   const fs::path sim_json = scratch("fits-sim.json");
