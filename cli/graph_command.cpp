@@ -128,6 +128,7 @@ void register_graph_command(CLI::App& app) {
                       "and DIR/twin.comm_groups.json), for ASTRA-sim");
   command->callback([options] {
     const model::Scenario scenario = load_scenario(options->scenario);
+    require_outputs_before_work({{"--json", options->json_path}}, {scenario_input(options->scenario)});
     const auto granularity = options->granularity == "layer" ? model::Granularity::Layer : model::Granularity::Op;
     const model::Program program = build_program_within_memory(scenario, granularity);
     print_summary(program);

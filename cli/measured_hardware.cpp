@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
+#include "model/scenario/files.hpp"
 #include "report/compare.hpp"
 
 namespace twin::cli {
@@ -15,6 +16,8 @@ MeasuredHardware read_measured_hardware(const model::Scenario& scenario, const s
   const std::string path = flag_path.empty() ? scenario.cluster.gpu_profile : flag_path;
   const std::string named_by = flag_path.empty() ? "cluster.gpu_profile" : "--profile";
   MeasuredHardware measured;
+  // The input policy first, so that a FIFO or a device is refused naming the flag or key that gave it.
+  if (!path.empty()) model::InputFile checked(path, named_by, model::kMaxProfileBytes);
   try {
     if (scenario.cluster.node == model::NodeKind::CpuHost) {
       // A CPU host is simulated from its own measured rates only: no cited constants exist for "a CPU".
@@ -36,6 +39,7 @@ MeasuredHardware read_measured_hardware(const model::Scenario& scenario, const s
                       named_by));
     }
     measured.gpu = topology::read_gpu_profile(path);
+    topology::check_against_datasheet(*measured.gpu, topology::node_spec(scenario.cluster.node).gpu);
     // Its bus bandwidths against the node's datasheet links now, so that the error names where the file came from.
     topology::with_measured_links(topology::node_spec(scenario.cluster), *measured.gpu);
   } catch (const std::invalid_argument& error) {
