@@ -39,21 +39,27 @@ MeasuredHardware read_measured_hardware(const model::Scenario& scenario, const s
                       named_by));
     }
     measured.gpu = topology::read_gpu_profile(path);
-    topology::check_against_datasheet(*measured.gpu, topology::node_spec(scenario.cluster.node).gpu);
     // Its bus bandwidths against the node's datasheet links now, so that the error names where the file came from.
     topology::with_measured_links(topology::node_spec(scenario.cluster), *measured.gpu);
   } catch (const std::invalid_argument& error) {
     throw UserError(fmt::format("{}: {}", named_by, error.what()));
   }
   const std::string gpu_name = topology::node_spec(scenario.cluster.node).gpu.name;
+  if (!measured.gpu->device.empty() &&
+      report::hardware_family(measured.gpu->device) != report::hardware_family(gpu_name)) {
+    throw UserError(fmt::format("{} {} measured {}; this scenario runs on {} ({}): not the same GPU", named_by, path,
+                                measured.gpu->device, gpu_name, model::to_string(scenario.cluster.node)));
+  }
+  try {  // the GPU's own datasheet bounds its measurement, once it is known to be this GPU's
+    topology::check_against_datasheet(*measured.gpu, topology::node_spec(scenario.cluster.node).gpu);
+  } catch (const std::invalid_argument& error) {
+    throw UserError(fmt::format("{}: {}", named_by, error.what()));
+  }
   if (measured.gpu->device.empty()) {
     fmt::print(stderr,
                "twin sim: warning: {} {} does not name its GPU (the trace had no deviceProperties): taken "
                "as the scenario's {}\n",
                named_by, path, gpu_name);
-  } else if (report::hardware_family(measured.gpu->device) != report::hardware_family(gpu_name)) {
-    throw UserError(fmt::format("{} {} measured {}; this scenario runs on {} ({}): not the same GPU", named_by, path,
-                                measured.gpu->device, gpu_name, model::to_string(scenario.cluster.node)));
   }
   return measured;
 }

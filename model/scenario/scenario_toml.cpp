@@ -64,7 +64,13 @@ Override parse_override(std::string_view text) {
 }
 
 Scenario load_scenario(const std::filesystem::path& path, const std::vector<Override>& overrides) {
-  return parse_scenario(read_input_file(path.string(), "scenario", kMaxScenarioBytes), path.string(), overrides);
+  std::string text;
+  try {
+    text = read_input_file(path.string(), "scenario", kMaxScenarioBytes);
+  } catch (const UserError& error) {  // a ScenarioError, as every problem of the scenario is
+    throw ScenarioError(std::string(error.what()));
+  }
+  return parse_scenario(text, path.string(), overrides);
 }
 
 namespace {
