@@ -22,8 +22,7 @@ inline constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 inline constexpr std::uint64_t kMaxScenarioBytes = 4 * kMiB;     // a scenario: under 2 KB
 inline constexpr std::uint64_t kMaxProfileBytes = 16 * kMiB;     // a GPU or host profile: a few KB
 inline constexpr std::uint64_t kMaxSummaryBytes = 256 * kMiB;    // a summary JSON: KB; twin's traces: tens of MB
-inline constexpr std::uint64_t kMaxTraceBytes = 8192 * kMiB;     // a Kineto trace: up to a few GB uncompressed
-inline constexpr std::uint64_t kMaxLogBytes = 2048 * kMiB;       // a training log: MB per million iterations
+inline constexpr std::uint64_t kMaxTraceBytes = 8192 * kMiB;     // a Kineto trace (or a log): a few GB uncompressed
 inline constexpr std::uint64_t kMaxManifestBytes = 256 * kMiB;   // a checkpoint manifest: KB plus 8 bytes a loss
 
 // A file opened for reading under the policy; closed when it goes.
