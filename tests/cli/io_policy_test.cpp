@@ -13,6 +13,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -277,6 +278,7 @@ TEST(CliSizeGuards, ChakraTracesPastTheFreeDiskAreRefused) {
 // twin search says what its platforms cost before simulating them (10,000 nodes: about 70 s each on 2 cores). The
 // search runs in its own process group, killed with its children once the line is out.
 TEST(CliSizeGuards, SearchEstimatesItsPlatformsFirst) {
+  if (std::system("command -v setsid > /dev/null 2>&1") != 0) GTEST_SKIP() << "skipped: no setsid (util-linux)";
   const fs::path log = scratch("search-estimate.log");
   const std::string command =
       "setsid " + std::string(TWIN_BINARY) +
