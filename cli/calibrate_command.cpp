@@ -88,6 +88,11 @@ void register_calibrate_command(CLI::App& app) {
                     "as `twin compare --fastest-step` measures a run");
   command->callback([o] {
     try {
+      std::vector<std::pair<std::string, std::string>> inputs;
+      for (const std::string& source : o->sources) inputs.emplace_back("the trace", source);
+      for (const std::string& check : o->checks) inputs.emplace_back("--check", check);
+      if (!o->scenario.empty()) inputs.push_back(scenario_input(ScenarioOptions{.scenario = o->scenario}));
+      require_outputs_before_work({{"--out", o->out}}, inputs);
       measured::CalibrateOptions options{o->gpus_per_node, std::nullopt};
       if (!o->scenario.empty()) {
         const model::Scenario plan = load_scenario(ScenarioOptions{.scenario = o->scenario});

@@ -40,6 +40,8 @@ std::vector<model::Override> scenario_overrides(const ScenarioOptions& options);
 std::vector<std::string> as_sets(const std::vector<model::Override>& overrides);
 // Resolves "mtnlg-530b" or "scenarios/x.toml" or "/abs/x.toml" to an existing file; throws UserError if none.
 std::string resolve_scenario_path(const std::string& name_or_path);
+// The scenario file as an input of a command, for require_outputs_before_work: {"the scenario", its path}.
+std::pair<std::string, std::string> scenario_input(const ScenarioOptions& options);
 
 // Bytes of host memory available (MemAvailable), or 0 when unknown.
 double available_memory_bytes();
@@ -65,12 +67,22 @@ CLI::Validator token_count(const std::string& flag);  // the same check at parse
 
 // A file written atomically: a temporary beside it, then rename, so a reader never sees half of it. A symbolic link
 // is followed (the file it points at is replaced, not the link); what is not a regular file (a pipe, a terminal,
-// /dev/stdout) is written in place. Throws UserError naming the path on failure.
+// /dev/stdout) is written in place. Throws UserError naming the path when it cannot be opened, RunFailure when writing
+// fails (a full disk: exit 1).
 void write_file_atomically(const std::string& path, const std::string& contents);
 
 // Throws UserError when two output flags name the same file (one would overwrite the other): pairs of flag and path,
 // empty paths ignored.
 void require_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& flags_and_paths);
+
+// Every output of a command, checked before its work (README "Reliability"), so that an hour of simulation or training
+// is not lost at its end: `outputs` (pairs of flag and path; empty paths ignored) name distinct files; each can be
+// written (a file's directory takes a new file; a character device opens; a pipe or socket is checked for permission
+// only, never opened, so that its reader sees no early end of file; a directory or block device is refused); and none
+// is the same file as one of `inputs` (pairs of what names it and its path: by device and inode, through links).
+// Throws UserError naming the flag.
+void require_outputs_before_work(const std::vector<std::pair<std::string, std::string>>& outputs,
+                                 const std::vector<std::pair<std::string, std::string>>& inputs);
 
 void register_graph_command(CLI::App& app);
 void register_sim_command(CLI::App& app);  // cli/sim_command.cpp, built when SimGrid is present

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "model/scenario/files.hpp"
 #include "measured/compare_measured.hpp"
 #include "measured/measured_run.hpp"
 #include "report/compare.hpp"
@@ -26,10 +27,9 @@ nlohmann::json read_json(const std::string& path) {
   if (std::filesystem::is_directory(path, ignored)) {
     throw UserError(fmt::format("'{}' is a directory, not a JSON file", path));
   }
-  std::ifstream in(path);
-  if (!in) throw UserError(fmt::format("cannot open '{}'", path));
+  const std::string text = model::read_input_file(path, "JSON file", model::kMaxSummaryBytes);
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& error) {
     throw UserError(fmt::format("'{}' is not valid JSON: {}", path, error.what()));
   }
@@ -87,13 +87,8 @@ void register_compare_command(CLI::App& app) {
       if (!json_path->empty()) write_file_atomically(*json_path, json.dump(2) + "\n");
     };
     try {
-      for (const std::string* input : {predicted_path.get(), measured.get()}) {
-        std::error_code ignored;
-        if (!json_path->empty() && std::filesystem::exists(*input, ignored) &&
-            std::filesystem::equivalent(*json_path, *input, ignored)) {
-          throw UserError(fmt::format("--json '{}' is an input of the comparison; write it elsewhere", *json_path));
-        }
-      }
+      require_outputs_before_work({{"--json", *json_path}},
+                                  {{"the prediction", *predicted_path}, {"the measurement", *measured}});
       const nlohmann::json predicted_document = read_json(*predicted_path);
       if (report::is_trace(predicted_document)) {
         if (as_seconds(*measured)) {

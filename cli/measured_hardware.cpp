@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
+#include "model/scenario/files.hpp"
 #include "report/compare.hpp"
 
 namespace twin::cli {
@@ -15,6 +16,8 @@ MeasuredHardware read_measured_hardware(const model::Scenario& scenario, const s
   const std::string path = flag_path.empty() ? scenario.cluster.gpu_profile : flag_path;
   const std::string named_by = flag_path.empty() ? "cluster.gpu_profile" : "--profile";
   MeasuredHardware measured;
+  // The input policy first, so that a FIFO or a device is refused naming the flag or key that gave it.
+  if (!path.empty()) model::InputFile checked(path, named_by, model::kMaxProfileBytes);
   try {
     if (scenario.cluster.node == model::NodeKind::CpuHost) {
       // A CPU host is simulated from its own measured rates only: no cited constants exist for "a CPU".
@@ -42,14 +45,21 @@ MeasuredHardware read_measured_hardware(const model::Scenario& scenario, const s
     throw UserError(fmt::format("{}: {}", named_by, error.what()));
   }
   const std::string gpu_name = topology::node_spec(scenario.cluster.node).gpu.name;
+  if (!measured.gpu->device.empty() &&
+      report::hardware_family(measured.gpu->device) != report::hardware_family(gpu_name)) {
+    throw UserError(fmt::format("{} {} measured {}; this scenario runs on {} ({}): not the same GPU", named_by, path,
+                                measured.gpu->device, gpu_name, model::to_string(scenario.cluster.node)));
+  }
+  try {  // the GPU's own datasheet bounds its measurement, once it is known to be this GPU's
+    topology::check_against_datasheet(*measured.gpu, topology::node_spec(scenario.cluster.node).gpu);
+  } catch (const std::invalid_argument& error) {
+    throw UserError(fmt::format("{}: {}", named_by, error.what()));
+  }
   if (measured.gpu->device.empty()) {
     fmt::print(stderr,
                "twin sim: warning: {} {} does not name its GPU (the trace had no deviceProperties): taken "
                "as the scenario's {}\n",
                named_by, path, gpu_name);
-  } else if (report::hardware_family(measured.gpu->device) != report::hardware_family(gpu_name)) {
-    throw UserError(fmt::format("{} {} measured {}; this scenario runs on {} ({}): not the same GPU", named_by, path,
-                                measured.gpu->device, gpu_name, model::to_string(scenario.cluster.node)));
   }
   return measured;
 }

@@ -1,4 +1,4 @@
-// Writing an output file so that a reader never sees half of it, and refusing two flags that name one file.
+// Writing an output file so that a reader never sees half of it, and the checks of every output before the work.
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -12,11 +12,14 @@
 #include <system_error>
 #include <utility>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
+#include "model/scenario/files.hpp"
 
 namespace twin::cli {
 
@@ -45,8 +48,8 @@ void write_in_place(const std::string& path, const std::string& contents) {
   if (out == nullptr) throw UserError(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
   const bool written = std::fwrite(contents.data(), 1, contents.size(), out) == contents.size();
   const int saved = errno;
-  if (std::fclose(out) != 0 || !written) {
-    throw UserError(fmt::format("writing '{}' failed: {}", path, std::strerror(written ? errno : saved)));
+  if (std::fclose(out) != 0 || !written) {  // a full disk is a failure of the run, not the user's mistake: exit 1
+    throw RunFailure(fmt::format("writing '{}' failed: {}", path, std::strerror(written ? errno : saved)));
   }
 }
 
@@ -76,7 +79,7 @@ void write_file_atomically(const std::string& path, const std::string& contents)
       out.close();
       std::error_code ignored;
       fs::remove(temporary, ignored);
-      throw UserError(fmt::format("writing '{}' failed (disk full?)", path));
+      throw RunFailure(fmt::format("writing '{}' failed (disk full?)", path));
     }
   }
   fs::rename(temporary, target, error);
@@ -100,6 +103,58 @@ void require_distinct_outputs(const std::vector<std::pair<std::string, std::stri
             fmt::format("{} and {} name the same file '{}': one would overwrite the other", flag_a, flag_b, path_a));
       }
     }
+  }
+}
+
+namespace {
+
+// Whether `path` can take the output, without writing it: see require_outputs_before_work.
+void require_writable_output(const std::string& flag, const std::string& path) {
+  if (path.empty()) throw UserError(fmt::format("{}: the file name is empty", flag));
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (fs::is_directory(status)) throw UserError(fmt::format("{} '{}' is a directory: give a file name", flag, path));
+  if (fs::exists(status) && !fs::is_regular_file(status)) {
+    struct stat info {};
+    if (::stat(path.c_str(), &info) != 0) {
+      throw UserError(fmt::format("{} '{}': cannot write: {}", flag, path, std::strerror(errno)));
+    }
+    if (S_ISBLK(info.st_mode)) {
+      throw UserError(fmt::format("{} '{}' is a block device: twin writes files and streams, not disks", flag, path));
+    }
+    // A pipe or socket is not opened here: opening and closing it would give its reader an early end of file. A
+    // character device (a terminal, /dev/null, /dev/full) is opened and closed, which tells it nothing.
+    if (S_ISCHR(info.st_mode)) {
+      const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+      if (fd < 0) throw UserError(fmt::format("{} '{}': cannot write: {}", flag, path, std::strerror(errno)));
+      ::close(fd);
+    } else if (::access(path.c_str(), W_OK) != 0) {
+      throw UserError(fmt::format("{} '{}': cannot write: {}", flag, path, std::strerror(errno)));
+    }
+    return;
+  }
+  const fs::path target = fs::exists(status) ? fs::canonical(path, error) : fs::absolute(new_file_target(path), error);
+  const fs::path probe =
+      target.parent_path() / fmt::format(".{}.twin-write-test-{}", target.filename().string(), ::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw UserError(fmt::format("{} '{}': cannot write in '{}': {} (checked before the work, so that it is not lost "
+                                "at its end)",
+                                flag, path, target.parent_path().string(), std::strerror(errno)));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+}  // namespace
+
+void require_outputs_before_work(const std::vector<std::pair<std::string, std::string>>& outputs,
+                                 const std::vector<std::pair<std::string, std::string>>& inputs) {
+  require_distinct_outputs(outputs);
+  for (const auto& [flag, path] : outputs) {
+    if (path.empty()) continue;
+    require_writable_output(flag, path);
+    model::require_output_is_not_an_input(flag, path, inputs);
   }
 }
 

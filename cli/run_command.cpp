@@ -273,35 +273,18 @@ void check_host_memory(const model::Scenario& scenario, int ranks_here) {
 }
 
 // The checks that need no training, before step 1: a run must not train for an hour and then find that it cannot write
-// its results. Each output file's directory takes a file (a probe created and removed: what the atomic write does);
-// the checkpoint directory is created and written to. Throws UserError naming the flag.
-void require_writable_outputs(const RunOptions& o) {
-  for (const auto& [flag, path] : {std::pair{"--json", o.json}, std::pair{"--trace", o.trace}}) {
-    if (path.empty()) continue;
-    std::error_code error;
-    const fs::file_status status = fs::status(path, error);
-    if (fs::exists(status) && !fs::is_regular_file(status)) {  // a stream (/dev/stdout, a pipe): written in place
-      const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-      if (fd < 0 && errno != ENXIO) {  // ENXIO: a FIFO with no reader yet, which the end of the run may find
-        throw UserError(fmt::format("{} '{}': cannot write: {}", flag, path, std::strerror(errno)));
-      }
-      if (fd >= 0) ::close(fd);
-      continue;
-    }
-    const fs::path target = fs::exists(status) ? fs::canonical(path, error) : fs::absolute(path, error);
-    const fs::path probe =
-        target.parent_path() / fmt::format(".{}.twin-write-test-{}", target.filename().string(), ::getpid());
-    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      throw UserError(
-          fmt::format("{} '{}': cannot write in '{}': {} (checked before training, so that the run is not "
-                      "lost at its end)",
-                      flag, path, target.parent_path().string(), std::strerror(errno)));
-    }
-    ::close(fd);
-    ::unlink(probe.c_str());
+// its results (require_outputs_before_work), nor overwrite its corpus or scenario with them; the checkpoint directory
+// is created and written to, and a fresh start (--no-resume) is refused where a newer run's checkpoints would outlive
+// it. Throws UserError naming the flag.
+void require_writable_outputs(const RunOptions& o, const std::string& data_path) {
+  require_outputs_before_work({{"--json", o.json}, {"--trace", o.trace}},
+                              {{"--data", data_path}, {"the scenario", resolve_scenario_path(o.scenario.scenario)}});
+  if (o.checkpoint.empty()) return;
+  exec::require_writable_checkpoint_directory(o.checkpoint);  // a RunError: a UserError
+  if (o.no_resume) {
+    const int first_written = o.checkpoint_every > 0 ? std::min(o.checkpoint_every, o.steps) : o.steps;
+    exec::require_no_newer_checkpoint(o.checkpoint, first_written);
   }
-  if (!o.checkpoint.empty()) exec::require_writable_checkpoint_directory(o.checkpoint);  // a RunError: a UserError
 }
 
 exec::TrainOptions train_options(const RunOptions& o, Progress& progress) {
@@ -435,7 +418,6 @@ void run_mpi_rank(const RunOptions& o, const model::Program& program, exec::Trai
 }
 
 void run(const RunOptions& o) {
-  require_distinct_outputs({{"--json", o.json}, {"--trace", o.trace}});
   const model::Scenario scenario = load_scenario(o.scenario);
   const bool joined = started_by_launcher();
   const int world_size = static_cast<int>(scenario.parallel.world_size());
@@ -458,7 +440,7 @@ void run(const RunOptions& o) {
   const auto min_tokens = static_cast<std::size_t>(scenario.model.seq_len) + 2;
   try {
     if (!joined) {
-      require_writable_outputs(o);  // before step 1 (and once, before mpirun starts the ranks)
+      require_writable_outputs(o, data_path);  // before step 1 (and once, before mpirun starts the ranks)
       exec::check_text_file(data_path, min_tokens);
       if (o.launcher == "mpi") relaunch_under_mpirun(world);
     }

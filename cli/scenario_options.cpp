@@ -347,6 +347,10 @@ std::string resolve_scenario_path(const std::string& name_or_path) {
       fmt::format("scenario '{}': no such file, and no {}.toml under {}", name_or_path, name_or_path, dir.string()));
 }
 
+std::pair<std::string, std::string> scenario_input(const ScenarioOptions& options) {
+  return {"the scenario", resolve_scenario_path(options.scenario)};
+}
+
 std::vector<model::Override> scenario_overrides(const ScenarioOptions& options) {
   std::vector<model::Override> overrides;
   for (const auto& text : options.sets) overrides.push_back(model::parse_override(text));

@@ -4,6 +4,7 @@
 // model, cluster and global batch stay), simulates each with `twin sim` in its own process (--jobs at a time: SimGrid
 // is sequential, so a search fans out over cores), and ranks them by iteration time.
 #include <algorithm>
+#include <limits>
 #include <cstdio>
 #include <optional>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "model/program/estimates.hpp"
 #include "sim/cost_model.hpp"
 #include "topology/hardware.hpp"
+#include "topology/platform.hpp"
 
 namespace twin::cli {
 namespace {
@@ -338,6 +340,7 @@ std::optional<model::NodeKind> node_kind(const std::string& name) {
 // --vary-node: the same number of GPUs in whole nodes of each kind (its GPUs per node from model/'s node table).
 std::vector<SearchTarget> search_targets(const SearchOptions& o) {
   const model::Scenario scenario = load_scenario(o.scenario);
+  require_outputs_before_work({{"--json", o.json_path}}, {scenario_input(o.scenario)});
   if (o.nodes.empty()) return {{o.scenario, scenario}};
   const std::int64_t gpus = scenario.cluster.total_gpus();
   std::vector<SearchTarget> targets;
@@ -418,6 +421,18 @@ void run_search(const SearchOptions& o) {
   if (!o.quiet) {
     fmt::print(stderr, "twin search: {} plans of {} fit {} GPUs ({} rejected for memory); simulating {} with {} jobs\n",
                found, base.model.name, base.cluster.total_gpus(), rejected_for_memory, plans.size(), jobs);
+    // Each plan's simulation builds the platform again: on thousands of nodes that dominates, so say what it costs.
+    double build_s = 0;
+    for (const Plan& plan : plans) build_s += topology::estimated_build_seconds(static_cast<int>(
+        std::min<std::int64_t>(targets[plan.target].base.cluster.nodes, std::numeric_limits<int>::max())));
+    if (build_s / jobs > 10) {
+      fmt::print(stderr,
+                 "twin search: building the platforms alone takes about {} ({} plans on {} nodes, {} at a time, on a "
+                 "2-core machine; it grows with the square of the nodes), then each replay\n",
+                 build_s / jobs >= 3600 ? fmt::format("{:.1f} h", build_s / jobs / 3600)
+                                        : fmt::format("{:.0f} min", std::max(1.0, build_s / jobs / 60)),
+                 plans.size(), base.cluster.nodes, jobs);
+    }
   }
 
   const std::string scenario_path = resolve_scenario_path(o.scenario.scenario);

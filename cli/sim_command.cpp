@@ -1,7 +1,9 @@
 // twin sim SCENARIO: simulate one training iteration on a SimGrid model of the cluster and report it.
 //   twin sim                                   MT-NLG 530B on 280 DGX A100 nodes
 //   twin sim mtnlg-530b --nodes 420 --json out.json --svg pipeline.svg --trace trace.json --trace-ranks 0-7
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +21,7 @@
 #include "sim/sensitivity.hpp"
 #include "sim/simulate.hpp"
 #include "topology/hardware.hpp"
+#include "topology/platform.hpp"
 
 namespace twin::cli {
 namespace {
@@ -143,9 +146,26 @@ nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topo
            constant_source(p.attention_measured_here, from_profile, "cluster.attention_gemm_hbm_fraction")}};
 }
 
+// The simulated work, bounded before any of it (README "Reliability"): building the platform grows with the square of
+// the nodes (topology/platform.hpp's measurement), a day of it at about 350,000 nodes.
+void require_platform_within_bound(const model::ClusterSpec& cluster) {
+  constexpr double kMaxBuildS = 24 * 3600.0;
+  const double estimate_s = topology::estimated_build_seconds(static_cast<int>(std::min<std::int64_t>(
+      cluster.nodes, std::numeric_limits<int>::max())));
+  if (estimate_s > kMaxBuildS) {
+    throw UserError(fmt::format(
+        "cluster.nodes = {}: building its platform in SimGrid would take about {:.0f} h on a 2-core machine (it grows "
+        "with the square of the nodes; bench/sim/platform_build.sh measures it); twin sim refuses past {:.0f} h",
+        cluster.nodes, estimate_s / 3600, kMaxBuildS / 3600));
+  }
+}
+
 void run(const SimCommandOptions& o) {
-  require_distinct_outputs({{"--json", o.json_path}, {"--trace", o.trace_path}, {"--svg", o.svg_path}});
   const model::Scenario scenario = load_scenario(o.scenario);
+  require_platform_within_bound(scenario.cluster);
+  require_outputs_before_work({{"--json", o.json_path}, {"--trace", o.trace_path}, {"--svg", o.svg_path}},
+                              {scenario_input(o.scenario), {"--profile", o.profile},
+                               {"cluster.gpu_profile", scenario.cluster.gpu_profile}});
   const auto granularity = o.granularity == "op" ? model::Granularity::Op : model::Granularity::Layer;
   const model::Program program = build_program_within_memory(scenario, granularity);
 

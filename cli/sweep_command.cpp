@@ -138,6 +138,7 @@ void run_sweep(const SweepOptions& o) {
     }
   }
   const std::string scenario_path = resolve_scenario_path(o.scenario.scenario);
+  require_outputs_before_work({{"--json", o.json_path}}, {{"the scenario", scenario_path}});
   std::string model_name;
   std::vector<std::vector<std::string>> override_lists;
   std::vector<std::size_t> simulated;  // indices of the variants that are simulated

@@ -5,8 +5,12 @@
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <google/protobuf/util/delimited_message_util.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <tuple>
 
@@ -15,6 +19,8 @@
 
 #include "measured/kineto.hpp"
 #include "model/ops/op_label.hpp"
+#include "model/scenario/errors.hpp"
+#include "model/scenario/files.hpp"
 
 namespace twin::measured {
 namespace {
@@ -124,12 +130,25 @@ pb::Node node_of(const model::Program& program, int rank, std::size_t index, Gro
   return node;
 }
 
+// The output folder's policy (README "Reliability"): no symbolic link in it is followed out of it. A stale temporary
+// (or a link planted in its place) is removed, not written through; the new file is created afresh (O_EXCL, O_NOFOLLOW)
+// and renamed over the name, which replaces a link there rather than the file it points at.
 void write_file(const std::string& path, const std::string& bytes) {
   const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary);
-    out << bytes;
-    if (!out) throw MeasuredError(fmt::format("cannot write '{}'", temporary));
+  ::unlink(temporary.c_str());
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) throw MeasuredError(fmt::format("cannot write '{}': {}", temporary, std::strerror(errno)));
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += static_cast<std::size_t>(n);
+  }
+  const int error_number = errno;
+  if (::close(fd) != 0 || written != bytes.size()) {
+    ::unlink(temporary.c_str());
+    throw twin::RunFailure(fmt::format("writing '{}' failed: {}", temporary, std::strerror(error_number)));
   }
   std::error_code error;
   std::filesystem::rename(temporary, path, error);
@@ -187,9 +206,8 @@ std::vector<std::string> write_chakra(const model::Program& program, const std::
 }
 
 ChakraTrace read_chakra(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw MeasuredError(fmt::format("cannot open '{}'", path));
-  google::protobuf::io::IstreamInputStream stream(&in);
+  const model::InputFile input(path, "Chakra trace", model::kMaxTraceBytes);
+  google::protobuf::io::FileInputStream stream(input.fd());
   ChakraTrace trace;
   pb::GlobalMetadata metadata;
   bool clean_eof = false;

@@ -16,27 +16,33 @@
 #include <nlohmann/json.hpp>
 
 #include "model/ops/op_label.hpp"
+#include "model/scenario/files.hpp"
 
 namespace twin::measured {
 
 std::string read_maybe_gzipped(const std::string& path, std::size_t max_bytes) {
-  std::error_code ignored;
-  if (std::filesystem::is_directory(path, ignored)) {
-    throw MeasuredError(fmt::format("'{}' is a directory, not a file", path));
-  }
+  // The input policy (model/scenario/files.hpp) on the file itself, then a cap on what it decompresses to: a small
+  // gzip file can unpack to any size.
+  model::InputFile input(path, "input file", model::kMaxTraceBytes);
+  const std::uint64_t cap = std::min<std::uint64_t>(max_bytes, model::kMaxTraceBytes);
   // gzread passes a file that is not gzip-compressed through unchanged.
-  std::unique_ptr<gzFile_s, int (*)(gzFile)> file(gzopen(path.c_str(), "rb"), gzclose);
+  std::unique_ptr<gzFile_s, int (*)(gzFile)> file(gzdopen(input.fd(), "rb"), gzclose);
   if (!file) throw MeasuredError(fmt::format("cannot open '{}'", path));
+  input.release();  // gzclose closes it now
   std::string text;
   char buffer[1 << 16];
-  while (text.size() < max_bytes) {
-    const int got = gzread(file.get(), buffer, static_cast<unsigned>(std::min(sizeof buffer, max_bytes - text.size())));
+  while (text.size() < cap) {
+    const int got = gzread(file.get(), buffer, static_cast<unsigned>(std::min<std::uint64_t>(sizeof buffer, cap - text.size())));
     if (got < 0) {
       int code = 0;
       throw MeasuredError(fmt::format("'{}': cannot decompress: {}", path, gzerror(file.get(), &code)));
     }
     if (got == 0) break;
     text.append(buffer, static_cast<std::size_t>(got));
+  }
+  if (text.size() == cap && max_bytes == std::string::npos && gzgetc(file.get()) != -1) {
+    throw MeasuredError(fmt::format("'{}' decompresses to more than {} GiB, more than any trace or log twin reads", path,
+                                    model::kMaxTraceBytes >> 30));
   }
   int code = 0;
   const char* message = gzerror(file.get(), &code);

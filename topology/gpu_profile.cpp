@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 
 #include <fmt/core.h>
 #include <toml++/toml.h>
+
+#include "model/scenario/files.hpp"
 
 namespace twin::topology {
 namespace {
@@ -35,6 +38,12 @@ void read_gemm(const toml::table& root, const std::string& path, GpuProfile& p) 
       const char* key = d == 0 ? "m" : d == 1 ? "n" : "k";
       const std::optional<double> value = positive(*shape, key, where);
       if (!value) throw std::invalid_argument(fmt::format("{}.{} must be a positive number", where, key));
+      // cuBLAS takes a GEMM's m, n and k as ints (cublasGemmEx): a dimension past that was measured by no GEMM.
+      if (*value > std::numeric_limits<int>::max()) {
+        throw std::invalid_argument(
+            fmt::format("{}.{} = {:g} is past {}, the largest GEMM dimension cuBLAS takes", where, key, *value,
+                        std::numeric_limits<int>::max()));
+      }
       mnk[d] = *value;
     }
     if (rate > p.gemm_flops_per_s) {  // the fastest measured: what a "large GEMM" measurement is
@@ -62,8 +71,10 @@ void read_collectives(const toml::table& root, const std::string& path, GpuProfi
     if (m.bus_bytes_per_s == 0) throw std::invalid_argument(where + ".bus_bytes_per_s must be a positive number");
     const toml::node* latency = c->get("latency_s");
     m.latency_s = latency ? latency->value<double>().value_or(-1) : 0;
-    if (!(m.latency_s >= 0) || !std::isfinite(m.latency_s)) {
-      throw std::invalid_argument(where + ".latency_s must be a non-negative number");
+    // NCCL's own model of a ring over thousands of ranks gives tens of milliseconds (src/graph/tuning.cc: a base
+    // latency plus one hop's per step); a second is no network's latency but a unit slip (ms, us).
+    if (!(m.latency_s >= 0) || !std::isfinite(m.latency_s) || m.latency_s > 1.0) {
+      throw std::invalid_argument(where + ".latency_s must be a latency in seconds, from 0 to 1");
     }
     if (const toml::array* sizes = (*c)["size"].as_array()) {
       for (const toml::node& size : *sizes) {
@@ -97,7 +108,7 @@ void check_rate(const char* what, double measured, double datasheet, const std::
 GpuProfile read_gpu_profile(const std::string& path) {
   toml::table root;
   try {
-    root = toml::parse_file(path);
+    root = toml::parse(model::read_input_file(path, "profile", model::kMaxProfileBytes), path);
   } catch (const toml::parse_error& error) {
     const auto& where = error.source().begin;
     throw std::invalid_argument(fmt::format("{}:{}:{}: {}", path, where.line, where.column, error.description()));
@@ -121,6 +132,47 @@ GpuProfile read_gpu_profile(const std::string& path) {
   }
   read_collectives(root, path, p);
   return p;
+}
+
+namespace {
+
+void check_within(const std::string& path, const char* field, double value, double ceiling, const char* ceiling_name,
+                  const std::string& gpu) {
+  if (value <= 0) return;  // not measured
+  if (value > ceiling) {
+    throw std::invalid_argument(fmt::format("{}: {} = {:g} exceeds the {}'s {} of {:g}; a measured rate cannot (is it "
+                                            "this GPU's profile?)",
+                                            path, field, value, gpu, ceiling_name, ceiling));
+  }
+  if (value < 0.05 * ceiling) {
+    throw std::invalid_argument(fmt::format("{}: {} = {:g} is under 5 % of the {}'s {} of {:g}: a unit slip?", path,
+                                            field, value, gpu, ceiling_name, ceiling));
+  }
+}
+
+}  // namespace
+
+void check_against_datasheet(const GpuProfile& p, const GpuSpec& gpu) {
+  if (p.gemm_flops_per_s <= 0 && p.hbm_bytes_per_s <= 0 && p.attention_flops_per_s <= 0 &&
+      p.attention_gemm_hbm_fraction <= 0 && p.collectives.empty()) {
+    throw std::invalid_argument(fmt::format("{}: the profile measures nothing (no [[gemm.shape]], [memory], [attention] "
+                                            "or [[collective]]): is it the file twin calibrate wrote?",
+                                            p.path));
+  }
+  // The GEMM measurement is a 16-bit one (twin_gemm_peak, a trace's BF16 GEMMs), bounded as cluster.gemm_tflops is; a
+  // fused attention kernel at most the fastest tensor-core peak (FlashAttention-3's FP8 kernels pass the 16-bit one).
+  const double tensor_peak = std::max(gpu.bf16_flops, gpu.fp8_flops);
+  check_within(p.path, "gemm.shape flops_per_s", p.gemm_flops_per_s, gpu.bf16_flops, "16-bit tensor-core peak FLOP/s",
+               gpu.name);
+  check_within(p.path, "attention.flops_per_s", p.attention_flops_per_s, tensor_peak, "tensor-core peak FLOP/s",
+               gpu.name);
+  check_within(p.path, "memory.bytes_per_s", p.hbm_bytes_per_s, gpu.hbm_bytes_per_s, "HBM bytes/s", gpu.name);
+  if (p.attention_gemm_hbm_fraction > 1 ||
+      (p.attention_gemm_hbm_fraction > 0 && p.attention_gemm_hbm_fraction < 0.05)) {
+    throw std::invalid_argument(fmt::format("{}: attention.gemm_hbm_fraction = {:g} must be a fraction of the streaming "
+                                            "rate in [0.05, 1]",
+                                            p.path, p.attention_gemm_hbm_fraction));
+  }
 }
 
 const MeasuredCollective* link_measurement(const GpuProfile& profile, bool across_nodes) {

@@ -41,6 +41,12 @@ struct GpuProfile {
 // profile (device = "cpu": topology/host_profile.hpp reads those).
 GpuProfile read_gpu_profile(const std::string& path);
 
+// Throws std::invalid_argument naming the file and field when `profile` measured nothing at all, or a rate past what
+// `gpu`'s datasheet allows or under 5 % of it (a unit slip), as the scenario's own measurement keys are bounded
+// (sim/cost_model.cpp): GEMM FLOP/s against the 16-bit tensor-core peak, attention FLOP/s against the fastest, the memory rate against HBM,
+// the attention GEMMs' share of it in (5 %, 100 %]. A collective's latency past 1 s is no network's.
+void check_against_datasheet(const GpuProfile& profile, const GpuSpec& gpu);
+
 // The collective whose bus bandwidth stands for the links of groups within one node (`across_nodes` false) or across
 // nodes: of the profile's fits of that span, the one measured on the largest message (the bandwidth a fit of small
 // messages gives is mostly latency); nullptr when the profile measured none.

@@ -279,6 +279,19 @@ NodeSpec node_spec(const model::ClusterSpec& cluster) {
 FabricSpec fabric_spec(const model::ClusterSpec& cluster) {
   FabricSpec fabric =
       cluster.fabric == model::Fabric::NodeDefault ? fabric_spec(cluster.node) : fabric_spec(cluster.fabric);
+  // A fabric two generations past the node's NICs (XDR's 800 Gb/s links for a DGX A100's HDR ConnectX-6 at 200 Gb/s)
+  // is no cluster anyone built: InfiniBand switches take the previous generation's links at that generation's rate,
+  // and the model would give each hop a bandwidth the NIC can never feed. One generation apart is kept (NDR links for
+  // HDR NICs run at HDR's rate, as the NIC's own link models it).
+  const double nic_bytes_per_s =
+      cluster.fabric != model::Fabric::NodeDefault && cluster.nic_gbps <= 0 ? node_spec(cluster).nic_bytes_per_s : 0;
+  if (nic_bytes_per_s > 0 && fabric.link_bytes_per_s > 2 * nic_bytes_per_s) {
+    throw std::invalid_argument(fmt::format(
+        "cluster.fabric = \"{}\" on {}: its {:g} Gb/s links are {:g} times the node's {:g} Gb/s NICs, two "
+        "generations apart; give the node's own fabric, or cluster.nic_gbps for NICs of the fabric's generation",
+        model::to_string(cluster.fabric), model::to_string(cluster.node), fabric.link_bytes_per_s * 8 / kGiga,
+        fabric.link_bytes_per_s / nic_bytes_per_s, nic_bytes_per_s * 8 / kGiga));
+  }
   fabric.rail_optimized = fabric.rail_optimized || cluster.rail_optimized;
   if (cluster.nic_gbps > 0) {
     fabric.name = fmt::format("fat-tree of {:g} Gb/s links", cluster.nic_gbps);

@@ -7,6 +7,8 @@
 #include <fmt/core.h>
 #include <toml++/toml.h>
 
+#include "model/scenario/files.hpp"
+
 namespace twin::topology {
 
 double HostProfile::gemm_time_s(double m, double n, double k, double count) const {
@@ -50,7 +52,7 @@ double positive(const toml::table& table, const std::string& path, const char* s
 HostProfile read_host_profile(const std::string& path) {
   toml::table table;
   try {
-    table = toml::parse_file(path);
+    table = toml::parse(model::read_input_file(path, "profile", model::kMaxProfileBytes), path);
   } catch (const toml::parse_error& error) {
     const auto& where = error.source().begin;
     throw std::invalid_argument(fmt::format("{}:{}:{}: {}", path, where.line, where.column, error.description()));

@@ -21,6 +21,7 @@
 #include "exec/checkpoint/io.hpp"
 #include "exec/core/errors.hpp"
 #include "model/program/program.hpp"
+#include "model/scenario/files.hpp"
 
 namespace twin::exec {
 
@@ -120,6 +121,10 @@ std::string shard_file_name(int rank) {
 ShardRecord write_shard(const fs::path& step_dir, int rank, int world_size, int step, const ModelShard& shard,
                         Backend& backend, const std::string& kill_writing) {
   std::error_code error;
+  if (fs::is_symlink(fs::symlink_status(step_dir, error))) {  // no link is followed out of the checkpoint folder
+    throw RunFailure(fmt::format("checkpoint: '{}' is a symbolic link: twin writes no checkpoint through it",
+                                 step_dir.string()));
+  }
   fs::create_directories(step_dir, error);
   if (error) throw RunFailure(fmt::format("checkpoint: cannot create '{}': {}", step_dir.string(), error.message()));
   std::string out(kShardMagic, sizeof(kShardMagic));
@@ -180,7 +185,7 @@ void write_manifest(const fs::path& step_dir, const Manifest& m, const std::stri
 
 Manifest read_manifest(const fs::path& step_dir) {
   const fs::path path = step_dir / "manifest.json";
-  const std::string text = read_file(path);
+  const std::string text = read_file(path, model::kMaxManifestBytes);
   const ManifestFields fields(path);
   Manifest m;
   try {

@@ -78,10 +78,16 @@ void prune_checkpoints(const std::filesystem::path& dir, int keep, int protect =
 std::optional<std::filesystem::path> set_aside_checkpoint(const std::filesystem::path& dir, int step);
 
 // Throws RunError unless `dir` can hold checkpoints: it is created if missing, and a file written and removed in it
-// (checked before step 1, so that a run does not train for nothing).
+// (checked before step 1, so that a run does not train for nothing); a step-* entry or twin.lock in it that is a
+// symbolic link is refused by name (no link is followed out of a checkpoint folder: README "Reliability").
 void require_writable_checkpoint_directory(const std::filesystem::path& dir);
+// Throws RunError when `dir` holds a complete checkpoint newer than `first_step`, the first step a run started afresh
+// (--no-resume) writes: that old run's checkpoints would outlive the new one's (pruning keeps the newest) and a later
+// resume would continue the old run. Names the newest such step.
+void require_no_newer_checkpoint(const std::filesystem::path& dir, int first_step);
 
-// The lock of a checkpoint directory, held while the object lives: DIR/twin.lock, flock'ed (released by the kernel
+// The lock of a checkpoint directory, held while the object lives: DIR/twin.lock (never followed if a link: refused),
+// flock'ed (released by the kernel
 // when the holder dies: a stale lock file never blocks), holding the holder's pid and host. A second run on the same
 // directory is refused with a RunError naming the holder.
 class CheckpointLock {

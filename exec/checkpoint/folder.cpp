@@ -29,11 +29,20 @@ bool has_manifest(const fs::path& step_dir) {
   return fs::exists(fs::symlink_status(step_dir / "manifest.json", error));
 }
 
-// The step-NNNNNNNN entries of `dir`, by step.
+// Whether `path` itself is a symbolic link (not followed).
+bool is_link(const fs::path& path) {
+  std::error_code error;
+  return fs::is_symlink(fs::symlink_status(path, error));
+}
+
+// The step-NNNNNNNN entries of `dir`, by step. A step entry that is a symbolic link is none of them: the folder's
+// policy is that no link is followed out of it, so resuming never reads through one and pruning never deletes
+// through one (require_writable_checkpoint_directory refuses a folder holding one before a run starts).
 std::vector<std::pair<int, fs::path>> step_directories(const fs::path& dir) {
   std::vector<std::pair<int, fs::path>> found;
   std::error_code error;
   for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    if (is_link(it->path())) continue;
     if (const auto step = step_of_directory_name(it->path().filename().string())) found.emplace_back(*step, it->path());
   }
   if (error) {
@@ -132,8 +141,16 @@ void require_writable_checkpoint_directory(const fs::path& dir) {
   if (error) {
     throw RunError(fmt::format("--checkpoint '{}': cannot create the directory: {}", dir.string(), error.message()));
   }
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if ((name == "twin.lock" || step_of_directory_name(name)) && is_link(it->path())) {
+      throw RunError(fmt::format("--checkpoint '{}': '{}' is a symbolic link; twin follows no link out of its "
+                                 "checkpoint folder (it would write, read or delete files elsewhere): remove it",
+                                 dir.string(), it->path().string()));
+    }
+  }
   const fs::path probe = dir / fmt::format(".twin-write-test-{}", ::getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) {
     throw RunError(
         fmt::format("--checkpoint '{}': cannot write in the directory: {}", dir.string(), std::strerror(errno)));
@@ -142,11 +159,33 @@ void require_writable_checkpoint_directory(const fs::path& dir) {
   ::unlink(probe.c_str());
 }
 
+void require_no_newer_checkpoint(const fs::path& dir, int first_step) {
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return;
+  const auto steps = step_directories(dir);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (it->first <= first_step) return;
+    if (has_manifest(it->second)) {
+      throw RunError(fmt::format(
+          "--checkpoint '{}' holds a checkpoint of step {} ('{}'), newer than step {}, the first this run writes: "
+          "with --no-resume, pruning would delete this run's checkpoints and a later resume would continue the old "
+          "run; remove the old checkpoints (the step-* folders) or use another directory",
+          dir.string(), it->first, it->second.string(), first_step));
+    }
+  }
+}
+
 CheckpointLock::CheckpointLock(const fs::path& dir) {
   std::error_code error;
   fs::create_directories(dir, error);
   const fs::path path = dir / "twin.lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // O_NOFOLLOW: a lock file that is a link is refused (ELOOP), never followed to a file elsewhere and overwritten.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd_ < 0 && errno == ELOOP) {
+    throw RunError(fmt::format("--checkpoint '{}': its lock file '{}' is a symbolic link; twin follows no link out of "
+                               "its checkpoint folder: remove it",
+                               dir.string(), path.string()));
+  }
   if (fd_ < 0) {
     throw RunError(fmt::format("--checkpoint '{}': cannot create its lock file '{}': {}", dir.string(), path.string(),
                                std::strerror(errno)));

@@ -41,7 +41,8 @@ void write_atomically(const fs::path& path, const std::string& bytes, const std:
                     "it; the previous ones are untouched)",
                     what, temporary.string(), std::strerror(error)));
   };
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // O_NOFOLLOW: a temporary that is a symbolic link is a failure, never followed out of the checkpoint folder.
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) fail("creating", errno);
   const bool interrupt = !kill_writing.empty() && path.filename() == kill_writing;
   const std::size_t size = interrupt ? bytes.size() / 2 : bytes.size();
@@ -77,7 +78,7 @@ void write_atomically(const fs::path& path, const std::string& bytes, const std:
 
 // The whole file, or a RunError naming it. Anything but a regular file is refused before reading (a directory or a
 // symbolic-link loop in its place, a named pipe that would block the run forever).
-std::string read_file(const fs::path& path) {
+std::string read_file(const fs::path& path, std::uint64_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     throw RunError(
@@ -94,6 +95,10 @@ std::string read_file(const fs::path& path) {
   if (!S_ISREG(info.st_mode)) {
     throw RunError(fmt::format("checkpoint file '{}' is unreadable: it is {}, not a regular file", path.string(),
                                S_ISDIR(info.st_mode) ? "a directory" : "a special file"));
+  }
+  if (static_cast<std::uint64_t>(info.st_size) > max_bytes) {
+    throw RunError(fmt::format("checkpoint file '{}' has {} bytes, more than the {} MiB a file of its kind may have",
+                               path.string(), info.st_size, max_bytes >> 20));
   }
   std::string bytes(static_cast<std::size_t>(info.st_size), '\0');
   std::size_t done = 0;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 
 namespace twin::exec {
@@ -19,8 +20,10 @@ std::string hex(std::uint64_t value);
 // write kills this process halfway (fault injection, exec/train/faults.hpp); empty: none.
 void write_atomically(const std::filesystem::path& path, const std::string& bytes, const std::string& kill_writing);
 
-// The whole file, or a RunError naming it (missing, unreadable, or not a regular file).
-std::string read_file(const std::filesystem::path& path);
+// The whole file, or a RunError naming it (missing, unreadable, not a regular file, or over `max_bytes`): the input
+// policy of model/scenario/files.hpp, with the checkpoint's own messages.
+std::string read_file(const std::filesystem::path& path,
+                      std::uint64_t max_bytes = std::numeric_limits<std::uint64_t>::max());
 
 // Appends `value`'s bytes (the files are read back on machines of the same byte order: twin checks the magic).
 template <typename T>

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -192,6 +193,13 @@ class RuleCheck {
           fmt::format("{}: parallel.global_batch ({}) must be divisible by parallel.dp * "
                       "parallel.micro_batch ({} * {} = {})",
                       src, p.global_batch, p.dp, p.micro_batch, p.dp * p.micro_batch));
+    }
+    // Ranks are ints throughout (model/plan/ranks.hpp), as in NCCL and MPI: a cluster past that is refused by name.
+    if (nodes_ok && gpn_ok && c.nodes > std::numeric_limits<int>::max() / c.gpus_per_node) {
+      problems.push_back(fmt::format("{}: cluster.nodes = {} x cluster.gpus_per_node = {} is past {} GPUs, the most "
+                                     "ranks a job can number (ranks are 32-bit ints, as in NCCL and MPI)",
+                                     src, c.nodes, c.gpus_per_node, std::numeric_limits<int>::max()));
+      nodes_ok = false;
     }
     if (check_world_size && tp_ok && pp_ok && dp_ok && cp_ok && nodes_ok && gpn_ok &&
         p.world_size() != c.total_gpus()) {

@@ -115,6 +115,15 @@ void check_mixture_of_experts(const Scenario& scenario, SizesKnown known, std::v
   const bool ep_ok = require_positive("parallel.ep", p.ep), etp_ok = require_positive("parallel.etp", p.etp);
   if (m.experts < 0)
     problems.push_back(fmt::format("{}: model.experts must be >= 0 (0: dense), got {}", src, m.experts));
+  // A bound far above every published MoE (384 routed experts: Kimi K2; 256: DeepSeek-V3), under which every table
+  // kept per expert (routing shares, a rank's local experts) stays small: past it the Program would grow without limit.
+  constexpr std::int64_t kMaxExperts = 16384;
+  if (m.experts > kMaxExperts) {
+    problems.push_back(fmt::format("{}: model.experts = {} is past twin's bound of {} experts (the largest published "
+                                   "MoE models have a few hundred)",
+                                   src, m.experts, kMaxExperts));
+    return;
+  }
   if (m.experts <= 0) {
     if (p.ep > 1 || p.etp > 1) {
       problems.push_back(

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "model/scenario/files.hpp"
 #include "model/scenario/scenario.hpp"
 #include "model/scenario/scenario_names.hpp"
 #include "model/scenario/scenario_rules.hpp"
@@ -63,11 +64,13 @@ Override parse_override(std::string_view text) {
 }
 
 Scenario load_scenario(const std::filesystem::path& path, const std::vector<Override>& overrides) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ScenarioError({fmt::format("{}: cannot open scenario file", path.string())});
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return parse_scenario(buffer.str(), path.string(), overrides);
+  std::string text;
+  try {
+    text = read_input_file(path.string(), "scenario", kMaxScenarioBytes);
+  } catch (const UserError& error) {  // a ScenarioError, as every problem of the scenario is
+    throw ScenarioError(std::string(error.what()));
+  }
+  return parse_scenario(text, path.string(), overrides);
 }
 
 namespace {

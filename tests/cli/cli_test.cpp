@@ -410,7 +410,7 @@ TEST(Cli, CompareAgainstAPublishedTime) {
   EXPECT_DOUBLE_EQ(written["totals"][0]["error"].get<double>(), 0.25);
   const Result onto_input = twin("compare " + summary.string() + " 40 --json " + summary.string());
   EXPECT_EQ(onto_input.status, 2);
-  EXPECT_THAT(onto_input.output, HasSubstr("is an input of the comparison"));
+  EXPECT_THAT(onto_input.output, HasSubstr("is the same file as the prediction"));
   EXPECT_TRUE(fs::exists(summary));
   EXPECT_NO_THROW(nlohmann::json::parse(std::ifstream(summary)));  // not overwritten
   const Result bad = twin("compare " + summary.string() + " -3");

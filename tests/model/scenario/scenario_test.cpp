@@ -496,7 +496,7 @@ TEST(Scenario, MissingFileNamesThePath) {
     load_scenario("/nonexistent/x.toml");
     FAIL() << "expected ScenarioError";
   } catch (const ScenarioError& error) {
-    EXPECT_THAT(error.what(), HasSubstr("/nonexistent/x.toml: cannot open scenario file"));
+    EXPECT_THAT(error.what(), HasSubstr("scenario '/nonexistent/x.toml': cannot open: No such file or directory"));
   }
 }
 
