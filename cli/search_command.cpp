@@ -31,6 +31,7 @@ struct SearchOptions {
   bool vary_etp = false;
   std::string json_path;
   std::string train_tokens;  // passed on to each `twin sim --train-tokens` (empty: not asked)
+  bool goodput = false;      // --goodput: rank by iteration time over goodput (the scenario's failure model)
   bool quiet = false;        // nothing on stderr but errors
 };
 
@@ -51,6 +52,10 @@ struct Plan {
   bool fits = false;  // its summary's memory.fits: the plan's peak within one GPU
   double iteration_time_s = 0, tflops_per_gpu = 0, bubble_fraction = 0;
   nlohmann::json training;  // with --train-tokens: the child's `training` summary
+  nlohmann::json goodput;   // with --goodput: the child's `goodput` summary
+  double goodput_fraction = 1;
+  // What ranks plans: the iteration time, over the goodput with --goodput (wall time per iteration of useful work).
+  double effective_time_s() const { return iteration_time_s / goodput_fraction; }
   std::size_t target = 0;   // the SearchTarget (node kind) it runs on
 
   std::vector<std::string> overrides() const {
@@ -340,6 +345,7 @@ void run_search(const SearchOptions& o) {
   }
   std::vector<std::string> extra;
   if (!o.train_tokens.empty()) extra = {"--train-tokens", o.train_tokens};
+  if (o.goodput) extra.push_back("--goodput");
   const std::vector<SimulationOutcome> outcomes =
       simulate_in_children(scenario_path, override_lists, jobs, "search", extra, !o.quiet);
   for (std::size_t i = 0; i < plans.size(); ++i) {
@@ -351,25 +357,31 @@ void run_search(const SearchOptions& o) {
     plan.bubble_fraction = outcomes[i].summary.at("bubble_fraction").get<double>();
     plan.fits = outcomes[i].summary.at("memory").at("fits").get<bool>();
     if (!o.train_tokens.empty()) plan.training = outcomes[i].summary.at("training");
+    if (o.goodput) {
+      plan.goodput = outcomes[i].summary.at("goodput");
+      plan.goodput_fraction = plan.goodput.at("goodput_fraction").get<double>();
+    }
   }
 
   std::stable_sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {
     if (a.error.empty() != b.error.empty()) return a.error.empty();
-    return a.iteration_time_s < b.iteration_time_s;
+    return a.effective_time_s() < b.effective_time_s();
   });
   const bool varied = !o.nodes.empty();
+  const char* order = o.goodput ? "most useful work per wall-clock second first (iteration time over goodput)"
+                                : "fastest first";
   if (varied) {
     std::string kinds;
     for (const SearchTarget& target : targets) {
       kinds += fmt::format("{}{} x {}", kinds.empty() ? "" : ", ", target.base.cluster.nodes,
                            model::to_string(target.base.cluster.node));
     }
-    fmt::print("{} on {} GPUs of {}, global batch {}: {} plans simulated, fastest first\n\n", base.model.name,
-               base.cluster.total_gpus(), kinds, base.parallel.global_batch, plans.size());
+    fmt::print("{} on {} GPUs of {}, global batch {}: {} plans simulated, {}\n\n", base.model.name,
+               base.cluster.total_gpus(), kinds, base.parallel.global_batch, plans.size(), order);
   } else {
-    fmt::print("{} on {} x {} ({} GPUs), global batch {}: {} plans simulated, fastest first\n\n", base.model.name,
+    fmt::print("{} on {} x {} ({} GPUs), global batch {}: {} plans simulated, {}\n\n", base.model.name,
                base.cluster.nodes, model::to_string(base.cluster.node), base.cluster.total_gpus(),
-               base.parallel.global_batch, plans.size());
+               base.parallel.global_batch, plans.size(), order);
   }
   const bool training = !o.train_tokens.empty();
   auto node_column = [&](const Plan& plan) {
@@ -381,17 +393,22 @@ void run_search(const SearchOptions& o) {
   fmt::print("{}  {:>4} {:>4} {:>5}{} {:>4}  {:<16} {:<10} {:<8} {:>10} {:>9} {:>8} {:>9} {:>5}{}\n",
              varied ? fmt::format("  {:<12}", "node") : "", "tp", "pp", "dp",
              moe ? fmt::format(" {:>4} {:>4}", "ep", "etp") : "", "mb", "schedule", "recompute", "sharding", "iter s",
-             "TFLOP/s", "bubble", "mem GiB", "fits", training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : "");
+             "TFLOP/s", "bubble", "mem GiB", "fits",
+             fmt::format("{}{}", o.goodput ? fmt::format(" {:>8}", "goodput") : "",
+                         training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : ""));
   nlohmann::json results = nlohmann::json::array();
   for (const Plan& plan : plans) {
     const std::string schedule =
         fmt::format("{}{}", model::to_string(plan.schedule), plan.chunks > 1 ? fmt::format(" v={}", plan.chunks) : "");
     const double gib = plan.peak_memory_bytes / (1024.0 * 1024 * 1024);
     if (plan.error.empty()) {
-      const std::string training_columns =
-          training ? fmt::format(" {:>9.1f} {:>12.0f}", plan.training.at("days").get<double>(),
-                                 plan.training.at("gpu_hours").get<double>())
-                   : "";
+      // With --goodput the days count failures (and the GPU-hours the wall time they cost).
+      const double days = training ? plan.training.value(o.goodput ? "days_with_failures" : "days", 0.0) : 0;
+      const std::string training_columns = fmt::format(
+          "{}{}", o.goodput ? fmt::format(" {:>7.1f}%", 100 * plan.goodput_fraction) : "",
+          training ? fmt::format(" {:>9.1f} {:>12.0f}", days,
+                                 plan.training.at("gpu_hours").get<double>() / plan.goodput_fraction)
+                   : "");
       fmt::print("{}  {:>4} {:>4} {:>5}{} {:>4}  {:<16} {:<10} {:<8} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f} {:>5}{}\n",
                  node_column(plan), plan.tp, plan.pp, plan.dp, experts(plan), plan.micro_batch, schedule,
                  plan.recompute_label(), plan.sharding_label(), plan.iteration_time_s, plan.tflops_per_gpu,
@@ -424,6 +441,7 @@ void run_search(const SearchOptions& o) {
                        {"bubble_fraction", plan.bubble_fraction},
                        {"error", plan.error}});
     if (training && plan.error.empty()) results.back()["training"] = plan.training;
+    if (o.goodput && plan.error.empty()) results.back()["goodput"] = plan.goodput;
   }
   if (!o.json_path.empty()) {
     write_file_atomically(o.json_path,
@@ -461,6 +479,9 @@ void register_search_command(CLI::App& app) {
       ->add_option("--train-tokens", o->train_tokens,
                    "also estimate each plan's whole training run of this many tokens: days, GPU-hours")
       ->check(token_count("--train-tokens"));
+  command->add_flag("--goodput", o->goodput,
+                    "rank by iteration time over goodput (the scenario's failure model, twin goodput): a goodput "
+                    "column, and --train-tokens days with failures");
   command->add_flag("--quiet", o->quiet, "no progress on stderr (errors still)");
   command->callback([o] { run_search(*o); });
 }

@@ -177,12 +177,13 @@ bool read_cluster(const toml::table& root, const std::string& source, ClusterSpe
   }
   cluster.choice("fabric", c.fabric, names::kFabrics);
   cluster.boolean("rail_optimized", c.rail_optimized);
-  for (auto [key, field] : failure_model_fields(c)) {
-    if (!cluster.has(key)) continue;
-    double value = 0;
-    cluster.number(key, value);
-    *field = value;
-  }
+  cluster.number("gpu_failures_per_gpu_hour", c.gpu_failures_per_gpu_hour);
+  cluster.number("host_failures_per_gpu_hour", c.host_failures_per_gpu_hour);
+  cluster.number("nic_failures_per_gpu_hour", c.nic_failures_per_gpu_hour);
+  cluster.number("switch_failures_per_gpu_hour", c.switch_failures_per_gpu_hour);
+  cluster.number("software_failures_per_gpu_hour", c.software_failures_per_gpu_hour);
+  cluster.number("storage_gb_per_s", c.storage_gb_per_s);
+  cluster.number("restart_s", c.restart_s);
   cluster.reject_unknown_keys();
   return size_given;
 }
