@@ -145,6 +145,22 @@ TEST(GoodputCli, SweepAndSimCountFailuresInTheirTrainingDays) {
   EXPECT_NEAR(training.at("days_with_failures").get<double>(), training.at("days").get<double>() / quick,
               1e-9 * training.at("days").get<double>());
 }
+
+TEST(GoodputCli, SearchRanksPlansByIterationTimeOverGoodput) {
+  const fs::path json = scratch("search.json");
+  const Result r = twin("search " + kOneGpu + " --goodput --max 3 --jobs 2 --json " + json.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("most useful work per wall-clock second first"));
+  const nlohmann::json plans = read_json(json).at("plans");
+  ASSERT_GE(plans.size(), 2u);
+  double previous = 0;
+  for (const nlohmann::json& plan : plans) {
+    const double effective =
+        plan.at("iteration_time_s").get<double>() / plan.at("goodput").at("goodput_fraction").get<double>();
+    EXPECT_GE(effective, previous);
+    previous = effective;
+  }
+}
 #endif
 
 }  // namespace

@@ -197,6 +197,40 @@ TEST(SlowLink, UpLinksSlowedAndFailedAtBothFidelities) {
   }
 }
 
+// A NIC carries what crosses nodes: on every family whose plan spans two nodes (DP, PP, interleaved, CP, EP across
+// them), at both fidelities, half of one rank's NIC lengthens the iteration.
+TEST(SlowLink, ANicMovesThePredictionOnEveryPlanFamilyAcrossNodes) {
+  Plan across;
+  across.layers = 4, across.hidden = 2048, across.heads = 16, across.seq = 1024, across.vocab = 1024;
+  across.tp = 8, across.nodes = 2, across.global_batch = 4;
+  std::vector<std::pair<std::string, model::Scenario>> families;
+  Plan dp = across;
+  dp.dp = 2;
+  families.emplace_back("pp 1", scenario_of(dp));
+  Plan pp = across;
+  pp.pp = 2;
+  families.emplace_back("pp 2", scenario_of(pp));
+  Plan interleaved = pp;
+  interleaved.schedule = "interleaved", interleaved.virtual_stages = 2;
+  families.emplace_back("interleaved", scenario_of(interleaved));
+  families.emplace_back("cp 2", cp_scenarios::llama3_8b(8192, 2));
+  families.emplace_back("ep 16", model::parse_scenario("[model]\nname = \"moe\"\nlayers = 2\nhidden = 1024\n"
+                                                       "heads = 8\nseq_len = 1024\nvocab = 1000\nexperts = 16\n"
+                                                       "top_k = 2\n[parallel]\nep = 16\nglobal_batch = 64\n"
+                                                       "[cluster]\nnodes = 2\nnode = \"dgx-a100\"\n",
+                                                       "moe.toml"));
+  const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
+  for (const auto& [name, scenario] : families) {
+    const model::Program program = model::build_program(scenario, model::Granularity::Layer);
+    for (Fidelity fidelity : {Fidelity::Rank, Fidelity::Group}) {
+      const double healthy = run(program, cost, fidelity, {}, false).timeline.iteration_time_s;
+      const double slow =
+          run(program, cost, fidelity, {{}, {parse_slow_link("nic:0:0.5")}}, false).timeline.iteration_time_s;
+      EXPECT_GT(slow, healthy * 1.001) << name << " " << to_string(fidelity);
+    }
+  }
+}
+
 TEST(Degradations, ParsedOrRefusedNamingWhatIsWrong) {
   EXPECT_EQ(parse_slow_gpu("3:1.5").rank, 3);
   EXPECT_EQ(parse_slow_gpu("3:1.5").factor, 1.5);
