@@ -5,6 +5,7 @@
 // is model/program/goodput.hpp's, the report cli/goodput_report.cpp's.
 #include <cmath>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include <fmt/core.h>
@@ -57,8 +58,12 @@ void run(const GoodputOptions& o) {
   if (o.monte_carlo_trials > 0) {
     // The whole run when its length is asked, else 30 days of training: each trial one such run.
     const double useful_s = report.train_days > 0 ? report.train_days * 86400 : 30 * 86400.0;
-    const model::MonteCarloGoodput mc =
-        model::goodput_monte_carlo(report.inputs, useful_s, o.monte_carlo_trials, o.seed);
+    model::MonteCarloGoodput mc;
+    try {
+      mc = model::goodput_monte_carlo(report.inputs, useful_s, o.monte_carlo_trials, o.seed);
+    } catch (const std::invalid_argument& error) {
+      throw UserError(fmt::format("--monte-carlo: {}", error.what()));
+    }
     fmt::print(
         "\n  Monte Carlo, {} runs of {:.1f} training days (seed {}): goodput {:.2f} % +- {:.2f} % (95 %), "
         "closed form {:.2f} %; {:.1f} interruptions a run; wall time {:.1f} days (5 % to 95 %: {:.1f} to {:.1f})\n",

@@ -30,7 +30,9 @@ std::string duration(double seconds) {
   return fmt::format("{:.1f} s", seconds);
 }
 
-nlohmann::json finite_or_null(double value) { return std::isfinite(value) ? nlohmann::json(value) : nullptr; }
+nlohmann::json finite_or_null(double value) {
+  return std::isfinite(value) ? nlohmann::json(value) : nullptr;
+}
 
 }  // namespace
 
@@ -68,13 +70,11 @@ std::string goodput_lines(const GoodputReport& r) {
       r.checkpoint.storage_bytes_per_s / 1e9, r.checkpoint.async ? "asynchronous" : "blocking",
       duration(r.checkpoint.blocking_s()));
   if (e.failures_per_day > 0) {
-    out += fmt::format(
-        "  checkpoint interval       {:>8}     ({}; optimal {}, Young sqrt(2 C M) {}, Daly {})\n",
-        duration(e.interval_s), r.inputs.interval_s > 0 ? "given" : "the optimal one", duration(e.optimal_interval_s),
-        duration(e.young_interval_s), duration(e.daly_interval_s));
-    out += fmt::format(
-        "  per interruption          {:>8}     of work lost, and {} to restart and load\n",
-        duration(e.lost_work_per_failure_s), duration(e.downtime_per_failure_s));
+    out += fmt::format("  checkpoint interval       {:>8}     ({}; optimal {}, Young sqrt(2 C M) {}, Daly {})\n",
+                       duration(e.interval_s), r.inputs.interval_s > 0 ? "given" : "the optimal one",
+                       duration(e.optimal_interval_s), duration(e.young_interval_s), duration(e.daly_interval_s));
+    out += fmt::format("  per interruption          {:>8}     of work lost, and {} to restart and load\n",
+                       duration(e.lost_work_per_failure_s), duration(e.downtime_per_failure_s));
   }
   out += fmt::format(
       "  goodput                   {:8.1f} %   (useful training time over wall time: {:.1f} % checkpoints, {:.1f} % "

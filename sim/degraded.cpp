@@ -59,9 +59,8 @@ double number(std::string_view text, std::string_view spec) {
 double link_factor(std::string_view text, std::string_view spec) {
   const double factor = number(text, spec);
   if (!(factor > 0 && factor <= 1)) {
-    throw std::invalid_argument(
-        fmt::format("'{}': a link's bandwidth factor must be above 0 and at most 1 (0.5: half its rate), got {}", spec,
-                    factor));
+    throw std::invalid_argument(fmt::format(
+        "'{}': a link's bandwidth factor must be above 0 and at most 1 (0.5: half its rate), got {}", spec, factor));
   }
   return factor;
 }
@@ -160,8 +159,9 @@ std::string slowdown_report(const model::Program& program, const report::Timelin
   }
   std::stable_sort(largest.begin(), largest.end(),
                    [](const auto& x, const auto& y) { return std::abs(x.first) > std::abs(y.first); });
-  out += "  absorbed by (the largest changes, per traced rank and op class: compute, or a collective's or transfer's "
-         "time from its issue to its end):\n";
+  out +=
+      "  absorbed by (the largest changes, per traced rank and op class: compute, or a collective's or transfer's "
+      "time from its issue to its end):\n";
   int shown = 0;
   for (const auto& [seconds, what] : largest) {
     if (shown == 6 || std::abs(seconds) < 1e-9 * std::max(1.0, healthy.iteration_time_s)) break;
@@ -213,10 +213,10 @@ void Engine::degrade_links() {
       if (link.part == SlowLink::Part::UpLink) {
         if (link.factor == 0) {  // failed: the leaf's load spread over its other up-links
           if (shape.levels != 2 || shape.spines < 2) {
-            throw SimulationError(fmt::format(
-                "--failed-uplink {}:{}: no other route ({}): the fabric has {}", link.leaf, link.spine,
-                shape.levels != 2 ? "one switch, no up-links" : "one spine",
-                shape.levels != 2 ? "a single switch" : "a single spine per leaf"));
+            throw SimulationError(fmt::format("--failed-uplink {}:{}: no other route ({}): the fabric has {}",
+                                              link.leaf, link.spine,
+                                              shape.levels != 2 ? "one switch, no up-links" : "one spine",
+                                              shape.levels != 2 ? "a single switch" : "a single spine per leaf"));
           }
           platform_->up_links(link.leaf, link.spine);  // checks that it exists
           for (int spine = 0; spine < shape.spines; ++spine) {

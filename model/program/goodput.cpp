@@ -18,11 +18,11 @@ namespace {
 // Llama 3 405B (arXiv:2407.21783, sec. 3.3.4): a 54-day snapshot of pre-training on 16,384 H100, 419 unexpected
 // interruptions; Table 5 by root cause, grouped here by the component a planner would spare or harden.
 constexpr double kLlama3GpuHours = 54.0 * 24.0 * 16384.0;
-constexpr double kLlama3GpuInterruptions = 148 + 72 + 19 + 17 + 6 + 6;  // faulty GPU, HBM3, SRAM, GSP, SDC, thermal
+constexpr double kLlama3GpuInterruptions = 148 + 72 + 19 + 17 + 6 + 6;   // faulty GPU, HBM3, SRAM, GSP, SDC, thermal
 constexpr double kLlama3HostInterruptions = 32 + 3 + 3 + 2 + 2 + 2 + 2;  // maintenance, SSD, PSU, chassis, IO, CPU,
                                                                          // system memory
 constexpr double kLlama3NicInterruptions = 7;
-constexpr double kLlama3NetworkInterruptions = 35;  // network switch / cable
+constexpr double kLlama3NetworkInterruptions = 35;           // network switch / cable
 constexpr double kLlama3SoftwareInterruptions = 54 + 2 + 7;  // software bug, dependency, NCCL watchdog timeouts
 static_assert(kLlama3GpuInterruptions + kLlama3HostInterruptions + kLlama3NicInterruptions +
                       kLlama3NetworkInterruptions + kLlama3SoftwareInterruptions ==
@@ -40,13 +40,17 @@ constexpr double kDefaultRestartS = 600;
 
 // Optimizer bytes per parameter in a checkpoint: Adam's m and v in fp32, and the fp32 master copy when the weights
 // are 16-bit (with fp32 weights the weights are the master copy).
-double optimizer_checkpoint_bytes(DType dtype) { return dtype == DType::FP32 ? 8.0 : 12.0; }
+double optimizer_checkpoint_bytes(DType dtype) {
+  return dtype == DType::FP32 ? 8.0 : 12.0;
+}
 
 void require(bool ok, const char* what, double value) {
   if (!ok) throw std::invalid_argument(fmt::format("goodput: {} (got {})", what, value));
 }
 
-double lambda_per_s(const GoodputInputs& in) { return in.failures_per_gpu_hour * in.gpus / 3600.0; }
+double lambda_per_s(const GoodputInputs& in) {
+  return in.failures_per_gpu_hour * in.gpus / 3600.0;
+}
 
 // The shortest interval a run can take: one iteration, and under asynchronous saving the previous write must have
 // landed before the next snapshot (Megatron-Core waits for it).
@@ -98,16 +102,17 @@ double default_storage_bytes_per_s(const Scenario& scenario) {
   return kLlama3StorageBytesPerS * static_cast<double>(scenario.cluster.total_gpus()) / kLlama3Gpus;
 }
 
-double default_restart_s() { return kDefaultRestartS; }
+double default_restart_s() {
+  return kDefaultRestartS;
+}
 
 CheckpointCost checkpoint_cost(const Scenario& scenario, double host_copy_bytes_per_s) {
   require(host_copy_bytes_per_s > 0, "the host link's rate must be positive", host_copy_bytes_per_s);
   CheckpointCost cost;
-  const double per_parameter =
-      dtype_bytes(scenario.model.dtype) + optimizer_checkpoint_bytes(scenario.model.dtype);
+  const double per_parameter = dtype_bytes(scenario.model.dtype) + optimizer_checkpoint_bytes(scenario.model.dtype);
   cost.bytes = count_parameters(scenario).total * per_parameter;
   cost.storage_bytes_per_s = scenario.cluster.storage_gb_per_s ? *scenario.cluster.storage_gb_per_s * 1e9
-                                                                : default_storage_bytes_per_s(scenario);
+                                                               : default_storage_bytes_per_s(scenario);
   cost.write_s = cost.bytes / cost.storage_bytes_per_s;
   cost.load_s = cost.write_s;
   // Each GPU copies its own weights and optimizer shard to host memory (the memory estimate's, per stage).
@@ -185,6 +190,16 @@ MonteCarloGoodput goodput_monte_carlo(const GoodputInputs& in, double useful_s, 
   const GoodputEstimate closed = goodput_closed_form(in);
   const double interval = closed.interval_s > 0 ? closed.interval_s : useful_s;
   const double lambda = lambda_per_s(in);
+  // Each segment is tried e^{lambda T} times on average: a process that almost never gets through one would draw
+  // for hours. Refuse past a billion draws, naming the way out.
+  const double tries_per_segment = std::exp(std::min(700.0, lambda * (interval + in.blocking_s)));
+  const double draws = trials * std::ceil(useful_s / interval) * tries_per_segment;
+  if (draws > 1e9) {
+    throw std::invalid_argument(fmt::format(
+        "goodput: the Monte Carlo would draw about {:.2g} times ({} runs, each segment tried {:.3g} times on "
+        "average): ask for fewer runs, or read the closed form alone",
+        draws, trials, tries_per_segment));
+  }
   std::mt19937_64 random(seed);
   // Inverse transform (std::exponential_distribution's algorithm is the library's own: not the same on every one).
   const auto next_failure_s = [&]() {

@@ -49,12 +49,12 @@ FailureRates failure_rates(const Scenario& scenario);
 // when the weights are 16-bit, Adam's m and v: Megatron-Core's distributed checkpoint saves these; gradients are not
 // saved), and how long writing, loading and the snapshot to host memory take.
 struct CheckpointCost {
-  double bytes = 0;                 // the whole job's
-  double storage_bytes_per_s = 0;   // the job's aggregate write and read rate
-  double write_s = 0;               // bytes / storage rate
-  double load_s = 0;                // the same, read back at restart
-  double snapshot_s = 0;            // the largest GPU's share of the state, copied to host memory
-  bool async = false;               // framework.async_checkpoint
+  double bytes = 0;                // the whole job's
+  double storage_bytes_per_s = 0;  // the job's aggregate write and read rate
+  double write_s = 0;              // bytes / storage rate
+  double load_s = 0;               // the same, read back at restart
+  double snapshot_s = 0;           // the largest GPU's share of the state, copied to host memory
+  bool async = false;              // framework.async_checkpoint
   double blocking_s() const { return async ? snapshot_s : write_s; }
   double commit_s() const { return async ? write_s : 0; }  // after the blocking part, until it is on storage
 };
@@ -80,14 +80,14 @@ GoodputInputs goodput_inputs(const Scenario& scenario, double iteration_time_s, 
 
 struct GoodputEstimate {
   double failures_per_day = 0;
-  double mtbf_s = 0;                      // M = 1 / lambda (infinite without failures)
-  double interval_s = 0;                  // the interval evaluated (the optimal one unless given)
-  double optimal_interval_s = 0;          // minimises the expected wall time per useful second
-  double young_interval_s = 0;            // sqrt(2 C M)
-  double daly_interval_s = 0;             // Daly 2006, eq. 20 (C < 2M), else M
-  double goodput_fraction = 1;            // useful training time over wall time
-  double lost_work_per_failure_s = 0;     // work redone after an interruption, on average
-  double downtime_per_failure_s = 0;      // restart and load
+  double mtbf_s = 0;                        // M = 1 / lambda (infinite without failures)
+  double interval_s = 0;                    // the interval evaluated (the optimal one unless given)
+  double optimal_interval_s = 0;            // minimises the expected wall time per useful second
+  double young_interval_s = 0;              // sqrt(2 C M)
+  double daly_interval_s = 0;               // Daly 2006, eq. 20 (C < 2M), else M
+  double goodput_fraction = 1;              // useful training time over wall time
+  double lost_work_per_failure_s = 0;       // work redone after an interruption, on average
+  double downtime_per_failure_s = 0;        // restart and load
   double checkpoint_overhead_fraction = 0;  // of the wall time, waiting for checkpoints
   double failure_loss_fraction = 0;         // of the wall time, lost work and restarts
 };
@@ -99,13 +99,14 @@ double expected_segment_s(const GoodputInputs& inputs, double interval_s);
 
 struct MonteCarloGoodput {
   int trials = 0;
-  double goodput_fraction = 0;   // total useful time over total wall time, over every trial
-  double confidence95 = 0;       // half-width of its 95 % interval (delta method over the trials' wall times)
+  double goodput_fraction = 0;  // total useful time over total wall time, over every trial
+  double confidence95 = 0;      // half-width of its 95 % interval (delta method over the trials' wall times)
   double wall_s_mean = 0, wall_s_stddev = 0, wall_s_p05 = 0, wall_s_p95 = 0;  // one trial's wall time
-  double failures_mean = 0;      // interruptions per trial
+  double failures_mean = 0;                                                   // interruptions per trial
 };
 // `trials` runs of `useful_s` of training each (the interval: inputs.interval_s, or the optimal one), drawn from
-// `seed` (the same seed gives the same numbers on any machine: std::mt19937_64 and inverse-transform sampling).
+// `seed` (the same seed draws the same uniform numbers on any machine: std::mt19937_64, whose output the standard
+// fixes, and inverse-transform sampling instead of a library distribution).
 MonteCarloGoodput goodput_monte_carlo(const GoodputInputs& inputs, double useful_s, int trials, std::uint64_t seed);
 
 }  // namespace twin::model

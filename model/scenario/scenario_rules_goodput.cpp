@@ -19,9 +19,10 @@ void check_failure_model(const Scenario& scenario, std::vector<std::string>& pro
     // A rate per GPU-hour: Llama 3's whole fleet gave 2e-5 (model/program/goodput.cpp); 0.01 would fail every GPU
     // every 100 hours, a rate per job-hour or per day typed in the wrong key.
     if (name.ends_with("_per_gpu_hour") && !(value >= 0 && value <= 0.01)) {
-      problems.push_back(fmt::format("{}: cluster.{} must be interruptions per GPU-hour (0..0.01; Llama 3's fleet: "
-                                     "about 2e-5 for every cause together), got {}",
-                                     scenario.source, key, value));
+      problems.push_back(
+          fmt::format("{}: cluster.{} must be interruptions per GPU-hour (0..0.01; Llama 3's fleet: "
+                      "about 2e-5 for every cause together), got {}",
+                      scenario.source, key, value));
     }
     if (name == "storage_gb_per_s" && !(value >= 0.001 && value <= 1e6)) {
       problems.push_back(fmt::format(

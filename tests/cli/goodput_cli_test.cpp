@@ -47,14 +47,14 @@ nlohmann::json read_json(const fs::path& path) {
   return nlohmann::json::parse(in);
 }
 
-const std::string kLlama3At16k = std::string(TWIN_SOURCE_DIR) +
-                                 "/scenarios/published/llama3-405b-meta.toml --set cluster.nodes=2048 --quiet";
+const std::string kLlama3At16k =
+    std::string(TWIN_SOURCE_DIR) + "/scenarios/published/llama3-405b-meta.toml --set cluster.nodes=2048 --quiet";
 
 // The paper's 419 unexpected interruptions in 54 days on 16,384 H100 (arXiv:2407.21783, sec. 3.3.4).
 TEST(GoodputCli, Llama3At16kGpusPredictsThePapersInterruptionsPerDay) {
   const fs::path json = scratch("llama3.json");
-  const Result r = twin("goodput " + kLlama3At16k + " --iteration-time 10 --train-tokens 15.6T --json " +
-                        json.string());
+  const Result r =
+      twin("goodput " + kLlama3At16k + " --iteration-time 10 --train-tokens 15.6T --json " + json.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("interruptions per day"));
   const nlohmann::json g = read_json(json);
@@ -73,8 +73,8 @@ TEST(GoodputCli, Llama3At16kGpusPredictsThePapersInterruptionsPerDay) {
 
 TEST(GoodputCli, MonteCarloAgreesWithTheClosedFormAndKnobsMoveIt) {
   const fs::path json = scratch("mc.json");
-  const Result r = twin("goodput " + kLlama3At16k + " --iteration-time 10 --monte-carlo 200 --seed 3 --json " +
-                        json.string());
+  const Result r =
+      twin("goodput " + kLlama3At16k + " --iteration-time 10 --monte-carlo 200 --seed 3 --json " + json.string());
   ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json g = read_json(json);
   const nlohmann::json& mc = g.at("monte_carlo");
@@ -119,7 +119,8 @@ TEST(GoodputCli, SimWithASlowGpuReportsWhereTheTimeWent) {
   EXPECT_THAT(r.output, HasSubstr("degraded: iteration"));
   EXPECT_THAT(r.output, HasSubstr("stage 0 (rank 0): its own compute"));
   const nlohmann::json s = read_json(json);
-  EXPECT_GT(s.at("iteration_time_s").get<double>(), 1.3 * s.at("degraded").at("healthy_iteration_time_s").get<double>());
+  EXPECT_GT(s.at("iteration_time_s").get<double>(),
+            1.3 * s.at("degraded").at("healthy_iteration_time_s").get<double>());
   r = twin("sim " + kOneGpu + " --slow-gpu 5:2");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--slow-gpu: rank 5 is past the job's 1 ranks"));

@@ -135,8 +135,9 @@ TEST(Goodput, ReliabilityKeysReadBackAndAreRefusedByName) {
   const std::string base =
       "[model]\nname=\"t\"\nlayers=2\nhidden=64\nheads=4\nseq_len=32\nvocab=128\n"
       "[parallel]\ntp=1\npp=1\n[cluster]\nnode=\"dgx-a100\"\nnodes=1\n";
-  const Scenario s = parse_scenario(base + "gpu_failures_per_gpu_hour=1e-5\nstorage_gb_per_s=50\nrestart_s=120\n"
-                                           "[framework]\nasync_checkpoint=true\n",
+  const Scenario s = parse_scenario(base +
+                                        "gpu_failures_per_gpu_hour=1e-5\nstorage_gb_per_s=50\nrestart_s=120\n"
+                                        "[framework]\nasync_checkpoint=true\n",
                                     "case.toml");
   EXPECT_EQ(s.cluster.gpu_failures_per_gpu_hour.value_or(-1), 1e-5);
   EXPECT_EQ(s.cluster.storage_gb_per_s.value_or(-1), 50);
@@ -145,8 +146,8 @@ TEST(Goodput, ReliabilityKeysReadBackAndAreRefusedByName) {
   const Scenario again = parse_scenario(to_toml(s), "again.toml");
   EXPECT_EQ(again.cluster.restart_s.value_or(-1), 120);
   EXPECT_TRUE(again.framework.async_checkpoint);
-  for (const std::string bad : {"gpu_failures_per_gpu_hour=-1", "switch_failures_per_gpu_hour=0.5",
-                                "storage_gb_per_s=0", "restart_s=-5"}) {
+  for (const std::string bad :
+       {"gpu_failures_per_gpu_hour=-1", "switch_failures_per_gpu_hour=0.5", "storage_gb_per_s=0", "restart_s=-5"}) {
     const auto problems = testing::problems_of(base + bad + "\n");
     ASSERT_EQ(problems.size(), 1u) << bad;
     EXPECT_NE(problems[0].find("cluster." + bad.substr(0, bad.find('='))), std::string::npos) << problems[0];
