@@ -91,5 +91,6 @@ void register_compare_command(CLI::App& app);
 void register_calibrate_command(CLI::App& app);  // cli/calibrate_command.cpp
 void register_search_command(CLI::App& app);  // cli/search_command.cpp, with the simulator
 void register_sweep_command(CLI::App& app);   // cli/sweep_command.cpp, with the simulator
+void register_goodput_command(CLI::App& app);  // cli/goodput_command.cpp, with the simulator
 
 }  // namespace twin::cli

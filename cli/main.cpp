@@ -5,6 +5,7 @@
 //   twin compare P M      a prediction next to a measurement
 //   twin search SCENARIO  simulate every parallel plan that fits and rank them
 //   twin sweep SCENARIO   simulate the scenario at each value of a key (--vary cluster.nodes=280,350,420)
+//   twin goodput SCENARIO useful training time per wall time with interruptions and checkpoints counted
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
   twin::cli::register_sim_command(app);
   twin::cli::register_search_command(app);
   twin::cli::register_sweep_command(app);
+  twin::cli::register_goodput_command(app);
 #endif
 #ifdef TWIN_HAVE_RUN_COMMAND
   twin::cli::register_run_command(app);

@@ -38,6 +38,7 @@ struct SearchOptions {
   bool vary_cp = false;  // --vary-cp: context-parallel sizes 1, 2, 4, 8 (those the sequence allows)
   std::string json_path;
   std::string train_tokens;  // passed on to each `twin sim --train-tokens` (empty: not asked)
+  bool goodput = false;      // --goodput: rank by iteration time over goodput (the scenario's failure model)
   bool quiet = false;        // nothing on stderr but errors
 };
 
@@ -60,6 +61,10 @@ struct Plan {
   double iteration_time_s = 0, tflops_per_gpu = 0, bubble_fraction = 0;
   nlohmann::json training;  // with --train-tokens: the child's `training` summary
   nlohmann::json time_split = nlohmann::json::object();  // the child's `time_split`
+  nlohmann::json goodput;   // with --goodput: the child's `goodput` summary
+  double goodput_fraction = 1;
+  // What ranks plans: the iteration time, over the goodput with --goodput (wall time per iteration of useful work).
+  double effective_time_s() const { return iteration_time_s / goodput_fraction; }
   std::size_t target = 0;   // the SearchTarget (node kind) it runs on
 
   std::vector<std::string> overrides() const {
@@ -444,6 +449,7 @@ void run_search(const SearchOptions& o) {
   }
   std::vector<std::string> extra;
   if (!o.train_tokens.empty()) extra = {"--train-tokens", o.train_tokens};
+  if (o.goodput) extra.push_back("--goodput");
   const std::vector<SimulationOutcome> outcomes =
       simulate_in_children(scenario_path, override_lists, jobs, "search", extra, !o.quiet);
   for (std::size_t i = 0; i < plans.size(); ++i) {
@@ -456,26 +462,33 @@ void run_search(const SearchOptions& o) {
     plan.fits = outcomes[i].summary.at("memory").at("fits").get<bool>();
     plan.time_split = outcomes[i].summary.value("time_split", nlohmann::json::object());
     if (!o.train_tokens.empty()) plan.training = outcomes[i].summary.at("training");
+    if (o.goodput) {
+      plan.goodput = outcomes[i].summary.at("goodput");
+      plan.goodput_fraction = plan.goodput.at("goodput_fraction").get<double>();
+    }
   }
 
   std::stable_sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {
     if (a.error.empty() != b.error.empty()) return a.error.empty();
-    return a.iteration_time_s < b.iteration_time_s;
+    return a.effective_time_s() < b.effective_time_s();
   });
   const bool varied = !o.nodes.empty();
+  const char* order = o.goodput ? "most useful work per wall-clock second first (iteration time over goodput)"
+                                : "fastest first";
   if (varied) {
     std::string kinds;
     for (const SearchTarget& target : targets) {
       kinds += fmt::format("{}{} x {}", kinds.empty() ? "" : ", ", target.base.cluster.nodes,
                            model::to_string(target.base.cluster.node));
     }
-    fmt::print("{} on {} GPUs of {}, {}, global batch {}: {}, fastest first\n\n", base.model.name,
+    fmt::print("{} on {} GPUs of {}, {}, global batch {}: {}, {}\n\n", base.model.name,
                base.cluster.total_gpus(), kinds, model::precision_label(base), base.parallel.global_batch,
-               simulated_line(plans.size(), found, o));
+               simulated_line(plans.size(), found, o), order);
   } else {
-    fmt::print("{} on {} x {} ({} GPUs), {}, global batch {}: {}, fastest first\n\n", base.model.name,
+    fmt::print("{} on {} x {} ({} GPUs), {}, global batch {}: {}, {}\n\n", base.model.name,
                base.cluster.nodes, model::to_string(base.cluster.node), base.cluster.total_gpus(),
-               model::precision_label(base), base.parallel.global_batch, simulated_line(plans.size(), found, o));
+               model::precision_label(base), base.parallel.global_batch, simulated_line(plans.size(), found, o),
+               order);
   }
   const bool training = !o.train_tokens.empty();
   auto node_column = [&](const Plan& plan) {
@@ -492,18 +505,22 @@ void run_search(const SearchOptions& o) {
              varied ? fmt::format("  {:<12}", "node") : "", "tp", "pp", "dp",
              fmt::format("{}{}", context ? fmt::format(" {:>3}", "cp") : "",
                          moe ? fmt::format(" {:>4} {:>4}", "ep", "etp") : ""),
-             "mb", "schedule", "recompute", "sharding", "iter s",
-             "TFLOP/s", "bubble", "mem GiB", "fits", training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : "");
+             "mb", "schedule", "recompute", "sharding", "iter s", "TFLOP/s", "bubble", "mem GiB", "fits",
+             fmt::format("{}{}", o.goodput ? fmt::format(" {:>8}", "goodput") : "",
+                         training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : ""));
   nlohmann::json results = nlohmann::json::array();
   for (const Plan& plan : plans) {
     const std::string schedule =
         fmt::format("{}{}", model::to_string(plan.schedule), plan.chunks > 1 ? fmt::format(" v={}", plan.chunks) : "");
     const double gib = plan.peak_memory_bytes / (1024.0 * 1024 * 1024);
     if (plan.error.empty()) {
-      const std::string training_columns =
-          training ? fmt::format(" {:>9.1f} {:>12.0f}", plan.training.at("days").get<double>(),
-                                 plan.training.at("gpu_hours").get<double>())
-                   : "";
+      // With --goodput the days count failures (and the GPU-hours the wall time they cost).
+      const double days = training ? plan.training.value(o.goodput ? "days_with_failures" : "days", 0.0) : 0;
+      const std::string training_columns = fmt::format(
+          "{}{}", o.goodput ? fmt::format(" {:>7.1f}%", 100 * plan.goodput_fraction) : "",
+          training ? fmt::format(" {:>9.1f} {:>12.0f}", days,
+                                 plan.training.at("gpu_hours").get<double>() / plan.goodput_fraction)
+                   : "");
       fmt::print("{}  {:>4} {:>4} {:>5}{} {:>4}  {:<16} {:<10} {:<8} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f} {:>5}{}\n",
                  node_column(plan), plan.tp, plan.pp, plan.dp, experts(plan), plan.micro_batch, schedule,
                  plan.recompute_label(), plan.sharding_label(), plan.iteration_time_s, plan.tflops_per_gpu,
@@ -538,6 +555,7 @@ void run_search(const SearchOptions& o) {
                        {"time_split", plan.time_split},
                        {"error", plan.error}});
     if (training && plan.error.empty()) results.back()["training"] = plan.training;
+    if (o.goodput && plan.error.empty()) results.back()["goodput"] = plan.goodput;
   }
   print_rejections(rejections);
   if (!o.json_path.empty()) {
@@ -598,6 +616,9 @@ void register_search_command(CLI::App& app) {
       ->add_option("--train-tokens", o->train_tokens,
                    "also estimate each plan's whole training run of this many tokens: days, GPU-hours")
       ->check(token_count("--train-tokens"));
+  command->add_flag("--goodput", o->goodput,
+                    "rank by iteration time over goodput (the scenario's failure model, twin goodput): a goodput "
+                    "column, and --train-tokens days with failures");
   command->add_flag("--quiet", o->quiet, "no progress on stderr (errors still)");
   command->callback([o] { run_search(*o); });
 }

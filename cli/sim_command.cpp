@@ -12,6 +12,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
+#include "cli/goodput_report.hpp"
 #include "cli/measured_hardware.hpp"
 #include "model/program/program.hpp"
 #include "report/summary.hpp"
@@ -42,7 +43,53 @@ struct SimCommandOptions {
   bool quiet = false;
   double sensitivity_percent = 0;  // --sensitivity: each rate this much lower and higher (0: not asked)
   std::string train_tokens;        // --train-tokens: the whole run's length (empty: not asked)
+  bool goodput = false;            // --goodput: the scenario's failure model at this iteration time
+  // Stragglers and degraded parts (sim/degraded.hpp): each as typed, checked at parse time.
+  std::vector<std::string> slow_gpus, slow_links, failed_uplinks;
+  double slow_gpu_fraction = 0, slow_gpu_factor = 1.5;
+  std::uint64_t seed = 1;
 };
+
+// The --slow-gpu, --slow-gpu-fraction, --slow-link and --failed-uplink what-ifs, parsed (UserError naming the flag).
+sim::Degradations degradations(const SimCommandOptions& o, int world) {
+  sim::Degradations d;
+  const auto parsed = [](const char* flag, const std::string& text, auto parse) {
+    try {
+      return parse(text);
+    } catch (const std::invalid_argument& error) {
+      throw UserError(fmt::format("{} {}", flag, error.what()));
+    }
+  };
+  for (const std::string& text : o.slow_gpus) d.gpus.push_back(parsed("--slow-gpu", text, sim::parse_slow_gpu));
+  if (o.slow_gpu_fraction > 0) {
+    for (const sim::SlowGpu& gpu : sim::draw_slow_gpus(world, o.slow_gpu_fraction, o.slow_gpu_factor, o.seed)) {
+      d.gpus.push_back(gpu);
+    }
+  }
+  for (const std::string& text : o.slow_links) d.links.push_back(parsed("--slow-link", text, sim::parse_slow_link));
+  for (const std::string& text : o.failed_uplinks) {
+    d.links.push_back(parsed("--failed-uplink", text, sim::parse_failed_uplink));
+  }
+  return d;
+}
+
+nlohmann::json degradations_json(const sim::Degradations& d, double healthy_iteration_time_s) {
+  nlohmann::json gpus = nlohmann::json::array(), links = nlohmann::json::array();
+  for (const sim::SlowGpu& gpu : d.gpus) gpus.push_back({{"rank", gpu.rank}, {"factor", gpu.factor}});
+  for (const sim::SlowLink& link : d.links) {
+    const char* part = link.part == sim::SlowLink::Part::Nic      ? "nic"
+                       : link.part == sim::SlowLink::Part::NvLink ? "nvlink"
+                                                                  : "uplink";
+    nlohmann::json entry{{"part", part}, {"factor", link.factor}};
+    if (link.part == sim::SlowLink::Part::UpLink) {
+      entry["leaf"] = link.leaf, entry["spine"] = link.spine;
+    } else {
+      entry["rank"] = link.rank;
+    }
+    links.push_back(entry);
+  }
+  return {{"healthy_iteration_time_s", healthy_iteration_time_s}, {"slow_gpus", gpus}, {"slow_links", links}};
+}
 
 // A Chrome trace's size, estimated before simulating: one JSON event per op of each traced rank, about
 // kTraceBytesPerEvent each (measured: `twin sim gpt3-175b --trace-ranks 0-63` writes 695616 events in 132.8 MB, 191
@@ -210,7 +257,9 @@ void run(const SimCommandOptions& o) {
   options.placement = o.placement;
   options.ideal_network = o.ideal_network;
   options.progress = !o.quiet;
-  options.isolate = o.sensitivity_percent > 0;  // one simulation in this process, unless more follow (in children)
+  options.degradations = degradations(o, program.layout.world_size());
+  // one simulation in this process, unless more follow (in children): the sensitivities, or the healthy run
+  options.isolate = o.sensitivity_percent > 0 || !options.degradations.empty();
 
   const topology::NodeSpec node = options.node ? *options.node : topology::node_spec(scenario.cluster);
   // The cluster's own GPU measurements describe the scenario's GPU: a --gpu what-if on another GPU uses its cited
@@ -242,6 +291,13 @@ void run(const SimCommandOptions& o) {
   } catch (const sim::SimulationError& error) {
     throw UserError(error.what());
   }
+  std::optional<report::Timeline> healthy;  // with degradations: the same run without them
+  if (!options.degradations.empty()) {
+    sim::SimOptions healthy_options = options;
+    healthy_options.degradations = {};
+    healthy_options.progress = false;
+    healthy = sim::simulate(program, cost, healthy_options).timeline;
+  }
 
   const std::string engine =
       fmt::format("sim, {} fidelity, {} cost model, {}", sim::to_string(result.fidelity), cost.name(), result.hardware);
@@ -249,6 +305,7 @@ void run(const SimCommandOptions& o) {
                                               result.gpu_memory_bytes, sim::layer_parts(cost, program.scenario));
   if (!o.gpu.empty()) summary.hardware = node.gpu.name;  // a what-if on another GPU than the scenario's node
   fmt::print("{}", report::summary_table(summary));
+  if (healthy) fmt::print("\n{}", sim::slowdown_report(program, *healthy, result.timeline));
   std::optional<TrainingEstimate> training;
   if (!o.train_tokens.empty()) {
     training = training_estimate(scenario, result.timeline.iteration_time_s,
@@ -258,6 +315,11 @@ void run(const SimCommandOptions& o) {
         "at the full global batch; no ramp-up, evaluation or restarts)\n",
         with_scale(training->tokens), training->iterations, with_scale(training->tokens_per_iteration),
         training->time_s / 86400, scenario.cluster.total_gpus(), with_scale(training->gpu_hours));
+  }
+  std::optional<GoodputReport> goodput;
+  if (o.goodput) {
+    goodput = goodput_report(scenario, result.timeline.iteration_time_s, 0, training ? training->tokens : 0);
+    fmt::print("\n{}", goodput_lines(*goodput));
   }
   if (host_profile) {
     fmt::print("\n  {}\n", measured_hardware.line());
@@ -344,7 +406,10 @@ void run(const SimCommandOptions& o) {
           {"tokens", training->tokens},         {"tokens_per_iteration", training->tokens_per_iteration},
           {"iterations", training->iterations}, {"time_s", training->time_s},
           {"days", training->time_s / 86400},   {"gpu_hours", training->gpu_hours}};
+      if (goodput) json["training"]["days_with_failures"] = goodput->train_days_with_failures;
     }
+    if (goodput) json["goodput"] = goodput_json(*goodput);
+    if (healthy) json["degraded"] = degradations_json(options.degradations, healthy->iteration_time_s);
     write_file_atomically(o.json_path, json.dump(2) + "\n");
     fmt::print("  summary written to {}\n", o.json_path);
   }
@@ -412,6 +477,25 @@ void register_sim_command(CLI::App& app) {
                    "also estimate a whole training run of this many tokens (300e9, 300B, 1.4T): iterations, days, "
                    "GPU-hours")
       ->check(token_count("--train-tokens"));
+  command->add_option("--slow-gpu", o->slow_gpus,
+                      "RANK:FACTOR: that GPU's compute takes FACTOR times as long (repeatable); the report says where "
+                      "the time went against the healthy run");
+  command->add_option("--slow-gpu-fraction", o->slow_gpu_fraction,
+                      "a fraction of the GPUs, drawn with --seed, each slowed by --slow-gpu-factor")
+      ->check(between(0, 1));
+  command->add_option("--slow-gpu-factor", o->slow_gpu_factor, "the slowdown of --slow-gpu-fraction's GPUs (1.5)")
+      ->check(between(1, 100))
+      ->needs("--slow-gpu-fraction");
+  command->add_option("--seed", o->seed, "the draw of --slow-gpu-fraction (default 1)")->needs("--slow-gpu-fraction");
+  command->add_option("--slow-link", o->slow_links,
+                      "nic:RANK:FACTOR, nvlink:RANK:FACTOR or uplink:LEAF:SPINE:FACTOR: that link at FACTOR of its "
+                      "bandwidth (repeatable)");
+  command->add_option("--failed-uplink", o->failed_uplinks,
+                      "LEAF:SPINE: that leaf's up-link failed, its traffic rerouted over the leaf's other up-links "
+                      "(repeatable)");
+  command->add_flag("--goodput", o->goodput,
+                    "also the goodput at this iteration time: interruptions, checkpoints and restarts by the "
+                    "scenario's failure model (twin goodput)");
   command->callback([o] { run(*o); });
 }
 

@@ -24,6 +24,7 @@ struct SweepOptions {
   int jobs = 0;  // 0: hardware threads
   std::string json_path;
   std::string train_tokens;  // passed on to each `twin sim --train-tokens` (empty: not asked)
+  bool goodput = false;      // --goodput: each variant's goodput, and the one with most useful tokens per second
   bool quiet = false;        // nothing on stderr but errors
 };
 
@@ -183,6 +184,7 @@ void run_sweep(const SweepOptions& o) {
   }
   std::vector<std::string> extra;
   if (!o.train_tokens.empty()) extra = {"--train-tokens", o.train_tokens};
+  if (o.goodput) extra.push_back("--goodput");
   const std::vector<SimulationOutcome> outcomes =
       simulate_in_children(scenario_path, override_lists, jobs, "sweep", extra, !o.quiet);
   for (std::size_t j = 0; j < simulated.size(); ++j) variants[simulated[j]].outcome = outcomes[j];
@@ -198,7 +200,11 @@ void run_sweep(const SweepOptions& o) {
   }
   const bool training = !o.train_tokens.empty();
   fmt::print("{} {:>6} {:>10} {:>9} {:>8} {:>9} {:>5} {:>12}{}\n", header, "GPUs", "iter s", "TFLOP/s", "bubble",
-             "mem GiB", "fits", "tokens/s", training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : "");
+             "mem GiB", "fits", "tokens/s",
+             fmt::format("{}{}", o.goodput ? fmt::format(" {:>8} {:>12}", "goodput", "useful tok/s") : "",
+                         training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : ""));
+  std::string best_row;  // --goodput: the variant with the most useful tokens per second
+  double best_useful_tokens_per_s = 0;
   nlohmann::json results = nlohmann::json::array();
   std::size_t succeeded = 0;
   for (const Variant& v : variants) {
@@ -232,10 +238,20 @@ void run_sweep(const SweepOptions& o) {
       entry["fits"] = fits;
       entry["tokens_per_s"] = seconds > 0 ? v.tokens_per_iteration / seconds : 0.0;
       std::string training_columns;
+      double goodput = 1;
+      if (o.goodput) {
+        entry["goodput"] = summary.at("goodput");
+        goodput = summary.at("goodput").at("goodput_fraction").get<double>();
+        const double useful = entry["tokens_per_s"].get<double>() * goodput;
+        training_columns = fmt::format(" {:>7.1f}% {:>12.0f}", 100 * goodput, useful);
+        if (useful > best_useful_tokens_per_s) best_useful_tokens_per_s = useful, best_row = row;
+      }
       if (training) {
+        // With --goodput the days count failures (and the GPU-hours the wall time they cost).
         entry["training"] = summary.at("training");
-        training_columns = fmt::format(" {:>9.1f} {:>12.0f}", summary.at("training").at("days").get<double>(),
-                                       summary.at("training").at("gpu_hours").get<double>());
+        const double days = summary.at("training").value(o.goodput ? "days_with_failures" : "days", 0.0);
+        training_columns += fmt::format(" {:>9.1f} {:>12.0f}", days,
+                                        summary.at("training").at("gpu_hours").get<double>() / goodput);
       }
       fmt::print("{} {:>6} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f} {:>5} {:>12.0f}{}\n", row, v.gpus, seconds,
                  entry["tflops_per_gpu"].get<double>(), 100 * entry["bubble_fraction"].get<double>(),
@@ -247,6 +263,10 @@ void run_sweep(const SweepOptions& o) {
     }
     entry["error"] = error;
     results.push_back(std::move(entry));
+  }
+  if (o.goodput && !best_row.empty()) {
+    fmt::print("\n  most useful tokens per second, failures counted:{} ({:.0f})\n", best_row,
+               best_useful_tokens_per_s);
   }
   if (!o.json_path.empty()) {
     nlohmann::json varied = nlohmann::json::array();
@@ -282,6 +302,10 @@ void register_sweep_command(CLI::App& app) {
       ->add_option("--train-tokens", o->train_tokens,
                    "also estimate each variant's whole training run of this many tokens: days, GPU-hours")
       ->check(token_count("--train-tokens"));
+  command->add_flag("--goodput", o->goodput,
+                    "each variant's goodput by the scenario's failure model (twin goodput), its useful tokens per "
+                    "second, --train-tokens days with failures, and the variant with the most useful tokens per "
+                    "second");
   command->add_flag("--quiet", o->quiet, "no progress on stderr (errors still)");
   command->callback([o] { run_sweep(*o); });
 }

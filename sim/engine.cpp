@@ -329,6 +329,7 @@ SimResult Engine::run() {
   platform_options.fabric = fabric_;
   platform_options.group_size = fidelity_ == Fidelity::Group ? layout.tp() : 0;
   platform_options.gpu_hosts = fidelity_ == Fidelity::Rank;
+  check_degradations();
   build_platform(platform_options);
   build_plans();
 
@@ -352,6 +353,7 @@ SimResult Engine::run() {
         group_slot_[groups[slot].second] = static_cast<int>(slot);
     }
   }
+  degrade_links();
   for (int id = 0; id < replayers; ++id) {
     const int rank = representative_rank(id);
     const int stage = layout.coord_of(rank).pp;

@@ -170,6 +170,7 @@ class Replayer {
   bool doorbell_pending_ = false;
   double wake_at_s_;  // when the current wait times out (infinity: only a message wakes it)
   double expert_scale_ = 1;  // Engine::expert_load_scale
+  double compute_scale_ = 1;  // Engine::compute_scale
 };
 
 class Engine {
@@ -192,6 +193,9 @@ class Engine {
   // A replayer's expert rows over the hottest EP rank's (model.expert_load_skew); 1 at group fidelity, whose member
   // stands for ranks of several EP indices.
   double expert_load_scale(int id) const;
+  // A replayer's compute time multiplier (sim/degraded.hpp): its rank's --slow-gpu factor, or at group fidelity the
+  // slowest of its TP group's; 1 when none is slow.
+  double compute_scale(int id) const;
   double p2p_latency_s(const Replayer& from, const Replayer& to) const;
   CollectiveInstance* collective(const Replayer& member, std::int32_t op);  // or a rendezvous Send/Recv pair
   void forget(CollectiveInstance* instance) { collectives_.erase(instance->key); }
@@ -232,6 +236,9 @@ class Engine {
   int representative_rank(int replayer) const;
   void print_progress(bool final_line);
   void build_platform(topology::PlatformOptions options);
+  // sim/degraded.cpp: the options' degradations checked against the Program and fidelity, and the links slowed.
+  void check_degradations() const;
+  void degrade_links();
 
   const model::Program& program_;
   const CostModel& cost_;

@@ -37,7 +37,8 @@ Replayer::Replayer(Engine& engine, int id, int stage, sg4::Host* host, bool reco
       plan_(engine.plan(stage)),
       host_(host),
       wake_at_s_(std::numeric_limits<double>::infinity()),
-      expert_scale_(engine.expert_load_scale(id)) {
+      expert_scale_(engine.expert_load_scale(id)),
+      compute_scale_(engine.compute_scale(id)) {
   const std::size_t ops = plan_.ops->size();
   ready_.assign(ops, 0.0);
   pending_ = plan_.pending;
@@ -164,7 +165,8 @@ void Replayer::become_ready(std::int32_t op) {
     // the GPU waited for the host between its kernels counts as the host's.
     const double ready = ready_[op];
     const double duration =
-        plan_.expert_s.empty() ? plan_.duration[op] : plan_.duration[op] - (1 - expert_scale_) * plan_.expert_s[op];
+        (plan_.expert_s.empty() ? plan_.duration[op] : plan_.duration[op] - (1 - expert_scale_) * plan_.expert_s[op]) *
+        (o.kind == model::OpKind::Compute ? compute_scale_ : 1.0);
     if (!plan_.host_paced) {
       finish(op, ready, ready, ready + duration);
       return;

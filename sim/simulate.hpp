@@ -26,6 +26,7 @@
 #include "report/timeline.hpp"
 #include "sim/collectives.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/degraded.hpp"
 #include "topology/hardware.hpp"
 
 namespace twin::sim {
@@ -51,6 +52,7 @@ struct SimOptions {
   bool isolate = true;            // run SimGrid in a child process
   double wall_limit_s = 0;        // isolated runs: stop the child after this long (0: no limit); throws SimulationError
   bool progress = false;          // a progress line on stderr once a run takes more than two seconds
+  Degradations degradations;      // slow GPUs and links, a failed up-link (sim/degraded.hpp)
 };
 
 struct EngineStats {

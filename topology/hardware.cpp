@@ -300,6 +300,8 @@ FabricSpec fabric_spec(const model::ClusterSpec& cluster) {
   return fabric;
 }
 
+double host_link_bytes_per_s(const GpuSpec& gpu) { return gpu.compute_capability >= 90 ? 64e9 : 32e9; }
+
 NodeSpec node_spec_by_gpu_name(std::string_view gpu) {
   if (gpu == "a100") return dgx_a100();
   if (gpu == "h100") return dgx_h100();

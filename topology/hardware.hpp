@@ -125,6 +125,12 @@ double nccl_net_speed_bytes_per_s(double line_bytes_per_s, bool hopper);
 // The same by compute capability: NCCL's table for GPUs of that generation (sm100SpeedArrayInter from 100 on).
 double nccl_net_speed_bytes_per_s(double line_bytes_per_s, int compute_capability);
 
+// One GPU's link to its host's memory, per direction: what an asynchronous checkpoint's snapshot crosses. PCIe Gen4
+// x16 on A100 (A100 datasheet: 64 GB/s both directions), Gen5 x16 on Hopper and Blackwell (H100 SXM and HGX B200
+// datasheets: 128 GB/s both directions); a GB200's NVLink-C2C to its Grace (900 GB/s both directions, GB200 NVL72
+// datasheet) is counted at the Gen5 rate too (conservative: the snapshot's time is over-, never under-stated).
+double host_link_bytes_per_s(const GpuSpec& gpu);
+
 // "a100", "h100", "h200", "h800", "b200" -> the 8-GPU node of that GPU (DGX, or HGX H800); throws
 // std::invalid_argument otherwise (a GB200 rack of 72 GPUs is a cluster.node, not a GPU swap).
 NodeSpec node_spec_by_gpu_name(std::string_view gpu);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <iterator>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -207,6 +209,68 @@ void Platform::build() {
                                          oversubscribed, 2 * shape_.leaves * shape_.spines));
     }
   }
+}
+
+namespace {
+
+// Both directions of split-duplex link `name` (SimGrid names them name_UP and name_DOWN).
+std::vector<sg4::Link*> split_duplex(const std::string& name, const std::string& what) {
+  sg4::Link* up_link = sg4::Link::by_name_or_null(name + "_UP");
+  sg4::Link* down_link = sg4::Link::by_name_or_null(name + "_DOWN");
+  if (up_link == nullptr || down_link == nullptr) throw std::invalid_argument("platform: no " + what);
+  return {up_link, down_link};
+}
+
+}  // namespace
+
+std::vector<sg4::Link*> Platform::gpu_nic_links(int gpu_index) const {
+  if (!options_.gpu_hosts || gpu_index < 0 || gpu_index >= gpus()) {
+    throw std::invalid_argument(fmt::format("platform: no NIC of GPU {}", gpu_index));
+  }
+  return split_duplex(fmt::format("{}-gpu{}-nic", node_name(node_of_gpu(gpu_index)), gpu_index % gpus_per_node()),
+                      fmt::format("NIC of GPU {}", gpu_index));
+}
+
+std::vector<sg4::Link*> Platform::gpu_nvlink_links(int gpu_index) const {
+  if (!options_.gpu_hosts || gpu_index < 0 || gpu_index >= gpus()) {
+    throw std::invalid_argument(fmt::format("platform: no NVLink of GPU {}", gpu_index));
+  }
+  return split_duplex(fmt::format("{}-gpu{}-nvlink", node_name(node_of_gpu(gpu_index)), gpu_index % gpus_per_node()),
+                      fmt::format("NVLink of GPU {}", gpu_index));
+}
+
+std::vector<sg4::Link*> Platform::group_nic_links(int node, int slot) const {
+  return split_duplex(fmt::format("{}-tpgroup{}-nics", node_name(node), slot),
+                      fmt::format("group endpoint {} of node {}", slot, node));
+}
+
+std::vector<sg4::Link*> Platform::up_links(int leaf, int spine) const {
+  if (shape_.levels != 2 || leaf < 0 || leaf >= shape_.leaves || spine < 0 || spine >= shape_.spines) {
+    throw std::invalid_argument(fmt::format("platform: no up-link from leaf {} to spine {} (the fat-tree has {} leaves "
+                                            "and {} spines)",
+                                            leaf, spine, shape_.levels == 2 ? shape_.leaves : 1, shape_.spines));
+  }
+  // "link_from_<child>_<parent>_<n>_UP/DOWN" (as in build()): switches are numbered after the positions, leaves
+  // first; the L-th smallest child id among switches is leaf L, its S-th smallest parent spine S.
+  std::map<long, std::map<long, std::vector<sg4::Link*>>> by_leaf;
+  const std::string prefix = "link_from_";
+  for (sg4::Link* link : sg4::Engine::get_instance()->get_all_links()) {
+    const std::string& name = link->get_name();
+    if (name.rfind(prefix, 0) != 0) continue;
+    std::size_t end = 0;
+    const long child = std::stol(name.substr(prefix.size()), &end);
+    const long parent = std::stol(name.substr(prefix.size() + end + 1));
+    if (child >= shape_.positions) by_leaf[child][parent].push_back(link);
+  }
+  if (static_cast<int>(by_leaf.size()) != shape_.leaves) {
+    throw std::logic_error(fmt::format("platform: found {} leaf switches, expected {}", by_leaf.size(), shape_.leaves));
+  }
+  const auto& parents = std::next(by_leaf.begin(), leaf)->second;
+  if (static_cast<int>(parents.size()) != shape_.spines) {
+    throw std::logic_error(fmt::format("platform: leaf {} has {} up-links, expected {}", leaf, parents.size(),
+                                       shape_.spines));
+  }
+  return std::next(parents.begin(), spine)->second;
 }
 
 sg4::Host* Platform::group_endpoint(int node, int slot) const {

@@ -97,6 +97,15 @@ class Platform {
   // The SimGrid links a flow from `from` to `to` crosses, in order.
   std::vector<simgrid::s4u::Link*> route(const simgrid::s4u::Host* from, const simgrid::s4u::Host* to) const;
 
+  // The parts a what-if degrades (sim/degraded.hpp), both directions of each: GPU `gpu_index`'s NIC and NVLink port
+  // (requires gpu_hosts); the bundled NICs of a group endpoint (group fidelity); leaf switch `leaf`'s up-link to spine
+  // `spine` (a two-level fat-tree; leaf L holds nodes L x nodes_per_leaf and the next ones, as SimGrid's fat-tree
+  // numbers them). Throw std::invalid_argument naming the part when the platform has none such.
+  std::vector<simgrid::s4u::Link*> gpu_nic_links(int gpu_index) const;
+  std::vector<simgrid::s4u::Link*> gpu_nvlink_links(int gpu_index) const;
+  std::vector<simgrid::s4u::Link*> group_nic_links(int node, int slot) const;
+  std::vector<simgrid::s4u::Link*> up_links(int leaf, int spine) const;
+
  private:
   void build();
   std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoint*> dgx_node(

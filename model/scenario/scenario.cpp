@@ -12,6 +12,29 @@
 
 namespace twin::model {
 
+namespace {
+// Both overloads of failure_model_fields: `Cluster` is ClusterSpec or const ClusterSpec.
+template <typename Cluster>
+auto reliability_fields(Cluster& c) {
+  using Field = decltype(&c.restart_s);
+  return std::array<std::pair<const char*, Field>, 7>{{{"gpu_failures_per_gpu_hour", &c.gpu_failures_per_gpu_hour},
+                                                       {"host_failures_per_gpu_hour", &c.host_failures_per_gpu_hour},
+                                                       {"nic_failures_per_gpu_hour", &c.nic_failures_per_gpu_hour},
+                                                       {"switch_failures_per_gpu_hour", &c.switch_failures_per_gpu_hour},
+                                                       {"software_failures_per_gpu_hour",
+                                                        &c.software_failures_per_gpu_hour},
+                                                       {"storage_gb_per_s", &c.storage_gb_per_s},
+                                                       {"restart_s", &c.restart_s}}};
+}
+}  // namespace
+
+std::array<std::pair<const char*, std::optional<double>*>, 7> failure_model_fields(ClusterSpec& c) {
+  return reliability_fields(c);
+}
+std::array<std::pair<const char*, const std::optional<double>*>, 7> failure_model_fields(const ClusterSpec& c) {
+  return reliability_fields(c);
+}
+
 int dtype_bytes(DType dtype) {
   return dtype == DType::FP32 ? 4 : 2;
 }

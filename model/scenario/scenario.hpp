@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <stdexcept>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "model/scenario/cp_comm.hpp"
@@ -196,9 +198,26 @@ struct ClusterSpec {
   std::string gpu_profile;
   Fabric fabric = Fabric::NodeDefault;  // the network between nodes
   bool rail_optimized = false;          // NIC i of every node of a scalable unit under the same leaf (rail) switch
+  // Reliability, what `twin goodput` reads (model/program/goodput.hpp): interruptions per GPU-hour of the job, by the
+  // component that caused them; unset: the cited default (Llama 3's fleet, model/program/goodput.cpp). 0: never.
+  std::optional<double> gpu_failures_per_gpu_hour;
+  std::optional<double> host_failures_per_gpu_hour;
+  std::optional<double> nic_failures_per_gpu_hour;
+  std::optional<double> switch_failures_per_gpu_hour;
+  std::optional<double> software_failures_per_gpu_hour;
+  // The checkpoint storage's aggregate write (and read) rate for this job, GB/s; unset: the cited default.
+  std::optional<double> storage_gb_per_s;
+  // Seconds from an interruption to training again (detection, re-queue, process start, communicator set-up), the
+  // checkpoint's load excluded; unset: the default.
+  std::optional<double> restart_s;
 
   std::int64_t total_gpus() const { return nodes * gpus_per_node; }
 };
+
+// The reliability keys of [cluster] (the optional ones above), by key name: what the reader, to_toml and the rules
+// walk over.
+std::array<std::pair<const char*, std::optional<double>*>, 7> failure_model_fields(ClusterSpec& cluster);
+std::array<std::pair<const char*, const std::optional<double>*>, 7> failure_model_fields(const ClusterSpec& cluster);
 
 // The framework's habits that change what work is done (kernels, masks, accumulation, communication overlap).
 // Defaults are Megatron-LM as of 2021 (Narayanan et al., SC'21); docs/accuracy.md describes each effect.
@@ -242,6 +261,9 @@ struct FrameworkSpec {
   // micro-batch's forward and another's backward layer by layer, the MoE dispatch and combine all-to-alls of each on
   // a communication stream under the other's compute (model/program/moe_a2a_overlap.hpp).
   bool moe_a2a_overlap = false;
+  // Megatron-Core's --async-save: training waits only for each GPU's state to reach host memory, the write to storage
+  // runs behind the next steps; false: training waits for the write (model/program/goodput.hpp).
+  bool async_checkpoint = false;
 };
 
 // The DeepSpeed release twin models: framework.deepspeed_version when given, else 0.6.2 under bf16_optimizer (its

@@ -38,6 +38,7 @@ class RuleCheck {
     param_gather_overlap();
     partitioned_activations();
     mixture_of_experts();
+    check_failure_model(scenario, problems);
     context_parallelism();
     fp8();
     training();

@@ -180,6 +180,13 @@ bool read_cluster(const toml::table& root, const std::string& source, ClusterSpe
   }
   cluster.choice("fabric", c.fabric, names::kFabrics);
   cluster.boolean("rail_optimized", c.rail_optimized);
+  cluster.number("gpu_failures_per_gpu_hour", c.gpu_failures_per_gpu_hour);
+  cluster.number("host_failures_per_gpu_hour", c.host_failures_per_gpu_hour);
+  cluster.number("nic_failures_per_gpu_hour", c.nic_failures_per_gpu_hour);
+  cluster.number("switch_failures_per_gpu_hour", c.switch_failures_per_gpu_hour);
+  cluster.number("software_failures_per_gpu_hour", c.software_failures_per_gpu_hour);
+  cluster.number("storage_gb_per_s", c.storage_gb_per_s);
+  cluster.number("restart_s", c.restart_s);
   cluster.reject_unknown_keys();
   return size_given;
 }
@@ -245,6 +252,7 @@ void read_framework(const toml::table& root, const std::string& source, Scenario
   framework.choice("cp_comm", f.cp_comm, names::kCpComms);
   framework.choice("fp8_recipe", f.fp8_recipe, names::kFp8Recipes);
   framework.boolean("moe_a2a_overlap", f.moe_a2a_overlap);
+  framework.boolean("async_checkpoint", f.async_checkpoint);
   framework.reject_unknown_keys();
   if (f.name == Framework::Composer) {
     // Composer runs PyTorch's own elementwise kernels (sim/cost_model.cpp); Megatron's fused ones are not there.
@@ -424,6 +432,9 @@ std::string to_toml(const Scenario& s) {
   }
   if (s.cluster.fabric != Fabric::NodeDefault) line(fmt::format("fabric = \"{}\"", to_string(s.cluster.fabric)));
   if (s.cluster.rail_optimized) line("rail_optimized = true");
+  for (auto [key, field] : failure_model_fields(s.cluster)) {
+    if (field->has_value()) line(fmt::format("{} = {:.17g}", key, **field));
+  }
   line("\n[framework]");
   line(fmt::format("name = \"{}\"", to_string(s.framework.name)));
   line(fmt::format("tied_embeddings = {}", s.framework.tied_embeddings));
@@ -442,6 +453,7 @@ std::string to_toml(const Scenario& s) {
   if (s.framework.fp8_recipe != Fp8Recipe::Delayed)
     line(fmt::format("fp8_recipe = \"{}\"", to_string(s.framework.fp8_recipe)));
   if (s.framework.moe_a2a_overlap) line("moe_a2a_overlap = true");
+  if (s.framework.async_checkpoint) line("async_checkpoint = true");
   line("\n[training]");
   line(fmt::format("seed = {}", s.training.seed));
   line(fmt::format("learning_rate = {:.17g}", s.training.learning_rate));

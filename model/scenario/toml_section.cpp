@@ -53,6 +53,14 @@ void SectionReader::integer(std::string_view key, std::int64_t& out) {
   }
 }
 
+void SectionReader::number(std::string_view key, std::optional<double>& out) {
+  if (!has(key)) return;
+  double value = 0;
+  const std::size_t problems_before = problems_.size();
+  number(key, value);
+  if (problems_.size() == problems_before) out = value;
+}
+
 void SectionReader::number(std::string_view key, double& out) {
   const toml::node* node = take(key);
   if (!node) return;

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -36,6 +37,7 @@ class SectionReader {
   // Each reads `key` when the section has it into `out` (left as it is otherwise), or records why it cannot.
   void integer(std::string_view key, std::int64_t& out);  // an integer of at most 31 bits
   void number(std::string_view key, double& out);         // a finite number (an integer is taken too)
+  void number(std::string_view key, std::optional<double>& out);  // the same, set only when the section has it
 
   // An array of exactly N integers, each in 1..2^31-1 (a shape).
   template <std::size_t N>
