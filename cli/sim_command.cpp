@@ -11,6 +11,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/measured_hardware.hpp"
+#include "model/ops/expert_load.hpp"
 #include "model/program/program.hpp"
 #include "report/summary.hpp"
 #include "report/svg.hpp"
@@ -143,6 +144,19 @@ nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topo
            constant_source(p.attention_measured_here, from_profile, "cluster.attention_gemm_hbm_fraction")}};
 }
 
+// What a user set that the prediction does not show, one sentence each (printed as `note:` lines, JSON "notes").
+std::vector<std::string> scenario_notes(const model::Scenario& s) {
+  std::vector<std::string> notes;
+  if (model::expert_load_skew_capped(s)) {
+    notes.push_back(fmt::format(
+        "model.expert_load_skew = {:g} does not change this prediction: model.capacity_factor = {:g} caps every "
+        "expert's tokens (Megatron-Core drops the rest), so the hottest EP rank receives no more than with balanced "
+        "routing; model.capacity_factor = 0 (dropless) lets the skew slow it",
+        s.model.expert_load_skew, s.model.capacity_factor));
+  }
+  return notes;
+}
+
 void run(const SimCommandOptions& o) {
   require_distinct_outputs({{"--json", o.json_path}, {"--trace", o.trace_path}, {"--svg", o.svg_path}});
   const model::Scenario scenario = load_scenario(o.scenario);
@@ -246,6 +260,8 @@ void run(const SimCommandOptions& o) {
     if (measured_hardware.gpu) fmt::print("  {}\n", measured_hardware.line());
   }
   fmt::print("  {}\n", framework_line(scenario));
+  const std::vector<std::string> notes = scenario_notes(scenario);
+  for (const std::string& note : notes) fmt::print("  note: {}\n", note);
   const bool own_network = scenario.cluster.nics_per_node > 0 || scenario.cluster.nic_gbps > 0;
   if (own_network && !o.gpu.empty()) {
     fmt::print(
@@ -319,6 +335,7 @@ void run(const SimCommandOptions& o) {
       if (measured_hardware.gpu) json["gpu_profile"] = measured_hardware.json();
     }
     json["granularity"] = model::to_string(program.granularity);
+    json["notes"] = notes;
     if (training) {
       json["training"] = {
           {"tokens", training->tokens},         {"tokens_per_iteration", training->tokens_per_iteration},

@@ -198,6 +198,12 @@ std::vector<Op> fuse_layer(const std::vector<Op>& ops) {
     out.push_back(std::move(op));
   };
   const auto fuse_one = [&](std::size_t begin, std::size_t end) {
+    const auto compute = [](const Op& op) { return op.kind == OpKind::Compute; };
+    if (std::none_of(ops.begin() + static_cast<std::ptrdiff_t>(begin), ops.begin() + static_cast<std::ptrdiff_t>(end),
+                     compute)) {  // collectives after the sync's fused op: no empty fused op before them
+      for (std::size_t i = begin; i < end; ++i) take(i);
+      return;
+    }
     auto parts = std::make_shared<KernelBreakdown>();
     Op fused;
     fused.what = ComputeKind::TransformerLayer;
