@@ -9,6 +9,7 @@
 
 #include <fmt/core.h>
 
+#include "cli/band.hpp"
 #include "cli/commands.hpp"
 #include "cli/measured_hardware.hpp"
 #include "model/ops/expert_load.hpp"
@@ -242,7 +243,13 @@ void run(const SimCommandOptions& o) {
   report::Summary summary = report::summarize(program, result.timeline, result.peak_flops_per_gpu, engine,
                                               result.gpu_memory_bytes, sim::layer_parts(cost, program.scenario));
   if (!o.gpu.empty()) summary.hardware = node.gpu.name;  // a what-if on another GPU than the scenario's node
-  fmt::print("{}", report::summary_table(summary));
+  // The band beside the iteration time: how far twin has been off on published runs like this plan.
+  const PredictionBand band = prediction_band(scenario, result.timeline.iteration_time_s);
+  std::string table = report::summary_table(summary);
+  const auto iteration_line = table.find("iteration time");
+  const auto after = iteration_line == std::string::npos ? std::string::npos : table.find('\n', iteration_line);
+  if (after != std::string::npos) table.insert(after + 1, "  " + band_line(band) + "\n");
+  fmt::print("{}", table);
   std::optional<TrainingEstimate> training;
   if (!o.train_tokens.empty()) {
     training = training_estimate(scenario, result.timeline.iteration_time_s,
@@ -336,6 +343,7 @@ void run(const SimCommandOptions& o) {
     }
     json["granularity"] = model::to_string(program.granularity);
     json["notes"] = notes;
+    add_band_json(band, json);
     if (training) {
       json["training"] = {
           {"tokens", training->tokens},         {"tokens_per_iteration", training->tokens_per_iteration},

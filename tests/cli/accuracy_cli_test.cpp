@@ -1,5 +1,5 @@
-// What `twin sim` says beside its prediction about how far to trust it: notes on keys that change nothing on this
-// plan (issue 45).
+// What `twin sim` says beside its prediction about how far to trust it: the error band of the published runs like its
+// plan, and notes on keys that change nothing on this plan (issue 45).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +12,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -53,7 +54,8 @@ fs::path scratch(const std::string& name) {
 // Mixtral's plan drops tokens past a capacity factor of 1.0: a skewed router changes nothing, and twin says so; without
 // the cap (dropless) the same skew slows the plan and no note is printed. A smaller global batch keeps it quick.
 TEST(AccuracyCli, SimSaysWhenACapacityFactorCapsTheExpertSkew) {
-  const std::string base = "sim scenarios/mixtral-8x7b.toml --set parallel.global_batch=64 --set model.expert_load_skew=1";
+  const std::string base =
+      "sim scenarios/mixtral-8x7b.toml --set parallel.global_batch=64 --set model.expert_load_skew=1";
   const fs::path capped_json = scratch("capped.json"), dropless_json = scratch("dropless.json");
   const Result capped = twin(base + " --json " + capped_json.string());
   ASSERT_EQ(capped.status, 0) << capped.output;
@@ -70,6 +72,62 @@ TEST(AccuracyCli, SimSaysWhenACapacityFactorCapsTheExpertSkew) {
   EXPECT_GT(read_json(dropless_json)["iteration_time_s"].get<double>(),
             read_json(capped_json)["iteration_time_s"].get<double>());
   fs::remove_all(capped_json.parent_path());
+}
+
+// The band of bench/accuracy/bands.json with this key, or null.
+nlohmann::json band_of(const std::string& generation, const std::string& kind, const std::string& precision) {
+  const nlohmann::json bands = read_json(fs::path(TWIN_SOURCE_DIR) / "bench/accuracy/bands.json");
+  for (const nlohmann::json& band : bands["bands"]) {
+    if (band["generation"] == generation && band["kind"] == kind && band["precision"] == precision) return band;
+  }
+  return nullptr;
+}
+
+// Beside the iteration time, the band: T / (1 + the band's highest error) to T / (1 + its lowest), the published runs
+// of the plan's GPU generation, dense or MoE, and precision; none when there are no such runs. Three plans: the
+// default (A100, dense, bf16), an H100 dense one, and Mixtral on A100 (no A100 MoE runs were published in the set).
+TEST(AccuracyCli, SimPrintsTheBandBesideTheIterationTime) {
+  struct Case {
+    std::string arguments, generation, kind, precision;
+  };
+  const std::vector<Case> cases = {
+      {"sim scenarios/gpt-tiny.toml --set cluster.node=dgx-a100 --set cluster.gpus_per_node=1 --set model.dtype=bf16",
+       "ampere", "dense", "bf16"},
+      {"sim scenarios/gpt-350m-h200.toml", "hopper", "dense", "bf16"},
+      {"sim scenarios/mixtral-8x7b.toml --set parallel.global_batch=64 --set cluster.node=dgx-a100", "ampere", "moe",
+       "bf16"}};
+  for (const Case& c : cases) {
+    const fs::path json_path = scratch("band.json");
+    const Result sim = twin(c.arguments + " --json " + json_path.string());
+    ASSERT_EQ(sim.status, 0) << sim.output;
+    // The line right after the iteration time.
+    const auto iteration = sim.output.find("  iteration time");
+    ASSERT_NE(iteration, std::string::npos) << sim.output;
+    const std::string next = sim.output.substr(sim.output.find('\n', iteration) + 1, 8);
+    EXPECT_EQ(next, "  band: ") << sim.output;
+    const nlohmann::json summary = read_json(json_path);
+    ASSERT_TRUE(summary.contains("iteration_time_band_s")) << c.arguments;
+    const nlohmann::json& source = summary["band_source"];
+    EXPECT_EQ(source["generation"], c.generation);
+    EXPECT_EQ(source["kind"], c.kind);
+    EXPECT_EQ(source["precision"], c.precision);
+    const nlohmann::json band = band_of(c.generation, c.kind, c.precision);
+    if (band.is_null()) {
+      EXPECT_TRUE(summary["iteration_time_band_s"].is_null());
+      EXPECT_TRUE(source["runs"].empty());
+      EXPECT_THAT(sim.output,
+                  HasSubstr("band: none (no published runs of " + c.generation + " " + c.kind + " " + c.precision));
+      continue;
+    }
+    const double t = summary["iteration_time_s"].get<double>();
+    const auto range = summary["iteration_time_band_s"];
+    ASSERT_EQ(range.size(), 2u);
+    EXPECT_NEAR(range[0].get<double>(), t / (1 + band["error_high"].get<double>()), 1e-9 * t);
+    EXPECT_NEAR(range[1].get<double>(), t / (1 + band["error_low"].get<double>()), 1e-9 * t);
+    EXPECT_EQ(source["runs"].size(), band["runs"].size());
+    EXPECT_THAT(sim.output, HasSubstr("(published runs: " + std::to_string(band["runs"].size()) + " of " +
+                                      c.generation + " " + c.kind + " " + c.precision));
+  }
 }
 
 }  // namespace

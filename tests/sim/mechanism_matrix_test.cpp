@@ -37,10 +37,11 @@ const std::vector<Family>& families() {
       {"pp1", {"parallel.pp=1", "cluster.gpus_per_node=4"}},
       {"gpipe_pp2", {"parallel.pp=2", "cluster.gpus_per_node=8", "parallel.schedule=\"gpipe\""}},
       {"onef1b_pp2", {"parallel.pp=2", "cluster.gpus_per_node=8"}},
-      {"interleaved_pp2_vp2", {"parallel.pp=2", "cluster.gpus_per_node=8", "parallel.schedule=\"interleaved\"", "parallel.virtual_stages=2"}},
+      {"interleaved_pp2_vp2",
+       {"parallel.pp=2", "cluster.gpus_per_node=8", "parallel.schedule=\"interleaved\"", "parallel.virtual_stages=2"}},
       {"ep2",
-       {"parallel.pp=1", "cluster.gpus_per_node=4", "model.experts=4", "model.top_k=2", "model.moe_ffn_hidden=1024", "parallel.ep=2",
-        "parallel.sequence_parallel=true"},
+       {"parallel.pp=1", "cluster.gpus_per_node=4", "model.experts=4", "model.top_k=2", "model.moe_ffn_hidden=1024",
+        "parallel.ep=2", "parallel.sequence_parallel=true"},
        true},
       {"cp2", {"parallel.pp=1", "cluster.gpus_per_node=8", "parallel.cp=2", "framework.attention=\"flash2\""}},
   };
@@ -80,8 +81,7 @@ const std::vector<Mechanism>& mechanisms() {
       {"param_gather_overlap", {"parallel.overlap_param_gather=true"}, -1, 0.002, 0.1},
       // Transformer Engine's FP8 GEMMs on H100: at most the GEMMs' share of the time, halved. On a 4096-wide model,
       // where the GEMMs hold most of the time, as FP8 is used (on the 1024-wide base its casts nearly cancel it).
-      {"fp8", {"model.fp8=\"hybrid\""}, -1, 0.03, 0.5, false, "", false,
-       {"model.hidden=4096", "model.heads=32"}},
+      {"fp8", {"model.fp8=\"hybrid\""}, -1, 0.03, 0.5, false, "", false, {"model.hidden=4096", "model.heads=32"}},
       // Context parallelism's exchange: gathering every rank's K, V before the attention (all_gather) exposes what
       // the p2p ring hides under its blocks.
       {"cp_exchange", {"framework.cp_comm=\"all_gather\""}, +1, 0.02, 0.3, false, "", true},
