@@ -8,23 +8,22 @@ std::string_view embedded_bands_json();  // band_data.cpp, generated from bench/
 
 namespace {
 
-// bench/accuracy/run.py's gpu_generation, on the same cluster.node names.
-std::string gpu_generation(model::NodeKind node) {
-  const std::string name(model::to_string(node));
-  if (name.find("a100") != std::string::npos) return "ampere";
-  if (name.find("h100") != std::string::npos || name.find("h200") != std::string::npos ||
-      name.find("h800") != std::string::npos) {
-    return "hopper";
-  }
-  if (name.find("b200") != std::string::npos) return "blackwell";
-  return name;
+// The generation of the GPU simulated (its name: "A100-SXM4-80GB", "H100-SXM5-80GB", "GB200-186GB", ...), as
+// bench/accuracy/run.py's gpu_generation reads the cluster.node names of the runs (dgx-a100, dgx-h100, gb200-nvl72,
+// ...): the simulated GPU, not the scenario's, under `twin sim --gpu`.
+std::string gpu_generation(const std::string& gpu_name) {
+  const auto has = [&](const char* part) { return gpu_name.find(part) != std::string::npos; };
+  if (has("A100")) return "ampere";
+  if (has("H100") || has("H200") || has("H800")) return "hopper";
+  if (has("B200")) return "blackwell";
+  return gpu_name;
 }
 
 }  // namespace
 
-PredictionBand prediction_band(const model::Scenario& s, double iteration_time_s) {
+PredictionBand prediction_band(const model::Scenario& s, const std::string& gpu_name, double iteration_time_s) {
   PredictionBand band;
-  band.generation = gpu_generation(s.cluster.node);
+  band.generation = gpu_generation(gpu_name);
   band.kind = s.model.is_moe() ? "moe" : "dense";
   band.precision = s.model.fp8 != model::Fp8Format::None ? "fp8" : std::string(model::to_string(s.model.dtype));
   static const nlohmann::json bands = nlohmann::json::parse(embedded_bands_json());

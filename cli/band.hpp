@@ -13,8 +13,8 @@
 namespace twin::cli {
 
 struct PredictionBand {
-  // The band's key: the GPU generation of cluster.node ("ampere", "hopper", "blackwell"), "dense" or "moe", and the
-  // precision (model.fp8 set: "fp8", else model.dtype).
+  // The band's key: the generation of the GPU simulated ("ampere", "hopper", "blackwell"), "dense" or "moe", and
+  // the precision (model.fp8 set: "fp8", else model.dtype).
   std::string generation, kind, precision;
   std::vector<std::string> runs;         // the published runs of that key (none: no band)
   double error_low = 0, error_high = 0;  // their signed errors, predicted / published - 1
@@ -23,8 +23,8 @@ struct PredictionBand {
   bool found() const { return !runs.empty(); }
 };
 
-// The band of `s` around its predicted `iteration_time_s`.
-PredictionBand prediction_band(const model::Scenario& s, double iteration_time_s);
+// The band of `s` simulated on GPUs named `gpu_name` (topology's GpuSpec::name) around its `iteration_time_s`.
+PredictionBand prediction_band(const model::Scenario& s, const std::string& gpu_name, double iteration_time_s);
 
 // "band: 1.23-1.45 s (published runs: ...)", or what there is instead of one.
 std::string band_line(const PredictionBand& band);

@@ -244,7 +244,7 @@ void run(const SimCommandOptions& o) {
                                               result.gpu_memory_bytes, sim::layer_parts(cost, program.scenario));
   if (!o.gpu.empty()) summary.hardware = node.gpu.name;  // a what-if on another GPU than the scenario's node
   // The band beside the iteration time: how far twin has been off on published runs like this plan.
-  const PredictionBand band = prediction_band(scenario, result.timeline.iteration_time_s);
+  const PredictionBand band = prediction_band(scenario, node.gpu.name, result.timeline.iteration_time_s);
   std::string table = report::summary_table(summary);
   const auto iteration_line = table.find("iteration time");
   const auto after = iteration_line == std::string::npos ? std::string::npos : table.find('\n', iteration_line);

@@ -84,8 +84,9 @@ nlohmann::json band_of(const std::string& generation, const std::string& kind, c
 }
 
 // Beside the iteration time, the band: T / (1 + the band's highest error) to T / (1 + its lowest), the published runs
-// of the plan's GPU generation, dense or MoE, and precision; none when there are no such runs. Three plans: the
-// default (A100, dense, bf16), an H100 dense one, and Mixtral on A100 (no A100 MoE runs were published in the set).
+// of the plan's GPU generation, dense or MoE, and precision; none when there are no such runs. The plans: GPT-tiny
+// on one A100 (dense, bf16), an H200 dense one (and the same on A100s with --gpu), and Mixtral on A100 (no A100 MoE
+// runs were published in the set).
 TEST(AccuracyCli, SimPrintsTheBandBesideTheIterationTime) {
   struct Case {
     std::string arguments, generation, kind, precision;
@@ -94,6 +95,8 @@ TEST(AccuracyCli, SimPrintsTheBandBesideTheIterationTime) {
       {"sim scenarios/gpt-tiny.toml --set cluster.node=dgx-a100 --set cluster.gpus_per_node=1 --set model.dtype=bf16",
        "ampere", "dense", "bf16"},
       {"sim scenarios/gpt-350m-h200.toml", "hopper", "dense", "bf16"},
+      // the GPU simulated, not the scenario's: an H200 plan on A100s takes the A100 runs' band
+      {"sim scenarios/gpt-350m-h200.toml --gpu a100", "ampere", "dense", "bf16"},
       {"sim scenarios/mixtral-8x7b.toml --set parallel.global_batch=64 --set cluster.node=dgx-a100", "ampere", "moe",
        "bf16"}};
   for (const Case& c : cases) {
