@@ -155,6 +155,12 @@ std::vector<std::string> scenario_notes(const model::Scenario& s) {
         "routing; model.capacity_factor = 0 (dropless) lets the skew slow it",
         s.model.expert_load_skew, s.model.capacity_factor));
   }
+  // Not refused at cp 1: the executor's context-parallel parity runs its single-rank reference with these keys.
+  if (s.parallel.cp == 1 && s.framework.cp_comm != model::CpComm::P2P) {
+    notes.push_back(fmt::format("framework.cp_comm = \"{}\" does not change this prediction: parallel.cp = 1 exchanges "
+                                "nothing",
+                                model::to_string(s.framework.cp_comm)));
+  }
   return notes;
 }
 

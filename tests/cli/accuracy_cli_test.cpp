@@ -74,6 +74,22 @@ TEST(AccuracyCli, SimSaysWhenACapacityFactorCapsTheExpertSkew) {
   fs::remove_all(capped_json.parent_path());
 }
 
+// framework.cp_comm chooses how CP ranks exchange keys and values; at cp 1 there is none, and twin says so.
+TEST(AccuracyCli, SimSaysWhenTheCpExchangeHasNothingToExchange) {
+  const fs::path json_path = scratch("cp1.json");
+  const Result sim =
+      twin("sim scenarios/gpt-350m-h200.toml --set 'framework.cp_comm=\"all_gather\"' --json " + json_path.string());
+  ASSERT_EQ(sim.status, 0) << sim.output;
+  EXPECT_THAT(sim.output, HasSubstr("note: framework.cp_comm = \"all_gather\" does not change this prediction: "
+                                    "parallel.cp = 1"));
+  EXPECT_EQ(read_json(json_path)["notes"].size(), 1u);
+  const Result cp2 = twin(
+      "sim scenarios/gpt-350m-h200.toml --set parallel.cp=2 --set cluster.gpus_per_node=2 "
+      "--set 'framework.cp_comm=\"all_gather\"' --set 'framework.attention=\"flash2\"'");
+  ASSERT_EQ(cp2.status, 0) << cp2.output;
+  EXPECT_THAT(cp2.output, Not(HasSubstr("note: framework.cp_comm")));
+}
+
 // The band of bench/accuracy/bands.json with this key, or null.
 nlohmann::json band_of(const std::string& generation, const std::string& kind, const std::string& precision) {
   const nlohmann::json bands = read_json(fs::path(TWIN_SOURCE_DIR) / "bench/accuracy/bands.json");
