@@ -11,9 +11,11 @@
 
 #include <fmt/core.h>
 
+#include "cli/band.hpp"
 #include "cli/commands.hpp"
 #include "cli/goodput_report.hpp"
 #include "cli/measured_hardware.hpp"
+#include "model/ops/expert_load.hpp"
 #include "model/program/program.hpp"
 #include "report/summary.hpp"
 #include "report/svg.hpp"
@@ -207,6 +209,25 @@ void require_platform_within_bound(const model::ClusterSpec& cluster) {
   }
 }
 
+// What a user set that the prediction does not show, one sentence each (printed as `note:` lines, JSON "notes").
+std::vector<std::string> scenario_notes(const model::Scenario& s) {
+  std::vector<std::string> notes;
+  if (model::expert_load_skew_capped(s)) {
+    notes.push_back(fmt::format(
+        "model.expert_load_skew = {:g} does not change this prediction: model.capacity_factor = {:g} caps every "
+        "expert's tokens (Megatron-Core drops the rest), so the hottest EP rank receives no more than with balanced "
+        "routing; model.capacity_factor = 0 (dropless) lets the skew slow it",
+        s.model.expert_load_skew, s.model.capacity_factor));
+  }
+  // Not refused at cp 1: the executor's context-parallel parity runs its single-rank reference with these keys.
+  if (s.parallel.cp == 1 && s.framework.cp_comm != model::CpComm::P2P) {
+    notes.push_back(fmt::format("framework.cp_comm = \"{}\" does not change this prediction: parallel.cp = 1 exchanges "
+                                "nothing",
+                                model::to_string(s.framework.cp_comm)));
+  }
+  return notes;
+}
+
 void run(const SimCommandOptions& o) {
   const model::Scenario scenario = load_scenario(o.scenario);
   require_platform_within_bound(scenario.cluster);
@@ -304,7 +325,13 @@ void run(const SimCommandOptions& o) {
   report::Summary summary = report::summarize(program, result.timeline, result.peak_flops_per_gpu, engine,
                                               result.gpu_memory_bytes, sim::layer_parts(cost, program.scenario));
   if (!o.gpu.empty()) summary.hardware = node.gpu.name;  // a what-if on another GPU than the scenario's node
-  fmt::print("{}", report::summary_table(summary));
+  // The band beside the iteration time: how far twin has been off on published runs like this plan.
+  const PredictionBand band = prediction_band(scenario, node.gpu.name, result.timeline.iteration_time_s);
+  std::string table = report::summary_table(summary);
+  const auto iteration_line = table.find("iteration time");
+  const auto after = iteration_line == std::string::npos ? std::string::npos : table.find('\n', iteration_line);
+  if (after != std::string::npos) table.insert(after + 1, "  " + band_line(band) + "\n");
+  fmt::print("{}", table);
   if (healthy) fmt::print("\n{}", sim::slowdown_report(program, *healthy, result.timeline));
   std::optional<TrainingEstimate> training;
   if (!o.train_tokens.empty()) {
@@ -328,6 +355,8 @@ void run(const SimCommandOptions& o) {
     if (measured_hardware.gpu) fmt::print("  {}\n", measured_hardware.line());
   }
   fmt::print("  {}\n", framework_line(scenario));
+  const std::vector<std::string> notes = scenario_notes(scenario);
+  for (const std::string& note : notes) fmt::print("  note: {}\n", note);
   const bool own_network = scenario.cluster.nics_per_node > 0 || scenario.cluster.nic_gbps > 0;
   if (own_network && !o.gpu.empty()) {
     fmt::print(
@@ -401,6 +430,8 @@ void run(const SimCommandOptions& o) {
       if (measured_hardware.gpu) json["gpu_profile"] = measured_hardware.json();
     }
     json["granularity"] = model::to_string(program.granularity);
+    json["notes"] = notes;
+    add_band_json(band, json);
     if (training) {
       json["training"] = {
           {"tokens", training->tokens},         {"tokens_per_iteration", training->tokens_per_iteration},

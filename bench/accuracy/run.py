@@ -19,6 +19,11 @@ A run marked `mape = false` (with its reason in `why`) is simulated and printed 
 out of every MAPE and of --max-mape: published numbers that do not meet the bar the set holds to (a pinned software
 version), kept visible rather than dropped (mape_by_group).
 
+--write-bands writes bench/accuracy/bands.json: for each (GPU generation, dense or MoE, precision) the signed error
+range of the published runs counted in the MAPE (write_bands). `twin sim` embeds that file when it is built and
+prints the band beside its iteration time; the file is generated, never typed (tests/bench/bands_test.py checks it
+against the runs it names).
+
 Published TFLOP/s per GPU are turned into seconds with the paper's own count, Narayanan et al.'s
 F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), so that every error is an error on the iteration time:
 error = predicted / published - 1 (negative: twin is too fast). No build step: it needs Python 3.11+ (tomllib) and a
@@ -114,6 +119,55 @@ def published_seconds(run, scenario):
     else:
         flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
     return flops / (gpus * run["tflops_per_gpu"] * 1e12)
+
+
+BANDS = os.path.join(ROOT, "bench", "accuracy", "bands.json")
+
+
+def gpu_generation(node):
+    """The GPU generation of a cluster.node name (model/scenario/scenario_names.hpp kNodes); cli/band.cpp maps the
+    same names the same way."""
+    if "a100" in node:
+        return "ampere"
+    if "h100" in node or "h200" in node or "h800" in node:
+        return "hopper"
+    if "b200" in node:
+        return "blackwell"
+    return node
+
+
+def band_key(scenario):
+    """(GPU generation, "dense" or "moe", precision) of an effective scenario: precision is model.fp8's format when
+    set ("fp8"), else model.dtype."""
+    model = scenario["model"]
+    generation = gpu_generation(scenario["cluster"].get("node", "dgx-a100"))
+    kind = "moe" if model.get("experts", 0) > 0 else "dense"
+    precision = "fp8" if model.get("fp8", "none") != "none" else model.get("dtype", "bf16")  # C++ defaults
+    return generation, kind, precision
+
+
+def write_bands(rows, path, with_slow):
+    """bands.json: per band key, the signed errors (predicted / published - 1) of the runs counted in the MAPE,
+    rounded to 1e-6 so that the same predictions write the same file."""
+    bands = {}
+    for r in rows:
+        if r.get("in_mape", True) and isinstance(r.get("error"), float):
+            bands.setdefault(tuple(r["band"]), []).append({"name": r["name"], "error": round(r["error"], 6)})
+    out = {"generated_by": "bench/accuracy/run.py --write-bands (never edit by hand)",
+           "error": "predicted / published - 1 (negative: twin is fast)",
+           "slow_runs": with_slow,
+           "bands": []}
+    for (generation, kind, precision), runs in sorted(bands.items()):
+        runs.sort(key=lambda run: run["name"])
+        errors = [run["error"] for run in runs]
+        out["bands"].append({"generation": generation, "kind": kind, "precision": precision,
+                             "error_low": min(errors), "error_high": max(errors), "runs": runs})
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    print(f"\nbands written to {path}: " + ", ".join(
+        f"{b['generation']} {b['kind']} {b['precision']} ({len(b['runs'])} runs, {100 * b['error_low']:+.1f} % to "
+        f"{100 * b['error_high']:+.1f} %)" for b in out["bands"]))
 
 
 def simulate(twin, run, legacy, fidelity, extra_sets=()):
@@ -249,6 +303,9 @@ def main():
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument("--json", help="write the rows as JSON")
+    parser.add_argument("--write-bands", action="store_true",
+                        help="write bench/accuracy/bands.json, each band's error range (every run, no --only/--set; the "
+                             "slow ones with --with-slow)")
     parser.add_argument("--series-json", help="write each series' split (per sequence, fixed) as JSON")
     parser.add_argument("--max-mape", type=float, default=None,
                         help="exit 1 when the MAPE over all runs exceeds this many percent (a regression guard)")
@@ -268,6 +325,9 @@ def main():
                              "published seconds stay as published)")
     args = parser.parse_args()
     twin = args.twin or find_twin()
+    if args.write_bands and (args.only or args.groups or args.set or args.legacy or args.fidelity != "group"):
+        parser.error("--write-bands takes every run as published.toml gives it: no --only, --groups, --set, --legacy "
+                     "or --fidelity")
 
     with open(os.path.join(PUBLISHED, "published.toml"), "rb") as f:
         runs = [r for r in tomllib.load(f)["run"]
@@ -281,7 +341,7 @@ def main():
     for run, result in zip(runs, results):
         scenario = scenario_with_overrides(os.path.join(PUBLISHED, run["scenario"]), run.get("set", []))
         row = {"name": run["name"], "group": run["group"], "published_s": published_seconds(run, scenario),
-               "source": run["source"]}
+               "source": run["source"], "band": list(band_key(scenario))}
         if "series" in run:
             row["series"] = run["series"]
         if "gpu_generation" in run:
@@ -362,6 +422,11 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(everything, f, indent=2)
+    if args.write_bands:
+        if len(ok) != len(rows) or any(not isinstance(r.get("error"), float) for r in moe_rows):
+            print("bench/accuracy: a run failed: bands not written")
+            return 1
+        write_bands(everything, BANDS, args.with_slow)
     if args.series_json:
         with open(args.series_json, "w") as f:
             json.dump(series, f, indent=2)

@@ -9,6 +9,7 @@
 #include "model/ops/compute_ops.hpp"
 #include "model/ops/context_parallel_ops.hpp"
 #include "model/ops/context_parallel_ring.hpp"
+#include "model/ops/moe_host_sync.hpp"
 #include "model/ops/moe_ops.hpp"
 
 namespace twin::model {
@@ -178,7 +179,9 @@ std::vector<Op> layer_ops(const Scenario& s, int layer, Phase phase) {
 // `layer` granularity: one TransformerLayer compute op carrying the sum of the layer's compute, then its collectives
 // in their original order. With a CP ring (model/ops/context_parallel_ring.hpp) the ring's blocks and messages stay as
 // they are, so that its sends still overlap its blocks: one fused op (and its collectives) for the compute before
-// the ring, the ring, one for the compute after it.
+// the ring, the ring, one for the compute after it. A compute op the host waits for (model::host_waits_for: the MoE
+// dispatcher's split-size sync) closes its fused op, so that the host still waits there and is pulled back to the
+// GPU's position at every MoE layer as at op granularity (fused, the wait would otherwise be lost).
 std::vector<Op> fuse_layer(const std::vector<Op>& ops) {
   if (ops.empty()) return ops;
   const auto in_ring = [](const Op& op) { return op.cp_ring_step >= 0; };
@@ -188,8 +191,19 @@ std::vector<Op> fuse_layer(const std::vector<Op>& ops) {
   const std::size_t ring_end = ops.size() - static_cast<std::size_t>(last_ring - ops.rbegin());
   std::vector<Op> out;
   std::vector<std::int32_t> moved(ops.size(), -1);  // each op's index in `out` (a fused compute op's: its fused op's)
-  const auto fuse = [&](std::size_t begin, std::size_t end) {
-    if (begin >= end) return;
+  const auto take = [&](std::size_t i) {
+    Op op = ops[i];
+    for (std::int32_t& dep : op.deps) dep = dep >= 0 ? moved[static_cast<std::size_t>(dep)] : dep;
+    moved[i] = static_cast<std::int32_t>(out.size());
+    out.push_back(std::move(op));
+  };
+  const auto fuse_one = [&](std::size_t begin, std::size_t end) {
+    const auto compute = [](const Op& op) { return op.kind == OpKind::Compute; };
+    if (std::none_of(ops.begin() + static_cast<std::ptrdiff_t>(begin), ops.begin() + static_cast<std::ptrdiff_t>(end),
+                     compute)) {  // collectives after the sync's fused op: no empty fused op before them
+      for (std::size_t i = begin; i < end; ++i) take(i);
+      return;
+    }
     auto parts = std::make_shared<KernelBreakdown>();
     Op fused;
     fused.what = ComputeKind::TransformerLayer;
@@ -205,23 +219,25 @@ std::vector<Op> fuse_layer(const std::vector<Op>& ops) {
       moved[i] = at;
     }
     for (std::size_t i = begin; i < end; ++i) {
-      if (ops[i].kind == OpKind::Compute) continue;
-      moved[i] = static_cast<std::int32_t>(out.size());
-      out.push_back(ops[i]);
+      if (ops[i].kind != OpKind::Compute) take(i);
     }
     out[at].breakdown = std::move(parts);
+  };
+  // [begin, end) cut after each compute op the host waits for.
+  const auto fuse = [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) {
+      if (i + 1 == end || (ops[i].kind == OpKind::Compute && host_waits_for(ops[i]))) {
+        fuse_one(begin, i + 1);
+        begin = i + 1;
+      }
+    }
   };
   if (first_ring == ops.end()) {
     fuse(0, ops.size());
     return out;
   }
   fuse(0, ring_begin);
-  for (std::size_t i = ring_begin; i < ring_end; ++i) {
-    Op op = ops[i];
-    for (std::int32_t& dep : op.deps) dep = dep >= 0 ? moved[static_cast<std::size_t>(dep)] : dep;
-    moved[i] = static_cast<std::int32_t>(out.size());
-    out.push_back(std::move(op));
-  }
+  for (std::size_t i = ring_begin; i < ring_end; ++i) take(i);
   fuse(ring_end, ops.size());
   return out;
 }

@@ -15,7 +15,8 @@ namespace twin::model {
 std::vector<Op> layer_ops(const Scenario& s, int layer, Phase phase);
 
 // `layer` granularity: one TransformerLayer compute op carrying the sum of the layer's compute (its parts: the
-// compute ops, each with its kernels), then its collectives in their original order.
+// compute ops, each with its kernels), then its collectives in their original order; a compute op the host waits for
+// (moe_host_sync.hpp) ends a fused op, and the layer's next ones fuse into another.
 std::vector<Op> fuse_layer(const std::vector<Op>& ops);
 
 // The embedding's forward, or its recomputation before its backward (recompute_model_ends); its backward.

@@ -26,7 +26,11 @@ Op expert_counts_gather(const Scenario& s, Phase phase) {
 }
 
 bool host_waits_for(const Op& op) {
-  return op.kind == OpKind::Compute && op.what == ComputeKind::ExpertSplitsSync;
+  if (op.kind != OpKind::Compute) return false;
+  if (op.what == ComputeKind::ExpertSplitsSync) return true;
+  // A fused layer op (model/ops/layer_ops.hpp fuse_layer) ends with the sync when one of its parts is one.
+  return op.what == ComputeKind::TransformerLayer && op.breakdown != nullptr && !op.breakdown->parts.empty() &&
+         host_waits_for(op.breakdown->parts.back());
 }
 
 }  // namespace twin::model

@@ -36,7 +36,7 @@ Op expert_splits_sync(const Scenario& s, Phase phase);
 Op expert_counts_gather(const Scenario& s, Phase phase);
 
 // Whether the host thread, having issued `op`, waits until the GPU has run it before it issues the ops after it (the
-// sync above): what an engine with a host model asks of the Program.
+// sync above; a fused layer op whose last part is that sync): what an engine with a host model asks of the Program.
 bool host_waits_for(const Op& op);
 
 }  // namespace twin::model

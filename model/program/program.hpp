@@ -65,7 +65,8 @@ inline constexpr double kProgramBytesPerOp = 300;
 // The op-granularity compute ops of one transformer layer (global index `layer`) in one phase, for one micro-batch,
 // each with its kernels: what a `TransformerLayer` op fuses (its KernelBreakdown's parts).
 std::vector<Op> layer_compute_ops(const Scenario& scenario, int layer, Phase phase);
-// The `TransformerLayer` op of that layer and phase, as a layer-granularity Program has it.
+// The (first) `TransformerLayer` op of that layer and phase, as a layer-granularity Program has it: the whole layer's
+// compute, except in a MoE layer's forward, where the host's split-size sync ends the first one.
 Op fused_layer_op(const Scenario& scenario, int layer, Phase phase);
 
 // The shape of the GEMM of weight `what` (QkvProjection, AttentionProjection, MlpUp, MlpDown, LmHead) for one

@@ -1,6 +1,8 @@
 // Megatron-Core's all-to-all dispatcher waits on the host for the tokens-per-expert counts once per MoE layer and
 // forward (model/ops/moe_host_sync.hpp): the op costs its launches, and with a host model (cluster.host_us_per_kernel)
 // the host cannot run ahead of the GPU past it, so a host slower than the kernels loses its lead at every MoE layer.
+#include <memory>
+
 #include <gtest/gtest.h>
 
 #include "model/ops/moe_host_sync.hpp"
@@ -44,14 +46,28 @@ double iteration_s(const model::Program& program, const CostModel& cost) {
   return simulate(program, cost, SimOptions{}).timeline.iteration_time_s;
 }
 
-// The same Program with the sync's wait taken out: each sync op relabelled as a permutation pass of the same kernels.
+// The same Program with the sync's wait taken out: each sync op relabelled as a permutation pass of the same kernels
+// (in a fused layer op: its last part, the sync).
 model::Program without_waits(model::Program program) {
   for (auto& ops : program.stage_ops) {
     for (model::Op& op : ops) {
-      if (model::host_waits_for(op)) op.what = model::ComputeKind::ExpertPermute;
+      if (!model::host_waits_for(op)) continue;
+      if (op.what != model::ComputeKind::TransformerLayer) {
+        op.what = model::ComputeKind::ExpertPermute;
+        continue;
+      }
+      auto parts = std::make_shared<model::KernelBreakdown>(*op.breakdown);
+      parts->parts.back().what = model::ComputeKind::ExpertPermute;
+      op.breakdown = std::move(parts);
     }
   }
   return program;
+}
+
+int host_syncs(const model::Program& program, int stage) {
+  int syncs = 0;
+  for (const model::Op& op : program.stage_ops[static_cast<std::size_t>(stage)]) syncs += model::host_waits_for(op);
+  return syncs;
 }
 
 TEST(MoeHostSync, TheSyncCostsItsTwoLaunches) {
@@ -78,6 +94,21 @@ TEST(MoeHostSync, ASlowHostLosesItsLeadAtEverySync) {
   const AnalyticalCostModel host = with_host(s, 10);
   const double waiting = iteration_s(program, host), running_ahead = iteration_s(free_host, host);
   EXPECT_GT(waiting - running_ahead, 4 * 2 * 10 * 10e-6) << waiting << " " << running_ahead;
+}
+
+// At layer granularity (twin sim's default) the sync ends its fused layer op (model::fuse_layer), so the host still
+// waits there: one sync per MoE layer and forward at both granularities, and the slow host loses its lead as above.
+TEST(MoeHostSync, LayerGranularityKeepsTheSyncs) {
+  const model::Scenario s = small_moe();
+  const model::Program op = model::build_program(s), layer = model::build_program(s, model::Granularity::Layer);
+  EXPECT_EQ(host_syncs(op, 0), 4 * 2);  // 4 MoE layers x 2 micro-batches, forward only (no recompute)
+  EXPECT_EQ(host_syncs(layer, 0), host_syncs(op, 0));
+  const AnalyticalCostModel host = with_host(s, 10);
+  const double waiting = iteration_s(layer, host), running_ahead = iteration_s(without_waits(layer), host);
+  EXPECT_GT(waiting - running_ahead, 4 * 2 * 10 * 10e-6) << waiting << " " << running_ahead;
+  // The fused ops still carry the layer's whole compute: with a free host both granularities' times agree closely
+  // (layer granularity runs a layer's collectives after its fused compute: 2 % covers that reordering).
+  EXPECT_NEAR(iteration_s(layer, with_host(s, 0)) / iteration_s(op, with_host(s, 0)), 1.0, 0.02);
 }
 
 TEST(MoeHostSync, DenseProgramsHaveNoSync) {
