@@ -5,7 +5,6 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <system_error>
 
@@ -13,9 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
-#include "model/scenario/files.hpp"
 #include "measured/compare_measured.hpp"
 #include "measured/measured_run.hpp"
+#include "model/scenario/files.hpp"
 #include "report/compare.hpp"
 #include "report/compare_traces.hpp"
 

@@ -3,9 +3,7 @@
 // derived, then every rule checked (scenario_rules.cpp); and to_toml, the documented schema that reads back the same.
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include <fmt/format.h>

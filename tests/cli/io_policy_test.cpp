@@ -223,8 +223,9 @@ TEST(CliCheckpointFolder, FollowsNoLinkOutOfItself) {
                       "--checkpoint " +
                       stepped.string()),
                  "'" + (stepped / "step-00000001").string() + "' is a symbolic link");
-  EXPECT_EQ(contents(outside / "step-00000001" / "manifest.json"), "{}");
-  EXPECT_EQ(contents(outside / "step-00000001" / "rank-00000.bin"), "shard");
+  // Compared without printing: a shard written through the link would fill the log.
+  EXPECT_TRUE(contents(outside / "step-00000001" / "manifest.json") == "{}") << "the outside manifest was replaced";
+  EXPECT_TRUE(contents(outside / "step-00000001" / "rank-00000.bin") == "shard") << "the outside shard was replaced";
 }
 
 TEST(CliCheckpointFolder, AFreshStartUnderANewerRunsCheckpointsIsRefused) {
