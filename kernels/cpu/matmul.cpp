@@ -1,6 +1,7 @@
 #include "kernels/cpu/matmul.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <vector>
 
@@ -107,8 +108,16 @@ void gemm_portable(bool trans_a, bool trans_b, int M, int N, int K, const float*
   }
 }
 
+namespace {
+std::atomic<bool> use_portable{false};
+}  // namespace
+
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, const float* A, const float* B, float beta, float* C) {
 #ifdef TWIN_HAVE_BLAS
+  if (use_portable.load(std::memory_order_relaxed)) {
+    gemm_portable(trans_a, trans_b, M, N, K, A, B, beta, C);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A,
               trans_a ? M : K, B, trans_b ? K : N, beta, C, N);
 #else
@@ -166,6 +175,14 @@ int blas_threads() {
 #else
   return 1;
 #endif
+}
+
+void set_portable_gemm(bool portable) {
+  detail::use_portable.store(portable, std::memory_order_relaxed);
+}
+
+bool portable_gemm() {
+  return detail::use_portable.load(std::memory_order_relaxed);
 }
 
 bool have_blas() {
