@@ -180,6 +180,21 @@ TEST(CpuMatmul, PortableGemmMatchesNaiveLoop) {
   }
 }
 
+// The portable GEMM's AVX2 code (used where the CPU has it) gives the baseline x86-64 code's bits, every transpose,
+// at sizes that cross its blocks: what makes it the same on every x86-64 CPU.
+TEST(CpuMatmul, PortableGemmIsTheSameBitsWithAndWithoutAvx2) {
+  const int M = 70, N = 530, K = 300;
+  const auto A = random_vector(M * K, 61), B = random_vector(K * N, 62);
+  for (bool trans_a : {false, true}) {
+    for (bool trans_b : {false, true}) {
+      std::vector<float> wide(M * N), baseline(M * N);
+      detail::gemm_portable(trans_a, trans_b, M, N, K, A.data(), B.data(), 0.0f, wide.data(), true);
+      detail::gemm_portable(trans_a, trans_b, M, N, K, A.data(), B.data(), 0.0f, baseline.data(), false);
+      EXPECT_TRUE(testing::same_bits(wide, baseline)) << trans_a << " " << trans_b;
+    }
+  }
+}
+
 // set_portable_gemm(true) sends every GEMM (matmul_*, hence the executor's) through the portable GEMM: its bits, not
 // BLAS's; off again, matmul_* is detail::gemm as built.
 TEST(CpuMatmul, PortableModeRoutesEveryGemmThroughThePortableOne) {
