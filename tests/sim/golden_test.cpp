@@ -33,6 +33,8 @@ struct GoldenCase {
   // The cost model of the scenario's own GPU and cluster (its host model included); false: the A100's defaults, as
   // the first five files were written with.
   bool scenario_costs = false;
+  // Layer: one fused op per layer and phase; Op: every kernel an op (the MoE host sync is an op of its own only there).
+  model::Granularity granularity = model::Granularity::Layer;
 };
 
 void PrintTo(const GoldenCase& c, std::ostream* out) { *out << c.name; }
@@ -68,6 +70,17 @@ std::vector<GoldenCase> cases() {
   moe.recompute = "none";
   const std::vector<std::string> moe_sets = {"model.experts=8", "model.top_k=2", "model.moe_ffn_hidden=2048",
                                              "parallel.ep=4", "model.expert_load_skew=0.5"};
+  // A host of 10 us a kernel ahead of its GPU over attention and behind it over 16 local experts' GEMM launches
+  // (64 experts over ep 4, as tests/sim/moe_host_sync_test.cpp): it loses its lead at each layer's token-count sync.
+  Plan moe_host;
+  moe_host.layers = 4;
+  moe_host.hidden = 2048;
+  moe_host.seq = 2048;
+  moe_host.vocab = 4096;
+  moe_host.dp = 4;
+  moe_host.gpus_per_node = 4;
+  const std::vector<std::string> moe_host_sets = {"model.experts=64", "model.top_k=2", "model.moe_ffn_hidden=256",
+                                                  "parallel.ep=4", "cluster.host_us_per_kernel=10"};
   // Context parallelism: TP 2 x CP 2 x DP 2 on one DGX H100 at 8k tokens, Llama-style, FlashAttention-2.
   Plan cp = one_node;
   cp.pp = 1;
@@ -97,6 +110,8 @@ std::vector<GoldenCase> cases() {
            {"parallel.cp=2", "framework.cp_comm=\"p2p\"", "framework.attention=\"flash2\""}, true},
           {"fp8_hybrid_delayed_rank", fp8, Fidelity::Rank, "megatron", false, {"model.fp8=\"hybrid\""}, true},
           {"host_paced_pp2_rank", host, Fidelity::Rank, "megatron", false, {"cluster.host_us_per_kernel=20"}, true},
+          {"moe_ep4_host_paced_op_rank", moe_host, Fidelity::Rank, "megatron", false, moe_host_sets, true,
+           model::Granularity::Op},
           {"two_nodes_interleaved_rank", interleaved, Fidelity::Rank},
           {"two_nodes_interleaved_group", interleaved, Fidelity::Group},
           {"four_nodes_deepspeed_group", deepspeed, Fidelity::Group, "deepspeed"},
@@ -125,7 +140,7 @@ TEST_P(Golden, SummaryMatchesTheCommittedFile) {
     scenario.framework.attention = model::AttentionKind::Flash2;
     ASSERT_TRUE(model::validation_problems(scenario).empty());
   }
-  const model::Program program = model::build_program(scenario, model::Granularity::Layer);
+  const model::Program program = model::build_program(scenario, c.granularity);
   const topology::GpuSpec gpu = c.scenario_costs ? topology::node_spec(scenario.cluster.node).gpu
                                                  : topology::a100_sxm4_80gb();
   const AnalyticalCostModel cost(gpu, c.scenario_costs ? analytical_parameters(gpu, scenario.cluster)
