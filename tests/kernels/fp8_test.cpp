@@ -191,7 +191,9 @@ TEST(CpuFp8, A128By128BlockTakesItsScaleFromEveryRow) {
   EXPECT_EQ(y[at(5, 129)], 416.0f / 32768);  // 403.05 -> 416 (grid 32 in [256, 512))
   // Every element of block (0, 0) read back with the one scale 4.
   for (int r = 0; r < 128; ++r) {
-    for (int c = 0; c < 128; ++c) ASSERT_EQ(y[at(r, c)], round_to_fp8(x[at(r, c)] * 4.0f, E4M3) / 4.0f) << r << " " << c;
+    for (int c = 0; c < 128; ++c) {
+      ASSERT_EQ(y[at(r, c)], round_to_fp8(x[at(r, c)] * 4.0f, E4M3) / 4.0f) << r << " " << c;
+    }
   }
 }
 
