@@ -4,9 +4,12 @@
 // layer of hidden 16) saved once at start. Refusal: twin::UserError (exec::RunError).
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "exec/checkpoint/checkpoint.hpp"
 #include "exec/checkpoint/io.hpp"
@@ -51,6 +54,15 @@ struct Saved {
     manifest.scenario_toml = twin::model::to_toml(scenario);
     manifest.data_path = "corpus.txt";
     manifest.shards.push_back(ex::write_shard(dir, 0, 1, 1, shard, *backend));
+    // TWIN_FUZZ_WRITE_SEEDS=FOLDER: the two seeds of corpus/fuzz_checkpoint/ (this checkpoint's manifest and shard,
+    // each behind the byte that picks it) are written there.
+    if (const char* seeds = std::getenv("TWIN_FUZZ_WRITE_SEEDS")) {
+      ex::write_manifest(dir, manifest);
+      for (const auto& [pick, file] : {std::pair{'\0', std::string("manifest.json")}, {'\1', ex::shard_file_name(0)}}) {
+        std::ofstream(std::filesystem::path(seeds) / (file + ".seed"), std::ios::binary)
+            << pick << ex::read_file(dir / file);
+      }
+    }
   }
 };
 
