@@ -409,8 +409,7 @@ void read_shard(const fs::path& step_dir, const Manifest& m, int rank, ModelShar
                                path.string(), buckets, rank, shard.buckets().size()));
   }
   for (Bucket& b : shard.buckets()) {
-    std::string name(in.get<std::uint32_t>(), '\0');
-    in.take(name.data(), name.size());
+    const std::string name = in.take_string(in.get<std::uint32_t>());
     const auto padded = in.get<std::uint64_t>(), offset = in.get<std::uint64_t>(), numel = in.get<std::uint64_t>();
     const auto flags = in.get<std::uint32_t>();
     const bool has_master = (flags & kHasMasterWeights) != 0, parameter_shard_only = (flags & kParameterShardOnly) != 0;

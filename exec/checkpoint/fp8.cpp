@@ -91,7 +91,14 @@ std::vector<Fp8TensorScales> read_fp8_state(const fs::path& step_dir, const Mani
                     "at step {}",
                     path.string(), file_rank, file_world, step, rank, m.world_size, m.step));
   }
-  std::vector<Fp8TensorScales> scales(in.get<std::uint32_t>());
+  // Each tensor's record takes at least 32 bytes (layer, kind, and a scale and a length per role): a count the bytes
+  // left cannot hold is a corrupt file, refused before the records are allocated.
+  const auto count = in.get<std::uint32_t>();
+  if (count > in.remaining() / 32) {
+    throw RunError(fmt::format("checkpoint FP8 state '{}' is corrupt: {} tensors in {} bytes", path.string(), count,
+                               in.remaining()));
+  }
+  std::vector<Fp8TensorScales> scales(count);
   for (Fp8TensorScales& s : scales) {
     s.layer = in.get<std::int32_t>();
     s.what = in.get<std::int32_t>();

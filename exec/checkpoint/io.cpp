@@ -116,13 +116,24 @@ std::string read_file(const fs::path& path, std::uint64_t max_bytes) {
   return bytes;
 }
 
-void BinaryReader::take(void* out, std::size_t n) {
-  if (position_ + n > bytes_.size()) {
+void BinaryReader::need(std::size_t n) const {
+  if (n > remaining()) {
     throw RunError(fmt::format("checkpoint {} '{}' is truncated: it ends at byte {}, its contents need {}", what_,
                                path_.string(), bytes_.size(), position_ + n));
   }
+}
+
+void BinaryReader::take(void* out, std::size_t n) {
+  need(n);
   std::memcpy(out, bytes_.data() + position_, n);
   position_ += n;
+}
+
+std::string BinaryReader::take_string(std::size_t n) {
+  need(n);
+  std::string text(bytes_.data() + position_, n);
+  position_ += n;
+  return text;
 }
 
 }  // namespace twin::exec

@@ -44,9 +44,14 @@ class BinaryReader {
     return value;
   }
   void take(void* out, std::size_t n);
+  // The next n bytes as a string; n (a length the file gives) is checked against the bytes left before anything is
+  // allocated, so that a corrupt length is a truncated file, not a 4 GiB allocation.
+  std::string take_string(std::size_t n);
   bool at_end() const { return position_ == bytes_.size(); }
+  std::size_t remaining() const { return bytes_.size() - position_; }
 
  private:
+  void need(std::size_t n) const;  // throws the truncated-file RunError unless n bytes are left
   const std::string& bytes_;
   const std::filesystem::path& path_;
   const char* what_;

@@ -1,7 +1,9 @@
 #include "kernels/cpu/matmul.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/check.hpp"
@@ -57,15 +59,20 @@ void pack_b(float* Bp, bool trans_b, const float* B, int N, int K, int p0, int k
   }
 }
 
-// C tile (mr <= kMr, nr <= kNr) += Ap panel (kc, kMr) @ Bp panel (kc, kNr)
-void micro_kernel(float* C, int ldc, int mr, int nr, const float* Ap, const float* Bp, int kc) {
-  float acc[kMr][kNr] = {};
+// kNr floats as one vector (GCC's vector extension: two SSE registers in baseline code, one AVX register in the AVX2
+// entry point); its operations are element by element, each rounded as the scalar ones.
+using Row = float __attribute__((vector_size(kNr * sizeof(float))));
+
+// C tile (mr <= kMr, nr <= kNr) += Ap panel (kc, kMr) @ Bp panel (kc, kNr): acc[ii][jj] += a[ii] * b[jj], p in order.
+// Always inlined, so that each entry point below compiles it for its own instruction set.
+[[gnu::always_inline]] inline void micro_kernel(float* C, int ldc, int mr, int nr, const float* Ap, const float* Bp,
+                                                int kc) {
+  Row acc[kMr] = {};
   for (int p = 0; p < kc; ++p) {
     const float* a = Ap + p * kMr;
-    const float* b = Bp + p * kNr;
-    for (int ii = 0; ii < kMr; ++ii) {
-      for (int jj = 0; jj < kNr; ++jj) acc[ii][jj] += a[ii] * b[jj];
-    }
+    Row b;
+    std::memcpy(&b, Bp + p * kNr, sizeof(Row));
+    for (int ii = 0; ii < kMr; ++ii) acc[ii] += a[ii] * b;
   }
   for (int ii = 0; ii < mr; ++ii) {
     float* c = C + static_cast<std::size_t>(ii) * ldc;
@@ -73,15 +80,8 @@ void micro_kernel(float* C, int ldc, int mr, int nr, const float* Ap, const floa
   }
 }
 
-}  // namespace
-
-void gemm_portable(bool trans_a, bool trans_b, int M, int N, int K, const float* A, const float* B, float beta,
-                   float* C) {
-  TWIN_KERNEL_CHECK(M > 0 && N > 0 && K > 0);
-  TWIN_KERNEL_CHECK(A != nullptr && B != nullptr && C != nullptr);
-  TWIN_KERNEL_CHECK(beta == 0.0f || beta == 1.0f);
-  if (beta == 0.0f) std::fill(C, C + static_cast<std::size_t>(M) * N, 0.0f);
-
+[[gnu::always_inline]] inline void blocked_gemm(bool trans_a, bool trans_b, int M, int N, int K, const float* A,
+                                                const float* B, float* C) {
   // packed blocks sized for this product (at most (kMc, kKc) and (kKc, kNc + kNr)): small GEMMs, such as attention's
   // per-head blocks, do not clear a full-size buffer on every call
   const int kc_max = std::min(kKc, K);
@@ -107,8 +107,45 @@ void gemm_portable(bool trans_a, bool trans_b, int M, int N, int K, const float*
   }
 }
 
+// The same loops for AVX2's 8-wide registers: the micro-kernel's (mr, nr) tile in one register per row. No FMA (the
+// avx2 target does not include it, and nothing here asks for it): each product is rounded, then added, in the same
+// order as the baseline code does, so the bits are the baseline's.
+[[gnu::target("avx2")]] void blocked_gemm_avx2(bool trans_a, bool trans_b, int M, int N, int K, const float* A,
+                                               const float* B, float* C) {
+  blocked_gemm(trans_a, trans_b, M, N, K, A, B, C);
+}
+
+void blocked_gemm_baseline(bool trans_a, bool trans_b, int M, int N, int K, const float* A, const float* B,
+                           float* C) {
+  blocked_gemm(trans_a, trans_b, M, N, K, A, B, C);
+}
+
+}  // namespace
+
+void gemm_portable(bool trans_a, bool trans_b, int M, int N, int K, const float* A, const float* B, float beta,
+                   float* C, bool allow_avx2) {
+  TWIN_KERNEL_CHECK(M > 0 && N > 0 && K > 0);
+  TWIN_KERNEL_CHECK(A != nullptr && B != nullptr && C != nullptr);
+  TWIN_KERNEL_CHECK(beta == 0.0f || beta == 1.0f);
+  if (beta == 0.0f) std::fill(C, C + static_cast<std::size_t>(M) * N, 0.0f);
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2 && allow_avx2) {
+    blocked_gemm_avx2(trans_a, trans_b, M, N, K, A, B, C);
+  } else {
+    blocked_gemm_baseline(trans_a, trans_b, M, N, K, A, B, C);
+  }
+}
+
+namespace {
+std::atomic<bool> use_portable{false};
+}  // namespace
+
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, const float* A, const float* B, float beta, float* C) {
 #ifdef TWIN_HAVE_BLAS
+  if (use_portable.load(std::memory_order_relaxed)) {
+    gemm_portable(trans_a, trans_b, M, N, K, A, B, beta, C);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A,
               trans_a ? M : K, B, trans_b ? K : N, beta, C, N);
 #else
@@ -166,6 +203,14 @@ int blas_threads() {
 #else
   return 1;
 #endif
+}
+
+void set_portable_gemm(bool portable) {
+  detail::use_portable.store(portable, std::memory_order_relaxed);
+}
+
+bool portable_gemm() {
+  return detail::use_portable.load(std::memory_order_relaxed);
 }
 
 bool have_blas() {

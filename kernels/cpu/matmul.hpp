@@ -30,15 +30,26 @@ void set_blas_threads(int threads);
 int blas_threads();  // 1 without BLAS
 bool have_blas();    // built with cblas_sgemm
 
+// Route every GEMM through the portable GEMM even when built with BLAS (process-wide; off by default). OpenBLAS picks
+// its kernel by CPU (Haswell, SkylakeX, Zen: different blockings, small-matrix paths, FMA), so its last bits, and a
+// training curve that amplifies them, differ from one machine to the next; the portable GEMM sums every element over
+// k in one fixed order in code compiled for baseline x86-64 (SSE2, no FMA contraction), so the same binary gives the
+// same bits on every x86-64 CPU and at any thread count. Several times slower: for tests that compare numbers held to
+// a tolerance set on one machine.
+void set_portable_gemm(bool portable);
+bool portable_gemm();
+
 namespace detail {
 // C (M, N) = beta * C + op(A) (M, K) @ op(B) (K, N), every matrix row-major and dense; op(X) = X^T when trans_x,
 // i.e. A is stored (K, M) when trans_a and B is stored (N, K) when trans_b. beta is 0 (C is overwritten, may hold
-// NaN) or 1. The portable, single-threaded GEMM behind matmul_* without BLAS; public so that tests compare it.
+// NaN) or 1. The portable, single-threaded GEMM behind matmul_* without BLAS; public so that tests compare it. On a
+// CPU with AVX2 it runs the same loops compiled for AVX2 (without FMA: the same bits); allow_avx2 false: the baseline
+// x86-64 code on any CPU (tests compare the two).
 void gemm_portable(bool trans_a, bool trans_b, int M, int N, int K, const float* A, const float* B, float beta,
-                   float* C);
+                   float* C, bool allow_avx2 = true);
 
-// The same contract through cblas_sgemm when built with BLAS (TWIN_HAVE_BLAS), else through gemm_portable: the one
-// GEMM of the CPU kernels (matmul_*, attention_*).
+// The same contract through cblas_sgemm when built with BLAS (TWIN_HAVE_BLAS) and portable_gemm() is off, else
+// through gemm_portable: the one GEMM of the CPU kernels (matmul_*, attention_*).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, const float* A, const float* B, float beta, float* C);
 }  // namespace detail
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -45,6 +46,117 @@ TEST(CpuFp8Matmul, ColumnBlocksAreTheTransposesRowBlocks) {
   fp8_quantize_operand(rows.data(), x.data(), 3, 64, tensor, false);
   fp8_quantize_operand(columns.data(), x.data(), 3, 64, tensor, true);
   EXPECT_EQ(rows, columns);
+}
+
+// ---- An independent reference: E4M3 from the OCP specification's table, scales from Transformer Engine's recipes ----
+// Nothing of kernels/cpu/fp8.cpp: the 126 positive finite E4M3 values are listed from their bit fields (OFP8 rev 1.0,
+// section 5.3.1: exponent bias 7, subnormals at field 0, S.1111.111 the NaN), a value is rounded to the nearest one by
+// search (ties to the even mantissa), and each recipe's scale is computed as its source says.
+std::vector<float> e4m3_positive_values() {
+  std::vector<float> values;  // ascending; index i has mantissa i % 8
+  for (int field = 0; field < 16; ++field) {
+    for (int mantissa = 0; mantissa < 8; ++mantissa) {
+      if (field == 15 && mantissa == 7) continue;  // NaN
+      values.push_back(field == 0 ? std::ldexp(static_cast<float>(mantissa), -9)
+                                  : std::ldexp(static_cast<float>(8 + mantissa), field - 10));
+    }
+  }
+  return values;
+}
+
+float reference_e4m3(float x) {
+  static const std::vector<float> grid = e4m3_positive_values();
+  const float a = std::min(std::fabs(x), grid.back());  // saturating (TE's casts)
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < grid.size(); ++i) {
+    const float d = std::fabs(grid[i] - a), d_best = std::fabs(grid[best] - a);
+    if (d < d_best || (d == d_best && i % 2 == 0)) best = i;
+  }
+  return std::copysign(grid[best], x);
+}
+
+float power_of_two_below(float x) {  // force_pow_2_scales: keep the exponent
+  int exponent = 0;
+  std::frexp(x, &exponent);
+  return std::ldexp(1.0f, exponent - 1);
+}
+
+// inp (rows, cols) quantized in groups of `group` consecutive elements of a row (cols: one group per row; rows * cols:
+// the whole tensor), each group's scale from `scale_of(amax)`, and read back.
+template <class ScaleOf>
+std::vector<float> reference_quantized(const std::vector<float>& inp, int rows, int cols, int group, bool divide,
+                                       ScaleOf scale_of) {
+  std::vector<float> out(inp.size());
+  const int per_row_groups = group >= cols ? 1 : (cols + group - 1) / group;
+  const bool whole = group >= rows * cols;
+  for (int r = 0; r < (whole ? 1 : rows); ++r) {
+    for (int g = 0; g < per_row_groups; ++g) {
+      const std::size_t begin = whole ? 0 : static_cast<std::size_t>(r) * cols + static_cast<std::size_t>(g) * group;
+      const std::size_t end = whole ? inp.size() : std::min(begin + group, static_cast<std::size_t>(r + 1) * cols);
+      float amax = 0;
+      for (std::size_t i = begin; i < end; ++i) amax = std::max(amax, std::fabs(inp[i]));
+      const float scale = scale_of(amax);
+      for (std::size_t i = begin; i < end; ++i)
+        out[i] = divide ? reference_e4m3(inp[i] / scale) * scale : reference_e4m3(inp[i] * scale) / scale;
+    }
+  }
+  return out;
+}
+
+std::vector<float> reference_operand(const std::vector<float>& inp, int rows, int cols, Fp8Scaling scaling,
+                                     float per_tensor_scale) {
+  switch (scaling) {
+    case Fp8Scaling::PerTensor:
+      return reference_quantized(inp, rows, cols, rows * cols, false, [&](float) { return per_tensor_scale; });
+    case Fp8Scaling::Current:  // Float8CurrentScaling: 448 / amax in fp32
+      return reference_quantized(inp, rows, cols, rows * cols, false, [](float amax) { return 448.0f / amax; });
+    case Fp8Scaling::Tiles:  // Float8BlockScaling: 1 x 128, power-of-two scales
+      return reference_quantized(inp, rows, cols, 128, false,
+                                 [](float amax) { return power_of_two_below(448.0f / amax); });
+    case Fp8Scaling::Mx:  // MX: the smallest power of two 2^e with 448 * 2^e >= amax, elements divided by it
+      return reference_quantized(inp, rows, cols, 32, true, [](float amax) {
+        float scale = std::ldexp(1.0f, -127);
+        while (448.0f * scale < amax) scale *= 2;
+        return scale;
+      });
+    case Fp8Scaling::Blocks:
+      break;
+  }
+  ADD_FAILURE() << "no reference for this scaling";
+  return inp;
+}
+
+TEST(CpuFp8Matmul, ForwardMatchesAnIndependentReferenceToFp32Accumulation) {
+  // K = 300: two full 1 x 128 tiles and a tail of 44, nine MX blocks and a tail of 12; values over 3 decades so that
+  // scales matter. The reference multiplies its own quantized operands in double: the kernel may differ only by fp32
+  // accumulation, as its products of two FP8 values times power-of-two or shared scales are exact or nearly so. The
+  // bound (K + 2) 2^-24 sum_k |x_k w_k| (Higham's gamma_K for a recursive or blocked sum, plus the bias's add and the
+  // per-tensor scales' one rounding of each product) is ~2e-5 relative: one FP8 grid step of one operand element (at
+  // least 2^-4 of that element's term) exceeds it on all but negligible terms, so a wrong quantizer fails.
+  const int rows = 5, in = 300, out = 7;
+  std::vector<float> x = random_vector(rows * in, 13), w = random_vector(out * in, 14);
+  const std::vector<float> b = random_vector(out, 15);
+  for (std::size_t i = 0; i < x.size(); i += 7) x[i] *= 0.01f;
+  for (std::size_t i = 0; i < w.size(); i += 5) w[i] *= 30.0f;
+  for (Fp8Scaling scaling : {Fp8Scaling::PerTensor, Fp8Scaling::Current, Fp8Scaling::Tiles, Fp8Scaling::Mx}) {
+    const Fp8Operand op{Fp8Format::E4M3, scaling, 8.0f};
+    const std::vector<float> xq = reference_operand(x, rows, in, scaling, 8.0f);
+    const std::vector<float> wq = reference_operand(w, out, in, scaling, 8.0f);
+    std::vector<float> got(rows * out);
+    fp8_matmul_forward(got.data(), x.data(), w.data(), b.data(), rows, in, out, op, op);
+    for (int r = 0; r < rows; ++r) {
+      for (int o = 0; o < out; ++o) {
+        double want = b[o], magnitude = std::fabs(b[o]);
+        for (int k = 0; k < in; ++k) {
+          const double term = static_cast<double>(xq[r * in + k]) * wq[o * in + k];
+          want += term;
+          magnitude += std::fabs(term);
+        }
+        EXPECT_NEAR(got[r * out + o], want, (in + 2) * std::ldexp(1.0, -24) * magnitude)
+            << "scaling " << static_cast<int>(scaling) << " at (" << r << ", " << o << ")";
+      }
+    }
+  }
 }
 
 TEST(CpuFp8Matmul, ForwardMultipliesTheQuantizedOperands) {

@@ -169,6 +169,34 @@ TEST(CpuFp8, BlockwiseScalesEachTileAndBlockApart) {
   EXPECT_FLOAT_EQ(y[128], 0.02f);
 }
 
+TEST(CpuFp8, A128By128BlockTakesItsScaleFromEveryRow) {
+  // A 130 x 130 weight in 128 x 128 blocks: block (0, 0) holds small values in its first row and its amax, 100, in
+  // its last row (127), so its scale is 448 / 100 -> 4 (a power of two). A scale from the first row alone (amax 0.3:
+  // 448 / 0.3 -> 1024) would saturate the 100 to 448 / 1024 and keep the 1e-4 that the true scale flushes to zero.
+  const int n = 130;
+  std::vector<float> x(static_cast<std::size_t>(n) * n, 0.0f), y(x.size());
+  auto at = [&](int r, int c) { return static_cast<std::size_t>(r) * n + c; };
+  x[at(0, 0)] = 0.3f;
+  x[at(0, 1)] = 1e-4f;   // 4e-4 after scaling: under half E4M3's smallest subnormal (2^-10)
+  x[at(0, 2)] = -0.05f;  // 0.2 -> 0.203125 (grid 1/64 in [0.125, 0.25))
+  x[at(127, 127)] = 100.0f;
+  x[at(128, 0)] = 0.02f;     // block (1, 0), rows 128..129: its own amax 0.02 (scale 16384)
+  x[at(5, 129)] = 0.0123f;  // block (0, 1), columns 128..129: its own amax (scale 32768)
+  fp8_quantize_dequantize_blocks(y.data(), x.data(), n, n, 128, E4M3);
+  EXPECT_EQ(y[at(127, 127)], 96.0f);  // 400 is a tie between 384 (even) and 416: 384 / 4
+  EXPECT_EQ(y[at(0, 0)], 0.3125f);    // 1.2 -> 1.25
+  EXPECT_EQ(y[at(0, 1)], 0.0f);
+  EXPECT_EQ(y[at(0, 2)], -0.203125f / 4);
+  EXPECT_EQ(y[at(128, 0)], 320.0f / 16384);  // 327.68 -> 320, untouched by block (0, 0)'s 100
+  EXPECT_EQ(y[at(5, 129)], 416.0f / 32768);  // 403.05 -> 416 (grid 32 in [256, 512))
+  // Every element of block (0, 0) read back with the one scale 4.
+  for (int r = 0; r < 128; ++r) {
+    for (int c = 0; c < 128; ++c) {
+      ASSERT_EQ(y[at(r, c)], round_to_fp8(x[at(r, c)] * 4.0f, E4M3) / 4.0f) << r << " " << c;
+    }
+  }
+}
+
 TEST(CpuFp8, Mxfp8ScalesAreE8M0PowersOfTwo) {
   EXPECT_EQ(e8m0_to_float(127), 1.0f);
   EXPECT_EQ(e8m0_to_float(0), std::ldexp(1.0f, -127));

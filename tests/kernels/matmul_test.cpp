@@ -180,6 +180,40 @@ TEST(CpuMatmul, PortableGemmMatchesNaiveLoop) {
   }
 }
 
+// The portable GEMM's AVX2 code (used where the CPU has it) gives the baseline x86-64 code's bits, every transpose,
+// at sizes that cross its blocks: what makes it the same on every x86-64 CPU.
+TEST(CpuMatmul, PortableGemmIsTheSameBitsWithAndWithoutAvx2) {
+  const int M = 70, N = 530, K = 300;
+  const auto A = random_vector(M * K, 61), B = random_vector(K * N, 62);
+  for (bool trans_a : {false, true}) {
+    for (bool trans_b : {false, true}) {
+      std::vector<float> wide(M * N), baseline(M * N);
+      detail::gemm_portable(trans_a, trans_b, M, N, K, A.data(), B.data(), 0.0f, wide.data(), true);
+      detail::gemm_portable(trans_a, trans_b, M, N, K, A.data(), B.data(), 0.0f, baseline.data(), false);
+      EXPECT_TRUE(testing::same_bits(wide, baseline)) << trans_a << " " << trans_b;
+    }
+  }
+}
+
+// set_portable_gemm(true) sends every GEMM (matmul_*, hence the executor's) through the portable GEMM: its bits, not
+// BLAS's; off again, matmul_* is detail::gemm as built.
+TEST(CpuMatmul, PortableModeRoutesEveryGemmThroughThePortableOne) {
+  const int rows = 37, in = 300, out = 45;
+  const auto x = random_vector(rows * in, 51), w = random_vector(out * in, 52);
+  std::vector<float> portable(rows * out), routed(rows * out), built(rows * out);
+  detail::gemm_portable(false, true, rows, out, in, x.data(), w.data(), 0.0f, portable.data());
+  ASSERT_FALSE(portable_gemm());
+  set_portable_gemm(true);
+  matmul_forward(routed.data(), x.data(), w.data(), nullptr, rows, in, out);
+  EXPECT_TRUE(portable_gemm());
+  set_portable_gemm(false);
+  detail::gemm(false, true, rows, out, in, x.data(), w.data(), 0.0f, built.data());
+  EXPECT_TRUE(testing::same_bits(routed, portable));
+  std::vector<float> again(rows * out);
+  matmul_forward(again.data(), x.data(), w.data(), nullptr, rows, in, out);
+  EXPECT_TRUE(testing::same_bits(again, built));
+}
+
 // The threaded executor runs one rank per thread, each calling the GEMM at once: same bits as one call at a time,
 // whether the BLAS pool has one thread (the setting the executor uses) or two. (OpenBLAS's bits may depend on the pool
 // size, so the serial result is computed with the same setting.)

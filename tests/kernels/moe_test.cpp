@@ -154,6 +154,40 @@ TEST(CpuMoe, PermutationIsExpertMajorTokensInOrder) {
                std::invalid_argument);  // a token choosing one expert twice
 }
 
+TEST(CpuMoe, PermutationOffsetsEachExpertByTheRowsOfThoseBefore) {
+  // Unequal rows per expert (3, 0, 1, 4): each expert's first row is the sum of the rows before it (0, 3, 3, 4), so an
+  // offset taken from the wrong expert's count moves rows. 4 tokens, top 2 of 4 experts.
+  const std::vector<int> experts{0, 3,   // token 0
+                                 3, 0,   // token 1
+                                 2, 3,   // token 2
+                                 0, 3};  // token 3
+  std::vector<int> rows(8), rows_per_expert(4);
+  moe_permutation(rows.data(), rows_per_expert.data(), experts.data(), 4, 4, 2);
+  EXPECT_EQ(rows_per_expert, (std::vector<int>{3, 0, 1, 4}));
+  // expert 0: tokens 0, 1, 3 -> rows 0, 1, 2; expert 2: token 2 -> row 3; expert 3: tokens 0, 1, 2, 3 -> rows 4..7
+  EXPECT_EQ(rows, (std::vector<int>{0, 4, 5, 1, 3, 6, 2, 7}));
+  const std::vector<float> x{10, 20, 30, 40};  // 4 tokens, hidden 1
+  std::vector<float> permuted(8);
+  moe_permute_forward(permuted.data(), x.data(), rows.data(), 4, 1, 2);
+  EXPECT_EQ(permuted, (std::vector<float>{10, 20, 40, 30, 10, 20, 30, 40}));
+  // A dropped slot (capacity) takes no row: expert 3 keeps three.
+  std::vector<int> dropped = experts;
+  dropped[7] = kMoeDropped;
+  moe_permutation(rows.data(), rows_per_expert.data(), dropped.data(), 4, 4, 2);
+  EXPECT_EQ(rows_per_expert, (std::vector<int>{3, 0, 1, 3}));
+  EXPECT_EQ(rows, (std::vector<int>{0, 4, 5, 1, 3, 6, 2, kMoeDropped}));
+}
+
+TEST(CpuMoe, CapacityIsTheCeilingOfTheShare) {
+  // Megatron-Core's get_capacity: ceil(tokens x top_k / experts x capacity_factor), at most every token.
+  EXPECT_EQ(moe_capacity(5, 3, 2, 1.0), 4);    // 10 / 3 = 3.33 -> 4 (rounding would give 3)
+  EXPECT_EQ(moe_capacity(7, 4, 1, 1.0), 2);    // 1.75 -> 2
+  EXPECT_EQ(moe_capacity(8, 4, 2, 1.0), 4);    // whole: 4
+  EXPECT_EQ(moe_capacity(10, 4, 2, 1.1), 6);   // 5.5 -> 6
+  EXPECT_EQ(moe_capacity(16, 8, 2, 1.05), 5);  // 4.2 -> 5
+  EXPECT_EQ(moe_capacity(3, 2, 2, 4.0), 3);    // 12 capped at the 3 tokens
+}
+
 TEST(CpuMoe, PermuteAndUnpermuteBackwardsMatchFiniteDifferences) {
   const int tokens = 4, num_experts = 3, top_k = 2, hidden = 5;
   const std::vector<int> experts{2, 0, 1, 2, 0, 1, 2, 1};

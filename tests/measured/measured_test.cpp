@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include <fmt/core.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -429,6 +430,39 @@ TEST(TrainingLog, MegatronLog) {
   EXPECT_EQ(run.plan.at("layers"), 24);
   EXPECT_EQ(run.plan.at("global_batch"), 64);
   EXPECT_EQ(run.world_size, 8);
+}
+
+// The warm-up skip at other lengths than three: the first interval is left out of 3 or more (so of 4 and 5 the mean of
+// the last 3 and 4), kept in 2 or 1. Distinct powers of two make every wrong subset give a different mean.
+TEST(TrainingLog, LeavesOutTheFirstIntervalOfFourOrFive) {
+  const std::vector<double> ms = {9000, 1000, 2000, 4000, 8000};
+  struct Case {
+    std::size_t iterations;
+    double mean_s;
+  };
+  for (const Case c : {Case{5, (1000 + 2000 + 4000 + 8000) / 4e3}, Case{4, (1000 + 2000 + 4000) / 3e3},
+                       Case{2, (9000 + 1000) / 2e3}, Case{1, 9.0}}) {
+    std::string megatron, titan;
+    for (std::size_t i = 0; i < c.iterations; ++i) {
+      megatron += fmt::format(
+          " iteration {:>9}/     100 | consumed samples: {:>12} | elapsed time per iteration (ms): {:.1f} | "
+          "throughput per GPU (TFLOP/s/GPU): {:.1f} | global batch size:    64 | lm loss: 9.1E+00 |\n",
+          10 * (i + 1), 640 * (i + 1), ms[i], ms[i] / 10);
+      titan += fmt::format("[titan] - root - INFO - step: {}  loss:  9.2345  memory: 57.41GiB(72.84%)  tps: {:.0f}  "
+                           "tflops: {:.2f}  mfu: 1.00%\n",
+                           10 * (i + 1), ms[i], ms[i] / 10);
+    }
+    const std::string megatron_path = temporary(fmt::format("megatron-{}.log", c.iterations));
+    write(megatron_path, megatron);
+    const MeasuredRun m = read_measured(megatron_path);
+    EXPECT_EQ(m.logged_iterations, static_cast<int>(c.iterations));
+    EXPECT_NEAR(m.iteration_time_s, c.mean_s, 1e-12) << c.iterations << " Megatron iterations";
+    EXPECT_NEAR(m.tflops_per_gpu, c.mean_s * 100, 1e-9) << c.iterations << " Megatron iterations";
+    const std::string titan_path = temporary(fmt::format("titan-{}.log", c.iterations));
+    write(titan_path, titan);
+    EXPECT_NEAR(read_measured(titan_path).tokens_per_s_per_gpu, c.mean_s * 1000, 1e-9)
+        << c.iterations << " torchtitan steps";
+  }
 }
 
 TEST(TrainingLog, NemoAndTorchtitanLogs) {

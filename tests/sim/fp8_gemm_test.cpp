@@ -31,6 +31,37 @@ TEST(Fp8Gemm, MeasuredRatesLieBetweenThe16BitPeakAndTheFp8Peak) {
   EXPECT_TRUE(fp8_gemm_measurement(topology::h800_sxm5_80gb(), Fp8Recipe::Tensorwise).assumed);
 }
 
+// Each part's rate is its own cited measurement (sim/fp8_gemm.cpp's sources), shape included: a part given another's
+// row (the H200 the H100's 1402.6 TFLOP/s) fails here, which the range check above cannot see.
+TEST(Fp8Gemm, EachPartHasItsCitedMeasurement) {
+  struct Cited {
+    topology::GpuSpec gpu;
+    Fp8Recipe recipe;
+    double flops_per_s, m, n, k;
+  };
+  const Cited table[] = {
+      {topology::h100_sxm5_80gb(), Fp8Recipe::Delayed, 1402.6e12, 1024, 9216, 14336},
+      {topology::h100_sxm5_80gb(), Fp8Recipe::Tensorwise, 1402.6e12, 1024, 9216, 14336},
+      {topology::h200_sxm_141gb(), Fp8Recipe::Delayed, 1453.4e12, 1280, 4096, 12032},
+      {topology::h200_sxm_141gb(), Fp8Recipe::Tensorwise, 1453.4e12, 1280, 4096, 12032},
+      {topology::h800_sxm5_80gb(), Fp8Recipe::Delayed, 1402.6e12, 1024, 9216, 14336},
+      {topology::b200_sxm_180gb(), Fp8Recipe::Delayed, 3432.5e12, 15360, 4096, 3072},
+      {topology::gb200_186gb(), Fp8Recipe::Tensorwise, 3615.6e12, 19456, 5120, 1536},
+      // DeepGEMM's H800 measurement stands for every Hopper part under block scales
+      {topology::h100_sxm5_80gb(), Fp8Recipe::Blockwise, 1358e12, 4096, 7168, 16384},
+      {topology::h200_sxm_141gb(), Fp8Recipe::Blockwise, 1358e12, 4096, 7168, 16384},
+  };
+  for (const Cited& c : table) {
+    const Fp8GemmMeasurement measured = fp8_gemm_measurement(c.gpu, c.recipe);
+    EXPECT_EQ(measured.flops_per_s, c.flops_per_s) << c.gpu.name << " recipe " << static_cast<int>(c.recipe);
+    EXPECT_EQ(measured.m, c.m) << c.gpu.name;
+    EXPECT_EQ(measured.n, c.n) << c.gpu.name;
+    EXPECT_EQ(measured.k, c.k) << c.gpu.name;
+  }
+  EXPECT_NE(fp8_gemm_measurement(topology::h200_sxm_141gb(), Fp8Recipe::Delayed).source.find("H200"),
+            std::string_view::npos);
+}
+
 TEST(Fp8Gemm, RefusesWhatThePartCannotRun) {
   EXPECT_THROW(fp8_gemm_measurement(topology::a100_sxm4_80gb(), Fp8Recipe::Delayed), std::invalid_argument);
   try {

@@ -3,6 +3,8 @@
 // the launches the cost model counts.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "model/program/program.hpp"
@@ -116,6 +118,63 @@ TEST(HostPacing, RankAndGroupFidelityAndBothGranularitiesAgree) {
   // And the host paces it: twice the host's time per kernel, nearly twice the iteration.
   const double slower = run(layers, with_host(scenario, 100), Fidelity::Rank).iteration_s;
   EXPECT_GT(slower, 1.8 * rank);
+}
+
+// A cost model that reads each op's GPU time and host cost from a table, by the op's `layer` field (its row).
+class ScriptedCost : public CostModel {
+ public:
+  struct Row {
+    double gpu_s, host_s;
+    int kernels;
+  };
+  explicit ScriptedCost(std::vector<Row> rows) : rows_(std::move(rows)) {}
+  std::string name() const override { return "scripted"; }
+  double compute_time_s(const model::Scenario&, const model::Op& op) const override { return rows_.at(op.layer).gpu_s; }
+  HostCost host_cost(const model::Scenario&, const model::Op& op) const override {
+    return {rows_.at(op.layer).host_s, rows_.at(op.layer).kernels};
+  }
+
+ private:
+  std::vector<Row> rows_;
+};
+
+// Four compute ops on one GPU, the second a host sync (an MoE layer's wait for its token counts), worked by hand from
+// the host model's rules (sim/stage_plan.cpp pace_host, sim/replayer.cpp): the host issues op i's kernels over
+// [I_i, I_i + h_i] (I_i the sum of the h before it), the first at I_i + h_i / k_i; an op runs from max(ready, first
+// issue + lag) and ends no earlier than its last issue + lag + its last kernel (gpu_s / k_i); a sync ending at E sets
+// the lag to max(lag, E - its last issue). In microseconds:
+//   op 0  gpu 100, host 10 (1 kernel)   issues [0, 10]   runs 10 .. 110
+//   op 1  gpu 5, host 10 (2), the sync  issues [10, 20]  runs 110 .. 115; the lag becomes 115 - 20 = 95
+//   op 2  gpu 2, host 40 (4)            issues [20, 60]  first kernel at 30 + 95 = 125, the last issued at 60 + 95 =
+//                                                        155, done at 155.5; busy for its 2 us at the end: 153.5
+//   op 3  gpu 1, host 10 (1)            issues [60, 70]  ready 155.5, issued at 70 + 95 = 165, done 166
+// Each planted error changes a number: the first kernel at I + h (op 2 would end at 157), the last kernel's time as
+// gpu_s (157), the lag from the sync's first issue (100: op 3 ends at 171), no lag at all (op 3 ends at 118).
+TEST(HostPacing, ASmallCaseFollowsTheHostModelsClosedForm) {
+  Plan plan = tiny_kernels();
+  plan.gpus_per_node = 1;
+  const model::Scenario scenario = make_scenario(plan);
+  std::vector<model::Op> ops(4);
+  for (int i = 0; i < 4; ++i) ops[i].layer = i;
+  ops[1].what = model::ComputeKind::ExpertSplitsSync;
+  const model::Program program = testing::hand_program(scenario, {ops});
+  const double us = 1e-6;
+  const ScriptedCost cost({{100 * us, 10 * us, 1}, {5 * us, 10 * us, 2}, {2 * us, 40 * us, 4}, {1 * us, 10 * us, 1}});
+  for (const Fidelity fidelity : {Fidelity::Rank, Fidelity::Group}) {
+    SimOptions options;
+    options.fidelity = fidelity;
+    const SimResult result = simulate(program, cost, options);
+    ASSERT_EQ(result.timeline.ranks.size(), 1u);
+    const std::vector<report::OpSpan>& spans = result.timeline.ranks[0].spans;
+    ASSERT_EQ(spans.size(), 4u);
+    const double want[4][3] = {{0, 10, 110}, {110, 110, 115}, {115, 153.5, 155.5}, {155.5, 165, 166}};
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_NEAR(spans[i].start_s, want[i][0] * us, 1e-12) << "op " << i << " start";
+      EXPECT_NEAR(spans[i].active_s, want[i][1] * us, 1e-12) << "op " << i << " active";
+      EXPECT_NEAR(spans[i].end_s, want[i][2] * us, 1e-12) << "op " << i << " end";
+    }
+    EXPECT_NEAR(result.timeline.iteration_time_s, 166 * us, 1e-12);
+  }
 }
 
 TEST(HostCost, AComputeOpChargesTheKernelsItsLaunchOverheadCounts) {

@@ -125,5 +125,34 @@ TEST(MoeHostSync, DenseProgramsHaveNoSync) {
                    iteration_s(without_waits(program), with_host(dense, 20)));
 }
 
+// One sync per MoE layer and micro-batch, in the forward only (the backward reuses the forward's counts); a dense
+// Program has none.
+TEST(MoeHostSync, OnePerMoeLayerAndForwardMicroBatch) {
+  const model::Scenario s = small_moe();
+  const model::Program program = model::build_program(s);
+  const int micro_batches = static_cast<int>(s.parallel.micro_batches());
+  ASSERT_EQ(micro_batches, 2);
+  int forward = 0, backward = 0;
+  for (const model::Op& op : program.stage_ops[0]) {
+    if (!model::host_waits_for(op)) continue;
+    (op.phase == model::Phase::Forward ? forward : backward) += 1;
+  }
+  EXPECT_EQ(forward, 4 * micro_batches);
+  EXPECT_EQ(backward, 0);
+  // with no host model the sync is an ordinary op: relabelling it moves nothing; with one, the MoE program slows
+  // while the relabelled one does not lose its lead
+  const double fast = iteration_s(program, with_host(s, 0)), slow = iteration_s(program, with_host(s, 10));
+  EXPECT_GT(slow, fast);
+
+  Plan plan;
+  plan.layers = 2;
+  plan.dp = 2;
+  plan.gpus_per_node = 2;
+  const model::Program dense = model::build_program(make_scenario(plan));
+  for (const auto& ops : dense.stage_ops) {
+    for (const model::Op& op : ops) EXPECT_FALSE(model::host_waits_for(op));
+  }
+}
+
 }  // namespace
 }  // namespace twin::sim

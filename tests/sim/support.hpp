@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -20,7 +21,8 @@ struct Plan {
   int zero_stage = 0;
 };
 
-inline model::Scenario make_scenario(const Plan& p) {
+// `sets`: overrides on top, as --set takes them ("model.experts=8").
+inline model::Scenario make_scenario(const Plan& p, const std::vector<std::string>& sets = {}) {
   const std::string toml = fmt::format(R"(
 [model]
 name = "test-gpt"
@@ -51,7 +53,9 @@ node = "{}"
                                        p.global_batch, p.schedule, p.virtual_stages, p.recompute, p.dp_overlap,
                                        p.sequence_parallel, p.zero_stage, p.nodes, p.node,
                                        p.gpus_per_node > 0 ? fmt::format("gpus_per_node = {}", p.gpus_per_node) : "");
-  return model::parse_scenario(toml, "test");
+  std::vector<model::Override> overrides;
+  for (const std::string& set : sets) overrides.push_back(model::parse_override(set));
+  return model::parse_scenario(toml, "test", overrides);
 }
 
 // A Program whose every stage runs `ops` (hand-written), on the scenario's layout.

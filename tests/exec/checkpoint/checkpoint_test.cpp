@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "exec/checkpoint/checkpoint.hpp"
+#include "exec/checkpoint/io.hpp"
 #include "exec/core/errors.hpp"
 #include "exec/cpu/cpu_backend.hpp"
 #include "exec_test_util.hpp"
@@ -233,6 +234,26 @@ TEST(ExecCheckpoint, KeepsTheNewestAndIgnoresIncompleteOnes) {
   const auto resumed = train_with_checkpoints(s, 6, dir, 2);
   EXPECT_EQ(resumed.first_step, 4);
   fs::remove_all(dir);
+}
+
+// A length read from a shard (a bucket's name) past the file's end is a truncated file, refused before anything of
+// that length is allocated (fuzz_checkpoint found a 4 GiB allocation: tests/fuzz/corpus/fuzz_checkpoint/).
+TEST(ExecCheckpointReader, ALengthPastTheEndIsATruncatedFile) {
+  const std::string bytes = std::string("\xf0\xff\xff\xff", 4) + "abc";
+  const fs::path path = "rank-00000.bin";
+  BinaryReader in(bytes, path, "shard");
+  const auto length = in.get<std::uint32_t>();
+  EXPECT_EQ(length, 0xfffffff0u);
+  EXPECT_EQ(in.remaining(), 3u);
+  try {
+    in.take_string(length);
+    FAIL() << "a length of 4 GiB in 7 bytes was taken";
+  } catch (const RunError& error) {
+    EXPECT_NE(std::string(error.what()).find("checkpoint shard 'rank-00000.bin' is truncated"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_EQ(in.take_string(3), "abc");
+  EXPECT_TRUE(in.at_end());
 }
 
 class ExecBrokenCheckpoint : public ::testing::Test {

@@ -213,9 +213,10 @@ TEST(ExecGradient, TheMoeLayerMatchesFiniteDifferences) {
     return tiny(more);
   };
   expect_gradients_match_finite_differences(with({"model.top_k=4"}), "MoE, every expert chosen");
-  // top-2: 64 tokens a layer (fewer routing changes within a step)
+  // top-2: 64 tokens a layer (fewer routing changes within a step); the coefficient 3, not 1, so that a backward that
+  // drops or misplaces it (the forward's loss scaled by 3, its gradient by 1) fails
   expect_gradients_match_finite_differences(
-      with({"model.top_k=2", "model.moe_aux_loss_coeff=1", "parallel.micro_batch=1", "parallel.global_batch=2"}),
+      with({"model.top_k=2", "model.moe_aux_loss_coeff=3", "parallel.micro_batch=1", "parallel.global_batch=2"}),
       "MoE, top-2 with the load-balancing loss", true);
   expect_gradients_match_finite_differences(
       with({"model.top_k=2", "model.moe_aux_loss_coeff=1", "model.activation=\"swiglu\"", "model.dense_layers=1",

@@ -2,6 +2,7 @@
 // form, both granularities agree, the skew loads the hottest EP rank.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 #include <vector>
 
@@ -126,6 +127,39 @@ TEST(MoeProgram, AllToAllBytesPerRankAreTheClosedForm) {
     }
     // dispatch and combine, forward and backward, per layer and micro-batch
     EXPECT_EQ(seen, 2 * 2 * 2 * static_cast<int>(s.parallel.micro_batches())) << c.tp << " " << c.ep;
+  }
+}
+
+// Under skew every sender sends each receiver the receiver's share of its rows: with 4 experts on ep 4 and skew 1 the
+// shares are 1, 1/2, 1/3, 1/4 over 25/12 (12/25, 6/25, 4/25, 3/25), so the matrix (sender i, receiver j) of an
+// all-to-all towards the experts (the forward's dispatch before the up GEMM, the backward's before the down GEMM's
+// gradient) is T k share_j row bytes for every sender, and the one back from them its transpose: rank 0 receives
+// four times what rank 3 does, and sends back four times as much.
+TEST(MoeProgram, SkewedAllToAllSendsEachPeerTheReceiversShare) {
+  for (const Granularity granularity : {Granularity::Op, Granularity::Layer}) {
+    Scenario s = moe(make_scenario(2, 256, 8, 128, 1000, 1, 1, 4, 2, 16), 4, 1, 4);
+    s.model.expert_load_skew = 1.0;
+    const std::vector<double> shares{12.0 / 25, 6.0 / 25, 4.0 / 25, 3.0 / 25};
+    const double rows = 2.0 * 128, row_bytes = 256.0 * 2;
+    int to_experts = 0, back = 0;
+    const Program program = build_program(s, granularity);
+    for (const Op& op : program.stage_ops[0]) {
+      if (op.kind != OpKind::Collective || op.collective != CollectiveKind::AllToAll) continue;
+      ASSERT_TRUE(op.peer_bytes);
+      ASSERT_EQ(op.peer_bytes->size(), 16u);
+      const bool towards = (op.phase == Phase::Forward) == (op.what == ComputeKind::ExpertUp);
+      (towards ? to_experts : back) += 1;
+      for (int i = 0; i < 4; ++i) {
+        for (int j = 0; j < 4; ++j) {
+          const double want = rows * (towards ? shares[j] : shares[i]) * row_bytes;
+          EXPECT_NEAR((*op.peer_bytes)[i * 4 + j], want, 1e-9 * want)
+              << (towards ? "towards the experts" : "back from them") << ": sender " << i << ", receiver " << j << " ("
+              << to_string(op.phase) << ")";
+        }
+      }
+    }
+    EXPECT_EQ(to_experts, 2 * 2 * static_cast<int>(s.parallel.micro_batches()));
+    EXPECT_EQ(back, to_experts);
   }
 }
 

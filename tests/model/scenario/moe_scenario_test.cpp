@@ -127,6 +127,14 @@ TEST(MoeScenario, EachRuleNamesItsField) {
   EXPECT_THAT(problems_of(kMoe, {{"parallel.ep", "8"}, {"parallel.etp", "4"}}),
               HasSubstr("parallel.ep x parallel.etp (8 x 4) must divide parallel.tp x parallel.cp x parallel.dp (2 x 1 x 8)"));
   EXPECT_EQ(problems_of(kMoe, {{"parallel.ep", "8"}, {"parallel.etp", "2"}}), "");
+  // With cp 2 the 16 GPUs are tp 2 x cp 2 x dp 4: the expert grid spans the cp ranks too (Megatron-Core folds cp into
+  // the expert-data dimension), so ep 8 x etp 2 = 16 fits (tp x dp alone, 8, would refuse it) and 8 x 4 does not.
+  const Override flash = {"framework.attention", "flash2"}, cp = {"parallel.cp", "2"};
+  EXPECT_EQ(problems_of(kMoe, {flash, cp, {"parallel.ep", "8"}, {"parallel.etp", "2"}}), "");
+  EXPECT_EQ(problems_of(kMoe, {flash, cp, {"parallel.ep", "4"}, {"parallel.etp", "4"}}), "");
+  EXPECT_THAT(problems_of(kMoe, {flash, cp, {"parallel.ep", "8"}, {"parallel.etp", "4"}}),
+              HasSubstr("parallel.ep x parallel.etp (8 x 4) must divide parallel.tp x parallel.cp x parallel.dp "
+                        "(2 x 2 x 4)"));
 }
 
 }  // namespace
