@@ -19,6 +19,7 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,7 +64,34 @@ struct RunOptions {
   bool skip_nonfinite = false;
   double loss_spike_factor = exec::kLossSpikeFactor;
   double weight_growth_limit = exec::kWeightGrowthLimit;
+  std::string inject_failure;  // --inject-failure STEP:RANK (empty: none)
+  int restarts = 0;            // --restarts N: relaunches from the last checkpoint after a failed run
 };
+
+// --inject-failure STEP:RANK: TWIN_FAULT's throw mode, from a flag (exec/train/faults.hpp).
+exec::FaultInjection injected_failure(const std::string& text, int steps) {
+  const std::size_t colon = text.find(':');
+  int step = 0, rank = -1;
+  try {
+    std::size_t used = 0;
+    if (colon == std::string::npos) throw std::invalid_argument("no colon");
+    step = std::stoi(text.substr(0, colon), &used);
+    if (used != colon) throw std::invalid_argument("step");
+    rank = std::stoi(text.substr(colon + 1), &used);
+    if (used != text.size() - colon - 1) throw std::invalid_argument("rank");
+  } catch (const std::exception&) {
+    throw UserError(fmt::format("--inject-failure '{}': expected STEP:RANK, e.g. 3:1 (step 1-based)", text));
+  }
+  if (step < 1 || step > steps || rank < 0) {
+    throw UserError(fmt::format("--inject-failure '{}': the step must be 1..--steps ({}) and the rank >= 0", text,
+                                steps));
+  }
+  exec::FaultInjection fault;
+  fault.mode = exec::FaultInjection::Mode::Throw;
+  fault.rank = rank;
+  fault.step = step - 1;  // the trainer counts steps from 0
+  return fault;
+}
 
 // The rank this process has in a job started by mpirun / srun, if any.
 bool started_by_launcher() {
@@ -312,6 +340,12 @@ exec::TrainOptions train_options(const RunOptions& o, Progress& progress) {
   }
   options.trace_step = o.trace_step == -1 ? -1 : o.trace_step - 1;  // the trainer counts steps from 0
   options.fault = exec::fault_from_environment();
+  if (!o.inject_failure.empty()) {
+    if (options.fault.mode != exec::FaultInjection::Mode::None) {
+      throw UserError("--inject-failure and TWIN_FAULT both inject a fault: give one");
+    }
+    options.fault = injected_failure(o.inject_failure, o.steps);
+  }
   options.on_step = [&progress](const exec::StepReport& r) { progress.step(r); };
   options.on_note = [&progress](const std::string& text) { progress.note(text); };
   return options;
@@ -436,6 +470,17 @@ void run(const RunOptions& o) {
   const int world = program.layout.world_size();
   Progress progress(o.quiet);
   const exec::TrainOptions options = train_options(o, progress);
+  if (options.fault.mode != exec::FaultInjection::Mode::None && options.fault.rank >= world) {
+    throw UserError(fmt::format("--inject-failure: rank {} is past the run's {} ranks", options.fault.rank, world));
+  }
+  if (o.restarts > 0 && o.checkpoint.empty()) {
+    throw UserError("--restarts relaunches from the last checkpoint: give --checkpoint DIR (and --checkpoint-every K)");
+  }
+  if (o.restarts > 0 && (o.launcher == "mpi" || joined)) {
+    throw UserError(
+        "--restarts relaunches ranks as threads of this process; under --launcher mpi let the scheduler requeue the "
+        "job (it resumes from --checkpoint)");
+  }
   const std::string data_path = o.data.empty() ? default_data_path() : o.data;
   const auto min_tokens = static_cast<std::size_t>(scenario.model.seq_len) + 2;
   try {
@@ -455,7 +500,21 @@ void run(const RunOptions& o) {
       return;
     }
     const exec::TextDataset data = exec::load_text(data_path, min_tokens);
-    run_threads(o, program, options, data, progress);
+    // As torchrun's elastic agent: a failed run is started again, up to --restarts times, and resumes from the
+    // newest complete checkpoint (an injected failure strikes once, as a real fault does).
+    exec::TrainOptions attempt = options;
+    for (int restart = 0;; ++restart) {
+      try {
+        run_threads(o, program, attempt, data, progress);
+        break;
+      } catch (const exec::RunFailure& error) {
+        if (restart >= o.restarts) throw;
+        if (progress.drawn_in_place()) fmt::print(stderr, "\n");
+        fmt::print(stderr, "twin run: {}; restart {} of {} from the newest checkpoint in {}\n", error.what(),
+                   restart + 1, o.restarts, o.checkpoint);
+        attempt.fault = {};
+      }
+    }
   } catch (const exec::RunFailure& error) {  // a communication failure, a diverged run
     if (progress.drawn_in_place()) fmt::print(stderr, "\n");
     fail(error.what());
@@ -526,6 +585,14 @@ void register_run_command(CLI::App& app) {
       ->add_option("--weight-growth-limit", options->weight_growth_limit,
                    "stop when one update multiplies the weights' norm by more than this (default 2; 0: off)")
       ->check(between(0, 1e6));
+  command->add_option("--inject-failure", options->inject_failure,
+                      "STEP:RANK: that rank fails at the start of that step (1-based), as TWIN_FAULT=throw does; the "
+                      "run stops naming it");
+  command
+      ->add_option("--restarts", options->restarts,
+                   "after a failed run, start again from the newest checkpoint up to N times (threads launcher; "
+                   "needs --checkpoint)")
+      ->check(between(0, 1000));
   command->callback([options] { run(*options); });
 }
 

@@ -279,6 +279,13 @@ void run(const SimCommandOptions& o) {
   options.ideal_network = o.ideal_network;
   options.progress = !o.quiet;
   options.degradations = degradations(o, program.layout.world_size());
+  // The slow GPUs' own timelines too (a few), so that the report shows their compute beside the waits it caused;
+  // a trace shows them too, unless --trace-ranks names others.
+  const std::vector<int> traced_ranks = options.record_ranks;
+  for (std::size_t i = 0; i < options.degradations.gpus.size() && i < 16; ++i) {
+    const int rank = options.degradations.gpus[i].rank;
+    if (rank < program.layout.world_size()) options.record_ranks.push_back(rank);
+  }
   // one simulation in this process, unless more follow (in children): the sensitivities, or the healthy run
   options.isolate = o.sensitivity_percent > 0 || !options.degradations.empty();
 
@@ -445,7 +452,7 @@ void run(const SimCommandOptions& o) {
     fmt::print("  summary written to {}\n", o.json_path);
   }
   if (!o.trace_path.empty()) {
-    write_file_atomically(o.trace_path, report::chrome_trace(program, result.timeline, options.record_ranks));
+    write_file_atomically(o.trace_path, report::chrome_trace(program, result.timeline, traced_ranks));
     fmt::print("  trace written to {} (open in https://ui.perfetto.dev)\n", o.trace_path);
   }
   if (!o.svg_path.empty()) {

@@ -17,6 +17,9 @@
 
 namespace {
 
+// `twin goodput` is built with the simulator (it simulates the iteration unless given one), as sim, search, sweep.
+#ifdef TWIN_HAVE_SIMGRID
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
@@ -47,6 +50,7 @@ nlohmann::json read_json(const fs::path& path) {
   return nlohmann::json::parse(in);
 }
 
+const std::string kOneGpu = "gpt-350m-h200 --quiet";
 const std::string kLlama3At16k =
     std::string(TWIN_SOURCE_DIR) + "/scenarios/published/llama3-405b-meta.toml --set cluster.nodes=2048 --quiet";
 
@@ -74,7 +78,7 @@ TEST(GoodputCli, Llama3At16kGpusPredictsThePapersInterruptionsPerDay) {
 TEST(GoodputCli, MonteCarloAgreesWithTheClosedFormAndKnobsMoveIt) {
   const fs::path json = scratch("mc.json");
   const Result r =
-      twin("goodput " + kLlama3At16k + " --iteration-time 10 --monte-carlo 200 --seed 3 --json " + json.string());
+      twin("goodput " + kLlama3At16k + " --iteration-time 10 --monte-carlo 100 --seed 3 --json " + json.string());
   ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json g = read_json(json);
   const nlohmann::json& mc = g.at("monte_carlo");
@@ -83,34 +87,32 @@ TEST(GoodputCli, MonteCarloAgreesWithTheClosedFormAndKnobsMoveIt) {
   EXPECT_NEAR(mc.at("goodput_fraction").get<double>(), g.at("goodput_fraction").get<double>(),
               mc.at("confidence95").get<double>() + 0.001);
   EXPECT_GT(mc.at("failures_mean").get<double>(), 100);
-  // a slower restart, a given interval far from the optimum, blocking against asynchronous saving: each moves it
+  // a given interval far from the optimum, asynchronous against blocking saving: each moves it (the failure
+  // rates, storage and restart keys: tests/model/program/goodput_test.cpp)
   const auto goodput_with = [&](const std::string& extra) {
     const Result one = twin("goodput " + kLlama3At16k + " --iteration-time 10 --json " + json.string() + " " + extra);
     EXPECT_EQ(one.status, 0) << one.output;
     return read_json(json).at("goodput_fraction").get<double>();
   };
   const double base = g.at("goodput_fraction").get<double>();
-  EXPECT_LT(goodput_with("--set cluster.restart_s=3600"), base);
   EXPECT_LT(goodput_with("--checkpoint-interval 36000"), base);
   EXPECT_GT(goodput_with("--set framework.async_checkpoint=true"), base);
 }
 
 TEST(GoodputCli, BadInputIsOneLineNamingIt) {
-  Result r = twin("goodput " + kLlama3At16k + " --iteration-time 10 --set cluster.restart_s=-1");
+  Result r = twin("goodput " + kOneGpu + " --iteration-time 10 --set cluster.restart_s=-1");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("twin: error:"));
   EXPECT_THAT(r.output, HasSubstr("cluster.restart_s"));
-  r = twin("goodput " + kLlama3At16k + " --iteration-time 10 --checkpoint-interval 5");
+  r = twin("goodput " + kOneGpu + " --iteration-time 10 --checkpoint-interval 5");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--checkpoint-interval"));
   EXPECT_THAT(r.output, HasSubstr("one iteration"));
-  r = twin("goodput " + kLlama3At16k + " --iteration-time 10 --set cluster.gpu_failures_per_gpu_hour=2");
+  r = twin("goodput " + kOneGpu + " --iteration-time 10 --set cluster.gpu_failures_per_gpu_hour=2");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("cluster.gpu_failures_per_gpu_hour"));
 }
 
-#ifdef TWIN_HAVE_SIMGRID
-const std::string kOneGpu = "gpt-350m-h200 --quiet";
 
 TEST(GoodputCli, SimWithASlowGpuReportsWhereTheTimeWent) {
   const fs::path json = scratch("slow.json");
@@ -124,12 +126,6 @@ TEST(GoodputCli, SimWithASlowGpuReportsWhereTheTimeWent) {
   r = twin("sim " + kOneGpu + " --slow-gpu 5:2");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--slow-gpu: rank 5 is past the job's 1 ranks"));
-  r = twin("sim " + kOneGpu + " --slow-gpu 0:0.5");
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--slow-gpu '0:0.5'"));
-  r = twin("sim " + kOneGpu + " --failed-uplink 0:0");
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("no other route"));
 }
 
 TEST(GoodputCli, SweepAndSimCountFailuresInTheirTrainingDays) {
@@ -149,7 +145,7 @@ TEST(GoodputCli, SweepAndSimCountFailuresInTheirTrainingDays) {
 
 TEST(GoodputCli, SearchRanksPlansByIterationTimeOverGoodput) {
   const fs::path json = scratch("search.json");
-  const Result r = twin("search " + kOneGpu + " --goodput --max 3 --jobs 2 --json " + json.string());
+  const Result r = twin("search " + kOneGpu + " --goodput --max 2 --jobs 2 --json " + json.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("most useful work per wall-clock second first"));
   const nlohmann::json plans = read_json(json).at("plans");

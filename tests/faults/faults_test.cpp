@@ -92,6 +92,31 @@ TEST_F(Faults, ThreadsARaisingRankIsNamedAndTheOthersStopAtOnce) {
   expect_resume_is_bit_identical(2);
 }
 
+// `twin run --inject-failure STEP:RANK` puts the suite's raising rank in a user's hands (the run stops naming it: the
+// MPI test below, and the log here); `--restarts N` starts the run again from the newest checkpoint by itself, so that
+// one command trains every step once, none lost or repeated.
+TEST_F(Faults, ThreadsRestartsRelaunchFromTheNewestCheckpoint) {
+  RunSpec spec{set_args(kPlan) + std::vector<std::string>{"--steps", std::to_string(kSteps), "--checkpoint",
+                                                          dir() + "/ck", "--checkpoint-every", "1", "--inject-failure",
+                                                          "4:0", "--restarts", "1", "--json",
+                                                          dir() + "/restarted.json"}};
+  const Outcome restarted = twin_run(spec, "restarted");
+  ASSERT_EQ(restarted.status, 0) << restarted.log;
+  EXPECT_NE(restarted.log.find("rank 0: injected failure at step 4; restart 1 of 1"), std::string::npos)
+      << restarted.log;
+  const nlohmann::json json = this->json("restarted.json");
+  const std::vector<double> all = uninterrupted(kPlan, kSteps);
+  EXPECT_EQ(json["first_step"].get<int>(), 3);
+  std::vector<double> every = json["earlier_losses"].get<std::vector<double>>();
+  for (double loss : json["losses"].get<std::vector<double>>()) every.push_back(loss);
+  EXPECT_EQ(every, all);  // each step once, bit for bit
+  // without a checkpoint directory there is nothing to restart from
+  spec.args = set_args(kPlan) + std::vector<std::string>{"--steps", "2", "--restarts", "1"};
+  const Outcome refused = twin_run(spec, "refused");
+  EXPECT_EQ(refused.status, 2) << refused.log;
+  EXPECT_NE(refused.log.find("--restarts"), std::string::npos) << refused.log;
+}
+
 // ---- the MPI launcher --------------------------------------------------------------------------------------------
 
 #define SKIP_WITHOUT_MPIRUN()                                                     \
@@ -138,6 +163,21 @@ TEST_F(Faults, MpiARaisingRankIsNamedOnceWithTheThreadsExitStatus) {
   ASSERT_NE(failed.log.find(line), std::string::npos) << failed.log;
   EXPECT_EQ(failed.log.find(line, failed.log.find(line) + 1), std::string::npos) << "printed twice: " << failed.log;
   EXPECT_LT(failed.seconds, 30.0) << failed.log;
+  expect_resume_is_bit_identical(2);
+}
+
+TEST_F(Faults, MpiAnInjectedFailureIsNamedOnceAndTheRunResumes) {
+  SKIP_WITHOUT_MPIRUN();
+  const Outcome failed = twin_run({set_args(kPlan) + std::vector<std::string>{"--steps", std::to_string(kSteps),
+                                                                              "--checkpoint", dir() + "/ck",
+                                                                              "--checkpoint-every", "1",
+                                                                              "--inject-failure", "3:1"} +
+                                   kMpi},
+                                  "failing");
+  EXPECT_EQ(failed.status, 1) << failed.log;
+  const std::string line = "twin: error: rank 1: injected failure at step 3";
+  ASSERT_NE(failed.log.find(line), std::string::npos) << failed.log;
+  EXPECT_EQ(failed.log.find(line, failed.log.find(line) + 1), std::string::npos) << "printed twice: " << failed.log;
   expect_resume_is_bit_identical(2);
 }
 
