@@ -83,7 +83,8 @@ std::map<std::pair<std::string, int>, AllToAllTable> load_all_to_all_tables() {
 // OpenXLA's table keys by chip (xla/service/gpu/model/*_interpolator_data.h).
 std::string table_key(const std::string& gpu_name, bool gemm) {
   auto starts = [&](const char* prefix) { return gpu_name.rfind(prefix, 0) == 0; };
-  if (starts("H100") || starts("H200") || starts("H800")) return "sm_90";
+  // The H800 is a GH100 with 8 NVLinks of the H100's 18: the sm_90 GEMMs, not its all-to-alls.
+  if (starts("H100") || starts("H200") || (gemm && starts("H800"))) return "sm_90";
   if (starts("B200")) return "sm_100_B200";
   if (starts("GB200")) return gemm ? "sm_100_B200" : "sm_100_GB200";
   return "";

@@ -50,7 +50,7 @@ class AllToAllTable {
 // B200's for B200 and GB200 (the same die; OpenXLA published no GB200 GEMM table). None for the A100 (no sm_80 table).
 const GemmShapeTable* gemm_shape_table(const std::string& gpu_name);
 // The all-to-all table for `group` members inside one node of `gpu_name`'s (2, 4 or 8; GB200: 4 or 8 in an NVL72
-// rack), or null.
+// rack), or null: sm_90's for H100 and H200 (the same NVLink 4 and NVSwitches), none for the H800 (8 NVLinks of 18).
 const AllToAllTable* all_to_all_table(const std::string& gpu_name, int group);
 
 }  // namespace twin::sim
