@@ -51,14 +51,14 @@ std::vector<Flow> node_pair_flows(const std::vector<std::vector<double>>& bytes,
 }
 
 // The time OpenXLA measured for an all-to-all of the group's size inside one node of this GPU's
-// (sim/data/all_to_all_by_size.csv), at the busiest member's operand: what it sends plus its own share (XLA's
+// (sim/data/collectives_by_size.csv), at the busiest member's operand: what it sends plus its own share (XLA's
 // benchmark counts the whole operand, xla/tools/collective_perf_table_gen.cc GetNetworkThroughputBytesPerSec), the
 // own share taken as the mean of what it sends each peer. 0 where no table was measured (the A100, other group sizes).
 // The measurement's small sizes carry NCCL's real latency floor (8 GPUs of an H100 node: 16 us at 8 KiB, 71 us at
 // 8 MiB, against the tuning model's 12 us and 32 us); its large ones a rate below NCCL's bus-bandwidth model.
 double measured_floor_s(const std::vector<std::vector<double>>& bytes, const CommunicationModel& model) {
   const int n = static_cast<int>(bytes.size());
-  const AllToAllTable* table = all_to_all_table(model.node.gpu.name, n);
+  const CollectiveTable* table = all_to_all_table(model.node.gpu.name, n);
   if (!table) return 0;
   double busiest = 0;
   for (const auto& row : bytes) {

@@ -7,13 +7,14 @@
 #include <memory>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 namespace twin::sim {
 
 namespace data {
 extern const char kGemmByShapeCsv[];
-extern const char kAllToAllBySizeCsv[];
+extern const char kCollectivesBySizeCsv[];
 }  // namespace data
 
 namespace {
@@ -69,14 +70,18 @@ std::map<std::string, GemmShapeTable> load_gemm_tables() {
   return tables;
 }
 
-std::map<std::pair<std::string, int>, AllToAllTable> load_all_to_all_tables() {
-  std::map<std::pair<std::string, int>, std::vector<std::pair<double, double>>> points;
-  for (const auto& row : csv_rows(data::kAllToAllBySizeCsv)) {
-    if (row.size() != 4) throw std::logic_error("sim/data/all_to_all_by_size.csv: a row without 4 fields");
-    points[{row[0], std::stoi(row[1])}].emplace_back(std::stod(row[2]), std::stod(row[3]));
+using CollectiveKey = std::tuple<std::string, std::string, int>;  // GPU key, collective, group size
+
+std::map<CollectiveKey, CollectiveTable> load_collective_tables() {
+  std::map<CollectiveKey, std::vector<std::pair<double, double>>> points;
+  for (const auto& row : csv_rows(data::kCollectivesBySizeCsv)) {
+    if (row.size() != 5) throw std::logic_error("sim/data/collectives_by_size.csv: a row without 5 fields");
+    points[{row[0], row[1], std::stoi(row[2])}].emplace_back(std::stod(row[3]), std::stod(row[4]));
   }
-  std::map<std::pair<std::string, int>, AllToAllTable> tables;
-  for (auto& [key, rows] : points) tables.emplace(key, AllToAllTable(key.first, key.second, std::move(rows)));
+  std::map<CollectiveKey, CollectiveTable> tables;
+  for (auto& [key, rows] : points) {
+    tables.emplace(key, CollectiveTable(std::get<0>(key), std::get<2>(key), std::move(rows)));
+  }
   return tables;
 }
 
@@ -120,21 +125,21 @@ double GemmShapeTable::shape_factor(double m, double n, double k) const {
   return std::min(1.0, flops_per_s(m, n, k) / flops_per_s(largest, largest, largest));
 }
 
-AllToAllTable::AllToAllTable(std::string key, int group, std::vector<std::pair<double, double>> bytes_and_rate)
+CollectiveTable::CollectiveTable(std::string key, int group, std::vector<std::pair<double, double>> bytes_and_rate)
     : key_(std::move(key)), group_(group), points_(std::move(bytes_and_rate)) {
   std::sort(points_.begin(), points_.end());
 }
 
-double AllToAllTable::seconds(double operand_bytes) const {
-  if (points_.empty() || operand_bytes <= 0) return 0;
-  if (operand_bytes <= points_.front().first) return points_.front().first / points_.front().second;
-  if (operand_bytes >= points_.back().first) return operand_bytes / points_.back().second;
+double CollectiveTable::seconds(double bytes) const {
+  if (points_.empty() || bytes <= 0) return 0;
+  if (bytes <= points_.front().first) return points_.front().first / points_.front().second;
+  if (bytes >= points_.back().first) return bytes / points_.back().second;
   std::size_t i = 0;
-  while (points_[i + 1].first < operand_bytes) ++i;
+  while (points_[i + 1].first < bytes) ++i;
   const auto [b0, r0] = points_[i];
   const auto [b1, r1] = points_[i + 1];
-  const double f = std::log(operand_bytes / b0) / std::log(b1 / b0);
-  return operand_bytes / std::exp((1 - f) * std::log(r0) + f * std::log(r1));
+  const double f = std::log(bytes / b0) / std::log(b1 / b0);
+  return bytes / std::exp((1 - f) * std::log(r0) + f * std::log(r1));
 }
 
 const GemmShapeTable* gemm_shape_table(const std::string& gpu_name) {
@@ -143,9 +148,9 @@ const GemmShapeTable* gemm_shape_table(const std::string& gpu_name) {
   return it == tables.end() ? nullptr : &it->second;
 }
 
-const AllToAllTable* all_to_all_table(const std::string& gpu_name, int group) {
-  static const std::map<std::pair<std::string, int>, AllToAllTable> tables = load_all_to_all_tables();
-  auto it = tables.find({table_key(gpu_name, false), group});
+const CollectiveTable* collective_table(const std::string& gpu_name, const std::string& collective, int group) {
+  static const std::map<CollectiveKey, CollectiveTable> tables = load_collective_tables();
+  auto it = tables.find({table_key(gpu_name, false), collective, group});
   return it == tables.end() ? nullptr : &it->second;
 }
 

@@ -1,4 +1,4 @@
-// The expert all-to-all inside one node no faster than OpenXLA measured it there (sim/data/all_to_all_by_size.csv,
+// The expert all-to-all inside one node no faster than OpenXLA measured it there (sim/data/collectives_by_size.csv,
 // sim/all_to_all.cpp measured_floor_s): on an H100 or B200 node the measured time sets a latency floor at small sizes
 // and a rate under NCCL's bus-bandwidth model at large ones; across nodes, and on the A100 (no table), the model as
 // before. The floor engages at rank and group fidelity and at layer and op granularity alike.
@@ -39,7 +39,7 @@ topology::NodeSpec untabled(topology::NodeSpec node) {
 TEST(AllToAllMeasured, InsideAnH100NodeNoFasterThanMeasured) {
   const topology::NodeSpec h100 = topology::dgx_h100();
   const std::vector<int> one_node(8, 0);
-  const AllToAllTable& table = *all_to_all_table(h100.gpu.name, 8);
+  const CollectiveTable& table = *all_to_all_table(h100.gpu.name, 8);
   for (const double operand : {8192.0, 8.0 * 1024 * 1024, 128.0 * 1024 * 1024, 2.0 * 1024 * 1024 * 1024}) {
     const CollectivePlan measured = plan_all_to_all(even(operand), one_node, node_model(h100));
     const CollectivePlan modelled = plan_all_to_all(even(operand), one_node, node_model(untabled(h100)));
@@ -65,7 +65,7 @@ TEST(AllToAllMeasured, AcrossNodesAndOnTheA100TheModelAsBefore) {
 }
 
 TEST(AllToAllMeasured, TheFloorFallsInRateTowardsSmallSizes) {
-  const AllToAllTable& table = *all_to_all_table("H100-SXM5-80GB", 8);
+  const CollectiveTable& table = *all_to_all_table("H100-SXM5-80GB", 8);
   double previous_rate = 1e300;
   for (const double operand : {1e9, 1e8, 1e7, 1e6, 1e5, 1e4}) {
     const double rate = operand / table.seconds(operand);

@@ -183,7 +183,7 @@ TEST(ContextParallelA2aProgram, HeadsThatDoNotSplitOverTpTimesCpAreRefused) {
 // each member keeps 1 / cp of its tensor and sends the rest, the share to members of its own node over NVLink and
 // the rest through its NIC (the slower port sets the time), plus NCCL's Simple-protocol base latency and one step
 // (sim/all_to_all.cpp); inside one node, no faster than the all-to-all OpenXLA measured there at the member's bytes
-// (sim/data/all_to_all_by_size.csv).
+// (sim/data/collectives_by_size.csv).
 double closed_form_s(const Op& op, int cp, int members_per_node) {
   const topology::NodeSpec node = topology::dgx_h100();
   const NcclTuning nccl;
