@@ -4,6 +4,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "sim/measured_tables.hpp"
+
 namespace twin::sim {
 
 namespace {
@@ -48,6 +50,25 @@ std::vector<Flow> node_pair_flows(const std::vector<std::vector<double>>& bytes,
   return flows;
 }
 
+// The time OpenXLA measured for an all-to-all of the group's size inside one node of this GPU's
+// (sim/data/collectives_by_size.csv), at the busiest member's operand: what it sends plus its own share (XLA's
+// benchmark counts the whole operand, xla/tools/collective_perf_table_gen.cc GetNetworkThroughputBytesPerSec), the
+// own share taken as the mean of what it sends each peer. 0 where no table was measured (the A100, other group sizes).
+// The measurement's small sizes carry NCCL's real latency floor (8 GPUs of an H100 node: 16 us at 8 KiB, 71 us at
+// 8 MiB, against the tuning model's 12 us and 32 us); its large ones a rate below NCCL's bus-bandwidth model.
+double measured_floor_s(const std::vector<std::vector<double>>& bytes, const CommunicationModel& model) {
+  const int n = static_cast<int>(bytes.size());
+  const CollectiveTable* table = all_to_all_table(model.node.gpu.name, n);
+  if (!table) return 0;
+  double busiest = 0;
+  for (const auto& row : bytes) {
+    double sent = 0;
+    for (double b : row) sent += b;
+    busiest = std::max(busiest, sent * n / (n - 1));
+  }
+  return table->seconds(busiest);
+}
+
 }  // namespace
 
 CollectivePlan plan_all_to_all(const std::vector<std::vector<double>>& bytes, const std::vector<int>& member_nodes,
@@ -86,6 +107,13 @@ CollectivePlan plan_all_to_all(const std::vector<std::vector<double>>& bytes, co
   phase.latency_s =
       nccl.ring_simple_base_s + (crosses_nodes ? nccl.ring_simple_net_step_s : nccl.ring_simple_nvlink_step_s);
   plan.estimate_s = phase.latency_s + slowest_s;
+  // Inside one node, no faster than the all-to-all measured there at the busiest member's size (measured_floor_s):
+  // the flows' phase lasts at least that long less its latency.
+  if (!crosses_nodes) {
+    const double floor_s = measured_floor_s(bytes, model);
+    phase.min_s = std::max(phase.min_s, floor_s - phase.latency_s);
+    plan.estimate_s = std::max(plan.estimate_s, floor_s);
+  }
   if (flows == AllToAllFlows::PerNodePair) {
     if (!crosses_nodes) {
       plan.algorithm = CollectiveAlgorithm::Analytical;  // NVLink ports alone: the estimate, no flows

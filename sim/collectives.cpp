@@ -1,5 +1,7 @@
 #include "sim/collectives.hpp"
+
 #include "sim/all_to_all.hpp"
+#include "sim/measured_tables.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -221,6 +223,24 @@ FlowPhase inter_node_rings(model::CollectiveKind kind, double bytes, const Layou
 
 }  // namespace
 
+namespace {
+
+// The time OpenXLA measured for this collective of `members` GPUs inside one node of the GPU's
+// (sim/data/collectives_by_size.csv) on `bytes` as twin counts them (the whole tensor: an all-reduce's, a
+// reduce-scatter's input, an all-gather's output, as XLA's benchmark does); 0 where none was measured. Its small
+// sizes carry NCCL's real latency, its large ones a rate under the bus-bandwidth model (8 H100: an all-gather of
+// 64 MiB in 0.20 ms where the ring model gives 0.15 ms).
+double measured_floor_s(model::CollectiveKind kind, double bytes, int members, const CommunicationModel& model) {
+  const char* name = kind == model::CollectiveKind::AllReduce       ? "all-reduce"
+                     : kind == model::CollectiveKind::AllGather     ? "all-gather"
+                     : kind == model::CollectiveKind::ReduceScatter ? "reduce-scatter"
+                                                                    : nullptr;
+  const CollectiveTable* table = name ? collective_table(model.node.gpu.name, name, members) : nullptr;
+  return table ? table->seconds(bytes) : 0;
+}
+
+}  // namespace
+
 CollectivePlan plan_collective(model::CollectiveKind kind, double bytes, const std::vector<int>& member_nodes,
                                const CommunicationModel& model, CollectiveAlgorithm requested, double bandwidth_scale) {
   if (kind == model::CollectiveKind::AllToAll) {  // its bytes spread evenly over the members
@@ -248,7 +268,9 @@ CollectivePlan plan_collective(model::CollectiveKind kind, double bytes, const s
   }
   plan.algorithm = best->algorithm;
   plan.protocol = best->protocol;
-  plan.estimate_s = best->seconds;
+  // Inside one node, no faster than the collective measured there (measured_floor_s).
+  const double floor_s = g.nodes == 1 ? measured_floor_s(kind, bytes, g.members, model) : 0;
+  plan.estimate_s = std::max(best->seconds, floor_s);
   if (requested == CollectiveAlgorithm::Analytical || bytes < model.small_bytes) {
     plan.algorithm = CollectiveAlgorithm::Analytical;
     return plan;
@@ -300,6 +322,7 @@ CollectivePlan plan_collective(model::CollectiveKind kind, double bytes, const s
     phase = ring_flows(kind, scaled * inflation, g);
   }
   phase.latency_s = best->latency_s;
+  phase.min_s = std::max(phase.min_s, floor_s - phase.latency_s);
   plan.phases.push_back(std::move(phase));
   return plan;
 }

@@ -191,6 +191,8 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu) {
   p.gemm_efficiency = base_efficiency(gpu, measured, p.tiles);
   p.gemm_measured_flops_per_s = measured.flops_per_s;
   p.gemm_measured_shape = {measured.m, measured.n, measured.k};
+  // GEMMs by shape: OpenXLA's measured tables (sim/data/gemm_by_shape.csv), sm_90 and B200; none for the A100.
+  p.gemm_shapes = gemm_shape_table(gpu.name);
   // Attention GEMMs: measured on an A100 (see kMegatronAttentionA100), relative to the streaming rate, so the same
   // fraction on every GPU unless the cluster measured its own (cluster.attention_gemm_hbm_fraction).
   p.attention_gemm_hbm_fraction = attention_gemm_hbm_fraction_measured(kA100StreamingFraction, p.kernel_launch_s);
@@ -272,14 +274,19 @@ AnalyticalParameters host_parameters(const topology::HostProfile& profile) {
   return p;
 }
 
-double AnalyticalCostModel::fp8_gemm_time_s(double m, double n, double k, double count, model::Fp8Recipe recipe) const {
+double AnalyticalCostModel::fp8_efficiency(model::Fp8Recipe recipe) const {
   auto it = fp8_efficiency_.find(recipe);
   if (it == fp8_efficiency_.end()) {
     const Fp8GemmMeasurement fp8 = fp8_gemm_measurement(gpu_, recipe);
     const GemmMeasurement measured{fp8.flops_per_s, fp8.m, fp8.n, fp8.k};
     it = fp8_efficiency_.emplace(recipe, base_efficiency(gpu_, measured, parameters_.tiles, gpu_.fp8_flops)).first;
   }
-  const double compute = quantized_time_s(m, n, k, count, gpu_.fp8_flops, it->second, gpu_.sm_count, parameters_.tiles);
+  return it->second;
+}
+
+double AnalyticalCostModel::fp8_gemm_time_s(double m, double n, double k, double count, model::Fp8Recipe recipe) const {
+  const double compute =
+      quantized_time_s(m, n, k, count, gpu_.fp8_flops, fp8_efficiency(recipe), gpu_.sm_count, parameters_.tiles);
   const double operand_bytes = (m * k + k * n + 2 * m * n) * count;
   return std::max(compute, memory_time_s(operand_bytes));
 }
@@ -291,6 +298,19 @@ double AnalyticalCostModel::gemm_time_s(double m, double n, double k, double cou
                                           gpu_.sm_count, parameters_.tiles);
   const double operand_bytes = model::dtype_bytes(dtype) * (m * k + k * n + m * n) * count;
   return std::max(compute, memory_time_s(operand_bytes) / hbm_fraction);
+}
+
+// The table's factor is the bf16 column's, applied to FP8 GEMMs too: OpenXLA's FP8 columns for sm_90 exceed the H100's
+// dense FP8 peak at large shapes (scripts/openxla_tables.py), so they cannot be read as rates; what a shape loses to
+// latency and pipeline fill is taken to be the same fraction in either precision.
+double AnalyticalCostModel::weight_gemm_time_s(double m, double n, double k, double count, model::DType dtype,
+                                               const model::Fp8Recipe* recipe) const {
+  const double modelled = recipe ? fp8_gemm_time_s(m, n, k, count, *recipe) : gemm_time_s(m, n, k, count, dtype);
+  const GemmShapeTable* table = parameters_.gemm_shapes;
+  if (!table || m <= 0 || n <= 0 || k <= 0 || count <= 0) return modelled;
+  const double large_flops_per_s = recipe ? gpu_.fp8_flops * fp8_efficiency(*recipe)
+                                          : gpu_.peak_flops(dtype) * parameters_.gemm_efficiency;
+  return std::max(modelled, count * 2 * m * n * k / (large_flops_per_s * table->shape_factor(m, n, k)));
 }
 
 double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const model::Op& op, int& kernels) const {
@@ -359,8 +379,8 @@ double AnalyticalCostModel::gemm_kernels_s(const model::Scenario& scenario, cons
   const double m = static_cast<double>(op.gemm.m), n = static_cast<double>(op.gemm.n);
   const double k = static_cast<double>(op.gemm.k), count = static_cast<double>(op.gemm.count);
   const model::DType dtype = scenario.model.dtype;
-  if (op.phase != model::Phase::Backward) return gemm_time_s(m, n, k, count, dtype);
-  return gemm_time_s(m, k, n, count, dtype) + gemm_time_s(k, n, m, count, dtype);
+  if (op.phase != model::Phase::Backward) return weight_gemm_time_s(m, n, k, count, dtype);
+  return weight_gemm_time_s(m, k, n, count, dtype) + weight_gemm_time_s(k, n, m, count, dtype);
 }
 
 double AnalyticalCostModel::stream_time_s(const model::Op& op, double bytes) const {
@@ -373,8 +393,9 @@ double AnalyticalCostModel::fp8_gemm_kernels_s(const model::Scenario& scenario, 
   const double m = static_cast<double>(op.gemm.m), n = static_cast<double>(op.gemm.n);
   const double k = static_cast<double>(op.gemm.k), count = static_cast<double>(op.gemm.count);
   const model::Fp8Recipe recipe = scenario.framework.fp8_recipe;
-  if (op.phase != model::Phase::Backward) return fp8_gemm_time_s(m, n, k, count, recipe);
-  return fp8_gemm_time_s(m, k, n, count, recipe) + fp8_gemm_time_s(k, n, m, count, recipe);
+  const model::DType dtype = scenario.model.dtype;
+  if (op.phase != model::Phase::Backward) return weight_gemm_time_s(m, n, k, count, dtype, &recipe);
+  return weight_gemm_time_s(m, k, n, count, dtype, &recipe) + weight_gemm_time_s(k, n, m, count, dtype, &recipe);
 }
 
 // The attention core's batched GEMMs, at the attention GEMMs' fraction of the streaming rate when memory bound: half
@@ -410,12 +431,10 @@ double AnalyticalCostModel::gemm_half_s(const model::Scenario& scenario, model::
   const double m = static_cast<double>(shape.m), n = static_cast<double>(shape.n), k = static_cast<double>(shape.k);
   const double count = static_cast<double>(shape.count);
   if (count <= 0) return 0;
-  if (model::runs_in_fp8(scenario, what)) {
-    const model::Fp8Recipe recipe = scenario.framework.fp8_recipe;
-    return weight_gradient ? fp8_gemm_time_s(k, n, m, count, recipe) : fp8_gemm_time_s(m, k, n, count, recipe);
-  }
   const model::DType dtype = scenario.model.dtype;
-  return weight_gradient ? gemm_time_s(k, n, m, count, dtype) : gemm_time_s(m, k, n, count, dtype);
+  const model::Fp8Recipe recipe = scenario.framework.fp8_recipe;
+  const model::Fp8Recipe* fp8 = model::runs_in_fp8(scenario, what) ? &recipe : nullptr;
+  return weight_gradient ? weight_gemm_time_s(k, n, m, count, dtype, fp8) : weight_gemm_time_s(m, k, n, count, dtype, fp8);
 }
 
 double AnalyticalCostModel::memory_copy_s(double bytes, int kernels) const {

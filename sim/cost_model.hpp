@@ -27,6 +27,7 @@
 
 #include "model/program/program.hpp"
 #include "report/summary.hpp"
+#include "sim/measured_tables.hpp"
 #include "topology/hardware.hpp"
 #include "topology/host_profile.hpp"
 
@@ -79,6 +80,9 @@ struct AnalyticalParameters {
   // cited one; 0: the cited one.
   double attention_flops_per_s = 0;
   std::vector<GemmTile> tiles;
+  // A weight GEMM's measured loss by shape (sim/measured_tables.hpp): null where none was published (the A100), and
+  // on a CPU host.
+  const GemmShapeTable* gemm_shapes = nullptr;
   // Where the two efficiencies come from, for reports: the GEMM measurement they were derived from, and whether it
   // (and the HBM bandwidth) is this cluster's own (cluster.gemm_tflops, cluster.hbm_gb_per_s) or a cited one.
   double gemm_measured_flops_per_s = 0;
@@ -128,6 +132,13 @@ class AnalyticalCostModel : public CostModel {
   // leaves (sim/fp8_gemm.hpp), tiles and waves as for 16-bit GEMMs; memory bound on one-byte operands and a 16-bit
   // output. Throws std::invalid_argument for a GPU without FP8 (fp8_gemm_measurement).
   double fp8_gemm_time_s(double m, double n, double k, double count, model::Fp8Recipe recipe) const;
+  // `count` weight GEMMs (a linear layer's, or one per local expert, launched one after another): gemm_time_s or
+  // fp8_gemm_time_s (`recipe` set), but no faster than each at the large-GEMM rate times the measured shape factor
+  // (AnalyticalParameters::gemm_shapes). The rule, on every GPU: the large-GEMM rate is a cited measured GEMM of the
+  // software generation the GPU's runs used, tile and wave quantization price shapes above the table's grid, the table
+  // the losses below and inside it (latency, pipeline fill), whichever is slower.
+  double weight_gemm_time_s(double m, double n, double k, double count, model::DType dtype,
+                            const model::Fp8Recipe* recipe = nullptr) const;
   double memory_time_s(double bytes) const;
   double gemm_half_s(const model::Scenario& scenario, model::ComputeKind what, bool weight_gradient) const override;
   double memory_copy_s(double bytes, int kernels) const override;
@@ -147,6 +158,7 @@ class AnalyticalCostModel : public CostModel {
   double attention_gemms_s(const model::Scenario& scenario, const model::Op& op) const;
   double flash_attention_s(const model::Scenario& scenario, const model::Op& op) const;
   std::pair<double, int> timed(const model::Scenario& scenario, const model::Op& op) const;  // seconds, kernels
+  double fp8_efficiency(model::Fp8Recipe recipe) const;
 
   topology::GpuSpec gpu_;
   AnalyticalParameters parameters_;

@@ -15,6 +15,7 @@
 #include "model/program/program.hpp"
 #include "sim/collectives.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/measured_tables.hpp"
 #include "sim/simulate.hpp"
 #include "topology/hardware.hpp"
 
@@ -181,7 +182,8 @@ TEST(ContextParallelA2aProgram, HeadsThatDoNotSplitOverTpTimesCpAreRefused) {
 // One all-to-all over the Context group as the simulator times it, against its bytes over the group's bandwidth:
 // each member keeps 1 / cp of its tensor and sends the rest, the share to members of its own node over NVLink and
 // the rest through its NIC (the slower port sets the time), plus NCCL's Simple-protocol base latency and one step
-// (sim/all_to_all.cpp).
+// (sim/all_to_all.cpp); inside one node, no faster than the all-to-all OpenXLA measured there at the member's bytes
+// (sim/data/collectives_by_size.csv).
 double closed_form_s(const Op& op, int cp, int members_per_node) {
   const topology::NodeSpec node = topology::dgx_h100();
   const NcclTuning nccl;
@@ -189,8 +191,11 @@ double closed_form_s(const Op& op, int cp, int members_per_node) {
   const double nvlink_s = (members_per_node - 1) * share / node.nvlink_effective_bytes_per_s;
   const double nic_s = (cp - members_per_node) * share / node.nic_effective_bytes_per_s;
   const bool across = members_per_node < cp;
-  return nccl.ring_simple_base_s + (across ? nccl.ring_simple_net_step_s : nccl.ring_simple_nvlink_step_s) +
-         std::max(nvlink_s, nic_s);
+  const double modelled_s = nccl.ring_simple_base_s +
+                            (across ? nccl.ring_simple_net_step_s : nccl.ring_simple_nvlink_step_s) +
+                            std::max(nvlink_s, nic_s);
+  if (across) return modelled_s;
+  return std::max(modelled_s, all_to_all_table(node.gpu.name, cp)->seconds(op.bytes));
 }
 
 struct ExchangeTimes {
