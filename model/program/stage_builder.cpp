@@ -23,7 +23,9 @@ StageBuilder::StageBuilder(const Scenario& s, Granularity granularity, const Sta
   // (runtime/zero/stage2.py, allreduce_bucket) converts to fp32 only under allreduce_always_fp32, off by default.
   // Composer's DDP reduces the fp32 gradients of its fp32 parameters (autocast); its FSDP reduce-scatters in the
   // model dtype (fsdp_reduce).
-  const bool fp32_reduction = (s.framework.name == Framework::Megatron && s.model.dtype == DType::BF16) ||
+  // framework.grad_reduce_in_fp32 = false keeps Megatron's bf16 gradients in bf16 (Megatron-Core's own default).
+  const bool fp32_reduction = (s.framework.name == Framework::Megatron && s.model.dtype == DType::BF16 &&
+                               s.framework.grad_reduce_in_fp32) ||
                               s.framework.name == Framework::Composer;
   grad_reduce_bytes_ = fp32_reduction ? 4.0 : dtype_bytes(s.model.dtype);
   // DeepSpeed's BF16_Optimizer all-reduces the tied weight's fp32 gradient (weight._hp_grad, pipe/engine.py).
@@ -191,7 +193,8 @@ std::vector<StageBuilder::GatherBucket> StageBuilder::gather_buckets(int chunk) 
 
 int StageBuilder::parameter_gather(const GatherBucket& bucket, int chunk, int after) {
   Op op = gradient_op(CollectiveKind::AllGather, data_group_, Payload::Parameters, bucket.what,
-                      bucket.parameters * x_.e, Stream::DataParallel);
+                      gather_bytes(bucket.layer, bucket.what, bucket.parameters, s_.is_moe_layer(bucket.layer)),
+                      Stream::DataParallel);
   op.phase = Phase::Forward;
   op.layer = bucket.layer;
   op.micro_batch = 0;

@@ -84,6 +84,7 @@ class StageBuilder {
                  Stream stream) const;
   void synchronize_bucket(int layer, ComputeKind what, double parameters, double sequence_parallel_parameters);
   void synchronize_layer_gradients(int layer);
+  double gather_bytes(int layer, ComputeKind what, double parameters, bool experts) const;
   void synchronize_expert_gradients(int layer);
   void finish_iteration();
   void finish_sharded_iteration();

@@ -242,6 +242,15 @@ struct FrameworkSpec {
   // micro-batch's forward and another's backward layer by layer, the MoE dispatch and combine all-to-alls of each on
   // a communication stream under the other's compute (model/program/moe_a2a_overlap.hpp).
   bool moe_a2a_overlap = false;
+  // Megatron's main-gradient buffer and its data-parallel reduction in fp32 (Megatron-LM's
+  // --accumulate-allreduce-grads-in-fp32, which megatron/training/arguments.py sets with --bf16); false: in bf16,
+  // Megatron-Core's own default (DistributedDataParallelConfig.grad_reduce_in_fp32 = False) and NeMo's
+  // optim.grad_sync_dtype = bf16. Megatron with bf16 only.
+  bool grad_reduce_in_fp32 = true;
+  // Megatron-Core's --fp8-param-gather (Transformer Engine's fp8_model_init): the GEMM weights are FP8 tensors, kept
+  // as their FP8 bytes and TE's FP8 transpose, with no 16-bit copy, and the distributed optimizer all-gathers them in
+  // FP8; false: 16-bit weights beside TE's FP8 copies of them. With model.fp8 and the distributed optimizer.
+  bool fp8_param_gather = false;
 };
 
 // The DeepSpeed release twin models: framework.deepspeed_version when given, else 0.6.2 under bf16_optimizer (its
