@@ -269,6 +269,18 @@ MemoryEstimate estimate_memory(const Scenario& s) {
       const double edp = d(p.tp * p.cp * p.dp / (p.ep * p.etp));
       m.optimizer_bytes += experts * per_param.optimizer * (1 / edp - 1 / dense_shards);
     }
+    if (p.zero_stage == 2) {
+      // ZeRO-2: each rank keeps its shard of the gradients (over dp x cp, as the optimizer's), and, before their
+      // reduce-scatters, the whole gradients of the chunk whose backward just ran (its layers' reductions may all be
+      // in flight at its end): the largest chunk's layers.
+      std::int64_t chunk_layers = 0;
+      for (int chunk = 0; chunk < p.virtual_stages; ++chunk) {
+        chunk_layers = std::max(chunk_layers,
+                                s.layers_in_virtual_stage(virtual_stage(stage, chunk, static_cast<int>(p.pp))));
+      }
+      m.gradients_bytes = m.parameters * per_param.gradients / dense_shards +
+                          per_param.gradients * d(chunk_layers) * layer_parameters_per_gpu(s);
+    }
     if (p.zero_stage == 3) {
       // FSDP FULL_SHARD: weights and gradients sharded too; on top, the units gathered in the model dtype at once
       // (the root through the whole micro-batch, the running block and the two its rate limiter lets the CPU

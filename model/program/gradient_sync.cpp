@@ -56,6 +56,21 @@ double StageBuilder::gather_bytes(int layer, ComputeKind what, double parameters
   return parameters * x_.e - fp8 * (x_.e - 1);
 }
 
+// ZeRO-2 (parallel.zero_stage = 2): a micro-batch's gradient of a layer (or of a model end) is reduce-scattered into
+// the rank's shard once its backward is done, on the data-parallel stream, in the gradients' reduction dtype; the
+// chunk's last micro-batch reduces as ZeRO-1 does (synchronize_bucket), so the optimizer's buckets stay one per layer.
+// Sharded gradients cannot wait for the accumulation to end: FSDP with gradient accumulation reduce-scatters every
+// micro-batch unless it keeps the whole gradient (no_sync), which ZeRO-2 exists to avoid.
+void StageBuilder::reduce_micro_batch_gradients(int layer, ComputeKind what, double parameters, int producer,
+                                                const PipelineStep& step) {
+  Op op = gradient_op(CollectiveKind::ReduceScatter, data_group_, Payload::Gradients, what,
+                      parameters * grad_reduce_bytes_, Stream::DataParallel);
+  op.layer = layer;
+  op.micro_batch = step.micro_batch;
+  op.deps.push_back(producer);
+  emit(std::move(op));
+}
+
 // Parameters of the bucket at an end of the model on this rank: the embedding's (its word-embedding shard and the
 // position embedding), or the head's (the final layer norm, and the LM head's weight when it is untied or the last
 // stage's copy of the tied one). FSDP's root unit is both, on its one stage.

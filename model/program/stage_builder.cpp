@@ -31,6 +31,7 @@ StageBuilder::StageBuilder(const Scenario& s, Granularity granularity, const Sta
   // DeepSpeed's BF16_Optimizer all-reduces the tied weight's fp32 gradient (weight._hp_grad, pipe/engine.py).
   tied_reduce_bytes_ = s.framework.bf16_optimizer ? 4.0 : grad_reduce_bytes_;
   zero3_ = s.shards_parameters();
+  zero2_ = s.parallel.zero_stage == 2 && dp_ > 1;
   gathers_under_forward_ = s.parallel.overlap_param_gather && s.parallel.zero_stage >= 1 && dp_ > 1 && !zero3_;
   combined_ = s.framework.moe_a2a_overlap && !zero3_;
   last_backward_.assign(chunks_, -1);
@@ -304,7 +305,10 @@ void StageBuilder::backward_step(const PipelineStep& step, bool last_backward_of
       fsdp_reduce(layer, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_), gradient_producer, step);
       continue;
     }
-    if (last_backward_of_chunk) {
+    if (zero2_ && !last_backward_of_chunk) {
+      reduce_micro_batch_gradients(layer, ComputeKind::TransformerLayer, layer_dense_parameters_per_gpu(s_, layer),
+                                   gradient_producer, step);
+    } else if (last_backward_of_chunk) {
       if (s_.parallel.dp_overlap) {
         synchronize_layer_gradients(layer);
       } else {
@@ -316,6 +320,15 @@ void StageBuilder::backward_step(const PipelineStep& step, bool last_backward_of
   if (vs == 0) {
     if (recompute_model_ends(s_)) emit_all(embedding_forward(x_, Phase::Recompute), step, wait_for);
     emit_all(embedding_backward(x_), step, wait_for);
+  }
+  // ZeRO-2: the model ends' gradients too, every micro-batch but the last (the last one's are the iteration's buckets).
+  if (zero2_ && !last_backward_of_chunk) {
+    const int producer = last_op();
+    for (const ComputeKind end : {ComputeKind::LmHead, ComputeKind::Embedding}) {
+      if (vs == (end == ComputeKind::Embedding ? 0 : virtual_stages_ - 1)) {
+        reduce_micro_batch_gradients(-1, end, end_bucket_parameters(end), producer, step);
+      }
+    }
   }
   if (zero3_) {
     // The root's post-backward: reshard it and reduce-scatter its gradient, last.

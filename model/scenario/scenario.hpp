@@ -139,9 +139,12 @@ struct ParallelSpec {
   std::int64_t microbatch_group = 0;
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;
-  std::int64_t zero_stage = 0;        // 0; 1 (optimizer state sharded across DP); 3 (parameters, gradients and
-                                      // optimizer state sharded, parameters gathered per layer: PyTorch FSDP's
-                                      // FULL_SHARD, framework.name = "composer")
+  std::int64_t zero_stage = 0;        // 0; 1 (optimizer state sharded across DP); 2 (the gradients too, each
+                                      // micro-batch's reduce-scattered into the rank's shard: FSDP sharding
+                                      // optimizer state and gradients without resharding the parameters after the
+                                      // forward, as Llama 3 trained, arXiv:2407.21783 section 3.3.2); 3 (parameters,
+                                      // gradients and optimizer state sharded, parameters gathered per layer:
+                                      // PyTorch FSDP's FULL_SHARD, framework.name = "composer")
   bool dp_overlap = false;            // reduce DP gradients under the backward pass
   // ZeRO-1 under Megatron-LM: gather the updated parameters under the next forward instead of after the optimizer
   // step (Megatron-Core's --overlap-param-gather): the first micro-batch's forward of each bucket waits for its

@@ -318,8 +318,20 @@ class RuleCheck {
 
   // ZeRO stages, as each framework has them.
   void sharding() {
-    if (p.zero_stage != 0 && p.zero_stage != 1 && p.zero_stage != 3) {
-      problems.push_back(fmt::format("{}: parallel.zero_stage must be 0, 1 or 3, got {}", src, p.zero_stage));
+    if (p.zero_stage < 0 || p.zero_stage > 3) {
+      problems.push_back(fmt::format("{}: parallel.zero_stage must be 0, 1, 2 or 3, got {}", src, p.zero_stage));
+    } else if (p.zero_stage == 2 && scenario.framework.name != Framework::Megatron) {
+      // DeepSpeed's pipeline engine refuses ZeRO-2 (runtime/pipe/engine.py asserts zero stage < 2); Composer's FSDP
+      // is modelled as FULL_SHARD (3) or DDP (0).
+      problems.push_back(
+          fmt::format("{}: parallel.zero_stage = 2 (gradients sharded every micro-batch) is modelled on Megatron's "
+                      "plan layout: it needs framework.name = \"megatron\", got \"{}\"",
+                      src, to_string(scenario.framework.name)));
+    } else if (p.zero_stage == 2 && !p.dp_overlap) {
+      problems.push_back(fmt::format(
+          "{}: parallel.zero_stage = 2 reduce-scatters each micro-batch's gradients under the backward pass: it "
+          "needs parallel.dp_overlap = true",
+          src));
     } else if (p.zero_stage == 3 && !is_composer) {
       problems.push_back(
           fmt::format("{}: parallel.zero_stage = 3 is PyTorch FSDP's FULL_SHARD, which twin models as Composer runs "

@@ -1,8 +1,8 @@
 // What the frameworks keep and move, by their own switches (model/program/estimates.hpp, stage_builder.cpp):
 // Megatron's bf16 gradient buffer (framework.grad_reduce_in_fp32 = false) and Transformer Engine's FP8 parameters
-// (framework.fp8_param_gather). Each must lower the memory estimate and the bytes of the exchange it changes on every
+// (framework.fp8_param_gather), and gradients sharded every micro-batch (parallel.zero_stage = 2). Each must lower the memory estimate and the bytes of the exchange it changes on every
 // plan family it applies to (pp 1, 1F1B pp 2, interleaved, ep 2, cp 2), and is refused by name where it does not
-// apply. (Both fidelities of the simulator replay the same Program: the bytes checked here are what each times.)
+// apply (ZeRO-2 raises its exchange's bytes instead, m-fold). (Both fidelities of the simulator replay the same Program: the bytes checked here are what each times.)
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -129,6 +129,37 @@ TEST(MemoryFrameworks, Fp8ParametersKeepNoSixteenBitCopyAndGatherInOneByteOnEver
   }
 }
 
+TEST(MemoryFrameworks, ZeroTwoShardsTheGradientsAndReducesThemEveryMicroBatchOnEveryDenseFamily) {
+  for (const Family& family : kFamilies) {
+    if (std::string(family.model).find("experts") != std::string::npos) continue;  // refused below
+    SCOPED_TRACE(family.name);
+    const std::string text = plan(family.parallel, family.model);
+    std::string sharded = text;
+    sharded.replace(sharded.find("zero_stage = 1"), 14, "zero_stage = 2");
+    const Scenario one = parse_scenario(text, "one.toml"), two = parse_scenario(sharded, "two.toml");
+    const MemoryEstimate a = estimate_memory(one), b = estimate_memory(two);
+    const double shards = static_cast<double>(one.parallel.dp * one.parallel.cp);
+    for (std::size_t stage = 0; stage < a.stages.size(); ++stage) {
+      // the rank's 1/(dp cp) of the fp32 gradients, and at most one chunk's whole gradients in flight
+      EXPECT_GE(b.stages[stage].gradients_bytes, a.stages[stage].gradients_bytes / shards);
+      const double chunk_bound = a.stages[stage].gradients_bytes / shards +
+                                 4 * static_cast<double>(one.layers_on_stage(0)) * layer_parameters_per_gpu(one);
+      EXPECT_LE(b.stages[stage].gradients_bytes, chunk_bound * (1 + 1e-12));  // 1F1B: the chunk is the stage
+      EXPECT_LT(b.stages[stage].gradients_bytes, a.stages[stage].gradients_bytes);
+      EXPECT_EQ(b.stages[stage].optimizer_bytes, a.stages[stage].optimizer_bytes);
+    }
+    EXPECT_LT(b.peak_bytes, a.peak_bytes);
+    // Every micro-batch's gradients cross the data-parallel group: m times ZeRO-1's bytes, the parameters gathered
+    // once as before.
+    const double m = static_cast<double>(one.parallel.micro_batches());
+    const Program p1 = build_program(one, Granularity::Layer), p2 = build_program(two, Granularity::Layer);
+    for (int stage = 0; stage < p1.stages(); ++stage) {
+      EXPECT_DOUBLE_EQ(exchange_bytes(p2, stage, Payload::Gradients), m * exchange_bytes(p1, stage, Payload::Gradients));
+      EXPECT_DOUBLE_EQ(exchange_bytes(p2, stage, Payload::Parameters), exchange_bytes(p1, stage, Payload::Parameters));
+    }
+  }
+}
+
 TEST(MemoryFrameworks, TheSwitchesAreRefusedByNameWhereTheyDoNotApply) {
   const auto refused = [](const std::string& text, const std::string& key) {
     const std::vector<std::string> problems = testing::problems_of(text);
@@ -151,6 +182,19 @@ TEST(MemoryFrameworks, TheSwitchesAreRefusedByNameWhereTheyDoNotApply) {
   no_zero.replace(no_zero.find("zero_stage = 1"), 14, "zero_stage = 0");
   EXPECT_TRUE(refused(no_zero, "framework.fp8_param_gather"));
   EXPECT_TRUE(testing::problems_of(plan(pp1, "fp8 = \"hybrid\"\n", "fp8_param_gather = true")).empty());
+  // ZeRO-2: Megatron's dense plans, their gradients reduced under the backward
+  std::string moe = plan("pp = 2\nep = 2\n", "experts = 4\ntop_k = 2\nmoe_ffn_hidden = 1024\n");
+  moe.replace(moe.find("zero_stage = 1"), 14, "zero_stage = 2");
+  EXPECT_TRUE(refused(moe, "parallel.zero_stage = 2"));
+  std::string stage2 = plan(pp1);
+  stage2.replace(stage2.find("zero_stage = 1"), 14, "zero_stage = 2");
+  EXPECT_TRUE(testing::problems_of(stage2).empty());
+  std::string exposed = stage2;
+  exposed.replace(exposed.find("dp_overlap = true"), 17, "dp_overlap = false");
+  EXPECT_TRUE(refused(exposed, "parallel.zero_stage = 2"));
+  std::string deepspeed2 = stage2;
+  deepspeed2.replace(deepspeed2.find("name = \"megatron\""), 17, "name = \"deepspeed\"");
+  EXPECT_TRUE(refused(deepspeed2, "parallel.zero_stage = 2"));
 }
 
 }  // namespace
