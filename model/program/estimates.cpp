@@ -33,6 +33,13 @@ double moe_layers_on_stage(const Scenario& s, int stage) {
 
 }  // namespace
 
+double layer_fp8_weights_per_gpu(const Scenario& s, std::int64_t layer) {
+  if (!s.is_moe_layer(layer)) return gemm_weights_per_gpu(s);
+  // A Mixture-of-Experts layer: the attention's two GEMMs; its routed experts are counted with their own bucket.
+  const double h = d(s.model.hidden);
+  return (h * d(s.model.qkv_width()) + d(s.model.attention_width()) * h) / d(s.parallel.tp);
+}
+
 double parameters_per_gpu(const Scenario& s, int stage) {
   const auto& p = s.parallel;
   const double h = d(s.model.hidden), V = d(s.padded_vocab()), t = d(p.tp);
@@ -100,6 +107,10 @@ StateBytesPerParameter state_bytes_per_parameter(const Scenario& s) {
   if (s.model.dtype == DType::FP32 || s.framework.name == Framework::Composer) return {4, 4, 8};
   if (s.framework.bf16_optimizer) return {2, 6, 12};
   if (s.framework.name == Framework::DeepSpeed || s.model.dtype == DType::FP16) return {2, 2, 16};
+  // Megatron with bf16 gradients (framework.grad_reduce_in_fp32 = false): a bf16 main-gradient buffer, and the
+  // optimizer's fp32 copy of its shard beside the fp32 weights, m and v (megatron/core/optimizer/distrib_optimizer.py
+  // allocates the shard's fp32 main_param.grad): the fp16 row of docs/distrib_optimizer.md, 4 + 16/d.
+  if (!s.framework.grad_reduce_in_fp32) return {2, 2, 16};
   return {2, 4, 12};  // Megatron-LM with bf16
 }
 
@@ -258,6 +269,18 @@ MemoryEstimate estimate_memory(const Scenario& s) {
       const double edp = d(p.tp * p.cp * p.dp / (p.ep * p.etp));
       m.optimizer_bytes += experts * per_param.optimizer * (1 / edp - 1 / dense_shards);
     }
+    if (p.zero_stage == 2) {
+      // ZeRO-2: each rank keeps its shard of the gradients (over dp x cp, as the optimizer's), and, before their
+      // reduce-scatters, the whole gradients of the chunk whose backward just ran (its layers' reductions may all be
+      // in flight at its end): the largest chunk's layers.
+      std::int64_t chunk_layers = 0;
+      for (int chunk = 0; chunk < p.virtual_stages; ++chunk) {
+        chunk_layers = std::max(chunk_layers,
+                                s.layers_in_virtual_stage(virtual_stage(stage, chunk, static_cast<int>(p.pp))));
+      }
+      m.gradients_bytes = m.parameters * per_param.gradients / dense_shards +
+                          per_param.gradients * d(chunk_layers) * layer_parameters_per_gpu(s);
+    }
     if (p.zero_stage == 3) {
       // FSDP FULL_SHARD: weights and gradients sharded too; on top, the units gathered in the model dtype at once
       // (the root through the whole micro-batch, the running block and the two its rate limiter lets the CPU
@@ -268,8 +291,12 @@ MemoryEstimate estimate_memory(const Scenario& s) {
       m.gradients_bytes = m.parameters * per_param.gradients / d(p.dp) + e * std::max(root, block);
     }
     // FP8: Transformer Engine keeps an FP8 copy of every GEMM weight beside the 16-bit one, and its transpose (the
-    // columnwise copy a backward GEMM reads along its K): 2 bytes per GEMM weight element.
-    if (s.model.fp8 != Fp8Format::None) m.weights_bytes += 2 * d(s.layers_on_stage(stage)) * gemm_weights_per_gpu(s);
+    // columnwise copy a backward GEMM reads along its K): 2 bytes per GEMM weight element. With FP8 parameters
+    // (framework.fp8_param_gather: fp8_model_init) the weight is those FP8 bytes and their transpose, no 16-bit copy
+    // (the fp32 master copy is the optimizer's): 1 + 1 bytes where the 16-bit weight took 2, nothing added.
+    if (s.model.fp8 != Fp8Format::None && !s.framework.fp8_param_gather) {
+      m.weights_bytes += 2 * d(s.layers_on_stage(stage)) * gemm_weights_per_gpu(s);
+    }
     m.in_flight_micro_batches = max_in_flight(schedule[stage]);
     // The chunks of a stage may differ (the embedding or the loss counted as a layer): the most layers in flight.
     std::vector<std::int64_t> chunk_layers;

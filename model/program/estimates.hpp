@@ -22,6 +22,11 @@ namespace twin::model {
 // last stage when pp > 1).
 double parameters_per_gpu(const Scenario& scenario, int stage);
 
+// Of transformer layer `layer`'s parameters on one GPU, the GEMM weights Transformer Engine holds in FP8 under
+// framework.fp8_param_gather: the attention's QKV and projection weights, and the dense MLP's (a Mixture-of-Experts
+// layer's routed experts are all GEMM weights, counted apart: expert_parameters_per_gpu).
+double layer_fp8_weights_per_gpu(const Scenario& scenario, std::int64_t layer);
+
 // Narayanan's model FLOPs per iteration. `with_recompute` selects the 96 (counting the recomputed forward) or the
 // 72 prefix. Papers quote TFLOP/s per GPU with the scenario's own recompute; MFU uses the 72 form.
 double model_flops_per_iteration(const Scenario& scenario, bool with_recompute);

@@ -45,6 +45,32 @@ void StageBuilder::fsdp_reduce(int layer, ComputeKind what, double parameters, i
   if (step.micro_batch == 0) buckets_.push_back({layer, what, parameters, last_reduce_});
 }
 
+// Bytes the distributed optimizer all-gathers for a bucket of `parameters`: the model dtype, but with
+// framework.fp8_param_gather the GEMM weights in FP8, one byte each (Megatron-Core's param buffer holds their FP8
+// data); the embedding, the LM head and the norms stay 16-bit. `layer` -1 with `experts`: a bucket of routed experts
+// alone; else the layer's dense parameters, and its routed experts with them when `experts`.
+double StageBuilder::gather_bytes(int layer, ComputeKind what, double parameters, bool experts) const {
+  if (!s_.framework.fp8_param_gather || what != ComputeKind::TransformerLayer) return parameters * x_.e;
+  const double fp8 = (layer >= 0 ? layer_fp8_weights_per_gpu(s_, layer) : 0) +
+                     (experts ? expert_parameters_per_gpu(s_) : 0);
+  return parameters * x_.e - fp8 * (x_.e - 1);
+}
+
+// ZeRO-2 (parallel.zero_stage = 2): a micro-batch's gradient of a layer (or of a model end) is reduce-scattered into
+// the rank's shard once its backward is done, on the data-parallel stream, in the gradients' reduction dtype; the
+// chunk's last micro-batch reduces as ZeRO-1 does (synchronize_bucket), so the optimizer's buckets stay one per layer.
+// Sharded gradients cannot wait for the accumulation to end: FSDP with gradient accumulation reduce-scatters every
+// micro-batch unless it keeps the whole gradient (no_sync), which ZeRO-2 exists to avoid.
+void StageBuilder::reduce_micro_batch_gradients(int layer, ComputeKind what, double parameters, int producer,
+                                                const PipelineStep& step) {
+  Op op = gradient_op(CollectiveKind::ReduceScatter, data_group_, Payload::Gradients, what,
+                      parameters * grad_reduce_bytes_, Stream::DataParallel);
+  op.layer = layer;
+  op.micro_batch = step.micro_batch;
+  op.deps.push_back(producer);
+  emit(std::move(op));
+}
+
 // Parameters of the bucket at an end of the model on this rank: the embedding's (its word-embedding shard and the
 // position embedding), or the head's (the final layer norm, and the LM head's weight when it is untied or the last
 // stage's copy of the tied one). FSDP's root unit is both, on its one stage.
@@ -160,8 +186,11 @@ void StageBuilder::finish_iteration() {
     const Stream stream = s_.parallel.dp_overlap ? Stream::DataParallel : Stream::Compute;
     for (const auto& bucket : buckets_) {
       if (bucket.group == Group::ExpertData && bucket.op < 0) continue;  // one expert-data-parallel rank: its own
+      const bool experts = bucket.group == Group::ExpertData;
       Op op = gradient_op(CollectiveKind::AllGather, bucket.group, Payload::Parameters, bucket.what,
-                          bucket.parameters * x_.e, stream);
+                          experts ? gather_bytes(-1, bucket.what, bucket.parameters, true)
+                                  : gather_bytes(bucket.layer, bucket.what, bucket.parameters, false),
+                          stream);
       op.layer = bucket.layer;
       op.deps.push_back(step_index);
       emit(std::move(op));

@@ -23,12 +23,15 @@ StageBuilder::StageBuilder(const Scenario& s, Granularity granularity, const Sta
   // (runtime/zero/stage2.py, allreduce_bucket) converts to fp32 only under allreduce_always_fp32, off by default.
   // Composer's DDP reduces the fp32 gradients of its fp32 parameters (autocast); its FSDP reduce-scatters in the
   // model dtype (fsdp_reduce).
-  const bool fp32_reduction = (s.framework.name == Framework::Megatron && s.model.dtype == DType::BF16) ||
+  // framework.grad_reduce_in_fp32 = false keeps Megatron's bf16 gradients in bf16 (Megatron-Core's own default).
+  const bool fp32_reduction = (s.framework.name == Framework::Megatron && s.model.dtype == DType::BF16 &&
+                               s.framework.grad_reduce_in_fp32) ||
                               s.framework.name == Framework::Composer;
   grad_reduce_bytes_ = fp32_reduction ? 4.0 : dtype_bytes(s.model.dtype);
   // DeepSpeed's BF16_Optimizer all-reduces the tied weight's fp32 gradient (weight._hp_grad, pipe/engine.py).
   tied_reduce_bytes_ = s.framework.bf16_optimizer ? 4.0 : grad_reduce_bytes_;
   zero3_ = s.shards_parameters();
+  zero2_ = s.parallel.zero_stage == 2 && dp_ > 1;
   gathers_under_forward_ = s.parallel.overlap_param_gather && s.parallel.zero_stage >= 1 && dp_ > 1 && !zero3_;
   combined_ = s.framework.moe_a2a_overlap && !zero3_;
   last_backward_.assign(chunks_, -1);
@@ -191,7 +194,8 @@ std::vector<StageBuilder::GatherBucket> StageBuilder::gather_buckets(int chunk) 
 
 int StageBuilder::parameter_gather(const GatherBucket& bucket, int chunk, int after) {
   Op op = gradient_op(CollectiveKind::AllGather, data_group_, Payload::Parameters, bucket.what,
-                      bucket.parameters * x_.e, Stream::DataParallel);
+                      gather_bytes(bucket.layer, bucket.what, bucket.parameters, s_.is_moe_layer(bucket.layer)),
+                      Stream::DataParallel);
   op.phase = Phase::Forward;
   op.layer = bucket.layer;
   op.micro_batch = 0;
@@ -301,7 +305,10 @@ void StageBuilder::backward_step(const PipelineStep& step, bool last_backward_of
       fsdp_reduce(layer, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_), gradient_producer, step);
       continue;
     }
-    if (last_backward_of_chunk) {
+    if (zero2_ && !last_backward_of_chunk) {
+      reduce_micro_batch_gradients(layer, ComputeKind::TransformerLayer, layer_dense_parameters_per_gpu(s_, layer),
+                                   gradient_producer, step);
+    } else if (last_backward_of_chunk) {
       if (s_.parallel.dp_overlap) {
         synchronize_layer_gradients(layer);
       } else {
@@ -313,6 +320,15 @@ void StageBuilder::backward_step(const PipelineStep& step, bool last_backward_of
   if (vs == 0) {
     if (recompute_model_ends(s_)) emit_all(embedding_forward(x_, Phase::Recompute), step, wait_for);
     emit_all(embedding_backward(x_), step, wait_for);
+  }
+  // ZeRO-2: the model ends' gradients too, every micro-batch but the last (the last one's are the iteration's buckets).
+  if (zero2_ && !last_backward_of_chunk) {
+    const int producer = last_op();
+    for (const ComputeKind end : {ComputeKind::LmHead, ComputeKind::Embedding}) {
+      if (vs == (end == ComputeKind::Embedding ? 0 : virtual_stages_ - 1)) {
+        reduce_micro_batch_gradients(-1, end, end_bucket_parameters(end), producer, step);
+      }
+    }
   }
   if (zero3_) {
     // The root's post-backward: reshard it and reduce-scatter its gradient, last.

@@ -84,6 +84,9 @@ class StageBuilder {
                  Stream stream) const;
   void synchronize_bucket(int layer, ComputeKind what, double parameters, double sequence_parallel_parameters);
   void synchronize_layer_gradients(int layer);
+  double gather_bytes(int layer, ComputeKind what, double parameters, bool experts) const;
+  void reduce_micro_batch_gradients(int layer, ComputeKind what, double parameters, int producer,
+                                    const PipelineStep& step);
   void synchronize_expert_gradients(int layer);
   void finish_iteration();
   void finish_sharded_iteration();
@@ -118,6 +121,7 @@ class StageBuilder {
   bool gathers_under_forward_ = false;  // parallel.overlap_param_gather: ZeRO-1's gathers under the first forward
   std::vector<std::vector<int>> aligned_gathers_;  // ... interleaved: each chunk's, issued at the start
   int pending_gather_ = -1;                        // the gather the next emitted op waits for
+  bool zero2_ = false;           // parallel.zero_stage = 2 with DP: each micro-batch's gradients reduce-scattered
   bool zero3_ = false;           // parallel.zero_stage = 3 with dp > 1: FSDP's per-unit gathers and reduce-scatters
   std::deque<int> free_events_;  // FSDP: compute ops after which a unit was freed, oldest first
   int last_reduce_ = -1;         // FSDP: the latest reduce-scatter

@@ -141,9 +141,12 @@ struct ParallelSpec {
   std::int64_t microbatch_group = 0;
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;
-  std::int64_t zero_stage = 0;        // 0; 1 (optimizer state sharded across DP); 3 (parameters, gradients and
-                                      // optimizer state sharded, parameters gathered per layer: PyTorch FSDP's
-                                      // FULL_SHARD, framework.name = "composer")
+  std::int64_t zero_stage = 0;        // 0; 1 (optimizer state sharded across DP); 2 (the gradients too, each
+                                      // micro-batch's reduce-scattered into the rank's shard: FSDP sharding
+                                      // optimizer state and gradients without resharding the parameters after the
+                                      // forward, as Llama 3 trained, arXiv:2407.21783 section 3.3.2); 3 (parameters,
+                                      // gradients and optimizer state sharded, parameters gathered per layer:
+                                      // PyTorch FSDP's FULL_SHARD, framework.name = "composer")
   bool dp_overlap = false;            // reduce DP gradients under the backward pass
   // ZeRO-1 under Megatron-LM: gather the updated parameters under the next forward instead of after the optimizer
   // step (Megatron-Core's --overlap-param-gather): the first micro-batch's forward of each bucket waits for its
@@ -264,6 +267,15 @@ struct FrameworkSpec {
   // Megatron-Core's --async-save: training waits only for each GPU's state to reach host memory, the write to storage
   // runs behind the next steps; false: training waits for the write (model/program/goodput.hpp).
   bool async_checkpoint = false;
+  // Megatron's main-gradient buffer and its data-parallel reduction in fp32 (Megatron-LM's
+  // --accumulate-allreduce-grads-in-fp32, which megatron/training/arguments.py sets with --bf16); false: in bf16,
+  // Megatron-Core's own default (DistributedDataParallelConfig.grad_reduce_in_fp32 = False) and NeMo's
+  // optim.grad_sync_dtype = bf16. Megatron with bf16 only.
+  bool grad_reduce_in_fp32 = true;
+  // Megatron-Core's --fp8-param-gather (Transformer Engine's fp8_model_init): the GEMM weights are FP8 tensors, kept
+  // as their FP8 bytes and TE's FP8 transpose, with no 16-bit copy, and the distributed optimizer all-gathers them in
+  // FP8; false: 16-bit weights beside TE's FP8 copies of them. With model.fp8 and the distributed optimizer.
+  bool fp8_param_gather = false;
 };
 
 // The DeepSpeed release twin models: framework.deepspeed_version when given, else 0.6.2 under bf16_optimizer (its

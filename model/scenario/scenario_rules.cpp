@@ -36,6 +36,7 @@ class RuleCheck {
     block_recompute();
     deepspeed();
     param_gather_overlap();
+    fp8_param_gather();
     partitioned_activations();
     mixture_of_experts();
     check_failure_model(scenario, problems);
@@ -326,8 +327,20 @@ class RuleCheck {
 
   // ZeRO stages, as each framework has them.
   void sharding() {
-    if (p.zero_stage != 0 && p.zero_stage != 1 && p.zero_stage != 3) {
-      problems.push_back(fmt::format("{}: parallel.zero_stage must be 0, 1 or 3, got {}", src, p.zero_stage));
+    if (p.zero_stage < 0 || p.zero_stage > 3) {
+      problems.push_back(fmt::format("{}: parallel.zero_stage must be 0, 1, 2 or 3, got {}", src, p.zero_stage));
+    } else if (p.zero_stage == 2 && scenario.framework.name != Framework::Megatron) {
+      // DeepSpeed's pipeline engine refuses ZeRO-2 (runtime/pipe/engine.py asserts zero stage < 2); Composer's FSDP
+      // is modelled as FULL_SHARD (3) or DDP (0).
+      problems.push_back(
+          fmt::format("{}: parallel.zero_stage = 2 (gradients sharded every micro-batch) is modelled on Megatron's "
+                      "plan layout: it needs framework.name = \"megatron\", got \"{}\"",
+                      src, to_string(scenario.framework.name)));
+    } else if (p.zero_stage == 2 && !p.dp_overlap) {
+      problems.push_back(fmt::format(
+          "{}: parallel.zero_stage = 2 reduce-scatters each micro-batch's gradients under the backward pass: it "
+          "needs parallel.dp_overlap = true",
+          src));
     } else if (p.zero_stage == 3 && !is_composer) {
       problems.push_back(
           fmt::format("{}: parallel.zero_stage = 3 is PyTorch FSDP's FULL_SHARD, which twin models as Composer runs "
@@ -484,6 +497,22 @@ class RuleCheck {
                         "0.6.2; framework.deepspeed_version = \"{}\" has none",
                         src, version_text(version)));
       }
+    }
+  }
+
+  // Megatron-Core's --fp8-param-gather: FP8 weights, gathered by the distributed optimizer ("--fp8-param-gather
+  // only supported with distributed optimizer", megatron/training/arguments.py).
+  void fp8_param_gather() {
+    if (!scenario.framework.fp8_param_gather) return;
+    const std::string needs = "framework.fp8_param_gather is Megatron-Core's --fp8-param-gather: it needs";
+    if (scenario.framework.name != Framework::Megatron) {
+      problems.push_back(fmt::format("{}: {} framework.name = \"megatron\", got \"{}\"", src, needs,
+                                     to_string(scenario.framework.name)));
+    }
+    if (m.fp8 == Fp8Format::None) problems.push_back(fmt::format("{}: {} FP8 training (model.fp8)", src, needs));
+    if (p.zero_stage != 1) {
+      problems.push_back(
+          fmt::format("{}: {} the distributed optimizer, parallel.zero_stage = 1, got {}", src, needs, p.zero_stage));
     }
   }
 

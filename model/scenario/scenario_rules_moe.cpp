@@ -46,10 +46,10 @@ void expert_grid(const Scenario& scenario, SizesKnown known, bool sizes_ok, std:
                     "dense here",
                     src, m.experts));
   }
-  if (p.zero_stage == 3) {
+  if (p.zero_stage >= 2) {
     problems.push_back(fmt::format(
-        "{}: model.experts = {} with parallel.zero_stage = 3: Megatron-Core shards MoE models with ZeRO-1 at most", src,
-        m.experts));
+        "{}: model.experts = {} with parallel.zero_stage = {}: Megatron-Core shards MoE models with ZeRO-1 at most",
+        src, m.experts, p.zero_stage));
   }
 }
 

@@ -251,7 +251,17 @@ void read_framework(const toml::table& root, const std::string& source, Scenario
   framework.choice("fp8_recipe", f.fp8_recipe, names::kFp8Recipes);
   framework.boolean("moe_a2a_overlap", f.moe_a2a_overlap);
   framework.boolean("async_checkpoint", f.async_checkpoint);
+  const bool grad_reduce_given = framework.has("grad_reduce_in_fp32");
+  framework.boolean("grad_reduce_in_fp32", f.grad_reduce_in_fp32);
+  framework.boolean("fp8_param_gather", f.fp8_param_gather);
   framework.reject_unknown_keys();
+  // Only Megatron chooses its bf16 gradients' dtype; DeepSpeed's and Composer's follow from their own keys.
+  if (grad_reduce_given && (f.name != Framework::Megatron || scenario.model.dtype != DType::BF16)) {
+    problems.push_back(fmt::format(
+        "{}: framework.grad_reduce_in_fp32 is Megatron's choice for bf16 training: it needs framework.name = "
+        "\"megatron\" and model.dtype = \"bf16\", got \"{}\" and \"{}\"",
+        source, to_string(f.name), to_string(scenario.model.dtype)));
+  }
   if (f.name == Framework::Composer) {
     // Composer runs PyTorch's own elementwise kernels (sim/cost_model.cpp); Megatron's fused ones are not there.
     if (fused_kernels_given) {
@@ -452,6 +462,8 @@ std::string to_toml(const Scenario& s) {
     line(fmt::format("fp8_recipe = \"{}\"", to_string(s.framework.fp8_recipe)));
   if (s.framework.moe_a2a_overlap) line("moe_a2a_overlap = true");
   if (s.framework.async_checkpoint) line("async_checkpoint = true");
+  if (!s.framework.grad_reduce_in_fp32) line("grad_reduce_in_fp32 = false");
+  if (s.framework.fp8_param_gather) line("fp8_param_gather = true");
   line("\n[training]");
   line(fmt::format("seed = {}", s.training.seed));
   line(fmt::format("learning_rate = {:.17g}", s.training.learning_rate));

@@ -351,10 +351,10 @@ INSTANTIATE_TEST_SUITE_P(
                     {parse_override("parallel.schedule=interleaved"), parse_override("parallel.virtual_stages=2")},
                     "micro-batches per pipeline (global_batch / (dp * micro_batch) = 3) must be divisible by "
                     "parallel.pp (2)"},
-        InvalidCase{"zero_stage_2",
+        InvalidCase{"zero_stage_5",
                     kV,
-                    {parse_override("parallel.zero_stage=2")},
-                    "parallel.zero_stage must be 0, 1 or 3, got 2"},
+                    {parse_override("parallel.zero_stage=5")},
+                    "parallel.zero_stage must be 0, 1, 2 or 3, got 5"},
         InvalidCase{"zero_stage_3_megatron",
                     kV,
                     {parse_override("parallel.zero_stage=3")},
