@@ -337,7 +337,7 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"unknown_schedule",
                     replace(kV, "micro_batch = 2", "micro_batch = 2\nschedule = \"1f2b\""),
                     {},
-                    "parallel.schedule: unknown value \"1f2b\" (expected one of gpipe, 1f1b, interleaved)"},
+                    "parallel.schedule: unknown value \"1f2b\" (expected one of gpipe, 1f1b, interleaved, zb-h1)"},
         InvalidCase{"virtual_stages_without_interleaving",
                     kV,
                     {parse_override("parallel.virtual_stages=2")},
