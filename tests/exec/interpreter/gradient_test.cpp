@@ -268,11 +268,6 @@ model::Program split_backward_program(model::Scenario s) {
 
 TEST(ExecGradient, TheZeroBubbleSplitBackwardMatchesFiniteDifferences) {
   expect_gradients_match_finite_differences(split_backward_program(tiny({})), "GPT-2 block, B and W");
-  expect_gradients_match_finite_differences(
-      split_backward_program(tiny({"model.norm=\"rmsnorm\"", "model.activation=\"swiglu\"",
-                                   "model.position_embedding=\"rope\"", "model.kv_heads=2", "model.linear_bias=false",
-                                   "framework.tied_embeddings=false"})),
-      "Llama-style block, B and W");
 }
 
 }  // namespace
