@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -33,6 +34,7 @@ struct SearchOptions {
   bool vary_recompute = false;
   bool vary_sequence_parallel = false;
   bool vary_zero = false;
+  bool vary_schedule = false;  // also ZB-H1 for every pipeline without chunks
   std::vector<std::string> nodes;  // --vary-node: node kinds to search over, the scenario's GPU count on each
   bool vary_etp = false;
   bool vary_cp = false;  // --vary-cp: context-parallel sizes 1, 2, 4, 8 (those the sequence allows)
@@ -228,13 +230,33 @@ void add_plan_if_it_fits(const model::Scenario& s, const SearchOptions& o, std::
   const double m = static_cast<double>(p.micro_batches());
   plan.ideal_bubble =
       static_cast<double>(p.pp - 1) / (static_cast<double>(p.virtual_stages) * m + static_cast<double>(p.pp - 1));
+  // ZB-H1 with equal F, B and W: (p - 1)(F + B - W) over m (F + B + W) + that
+  if (p.schedule == model::ScheduleKind::ZeroBubbleH1) {
+    plan.ideal_bubble = static_cast<double>(p.pp - 1) / (3 * m + static_cast<double>(p.pp - 1));
+  }
   plan.peak_memory_bytes = memory.peak_bytes;
   plans.push_back(plan);
 }
 
+// The schedules a plan with `pp` stages and `chunks` chunks per stage runs: the interleaved one with chunks, else the
+// base's (1F1B where it cannot apply: the base's interleaved, or ZB-H1 without a pipeline), and with vary_schedule
+// ZB-H1 too where there is a pipeline.
+std::vector<model::ScheduleKind> schedules_of(const model::Scenario& base, std::int64_t pp, std::int64_t chunks,
+                                              bool vary_schedule) {
+  using model::ScheduleKind;
+  if (chunks > 1) return {ScheduleKind::Interleaved};
+  ScheduleKind own = base.parallel.schedule;
+  if (own == ScheduleKind::Interleaved) own = ScheduleKind::OneFOneB;
+  if (pp == 1 && own == ScheduleKind::ZeroBubbleH1) own = ScheduleKind::OneFOneB;
+  std::vector<ScheduleKind> out{own};
+  if (vary_schedule && pp > 1 && own != ScheduleKind::ZeroBubbleH1) out.push_back(ScheduleKind::ZeroBubbleH1);
+  return out;
+}
+
 // Every valid plan that fits, ordered by its ideal bubble (then less tensor parallelism): the order in which they are
 // simulated when there are more than --max. With vary_recompute, every recompute mode, block recompute included; with
-// vary_sequence_parallel, with and without it (where tp > 1); with vary_zero, ZeRO stages 0 and 1.
+// vary_sequence_parallel, with and without it (where tp > 1); with vary_zero, ZeRO stages 0 and 1; with vary_schedule,
+// ZB-H1 beside 1F1B (schedules_of).
 std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptions& o, int& rejected_for_memory,
                                   std::vector<Rejection>* rejections) {
   const bool vary_recompute = o.vary_recompute;
@@ -250,6 +272,15 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptio
   // scenario's cp, or with --vary-cp each of 1, 2, 4, 8 (validation keeps those the sequence length allows).
   const std::vector<std::int64_t> cps = o.vary_cp ? std::vector<std::int64_t>{1, 2, 4, 8}
                                                   : std::vector<std::int64_t>{base.parallel.cp};
+  const auto recompute_and_schedule = [&](std::int64_t pp, std::int64_t chunks) {
+    std::vector<std::pair<model::Recompute, model::ScheduleKind>> out;
+    for (const model::Recompute recompute : recomputes) {
+      for (const model::ScheduleKind schedule : schedules_of(base, pp, chunks, o.vary_schedule)) {
+        out.emplace_back(recompute, schedule);
+      }
+    }
+    return out;
+  };
   std::vector<Plan> plans;
   rejected_for_memory = 0;
   for (std::int64_t tp = 1; tp <= base.cluster.gpus_per_node; tp *= 2) {
@@ -259,7 +290,7 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptio
       const std::int64_t dp = gpus / (tp * pp * cp);
       for (std::int64_t micro_batch : {1, 2, 4, 8}) {
         for (std::int64_t chunks = 1; chunks <= 4; ++chunks) {
-          for (model::Recompute recompute : recomputes) {
+          for (const auto& [recompute, schedule] : recompute_and_schedule(pp, chunks)) {
             model::Scenario s = base;
             s.parallel.tp = tp;
             s.parallel.pp = pp;
@@ -267,10 +298,7 @@ std::vector<Plan> enumerate_plans(const model::Scenario& base, const SearchOptio
             s.parallel.cp = cp;
             s.parallel.micro_batch = micro_batch;
             s.parallel.virtual_stages = chunks;
-            s.parallel.schedule = chunks > 1 ? model::ScheduleKind::Interleaved
-                                  : base.parallel.schedule == model::ScheduleKind::Interleaved
-                                      ? model::ScheduleKind::OneFOneB
-                                      : base.parallel.schedule;
+            s.parallel.schedule = schedule;
             s.parallel.recompute = recompute;
             // Block recompute belongs to full recompute: the base's own, then (varying) a few more.
             const bool full = recompute == model::Recompute::Full;
@@ -601,6 +629,8 @@ void register_search_command(CLI::App& app) {
                     "also try each plan with tp > 1 with and without sequence parallelism");
   command->add_flag("--vary-zero", o->vary_zero,
                     "also try ZeRO stages 0 and 1 (Megatron-LM's distributed optimizer, DeepSpeed's ZeRO-1)");
+  command->add_flag("--vary-schedule", o->vary_schedule,
+                    "also try the zero-bubble ZB-H1 schedule for each pipeline without chunks (where it applies)");
   command
       ->add_option("--vary-node", o->nodes,
                    "also search these node kinds (e.g. dgx-h100,dgx-h200,gb200-nvl72), each with the scenario's "

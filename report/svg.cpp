@@ -9,7 +9,7 @@ namespace twin::report {
 
 namespace {
 
-enum class BoxKind { Forward, Backward, Sync };
+enum class BoxKind { Forward, Backward, WeightGrad, Sync };
 
 struct Box {
   double start_s, end_s;
@@ -25,9 +25,10 @@ std::vector<Box> boxes_of(const model::Program& program, const RankTimeline& ran
   for (const OpSpan& span : rank.spans) {
     const model::Op& op = ops[span.op];
     if (op.stream != model::Stream::Compute) continue;
-    const BoxKind kind = op.micro_batch < 0                  ? BoxKind::Sync
-                         : op.phase == model::Phase::Forward ? BoxKind::Forward
-                                                             : BoxKind::Backward;
+    const BoxKind kind = op.micro_batch < 0                     ? BoxKind::Sync
+                         : op.phase == model::Phase::Forward    ? BoxKind::Forward
+                         : op.phase == model::Phase::WeightGrad ? BoxKind::WeightGrad
+                                                                : BoxKind::Backward;
     const double start = span.active_s;  // a compute op waiting for the host is not drawn busy
     if (!boxes.empty() && boxes.back().kind == kind && boxes.back().micro_batch == op.micro_batch &&
         boxes.back().chunk == op.chunk && start <= boxes.back().end_s + tolerance_s) {
@@ -46,6 +47,8 @@ const char* colour(BoxKind kind, int chunk) {
       return odd ? "#a0cbe8" : "#4e79a7";
     case BoxKind::Backward:
       return odd ? "#8cd17d" : "#59a14f";
+    case BoxKind::WeightGrad:  // a zero-bubble schedule's W, apart from its B
+      return odd ? "#ffbe7d" : "#f28e2b";
     case BoxKind::Sync:
       return "#bab0ac";
   }
@@ -74,7 +77,8 @@ std::string pipeline_svg(const model::Program& program, const Timeline& timeline
   fmt::format_to(
       it,
       "<text x=\"{:.0f}\" y=\"20\" font-size=\"14\">{}: one iteration, {:.3f} s ({} stages, {} "
-      "micro-batches; blue forward, green backward, grey gradient sync and optimizer, white bubble)</text>\n",
+      "micro-batches; blue forward, green backward, orange weight gradient (W), grey gradient sync and optimizer, "
+      "white bubble)</text>\n",
       left, program.scenario.model.name, timeline.iteration_time_s, program.stages(),
       program.scenario.parallel.micro_batches());
   for (int stage = 0; stage < program.stages(); ++stage) {

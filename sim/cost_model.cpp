@@ -374,12 +374,14 @@ double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const mod
 }
 
 // A GEMM op's GEMMs: forward [m,k]x[k,n]; backward the input gradient dX = dY W^T ([m,n]x[n,k]) and the weight
-// gradient dW = X^T dY ([k,m]x[m,n]).
+// gradient dW = X^T dY ([k,m]x[m,n]); a zero-bubble schedule's B the first, its W the second.
 double AnalyticalCostModel::gemm_kernels_s(const model::Scenario& scenario, const model::Op& op) const {
   const double m = static_cast<double>(op.gemm.m), n = static_cast<double>(op.gemm.n);
   const double k = static_cast<double>(op.gemm.k), count = static_cast<double>(op.gemm.count);
   const model::DType dtype = scenario.model.dtype;
+  if (op.phase == model::Phase::WeightGrad) return weight_gemm_time_s(k, n, m, count, dtype);  // a zero-bubble W
   if (op.phase != model::Phase::Backward) return weight_gemm_time_s(m, n, k, count, dtype);
+  if (op.defers_weight_grad) return weight_gemm_time_s(m, k, n, count, dtype);  // its B
   return weight_gemm_time_s(m, k, n, count, dtype) + weight_gemm_time_s(k, n, m, count, dtype);
 }
 
@@ -484,6 +486,8 @@ double FixedCostModel::compute_time_s(const model::Scenario& /*scenario*/, const
       return recompute_s_;
     case model::Phase::Optimizer:
       return optimizer_s_;
+    case model::Phase::WeightGrad:
+      return weight_grad_s_;
   }
   return 0;
 }

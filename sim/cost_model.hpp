@@ -174,13 +174,19 @@ class AnalyticalCostModel : public CostModel {
 // `recompute_s`, a backward op `backward_s`, the optimizer `optimizer_s`).
 class FixedCostModel : public CostModel {
  public:
-  FixedCostModel(double forward_s, double backward_s, double recompute_s = 0, double optimizer_s = 0)
-      : forward_s_(forward_s), backward_s_(backward_s), recompute_s_(recompute_s), optimizer_s_(optimizer_s) {}
+  // `weight_grad_s`: a zero-bubble schedule's W of a layer (its B takes `backward_s`).
+  FixedCostModel(double forward_s, double backward_s, double recompute_s = 0, double optimizer_s = 0,
+                 double weight_grad_s = 0)
+      : forward_s_(forward_s),
+        backward_s_(backward_s),
+        recompute_s_(recompute_s),
+        optimizer_s_(optimizer_s),
+        weight_grad_s_(weight_grad_s) {}
   std::string name() const override { return "fixed"; }
   double compute_time_s(const model::Scenario& scenario, const model::Op& op) const override;
 
  private:
-  double forward_s_, backward_s_, recompute_s_, optimizer_s_;
+  double forward_s_, backward_s_, recompute_s_, optimizer_s_, weight_grad_s_;
 };
 
 // What `cost` charges each part of a fused layer op of `scenario` (its KernelBreakdown's parts), for a summary's

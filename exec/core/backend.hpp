@@ -130,7 +130,8 @@ class Backend {
   // out (rows, out_f) = inp (rows, in_f) @ weight^T (weight (out_f, in_f)) + bias (out_f, or empty)
   virtual void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, int rows,
                               int in_features, int out_features) = 0;
-  // dinp (rows, in_f) = dout @ weight (empty: skipped); dweight (out_f, in_f) += dout^T @ inp; dbias += sum_r dout
+  // dinp (rows, in_f) = dout @ weight (empty: skipped); dweight (out_f, in_f) += dout^T @ inp (empty: skipped, a
+  // zero-bubble B); dbias += sum_r dout
   virtual void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                                const Tensor& inp, const Tensor& weight, int rows, int in_features,
                                int out_features) = 0;

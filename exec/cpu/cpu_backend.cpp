@@ -253,7 +253,8 @@ void CpuBackend::matmul_forward(const Tensor& out, const Tensor& inp, const Tens
 void CpuBackend::matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                                  const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features) {
   TWIN_EXEC_CHECK(dout.numel == std::size_t(rows) * out_features && inp.numel == std::size_t(rows) * in_features &&
-                      weight.numel == std::size_t(out_features) * in_features && dweight.numel == weight.numel &&
+                      weight.numel == std::size_t(out_features) * in_features &&
+                      (dweight.empty() || dweight.numel == weight.numel) &&
                       (dinp.empty() || dinp.numel == inp.numel) &&
                       (dbias.empty() || dbias.numel == std::size_t(out_features)),
                   "matmul_backward: dinp {} dweight {} dbias {} dout {} inp {} for rows {} in {} out {}", dinp.numel,

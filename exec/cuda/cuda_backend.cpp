@@ -301,12 +301,12 @@ void CudaBackend::matmul_backward(const Tensor& dinp, const Tensor& dweight, con
                                   int out_features) {
   TWIN_EXEC_CHECK((dinp.empty() || dinp.numel == numel(rows, in_features)) && dout.numel == numel(rows, out_features) &&
                       inp.numel == numel(rows, in_features) && weight.numel == numel(out_features, in_features) &&
-                      dweight.numel == numel(out_features, in_features) &&
+                      (dweight.empty() || dweight.numel == numel(out_features, in_features)) &&
                       (dbias.empty() || dbias.numel == std::size_t(out_features)),
                   "cuda matmul_backward: dinp {} dout {} inp {} weight {} dweight {} for ({}, {} -> {})", dinp.numel,
                   dout.numel, inp.numel, weight.numel, dweight.numel, rows, in_features, out_features);
   const char* kernel = "matmul_backward";
-  k::matmul_backward(optional_b16(dinp, kernel, "dinp"), f32(dweight, kernel, "dweight"),
+  k::matmul_backward(optional_b16(dinp, kernel, "dinp"), optional_f32(dweight, kernel, "dweight"),
                      optional_f32(dbias, kernel, "dbias"), b16(dout, kernel, "dout"), b16(inp, kernel, "inp"),
                      b16(weight, kernel, "weight"), rows, in_features, out_features, *blas_, context_->compute());
 }

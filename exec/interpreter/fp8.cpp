@@ -50,6 +50,16 @@ void Interpreter::linear_forward(const Op& op, const Tensor& out, const Tensor& 
 void Interpreter::linear_backward(const Op& op, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                                   const Tensor& dout, const Tensor& inp, const Tensor& weight, int rows,
                                   int in_features, int out_features) {
+  if (op.defers_weight_grad) {
+    // A zero-bubble B: the input gradient (and the bias's) now, the weight gradient in the op's W. dout is copied:
+    // the stream's gradient it may be is updated in place before W runs.
+    TWIN_EXEC_CHECK(!model::runs_in_fp8(scenario_, op.what), "layer {}: a deferred weight gradient in FP8", op.layer);
+    Tensor kept = backend_.allocate(dout.numel, dout.dtype);
+    backend_.copy(kept, dout);
+    chunk(op).deferred[{op.layer, static_cast<int>(op.what)}] = {inp, kept};
+    backend_.matmul_backward(dinp, Tensor{}, dbias, dout, inp, weight, rows, in_features, out_features);
+    return;
+  }
   if (!model::runs_in_fp8(scenario_, op.what)) {
     backend_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features, out_features);
     return;

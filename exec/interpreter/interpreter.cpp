@@ -141,6 +141,11 @@ void Interpreter::build_dispatch_tables() {
   }
   compute_handlers_[static_cast<int>(ComputeKind::OptimizerStep)][static_cast<int>(Phase::Optimizer)] =
       &Interpreter::optimizer_step;
+  for (ComputeKind what : {ComputeKind::QkvProjection, ComputeKind::AttentionProjection, ComputeKind::MlpUp,
+                           ComputeKind::MlpDown}) {
+    compute_handlers_[static_cast<int>(what)][static_cast<int>(Phase::WeightGrad)] =
+        &Interpreter::linear_weight_gradient;
+  }
 
   auto route = [this](Payload payload, Handler handler) { collective_handlers_[static_cast<int>(payload)] = handler; };
   route(Payload::LayerOutput, &Interpreter::reduce_tensor_parallel);            // row-parallel output: AR, or RS (SP)

@@ -187,6 +187,12 @@ class Interpreter {
     std::map<int, MoeStash> moe;       // by global layer index: its MoE MLP's
     HeadStash head;
     BackwardWork work;
+    // A zero-bubble schedule's B of a linear layer leaves its W what the weight gradient reads: the GEMM's input
+    // (rows, in_f) and its output gradient (rows, out_f), by (layer, ComputeKind).
+    struct DeferredWeightGrad {
+      Tensor input, d_out;
+    };
+    std::map<std::pair<int, int>, DeferredWeightGrad> deferred;
   };
 
   using Handler = void (Interpreter::*)(const model::Op&);
@@ -241,6 +247,8 @@ class Interpreter {
   void attention_core_backward(const model::Op& op);
   void qkv_backward(const model::Op& op);
   void layernorm_attention_backward(const model::Op& op);
+  // A zero-bubble schedule's W of a linear layer: its weight gradient from what its B left (ChunkState::deferred).
+  void linear_weight_gradient(const model::Op& op);
 
   // interpreter_context.cpp: context parallelism (the all_gather way)
   ContextShape context_shape() const;
@@ -366,7 +374,7 @@ class Interpreter {
   std::unique_ptr<Fp8State> fp8_;                          // model.fp8: scales and amaxes; null without FP8
   std::map<std::pair<int, int>, float> fp8_input_amaxes_;  // tensorwise SP: reduced input amaxes by (layer, GEMM)
 
-  static constexpr int kComputeKinds = static_cast<int>(model::kComputeKindCount), kPhases = 4,
+  static constexpr int kComputeKinds = static_cast<int>(model::kComputeKindCount), kPhases = static_cast<int>(model::Phase::WeightGrad) + 1,
                        kPayloads = static_cast<int>(model::kPayloadCount);
   std::array<std::array<Handler, kPhases>, kComputeKinds> compute_handlers_{};
   // The compute ops of an MoE layer's MLP (its shared experts' MlpUp / activation / MlpDown, the router and experts):

@@ -342,4 +342,35 @@ void Interpreter::layernorm_attention_backward(const Op& op) {
   state.layers.erase(op.layer);  // this micro-batch is done with the layer
 }
 
+// ---- a zero-bubble schedule's W ---------------------------------------------------------------------------------------
+
+void Interpreter::linear_weight_gradient(const Op& op) {
+  ChunkState& state = chunk(op);
+  const auto it = state.deferred.find({op.layer, static_cast<int>(op.what)});
+  TWIN_EXEC_CHECK(it != state.deferred.end(), "layer {}: no B left this weight gradient its inputs", op.layer);
+  const LayerTensors& w = shard_.layer_params(op.layer);
+  const LayerTensors& g = shard_.layer_grads(op.layer);
+  const int attention_width = dims_.heads_local * dims_.head_dim;
+  struct Linear {
+    const Tensor &weight, &grad;
+    int in_features, out_features;
+  };
+  const Linear linear = [&]() -> Linear {
+    switch (op.what) {
+      case model::ComputeKind::QkvProjection:
+        return {w.qkv_weight, g.qkv_weight, dims_.hidden, dims_.qkv_local};
+      case model::ComputeKind::AttentionProjection:
+        return {w.proj_weight, g.proj_weight, attention_width, dims_.hidden};
+      case model::ComputeKind::MlpUp:
+        return {w.fc_weight, g.fc_weight, dims_.hidden, dims_.up_local};
+      default:
+        return {w.fc_proj_weight, g.fc_proj_weight, dims_.ffn_local, dims_.hidden};
+    }
+  }();
+  // dweight (out_f, in_f) += d_out^T input: the GEMM the B skipped, in the same micro-batch order
+  backend_.matmul_backward(Tensor{}, linear.grad, Tensor{}, it->second.d_out, it->second.input, linear.weight,
+                           dims_.tokens, linear.in_features, linear.out_features);
+  state.deferred.erase(it);
+}
+
 }  // namespace twin::exec

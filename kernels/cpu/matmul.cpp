@@ -174,13 +174,13 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int rows, int in_features, int out_features) {
   TWIN_KERNEL_CHECK(rows > 0 && in_features > 0 && out_features > 0);
-  TWIN_KERNEL_CHECK(dweight != nullptr && dout != nullptr && inp != nullptr);
+  TWIN_KERNEL_CHECK(dout != nullptr && inp != nullptr);
   TWIN_KERNEL_CHECK(dinp == nullptr || weight != nullptr);  // weight is read only for dinp
   TWIN_KERNEL_CHECK(dinp == nullptr || (dinp != dout && dinp != weight && dinp != inp));
   // dinp (rows, in_features) = dout (rows, out_features) @ weight (out_features, in_features)
   if (dinp != nullptr) gemm(false, false, rows, in_features, out_features, dout, weight, 0.0f, dinp);
   // dweight (out_features, in_features) += dout^T (out_features, rows) @ inp (rows, in_features)
-  gemm(true, false, out_features, in_features, rows, dout, inp, 1.0f, dweight);
+  if (dweight != nullptr) gemm(true, false, out_features, in_features, rows, dout, inp, 1.0f, dweight);
   // dbias (out_features) += sum_r dout[r, :], rows in order
   if (dbias != nullptr) {
     for (int r = 0; r < rows; ++r) {

@@ -16,7 +16,8 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 
 // Backward of matmul_forward, given dout (rows, out_features):
 //   dinp    (rows, in_features)         =  dout @ weight            OVERWRITTEN (nullptr: not computed)
-//   dweight (out_features, in_features) += dout^T @ inp             ACCUMULATED (micro-batch gradient accumulation)
+//   dweight (out_features, in_features) += dout^T @ inp             ACCUMULATED (micro-batch gradient accumulation;
+//                                                                  nullptr: not computed, a zero-bubble B)
 //   dbias   (out_features)              += sum over rows of dout    ACCUMULATED (nullptr: the layer has no bias)
 // weight is read only for dinp: it may be nullptr when dinp is. Under column parallelism dinp is a partial sum the
 // caller all-reduces over the TP group.

@@ -328,7 +328,7 @@ void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
                      int rows, int in_features, int out_features, Cublas& blas, cudaStream_t stream) {
   TWIN_CUDA_REQUIRE(rows > 0 && in_features > 0 && out_features > 0);
   // The weight is read only for the input gradient (as in the CPU twin, dinp == nullptr skips it).
-  TWIN_CUDA_REQUIRE(dweight != nullptr && dout != nullptr && inp != nullptr && (dinp == nullptr || weight != nullptr));
+  TWIN_CUDA_REQUIRE(dout != nullptr && inp != nullptr && (dinp == nullptr || weight != nullptr));
   TWIN_CUDA_REQUIRE(dinp == nullptr || (dinp != dout && dinp != weight && dinp != inp));
   // dinp: A = weight, B = dout
   if (dinp != nullptr) {
@@ -336,6 +336,10 @@ void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
   }
   // dweight (fp32, beta = 1): A = inp, B = dout; dbias from the same read of dout where cuBLASLt can (BGRADB writes
   // the sum of op(B) = dout over the rows: added to dbias, which accumulates)
+  if (dweight == nullptr) {  // a zero-bubble B: the weight gradient comes later, the bias's now
+    if (dbias != nullptr) bias_backward(dbias, dout, rows, out_features, stream);
+    return;
+  }
   const GemmPlan weight_plan = plan_linear_backward_weight(rows, in_features, out_features);
   if (dbias != nullptr) {
     device::Scratch grad(static_cast<std::size_t>(out_features) * sizeof(float), stream);

@@ -110,7 +110,7 @@ void matmul_forward_gelu(__nv_bfloat16* out, __nv_bfloat16* pre_gelu, const __nv
 
 // Backward of matmul_forward, given dout (rows, out_features):
 //   dinp    (rows, in_features)          =  dout @ weight          OVERWRITTEN, bf16 (nullptr: not computed)
-//   dweight (out_features, in_features) +=  dout^T @ inp           ACCUMULATED, fp32
+//   dweight (out_features, in_features) +=  dout^T @ inp           ACCUMULATED, fp32 (nullptr: not computed)
 //   dbias   (out_features)              +=  sum over rows of dout  ACCUMULATED, fp32 (nullptr: no bias), deterministic:
 //           the weight GEMM's BGRADB epilogue writes it to scratch, then it is added; where cuBLASLt has no such
 //           algorithm, the column sums of elementwise.cuh's bias_backward

@@ -2,6 +2,8 @@
 #include "model/ops/context_parallel.hpp"
 
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "model/ops/context_parallel_ops.hpp"
@@ -93,6 +95,39 @@ Op gemm(const Shapes& x, ComputeKind what, Phase phase, double m, double n, doub
   op.flops = (backward ? 2 : 1) * 2 * m * n * k;
   op.gemm = shape;
   return op;
+}
+
+bool deferrable_weight_gradient(ComputeKind what) {
+  return what == ComputeKind::QkvProjection || what == ComputeKind::AttentionProjection ||
+         what == ComputeKind::MlpUp || what == ComputeKind::MlpDown;
+}
+
+// gemm()'s backward kernels are its two GEMMs (one launch each, the same bytes: dX = dY W^T reads dY and W and writes
+// dX, dW = X^T dY reads X and dY and writes dW, e (mk + kn + mn) each), then the accumulation, then the epilogue.
+SplitBackward split_weight_gradient(const Shapes& x, const Op& backward) {
+  if (backward.phase != Phase::Backward || !backward.breakdown || backward.breakdown->kernels.empty() ||
+      backward.breakdown->kernels.front().kind != KernelKind::Gemm || backward.breakdown->kernels.front().launches != 2) {
+    throw std::invalid_argument("split_weight_gradient: not a 16-bit backward GEMM op: " +
+                                std::string(to_string(backward.what)));
+  }
+  const std::vector<Kernel>& kernels = backward.breakdown->kernels;
+  const Kernel each{KernelKind::Gemm, 1, kernels.front().bytes / 2};
+  const double accumulation = x.accumulation_bytes_per_weight * d(backward.gemm.k) * d(backward.gemm.n) *
+                              d(backward.gemm.count);
+  const std::size_t after_gemm = accumulation > 0 ? 2 : 1;  // gemm() appends the accumulation right after the GEMMs
+  std::vector<Kernel> input_kernels{each}, weight_kernels{each};
+  if (accumulation > 0) weight_kernels.push_back(kernels.at(1));
+  for (std::size_t i = after_gemm; i < kernels.size(); ++i) input_kernels.push_back(kernels[i]);
+  SplitBackward split{compute_op(backward.what, Phase::Backward, std::move(input_kernels)),
+                      compute_op(backward.what, Phase::WeightGrad, std::move(weight_kernels))};
+  for (Op* part : {&split.input_grad, &split.weight_grad}) {
+    part->flops = backward.flops / 2;
+    part->gemm = backward.gemm;
+    part->layer = backward.layer;
+  }
+  split.input_grad.deps = backward.deps;
+  split.input_grad.defers_weight_grad = true;
+  return split;
 }
 
 // A linear layer of the model: Megatron's (biases added by the elementwise op that follows, see qkv_projection) or

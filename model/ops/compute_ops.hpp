@@ -27,6 +27,18 @@ Op gemm(const Shapes& x, ComputeKind what, Phase phase, double m, double n, doub
 // A linear layer of the model (see compute_ops.cpp for the frameworks' biases).
 Op linear(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double epilogue_bytes = 0);
 Op qkv_projection(const Shapes& x, Phase phase, double epilogue_bytes = 0);
+
+// Whether a zero-bubble schedule's W takes the weight gradient of `what`: the transformer layer's four linear layers
+// (QKV, attention projection, MLP up and down; an MoE layer's attention's two). The experts', the router's, the LM
+// head's and the embedding's weight gradients stay in B.
+bool deferrable_weight_gradient(ComputeKind what);
+// A backward GEMM op (gemm(), 16-bit operands) split for a zero-bubble schedule: B, its input-gradient GEMM with the
+// op's other traffic (a bias gradient, the epilogue passes), marked defers_weight_grad; W, a WeightGrad op with the
+// weight-gradient GEMM and the framework's accumulation of it. B and W sum to the op's FLOPs, bytes and kernels.
+struct SplitBackward {
+  Op input_grad, weight_grad;
+};
+SplitBackward split_weight_gradient(const Shapes& x, const Op& backward);
 Op attention_core(const Shapes& x, Phase phase);
 Op activation(const Shapes& x, Phase phase);  // GeLU or SwiGLU over the MLP's [tokens, f/t] intermediate
 

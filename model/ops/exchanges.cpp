@@ -8,7 +8,11 @@
 namespace twin::model {
 
 ExchangeIssue exchange_issue(const Scenario& scenario) {
-  if (scenario.parallel.schedule == ScheduleKind::Interleaved) return ExchangeIssue::Eager;
+  // A zero-bubble stage must not wait on the B gradient it sends before its W: the zero-bubble runtime (a
+  // Megatron-LM fork) posts its sends asynchronously and waits only on receives, as the interleaved schedule does.
+  if (scenario.parallel.schedule == ScheduleKind::Interleaved || scenario.parallel.schedule == ScheduleKind::ZeroBubbleH1) {
+    return ExchangeIssue::Eager;
+  }
   const bool train_schedule =
       scenario.framework.name == Framework::DeepSpeed && scenario.parallel.schedule == ScheduleKind::OneFOneB;
   return train_schedule ? ExchangeIssue::Serialized : ExchangeIssue::Batched;

@@ -11,6 +11,7 @@
 #include "model/ops/context_parallel_ring.hpp"
 #include "model/ops/moe_host_sync.hpp"
 #include "model/ops/moe_ops.hpp"
+#include "model/plan/schedule.hpp"
 
 namespace twin::model {
 namespace {
@@ -146,6 +147,26 @@ void partition_checkpointed_input(const Shapes& x, Phase phase, std::vector<Op>&
   }
 }
 
+// A zero-bubble schedule's B and W of a layer's backward (model/plan/schedule.hpp): each deferrable GEMM op split in
+// place, its W in the backward's order (W ops depend on nothing but their B, which ran in an earlier step). An MoE
+// layer's MLP (its shared experts' MlpUp and MlpDown among its ops) keeps its weight gradients in B: only its
+// attention's two linear layers are split.
+struct SplitLayer {
+  std::vector<Op> input_grad, weight_grad;
+};
+SplitLayer split_layer_backward(const Shapes& x, std::vector<Op> backward, bool moe_layer) {
+  SplitLayer split;
+  for (Op& op : backward) {
+    if (op.kind != OpKind::Compute || !deferrable_weight_gradient(op.what)) continue;
+    if (moe_layer && op.what != ComputeKind::QkvProjection && op.what != ComputeKind::AttentionProjection) continue;
+    SplitBackward parts = split_weight_gradient(x, op);
+    op = std::move(parts.input_grad);
+    split.weight_grad.push_back(std::move(parts.weight_grad));
+  }
+  split.input_grad = std::move(backward);
+  return split;
+}
+
 }  // namespace
 
 std::vector<Op> layer_ops(const Scenario& s, int layer, Phase phase) {
@@ -161,6 +182,10 @@ std::vector<Op> layer_ops(const Scenario& s, int layer, Phase phase) {
       break;
     case Phase::Backward:
       ops = layer_backward(x, moe, ring);
+      if (splits_backward(s.parallel.schedule)) ops = split_layer_backward(x, std::move(ops), moe != nullptr).input_grad;
+      break;
+    case Phase::WeightGrad:
+      if (splits_backward(s.parallel.schedule)) ops = split_layer_backward(x, layer_backward(x, moe, ring), moe != nullptr).weight_grad;
       break;
     case Phase::Recompute:
       if (s.recompute_of_layer(layer) == Recompute::Full) ops = layer_forward(x, Phase::Recompute, moe, ring);

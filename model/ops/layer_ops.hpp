@@ -12,6 +12,8 @@
 namespace twin::model {
 
 // All ops (compute and collectives) of layer `layer` in `phase` (Forward, Recompute, Backward) for one micro-batch.
+// Under a schedule that splits the backward (splits_backward), Backward is its B (the linear layers' input gradients
+// and everything else) and WeightGrad its W (their weight gradients); WeightGrad is empty otherwise.
 std::vector<Op> layer_ops(const Scenario& s, int layer, Phase phase);
 
 // `layer` granularity: one TransformerLayer compute op carrying the sum of the layer's compute (its parts: the

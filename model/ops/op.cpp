@@ -38,7 +38,7 @@ std::string_view to_string(OpKind value) {
   return lookup(names, value);
 }
 std::string_view to_string(Phase value) {
-  static const char* const names[] = {"forward", "backward", "recompute", "optimizer"};
+  static const char* const names[] = {"forward", "backward", "recompute", "optimizer", "weight_grad"};
   return lookup(names, value);
 }
 std::string_view to_string(Stream value) {

@@ -14,7 +14,9 @@ namespace twin::model {
 
 enum class OpKind : std::uint8_t { Compute, Collective, Send, Recv };
 
-enum class Phase : std::uint8_t { Forward, Backward, Recompute, Optimizer };
+// WeightGrad: a zero-bubble schedule's W (model/plan/schedule.hpp), the weight gradients of a layer's linear layers
+// that its Backward ops (B) deferred.
+enum class Phase : std::uint8_t { Forward, Backward, Recompute, Optimizer, WeightGrad };
 
 enum class Stream : std::uint8_t {
   Compute,       // kernels, and the collectives that block them (TP; DP when not overlapped)
@@ -147,6 +149,9 @@ struct Op {
   // ZeRO-3: once this op is done, FSDP reshards the parameters it ran with (its layer's; at layer -1 the root's, the
   // embedding's and the head's buckets): the other ranks' shards are freed until the next Parameters all-gather.
   bool frees_parameters = false;
+  // A Backward GEMM op whose weight gradient (and its accumulation) a WeightGrad op of the same layer and kind runs
+  // later: this op runs only the input-gradient GEMM (a zero-bubble schedule's B).
+  bool defers_weight_grad = false;
   std::int32_t layer = -1;              // global transformer layer index; -1 outside the layers
   std::int32_t micro_batch = -1;        // -1 for per-iteration ops (gradient reduction, optimizer)
   std::int32_t chunk = -1;              // model chunk on this stage

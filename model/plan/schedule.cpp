@@ -43,6 +43,26 @@ std::vector<PipelineStep> interleaved_table(int micro_batches, int chunks, int g
   return table;
 }
 
+// ZB-H1 (schedule.hpp): 1F1B's order with each B's W deferred s pairs on stage s, the deferred ones last.
+StageSchedule zero_bubble_h1(int stage, int stages, int micro_batches) {
+  StageSchedule steps;
+  const int warmup = std::min(stages - stage - 1, micro_batches);
+  int forwards = 0, backwards = 0, weights = 0;
+  const auto weight = [&] { steps.push_back({weights++, 0, Pass::WeightGrad}); };
+  for (; forwards < warmup; ++forwards) steps.push_back({forwards, 0, Pass::Forward});
+  for (; forwards < micro_batches; ++forwards) {
+    steps.push_back({forwards, 0, Pass::Forward});
+    steps.push_back({backwards++, 0, Pass::Backward});
+    if (backwards > stage) weight();
+  }
+  while (backwards < micro_batches) {
+    steps.push_back({backwards++, 0, Pass::Backward});
+    weight();
+  }
+  while (weights < micro_batches) weight();
+  return steps;
+}
+
 }  // namespace
 
 bool group_without_dependency_bubbles(int stages, int micro_batches, int group) {
@@ -55,6 +75,7 @@ int warmup_steps(ScheduleKind kind, int stage, int stages, int micro_batches, in
     case ScheduleKind::GPipe:
       return micro_batches;
     case ScheduleKind::OneFOneB:
+    case ScheduleKind::ZeroBubbleH1:
       return std::min(stages - stage - 1 + extra_warmup, micro_batches);
     case ScheduleKind::Interleaved: {
       const int total = micro_batches * chunks;
@@ -80,6 +101,10 @@ std::vector<StageSchedule> build_schedule(ScheduleKind kind, int stages, int mic
   std::vector<StageSchedule> schedule(stages);
   for (int stage = 0; stage < stages; ++stage) {
     StageSchedule& steps = schedule[stage];
+    if (kind == ScheduleKind::ZeroBubbleH1) {
+      steps = zero_bubble_h1(stage, stages, micro_batches);
+      continue;
+    }
     if (kind == ScheduleKind::GPipe) {
       for (int mb = 0; mb < micro_batches; ++mb) steps.push_back({mb, 0, Pass::Forward});
       for (int mb = 0; mb < micro_batches; ++mb) steps.push_back({mb, 0, Pass::Backward});
@@ -113,6 +138,7 @@ std::vector<StageSchedule> build_schedule(const ParallelSpec& p, int extra_warmu
 std::int64_t max_in_flight_weighted(const StageSchedule& schedule, const std::vector<std::int64_t>& chunk_weight) {
   std::int64_t in_flight = 0, peak = 0;
   for (const auto& step : schedule) {
+    if (step.pass == Pass::WeightGrad) continue;
     const std::int64_t weight = chunk_weight.at(static_cast<std::size_t>(step.chunk));
     in_flight += step.pass == Pass::Forward ? weight : -weight;
     peak = std::max(peak, in_flight);
@@ -124,8 +150,22 @@ int max_in_flight(const StageSchedule& schedule) {
   int in_flight = 0;
   int peak = 0;
   for (const auto& step : schedule) {
+    if (step.pass == Pass::WeightGrad) continue;
     in_flight += step.pass == Pass::Forward ? 1 : -1;
     peak = std::max(peak, in_flight);
+  }
+  return peak;
+}
+
+int max_deferred_weight_grads(const StageSchedule& schedule) {
+  const bool split = std::any_of(schedule.begin(), schedule.end(),
+                                 [](const PipelineStep& step) { return step.pass == Pass::WeightGrad; });
+  if (!split) return 0;  // each backward computes its own weight gradients
+  int deferred = 0, peak = 0;
+  for (const auto& step : schedule) {
+    if (step.pass == Pass::Backward) ++deferred;
+    if (step.pass == Pass::WeightGrad) --deferred;
+    peak = std::max(peak, deferred);
   }
   return peak;
 }

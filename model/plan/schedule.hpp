@@ -24,7 +24,12 @@
 
 namespace twin::model {
 
-enum class Pass : std::uint8_t { Forward, Backward };
+// Backward: the whole backward, or under a schedule that splits it (splits_backward) its B, the input gradient;
+// WeightGrad: W, the weight gradients it deferred.
+enum class Pass : std::uint8_t { Forward, Backward, WeightGrad };
+
+// Whether `kind` splits each backward into B and W steps (the zero-bubble schedules).
+inline bool splits_backward(ScheduleKind kind) { return kind == ScheduleKind::ZeroBubbleH1; }
 
 struct PipelineStep {
   int micro_batch = 0;
@@ -57,6 +62,8 @@ std::vector<StageSchedule> build_schedule(const ParallelSpec& parallel, int extr
 // The most (micro-batch, chunk) pairs whose forward has run and backward has not, at any point of the schedule:
 // how many chunks' activations the stage stashes at its peak.
 int max_in_flight(const StageSchedule& schedule);
+// The most micro-batches whose B has run and W has not (their W inputs kept), at any point of the schedule.
+int max_deferred_weight_grads(const StageSchedule& schedule);
 // The same, each pair counted with its chunk's weight (its layers, when chunks differ): the most layers' activations
 // the stage stashes at once.
 std::int64_t max_in_flight_weighted(const StageSchedule& schedule, const std::vector<std::int64_t>& chunk_weight);

@@ -311,6 +311,17 @@ MemoryEstimate estimate_memory(const Scenario& s) {
       m.activations_bytes +=
           moe_layers_on_stage(s, stage) > 0 ? moe_layer_working_set_bytes(s) : layer_working_set_bytes(s);
     }
+    // A zero-bubble schedule's W inputs: for each micro-batch whose B ran and W did not, every layer's linear layers'
+    // inputs and output gradients (what the executor keeps; an MoE layer's attention's two).
+    const int deferred = max_deferred_weight_grads(schedule[stage]);
+    if (deferred > 0) {
+      double per_micro_batch = 0;
+      const std::int64_t first = s.first_layer_of_virtual_stage(stage);  // zb-h1: one chunk per stage
+      for (std::int64_t layer = first; layer < first + s.layers_on_stage(stage); ++layer) {
+        per_micro_batch += deferred_weight_grad_bytes(s, static_cast<int>(layer));
+      }
+      m.activations_bytes += deferred * per_micro_batch;
+    }
     // The last stage holds one micro-batch of fp32 logits for the cross-entropy (s b V/t floats).
     if (stage == p.pp - 1) {
       m.activations_bytes += 4.0 * d(s.model.seq_len) * d(p.micro_batch) * d(s.padded_vocab()) / d(p.tp);

@@ -69,6 +69,9 @@ struct MemoryEstimate {
   bool fits = false;              // peak_bytes <= capacity_bytes
 };
 MemoryEstimate estimate_memory(const Scenario& scenario);
+// What a zero-bubble schedule's deferred W of layer `layer` keeps for one micro-batch: its linear layers' inputs and
+// output gradients (an MoE layer's attention's two), in the model dtype.
+double deferred_weight_grad_bytes(const Scenario& scenario, int layer);
 
 // Korthikanti's activation bytes of one transformer layer for one micro-batch as stashed between its forward and
 // backward, under the scenario's TP, sequence parallelism and recompute mode.

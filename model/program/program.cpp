@@ -75,10 +75,11 @@ double estimated_stage_ops(const Scenario& scenario, Granularity granularity) {
     const std::vector<Op> ops = layer_ops(scenario, 0, phase);
     return static_cast<double>(granularity == Granularity::Layer ? fuse_layer(ops).size() : ops.size());
   };
-  // Per layer and micro-batch: forward, recompute, backward; plus a layer's worth for the micro-batch's P2P,
+  // Per layer and micro-batch: forward, recompute, backward (B and W); plus a layer's worth for the micro-batch's P2P,
   // embedding and head ops. Per iteration: gradient reduction and optimizer ops, a few per layer. In double: the
   // point is to catch sizes whose product overflows.
-  const double per_layer = count(Phase::Forward) + count(Phase::Recompute) + count(Phase::Backward);
+  const double per_layer =
+      count(Phase::Forward) + count(Phase::Recompute) + count(Phase::Backward) + count(Phase::WeightGrad);
   const auto& p = scenario.parallel;
   const double stages = static_cast<double>(std::max<std::int64_t>(1, p.pp));
   const double layers_per_stage = static_cast<double>(scenario.model.layers) / stages;
@@ -111,7 +112,7 @@ std::string_view lookup(const char* const (&names)[N], Enum value) {
 }  // namespace
 
 std::string_view to_string(Pass value) {
-  static const char* const names[] = {"forward", "backward"};
+  static const char* const names[] = {"forward", "backward", "weight_grad"};
   return lookup(names, value);
 }
 

@@ -35,9 +35,12 @@ StageBuilder::StageBuilder(const Scenario& s, Granularity granularity, const Sta
   gathers_under_forward_ = s.parallel.overlap_param_gather && s.parallel.zero_stage >= 1 && dp_ > 1 && !zero3_;
   combined_ = s.framework.moe_a2a_overlap && !zero3_;
   last_backward_.assign(chunks_, -1);
+  last_weight_grad_.assign(chunks_, -1);
   for (int i = 0; i < static_cast<int>(schedule.size()); ++i) {
     if (schedule[i].pass == Pass::Backward) last_backward_[schedule[i].chunk] = i;
+    if (schedule[i].pass == Pass::WeightGrad) last_weight_grad_[schedule[i].chunk] = i;
   }
+  split_backward_ = splits_backward(s.parallel.schedule);
 }
 
 std::vector<Op> StageBuilder::build() {
@@ -68,6 +71,8 @@ std::vector<Op> StageBuilder::build() {
     }
     if (step.pass == Pass::Forward) {
       forward_step(step);
+    } else if (step.pass == Pass::WeightGrad) {
+      weight_grad_step(step, i == last_weight_grad_[step.chunk]);
     } else {
       backward_step(step, i == last_backward_[step.chunk]);
     }
@@ -305,15 +310,13 @@ void StageBuilder::backward_step(const PipelineStep& step, bool last_backward_of
       fsdp_reduce(layer, ComputeKind::TransformerLayer, layer_parameters_per_gpu(s_), gradient_producer, step);
       continue;
     }
+    // ZeRO-2 reduces each micro-batch's gradients as the backward makes them; a zero-bubble schedule's W steps make
+    // them later, and the two are not combined (scenario_rules_schedule.cpp refuses it).
     if (zero2_ && !last_backward_of_chunk) {
       reduce_micro_batch_gradients(layer, ComputeKind::TransformerLayer, layer_dense_parameters_per_gpu(s_, layer),
                                    gradient_producer, step);
-    } else if (last_backward_of_chunk) {
-      if (s_.parallel.dp_overlap) {
-        synchronize_layer_gradients(layer);
-      } else {
-        deferred_layers_.push_back(layer);
-      }
+    } else if (last_backward_of_chunk && !split_backward_) {
+      layer_gradients_done(layer);
     }
   }
   reduce_fp8_amaxes(last - first + 1, Phase::Backward, step, wait_for);
@@ -338,6 +341,25 @@ void StageBuilder::backward_step(const PipelineStep& step, bool last_backward_of
     fsdp_reduce(-1, ComputeKind::Embedding, end_bucket_parameters(ComputeKind::Embedding), producer, step);
   }
   if (vs > 0) send(step, vs, vs - 1, Phase::Backward, gradient_producer);
+}
+
+void StageBuilder::layer_gradients_done(int layer) {
+  if (s_.parallel.dp_overlap) {
+    synchronize_layer_gradients(layer);
+  } else {
+    deferred_layers_.push_back(layer);
+  }
+}
+
+// W needs no message: its inputs are the B step's, kept on the stage. Layers in backward order, so that with
+// dp_overlap the chunk's last layer's reduction starts first, as after a whole backward.
+void StageBuilder::weight_grad_step(const PipelineStep& step, bool last_of_chunk) {
+  const int first = first_layer(step.chunk);
+  for (int layer = first + layers_in(step.chunk) - 1; layer >= first; --layer) {
+    int wait_for = -1;
+    emit_layer(layer, Phase::WeightGrad, step, wait_for);
+    if (last_of_chunk) layer_gradients_done(layer);
+  }
 }
 
 }  // namespace twin::model

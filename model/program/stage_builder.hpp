@@ -46,6 +46,11 @@ class StageBuilder {
   int layers_in(int chunk) const;
   void forward_step(const PipelineStep& step);
   void backward_step(const PipelineStep& step, bool last_backward_of_chunk);
+  // A zero-bubble schedule's W: the chunk's layers' deferred weight gradients, in backward order; the chunk's last one
+  // synchronises the gradients (what the last backward does otherwise).
+  void weight_grad_step(const PipelineStep& step, bool last_of_chunk);
+  // A layer's gradients are complete: reduce them now (dp_overlap) or after the last step.
+  void layer_gradients_done(int layer);
 
   // ---- framework.moe_a2a_overlap: Megatron-Core's combined 1F1B (stage_builder_combined.cpp)
   // One micro-batch's ops so far in a step: its latest op (what its next node waits for), and its Recv until taken.
@@ -110,6 +115,8 @@ class StageBuilder {
   double grad_reduce_bytes_ = 4;    // per parameter, DP reduction
   double tied_reduce_bytes_ = 4;    // per parameter, the tied embedding's reduction between first and last stage
   std::vector<int> last_backward_;  // per chunk: index in the schedule of its last backward step
+  std::vector<int> last_weight_grad_;  // ... of its last W step (zero-bubble schedules), -1 without
+  bool split_backward_ = false;        // the schedule splits each backward into B and W steps
   // (layer, phase) -> the layer's ops for one micro-batch: built once, so that every micro-batch's copy shares their
   // kernel breakdowns
   std::map<std::pair<int, Phase>, std::vector<Op>> layer_ops_;

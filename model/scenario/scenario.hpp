@@ -20,7 +20,9 @@
 namespace twin::model {
 
 enum class DType : std::uint8_t { BF16, FP16, FP32 };
-enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved };
+// ZeroBubbleH1: Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024), the handcrafted ZB-H1: 1F1B with each
+// backward split into B (input gradient) and W (weight gradient), W deferred into the cooldown's bubble.
+enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved, ZeroBubbleH1 };
 enum class Recompute : std::uint8_t { None, Selective, Full };
 enum class NodeKind : std::uint8_t { DgxA100, DgxA100_40GB, DgxH100, DgxH200, HgxH800, DgxB200, Gb200Nvl72, CpuHost };
 // The inter-node fabric (cluster.fabric): the node's own (HDR InfiniBand for DGX A100, NDR for the Hopper and

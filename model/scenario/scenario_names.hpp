@@ -28,7 +28,10 @@ struct EnumName {
 
 inline constexpr EnumName<DType> kDTypes[] = {{DType::BF16, "bf16"}, {DType::FP16, "fp16"}, {DType::FP32, "fp32"}};
 inline constexpr EnumName<ScheduleKind> kSchedules[] = {
-    {ScheduleKind::GPipe, "gpipe"}, {ScheduleKind::OneFOneB, "1f1b"}, {ScheduleKind::Interleaved, "interleaved"}};
+    {ScheduleKind::GPipe, "gpipe"},
+    {ScheduleKind::OneFOneB, "1f1b"},
+    {ScheduleKind::Interleaved, "interleaved"},
+    {ScheduleKind::ZeroBubbleH1, "zb-h1"}};
 inline constexpr EnumName<Recompute> kRecomputes[] = {
     {Recompute::None, "none"}, {Recompute::Selective, "selective"}, {Recompute::Full, "full"}};
 inline constexpr EnumName<NodeKind> kNodes[] = {

@@ -570,6 +570,7 @@ class RuleCheck {
   // Mixture-of-Experts (model/scenario/scenario_rules_moe.cpp).
   void mixture_of_experts() {
     check_mixture_of_experts(scenario, SizesKnown{layers_ok, hidden_ok, tp_ok, dp_ok}, problems);
+    check_zero_bubble(scenario, problems);
   }
 
   // The optimizer's and the schedule's hyper-parameters.

@@ -21,5 +21,7 @@ struct SizesKnown {
 void check_mixture_of_experts(const Scenario& scenario, SizesKnown known, std::vector<std::string>& problems);
 // The reliability keys' rules (model/scenario/scenario_rules_goodput.cpp), appended to `problems`.
 void check_failure_model(const Scenario& scenario, std::vector<std::string>& problems);
+// The zero-bubble schedule's rules (model/scenario/scenario_rules_schedule.cpp), appended to `problems`.
+void check_zero_bubble(const Scenario& scenario, std::vector<std::string>& problems);
 
 }  // namespace twin::model

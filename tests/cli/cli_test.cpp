@@ -927,6 +927,23 @@ TEST(Cli, SweepSimulatesEveryCombinationAsTwinSimWould) {
   EXPECT_DOUBLE_EQ(variants[3]["memory_per_gpu_bytes"].get<double>(), sim["memory_per_gpu_bytes"].get<double>());
 }
 
+TEST(Cli, SearchVariesTheZeroBubbleSchedule) {
+  const std::string scenario = small_cluster_scenario().string();
+  // The plans that fit, counted before any is simulated: --vary-schedule adds one ZB-H1 plan per 1F1B plan with a
+  // pipeline (and none without one).
+  const auto plans_found = [&](const std::string& flags) {
+    const Result searched = twin("search " + scenario + " --max 1 --jobs 1 " + flags);
+    EXPECT_EQ(searched.status, 0) << searched.output;
+    const std::size_t at = searched.output.find(" plans of ");
+    EXPECT_NE(at, std::string::npos) << searched.output;
+    const std::size_t start = searched.output.rfind(' ', at - 1);
+    return std::stoi(searched.output.substr(start + 1, at - start - 1));
+  };
+  const int base = plans_found(""), varied = plans_found("--vary-schedule");
+  EXPECT_GT(varied, base);
+  EXPECT_LT(varied, 2 * base);  // not for the plans without a pipeline, nor the interleaved ones
+}
+
 TEST(Cli, SearchAndSweepAreSilentOnStderrWithQuiet) {
   // Scripts read stdout (or --json); --quiet leaves stderr to errors. Without it the header and progress go there.
   const std::string scenario = small_cluster_scenario().string();

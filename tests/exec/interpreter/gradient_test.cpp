@@ -18,6 +18,7 @@
 #include "exec/shard/model_shard.hpp"
 #include "exec/train/backend_factory.hpp"
 #include "exec/train/data.hpp"
+#include "model/program/stage_builder.hpp"
 #include "exec_test_util.hpp"
 
 namespace twin::exec {
@@ -25,8 +26,9 @@ namespace {
 
 class OneRankModel {
  public:
-  explicit OneRankModel(const model::Scenario& s)
-      : program_(model::build_program(s, model::Granularity::Op)),
+  explicit OneRankModel(const model::Scenario& s) : OneRankModel(model::build_program(s, model::Granularity::Op)) {}
+  explicit OneRankModel(model::Program program)
+      : program_(std::move(program)),
         world_(1),
         comm_(world_.communicator(0)),
         backend_(make_backend("cpu")),
@@ -94,8 +96,8 @@ struct Direction {
 // (k+1)-th router logits past each other swaps an expert, a jump in the loss. Such a direction shows as one-sided
 // slopes that disagree (a wrong gradient does not: it is wrong on both sides alike); it is skipped and counted, and
 // at most a third of the directions may be.
-void expect_gradients_match_finite_differences(const model::Scenario& s, const char* name, bool kinked = false) {
-  OneRankModel model(s);
+void expect_gradients_match_finite_differences(model::Program program, const char* name, bool kinked = false) {
+  OneRankModel model(std::move(program));
   const double at_original = model.loss_and_gradient();
   struct Case {
     std::size_t bucket;
@@ -172,6 +174,10 @@ void expect_gradients_match_finite_differences(const model::Scenario& s, const c
   EXPECT_GE(coordinates, (kinked ? 1 : 2) * checked) << name << ": too few random coordinates";
 }
 
+void expect_gradients_match_finite_differences(const model::Scenario& s, const char* name, bool kinked = false) {
+  expect_gradients_match_finite_differences(model::build_program(s, model::Granularity::Op), name, kinked);
+}
+
 model::Scenario tiny(const std::vector<std::string>& block) {
   // Weights large enough (init_std 0.2) that attention is far from uniform: the queries' and keys' gradients are
   // not negligible, so the rotary embedding's backward is seen.
@@ -234,6 +240,35 @@ TEST(ExecGradient, TheMoeLayerMatchesFiniteDifferences) {
   std::printf("[ gradient ] capacity factor 1.25 drops %.0f (token, slot) pairs\n",
               model.last_output().moe_dropped_slots);
   expect_gradients_match_finite_differences(dropping, "MoE, top-2 dropping tokens past capacity", true);
+}
+
+// parallel.schedule = "zb-h1"'s split backward on one rank: B (input gradients) and W (the linear layers' weight
+// gradients, from the inputs B kept) in the zero-bubble schedule's order, F B W per micro-batch. The scenario refuses
+// the schedule at pp 1 (no bubble to fill), but the Program is well defined: the stage builder expands the schedule.
+model::Program split_backward_program(model::Scenario s) {
+  s.parallel.schedule = model::ScheduleKind::ZeroBubbleH1;
+  model::Program program;
+  program.scenario = s;
+  program.granularity = model::Granularity::Op;
+  program.layout = model::rank_layout(s);
+  program.schedule =
+      model::build_schedule(s.parallel.schedule, 1, static_cast<int>(s.parallel.micro_batches()), 1);
+  program.stage_ops.push_back(model::StageBuilder(s, model::Granularity::Op, program.schedule[0], 0).build());
+  program.exchange_issue = model::exchange_issue(s);
+  program.stage_exchanges.push_back(model::pipeline_exchanges(s, program.stage_ops[0], 0));
+  int weight_grads = 0, deferring = 0;
+  for (const model::Op& op : program.stage_ops[0]) {
+    weight_grads += op.phase == model::Phase::WeightGrad;
+    deferring += op.defers_weight_grad;
+  }
+  const int linears = 4 * static_cast<int>(s.model.layers * s.parallel.micro_batches());
+  EXPECT_EQ(weight_grads, linears);  // every linear layer's W, once per micro-batch
+  EXPECT_EQ(deferring, linears);
+  return program;
+}
+
+TEST(ExecGradient, TheZeroBubbleSplitBackwardMatchesFiniteDifferences) {
+  expect_gradients_match_finite_differences(split_backward_program(tiny({})), "GPT-2 block, B and W");
 }
 
 }  // namespace

@@ -78,6 +78,8 @@ INSTANTIATE_TEST_SUITE_P(
         Plan{"dp4_ep4", {"parallel.dp=4", "parallel.ep=4"}},
         Plan{"tp2_sp_ep2", {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.ep=2"}},
         Plan{"pp2_dp2_ep2", {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2"}},
+        // ZB-H1: the attention's W deferred, the MoE MLP's weight gradients in B
+        Plan{"pp2_dp2_ep2_zb_h1", {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2", "parallel.schedule=\"zb-h1\""}},
         // expert-data-parallel 2: the experts' gradients reduce-scattered over it, the dense ones over dp 4
         Plan{"dp4_ep2_zero1", {"parallel.dp=4", "parallel.ep=2", "parallel.zero_stage=1"}},
         // the Expert group spans TP ranks, the ExpertData group spans DP replicas

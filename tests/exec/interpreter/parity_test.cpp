@@ -115,6 +115,11 @@ INSTANTIATE_TEST_SUITE_P(
              {"framework.name=\"deepspeed\"", "parallel.tp=2", "parallel.pp=2", "parallel.dp=2",
               "parallel.zero_stage=1"}},
         Plan{"pp2_gpipe", {"parallel.pp=2", "parallel.schedule=\"gpipe\""}},
+        // ZB-H1: each backward's B now, the linear layers' W deferred (4 stages: stage s defers s of them)
+        // (the gradient reductions after each chunk's last W, under the backward with dp_overlap)
+        Plan{"pp4_dp2_zero1_zb_h1_dp_overlap_recompute_full",
+             {"parallel.pp=4", "parallel.dp=2", "parallel.zero_stage=1", "parallel.dp_overlap=true",
+              "parallel.schedule=\"zb-h1\"", "parallel.recompute=\"full\""}},
         // lighter end stages: 1 + 3 + 3 + 1 of the 8 layers
         Plan{"pp4_uneven_1_3_3_1", {"parallel.pp=4", "parallel.first_stage_layers=1", "parallel.last_stage_layers=1"}},
         Plan{"micro_batch4", {"parallel.micro_batch=4"}},

@@ -66,6 +66,31 @@ TEST_F(ExecRunFixture, MpiRanksTrainZeroThreeAsThreadsDo) {
   EXPECT_EQ(mpi["losses"].get<std::vector<double>>(), threads.losses);  // bit for bit
 }
 
+// ZB-H1 through MPI: TP 2 (sequence parallel) x 2 stages, each B's gradient sent before its deferred W; the threads'
+// bits, and the 1F1B run's losses within 1e-5 (the same sums: W accumulates the weight gradients in the same order).
+TEST_F(ExecRunFixture, MpiRanksTrainZeroBubbleAsThreadsDo) {
+  if (!testing::on_path("mpirun"))
+    GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): MPI launcher not tested";
+  const std::vector<std::string> sets = {"parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true",
+                                         "parallel.schedule=\"zb-h1\""};
+  std::vector<std::string> args = twin_run({"--steps", "2", "--launcher", "mpi", "--json", dir + "/mpi.json"});
+  for (const std::string& set : sets) args.insert(args.end(), {"--set", set});
+  ASSERT_EQ(testing::run_command(args, dir + "/mpi.log"), 0) << testing::read_text(dir + "/mpi.log");
+  const auto mpi = nlohmann::json::parse(testing::read_text(dir + "/mpi.json"));
+
+  TrainOptions options;
+  options.steps = 2;
+  const auto threads = testing::train(testing::scenario(testing::small_toml(), sets), options);
+  const auto losses = mpi["losses"].get<std::vector<double>>();
+  EXPECT_EQ(losses, threads.losses);  // bit for bit
+  const std::vector<std::string> one_f_one_b_plan(sets.begin(), sets.end() - 1);  // the same plan in 1F1B
+  const auto one_f_one_b = testing::train(testing::scenario(testing::small_toml(), one_f_one_b_plan), options);
+  ASSERT_EQ(losses.size(), one_f_one_b.losses.size());
+  for (std::size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_NEAR(losses[i], one_f_one_b.losses[i], 1e-5 * one_f_one_b.losses[i]) << "step " << i;
+  }
+}
+
 // Context parallelism (the all_gather way) through MPI: 4 processes, CP 2 x TP 2, give the threads' bits, and the
 // single-rank losses within 1e-5 (each CP rank on its two chunks of every sequence).
 TEST_F(ExecRunFixture, MpiRanksTrainContextParallelismAsThreadsDo) {

@@ -1,18 +1,21 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "model/plan/schedule.hpp"
 
 namespace twin::model {
 namespace {
 
-// "F0 B0 F1.1" : F/B, micro-batch, optional .chunk
+// "F0 B0 F1.1 W0" : F/B/W, micro-batch, optional .chunk
 std::string render(const StageSchedule& steps) {
   std::string out;
   for (const auto& step : steps) {
     if (!out.empty()) out += ' ';
-    out += (step.pass == Pass::Forward ? "F" : "B") + std::to_string(step.micro_batch);
+    const char* pass = step.pass == Pass::Forward ? "F" : step.pass == Pass::Backward ? "B" : "W";
+    out += pass + std::to_string(step.micro_batch);
     if (step.chunk > 0) out += "." + std::to_string(step.chunk);
   }
   return out;
@@ -169,6 +172,44 @@ TEST(Schedule, RejectsInvalidArguments) {
   EXPECT_THROW(build_schedule(ScheduleKind::Interleaved, 4, 6, 2), std::invalid_argument);
   EXPECT_THROW(build_schedule(ScheduleKind::Interleaved, 4, 6, 2, 7), std::invalid_argument);  // more than m
   EXPECT_THROW(build_schedule(ScheduleKind::OneFOneB, 4, 6, 1, 4), std::invalid_argument);     // not interleaved
+}
+
+// ZB-H1 on 4 stages, 8 micro-batches (Qi et al., ICLR 2024, Figure 3, top): 1F1B's warmup, stage s defers the W of
+// its first s steady pairs, and the cooldown ends with them.
+TEST(ZeroBubbleH1, FourStagesEightMicroBatches) {
+  const auto schedule = build_schedule(ScheduleKind::ZeroBubbleH1, 4, 8, 1);
+  EXPECT_EQ(render(schedule[0]), "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7");
+  EXPECT_EQ(render(schedule[1]), "F0 F1 F2 B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 F6 B4 W3 F7 B5 W4 B6 W5 B7 W6 W7");
+  EXPECT_EQ(render(schedule[2]), "F0 F1 B0 F2 B1 F3 B2 W0 F4 B3 W1 F5 B4 W2 F6 B5 W3 F7 B6 W4 B7 W5 W6 W7");
+  EXPECT_EQ(render(schedule[3]), "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7");
+}
+
+// Every F, B and W once, W after its B; activations in flight as 1F1B's (p - s), and at most s + 1 W inputs kept
+// on stage s: the paper's "same peak memory as 1F1B", p M_B, is stage 0's.
+TEST(ZeroBubbleH1, EveryPassOnceWithOneFOneBsActivationsInFlight) {
+  for (int p : {2, 3, 4, 8}) {
+    for (int m = 1; m <= 16; ++m) {
+      const auto schedule = build_schedule(ScheduleKind::ZeroBubbleH1, p, m, 1);
+      for (int stage = 0; stage < p; ++stage) {
+        std::vector<int> seen(3 * m, 0);
+        std::vector<int> backward_done(m, 0);
+        for (const auto& step : schedule[stage]) {
+          ++seen[static_cast<int>(step.pass) * m + step.micro_batch];
+          if (step.pass == Pass::Backward) backward_done[step.micro_batch] = 1;
+          if (step.pass == Pass::WeightGrad) {
+            EXPECT_TRUE(backward_done[step.micro_batch]) << "W before its B";
+          }
+        }
+        for (int count : seen) ASSERT_EQ(count, 1) << "p=" << p << " m=" << m;
+        EXPECT_EQ(max_in_flight(schedule[stage]), std::min(p - stage, m)) << "p=" << p << " m=" << m;
+        EXPECT_LE(max_deferred_weight_grads(schedule[stage]), std::min(stage + 1, m)) << "p=" << p << " m=" << m;
+        if (m >= p) {
+          EXPECT_EQ(max_deferred_weight_grads(schedule[stage]), stage + 1) << "p=" << p << " m=" << m;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(max_deferred_weight_grads(build_schedule(ScheduleKind::OneFOneB, 4, 8, 1)[0]), 0);
 }
 
 }  // namespace

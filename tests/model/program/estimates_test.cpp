@@ -154,5 +154,23 @@ TEST(Formulas, AModelTooBigForItsGpusDoesNotFit) {
   EXPECT_GT(memory.peak_bytes, 18.0 * 174e9 / 8);  // Megatron-LM's 18 bytes per parameter over 8 GPUs alone (bf16)
 }
 
+// ZB-H1 keeps 1F1B's activations in flight and, on stage s, the W inputs of at most s + 1 micro-batches: each layer's
+// four linear layers' inputs and output gradients, e T (2h + a + f/t) + e T (qkv + h + up + h) bytes with a = h here.
+TEST(Formulas, ZeroBubbleH1AddsItsDeferredWeightGradientInputs) {
+  Scenario s = make_scenario(8, 64, 4, 32, 256, 1, 4, 1, 1, 8);
+  const MemoryEstimate one_f_one_b = estimate_memory(s);
+  s.parallel.schedule = ScheduleKind::ZeroBubbleH1;
+  const MemoryEstimate zero_bubble = estimate_memory(s);
+  const double e = 2, tokens = 32, h = 64, f = 4 * h;
+  const double per_layer = e * tokens * (h + 3 * h) + e * tokens * (h + h) + e * tokens * (h + f) + e * tokens * (f + h);
+  EXPECT_DOUBLE_EQ(deferred_weight_grad_bytes(s, 0), per_layer);
+  for (int stage = 0; stage < 4; ++stage) {
+    const StageMemory& base = one_f_one_b.stages[stage];
+    const StageMemory& zb = zero_bubble.stages[stage];
+    EXPECT_EQ(zb.in_flight_micro_batches, base.in_flight_micro_batches);
+    EXPECT_DOUBLE_EQ(zb.activations_bytes - base.activations_bytes, (stage + 1) * 2 * per_layer) << stage;
+  }
+}
+
 }  // namespace
 }  // namespace twin::model

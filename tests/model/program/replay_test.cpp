@@ -29,7 +29,7 @@ struct ReplayResult {
 };
 
 // Only stages matter when tp = dp = 1: rank = stage.
-ReplayResult replay(const Program& program, double forward_cost, double backward_cost) {
+ReplayResult replay(const Program& program, double forward_cost, double backward_cost, double weight_grad_cost = 0) {
   const int stages = program.stages();
   std::vector<std::size_t> next(stages, 0);
   std::vector<double> clock(stages, 0.0);  // when the compute stream is next free
@@ -39,6 +39,7 @@ ReplayResult replay(const Program& program, double forward_cost, double backward
   std::map<Tag, double> sent;                       // -> time the bytes are available
   auto cost = [&](const Op& op) {
     if (op.kind != OpKind::Compute || op.what != ComputeKind::TransformerLayer) return 0.0;
+    if (op.phase == Phase::WeightGrad) return weight_grad_cost;
     return op.phase == Phase::Forward ? forward_cost : op.phase == Phase::Backward ? backward_cost : 0.0;
   };
   bool progress = true;
@@ -225,6 +226,39 @@ TEST(Replay, EveryScheduleFinishesWithTheTextbookBubble) {
     }
   }
   EXPECT_GT(cases, 150);
+}
+
+// ZB-H1's bubble (Qi et al., ICLR 2024, Table 1): (p - 1)(F + B - W) per stage for W <= F and m >= p, against 1F1B's
+// (p - 1)(F + B + W); where W > F a stage still waits for the first B to come back, (p - 1) B: in all,
+// (p - 1)(F + B - min(F, W)). Exact: the replay's times are sums of the fixed costs.
+TEST(Replay, ZeroBubbleH1FinishesWithThePapersBubble) {
+  int cases = 0;
+  for (int p : {2, 3, 4, 8}) {
+    for (int m = p; m <= 2 * p + 1; ++m) {
+      const Program program = build_program(pipeline(ScheduleKind::ZeroBubbleH1, p, m, 1), Granularity::Layer);
+      const Program one_f_one_b = build_program(pipeline(ScheduleKind::OneFOneB, p, m, 1), Granularity::Layer);
+      for (auto [layer_f, layer_b, layer_w] : {std::tuple{1.0, 1.0, 1.0}, std::tuple{1.0, 2.0, 1.0},
+                                               std::tuple{2.0, 3.0, 1.0}, std::tuple{1.0, 1.0, 2.0}}) {
+        const ReplayResult r = replay(program, layer_f, layer_b, layer_w);
+        const double f = 2 * layer_f, b = 2 * layer_b, w = 2 * layer_w;  // pipeline(): 2 layers per stage
+        ASSERT_FALSE(r.deadlocked) << "p=" << p << " m=" << m;
+        const double bubble_time = (p - 1) * (f + b - std::min(f, w));
+        EXPECT_DOUBLE_EQ(r.iteration_time, m * (f + b + w) + bubble_time) << "p=" << p << " m=" << m;
+        for (int stage = 0; stage < p; ++stage) {
+          EXPECT_DOUBLE_EQ(r.iteration_time - r.busy[stage], bubble_time) << "p=" << p << " m=" << m;
+        }
+        // 1F1B runs B and W as one backward: (p - 1)(F + B + W) idle
+        const ReplayResult base = replay(one_f_one_b, layer_f, layer_b + layer_w);
+        EXPECT_DOUBLE_EQ(base.iteration_time - base.busy[0], (p - 1) * (f + b + w));
+        if (w <= f) {
+          EXPECT_LT(r.iteration_time, base.iteration_time);
+        }
+      }
+      EXPECT_TRUE(replay_issue_order(program)) << "p=" << p << " m=" << m;
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 4 + 5 + 6 + 10);
 }
 
 TEST(Replay, TheReplayDetectsADeadlock) {
