@@ -67,11 +67,15 @@ struct Mechanism {
 const std::vector<Mechanism>& mechanisms() {
   static const std::vector<Mechanism> all = {
       // 20 us a kernel against kernels of a few to tens of us: the host paces most of the iteration (+96 % to +227 %
-      // when the matrix was written; each bound below likewise brackets what was measured by a factor of about 3).
-      {"host", {"cluster.host_us_per_kernel=20"}, +1, 0.5, 5.0},
+      // when the matrix was written; +49 % to +227 % once the measured in-node collective floors (sim/data/
+      // collectives_by_size.csv) lengthened the base iterations; each bound below likewise brackets what was measured
+      // by a factor of about 2 to 3).
+      {"host", {"cluster.host_us_per_kernel=20"}, +1, 0.2, 5.0},
       // Full recompute runs every layer's forward again: up to a third more compute, less where communication and
-      // the bubble hold the time.
-      {"recompute", {"parallel.recompute=\"full\""}, +1, 0.15, 0.45},
+      // the bubble hold the time; an MoE layer's forward repeats its two all-to-alls too (+46 % on ep2 with the
+      // measured in-node floors), and one forward more stays under half an iteration whose backward costs at least
+      // its forward.
+      {"recompute", {"parallel.recompute=\"full\""}, +1, 0.15, 0.5},
       // Backward TP all-reduces under the independent GEMM: part of the exposed TP time, never more than it.
       {"tp_comm_overlap", {"framework.tp_comm_overlap=true"}, -1, 0.01, 0.1},
       // The MoE dispatch and combine all-to-alls under the other micro-batch's compute (1F1B, no pipeline).
@@ -172,10 +176,11 @@ void check_cell(std::size_t m, std::size_t f, Fidelity fidelity, model::Granular
   // Layer granularity against op granularity, the mechanism on. A fused layer op sums its kernels' times exactly
   // (tests/sim/models_test.cpp); what differs is the order: a layer's collectives run after its fused compute rather
   // than between its kernels, and a paced host issues a fused op's kernels as one block. On these plans that moved
-  // the iteration by 0.8 % at most (CP 2, rank fidelity) when the matrix was written: 2 % is the bound.
+  // the iteration by 0.8 % at most (CP 2, rank fidelity) when the matrix was written, and by 2.6 % (EP 2 with a paced
+  // host, whose all-to-alls the measured in-node floors lengthened) once they came: 4 % is the bound.
   if (granularity == model::Granularity::Layer) {
     const double op = iteration_s(family, with, fidelity, model::Granularity::Op);
-    EXPECT_NEAR(on / op, 1.0, 0.02) << mechanism.name << " on " << family.name << ": layer " << on << " s, op " << op
+    EXPECT_NEAR(on / op, 1.0, 0.04) << mechanism.name << " on " << family.name << ": layer " << on << " s, op " << op
                                     << " s";
   }
 }
