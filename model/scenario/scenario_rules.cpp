@@ -36,7 +36,7 @@ class RuleCheck {
     block_recompute();
     deepspeed();
     param_gather_overlap();
-    fp8_param_gather();
+    check_fp8_param_gather(scenario, problems);
     partitioned_activations();
     mixture_of_experts();
     check_failure_model(scenario, problems);
@@ -497,22 +497,6 @@ class RuleCheck {
                         "0.6.2; framework.deepspeed_version = \"{}\" has none",
                         src, version_text(version)));
       }
-    }
-  }
-
-  // Megatron-Core's --fp8-param-gather: FP8 weights, gathered by the distributed optimizer ("--fp8-param-gather
-  // only supported with distributed optimizer", megatron/training/arguments.py).
-  void fp8_param_gather() {
-    if (!scenario.framework.fp8_param_gather) return;
-    const std::string needs = "framework.fp8_param_gather is Megatron-Core's --fp8-param-gather: it needs";
-    if (scenario.framework.name != Framework::Megatron) {
-      problems.push_back(fmt::format("{}: {} framework.name = \"megatron\", got \"{}\"", src, needs,
-                                     to_string(scenario.framework.name)));
-    }
-    if (m.fp8 == Fp8Format::None) problems.push_back(fmt::format("{}: {} FP8 training (model.fp8)", src, needs));
-    if (p.zero_stage != 1) {
-      problems.push_back(
-          fmt::format("{}: {} the distributed optimizer, parallel.zero_stage = 1, got {}", src, needs, p.zero_stage));
     }
   }
 

@@ -23,5 +23,7 @@ void check_mixture_of_experts(const Scenario& scenario, SizesKnown known, std::v
 void check_failure_model(const Scenario& scenario, std::vector<std::string>& problems);
 // The zero-bubble schedule's rules (model/scenario/scenario_rules_schedule.cpp), appended to `problems`.
 void check_zero_bubble(const Scenario& scenario, std::vector<std::string>& problems);
+// framework.fp8_param_gather's rules (model/scenario/scenario_rules_memory.cpp), appended to `problems`.
+void check_fp8_param_gather(const Scenario& scenario, std::vector<std::string>& problems);
 
 }  // namespace twin::model

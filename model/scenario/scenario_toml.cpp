@@ -357,6 +357,38 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
   return scenario;
 }
 
+namespace {
+
+// The [framework] section of to_toml.
+std::string framework_toml(const FrameworkSpec& f) {
+  std::string out;
+  auto line = [&out](std::string text) { out += text + "\n"; };
+  line("\n[framework]");
+  line(fmt::format("name = \"{}\"", to_string(f.name)));
+  line(fmt::format("tied_embeddings = {}", f.tied_embeddings));
+  line(fmt::format("dropout = {}", f.dropout));
+  if (f.name != Framework::Composer) line(fmt::format("fused_kernels = {}", f.fused_kernels));
+  line(fmt::format("attention = \"{}\"", to_string(f.attention)));
+  line(fmt::format("tp_comm_overlap = {}", f.tp_comm_overlap));
+  line(fmt::format("gradient_accumulation_fusion = {}", f.gradient_accumulation_fusion));
+  line(fmt::format("pipeline_gather_copies = {}", f.pipeline_gather_copies));
+  line(fmt::format("bf16_optimizer = {}", f.bf16_optimizer));
+  line(fmt::format("partition_activations = {}", f.partition_activations));
+  if (f.deepspeed_version != std::array<int, 3>{0, 0, 0}) {
+    line(fmt::format("deepspeed_version = \"{}\"", version_text(f.deepspeed_version)));
+  }
+  if (f.cp_comm != CpComm::P2P) line(fmt::format("cp_comm = \"{}\"", to_string(f.cp_comm)));
+  if (f.fp8_recipe != Fp8Recipe::Delayed)
+    line(fmt::format("fp8_recipe = \"{}\"", to_string(f.fp8_recipe)));
+  if (f.moe_a2a_overlap) line("moe_a2a_overlap = true");
+  if (f.async_checkpoint) line("async_checkpoint = true");
+  if (!f.grad_reduce_in_fp32) line("grad_reduce_in_fp32 = false");
+  if (f.fp8_param_gather) line("fp8_param_gather = true");
+  return out;
+}
+
+}  // namespace
+
 std::string to_toml(const Scenario& s) {
   std::string out;
   auto line = [&out](std::string text) { out += text + "\n"; };
@@ -443,27 +475,7 @@ std::string to_toml(const Scenario& s) {
   for (auto [key, field] : failure_model_fields(s.cluster)) {
     if (field->has_value()) line(fmt::format("{} = {:.17g}", key, **field));
   }
-  line("\n[framework]");
-  line(fmt::format("name = \"{}\"", to_string(s.framework.name)));
-  line(fmt::format("tied_embeddings = {}", s.framework.tied_embeddings));
-  line(fmt::format("dropout = {}", s.framework.dropout));
-  if (s.framework.name != Framework::Composer) line(fmt::format("fused_kernels = {}", s.framework.fused_kernels));
-  line(fmt::format("attention = \"{}\"", to_string(s.framework.attention)));
-  line(fmt::format("tp_comm_overlap = {}", s.framework.tp_comm_overlap));
-  line(fmt::format("gradient_accumulation_fusion = {}", s.framework.gradient_accumulation_fusion));
-  line(fmt::format("pipeline_gather_copies = {}", s.framework.pipeline_gather_copies));
-  line(fmt::format("bf16_optimizer = {}", s.framework.bf16_optimizer));
-  line(fmt::format("partition_activations = {}", s.framework.partition_activations));
-  if (s.framework.deepspeed_version != std::array<int, 3>{0, 0, 0}) {
-    line(fmt::format("deepspeed_version = \"{}\"", version_text(s.framework.deepspeed_version)));
-  }
-  if (s.framework.cp_comm != CpComm::P2P) line(fmt::format("cp_comm = \"{}\"", to_string(s.framework.cp_comm)));
-  if (s.framework.fp8_recipe != Fp8Recipe::Delayed)
-    line(fmt::format("fp8_recipe = \"{}\"", to_string(s.framework.fp8_recipe)));
-  if (s.framework.moe_a2a_overlap) line("moe_a2a_overlap = true");
-  if (s.framework.async_checkpoint) line("async_checkpoint = true");
-  if (!s.framework.grad_reduce_in_fp32) line("grad_reduce_in_fp32 = false");
-  if (s.framework.fp8_param_gather) line("fp8_param_gather = true");
+  out += framework_toml(s.framework);
   line("\n[training]");
   line(fmt::format("seed = {}", s.training.seed));
   line(fmt::format("learning_rate = {:.17g}", s.training.learning_rate));
