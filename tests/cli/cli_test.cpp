@@ -23,26 +23,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/cli/run_twin.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct Result {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
+using Result = twin::testing::ShellResult;
 
 // `redirect`: what the shell does with the streams (default: stderr into stdout, both captured).
 Result twin(const std::string& arguments, const std::string& redirect = " 2>&1") {
-  Result result;
-  const std::string command = std::string(TWIN_BINARY) + " " + arguments + redirect;
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  std::array<char, 4096> buffer{};
-  while (std::fgets(buffer.data(), buffer.size(), pipe.get())) result.output += buffer.data();
-  const int status = pclose(pipe.release());
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return twin::testing::run_shell(std::string(TWIN_BINARY) + " " + arguments + redirect);
 }
 
 // stderr alone (stdout discarded).

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/cli/run_twin.hpp"
+
 namespace {
 
 // `twin goodput` is built with the simulator (it simulates the iteration unless given one), as sim, search, sweep.
@@ -23,20 +25,10 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct Result {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
+using Result = twin::testing::ShellResult;
 
 Result twin(const std::string& arguments) {
-  Result result;
-  const std::string command = std::string(TWIN_BINARY) + " " + arguments + " 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  std::array<char, 4096> buffer{};
-  while (std::fgets(buffer.data(), buffer.size(), pipe.get())) result.output += buffer.data();
-  const int status = pclose(pipe.release());
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return twin::testing::run_shell(std::string(TWIN_BINARY) + " " + arguments + " 2>&1");
 }
 
 fs::path scratch(const std::string& name) {
@@ -112,7 +104,6 @@ TEST(GoodputCli, BadInputIsOneLineNamingIt) {
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("cluster.gpu_failures_per_gpu_hour"));
 }
-
 
 TEST(GoodputCli, SimWithASlowGpuReportsWhereTheTimeWent) {
   const fs::path json = scratch("slow.json");

@@ -18,27 +18,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/cli/run_twin.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct Result {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
+using Result = twin::testing::ShellResult;
 
 // Run from the source tree, as the README's commands are.
 Result twin(const std::string& arguments) {
-  Result result;
-  const std::string command =
-      "cd '" + std::string(TWIN_SOURCE_DIR) + "' && " + std::string(TWIN_BINARY) + " " + arguments + " 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  std::array<char, 4096> buffer{};
-  while (std::fgets(buffer.data(), buffer.size(), pipe.get())) result.output += buffer.data();
-  const int status = pclose(pipe.release());
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return twin::testing::run_shell("cd '" + std::string(TWIN_SOURCE_DIR) + "' && " + std::string(TWIN_BINARY) + " " +
+                                  arguments + " 2>&1");
 }
 
 // The lines the README prints under `$ twin COMMAND`, up to the block's "  ..." or its end.

@@ -20,27 +20,21 @@
 #include <sstream>
 #include <string>
 
+#include "tests/cli/run_twin.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct Result {
-  int status = -1;  // 124: the command hung and `timeout` ended it
-  std::string output;
+struct Result : twin::testing::ShellResult {  // status 124: the command hung and `timeout` ended it
   double seconds = 0;
 };
 
 Result twin(const std::string& arguments, int timeout_s = 30) {
-  Result result;
   const auto start = std::chrono::steady_clock::now();
-  const std::string command =
-      "timeout -s KILL " + std::to_string(timeout_s) + " " + std::string(TWIN_BINARY) + " " + arguments + " 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  std::array<char, 4096> buffer{};
-  while (std::fgets(buffer.data(), buffer.size(), pipe.get())) result.output += buffer.data();
-  const int status = pclose(pipe.release());
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  Result result{twin::testing::run_shell("timeout -s KILL " + std::to_string(timeout_s) + " " +
+                                         std::string(TWIN_BINARY) + " " + arguments + " 2>&1")};
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

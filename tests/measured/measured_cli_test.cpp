@@ -13,26 +13,18 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/cli/run_twin.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::HasSubstr;
 
-struct Result {
-  int status = -1;
-  std::string output;
-};
+using Result = twin::testing::ShellResult;
 
 Result twin(const std::string& arguments) {
-  Result result;
-  const std::string command = std::string(TWIN_BINARY) + " " + arguments + " 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  std::array<char, 4096> buffer{};
-  while (std::fgets(buffer.data(), buffer.size(), pipe.get())) result.output += buffer.data();
-  const int status = pclose(pipe.release());
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return twin::testing::run_shell(std::string(TWIN_BINARY) + " " + arguments + " 2>&1");
 }
 
 fs::path scratch(const std::string& name) {
