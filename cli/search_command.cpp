@@ -42,6 +42,7 @@ struct SearchOptions {
   bool vary_cp = false;  // --vary-cp: context-parallel sizes 1, 2, 4, 8 (those the sequence allows)
   std::string json_path;
   std::string train_tokens;  // passed on to each `twin sim --train-tokens` (empty: not asked)
+  std::string usd_per_gpu_hour;  // passed on to each `twin sim --usd-per-gpu-hour` (empty: not asked)
   bool goodput = false;      // --goodput: rank by iteration time over goodput (the scenario's failure model)
   bool quiet = false;        // nothing on stderr but errors
 };
@@ -479,6 +480,12 @@ void run_search(const SearchOptions& o) {
   }
   std::vector<std::string> extra;
   if (!o.train_tokens.empty()) extra = {"--train-tokens", o.train_tokens};
+  if (!o.usd_per_gpu_hour.empty()) {
+    if (o.train_tokens.empty()) {
+      throw UserError("--usd-per-gpu-hour prices a training run's GPU-hours: give its length with --train-tokens");
+    }
+    extra.insert(extra.end(), {"--usd-per-gpu-hour", o.usd_per_gpu_hour});
+  }
   if (o.goodput) extra.push_back("--goodput");
   const std::vector<SimulationOutcome> outcomes =
       simulate_in_children(scenario_path, override_lists, jobs, "search", extra, !o.quiet);
@@ -644,6 +651,11 @@ void register_search_command(CLI::App& app) {
   command->add_flag("--vary-etp", o->vary_etp,
                     "Mixture-of-Experts: also try expert tensor parallelism (etp 2, 4, ... up to a node) with each ep");
   command->add_option("--json", o->json_path, "write every plan and its result as JSON")->check(output_file());
+  command
+      ->add_option("--usd-per-gpu-hour", o->usd_per_gpu_hour,
+                   "with --train-tokens: each plan's GPU-hours priced at this many dollars per GPU-hour (JSON "
+                   "training.cost_usd)")
+      ->check(between(0.001, 1000));
   command
       ->add_option("--train-tokens", o->train_tokens,
                    "also estimate each plan's whole training run of this many tokens: days, GPU-hours")

@@ -45,6 +45,7 @@ struct SimCommandOptions {
   bool quiet = false;
   double sensitivity_percent = 0;  // --sensitivity: each rate this much lower and higher (0: not asked)
   std::string train_tokens;        // --train-tokens: the whole run's length (empty: not asked)
+  double usd_per_gpu_hour = 0;     // --usd-per-gpu-hour: the run's GPU-hours priced (0: not asked)
   bool goodput = false;            // --goodput: the scenario's failure model at this iteration time
   // Stragglers and degraded parts (sim/degraded.hpp): each as typed, checked at parse time.
   std::vector<std::string> slow_gpus, slow_links, failed_uplinks;
@@ -229,6 +230,9 @@ std::vector<std::string> scenario_notes(const model::Scenario& s) {
 }
 
 void run(const SimCommandOptions& o) {
+  if (o.usd_per_gpu_hour > 0 && o.train_tokens.empty()) {
+    throw UserError("--usd-per-gpu-hour prices a training run's GPU-hours: give its length with --train-tokens");
+  }
   const model::Scenario scenario = load_scenario(o.scenario);
   require_platform_within_bound(scenario.cluster);
   require_outputs_before_work({{"--json", o.json_path}, {"--trace", o.trace_path}, {"--svg", o.svg_path}},
@@ -349,6 +353,10 @@ void run(const SimCommandOptions& o) {
         "at the full global batch; no ramp-up, evaluation or restarts)\n",
         with_scale(training->tokens), training->iterations, with_scale(training->tokens_per_iteration),
         training->time_s / 86400, scenario.cluster.total_gpus(), with_scale(training->gpu_hours));
+    if (o.usd_per_gpu_hour > 0) {
+      fmt::print("  at ${:g} per GPU-hour: ${} (GPU time alone: no storage, network egress or idle reservation)\n",
+                 o.usd_per_gpu_hour, with_scale(training->gpu_hours * o.usd_per_gpu_hour));
+    }
   }
   std::optional<GoodputReport> goodput;
   if (o.goodput) {
@@ -444,6 +452,10 @@ void run(const SimCommandOptions& o) {
           {"tokens", training->tokens},         {"tokens_per_iteration", training->tokens_per_iteration},
           {"iterations", training->iterations}, {"time_s", training->time_s},
           {"days", training->time_s / 86400},   {"gpu_hours", training->gpu_hours}};
+      if (o.usd_per_gpu_hour > 0) {
+        json["training"]["usd_per_gpu_hour"] = o.usd_per_gpu_hour;
+        json["training"]["cost_usd"] = training->gpu_hours * o.usd_per_gpu_hour;
+      }
       if (goodput) json["training"]["days_with_failures"] = goodput->train_days_with_failures;
     }
     if (goodput) json["goodput"] = goodput_json(*goodput);
@@ -515,6 +527,10 @@ void register_sim_command(CLI::App& app) {
                    "also estimate a whole training run of this many tokens (300e9, 300B, 1.4T): iterations, days, "
                    "GPU-hours")
       ->check(token_count("--train-tokens"));
+  command
+      ->add_option("--usd-per-gpu-hour", o->usd_per_gpu_hour,
+                   "with --train-tokens: the run's GPU-hours priced at this many dollars per GPU-hour (e.g. 2.5)")
+      ->check(between(0.001, 1000));
   command->add_option("--slow-gpu", o->slow_gpus,
                       "RANK:FACTOR: that GPU's compute takes FACTOR times as long (repeatable); the report says where "
                       "the time went against the healthy run");

@@ -24,6 +24,7 @@ struct SweepOptions {
   int jobs = 0;  // 0: hardware threads
   std::string json_path;
   std::string train_tokens;  // passed on to each `twin sim --train-tokens` (empty: not asked)
+  std::string usd_per_gpu_hour;  // passed on to each `twin sim --usd-per-gpu-hour` (empty: not asked)
   bool goodput = false;      // --goodput: each variant's goodput, and the one with most useful tokens per second
   bool quiet = false;        // nothing on stderr but errors
 };
@@ -184,6 +185,12 @@ void run_sweep(const SweepOptions& o) {
   }
   std::vector<std::string> extra;
   if (!o.train_tokens.empty()) extra = {"--train-tokens", o.train_tokens};
+  if (!o.usd_per_gpu_hour.empty()) {
+    if (o.train_tokens.empty()) {
+      throw UserError("--usd-per-gpu-hour prices a training run's GPU-hours: give its length with --train-tokens");
+    }
+    extra.insert(extra.end(), {"--usd-per-gpu-hour", o.usd_per_gpu_hour});
+  }
   if (o.goodput) extra.push_back("--goodput");
   const std::vector<SimulationOutcome> outcomes =
       simulate_in_children(scenario_path, override_lists, jobs, "sweep", extra, !o.quiet);
@@ -298,6 +305,11 @@ void register_sweep_command(CLI::App& app) {
       ->required();
   command->add_option("--jobs", o->jobs, "simulations at a time (default: one per core)")->check(between(1, 1024));
   command->add_option("--json", o->json_path, "write every variant and its result as JSON")->check(output_file());
+  command
+      ->add_option("--usd-per-gpu-hour", o->usd_per_gpu_hour,
+                   "with --train-tokens: each plan's GPU-hours priced at this many dollars per GPU-hour (JSON "
+                   "training.cost_usd)")
+      ->check(between(0.001, 1000));
   command
       ->add_option("--train-tokens", o->train_tokens,
                    "also estimate each variant's whole training run of this many tokens: days, GPU-hours")

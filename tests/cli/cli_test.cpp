@@ -847,6 +847,45 @@ TEST(Cli, SimHeaderNamesExpertParallelismAndPrecision) {
   EXPECT_EQ(scenario["precision"], "fp8 hybrid, delayed");
 }
 
+TEST(Cli, SimSweepAndSearchPriceTheRunsGpuHours) {
+  // --usd-per-gpu-hour turns a run's GPU-hours into dollars (issue 40, item 5): in twin sim's lines and JSON, and in
+  // every sweep variant's and search plan's `training`; without --train-tokens there is no run to price.
+  const fs::path json_path = scratch("priced.json");
+  const Result r = twin("sim " + small_cluster_scenario().string() +
+                        " --quiet --train-tokens 10B --usd-per-gpu-hour 2.5 --json " + json_path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("at $2.5 per GPU-hour: $"));
+  std::ifstream in(json_path);
+  const auto training = nlohmann::json::parse(in)["training"];
+  EXPECT_DOUBLE_EQ(training["cost_usd"].get<double>(), 2.5 * training["gpu_hours"].get<double>());
+  const Result unpriced = twin("sim " + small_cluster_scenario().string() + " --quiet --usd-per-gpu-hour 2.5");
+  EXPECT_EQ(unpriced.status, 2);
+  EXPECT_THAT(unpriced.output, HasSubstr("twin: error: --usd-per-gpu-hour prices a training run"));
+  EXPECT_EQ(twin("sim " + small_cluster_scenario().string() + " --quiet --train-tokens 10B --usd-per-gpu-hour 0").status,
+            2);
+  const fs::path search_path = scratch("priced-search.json");
+  const Result search = twin("search " + small_cluster_scenario().string() + " --max 2 --jobs 2 --quiet "
+                             "--train-tokens 10B --usd-per-gpu-hour 2 --json " + search_path.string());
+  ASSERT_EQ(search.status, 0) << search.output;
+  std::ifstream search_in(search_path);
+  const auto plans = nlohmann::json::parse(search_in)["plans"];
+  ASSERT_FALSE(plans.empty());
+  for (const auto& plan : plans) {
+    EXPECT_DOUBLE_EQ(plan["training"]["cost_usd"].get<double>(), 2 * plan["training"]["gpu_hours"].get<double>());
+  }
+  const fs::path sweep_path = scratch("priced-sweep.json");
+  const Result sweep = twin("sweep " + small_cluster_scenario().string() + " --vary parallel.pp=2,4 --jobs 2 --quiet "
+                            "--train-tokens 10B --usd-per-gpu-hour 2 --json " + sweep_path.string());
+  ASSERT_EQ(sweep.status, 0) << sweep.output;
+  std::ifstream sweep_in(sweep_path);
+  const auto variants = nlohmann::json::parse(sweep_in)["variants"];
+  ASSERT_EQ(variants.size(), 2u);
+  for (const auto& variant : variants) {
+    EXPECT_DOUBLE_EQ(variant["training"]["cost_usd"].get<double>(),
+                     2 * variant["training"]["gpu_hours"].get<double>());
+  }
+}
+
 TEST(Cli, SimEstimatesAWholeTrainingRun) {
   // GPT-3 175B, 300 B tokens on 1024 GPUs: the iterations are whole global batches, the days follow from the
   // simulated iteration, and they agree with Narayanan et al.'s end-to-end estimate 8 T P / (n X) (SC'21, Sec. 5.1)
