@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "model/program/goodput.hpp"
 #include "model/program/program.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/simulate.hpp"
@@ -197,6 +198,36 @@ TEST_P(MechanismMatrix, EveryMechanismMovesThePredictionAsItsUnitTestSays) {
         SCOPED_TRACE(fmt::format("cell {} x {} x {} x {}", mechanisms()[m].name, families()[f].name,
                                  to_string(fidelity), model::to_string(granularity)));
         check_cell(m, f, fidelity, granularity);
+      }
+    }
+  }
+}
+
+// The failure model's keys (cluster.*_failures_per_gpu_hour) move no iteration time: they enter the goodput, at the
+// iteration time each plan family, fidelity and granularity simulates (twin sim --goodput, twin goodput). Each key,
+// set through the scenario's own override path, must raise the interruptions per day and lower the goodput on every
+// cell; a key the reader dropped, or one the goodput never summed, fails here.
+TEST_P(MechanismMatrix, EachFailureRateKeyLowersTheGoodputAtTheSimulatedTime) {
+  const Family& family = families()[GetParam()];
+  const char* keys[] = {"cluster.gpu_failures_per_gpu_hour", "cluster.host_failures_per_gpu_hour",
+                        "cluster.nic_failures_per_gpu_hour", "cluster.switch_failures_per_gpu_hour",
+                        "cluster.software_failures_per_gpu_hour"};
+  // 32 GB/s: the host copy of an asynchronous checkpoint (PCIe 4 x16); these plans checkpoint blocking, unused.
+  const auto estimate = [](const model::Scenario& s, double t) {
+    return model::goodput_closed_form(model::goodput_inputs(s, t, model::checkpoint_cost(s, 32e9)));
+  };
+  for (const Fidelity fidelity : {Fidelity::Rank, Fidelity::Group}) {
+    for (const auto granularity : {model::Granularity::Op, model::Granularity::Layer}) {
+      const double t = iteration_s(family, {}, fidelity, granularity);
+      const model::GoodputEstimate base = estimate(scenario_of(family, {}), t);
+      for (const char* key : keys) {
+        SCOPED_TRACE(fmt::format("{} x {} x {} x {}", key, family.name, to_string(fidelity),
+                                 model::to_string(granularity)));
+        // 1e-3 per GPU-hour: far above every default (Llama 3's GPU rate is about 2e-5), so the move is clear.
+        const std::string set = fmt::format("{}=1e-3", key);
+        const model::GoodputEstimate raised = estimate(scenario_of(family, {set.c_str()}), t);
+        EXPECT_GT(raised.failures_per_day, base.failures_per_day);
+        EXPECT_LT(raised.goodput_fraction, base.goodput_fraction);
       }
     }
   }
