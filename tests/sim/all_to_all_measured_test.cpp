@@ -11,6 +11,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/measured_tables.hpp"
 #include "sim/simulate.hpp"
+#include "tests/sim/measured_tables_support.hpp"
 #include "tests/sim/support.hpp"
 #include "topology/hardware.hpp"
 
@@ -31,10 +32,7 @@ std::vector<std::vector<double>> even(double operand, int n = 8) {
 }
 
 // The untouched model: the same node with a GPU name no table knows.
-topology::NodeSpec untabled(topology::NodeSpec node) {
-  node.gpu.name = "untabled " + node.gpu.name;
-  return node;
-}
+using testing::untabled;
 
 TEST(AllToAllMeasured, InsideAnH100NodeNoFasterThanMeasured) {
   const topology::NodeSpec h100 = topology::dgx_h100();
@@ -99,21 +97,7 @@ model::Scenario small_moe_h100(int pp) {
 // Through the engine: an EP 8 plan inside each node takes longer with the measured floor, at both fidelities and
 // granularities, on one stage and on two.
 TEST(AllToAllMeasured, EngagesAtEveryFidelityAndGranularity) {
-  const AnalyticalCostModel cost(topology::h100_sxm5_80gb());
-  for (const int pp : {1, 2}) {
-    const model::Scenario s = small_moe_h100(pp);
-    for (const Fidelity fidelity : {Fidelity::Rank, Fidelity::Group}) {
-      for (const model::Granularity granularity : {model::Granularity::Layer, model::Granularity::Op}) {
-        const model::Program program = model::build_program(s, granularity);
-        SimOptions options;
-        options.fidelity = fidelity;
-        const double with_s = simulate(program, cost, options).timeline.iteration_time_s;
-        options.node = untabled(topology::dgx_h100());
-        const double before_s = simulate(program, cost, options).timeline.iteration_time_s;
-        EXPECT_GT(with_s, before_s * 1.01) << "pp " << pp << " fidelity " << to_string(fidelity);
-      }
-    }
-  }
+  testing::expect_tables_lengthen_every_cell(small_moe_h100);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/measured_tables.hpp"
 #include "sim/simulate.hpp"
+#include "tests/sim/measured_tables_support.hpp"
 #include "tests/sim/support.hpp"
 #include "topology/hardware.hpp"
 
@@ -24,10 +25,7 @@ CommunicationModel node_model(const topology::NodeSpec& node) {
   return model;
 }
 
-topology::NodeSpec untabled(topology::NodeSpec node) {
-  node.gpu.name = "untabled " + node.gpu.name;
-  return node;
-}
+using testing::untabled;
 
 struct Kind {
   model::CollectiveKind kind;
@@ -96,21 +94,7 @@ model::Scenario tp_plan_h100(int pp) {
 }
 
 TEST(CollectiveFloor, EngagesAtEveryFidelityAndGranularity) {
-  const AnalyticalCostModel cost(topology::h100_sxm5_80gb());
-  for (const int pp : {1, 2}) {
-    const model::Scenario s = tp_plan_h100(pp);
-    for (const Fidelity fidelity : {Fidelity::Rank, Fidelity::Group}) {
-      for (const model::Granularity granularity : {model::Granularity::Layer, model::Granularity::Op}) {
-        const model::Program program = model::build_program(s, granularity);
-        SimOptions options;
-        options.fidelity = fidelity;
-        const double with_s = simulate(program, cost, options).timeline.iteration_time_s;
-        options.node = untabled(topology::dgx_h100());
-        const double before_s = simulate(program, cost, options).timeline.iteration_time_s;
-        EXPECT_GT(with_s, before_s * 1.01) << "pp " << pp << " fidelity " << to_string(fidelity);
-      }
-    }
-  }
+  testing::expect_tables_lengthen_every_cell(tp_plan_h100);
 }
 
 }  // namespace
