@@ -478,15 +478,7 @@ void run_search(const SearchOptions& o) {
     for (const auto& set : plan.overrides()) sets.push_back(set);
     override_lists.push_back(std::move(sets));
   }
-  std::vector<std::string> extra;
-  if (!o.train_tokens.empty()) extra = {"--train-tokens", o.train_tokens};
-  if (!o.usd_per_gpu_hour.empty()) {
-    if (o.train_tokens.empty()) {
-      throw UserError("--usd-per-gpu-hour prices a training run's GPU-hours: give its length with --train-tokens");
-    }
-    extra.insert(extra.end(), {"--usd-per-gpu-hour", o.usd_per_gpu_hour});
-  }
-  if (o.goodput) extra.push_back("--goodput");
+  const std::vector<std::string> extra = child_sim_arguments(o.train_tokens, o.usd_per_gpu_hour, o.goodput);
   const std::vector<SimulationOutcome> outcomes =
       simulate_in_children(scenario_path, override_lists, jobs, "search", extra, !o.quiet);
   for (std::size_t i = 0; i < plans.size(); ++i) {

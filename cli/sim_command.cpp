@@ -15,6 +15,7 @@
 #include "cli/commands.hpp"
 #include "cli/goodput_report.hpp"
 #include "cli/measured_hardware.hpp"
+#include "cli/simulation_pool.hpp"
 #include "model/ops/expert_load.hpp"
 #include "model/program/program.hpp"
 #include "report/summary.hpp"
@@ -230,9 +231,7 @@ std::vector<std::string> scenario_notes(const model::Scenario& s) {
 }
 
 void run(const SimCommandOptions& o) {
-  if (o.usd_per_gpu_hour > 0 && o.train_tokens.empty()) {
-    throw UserError("--usd-per-gpu-hour prices a training run's GPU-hours: give its length with --train-tokens");
-  }
+  require_a_run_to_price(o.usd_per_gpu_hour > 0, !o.train_tokens.empty());
   const model::Scenario scenario = load_scenario(o.scenario);
   require_platform_within_bound(scenario.cluster);
   require_outputs_before_work({{"--json", o.json_path}, {"--trace", o.trace_path}, {"--svg", o.svg_path}},

@@ -19,6 +19,8 @@
 
 #include <fmt/core.h>
 
+#include "model/scenario/errors.hpp"
+
 extern char** environ;
 
 namespace twin::cli {
@@ -123,6 +125,22 @@ std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_
   }
   if (progress && on_terminal) fmt::print(stderr, "\n");
   return outcomes;
+}
+
+void require_a_run_to_price(bool priced, bool train_tokens_given) {
+  if (priced && !train_tokens_given) {
+    throw twin::UserError("--usd-per-gpu-hour prices a training run's GPU-hours: give its length with --train-tokens");
+  }
+}
+
+std::vector<std::string> child_sim_arguments(const std::string& train_tokens, const std::string& usd_per_gpu_hour,
+                                             bool goodput) {
+  require_a_run_to_price(!usd_per_gpu_hour.empty(), !train_tokens.empty());
+  std::vector<std::string> arguments;
+  if (!train_tokens.empty()) arguments = {"--train-tokens", train_tokens};
+  if (!usd_per_gpu_hour.empty()) arguments.insert(arguments.end(), {"--usd-per-gpu-hour", usd_per_gpu_hour});
+  if (goodput) arguments.push_back("--goodput");
+  return arguments;
 }
 
 }  // namespace twin::cli

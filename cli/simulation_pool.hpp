@@ -23,4 +23,13 @@ std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_
                                                     const std::vector<std::string>& extra_arguments = {},
                                                     bool progress = true);
 
+// What each child `twin sim` of a sweep or search is asked besides its plan: the whole run's length
+// (`--train-tokens`, empty: not asked), its price (`--usd-per-gpu-hour`, empty: not asked; refused without a length)
+// and the goodput.
+std::vector<std::string> child_sim_arguments(const std::string& train_tokens, const std::string& usd_per_gpu_hour,
+                                             bool goodput);
+
+// --usd-per-gpu-hour prices a training run: refused, naming the flag, when no --train-tokens gives one.
+void require_a_run_to_price(bool priced, bool train_tokens_given);
+
 }  // namespace twin::cli

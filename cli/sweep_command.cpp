@@ -183,15 +183,7 @@ void run_sweep(const SweepOptions& o) {
                "twin sweep: {} variants of {} ({} refused by the scenario checks); simulating {} with {} jobs\n",
                variants.size(), keys, variants.size() - simulated.size(), simulated.size(), jobs);
   }
-  std::vector<std::string> extra;
-  if (!o.train_tokens.empty()) extra = {"--train-tokens", o.train_tokens};
-  if (!o.usd_per_gpu_hour.empty()) {
-    if (o.train_tokens.empty()) {
-      throw UserError("--usd-per-gpu-hour prices a training run's GPU-hours: give its length with --train-tokens");
-    }
-    extra.insert(extra.end(), {"--usd-per-gpu-hour", o.usd_per_gpu_hour});
-  }
-  if (o.goodput) extra.push_back("--goodput");
+  const std::vector<std::string> extra = child_sim_arguments(o.train_tokens, o.usd_per_gpu_hour, o.goodput);
   const std::vector<SimulationOutcome> outcomes =
       simulate_in_children(scenario_path, override_lists, jobs, "sweep", extra, !o.quiet);
   for (std::size_t j = 0; j < simulated.size(); ++j) variants[simulated[j]].outcome = outcomes[j];
