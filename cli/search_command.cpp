@@ -15,6 +15,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/simulation_pool.hpp"
+#include "model/plan/schedule.hpp"
 #include "model/program/estimates.hpp"
 #include "sim/cost_model.hpp"
 #include "topology/hardware.hpp"
@@ -230,13 +231,7 @@ void add_plan_if_it_fits(const model::Scenario& s, const SearchOptions& o, std::
     }
     return;
   }
-  const double m = static_cast<double>(p.micro_batches());
-  plan.ideal_bubble =
-      static_cast<double>(p.pp - 1) / (static_cast<double>(p.virtual_stages) * m + static_cast<double>(p.pp - 1));
-  // ZB-H1 with equal F, B and W: (p - 1)(F + B - W) over m (F + B + W) + that
-  if (p.schedule == model::ScheduleKind::ZeroBubbleH1) {
-    plan.ideal_bubble = static_cast<double>(p.pp - 1) / (3 * m + static_cast<double>(p.pp - 1));
-  }
+  plan.ideal_bubble = model::ideal_bubble_fraction(p);
   plan.peak_memory_bytes = memory.peak_bytes;
   plans.push_back(plan);
 }

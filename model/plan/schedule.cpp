@@ -170,4 +170,11 @@ int max_deferred_weight_grads(const StageSchedule& schedule) {
   return peak;
 }
 
+double ideal_bubble_fraction(const ParallelSpec& parallel) {
+  const double m = static_cast<double>(parallel.micro_batches());
+  const double idle = static_cast<double>(parallel.pp - 1);
+  if (parallel.schedule == ScheduleKind::ZeroBubbleH1) return idle / (3 * m + idle);
+  return idle / (static_cast<double>(parallel.virtual_stages) * m + idle);
+}
+
 }  // namespace twin::model

@@ -59,6 +59,11 @@ bool group_without_dependency_bubbles(int stages, int micro_batches, int group);
 // The schedule a scenario's plan runs: parallel.schedule, pp, micro-batches, virtual stages and micro-batch group.
 std::vector<StageSchedule> build_schedule(const ParallelSpec& parallel, int extra_warmup = 0);
 
+// The schedule's bubble with every pass of equal time, idle over busy plus idle: (p - 1) / (v m + p - 1) for GPipe,
+// 1F1B and the interleaved schedule (v chunks), and for ZB-H1 with F = B = W (Qi et al.: (p - 1)(F + B - W) idle
+// against m (F + B + W) busy) (p - 1) / (3 m + p - 1). What `twin search` orders its plans by before simulating.
+double ideal_bubble_fraction(const ParallelSpec& parallel);
+
 // The most (micro-batch, chunk) pairs whose forward has run and backward has not, at any point of the schedule:
 // how many chunks' activations the stage stashes at its peak.
 int max_in_flight(const StageSchedule& schedule);

@@ -4,6 +4,7 @@
 // with the same FLOPs and, to launch overheads, the same compute.
 #include <gtest/gtest.h>
 
+#include "model/plan/schedule.hpp"
 #include "model/program/program.hpp"
 #include "report/summary.hpp"
 #include "sim/simulate.hpp"
@@ -38,6 +39,10 @@ TEST(ZeroBubbleSim, IdealBubbleIsThePapersClosedForm) {
       EXPECT_NEAR(base_result.timeline.iteration_time_s, (3 * m + 3 * 7) * 1e-3, 1e-9) << "m = " << m;
       const double bubble = report::summarize(zb, zb_result.timeline, 312e12, "zb").bubble_fraction;
       EXPECT_NEAR(bubble, 7.0 / (3 * m + 7), 1e-6) << "m = " << m;
+      // the closed form twin search orders its plans by, the same as simulated for both schedules
+      EXPECT_NEAR(model::ideal_bubble_fraction(zb.scenario.parallel), bubble, 1e-6) << "m = " << m;
+      const double base_bubble = report::summarize(base, base_result.timeline, 312e12, "1f1b").bubble_fraction;
+      EXPECT_NEAR(model::ideal_bubble_fraction(base.scenario.parallel), base_bubble, 1e-6) << "m = " << m;
     }
   }
 }
