@@ -302,6 +302,7 @@ void run(const SimCommandOptions& o) {
   try {
     parameters = same_gpu ? measured_hardware.parameters(node.gpu, scenario.cluster)
                           : sim::analytical_parameters(node.gpu);
+    if (!same_gpu) parameters.host_s_per_kernel = sim::host_s_per_kernel(scenario.cluster, node);
   } catch (const std::invalid_argument& error) {
     throw UserError(fmt::format("{}: {}", scenario.source, error.what()));
   }
