@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libjemalloc-dev
   zlib1g-dev libprotobuf-dev protobuf-compiler
   python3
+  clang libclang-rt-14-dev
 )
 
 missing=()
