@@ -15,6 +15,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/simulation_pool.hpp"
+#include "cli/simulation_ranks.hpp"
 #include "model/plan/schedule.hpp"
 #include "model/program/estimates.hpp"
 #include "sim/cost_model.hpp"
@@ -448,8 +449,9 @@ void run_search(const SearchOptions& o) {
                                 o.memory_headroom, o.explain ? "" : "; --explain lists every plan with its reason"));
   }
   if (!o.all && plans.size() > static_cast<std::size_t>(o.max_plans)) plans.resize(o.max_plans);
-  const int jobs = o.jobs > 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
-  if (!o.quiet) {
+  const int jobs = o.jobs > 0 ? o.jobs : default_jobs();
+  const bool quiet = o.quiet || launched_rank().rank != 0;  // under mpirun / srun rank 0 speaks for all
+  if (!quiet) {
     fmt::print(stderr, "twin search: {} plans of {} fit {} GPUs ({} rejected for memory); simulating {} with {} jobs\n",
                found, base.model.name, base.cluster.total_gpus(), rejected_for_memory, plans.size(), jobs);
     // Each plan's simulation builds the platform again: on thousands of nodes that dominates, so say what it costs.
@@ -474,8 +476,10 @@ void run_search(const SearchOptions& o) {
     override_lists.push_back(std::move(sets));
   }
   const std::vector<std::string> extra = child_sim_arguments(o.train_tokens, o.usd_per_gpu_hour, o.goodput);
-  const std::vector<SimulationOutcome> outcomes =
-      simulate_in_children(scenario_path, override_lists, jobs, "search", extra, !o.quiet);
+  const std::optional<std::vector<SimulationOutcome>> gathered =
+      simulate_across_ranks(scenario_path, override_lists, jobs, "search", extra, !quiet);
+  if (!gathered) return;  // a rank other than 0 of an MPI job: rank 0 has its outcomes
+  const std::vector<SimulationOutcome>& outcomes = *gathered;
   for (std::size_t i = 0; i < plans.size(); ++i) {
     Plan& plan = plans[i];
     plan.error = outcomes[i].error;
@@ -617,7 +621,10 @@ void register_search_command(CLI::App& app) {
                       "(\"4\"); default none, as the plans that really trained used up to 99.6 % of twin's estimate");
   command->add_flag("--explain", o->explain,
                     "list every plan not simulated with its reason (the rule it breaks, or the memory it needs)");
-  command->add_option("--jobs", o->jobs, "simulations at a time (default: one per core)")->check(between(1, 1024));
+  command
+      ->add_option("--jobs", o->jobs,
+                   "simulations at a time on each host (default: one per core, shared among the MPI ranks on it)")
+      ->check(between(1, 1024));
   command->add_flag("--vary-recompute", o->vary_recompute,
                     "also try recompute none, selective and full, and block recompute of a quarter, half and three "
                     "quarters of a chunk's layers (Megatron only)");

@@ -8,14 +8,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <stdexcept>
 #include <system_error>
+#include <thread>
 
 #include <fmt/core.h>
 
@@ -76,6 +79,14 @@ std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_
                                                     const std::vector<std::vector<std::string>>& override_lists,
                                                     int jobs, const std::string& command,
                                                     const std::vector<std::string>& extra_arguments, bool progress) {
+  return simulate_in_children(scenario_path, override_lists, jobs, command, extra_arguments, progress, PoolHooks{});
+}
+
+std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_path,
+                                                    const std::vector<std::vector<std::string>>& override_lists,
+                                                    int jobs, const std::string& command,
+                                                    const std::vector<std::string>& extra_arguments, bool progress,
+                                                    const PoolHooks& hooks) {
   std::vector<SimulationOutcome> outcomes(override_lists.size(), SimulationOutcome{{}, "not simulated", -1});
   const fs::path scratch = fs::temp_directory_path() / fmt::format("twin-{}-{}", command, getpid());
   fs::create_directories(scratch);
@@ -106,12 +117,19 @@ std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_
       ++next;
     }
     int status = 0;
-    const pid_t pid = waitpid(-1, &status, 0);
+    // With a tick to call, look every 20 ms instead of sleeping until a child ends.
+    const pid_t pid = waitpid(-1, &status, hooks.tick ? WNOHANG : 0);
+    if (pid == 0) {
+      hooks.tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
     if (pid < 0) break;
     const auto it = running.find(pid);
     if (it == running.end()) continue;
     const auto [json, log] = paths(it->second);
     outcomes[it->second] = read_outcome(json, log, status);
+    if (hooks.finished) hooks.finished(it->second, outcomes[it->second]);
     running.erase(it);
     ++done;
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -125,6 +143,15 @@ std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_
   }
   if (progress && on_terminal) fmt::print(stderr, "\n");
   return outcomes;
+}
+
+int default_jobs() {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // The launcher's count of ranks on this host (mpirun, MPICH / Intel MPI, srun).
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_STEP_TASKS_PER_NODE"}) {
+    if (const char* value = std::getenv(name)) return std::max(1, cores / std::max(1, std::atoi(value)));
+  }
+  return cores;
 }
 
 void require_a_run_to_price(bool priced, bool train_tokens_given) {

@@ -2,6 +2,8 @@
 // is sequential, so `twin search` and `twin sweep` fan their variants out over the cores this way.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,23 @@ std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_
                                                     int jobs, const std::string& command,
                                                     const std::vector<std::string>& extra_arguments = {},
                                                     bool progress = true);
+
+// What a caller of the pool hears while it runs: each outcome as it comes (its index in the lists), and a tick about
+// every 20 ms (a rank of an MPI job talks to the others then).
+struct PoolHooks {
+  std::function<void(std::size_t index, const SimulationOutcome& outcome)> finished;
+  std::function<void()> tick;
+};
+
+// simulate_in_children, calling `hooks` as it goes.
+std::vector<SimulationOutcome> simulate_in_children(const std::string& scenario_path,
+                                                    const std::vector<std::vector<std::string>>& override_lists,
+                                                    int jobs, const std::string& command,
+                                                    const std::vector<std::string>& extra_arguments, bool progress,
+                                                    const PoolHooks& hooks);
+
+// --jobs' default: the cores of this host shared among the ranks of an mpirun / srun job on it (one rank: all).
+int default_jobs();
 
 // What each child `twin sim` of a sweep or search is asked besides its plan: the whole run's length
 // (`--train-tokens`, empty: not asked), its price (`--usd-per-gpu-hour`, empty: not asked; refused without a length)

@@ -12,6 +12,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/simulation_pool.hpp"
+#include "cli/simulation_ranks.hpp"
 
 namespace twin::cli {
 namespace {
@@ -175,18 +176,20 @@ void run_sweep(const SweepOptions& o) {
     throw model::ScenarioError(problems);
   }
 
-  const int jobs = o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int jobs = o.jobs > 0 ? o.jobs : default_jobs();
+  const bool quiet = o.quiet || launched_rank().rank != 0;  // under mpirun / srun rank 0 speaks for all
   std::string keys;
   for (const Axis& axis : axes) keys += (keys.empty() ? "" : " x ") + axis.key;
-  if (!o.quiet) {
+  if (!quiet) {
     fmt::print(stderr,
                "twin sweep: {} variants of {} ({} refused by the scenario checks); simulating {} with {} jobs\n",
                variants.size(), keys, variants.size() - simulated.size(), simulated.size(), jobs);
   }
   const std::vector<std::string> extra = child_sim_arguments(o.train_tokens, o.usd_per_gpu_hour, o.goodput);
-  const std::vector<SimulationOutcome> outcomes =
-      simulate_in_children(scenario_path, override_lists, jobs, "sweep", extra, !o.quiet);
-  for (std::size_t j = 0; j < simulated.size(); ++j) variants[simulated[j]].outcome = outcomes[j];
+  const std::optional<std::vector<SimulationOutcome>> outcomes =
+      simulate_across_ranks(scenario_path, override_lists, jobs, "sweep", extra, !quiet);
+  if (!outcomes) return;  // a rank other than 0 of an MPI job: rank 0 has its outcomes
+  for (std::size_t j = 0; j < simulated.size(); ++j) variants[simulated[j]].outcome = (*outcomes)[j];
 
   fmt::print("{}: {} variants of {}\n\n", model_name, variants.size(), keys);
   std::vector<std::size_t> widths;
@@ -295,7 +298,10 @@ void register_sweep_command(CLI::App& app) {
                    "a key and its values, KEY=V1,V2,... (repeatable: every combination is simulated)")
       ->type_name("KEY=V1,V2,...")
       ->required();
-  command->add_option("--jobs", o->jobs, "simulations at a time (default: one per core)")->check(between(1, 1024));
+  command
+      ->add_option("--jobs", o->jobs,
+                   "simulations at a time on each host (default: one per core, shared among the MPI ranks on it)")
+      ->check(between(1, 1024));
   command->add_option("--json", o->json_path, "write every variant and its result as JSON")->check(output_file());
   command
       ->add_option("--usd-per-gpu-hour", o->usd_per_gpu_hour,

@@ -417,6 +417,70 @@ class MpiCommunicator final : public Communicator {
   std::list<PendingSend> pending_sends_;
 };
 
+// Posted messages carry their own tag, above every Program's, so a mailbox and a communicator never mix.
+class Mailbox final : public MpiMailbox {
+ public:
+  explicit Mailbox(const TwinMpiApi& api) : mpi_(api) { check(mpi_.init(&rank_, &size_), "MPI initialisation"); }
+
+  ~Mailbox() override {
+    // The last messages (a rank's final report) must leave before MPI goes away; a dead receiver does not hold
+    // this rank for long.
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (!pending_.empty() && Clock::now() < deadline) {
+      reap();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    mpi_.finalize();
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+
+  void post(int peer, std::string message) override {
+    reap();
+    auto& pending = pending_.emplace_back();
+    pending.text = std::move(message);
+    check(mpi_.isend(pending.text.data(), as_count(pending.text.size()), peer, kTag, &pending.request), "MPI_Isend");
+  }
+
+  std::optional<std::string> take(int peer) override {
+    reap();
+    int found = 0, count = 0;
+    check(mpi_.iprobe(peer, kTag, &found, &count), "MPI_Iprobe");
+    if (!found) return std::nullopt;
+    std::string message(static_cast<std::size_t>(count), '\0');
+    check(mpi_.recv(message.data(), count, peer, kTag), "MPI_Recv");
+    return message;
+  }
+
+ private:
+  static constexpr int kTag = kP2PTagBase - 1;  // below the point-to-point tags, above the collectives'
+  static_assert(2 * (model::kGroupCount + 1) <= kTag, "the mailbox's tag stays above the collectives'");
+  struct Pending {
+    std::string text;
+    void* request = nullptr;
+  };
+
+  void check(int code, const char* call) const {
+    if (code == 0) return;
+    char text[512];
+    mpi_.error_string(code, text, sizeof(text));
+    throw CommError(fmt::format("rank {}: {} failed: {}", rank_, call, text));
+  }
+
+  void reap() {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      int done = 0;
+      mpi_.test(&it->request, &done);
+      it = done ? pending_.erase(it) : std::next(it);
+    }
+  }
+
+  const TwinMpiApi& mpi_;
+  int rank_ = 0, size_ = 1;
+  std::list<Pending> pending_;
+};
+
 #endif  // TWIN_HAVE_MPI
 
 }  // namespace
@@ -446,6 +510,17 @@ std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options) {
   return std::make_unique<MpiCommunicator>(*api, options);
 #else
   (void)options;
+  throw CommError("this twin was built without MPI (apt install libopenmpi-dev openmpi-bin, then rebuild)");
+#endif
+}
+
+std::unique_ptr<MpiMailbox> open_mpi_mailbox() {
+#ifdef TWIN_HAVE_MPI
+  std::string problem;
+  const TwinMpiApi* api = load_shim(problem);
+  if (api == nullptr) throw CommError("spreading simulations over MPI ranks needs MPI: " + problem);
+  return std::make_unique<Mailbox>(*api);
+#else
   throw CommError("this twin was built without MPI (apt install libopenmpi-dev openmpi-bin, then rebuild)");
 #endif
 }

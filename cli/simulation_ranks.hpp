@@ -1,0 +1,35 @@
+// `twin search` and `twin sweep` spread over the ranks of an mpirun / srun job: each rank simulates its share of the
+// variants with the child-process pool (simulation_pool.hpp) and rank 0 gathers every outcome, in the order of the
+// lists, so that it prints and writes exactly what one process would.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/simulation_pool.hpp"
+
+namespace twin::cli {
+
+// This process's place in the job that started it, from the launcher's environment: mpirun (OMPI_COMM_WORLD_RANK /
+// _SIZE), MPICH and Intel MPI (PMI_RANK / PMI_SIZE), srun (SLURM_PROCID / SLURM_STEP_NUM_TASKS). Outside a job:
+// rank 0 of 1.
+struct LaunchedRank {
+  int rank = 0;
+  int size = 1;
+};
+LaunchedRank launched_rank();
+
+// simulate_in_children over the job's ranks: variant i is simulated by rank i % size, `jobs` at a time on each.
+// Rank 0 returns every outcome; a rank that fails, or falls silent for kSilentRankS, is named on stderr and the
+// variants it had not reported are outcomes whose error names it. Every other rank returns nothing: rank 0 prints.
+// Outside a job (or in a job of one rank) it is simulate_in_children.
+std::optional<std::vector<SimulationOutcome>> simulate_across_ranks(
+    const std::string& scenario_path, const std::vector<std::vector<std::string>>& override_lists, int jobs,
+    const std::string& command, const std::vector<std::string>& extra_arguments, bool progress);
+
+// A rank sends a word at least every second while it works; this long without one, rank 0 takes it for dead (mpirun
+// --enable-recovery or srun without --kill-on-bad-exit keep the other ranks running when one dies).
+inline constexpr double kSilentRankS = 10;
+
+}  // namespace twin::cli
