@@ -360,6 +360,24 @@ Scenario parse_scenario(std::string_view toml_text, std::string_view source_name
 
 namespace {
 
+// `text` as a TOML basic string: quoted, with the characters TOML escapes escaped (a model name or a path may hold
+// quotes, backslashes or control characters; written raw, the file would not read back as the same scenario).
+std::string toml_quoted(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (byte < 0x20 || byte == 0x7f) {
+      out += fmt::format("\\u{:04X}", byte);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 // The [framework] section of to_toml.
 std::string framework_toml(const FrameworkSpec& f) {
   std::string out;
@@ -395,7 +413,7 @@ std::string to_toml(const Scenario& s) {
   std::string out;
   auto line = [&out](std::string text) { out += text + "\n"; };
   line("[model]");
-  line(fmt::format("name = \"{}\"", s.model.name));
+  line(fmt::format("name = {}", toml_quoted(s.model.name)));
   line(fmt::format("layers = {}", s.model.layers));
   line(fmt::format("hidden = {}", s.model.hidden));
   line(fmt::format("heads = {}", s.model.heads));
@@ -470,7 +488,7 @@ std::string to_toml(const Scenario& s) {
   }
   if (!s.cluster.gpu_profile.empty()) {
     // Absolute, so that the written scenario names the same file wherever it is saved.
-    line(fmt::format("gpu_profile = \"{}\"", std::filesystem::absolute(s.cluster.gpu_profile).string()));
+    line(fmt::format("gpu_profile = {}", toml_quoted(std::filesystem::absolute(s.cluster.gpu_profile).string())));
   }
   if (s.cluster.fabric != Fabric::NodeDefault) line(fmt::format("fabric = \"{}\"", to_string(s.cluster.fabric)));
   if (s.cluster.rail_optimized) line("rail_optimized = true");

@@ -180,6 +180,18 @@ TEST(Scenario, TheClustersOwnNetworkIsReadAndRoundTrips) {
   EXPECT_EQ(again.cluster.nics_per_node, 4);
 }
 
+// A model name is free text: quotes, backslashes and control characters are written escaped, so that the scenario
+// reads back as itself (fuzz_scenario found a name of backslashes written raw: tests/fuzz/corpus/fuzz_scenario/).
+TEST(Scenario, AFreeTextNameRoundTripsWhateverItHolds) {
+  Scenario s = parse_scenario(kValid, "case.toml");
+  s.model.name = "a \"quoted\" \\ name\twith a tab, \\\\ two and one \\";
+  const std::string written = to_toml(s);
+  EXPECT_THAT(written, HasSubstr(R"(name = "a \"quoted\" \\ name\u0009with a tab, \\\\ two and one \\")"));
+  const Scenario again = parse_scenario(written, "again.toml");
+  EXPECT_EQ(again.model.name, s.model.name);
+  EXPECT_EQ(to_toml(again), written);
+}
+
 TEST(Scenario, TheHostsTimePerKernelIsReadAndRoundTrips) {
   // Unset: the node's measured host (the simulator resolves it), and a written scenario leaves it unset too.
   const Scenario plain = parse_scenario(kValid, "case.toml");
