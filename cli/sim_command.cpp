@@ -326,6 +326,7 @@ void run(const SimCommandOptions& o) {
   if (!options.degradations.empty()) {
     sim::SimOptions healthy_options = options;
     healthy_options.degradations = {};
+    healthy_options.fidelity = result.fidelity;  // auto would take replica fidelity without the degradations
     healthy_options.progress = false;
     healthy = sim::simulate(program, cost, healthy_options).timeline;
   }
@@ -481,8 +482,9 @@ void register_sim_command(CLI::App& app) {
   command
       ->add_option("--fidelity", o->fidelity,
                    "rank: one actor per GPU, every collective as flows; group: one actor per TP group, TP "
-                   "collectives analytical; auto: group above 64 GPUs")
-      ->check(CLI::IsMember({"auto", "rank", "group"}));
+                   "collectives analytical; replica: group fidelity for one pipeline replica, the others mirroring "
+                   "it, every replica's collectives on the fabric; auto: group above 64 GPUs, replica above 4096")
+      ->check(CLI::IsMember({"auto", "rank", "group", "replica"}));
   command->add_option("--granularity", o->granularity, "layer (one op per layer and phase) or op (every kernel)")
       ->check(CLI::IsMember({"op", "layer"}));
   command->add_option("--gpu", o->gpu, "replace the scenario's GPU: a100, h100 or h200 (in its DGX node)")
