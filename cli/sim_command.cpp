@@ -198,7 +198,7 @@ nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topo
 }
 
 // The simulated work, bounded before any of it (README "Reliability"): building the platform grows with the square of
-// the nodes (topology/platform.hpp's measurement), a day of it at about 350,000 nodes.
+// the nodes (topology/platform.hpp's measurement), a day of it at about 470,000 nodes.
 void require_platform_within_bound(const model::ClusterSpec& cluster) {
   constexpr double kMaxBuildS = 24 * 3600.0;
   const double estimate_s = topology::estimated_build_seconds(static_cast<int>(std::min<std::int64_t>(

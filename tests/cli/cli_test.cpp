@@ -1023,7 +1023,7 @@ TEST(Cli, SimSaysUpFrontWhatAHugePlatformWillCost) {
   std::stringstream text;
   text << std::ifstream(log).rdbuf();
   EXPECT_THAT(text.str(), HasSubstr("[twin sim] building the platform of 100000 nodes (800000 GPUs) in SimGrid: about "
-                                    "2.0 h on a 2-core machine"));
+                                    "1.1 h on a 2-core machine"));
 }
 
 // A trace's size is estimated before simulating: past 200 MB it needs --large-trace (MT-NLG's 1024 first ranks: about
