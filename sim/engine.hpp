@@ -144,7 +144,7 @@ class Replayer {
   void post_doorbell();
   // Replica fidelity: a phase's flows are started and waited for by a helper actor, which then posts the instance to
   // phases_ (sim/replica.cpp: one actor waiting on thousands of flows costs SimGrid time in their number per event).
-  void start_phase_by_helper(CollectiveInstance* instance);
+  bool start_phase_by_helper(CollectiveInstance* instance);  // false: too few flows to be worth an actor
   void post_phases();
   void end_phase(CollectiveInstance* instance, double now_s);
   void add_wait(simgrid::s4u::ActivityPtr activity, Waiting waiting);

@@ -260,10 +260,7 @@ void Replayer::start_phase(CollectiveInstance* instance) {
   const FlowPhase& phase = instance->plan.phases[instance->phase];
   instance->phase_started_s = sg4::Engine::get_clock();
   instance->flows_left = static_cast<int>(phase.flows.size());
-  if (engine_.replica()) {
-    start_phase_by_helper(instance);
-    return;
-  }
+  if (engine_.replica() && start_phase_by_helper(instance)) return;
   const std::vector<int>& ends = instance->flow_members.empty() ? instance->members : instance->flow_members;
   for (const Flow& flow : phase.flows) {
     sg4::Host* from = engine_.host_of(ends[flow.from]);
