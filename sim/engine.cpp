@@ -208,9 +208,8 @@ CollectiveInstance* Engine::collective(const Replayer& member, std::int32_t op) 
     instance->members = members;
     instance->expected = static_cast<int>(members.size());
     if (replica_) {
-      instance->expected = static_cast<int>(std::count_if(members.begin(), members.end(), [this](int id) {
-        return replayed(id);
-      }));
+      instance->expected =
+          static_cast<int>(std::count_if(members.begin(), members.end(), [this](int id) { return replayed(id); }));
       add_mirror_flows(*instance, o);
     }
     hide_under_gemm(instance->plan, plans_[member.stage()].lead[op], collective_sm_share());
@@ -420,7 +419,8 @@ SimResult Engine::run() {
   result.gpu_memory_bytes = node_.gpu.hbm_bytes;
   result.timeline.engine = "sim";
   for (const auto& replayer : replayers_) {
-    if (replayer) result.timeline.iteration_time_s = std::max(result.timeline.iteration_time_s, replayer->latest_end_s());
+    if (!replayer) continue;  // replica fidelity: a mirror
+    result.timeline.iteration_time_s = std::max(result.timeline.iteration_time_s, replayer->latest_end_s());
   }
   for (int rank : recorded) {
     const int group = rank / layout.tp();

@@ -82,8 +82,7 @@ Fidelity choose_fidelity(const model::Program& program, const SimOptions& option
       return Fidelity::Replica;
     case Fidelity::Auto:
       if (!group_possible || program.layout.world_size() <= options.group_fidelity_above_gpus) return Fidelity::Rank;
-      return program.layout.world_size() > options.replica_fidelity_above_gpus &&
-                     replica_exact_enough(program, options)
+      return program.layout.world_size() > options.replica_fidelity_above_gpus && replica_exact_enough(program, options)
                  ? Fidelity::Replica
                  : Fidelity::Group;
   }

@@ -133,11 +133,13 @@ std::pair<NetPoint*, NetPoint*> Platform::dgx_node(sg4::NetZone* fabric, int nod
       endpoints.push_back(zone->create_host(group, spec.gpu.bf16_flops * options_.group_size)->seal());
       if (slots > 1) {
         bundles.push_back(
-            links_->create_split_duplex_link(group + "-nvlinks", spec.nvlink_effective_bytes_per_s * options_.group_size)
+            links_
+                ->create_split_duplex_link(group + "-nvlinks", spec.nvlink_effective_bytes_per_s * options_.group_size)
                 ->seal());
       }
       const sg4::Link* nics =
-          links_->create_split_duplex_link(group + "-nics", spec.nic_effective_bytes_per_s * options_.group_size)->seal();
+          links_->create_split_duplex_link(group + "-nics", spec.nic_effective_bytes_per_s * options_.group_size)
+              ->seal();
       zone->add_route(endpoints[slot]->get_netpoint(), hca, nullptr, nullptr, {up(nics)}, true);
     }
     for (int a = 0; a < slots; ++a) {
@@ -193,8 +195,7 @@ void Platform::build() {
   };
   // Each fabric link carries one switch traversal's latency.
   sg4::NetZone* fabric = sg4::create_fatTree_zone(
-      "fabric", root,
-      sg4::FatTreeParams(static_cast<unsigned>(shape_.levels), down_links, up_links, link_counts),
+      "fabric", root, sg4::FatTreeParams(static_cast<unsigned>(shape_.levels), down_links, up_links, link_counts),
       sg4::ClusterCallbacks(leaf), shape_.link_bytes_per_s, options_.fabric.hop_latency_s,
       sg4::Link::SharingPolicy::SPLITDUPLEX);
   fabric->seal();

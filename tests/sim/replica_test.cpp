@@ -99,8 +99,7 @@ TEST(ReplicaFidelity, AutoTakesItAboveItsThresholdWhereReplicasAreAlike) {
   one.global_batch = 16;
   SimOptions low;
   low.replica_fidelity_above_gpus = 64;
-  EXPECT_EQ(choose_fidelity(model::build_program(make_scenario(one), model::Granularity::Layer), low),
-            Fidelity::Group);
+  EXPECT_EQ(choose_fidelity(model::build_program(make_scenario(one), model::Granularity::Layer), low), Fidelity::Group);
 }
 
 }  // namespace
