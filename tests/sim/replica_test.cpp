@@ -74,6 +74,29 @@ TEST(ReplicaFidelity, ARecordedRankOfAnotherReplicaHasItsMirrorsTimeline) {
   EXPECT_EQ(of_other->spans.back().end_s, of_mirror->spans.back().end_s);
 }
 
+// Llama 3 8B at 32K tokens, TP 4 x CP 8 x DP 2 on 8 DGX H100 nodes (four to a leaf), placed with dp inside cp: each
+// node holds both replicas' TP groups of one CP rank, so each replica's CP group spans both leaves, and the leaves'
+// up-links run at a quarter of their nodes' rate. Replica 1's CP all-gathers, a mirror group's flows, share the
+// up-links with replica 0's: replica fidelity gives group fidelity's time only if it sends them too.
+TEST(ReplicaFidelity, AnotherReplicasContextParallelFlowsStillShareTheFabric) {
+  model::Scenario s = cp_scenarios::llama3_8b(32768, 8);
+  s.parallel.tp = 4;
+  s.parallel.dp = 2;
+  s.parallel.global_batch = 4;
+  const model::Program program = model::build_program(s, model::Granularity::Layer);
+  SimOptions options;
+  options.placement = "tp-dp-cp-pp";
+  const double open_s = run(program, Fidelity::Group, options).timeline.iteration_time_s;
+  topology::FabricSpec fabric = topology::fabric_spec(s.cluster);
+  fabric.oversubscription = 4;
+  options.fabric = fabric;
+  const double group_s = run(program, Fidelity::Group, options).timeline.iteration_time_s;
+  const SimResult replica = run(program, Fidelity::Replica, options);
+  EXPECT_GT(group_s, 1.001 * open_s);
+  EXPECT_EQ(replica.stats.actors, 8);  // the CP ranks of replica 0
+  EXPECT_NEAR(replica.timeline.iteration_time_s, group_s, 1e-6 * group_s);
+}
+
 TEST(ReplicaFidelity, AutoTakesItAboveItsThresholdWhereReplicasAreAlike) {
   const model::Program program = model::build_program(make_scenario(sixteen_nodes()), model::Granularity::Layer);
   SimOptions options;
