@@ -198,7 +198,7 @@ nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topo
 }
 
 // The simulated work, bounded before any of it (README "Reliability"): building the platform grows with the square of
-// the nodes (topology/platform.hpp's measurement), a day of it at about 350,000 nodes.
+// the nodes (topology/platform.hpp's measurement), a day of it at about 470,000 nodes.
 void require_platform_within_bound(const model::ClusterSpec& cluster) {
   constexpr double kMaxBuildS = 24 * 3600.0;
   const double estimate_s = topology::estimated_build_seconds(static_cast<int>(std::min<std::int64_t>(
@@ -327,6 +327,7 @@ void run(const SimCommandOptions& o) {
   if (!options.degradations.empty()) {
     sim::SimOptions healthy_options = options;
     healthy_options.degradations = {};
+    healthy_options.fidelity = result.fidelity;  // auto would take replica fidelity without the degradations
     healthy_options.progress = false;
     healthy = sim::simulate(program, cost, healthy_options).timeline;
   }
@@ -482,8 +483,9 @@ void register_sim_command(CLI::App& app) {
   command
       ->add_option("--fidelity", o->fidelity,
                    "rank: one actor per GPU, every collective as flows; group: one actor per TP group, TP "
-                   "collectives analytical; auto: group above 64 GPUs")
-      ->check(CLI::IsMember({"auto", "rank", "group"}));
+                   "collectives analytical; replica: group fidelity for one pipeline replica, the others mirroring "
+                   "it, every replica's collectives on the fabric; auto: group above 64 GPUs, replica above 4096")
+      ->check(CLI::IsMember({"auto", "rank", "group", "replica"}));
   command->add_option("--granularity", o->granularity, "layer (one op per layer and phase) or op (every kernel)")
       ->check(CLI::IsMember({"op", "layer"}));
   command->add_option("--gpu", o->gpu, "replace the scenario's GPU: a100, h100 or h200 (in its DGX node)")

@@ -33,11 +33,13 @@ Engine::Engine(const model::Program& program, const CostModel& cost, const SimOp
       cost_(cost),
       options_(options),
       fidelity_(choose_fidelity(program, options)),
+      replica_(fidelity_ == Fidelity::Replica),
       node_(node_of_options(program, options)),
       fabric_(options.fabric ? *options.fabric : topology::fabric_spec(program.scenario.cluster)),
       placement_(program.layout, node_.gpus, options.placement) {
   communication_.node = node_;
   communication_.ideal = options.ideal_network;
+  if (replica_) fidelity_ = Fidelity::Group;  // the replayed actors are group fidelity's
 }
 
 Engine::~Engine() = default;
@@ -146,6 +148,7 @@ CollectiveInstance* Engine::point_to_point(const Replayer& member, std::int32_t 
     auto instance = std::make_unique<CollectiveInstance>();
     instance->key = key;
     instance->members = {sender, receiver};
+    instance->expected = 2;
     instance->member_op.assign(2, -1);
     instance->arrival_s.assign(2, 0.0);
     instance->extra_s.assign(2, 0.0);
@@ -202,11 +205,17 @@ CollectiveInstance* Engine::collective(const Replayer& member, std::int32_t op) 
     auto instance = std::make_unique<CollectiveInstance>();
     instance->key = key;
     instance->plan = plan_of(o, members, member.id());
+    instance->members = members;
+    instance->expected = static_cast<int>(members.size());
+    if (replica_) {
+      instance->expected =
+          static_cast<int>(std::count_if(members.begin(), members.end(), [this](int id) { return replayed(id); }));
+      add_mirror_flows(*instance, o);
+    }
     hide_under_gemm(instance->plan, plans_[member.stage()].lead[op], collective_sm_share());
     instance->member_op.assign(members.size(), -1);
     instance->arrival_s.assign(members.size(), 0.0);
     instance->extra_s.assign(members.size(), 0.0);
-    instance->members = std::move(members);
     it->second = std::move(instance);
   }
   return it->second.get();
@@ -304,6 +313,24 @@ void Engine::build_platform(topology::PlatformOptions options) {
   }
 }
 
+void Engine::assign_group_slots(int replayers) {
+  // Endpoint slots: the TP groups of a node in the order of their first GPU.
+  std::map<int, std::vector<std::pair<int, int>>> groups_of_node;
+  for (int g = 0; g < replayers; ++g) {
+    int first_local = node_.gpus;
+    for (int rank : program_.layout.group_members(model::Group::Tensor, representative_rank(g))) {
+      first_local = std::min(first_local, placement_.local_index_of_rank(rank));
+    }
+    groups_of_node[node_of(g)].emplace_back(first_local, g);
+  }
+  group_slot_.assign(replayers, 0);
+  for (auto& [node, groups] : groups_of_node) {
+    std::sort(groups.begin(), groups.end());
+    for (std::size_t slot = 0; slot < groups.size(); ++slot)
+      group_slot_[groups[slot].second] = static_cast<int>(slot);
+  }
+}
+
 SimResult Engine::run() {
   started_ = std::chrono::steady_clock::now();
   progress_on_terminal_ = isatty(STDERR_FILENO) != 0;
@@ -336,25 +363,15 @@ SimResult Engine::run() {
   std::set<int> recorded(options_.record_ranks.begin(), options_.record_ranks.end());
   for (int stage = 0; stage < layout.pp(); ++stage) recorded.insert(layout.rank_of({0, stage, 0}));
   const int replayers = fidelity_ == Fidelity::Rank ? layout.world_size() : layout.world_size() / layout.tp();
-  if (fidelity_ == Fidelity::Group) {
-    // Endpoint slots: the TP groups of a node in the order of their first GPU.
-    std::map<int, std::vector<std::pair<int, int>>> groups_of_node;
-    for (int g = 0; g < replayers; ++g) {
-      int first_local = node_.gpus;
-      for (int rank : layout.group_members(model::Group::Tensor, representative_rank(g))) {
-        first_local = std::min(first_local, placement_.local_index_of_rank(rank));
-      }
-      groups_of_node[node_of(g)].emplace_back(first_local, g);
-    }
-    group_slot_.assign(replayers, 0);
-    for (auto& [node, groups] : groups_of_node) {
-      std::sort(groups.begin(), groups.end());
-      for (std::size_t slot = 0; slot < groups.size(); ++slot)
-        group_slot_[groups[slot].second] = static_cast<int>(slot);
-    }
-  }
+  if (fidelity_ == Fidelity::Group) assign_group_slots(replayers);
   degrade_links();
+  int replaying = 0;
   for (int id = 0; id < replayers; ++id) {
+    if (replica_ && !replayed(id)) {
+      replayers_.push_back(nullptr);  // mirrors a replayed actor (sim/replica.cpp)
+      continue;
+    }
+    ++replaying;
     const int rank = representative_rank(id);
     const int stage = layout.coord_of(rank).pp;
     bool record = false;
@@ -364,6 +381,7 @@ SimResult Engine::run() {
       host = platform_->gpu(placement_.gpu_of(rank));
     } else {
       for (int member : layout.group_members(model::Group::Tensor, rank)) record |= recorded.count(member) > 0;
+      for (int other : recorded) record |= replica_ && mirror_of(other / layout.tp()) == id;  // it stands for them
       host = platform_->group_endpoint(node_of(id), group_slot_[id]);
     }
     replayers_.push_back(std::make_unique<Replayer>(*this, id, stage, host, record));
@@ -371,6 +389,7 @@ SimResult Engine::run() {
   }
   for (auto& replayer : replayers_) {
     Replayer* r = replayer.get();
+    if (r == nullptr) continue;
     sg4::Actor::create(fmt::format("{}{}", fidelity_ == Fidelity::Rank ? "rank" : "group", r->id()), r->host(),
                        [this, r] {
                          try {
@@ -385,13 +404,13 @@ SimResult Engine::run() {
   if (!error_.empty()) throw SimulationError(error_);
 
   for (const auto& replayer : replayers_) {
-    if (!replayer->finished()) {
+    if (replayer && !replayer->finished()) {
       throw SimulationError("the replay deadlocked: " + replayer->describe_unfinished());
     }
   }
 
   SimResult result;
-  result.fidelity = fidelity_;
+  result.fidelity = replica_ ? Fidelity::Replica : fidelity_;
   result.hardware =
       fmt::format("{} ({}), {}{}{}", node_.name, node_.gpu.name, fabric_.name,
                   fabric_.oversubscription > 1 ? fmt::format(", {:g}:1 oversubscribed", fabric_.oversubscription) : "",
@@ -400,10 +419,12 @@ SimResult Engine::run() {
   result.gpu_memory_bytes = node_.gpu.hbm_bytes;
   result.timeline.engine = "sim";
   for (const auto& replayer : replayers_) {
+    if (!replayer) continue;  // replica fidelity: a mirror
     result.timeline.iteration_time_s = std::max(result.timeline.iteration_time_s, replayer->latest_end_s());
   }
   for (int rank : recorded) {
-    const int id = fidelity_ == Fidelity::Rank ? rank : rank / layout.tp();
+    const int group = rank / layout.tp();
+    const int id = fidelity_ == Fidelity::Rank ? rank : replica_ ? mirror_of(group) : group;
     const Replayer& replayer = *replayers_[id];
     report::RankTimeline timeline;
     timeline.rank = rank;
@@ -419,7 +440,7 @@ SimResult Engine::run() {
   result.stats.activities = activities_;
   result.stats.ops = resolved_;
   result.stats.rank_ops = static_cast<std::int64_t>(program_.total_ops());
-  result.stats.actors = replayers;
+  result.stats.actors = replaying;
   result.stats.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   return result;
 }

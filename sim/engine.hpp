@@ -68,6 +68,10 @@ struct CollectiveInstance {
   std::uint64_t key = 0;
   CollectivePlan plan;
   std::vector<int> members;             // replayer ids, in group order
+  int expected = 0;                     // members that arrive (replica fidelity: the replayed ones)
+  // Replica fidelity: the ids the flows run between when mirror groups' flows were added (the group's members, then
+  // each mirror group's); empty: `members`.
+  std::vector<int> flow_members;
   std::vector<std::int32_t> member_op;  // each member's op
   std::vector<double> arrival_s;        // when each member reached it
   std::vector<double> extra_s;          // per member, seconds after completion (a receiver's TP all-gather)
@@ -109,7 +113,7 @@ class Replayer {
   simgrid::s4u::Mailbox* doorbell() const { return doorbell_; }
 
  private:
-  enum class Wait : std::uint8_t { Inbox, Doorbell, Send, CollectiveFlow };
+  enum class Wait : std::uint8_t { Inbox, Doorbell, Send, CollectiveFlow, PhaseDone };
   struct Waiting {
     Wait kind;
     std::int32_t index;  // inbox slot, or op
@@ -138,6 +142,11 @@ class Replayer {
   void handle(std::size_t index);
   void post_inbox(int slot);
   void post_doorbell();
+  // Replica fidelity: a phase's flows are started and waited for by a helper actor, which then posts the instance to
+  // phases_ (sim/replica.cpp: one actor waiting on thousands of flows costs SimGrid time in their number per event).
+  bool start_phase_by_helper(CollectiveInstance* instance);  // false: too few flows to be worth an actor
+  void post_phases();
+  void end_phase(CollectiveInstance* instance, double now_s);
   void add_wait(simgrid::s4u::ActivityPtr activity, Waiting waiting);
 
   Engine& engine_;
@@ -167,6 +176,8 @@ class Replayer {
   std::vector<void*> inbox_payload_;
   simgrid::s4u::Mailbox* doorbell_ = nullptr;
   void* doorbell_payload_ = nullptr;
+  simgrid::s4u::Mailbox* phases_ = nullptr;  // replica fidelity: helpers post the instances whose phase ended
+  void* phase_payload_ = nullptr;
   bool doorbell_pending_ = false;
   double wake_at_s_;  // when the current wait times out (infinity: only a message wakes it)
   double expert_scale_ = 1;  // Engine::expert_load_scale
@@ -186,9 +197,11 @@ class Engine {
   const CommunicationModel& communication() const { return communication_; }
   const topology::Platform& platform() const { return *platform_; }
   Replayer& replayer(int id) { return *replayers_[id]; }
+  simgrid::s4u::Host* host_of(int id) const;  // a replayer's host, or at replica fidelity a mirrored actor's
   int peer_replayer(const Replayer& from, int stage) const;  // same dp (and tp) on `stage`
   // A CP ring message's other end: the replayer of CP rank + 1 (Send) or - 1 (Recv) (model/context_parallel_ring).
   int ring_peer_replayer(const Replayer& from, const model::Op& op) const;
+  bool replica() const { return replica_; }
   double bytes_scale() const { return fidelity_ == Fidelity::Group ? program_.layout.tp() : 1.0; }
   // A replayer's expert rows over the hottest EP rank's (model.expert_load_skew); 1 at group fidelity, whose member
   // stands for ranks of several EP indices.
@@ -209,6 +222,12 @@ class Engine {
 
  private:
   void build_plans();
+  // sim/replica.cpp (replica fidelity): whether actor `id` replays its ops (DP index 0), the replayed actor it
+  // mirrors, and the flows of a collective's mirror groups added to its plan.
+  bool replayed(int id) const;
+  int mirror_of(int id) const;
+  const std::vector<std::vector<int>>& mirror_groups(model::Group group, const std::vector<int>& members);
+  void add_mirror_flows(CollectiveInstance& instance, const model::Op& op);
   // sim/stage_plan.cpp
   StagePlan build_plan(int stage) const;
   std::vector<std::vector<std::int32_t>> exchange_dependencies(StagePlan& plan) const;  // extra predecessors
@@ -235,6 +254,7 @@ class Engine {
   int node_of(int replayer) const;
   int representative_rank(int replayer) const;
   void print_progress(bool final_line);
+  void assign_group_slots(int replayers);  // group fidelity: each TP group's endpoint slot in its node
   void build_platform(topology::PlatformOptions options);
   // sim/degraded.cpp: the options' degradations checked against the Program and fidelity, and the links slowed.
   void check_degradations() const;
@@ -243,7 +263,9 @@ class Engine {
   const model::Program& program_;
   const CostModel& cost_;
   SimOptions options_;
-  Fidelity fidelity_;
+  Fidelity fidelity_;  // Group at replica fidelity, with replica_ set
+  bool replica_ = false;
+  std::unordered_map<std::uint64_t, std::vector<std::vector<int>>> mirror_groups_;  // (group, first member) -> groups
   topology::NodeSpec node_;
   topology::FabricSpec fabric_;
   topology::Placement placement_;

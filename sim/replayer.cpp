@@ -83,6 +83,11 @@ void Replayer::run() {
   doorbell_->set_receiver(sg4::Actor::self());
   for (int slot = 0; slot < static_cast<int>(inboxes_.size()); ++slot) post_inbox(slot);
   post_doorbell();
+  if (engine_.replica()) {
+    phases_ = sg4::Mailbox::by_name(fmt::format("replayer{}-phases", id_));
+    phases_->set_receiver(sg4::Actor::self());
+    post_phases();
+  }
 
   for (std::int32_t op = 0; op < static_cast<std::int32_t>(pending_.size()); ++op) {
     if (pending_[op] == 0) ready_list_.push_back(op);
@@ -101,6 +106,7 @@ void Replayer::run() {
   }
   for (sg4::Mailbox* inbox : inboxes_) inbox->set_receiver(nullptr);
   doorbell_->set_receiver(nullptr);
+  if (phases_ != nullptr) phases_->set_receiver(nullptr);
 }
 
 bool Replayer::needs_wake() const {
@@ -230,7 +236,7 @@ void Replayer::arrive(std::int32_t op) {
   const auto me = std::find(instance->members.begin(), instance->members.end(), id_) - instance->members.begin();
   instance->member_op[me] = op;
   instance->arrival_s[me] = ready_[op];
-  if (++instance->arrived < static_cast<int>(instance->members.size())) return;
+  if (++instance->arrived < instance->expected) return;
   // Everyone is registered: the running actor owns the collective. It starts when the latest member reaches it.
   Replayer& owner = engine_.running();
   ++owner.owned_collectives_;
@@ -254,9 +260,11 @@ void Replayer::start_phase(CollectiveInstance* instance) {
   const FlowPhase& phase = instance->plan.phases[instance->phase];
   instance->phase_started_s = sg4::Engine::get_clock();
   instance->flows_left = static_cast<int>(phase.flows.size());
+  if (engine_.replica() && start_phase_by_helper(instance)) return;
+  const std::vector<int>& ends = instance->flow_members.empty() ? instance->members : instance->flow_members;
   for (const Flow& flow : phase.flows) {
-    sg4::Host* from = engine_.replayer(instance->members[flow.from]).host();
-    sg4::Host* to = engine_.replayer(instance->members[flow.to]).host();
+    sg4::Host* from = engine_.host_of(ends[flow.from]);
+    sg4::Host* to = engine_.host_of(ends[flow.to]);
     engine_.count_activity();
     add_wait(sg4::Comm::sendto_async(from, to, to_bytes(flow.bytes)), {Wait::CollectiveFlow, 0, 0, instance});
   }
@@ -266,6 +274,7 @@ void Replayer::complete_collective(CollectiveInstance* instance, double completi
   instance->completion_s = completion_s;
   --owned_collectives_;
   for (std::size_t i = 0; i < instance->members.size(); ++i) {
+    if (instance->member_op[i] < 0) continue;  // replica fidelity: a mirrored member, which replays nothing
     Replayer& member = engine_.replayer(instance->members[i]);
     // extra_s: what a member does after the flows (a pipeline receiver's all-gather of a scattered tensor).
     member.finish(instance->member_op[i], instance->arrival_s[i], instance->started_s,
@@ -316,19 +325,25 @@ void Replayer::handle(std::size_t index) {
       finish(waiting.index, waiting.start_s, waiting.start_s, now + messages * engine_.p2p_latency_s(*this, peer));
       break;
     }
-    case Wait::CollectiveFlow: {
-      CollectiveInstance* instance = waiting.instance;
-      if (--instance->flows_left > 0) break;
-      const FlowPhase& phase = instance->plan.phases[instance->phase];
-      const double done_s = std::max(now, instance->phase_started_s + phase.min_s) + phase.latency_s;
-      ++instance->phase;
-      if (instance->phase < instance->plan.phases.size()) {
-        schedule(done_s, Due::StartPhase, 0, instance);
-      } else {
-        complete_collective(instance, done_s);
-      }
+    case Wait::CollectiveFlow:
+      if (--waiting.instance->flows_left == 0) end_phase(waiting.instance, now);
       break;
-    }
+    case Wait::PhaseDone:
+      end_phase(static_cast<CollectiveInstance*>(phase_payload_), now);
+      post_phases();
+      break;
+  }
+}
+
+// The last flow of the instance's phase ended at `now_s`: the next phase, or the collective done.
+void Replayer::end_phase(CollectiveInstance* instance, double now_s) {
+  const FlowPhase& phase = instance->plan.phases[instance->phase];
+  const double done_s = std::max(now_s, instance->phase_started_s + phase.min_s) + phase.latency_s;
+  ++instance->phase;
+  if (instance->phase < instance->plan.phases.size()) {
+    schedule(done_s, Due::StartPhase, 0, instance);
+  } else {
+    complete_collective(instance, done_s);
   }
 }
 

@@ -28,15 +28,17 @@ std::string_view to_string(Fidelity fidelity) {
       return "rank";
     case Fidelity::Group:
       return "group";
+    case Fidelity::Replica:
+      return "replica";
   }
   return "?";
 }
 
 Fidelity parse_fidelity(std::string_view text) {
-  for (Fidelity fidelity : {Fidelity::Auto, Fidelity::Rank, Fidelity::Group}) {
+  for (Fidelity fidelity : {Fidelity::Auto, Fidelity::Rank, Fidelity::Group, Fidelity::Replica}) {
     if (text == to_string(fidelity)) return fidelity;
   }
-  throw std::invalid_argument("unknown fidelity '" + std::string(text) + "' (expected rank, group or auto)");
+  throw std::invalid_argument("unknown fidelity '" + std::string(text) + "' (expected rank, group, replica or auto)");
 }
 
 Fidelity choose_fidelity(const model::Program& program, const SimOptions& options) {
@@ -65,9 +67,24 @@ Fidelity choose_fidelity(const model::Program& program, const SimOptions& option
                         tp, node.gpus, placement->order()));
       }
       return Fidelity::Group;
+    case Fidelity::Replica:
+      if (!group_possible) {
+        throw SimulationError(
+            fmt::format("replica fidelity needs every TP group inside one node (TP {} on {}-GPU nodes, "
+                        "placement {}); use --fidelity rank",
+                        tp, node.gpus, placement->order()));
+      }
+      if (!options.degradations.empty()) {
+        throw SimulationError(
+            "--fidelity replica: --slow-gpu, --slow-link and --failed-uplink make one replica unlike the others, "
+            "which replica fidelity mirrors: use --fidelity group");
+      }
+      return Fidelity::Replica;
     case Fidelity::Auto:
-      return group_possible && program.layout.world_size() > options.group_fidelity_above_gpus ? Fidelity::Group
-                                                                                               : Fidelity::Rank;
+      if (!group_possible || program.layout.world_size() <= options.group_fidelity_above_gpus) return Fidelity::Rank;
+      return program.layout.world_size() > options.replica_fidelity_above_gpus && replica_exact_enough(program, options)
+                 ? Fidelity::Replica
+                 : Fidelity::Group;
   }
   return Fidelity::Rank;
 }

@@ -8,6 +8,16 @@
 //                   bytes inside a node (its members still meet; its bytes across nodes are a few flows per node
 //                   pair: sim/all_to_all.hpp, AllToAllFlows::PerNodePair); everything else is a flow of the group
 //                   over its bundled links (topology/platform.hpp).
+//   replica fidelity  group fidelity for one pipeline replica (the actors of DP index 0) alone: the other replicas
+//                   mirror it op by op (sim/replica.cpp). Every collective with flows still runs on the whole
+//                   fabric for every replica: the data-parallel ones' groups hold every replica already (one
+//                   instance, as at group fidelity); a group no replayed actor belongs to (another replica's
+//                   context-parallel or expert-parallel group) sends its flows beside the replayed group's, phase by
+//                   phase, so that leaf and spine links feel them. Exact when every replica's timeline is replica
+//                   0's: the same ops and costs (no --slow-gpu, --slow-link, --failed-uplink: refused) and the same
+//                   waits on the network. What it leaves out: the other replicas' pipeline messages (and context-
+//                   parallel ring messages), which at group fidelity share fabric links with replica 0's traffic.
+//                   docs/simulator.md says how close it comes.
 // Compute ops cost what the CostModel says. Communication latencies are paid by the replayers (NCCL's model plus
 // the route's hardware latency); SimGrid shares bandwidth.
 //
@@ -31,9 +41,9 @@
 
 namespace twin::sim {
 
-enum class Fidelity : unsigned char { Auto, Rank, Group };
+enum class Fidelity : unsigned char { Auto, Rank, Group, Replica };
 std::string_view to_string(Fidelity fidelity);
-Fidelity parse_fidelity(std::string_view text);  // "auto", "rank", "group"; throws std::invalid_argument
+Fidelity parse_fidelity(std::string_view text);  // "auto", "rank", "group", "replica"; throws std::invalid_argument
 
 struct SimOptions {
   Fidelity fidelity = Fidelity::Auto;
@@ -41,6 +51,9 @@ struct SimOptions {
   // iteration time to within 0.012 % of rank fidelity (bench/accuracy/run.py --fidelity auto against group),
   // 10 to 50 times faster; below 64 GPUs rank fidelity takes under a second anyway.
   int group_fidelity_above_gpus = 64;
+  // auto: replica fidelity above this many GPUs, where group fidelity is exact and replica fidelity within
+  // replica_tolerance of it (replica_exact_enough).
+  int replica_fidelity_above_gpus = 4096;
   std::string placement = "tp-dp-pp";          // topology::Placement order
   std::optional<topology::NodeSpec> node;      // default: the scenario's cluster.node
   std::optional<topology::FabricSpec> fabric;  // default: the node's InfiniBand fabric
@@ -80,9 +93,13 @@ class SimulationError : public UserError {
   using UserError::UserError;
 };
 
-// The fidelity `options` selects for `program` (resolving Auto); throws SimulationError when Group is requested but
-// impossible (TP groups not inside nodes).
+// The fidelity `options` selects for `program` (resolving Auto); throws SimulationError when Group or Replica is
+// requested but impossible (TP groups not inside nodes; Replica with degradations).
 Fidelity choose_fidelity(const model::Program& program, const SimOptions& options);
+
+// Whether auto may take replica fidelity for `program`: more than one replica, none degraded, and none of the cases
+// where the guard against group fidelity (tests, docs/simulator.md) found it more than 0.5 % off.
+bool replica_exact_enough(const model::Program& program, const SimOptions& options);
 
 SimResult simulate(const model::Program& program, const CostModel& cost, const SimOptions& options = {});
 

@@ -110,8 +110,8 @@ std::pair<NetPoint*, NetPoint*> Platform::dgx_node(sg4::NetZone* fabric, int nod
   for (int i = 0; options_.gpu_hosts && i < spec.gpus; ++i) {
     const std::string gpu = name + "-gpu" + std::to_string(i);
     gpus.push_back(zone->create_host(gpu, spec.gpu.bf16_flops)->seal());
-    nvlinks.push_back(zone->create_split_duplex_link(gpu + "-nvlink", spec.nvlink_effective_bytes_per_s)->seal());
-    const sg4::Link* nic = zone->create_split_duplex_link(gpu + "-nic", spec.nic_effective_bytes_per_s)->seal();
+    nvlinks.push_back(links_->create_split_duplex_link(gpu + "-nvlink", spec.nvlink_effective_bytes_per_s)->seal());
+    const sg4::Link* nic = links_->create_split_duplex_link(gpu + "-nic", spec.nic_effective_bytes_per_s)->seal();
     zone->add_route(gpus[i]->get_netpoint(), hca, nullptr, nullptr, {up(nic)}, true);
   }
   // The NVSwitches form a non-blocking crossbar: GPU i reaches GPU j through its own port out and j's port in.
@@ -133,11 +133,13 @@ std::pair<NetPoint*, NetPoint*> Platform::dgx_node(sg4::NetZone* fabric, int nod
       endpoints.push_back(zone->create_host(group, spec.gpu.bf16_flops * options_.group_size)->seal());
       if (slots > 1) {
         bundles.push_back(
-            zone->create_split_duplex_link(group + "-nvlinks", spec.nvlink_effective_bytes_per_s * options_.group_size)
+            links_
+                ->create_split_duplex_link(group + "-nvlinks", spec.nvlink_effective_bytes_per_s * options_.group_size)
                 ->seal());
       }
       const sg4::Link* nics =
-          zone->create_split_duplex_link(group + "-nics", spec.nic_effective_bytes_per_s * options_.group_size)->seal();
+          links_->create_split_duplex_link(group + "-nics", spec.nic_effective_bytes_per_s * options_.group_size)
+              ->seal();
       zone->add_route(endpoints[slot]->get_netpoint(), hca, nullptr, nullptr, {up(nics)}, true);
     }
     for (int a = 0; a < slots; ++a) {
@@ -153,13 +155,21 @@ std::pair<NetPoint*, NetPoint*> Platform::dgx_node(sg4::NetZone* fabric, int nod
 }
 
 double estimated_build_seconds(int nodes) {
-  constexpr double kSecondsAt10000Nodes = 70.5;  // bench/sim/platform_build.sh, see platform.hpp
+  constexpr double kSecondsAt10000Nodes = 39.1;  // bench/sim/platform_build.sh, see platform.hpp
   const double scale = static_cast<double>(nodes) / 10000.0;
   return kSecondsAt10000Nodes * scale * scale;
 }
 
 void Platform::build() {
   gpus_.reserve(static_cast<std::size_t>(gpus()));
+  // SimGrid 3.32 checks every new link's name against every zone (s4u::Engine::link_by_name_or_null walks the whole
+  // tree from the root): with the nodes' links in their nodes' zones each check looks into every node built so far.
+  // They live in one zone of their own instead, beside the fabric under a root of both, so that a check finds the
+  // nodes' zones empty (a route may cross any zone's links).
+  sg4::NetZone* root = sg4::Engine::get_instance()->get_netzone_root();
+  if (root == nullptr) root = sg4::create_full_zone("cluster");  // the first zone made is the root
+  links_ = sg4::create_empty_zone("node-links");
+  links_->set_parent(root);
   // The fat-tree: leaves are nodes (positions past the last node are empty routers).
   std::vector<unsigned int> down_links;
   std::vector<unsigned int> up_links;
@@ -185,11 +195,12 @@ void Platform::build() {
   };
   // Each fabric link carries one switch traversal's latency.
   sg4::NetZone* fabric = sg4::create_fatTree_zone(
-      "fabric", sg4::Engine::get_instance()->get_netzone_root(),
-      sg4::FatTreeParams(static_cast<unsigned>(shape_.levels), down_links, up_links, link_counts),
+      "fabric", root, sg4::FatTreeParams(static_cast<unsigned>(shape_.levels), down_links, up_links, link_counts),
       sg4::ClusterCallbacks(leaf), shape_.link_bytes_per_s, options_.fabric.hop_latency_s,
       sg4::Link::SharingPolicy::SPLITDUPLEX);
   fabric->seal();
+  links_->seal();
+  root->seal();
   if (shape_.levels == 2 && shape_.up_link_bytes_per_s != shape_.link_bytes_per_s) {
     // SimGrid's fat-tree gives every level one rate. Its links are named "link_from_<child>_<parent>_<n>_UP/DOWN",
     // nodes numbered 0..positions-1 and switches after them (kernel/routing/FatTreeZone.cpp, SimGrid 3.32): a link

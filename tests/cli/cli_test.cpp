@@ -1023,7 +1023,7 @@ TEST(Cli, SimSaysUpFrontWhatAHugePlatformWillCost) {
   std::stringstream text;
   text << std::ifstream(log).rdbuf();
   EXPECT_THAT(text.str(), HasSubstr("[twin sim] building the platform of 100000 nodes (800000 GPUs) in SimGrid: about "
-                                    "2.0 h on a 2-core machine"));
+                                    "1.1 h on a 2-core machine"));
 }
 
 // A trace's size is estimated before simulating: past 200 MB it needs --large-trace (MT-NLG's 1024 first ranks: about
@@ -1277,6 +1277,30 @@ TEST(Cli, SearchVariesExpertParallelismForMoe) {
   EXPECT_THAT(twin("search " + small_cluster_scenario().string() + " --max 1 --jobs 1").output,
               ::testing::Not(HasSubstr(" etp ")));
 }
+// --fidelity replica: one pipeline replica replayed (GPT-3 175B on 1,024 GPUs, DP 16: 8 actors of replica 0, not
+// 128), the header and the JSON name it, the iteration within 0.5 % of group fidelity's (the guard's bound on every
+// published run); with a slow GPU, which makes one replica unlike the others, it is refused by name.
+TEST(Cli, SimFidelityReplicaReplaysOneReplica) {
+  const auto run = [](const std::string& fidelity) {
+    const fs::path json_path = scratch("fidelity-" + fidelity + ".json");
+    const Result r = twin("sim gpt3-175b --quiet --fidelity " + fidelity + " --json " + json_path.string());
+    EXPECT_EQ(r.status, 0) << r.output;
+    std::ifstream in(json_path);
+    return std::make_pair(r.output, nlohmann::json::parse(in));
+  };
+  const auto [replica_text, replica] = run("replica");
+  const auto [group_text, group] = run("group");
+  EXPECT_THAT(replica_text, HasSubstr("[sim, replica fidelity,"));
+  EXPECT_THAT(replica_text, HasSubstr("simulated by 8 actors"));
+  EXPECT_THAT(group_text, HasSubstr("simulated by 128 actors"));
+  EXPECT_EQ(replica["fidelity"], "replica");
+  const double t_group = group["iteration_time_s"].get<double>();
+  EXPECT_NEAR(replica["iteration_time_s"].get<double>(), t_group, 0.005 * t_group);
+  const Result slow = twin("sim gpt3-175b --quiet --fidelity replica --slow-gpu 9:2");
+  EXPECT_EQ(slow.status, 2);
+  EXPECT_THAT(slow.output, HasSubstr("twin: error: --fidelity replica: --slow-gpu"));
+}
+
 #endif
 
 }  // namespace

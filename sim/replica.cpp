@@ -1,0 +1,132 @@
+// Replica fidelity (sim/simulate.hpp): group fidelity's actors of one pipeline replica, DP index 0, replay their ops;
+// every other actor mirrors the replayed actor with its coordinates but DP index 0 and costs nothing but the flows of
+// its collectives.
+//
+// A collective's group either holds replayed actors (a data-parallel group holds every replica's actor of one stage,
+// an expert group that spans replicas holds replica 0's) and is replayed as at group fidelity, its mirrored members
+// arriving with the replayed ones; or it holds none (another replica's context-parallel group, expert group or
+// embedding pair): those mirror groups move their bytes beside the replayed group's instance, phase by phase, each
+// planned on its own members' nodes, and the instance's phase ends when the last of all its flows does. A mirror
+// group is found as the image of the replayed group under a shift of the DP coordinate.
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <simgrid/s4u.hpp>
+
+#include "sim/engine.hpp"
+
+namespace twin::sim {
+
+bool replica_exact_enough(const model::Program& program, const SimOptions& options) {
+  return program.layout.dp() > 1 && options.degradations.empty();
+}
+
+namespace detail {
+
+bool Engine::replayed(int id) const {
+  return program_.layout.coord_of(representative_rank(id)).dp == 0;
+}
+
+int Engine::mirror_of(int id) const {
+  model::RankCoord coord = program_.layout.coord_of(representative_rank(id));
+  coord.dp = 0;
+  return program_.layout.rank_of(coord) / program_.layout.tp();
+}
+
+simgrid::s4u::Host* Engine::host_of(int id) const {
+  const auto& replayer = replayers_[static_cast<std::size_t>(id)];
+  if (replayer) return replayer->host();
+  return platform_->group_endpoint(node_of(id), group_slot_[static_cast<std::size_t>(id)]);
+}
+
+const std::vector<std::vector<int>>& Engine::mirror_groups(model::Group group, const std::vector<int>& members) {
+  const std::uint64_t key = static_cast<std::uint64_t>(group) << 32 | static_cast<std::uint32_t>(members.front());
+  auto [it, created] = mirror_groups_.try_emplace(key);
+  if (!created) return it->second;
+  const model::RankLayout& layout = program_.layout;
+  std::vector<int> sorted = members;
+  std::sort(sorted.begin(), sorted.end());
+  std::set<int> seen;  // first members of the images met so far
+  const model::RankCoord first = layout.coord_of(representative_rank(members.front()));
+  for (int shift = 1; shift < layout.dp(); ++shift) {
+    model::RankCoord coord = first;
+    coord.dp = (first.dp + shift) % layout.dp();
+    const int image = layout.rank_of(coord) / layout.tp();
+    if (std::binary_search(sorted.begin(), sorted.end(), image)) continue;  // the group spans replicas
+    std::vector<int> others = group_members(group, image);
+    if (!seen.insert(others.front()).second) continue;
+    if (std::any_of(others.begin(), others.end(), [this](int id) { return replayed(id); })) continue;
+    it->second.push_back(std::move(others));
+  }
+  return it->second;
+}
+
+void Engine::add_mirror_flows(CollectiveInstance& instance, const model::Op& op) {
+  if (instance.plan.phases.empty()) return;  // timed without flows: nothing of it on the fabric
+  const std::vector<std::vector<int>>& groups = mirror_groups(op.group, instance.members);
+  if (groups.empty()) return;
+  instance.flow_members = instance.members;
+  std::vector<FlowPhase>& phases = instance.plan.phases;
+  for (const std::vector<int>& group : groups) {
+    const CollectivePlan mirror = plan_of(op, group, group.front());
+    const auto offset = static_cast<int>(instance.flow_members.size());
+    instance.flow_members.insert(instance.flow_members.end(), group.begin(), group.end());
+    for (std::size_t p = 0; p < mirror.phases.size(); ++p) {
+      if (p == phases.size()) phases.emplace_back();
+      for (Flow flow : mirror.phases[p].flows) {
+        flow.from += offset;
+        flow.to += offset;
+        phases[p].flows.push_back(flow);
+      }
+      phases[p].latency_s = std::max(phases[p].latency_s, mirror.phases[p].latency_s);
+      phases[p].min_s = std::max(phases[p].min_s, mirror.phases[p].min_s);
+    }
+  }
+}
+
+void Replayer::post_phases() {
+  engine_.count_activity();
+  add_wait(phases_->get_async<void>(&phase_payload_), {Wait::PhaseDone, 0, 0, nullptr});
+}
+
+// The owner of a data-parallel collective of replica 0 owns every replica's flows: hundreds of them per phase, and
+// several collectives overlap. Waiting on any of n activities costs SimGrid time in n at every event, so the owner
+// would pay for each flow in the flows in flight (Llama 3 405B on 8,192 H100: 27.5 s wall with the owner waiting on
+// every flow, 6.4 s with a helper per phase). A helper actor per phase starts the phase's flows, waits for them one
+// after the other and posts the instance to the owner at the time its last flow ended (a message of no bytes, no
+// latency). What remains per flow is SimGrid's own: 3.32 keeps every host-to-host transfer in flight in one list,
+// walked each time one ends (docs/simulator.md, "Replica fidelity").
+bool Replayer::start_phase_by_helper(CollectiveInstance* instance) {
+  struct Transfer {
+    simgrid::s4u::Host* from;
+    simgrid::s4u::Host* to;
+    std::uint64_t bytes;
+  };
+  // A pipeline message or a small group's phase: the owner waits for its few flows itself (an actor per message
+  // made MT-NLG's 130,000 messages at DP 1 take 37 s instead of group fidelity's 23 s).
+  constexpr std::size_t kFlowsForAHelper = 8;
+  const FlowPhase& phase = instance->plan.phases[instance->phase];
+  if (phase.flows.size() < kFlowsForAHelper) return false;
+  const std::vector<int>& ends = instance->flow_members.empty() ? instance->members : instance->flow_members;
+  std::vector<Transfer> transfers;
+  transfers.reserve(phase.flows.size());
+  for (const Flow& flow : phase.flows) {
+    const auto bytes = flow.bytes <= 0 ? std::uint64_t{0} : static_cast<std::uint64_t>(std::llround(flow.bytes));
+    transfers.push_back({engine_.host_of(ends[flow.from]), engine_.host_of(ends[flow.to]), bytes});
+    engine_.count_activity();
+  }
+  engine_.count_activity();  // the notice
+  simgrid::s4u::Mailbox* owner = phases_;
+  simgrid::s4u::Actor::create("flows", host_, [transfers = std::move(transfers), owner, instance] {
+    std::vector<simgrid::s4u::CommPtr> comms;
+    comms.reserve(transfers.size());
+    for (const Transfer& t : transfers) comms.push_back(simgrid::s4u::Comm::sendto_async(t.from, t.to, t.bytes));
+    for (const simgrid::s4u::CommPtr& comm : comms) comm->wait();
+    owner->put_init(instance, 0)->detach();
+  });
+  return true;
+}
+
+}  // namespace detail
+}  // namespace twin::sim
