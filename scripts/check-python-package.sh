@@ -9,7 +9,13 @@ build=${1:-build}
 repo=$(pwd)
 python=${PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}  # Debian's, where its python3-venv is
 venv=$(mktemp -d "${TMPDIR:-/tmp}/twin-venv.XXXXXX")
-trap 'rm -rf "$venv"' EXIT
+# pip configures the tree with the venv's Python: put the tree's own back afterwards (its tests run with it).
+tree_python=$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+restore() {
+  rm -rf "$venv"
+  if [ -n "$tree_python" ]; then cmake -S . -B "$build" -DPython3_EXECUTABLE="$tree_python" >/dev/null; fi
+}
+trap restore EXIT
 started=$(date +%s)
 "$python" -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check . --config-settings=build-dir="$repo/$build"
