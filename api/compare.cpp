@@ -108,9 +108,9 @@ Comparison compare_documents(const nlohmann::json& predicted, const std::string&
       throw UserError(fmt::format("'{}' is a trace but '{}' is not: compare two traces, or two summaries (--json)",
                                   measured_name, predicted_name));
     }
-    const auto comparison = report::compare_summaries(report::find_summary(measured, measured_name),
-                                                      report::find_summary(predicted, predicted_name),
-                                                      r.allow_mismatch);
+    const auto comparison =
+        report::compare_summaries(report::find_summary(measured, measured_name),
+                                  report::find_summary(predicted, predicted_name), r.allow_mismatch);
     return {report::comparison_table(comparison), report::comparison_to_json(comparison)};
   } catch (const report::CompareError& error) {
     throw UserError(error.what());

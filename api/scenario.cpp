@@ -22,7 +22,9 @@ std::optional<std::string>& chosen_directory() {
   return directory;
 }
 
-fs::path scenario_dir() { return scenario_directory(); }
+fs::path scenario_dir() {
+  return scenario_directory();
+}
 
 }  // namespace
 
@@ -32,7 +34,9 @@ std::string scenario_directory() {
   return TWIN_SCENARIO_DIR;
 }
 
-void set_scenario_directory(const std::string& directory) { chosen_directory() = directory; }
+void set_scenario_directory(const std::string& directory) {
+  chosen_directory() = directory;
+}
 
 std::string resolve_scenario_path(const std::string& name_or_path) {
   std::error_code ignored;

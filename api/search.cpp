@@ -159,8 +159,8 @@ nlohmann::json search_rows(const Search& search, const SearchRequest& request) {
   nlohmann::json rows = nlohmann::json::array();
   for (const SearchedPlan& one : search.plans) {
     const model::ClusterSpec& cluster = search.targets[one.target].base.cluster;
-    const report::SearchRow row{one.plan, std::string(model::to_string(cluster.node)), cluster.nodes,
-                                one.outcome.error, one.outcome.summary};
+    const report::SearchRow row{one.plan, std::string(model::to_string(cluster.node)), cluster.nodes, one.outcome.error,
+                                one.outcome.summary};
     rows.push_back(report::search_row_json(row, !request.extras.train_tokens.empty(), request.extras.goodput));
   }
   return rows;

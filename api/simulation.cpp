@@ -81,7 +81,6 @@ double estimated_trace_bytes(const model::Program& program, const std::vector<in
   return events * kTraceBytesPerEvent;
 }
 
-
 TrainingEstimate training_estimate(const model::Scenario& s, double iteration_time_s, double tokens) {
   TrainingEstimate e;
   e.tokens = tokens;
@@ -92,7 +91,6 @@ TrainingEstimate training_estimate(const model::Scenario& s, double iteration_ti
   return e;
 }
 
-
 // The measured GPU constants the cost model rests on, and whose they are: a large GEMM's rate, a streaming kernel's
 // bandwidth, and the share of it the attention core's batched GEMMs reach (cited: sim/cost_model.cpp).
 // Where a GPU constant came from: the cluster's measurement key, its profile (cluster.gpu_profile), or a citation.
@@ -100,10 +98,7 @@ const char* constant_source(bool measured_here, bool from_profile, const char* k
   return !measured_here ? "cited" : from_profile ? "cluster.gpu_profile" : key;
 }
 
-
-
-nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu,
-                                  bool from_profile) {
+nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu, bool from_profile) {
   return {{"gemm_tflops", p.gemm_measured_flops_per_s / 1e12},
           {"gemm_shape", p.gemm_measured_shape},
           {"gemm_source", constant_source(p.gemm_measured_here, from_profile, "cluster.gemm_tflops")},
@@ -118,8 +113,8 @@ nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topo
 // the nodes (topology/platform.hpp's measurement), a day of it at about 350,000 nodes.
 void require_platform_within_bound(const model::ClusterSpec& cluster) {
   constexpr double kMaxBuildS = 24 * 3600.0;
-  const double estimate_s = topology::estimated_build_seconds(static_cast<int>(std::min<std::int64_t>(
-      cluster.nodes, std::numeric_limits<int>::max())));
+  const double estimate_s = topology::estimated_build_seconds(
+      static_cast<int>(std::min<std::int64_t>(cluster.nodes, std::numeric_limits<int>::max())));
   if (estimate_s > kMaxBuildS) {
     throw UserError(fmt::format(
         "cluster.nodes = {}: building its platform in SimGrid would take about {:.0f} h on a 2-core machine (it grows "
@@ -140,9 +135,10 @@ std::vector<std::string> scenario_notes(const model::Scenario& s) {
   }
   // Not refused at cp 1: the executor's context-parallel parity runs its single-rank reference with these keys.
   if (s.parallel.cp == 1 && s.framework.cp_comm != model::CpComm::P2P) {
-    notes.push_back(fmt::format("framework.cp_comm = \"{}\" does not change this prediction: parallel.cp = 1 exchanges "
-                                "nothing",
-                                model::to_string(s.framework.cp_comm)));
+    notes.push_back(
+        fmt::format("framework.cp_comm = \"{}\" does not change this prediction: parallel.cp = 1 exchanges "
+                    "nothing",
+                    model::to_string(s.framework.cp_comm)));
   }
   return notes;
 }
@@ -164,8 +160,8 @@ sim::SimOptions sim_options(const model::Scenario& scenario, const model::Progra
     }
     if (host_profile) options.fabric = topology::cpu_host_fabric(*measured_hardware.host);
     // The fabric of the node's generation: HDR for DGX A100, NDR for DGX H100/H200.
-    topology::FabricSpec fabric = host_profile       ? *options.fabric
-                                  : r.gpu.empty()     ? topology::fabric_spec(scenario.cluster)
+    topology::FabricSpec fabric = host_profile      ? *options.fabric
+                                  : r.gpu.empty()   ? topology::fabric_spec(scenario.cluster)
                                   : r.gpu == "a100" ? topology::infiniband_hdr_fat_tree()
                                                     : topology::infiniband_ndr_fat_tree();
     fabric.oversubscription = r.oversubscription;
@@ -180,13 +176,12 @@ sim::SimOptions sim_options(const model::Scenario& scenario, const model::Progra
   if (r.trace && !r.large_trace) {
     const double bytes = estimated_trace_bytes(program, options.record_ranks);
     if (bytes > kLargeTraceBytes) {
-      throw UserError(
-          fmt::format("--trace of {} would be about {:.1f} GB ({:.0f} bytes per op): add --large-trace to write it "
-                      "anyway, or trace "
-                      "fewer ranks (--trace-ranks){}",
-                      r.trace_ranks.empty() ? "one rank per stage" : "ranks " + r.trace_ranks, bytes / 1e9,
-                      kTraceBytesPerEvent,
-                      program.granularity == model::Granularity::Op ? " or at --granularity layer" : ""));
+      throw UserError(fmt::format(
+          "--trace of {} would be about {:.1f} GB ({:.0f} bytes per op): add --large-trace to write it "
+          "anyway, or trace "
+          "fewer ranks (--trace-ranks){}",
+          r.trace_ranks.empty() ? "one rank per stage" : "ranks " + r.trace_ranks, bytes / 1e9, kTraceBytesPerEvent,
+          program.granularity == model::Granularity::Op ? " or at --granularity layer" : ""));
     }
   }
   options.placement = r.placement;

@@ -26,7 +26,7 @@ namespace twin::api {
 
 // What is asked of a simulation: `twin sim`'s flags, by their names (errors name the flags).
 struct SimRequest {
-  std::string fidelity = "auto";     // auto, rank or group
+  std::string fidelity = "auto";      // auto, rank or group
   std::string granularity = "layer";  // layer or op
   std::string gpu;                    // a what-if GPU: a100, h100 or h200 (empty: the scenario's)
   std::string profile;                // a measured profile (twin calibrate), in place of cluster.gpu_profile
@@ -35,10 +35,10 @@ struct SimRequest {
   double oversubscription = 1.0;
   bool rail_optimized = false;
   bool ideal_network = false;
-  std::string trace_ranks;     // ranks whose timelines are kept (a Chrome trace's)
-  bool trace = false;          // a trace will be written: its size is checked before simulating
-  bool large_trace = false;    // a trace past kLargeTraceBytes is allowed
-  bool progress = false;       // progress and notices on stderr
+  std::string trace_ranks;         // ranks whose timelines are kept (a Chrome trace's)
+  bool trace = false;              // a trace will be written: its size is checked before simulating
+  bool large_trace = false;        // a trace past kLargeTraceBytes is allowed
+  bool progress = false;           // progress and notices on stderr
   double sensitivity_percent = 0;  // each rate this much lower and higher (0: not asked)
   std::string train_tokens;        // the whole run's length, "300B" (empty: not asked)
   double usd_per_gpu_hour = 0;     // the run's GPU-hours priced (0: not asked; needs train_tokens)
@@ -60,13 +60,13 @@ struct TrainingEstimate {
 struct Simulation {
   model::Program program;
   sim::SimOptions options;
-  topology::NodeSpec node;            // the node simulated
+  topology::NodeSpec node;             // the node simulated
   MeasuredHardware measured_hardware;  // a profile's measurements, if any
-  bool host_profile = false;          // a cpu-host's profile describes the whole node
-  bool same_gpu = true;               // the scenario's own GPU (no --gpu what-if on another)
-  bool measured = false;              // the cluster gives its own GPU measurements
+  bool host_profile = false;           // a cpu-host's profile describes the whole node
+  bool same_gpu = true;                // the scenario's own GPU (no --gpu what-if on another)
+  bool measured = false;               // the cluster gives its own GPU measurements
   sim::AnalyticalParameters parameters;
-  std::string cost_model;             // the cost model's name
+  std::string cost_model;  // the cost model's name
   sim::SimResult result;
   std::optional<report::Timeline> healthy;  // with degradations: the same run without them
   report::Summary summary;
@@ -74,8 +74,8 @@ struct Simulation {
   std::optional<TrainingEstimate> training;
   std::optional<GoodputReport> goodput;
   std::vector<sim::RateSensitivity> sensitivities;
-  std::vector<std::string> notes;   // what the user set that the prediction does not show
-  std::vector<int> traced_ranks;    // the ranks a trace shows (empty: one per stage)
+  std::vector<std::string> notes;  // what the user set that the prediction does not show
+  std::vector<int> traced_ranks;   // the ranks a trace shows (empty: one per stage)
 };
 
 // Simulates `scenario` as `request` asks. Throws UserError (a ScenarioError, a SimulationError) naming the field or

@@ -97,7 +97,8 @@ std::vector<SweepAxis> parse_axes(const SweepRequest& request) {
 // Loads the variant with its overrides; records why the loader refused it, or what it is.
 void load_variant(const SweepRequest& request, Sweep& sweep, SweepVariant& variant) {
   std::vector<std::string> variant_sets;
-  for (std::size_t a = 0; a < sweep.axes.size(); ++a) variant_sets.push_back(sweep.axes[a].key + "=" + variant.values[a]);
+  for (std::size_t a = 0; a < sweep.axes.size(); ++a)
+    variant_sets.push_back(sweep.axes[a].key + "=" + variant.values[a]);
   try {
     std::vector<model::Override> overrides;
     if (request.overrides_of) {

@@ -40,7 +40,7 @@ struct SweepVariant {
   std::string invalid;              // why the scenario loader refused it
   std::int64_t gpus = 0;
   double tokens_per_iteration = 0;
-  std::vector<std::string> sets;    // its overrides, as "key=value" (when valid)
+  std::vector<std::string> sets;  // its overrides, as "key=value" (when valid)
   VariantOutcome outcome;
 };
 

@@ -29,26 +29,46 @@ api::SimRequest sim_request(const py::dict& options) {
   api::SimRequest r;
   for (const auto& [key_object, value] : options) {
     const std::string key = py::str(key_object);
-    if (key == "fidelity") r.fidelity = value.cast<std::string>();
-    else if (key == "granularity") r.granularity = value.cast<std::string>();
-    else if (key == "gpu") r.gpu = value.cast<std::string>();
-    else if (key == "profile") r.profile = value.cast<std::string>();
-    else if (key == "placement") r.placement = value.cast<std::string>();
-    else if (key == "algorithm") r.algorithm = value.cast<std::string>();
-    else if (key == "oversubscription") r.oversubscription = value.cast<double>();
-    else if (key == "rail_optimized") r.rail_optimized = value.cast<bool>();
-    else if (key == "ideal_network") r.ideal_network = value.cast<bool>();
-    else if (key == "sensitivity_percent") r.sensitivity_percent = value.cast<double>();
-    else if (key == "train_tokens") r.train_tokens = value.cast<std::string>();
-    else if (key == "usd_per_gpu_hour") r.usd_per_gpu_hour = value.cast<double>();
-    else if (key == "goodput") r.goodput = value.cast<bool>();
-    else if (key == "slow_gpus") r.slow_gpus = value.cast<std::vector<std::string>>();
-    else if (key == "slow_links") r.slow_links = value.cast<std::vector<std::string>>();
-    else if (key == "failed_uplinks") r.failed_uplinks = value.cast<std::vector<std::string>>();
-    else if (key == "slow_gpu_fraction") r.slow_gpu_fraction = value.cast<double>();
-    else if (key == "slow_gpu_factor") r.slow_gpu_factor = value.cast<double>();
-    else if (key == "seed") r.seed = value.cast<std::uint64_t>();
-    else throw UserError("--" + key + ": no such option of a simulation");
+    if (key == "fidelity")
+      r.fidelity = value.cast<std::string>();
+    else if (key == "granularity")
+      r.granularity = value.cast<std::string>();
+    else if (key == "gpu")
+      r.gpu = value.cast<std::string>();
+    else if (key == "profile")
+      r.profile = value.cast<std::string>();
+    else if (key == "placement")
+      r.placement = value.cast<std::string>();
+    else if (key == "algorithm")
+      r.algorithm = value.cast<std::string>();
+    else if (key == "oversubscription")
+      r.oversubscription = value.cast<double>();
+    else if (key == "rail_optimized")
+      r.rail_optimized = value.cast<bool>();
+    else if (key == "ideal_network")
+      r.ideal_network = value.cast<bool>();
+    else if (key == "sensitivity_percent")
+      r.sensitivity_percent = value.cast<double>();
+    else if (key == "train_tokens")
+      r.train_tokens = value.cast<std::string>();
+    else if (key == "usd_per_gpu_hour")
+      r.usd_per_gpu_hour = value.cast<double>();
+    else if (key == "goodput")
+      r.goodput = value.cast<bool>();
+    else if (key == "slow_gpus")
+      r.slow_gpus = value.cast<std::vector<std::string>>();
+    else if (key == "slow_links")
+      r.slow_links = value.cast<std::vector<std::string>>();
+    else if (key == "failed_uplinks")
+      r.failed_uplinks = value.cast<std::vector<std::string>>();
+    else if (key == "slow_gpu_fraction")
+      r.slow_gpu_fraction = value.cast<double>();
+    else if (key == "slow_gpu_factor")
+      r.slow_gpu_factor = value.cast<double>();
+    else if (key == "seed")
+      r.seed = value.cast<std::uint64_t>();
+    else
+      throw UserError("--" + key + ": no such option of a simulation");
   }
   return r;
 }
@@ -86,18 +106,30 @@ std::string search(const std::string& path, const std::vector<std::string>& sets
   request.sets = sets;
   for (const auto& [key_object, value] : space) {
     const std::string key = py::str(key_object);
-    if (key == "vary_recompute") request.space.vary_recompute = value.cast<bool>();
-    else if (key == "vary_sequence_parallel") request.space.vary_sequence_parallel = value.cast<bool>();
-    else if (key == "vary_zero") request.space.vary_zero = value.cast<bool>();
-    else if (key == "vary_schedule") request.space.vary_schedule = value.cast<bool>();
-    else if (key == "vary_etp") request.space.vary_etp = value.cast<bool>();
-    else if (key == "vary_cp") request.space.vary_cp = value.cast<bool>();
-    else if (key == "memory_headroom") request.space.memory_headroom = value.cast<std::string>();
-    else if (key == "vary_node") request.nodes = value.cast<std::vector<std::string>>();
-    else if (key == "max_plans") request.max_plans = value.cast<int>();
-    else if (key == "all") request.all = value.cast<bool>();
-    else if (key == "explain") request.explain = value.cast<bool>();
-    else throw UserError("--" + key + ": no such option of a search");
+    if (key == "vary_recompute")
+      request.space.vary_recompute = value.cast<bool>();
+    else if (key == "vary_sequence_parallel")
+      request.space.vary_sequence_parallel = value.cast<bool>();
+    else if (key == "vary_zero")
+      request.space.vary_zero = value.cast<bool>();
+    else if (key == "vary_schedule")
+      request.space.vary_schedule = value.cast<bool>();
+    else if (key == "vary_etp")
+      request.space.vary_etp = value.cast<bool>();
+    else if (key == "vary_cp")
+      request.space.vary_cp = value.cast<bool>();
+    else if (key == "memory_headroom")
+      request.space.memory_headroom = value.cast<std::string>();
+    else if (key == "vary_node")
+      request.nodes = value.cast<std::vector<std::string>>();
+    else if (key == "max_plans")
+      request.max_plans = value.cast<int>();
+    else if (key == "all")
+      request.all = value.cast<bool>();
+    else if (key == "explain")
+      request.explain = value.cast<bool>();
+    else
+      throw UserError("--" + key + ": no such option of a search");
   }
   request.extras = sim_request(options);
   py::gil_scoped_release unlocked;
@@ -112,11 +144,10 @@ std::string compare(const std::string& predicted, const std::string& predicted_n
   api::CompareRequest request{allow_mismatch, iterations, fastest_step, top};
   py::gil_scoped_release unlocked;
   const nlohmann::json predicted_document = nlohmann::json::parse(predicted);
-  const api::Comparison c =
-      measured_is_document
-          ? api::compare_documents(predicted_document, predicted_name, nlohmann::json::parse(measured), measured_name,
-                                   request)
-          : api::compare(predicted_document, predicted_name, measured, request);
+  const api::Comparison c = measured_is_document
+                                ? api::compare_documents(predicted_document, predicted_name,
+                                                         nlohmann::json::parse(measured), measured_name, request)
+                                : api::compare(predicted_document, predicted_name, measured, request);
   return nlohmann::json{{"table", c.table}, {"document", c.document}}.dump();
 }
 

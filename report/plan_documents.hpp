@@ -18,8 +18,8 @@ struct SweepRow {
   std::vector<std::pair<std::string, std::string>> set;  // varied key, value
   std::int64_t gpus = 0;
   double tokens_per_iteration = 0;
-  std::string error;        // "invalid: ..." (refused by the scenario checks) or "failed: ..."; empty: simulated
-  nlohmann::json summary;   // the simulation's summary when simulated
+  std::string error;       // "invalid: ..." (refused by the scenario checks) or "failed: ..."; empty: simulated
+  nlohmann::json summary;  // the simulation's summary when simulated
 };
 
 // {set, gpus, iteration_time_s, tflops_per_gpu, bubble_fraction, memory_per_gpu_bytes, fits, tokens_per_s, error};
@@ -32,10 +32,10 @@ nlohmann::json sweep_document(const std::string& model_name, const std::vector<s
 // One plan of a search, on the node kind it was searched on, and its simulation's summary or why there is none.
 struct SearchRow {
   model::Plan plan;
-  std::string node;         // cluster.node
-  std::int64_t nodes = 0;   // cluster.nodes
-  std::string error;        // why it was not simulated; empty: simulated
-  nlohmann::json summary;   // the simulation's summary when simulated
+  std::string node;        // cluster.node
+  std::int64_t nodes = 0;  // cluster.nodes
+  std::string error;       // why it was not simulated; empty: simulated
+  nlohmann::json summary;  // the simulation's summary when simulated
 };
 
 // The plan's columns, its memory estimate, and from the summary fits, iteration_time_s, tflops_per_gpu,

@@ -32,6 +32,7 @@ print(twin.compare(summary, 60.1).table)
 
 # %% Mistakes name their field.
 try:
-    twin.simulate("mtnlg-530b", parallel={"tp": 3})
+    twin.simulate("mtnlg-530b", parallel={"schedule": "2f2b"})
 except twin.ScenarioError as error:
-    print(f"refused: {error.field}")
+    assert error.field == "parallel.schedule"
+    print(f"refused: {error.problems[0].split(': ', 1)[1]}")

@@ -65,8 +65,6 @@ std::vector<std::int64_t> block_recompute_layers(const model::Scenario& s) {
   return out;
 }
 
-
-
 // `s` as a plan, when it is valid and fits within the headroom; otherwise, with `rejections`, why not.
 void add_plan_if_it_fits(const model::Scenario& s, const PlanSpace& o, std::vector<Plan>& plans,
                          int& rejected_for_memory, std::vector<Rejection>* rejections) {
@@ -93,11 +91,11 @@ void add_plan_if_it_fits(const model::Scenario& s, const PlanSpace& o, std::vect
     ++rejected_for_memory;
     const double gib = 1024.0 * 1024 * 1024;
     if (rejections) {
-      rejections->push_back({plan.label(),
-                             fmt::format("needs {:.1f} GiB of {:.0f} GiB, over the {:.1f} GiB the headroom leaves",
-                                         memory.peak_bytes / gib, memory.capacity_bytes / gib,
-                                         (memory.capacity_bytes - headroom) / gib),
-                             true});
+      rejections->push_back(
+          {plan.label(),
+           fmt::format("needs {:.1f} GiB of {:.0f} GiB, over the {:.1f} GiB the headroom leaves",
+                       memory.peak_bytes / gib, memory.capacity_bytes / gib, (memory.capacity_bytes - headroom) / gib),
+           true});
     }
     return;
   }
@@ -126,7 +124,7 @@ std::vector<model::ScheduleKind> schedules_of(const model::Scenario& base, std::
 // vary_sequence_parallel, with and without it (where tp > 1); with vary_zero, ZeRO stages 0 and 1; with vary_schedule,
 // ZB-H1 beside 1F1B (schedules_of).
 std::vector<Plan> enumerate(const model::Scenario& base, const PlanSpace& o, int& rejected_for_memory,
-                                  std::vector<Rejection>* rejections) {
+                            std::vector<Rejection>* rejections) {
   const bool vary_recompute = o.vary_recompute;
   std::vector<model::Recompute> recomputes{base.parallel.recompute};
   if (vary_recompute) recomputes = {model::Recompute::None, model::Recompute::Selective, model::Recompute::Full};
@@ -138,8 +136,8 @@ std::vector<Plan> enumerate(const model::Scenario& base, const PlanSpace& o, int
   const auto experts = expert_plans(base, o.vary_etp);
   // Context parallelism takes its share of the GPUs before data parallelism does (Megatron-Core's rank grid): the
   // scenario's cp, or with --vary-cp each of 1, 2, 4, 8 (validation keeps those the sequence length allows).
-  const std::vector<std::int64_t> cps = o.vary_cp ? std::vector<std::int64_t>{1, 2, 4, 8}
-                                                  : std::vector<std::int64_t>{base.parallel.cp};
+  const std::vector<std::int64_t> cps =
+      o.vary_cp ? std::vector<std::int64_t>{1, 2, 4, 8} : std::vector<std::int64_t>{base.parallel.cp};
   const auto recompute_and_schedule = [&](std::int64_t pp, std::int64_t chunks) {
     std::vector<std::pair<model::Recompute, model::ScheduleKind>> out;
     for (const model::Recompute recompute : recomputes) {
@@ -153,42 +151,43 @@ std::vector<Plan> enumerate(const model::Scenario& base, const PlanSpace& o, int
   rejected_for_memory = 0;
   for (std::int64_t tp = 1; tp <= base.cluster.gpus_per_node; tp *= 2) {
     for (std::int64_t pp : pipeline_sizes(base)) {
-     for (const std::int64_t cp : cps) {
-      if (gpus % (tp * pp * cp) != 0) continue;
-      const std::int64_t dp = gpus / (tp * pp * cp);
-      for (std::int64_t micro_batch : {1, 2, 4, 8}) {
-        for (std::int64_t chunks = 1; chunks <= 4; ++chunks) {
-          for (const auto& [recompute, schedule] : recompute_and_schedule(pp, chunks)) {
-            model::Scenario s = base;
-            s.parallel.tp = tp;
-            s.parallel.pp = pp;
-            s.parallel.dp = dp;
-            s.parallel.cp = cp;
-            s.parallel.micro_batch = micro_batch;
-            s.parallel.virtual_stages = chunks;
-            s.parallel.schedule = schedule;
-            s.parallel.recompute = recompute;
-            // Block recompute belongs to full recompute: the base's own, then (varying) a few more.
-            const bool full = recompute == model::Recompute::Full;
-            std::vector<std::int64_t> blocks{full ? base.parallel.recompute_num_layers : 0};
-            if (vary_recompute && full && base.framework.name != model::Framework::DeepSpeed) {
-              for (const std::int64_t layers : block_recompute_layers(s)) {
-                if (layers != blocks.front()) blocks.push_back(layers);
+      for (const std::int64_t cp : cps) {
+        if (gpus % (tp * pp * cp) != 0) continue;
+        const std::int64_t dp = gpus / (tp * pp * cp);
+        for (std::int64_t micro_batch : {1, 2, 4, 8}) {
+          for (std::int64_t chunks = 1; chunks <= 4; ++chunks) {
+            for (const auto& [recompute, schedule] : recompute_and_schedule(pp, chunks)) {
+              model::Scenario s = base;
+              s.parallel.tp = tp;
+              s.parallel.pp = pp;
+              s.parallel.dp = dp;
+              s.parallel.cp = cp;
+              s.parallel.micro_batch = micro_batch;
+              s.parallel.virtual_stages = chunks;
+              s.parallel.schedule = schedule;
+              s.parallel.recompute = recompute;
+              // Block recompute belongs to full recompute: the base's own, then (varying) a few more.
+              const bool full = recompute == model::Recompute::Full;
+              std::vector<std::int64_t> blocks{full ? base.parallel.recompute_num_layers : 0};
+              if (vary_recompute && full && base.framework.name != model::Framework::DeepSpeed) {
+                for (const std::int64_t layers : block_recompute_layers(s)) {
+                  if (layers != blocks.front()) blocks.push_back(layers);
+                }
               }
-            }
-            for (const std::int64_t block : blocks) {
-              s.parallel.recompute_num_layers = block;
-              // Without TP there is nothing to split: sequence parallelism is off, once.
-              for (const bool sequence_parallel : tp == 1 ? std::vector<bool>{false} : sequence_parallels) {
-                s.parallel.sequence_parallel = sequence_parallel;
-                for (const std::int64_t zero_stage : zero_stages) {
-                  s.parallel.zero_stage = zero_stage;
-                  // --overlap-param-gather belongs to the distributed optimizer: a ZeRO-0 variant goes without it.
-                  s.parallel.overlap_param_gather = base.parallel.overlap_param_gather && zero_stage == 1;
-                  for (const auto& [ep, etp] : experts) {
-                    s.parallel.ep = ep;
-                    s.parallel.etp = etp;
-                    add_plan_if_it_fits(s, o, plans, rejected_for_memory, rejections);
+              for (const std::int64_t block : blocks) {
+                s.parallel.recompute_num_layers = block;
+                // Without TP there is nothing to split: sequence parallelism is off, once.
+                for (const bool sequence_parallel : tp == 1 ? std::vector<bool>{false} : sequence_parallels) {
+                  s.parallel.sequence_parallel = sequence_parallel;
+                  for (const std::int64_t zero_stage : zero_stages) {
+                    s.parallel.zero_stage = zero_stage;
+                    // --overlap-param-gather belongs to the distributed optimizer: a ZeRO-0 variant goes without it.
+                    s.parallel.overlap_param_gather = base.parallel.overlap_param_gather && zero_stage == 1;
+                    for (const auto& [ep, etp] : experts) {
+                      s.parallel.ep = ep;
+                      s.parallel.etp = etp;
+                      add_plan_if_it_fits(s, o, plans, rejected_for_memory, rejections);
+                    }
                   }
                 }
               }
@@ -196,7 +195,6 @@ std::vector<Plan> enumerate(const model::Scenario& base, const PlanSpace& o, int
           }
         }
       }
-     }
     }
   }
   std::stable_sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {
@@ -241,9 +239,9 @@ std::string Plan::expert_label() const {
 }
 std::string Plan::label() const {
   return fmt::format("tp {} pp {} dp {}{}{} mb {} {}{} recompute {} {}", tp, pp, dp,
-                     cp > 1 ? fmt::format(" cp {}", cp) : "", moe ? " " + expert_label() : "",
-                     micro_batch, model::to_string(schedule), chunks > 1 ? fmt::format(" v{}", chunks) : "",
-                     recompute_label(), sharding_label());
+                     cp > 1 ? fmt::format(" cp {}", cp) : "", moe ? " " + expert_label() : "", micro_batch,
+                     model::to_string(schedule), chunks > 1 ? fmt::format(" v{}", chunks) : "", recompute_label(),
+                     sharding_label());
 }
 
 double headroom_bytes(const std::string& text, double capacity_bytes) {
@@ -262,9 +260,10 @@ double headroom_bytes(const std::string& text, double capacity_bytes) {
   }
   const double bytes = percent ? capacity_bytes * value / 100 : value * 1024 * 1024 * 1024;
   if (!(value >= 0) || !(bytes < capacity_bytes)) {
-    throw UserError(fmt::format("--memory-headroom {}: give a share of one GPU's memory under 100 % (\"5%\") or "
-                                "GiB under its {:.0f} GiB (\"4\", \"4GiB\")",
-                                text, capacity_bytes / (1024.0 * 1024 * 1024)));
+    throw UserError(
+        fmt::format("--memory-headroom {}: give a share of one GPU's memory under 100 % (\"5%\") or "
+                    "GiB under its {:.0f} GiB (\"4\", \"4GiB\")",
+                    text, capacity_bytes / (1024.0 * 1024 * 1024)));
   }
   return bytes;
 }

@@ -13,7 +13,8 @@ TEST(Api, ScenarioByNameAndOverridesAsTheCommandLineTakesThem) {
   const model::Scenario by_name = scenario_named("gpt3-175b", parse_overrides({"cluster.nodes=64"}));
   EXPECT_EQ(by_name.cluster.nodes, 64);
   EXPECT_EQ(by_name.parallel.dp * by_name.parallel.tp * by_name.parallel.pp * by_name.parallel.cp, 512);
-  const model::Scenario from_text = scenario_from_text(model::to_toml(by_name), parse_overrides({"cluster.nodes=32", "parallel.dp=4"}));
+  const model::Scenario from_text =
+      scenario_from_text(model::to_toml(by_name), parse_overrides({"cluster.nodes=32", "parallel.dp=4"}));
   EXPECT_EQ(from_text.cluster.nodes, 32);
   EXPECT_EQ(from_text.model.layers, by_name.model.layers);
 }
