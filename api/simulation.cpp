@@ -340,6 +340,7 @@ Simulation simulate(const model::Scenario& scenario, const SimRequest& r) {
   try {
     s.parameters = s.same_gpu ? s.measured_hardware.parameters(s.node.gpu, scenario.cluster)
                               : sim::analytical_parameters(s.node.gpu);
+    if (!s.same_gpu) s.parameters.host_s_per_kernel = sim::host_s_per_kernel(scenario.cluster, s.node);
   } catch (const std::invalid_argument& error) {
     throw UserError(fmt::format("{}: {}", scenario.source, error.what()));
   }

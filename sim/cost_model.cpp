@@ -1,5 +1,7 @@
 #include "sim/cost_model.hpp"
 
+#include "model/ops/host_issue.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,6 +12,7 @@
 #include <fmt/core.h>
 
 #include "model/ops/compute_ops.hpp"
+#include "model/ops/host_issue.hpp"
 #include "sim/fp8_gemm.hpp"
 
 namespace twin::sim {
@@ -218,6 +221,10 @@ void check_measurement(std::string_view field, double value, double ceiling, std
 
 }  // namespace
 
+double host_s_per_kernel(const model::ClusterSpec& cluster, const topology::NodeSpec& node) {
+  return cluster.host_us_per_kernel.value_or(node.host_us_per_kernel) * 1e-6;
+}
+
 AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu, const model::ClusterSpec& cluster) {
   AnalyticalParameters p = analytical_parameters(gpu);
   if (cluster.gemm_tflops > 0) {
@@ -238,8 +245,10 @@ AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu, const m
     p.hbm_efficiency = cluster.hbm_gb_per_s / datasheet_gb_per_s;
     p.hbm_measured_here = true;
   }
-  // The host's time per kernel launched: the cluster's own measurement, or none (see AnalyticalParameters).
-  p.host_s_per_kernel = cluster.host_us_per_kernel * 1e-6;
+  // The host's time per kernel launched: the cluster's own, or its node's measured host.
+  if (cluster.node != model::NodeKind::CpuHost) {
+    p.host_s_per_kernel = host_s_per_kernel(cluster, topology::node_spec(cluster.node));
+  }
   if (cluster.attention_gemm_hbm_fraction > 0) {
     // A fraction of the streaming rate: at most all of it (the scenario check), and no GEMM streams its operands at
     // under 5 % of HBM (a percentage slip).
@@ -468,10 +477,40 @@ std::pair<double, int> AnalyticalCostModel::timed(const model::Scenario& scenari
 }
 
 HostCost AnalyticalCostModel::host_cost(const model::Scenario& scenario, const model::Op& op) const {
-  if (parameters_.host_s_per_kernel <= 0) return {};
-  // A collective or a point-to-point message: one call into NCCL. A compute op: the kernels it launches.
-  const int kernels = op.kind == model::OpKind::Compute ? std::max(1, timed(scenario, op).second) : 1;
-  return {kernels * parameters_.host_s_per_kernel, kernels};
+  const double per_call_s = parameters_.host_s_per_kernel;
+  if (per_call_s <= 0) return {};
+  // A collective or a point-to-point message: one call into NCCL. A compute op: the kernels it launches. What a CUDA
+  // graph issues costs its graph's launch instead, one call.
+  if (op.kind != model::OpKind::Compute) {
+    if (model::cuda_graph_captures(scenario, op)) return {0, 0, per_call_s};
+    return {per_call_s, 1, 0};
+  }
+  const auto [kernels, in_graph] = issued_kernels(scenario, op);
+  return {kernels * per_call_s, kernels, in_graph ? per_call_s : 0};
+}
+
+std::pair<int, bool> AnalyticalCostModel::issued_kernels(const model::Scenario& scenario, const model::Op& op) const {
+  if (!op.breakdown || op.breakdown->parts.empty()) {
+    if (model::cuda_graph_captures(scenario, op)) return {0, true};
+    return {std::max(1, timed(scenario, op).second), false};
+  }
+  timed(scenario, op);  // fills the cache entry of its breakdown
+  FusedLayerTime& cached = layer_cache_.at(op.breakdown.get());
+  if (cached.issued.first >= 0) return cached.issued;
+  int eager = 0;
+  bool in_graph = false;
+  for (const model::Op& part : op.breakdown->parts) {
+    if (model::cuda_graph_captures(scenario, part)) {
+      in_graph = true;
+      continue;
+    }
+    int kernels = 0;
+    op_time_s(scenario, part, kernels);
+    eager += kernels;
+  }
+  // A fused op issues at least one launch or graph, as the op it stands for did.
+  cached.issued = {in_graph ? eager : std::max(1, eager), in_graph};
+  return cached.issued;
 }
 
 double FixedCostModel::compute_time_s(const model::Scenario& /*scenario*/, const model::Op& op) const {

@@ -35,9 +35,12 @@ namespace twin::sim {
 
 // What issuing an op costs the host thread that drives a rank's GPU (Python, the framework, PyTorch's dispatcher, the
 // launch calls): `seconds` for its `kernels` launches. The GPU cannot start a kernel before the host has issued it.
+// Under CUDA graphs (model/ops/host_issue.hpp) the op's captured kernels are issued by its layer's graph instead:
+// `graph_launch_s` is that graph's launch, which the host pays once for every op of the same graph.
 struct HostCost {
   double seconds = 0;
   int kernels = 1;
+  double graph_launch_s = 0;
 };
 
 class CostModel {
@@ -70,8 +73,8 @@ struct AnalyticalParameters {
   double gemm_efficiency = 1;  // of peak, for a GEMM with no tile or wave quantization loss
   double hbm_efficiency = 1;   // of datasheet HBM bandwidth, for a streaming kernel
   double kernel_launch_s = 0;  // per kernel, on the GPU: the gap between dependent kernels
-  // Per kernel, on the host: the time the framework's host thread takes to issue one (cluster.host_us_per_kernel);
-  // 0: the host is never behind the GPU (no cited value: measure your own, docs/simulator.md).
+  // Per kernel, on the host: the time the framework's host thread takes to issue one (the function host_s_per_kernel);
+  // 0: the host is never behind the GPU.
   double host_s_per_kernel = 0;
   // Of the streaming rate (hbm_efficiency), what the attention core's batched GEMMs reach: each reads or writes an
   // s x s scores tensor per head with only a head's width on its other side (see cost_model.cpp).
@@ -113,8 +116,10 @@ FlashAttentionRate flash_attention_rate(const topology::GpuSpec& gpu, model::Att
 AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu);
 // The same, with the cluster's own measurements (cluster.gemm_tflops / gemm_shape, cluster.hbm_gb_per_s) in place of
 // the cited ones where given; throws std::invalid_argument naming the field when a measurement exceeds what the GPU
-// can do (its datasheet peak or HBM bandwidth).
+// can do (its datasheet peak or HBM bandwidth). The host's time per kernel: the cluster's, or its node's.
 AnalyticalParameters analytical_parameters(const topology::GpuSpec& gpu, const model::ClusterSpec& cluster);
+// The host's seconds to issue one kernel: cluster.host_us_per_kernel where given, else the node's measured host's.
+double host_s_per_kernel(const model::ClusterSpec& cluster, const topology::NodeSpec& node);
 
 class AnalyticalCostModel : public CostModel {
  public:
@@ -165,7 +170,10 @@ class AnalyticalCostModel : public CostModel {
   struct FusedLayerTime {
     std::shared_ptr<const model::KernelBreakdown> breakdown;  // kept alive: its address is the key
     std::pair<double, int> timed;                             // seconds, kernels
+    std::pair<int, bool> issued{-1, false};  // host_cost's: launches outside a CUDA graph, whether any part is in one
   };
+  // The launches the host issues itself for compute op `op` and whether a CUDA graph issues any of it.
+  std::pair<int, bool> issued_kernels(const model::Scenario& scenario, const model::Op& op) const;
   mutable std::map<const model::KernelBreakdown*, FusedLayerTime> layer_cache_;
   mutable std::map<model::Fp8Recipe, double> fp8_efficiency_;  // by recipe, from its measured FP8 GEMM
 };

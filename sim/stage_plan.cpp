@@ -3,12 +3,13 @@
 // timed without the network, and when the host issues it.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include <fmt/format.h>
 
 #include "model/ops/context_parallel_ring.hpp"
-#include "model/ops/moe_host_sync.hpp"
+#include "model/ops/host_issue.hpp"
 #include "model/ops/moe_ops.hpp"
 #include "model/ops/tp_overlap.hpp"
 #include "sim/all_to_all.hpp"
@@ -241,11 +242,22 @@ void Engine::pace_host(StagePlan& plan) const {
   plan.issue_last_s.assign(n, 0.0);
   plan.last_kernel_s.assign(n, 0.0);
   double issued_s = 0;
+  std::optional<model::CudaGraphKey> last_graph;  // the CUDA graph launched last (model/ops/host_issue.hpp)
   for (std::size_t i = 0; i < n; ++i) {
-    const HostCost host = cost_.host_cost(program_.scenario, ops[i]);
+    HostCost host = cost_.host_cost(program_.scenario, ops[i]);
+    if (host.graph_launch_s > 0) {
+      // The first op of a graph pays its launch; the graph issues the rest of it with it.
+      const model::CudaGraphKey key = model::cuda_graph_key(ops[i]);
+      if (last_graph != key) {
+        host.seconds += host.graph_launch_s;
+        host.kernels += 1;
+        last_graph = key;
+      }
+    }
     plan.issue_first_s[i] = plan.issue_last_s[i] = issued_s;
-    if (host.seconds <= 0) continue;
+    if (host.seconds <= 0 && host.graph_launch_s <= 0) continue;
     plan.host_paced = true;
+    if (host.seconds <= 0) continue;  // issued by a graph the host launched before it
     if (ops[i].kind == model::OpKind::Compute) {
       const int kernels = std::max(1, host.kernels);
       plan.issue_first_s[i] = issued_s + host.seconds / kernels;
@@ -261,7 +273,7 @@ void Engine::pace_host(StagePlan& plan) const {
     return;
   }
   for (std::size_t i = 0; i < n; ++i) {
-    if (model::host_waits_for(ops[i])) plan.host_syncs.push_back(static_cast<std::int32_t>(i));
+    if (model::host_waits_for(program_.scenario, ops[i])) plan.host_syncs.push_back(static_cast<std::int32_t>(i));
   }
 }
 

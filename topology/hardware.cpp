@@ -1,6 +1,7 @@
 // Hardware specs. Every number names its source; "dense" peaks are the datasheet's sparsity figures halved where
 // the datasheet only prints the sparse one (marked *) .
 #include "topology/hardware.hpp"
+#include "topology/host_launch.hpp"
 
 #include <iterator>
 #include <stdexcept>
@@ -110,6 +111,7 @@ NodeSpec dgx_a100() {
   node.nic_bytes_per_s = 200 * kGiga / 8;
   node.nic_effective_bytes_per_s = 24 * kGB;
   node.nccl_nvlink_channels = 24;
+  node.host_us_per_kernel = kXeon8480cHostUsPerKernel;
   return node;
 }
 
@@ -144,6 +146,7 @@ NodeSpec dgx_h100() {
   node.nic_bytes_per_s = 400 * kGiga / 8;
   node.nic_effective_bytes_per_s = 48 * kGB;
   node.nccl_nvlink_channels = 24;
+  node.host_us_per_kernel = kXeon8480cHostUsPerKernel;
   return node;
 }
 

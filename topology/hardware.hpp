@@ -46,6 +46,8 @@ struct NodeSpec {
   // Channels of an NCCL collective inside the node: its kernel runs one thread block per channel, each holding an
   // SM while the collective runs.
   int nccl_nvlink_channels = 0;
+  // The node's host CPU: its time to issue one kernel from PyTorch's eager path (topology/host_launch.hpp, cited).
+  double host_us_per_kernel = 0;
 };
 
 struct FabricSpec {

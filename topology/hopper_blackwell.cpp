@@ -3,6 +3,7 @@
 // sparse figure for the tensor-core formats, marked *, which is twice the dense one). GPU memory is in bytes as the
 // driver reports it (nvidia-smi's MiB), the datasheet's decimal "GB" said beside it.
 #include "topology/hardware.hpp"
+#include "topology/host_launch.hpp"
 
 namespace twin::topology {
 
@@ -80,6 +81,7 @@ NodeSpec hgx_h800() {
   node.nic_bytes_per_s = 400 * kGiga / 8;
   node.nic_effective_bytes_per_s = nccl_net_speed_bytes_per_s(node.nic_bytes_per_s, node.gpu.compute_capability);
   node.nccl_nvlink_channels = 16;
+  node.host_us_per_kernel = kXeon8480cHostUsPerKernel;
   return node;
 }
 
@@ -100,6 +102,7 @@ NodeSpec dgx_b200() {
   node.nic_bytes_per_s = 400 * kGiga / 8;
   node.nic_effective_bytes_per_s = nccl_net_speed_bytes_per_s(node.nic_bytes_per_s, node.gpu.compute_capability);
   node.nccl_nvlink_channels = 32;
+  node.host_us_per_kernel = kXeon8480cHostUsPerKernel;
   return node;
 }
 
@@ -118,6 +121,7 @@ NodeSpec gb200_nvl72() {
   node.nic_bytes_per_s = 400 * kGiga / 8;
   node.nic_effective_bytes_per_s = nccl_net_speed_bytes_per_s(node.nic_bytes_per_s, node.gpu.compute_capability);
   node.nccl_nvlink_channels = 32;
+  node.host_us_per_kernel = kGb200GraceHostUsPerKernel;
   return node;
 }
 

@@ -195,8 +195,9 @@ struct ClusterSpec {
   std::int64_t nics_per_node = 0;  // compute NICs per node, shared by the GPUs when fewer than they
   double nic_gbps = 0;             // line rate of one NIC, Gb/s per direction
   // The host thread's time to issue one kernel (Python, the framework, PyTorch's dispatcher, the launch call), in
-  // microseconds: the GPU cannot run ahead of it, which paces small kernels. 0: the host is never behind.
-  double host_us_per_kernel = 0;
+  // microseconds: the GPU cannot run ahead of it, which paces small kernels. 0: the host is never behind; unset: the
+  // node's host, as measured (topology/host_launch.hpp).
+  std::optional<double> host_us_per_kernel;
   // A hardware profile measured on this cluster (`twin calibrate` writes one): a GPU's GEMM, HBM, attention and
   // collective rates, or a cpu-host's rates, in place of the cited ones. A path (relative ones from the scenario
   // file's folder); empty: none.
@@ -278,6 +279,11 @@ struct FrameworkSpec {
   // as their FP8 bytes and TE's FP8 transpose, with no 16-bit copy, and the distributed optimizer all-gathers them in
   // FP8; false: 16-bit weights beside TE's FP8 copies of them. With model.fp8 and the distributed optimizer.
   bool fp8_param_gather = false;
+  // Megatron-Core's --enable-cuda-graph / --external-cuda-graph: each transformer layer's forward and backward
+  // captured once and replayed as one CUDA graph, so that the host issues one graph launch where it issued the
+  // layer's kernels and its tensor- and context-parallel collectives. Dropless MoE routing leaves the token dispatch,
+  // the experts and the combine outside the graph (their sizes are data: model/ops/host_issue.hpp).
+  bool cuda_graphs = false;
 };
 
 // The DeepSpeed release twin models: framework.deepspeed_version when given, else 0.6.2 under bf16_optimizer (its

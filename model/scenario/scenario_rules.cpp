@@ -37,6 +37,7 @@ class RuleCheck {
     deepspeed();
     param_gather_overlap();
     check_fp8_param_gather(scenario, problems);
+    check_cuda_graphs(scenario, problems);
     partitioned_activations();
     mixture_of_experts();
     check_failure_model(scenario, problems);
@@ -317,11 +318,12 @@ class RuleCheck {
                       src, c.nic_gbps));
     }
     // A host takes microseconds to issue a kernel, not nanoseconds (a value in seconds?) nor tens of milliseconds.
-    if (!(c.host_us_per_kernel == 0 || (c.host_us_per_kernel >= 0.1 && c.host_us_per_kernel <= 10000))) {
+    const double host_us = c.host_us_per_kernel.value_or(0);
+    if (!(host_us == 0 || (host_us >= 0.1 && host_us <= 10000))) {
       problems.push_back(
           fmt::format("{}: cluster.host_us_per_kernel must be the host's microseconds to issue one kernel "
                       "(0.1..10000), or 0 for a host that is never behind; got {}",
-                      src, c.host_us_per_kernel));
+                      src, host_us));
     }
   }
 

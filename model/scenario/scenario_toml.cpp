@@ -254,6 +254,7 @@ void read_framework(const toml::table& root, const std::string& source, Scenario
   const bool grad_reduce_given = framework.has("grad_reduce_in_fp32");
   framework.boolean("grad_reduce_in_fp32", f.grad_reduce_in_fp32);
   framework.boolean("fp8_param_gather", f.fp8_param_gather);
+  framework.boolean("cuda_graphs", f.cuda_graphs);
   framework.reject_unknown_keys();
   // Only Megatron chooses its bf16 gradients' dtype; DeepSpeed's and Composer's follow from their own keys.
   if (grad_reduce_given && (f.name != Framework::Megatron || scenario.model.dtype != DType::BF16)) {
@@ -384,6 +385,7 @@ std::string framework_toml(const FrameworkSpec& f) {
   if (f.async_checkpoint) line("async_checkpoint = true");
   if (!f.grad_reduce_in_fp32) line("grad_reduce_in_fp32 = false");
   if (f.fp8_param_gather) line("fp8_param_gather = true");
+  if (f.cuda_graphs) line("cuda_graphs = true");
   return out;
 }
 
@@ -463,8 +465,8 @@ std::string to_toml(const Scenario& s) {
   }
   if (s.cluster.nics_per_node > 0) line(fmt::format("nics_per_node = {}", s.cluster.nics_per_node));
   if (s.cluster.nic_gbps > 0) line(fmt::format("nic_gbps = {:.17g}", s.cluster.nic_gbps));
-  if (s.cluster.host_us_per_kernel > 0) {
-    line(fmt::format("host_us_per_kernel = {:.17g}", s.cluster.host_us_per_kernel));
+  if (s.cluster.host_us_per_kernel) {
+    line(fmt::format("host_us_per_kernel = {:.17g}", *s.cluster.host_us_per_kernel));
   }
   if (!s.cluster.gpu_profile.empty()) {
     // Absolute, so that the written scenario names the same file wherever it is saved.

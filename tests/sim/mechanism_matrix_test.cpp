@@ -63,6 +63,7 @@ struct Mechanism {
   // cell asserts that it changes nothing.
   bool cp_only = false;
   std::vector<const char*> both = {};  // keys of the family's base for this row, set with the mechanism off and on
+  double layer_vs_op = 0.04;            // how far layer granularity may be from op granularity (see check_cell)
 };
 
 const std::vector<Mechanism>& mechanisms() {
@@ -72,6 +73,14 @@ const std::vector<Mechanism>& mechanisms() {
       // collectives_by_size.csv) lengthened the base iterations; each bound below likewise brackets what was measured
       // by a factor of about 2 to 3).
       {"host", {"cluster.host_us_per_kernel=20"}, +1, 0.2, 5.0},
+      // CUDA graphs under that host: a layer's launches become one, so most of what the host added goes (the
+      // embedding, the head, the optimizer and, on ep2, the dropless token path stay eager).
+      // Layer against op granularity within 10 %, not 4: a fused MoE layer op holds the graph's part and the eager
+      // token path as one block whose kernels the paced host issues as if of equal length, while the graph's part is
+      // most of the layer's GPU time, so the fused op ends a little early (8.0 % on ep2 when this row was written;
+      // the dense families within 4 %).
+      {"cuda_graphs", {"framework.cuda_graphs=true"}, -1, 0.1, 0.8, false, "", false,
+       {"cluster.host_us_per_kernel=20"}, 0.10},
       // Full recompute runs every layer's forward again: up to a third more compute, less where communication and
       // the bubble hold the time; an MoE layer's forward repeats its two all-to-alls too (+46 % on ep2 with the
       // measured in-node floors), and one forward more stays under half an iteration whose backward costs at least
@@ -116,6 +125,7 @@ zero_stage = 1
 dp_overlap = true
 [cluster]
 node = "dgx-h100"
+host_us_per_kernel = 0
 [framework]
 name = "megatron"
 tied_embeddings = false
@@ -178,10 +188,11 @@ void check_cell(std::size_t m, std::size_t f, Fidelity fidelity, model::Granular
   // (tests/sim/models_test.cpp); what differs is the order: a layer's collectives run after its fused compute rather
   // than between its kernels, and a paced host issues a fused op's kernels as one block. On these plans that moved
   // the iteration by 0.8 % at most (CP 2, rank fidelity) when the matrix was written, and by 2.6 % (EP 2 with a paced
-  // host, whose all-to-alls the measured in-node floors lengthened) once they came: 4 % is the bound.
+  // host, whose all-to-alls the measured in-node floors lengthened) once they came: 4 % is the bound, unless a row
+  // states its own with its reason.
   if (granularity == model::Granularity::Layer) {
     const double op = iteration_s(family, with, fidelity, model::Granularity::Op);
-    EXPECT_NEAR(on / op, 1.0, 0.04) << mechanism.name << " on " << family.name << ": layer " << on << " s, op " << op
+    EXPECT_NEAR(on / op, 1.0, mechanism.layer_vs_op) << mechanism.name << " on " << family.name << ": layer " << on << " s, op " << op
                                     << " s";
   }
 }

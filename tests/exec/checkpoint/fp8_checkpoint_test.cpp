@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@
 
 #include "exec/checkpoint/checkpoint.hpp"
 #include "exec/checkpoint/fp8.hpp"
+#include "exec/checkpoint/io.hpp"
 #include "exec/core/errors.hpp"
 #include "exec/cpu/cpu_backend.hpp"
 #include "exec_test_util.hpp"
@@ -82,6 +85,37 @@ TEST(ExecFp8Checkpoint, DelayedScalingResumesBitForBit) {
     EXPECT_EQ(resumed.losses, std::vector<double>(uninterrupted.begin() + 2, uninterrupted.end())) << name;  // exact
     fs::remove_all(dir);
   }
+}
+
+// A tensor count the file's bytes cannot hold is a corrupt file, refused before the records are allocated (a count
+// of 4G asked for 4G records: fuzz_checkpoint). The checksum matches, so that the count's own check is what refuses.
+TEST(ExecFp8Checkpoint, ACountPastWhatTheFileHoldsIsRefusedBeforeItIsAllocated) {
+  const fs::path step = testing::temp_dir("fp8-state-count");
+  Fp8TensorScales gemm;
+  gemm.scale = {1, 2, 3};
+  const ShardRecord written = write_fp8_state(step, 0, 1, 2, {gemm});
+  std::string bytes;
+  {
+    std::ifstream in(step / written.file, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  // magic (8), version, rank, world size (4 each), step (8), then the count
+  constexpr std::size_t kCountAt = 8 + 4 + 4 + 4 + 8;
+  ASSERT_GT(bytes.size(), kCountAt + 4);
+  const std::uint32_t huge = 0xfffffff0u;
+  std::memcpy(bytes.data() + kCountAt, &huge, sizeof(huge));
+  std::ofstream(step / written.file, std::ios::binary | std::ios::trunc) << bytes;
+  Manifest manifest;
+  manifest.world_size = 1;
+  manifest.step = 2;
+  manifest.fp8_states = {ShardRecord{0, written.file, bytes.size(), fnv1a(bytes.data(), bytes.size())}};
+  try {
+    read_fp8_state(step, manifest, 0);
+    ADD_FAILURE() << "a count of 4G tensors in " << bytes.size() << " bytes was read";
+  } catch (const RunError& error) {
+    EXPECT_NE(std::string(error.what()).find("is corrupt: 4294967280 tensors in"), std::string::npos) << error.what();
+  }
+  fs::remove_all(step);
 }
 
 // The scales are what makes the resumed run exact: the same checkpoint with every scale put back to 1 (what a run

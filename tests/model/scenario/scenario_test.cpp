@@ -181,15 +181,19 @@ TEST(Scenario, TheClustersOwnNetworkIsReadAndRoundTrips) {
 }
 
 TEST(Scenario, TheHostsTimePerKernelIsReadAndRoundTrips) {
-  // Unset: 0, a host that keeps ahead of the GPU.
+  // Unset: the node's measured host (the simulator resolves it), and a written scenario leaves it unset too.
   const Scenario plain = parse_scenario(kValid, "case.toml");
-  EXPECT_EQ(plain.cluster.host_us_per_kernel, 0);
+  EXPECT_FALSE(plain.cluster.host_us_per_kernel.has_value());
   EXPECT_THAT(to_toml(plain), ::testing::Not(HasSubstr("host_us_per_kernel")));
   const Scenario measured = parse_scenario(kValid, "case.toml", {parse_override("cluster.host_us_per_kernel=42.5")});
-  EXPECT_DOUBLE_EQ(measured.cluster.host_us_per_kernel, 42.5);
+  EXPECT_DOUBLE_EQ(measured.cluster.host_us_per_kernel.value_or(-1), 42.5);
   const Scenario again = parse_scenario(to_toml(measured), "again.toml");
-  EXPECT_DOUBLE_EQ(again.cluster.host_us_per_kernel, 42.5);
+  EXPECT_DOUBLE_EQ(again.cluster.host_us_per_kernel.value_or(-1), 42.5);
   EXPECT_EQ(to_toml(again), to_toml(measured));
+  // 0 (a host never behind) is a value of its own: written, and read back as 0, not as unset.
+  const Scenario never_behind = parse_scenario(kValid, "case.toml", {parse_override("cluster.host_us_per_kernel=0")});
+  const Scenario read_back = parse_scenario(to_toml(never_behind), "again.toml");
+  EXPECT_EQ(read_back.cluster.host_us_per_kernel, std::optional<double>(0.0));
 }
 
 // cluster.gpu_profile names a file beside the scenario (a relative path from the scenario's folder); to_toml writes it

@@ -1,0 +1,27 @@
+// The host keys' rules: where Megatron-Core's CUDA graphs apply.
+#include <fmt/format.h>
+
+#include "model/scenario/scenario_rules.hpp"
+
+namespace twin::model {
+
+// framework.cuda_graphs changes only what the host issues: it is Megatron-Core's (--enable-cuda-graph,
+// --external-cuda-graph), and with a host that is never behind (cluster.host_us_per_kernel = 0) it has nothing to
+// remove, so it would do nothing: refused rather than ignored.
+void check_cuda_graphs(const Scenario& scenario, std::vector<std::string>& problems) {
+  if (!scenario.framework.cuda_graphs) return;
+  const std::string& src = scenario.source;
+  const std::string what = "framework.cuda_graphs is Megatron-Core's --enable-cuda-graph";
+  if (scenario.framework.name != Framework::Megatron) {
+    problems.push_back(fmt::format("{}: {}: it needs framework.name = \"megatron\", got \"{}\"", src, what,
+                                   to_string(scenario.framework.name)));
+  }
+  if (scenario.cluster.host_us_per_kernel && *scenario.cluster.host_us_per_kernel == 0) {
+    problems.push_back(fmt::format("{}: {}: it removes host launches, and cluster.host_us_per_kernel = 0 says the "
+                                   "host is never behind, so it would change nothing (leave the host key unset for "
+                                   "the node's measured host)",
+                                   src, what));
+  }
+}
+
+}  // namespace twin::model

@@ -1,0 +1,29 @@
+# Configures BUILD_DIR as a clang fuzz build of SOURCE_DIR, builds the fuzz targets and runs them (tests/fuzz/
+# nested.cmake says why). Any finding fails the test, with the input under BUILD_DIR/fuzz/<target>/artifacts/.
+#   cmake -DSOURCE_DIR=... -DBUILD_DIR=... -DCLANG=clang -DCLANGXX=clang++ -DSECONDS=12 [-DLAUNCHER=ccache] -P ...
+foreach(variable SOURCE_DIR BUILD_DIR CLANG CLANGXX SECONDS)
+  if(NOT DEFINED ${variable})
+    message(FATAL_ERROR "run_nested.cmake needs -D${variable}=...")
+  endif()
+endforeach()
+
+function(run_step what)
+  string(TIMESTAMP start "%s")
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE status)
+  string(TIMESTAMP end "%s")
+  math(EXPR seconds "${end} - ${start}")
+  message(STATUS "fuzz: ${what} in ${seconds} s")
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "fuzz: ${what} failed (${status})")
+  endif()
+endfunction()
+
+# -O1 -g1, as the sanitizer jobs (tests/sanitizers/run.cmake): line numbers for a report at a fraction of the build
+# time. No benchmarks; the fuzz build leaves CUDA out by itself.
+run_step("configure" ${CMAKE_COMMAND} -G Ninja -S ${SOURCE_DIR} -B ${BUILD_DIR} -DCMAKE_BUILD_TYPE=RelWithDebInfo
+         "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DCMAKE_C_COMPILER=${CLANG}
+         -DCMAKE_CXX_COMPILER=${CLANGXX} -DTWIN_FUZZ=ON -DTWIN_FUZZ_SECONDS=${SECONDS} -DTWIN_BUILD_BENCH=OFF
+         "-DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER}")
+run_step("build" ${CMAKE_COMMAND} --build ${BUILD_DIR} -j 2 --target fuzz_scenario fuzz_training_log fuzz_kineto
+         fuzz_gpu_profile fuzz_checkpoint)
+run_step("fuzzing" ${CMAKE_CTEST_COMMAND} --test-dir ${BUILD_DIR} -L fuzz --output-on-failure)
