@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "api/scenario.hpp"
+#include "api/token_count.hpp"
 #include "model/program/program.hpp"
 #include "model/scenario/errors.hpp"
 #include "model/scenario/scenario.hpp"
@@ -38,20 +40,15 @@ model::Scenario load_scenario(const ScenarioOptions& options);
 std::vector<model::Override> scenario_overrides(const ScenarioOptions& options);
 // The same as `--set` arguments, what a child `twin sim` is given.
 std::vector<std::string> as_sets(const std::vector<model::Override>& overrides);
-// Resolves "mtnlg-530b" or "scenarios/x.toml" or "/abs/x.toml" to an existing file; throws UserError if none.
-std::string resolve_scenario_path(const std::string& name_or_path);
+// Scenario names resolve as the library resolves them (api/scenario.hpp).
+using api::resolve_scenario_path;
 // The scenario file as an input of a command, for require_outputs_before_work: {"the scenario", its path}.
 std::pair<std::string, std::string> scenario_input(const ScenarioOptions& options);
 
-// Bytes of host memory available (MemAvailable), or 0 when unknown.
-double available_memory_bytes();
-
-// build_program, after checking that the Program fits in the memory this host has left: a scenario with absurd
-// sizes (a million layers) gets a UserError naming its sizes instead of exhausting memory.
-model::Program build_program_within_memory(const model::Scenario& scenario, model::Granularity granularity);
-// The same check alone, from the scenario's sizes (nothing allocated): for a command that allocates by the plan before
-// it builds the Program (twin run's host-memory estimate builds the schedule).
-void require_program_fits_memory(const model::Scenario& scenario, model::Granularity granularity);
+// The Program built within this host's memory, and the check alone (api/scenario.hpp).
+using api::available_memory_bytes;
+using api::build_program_within_memory;
+using api::require_program_fits_memory;
 
 // A numeric option's bounds, with a message a person can read ("must be at least 1, got 0"); nan and inf are refused.
 CLI::Validator at_least(double minimum);
@@ -62,7 +59,7 @@ CLI::Validator output_file();
 
 // A number of tokens as people write it: 300e9, 300B, 1.4T, 500M (suffixes k, M, B or G, T; either case), at least
 // one and at most 1e18. Throws UserError naming the flag otherwise.
-double parse_token_count(const std::string& flag, const std::string& text);
+using api::parse_token_count;  // api/token_count.hpp
 CLI::Validator token_count(const std::string& flag);  // the same check at parse time
 
 // A file written atomically: a temporary beside it, then rename, so a reader never sees half of it. A symbolic link

@@ -2,7 +2,7 @@
 //   twin goodput llama3-405b-meta --set cluster.nodes=2048 --train-tokens 15.6T
 //   twin goodput gpt3-175b --iteration-time 31.8 --monte-carlo 1000 --seed 1 --json goodput.json
 // The iteration time comes from `twin sim` (a child process, as search and sweep run theirs) unless given; the math
-// is model/program/goodput.hpp's, the report cli/goodput_report.cpp's.
+// is model/program/goodput.hpp's, the report api/goodput_report.cpp's.
 #include <cmath>
 #include <memory>
 #include <stdexcept>
@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
-#include "cli/goodput_report.hpp"
+#include "api/goodput_report.hpp"
 #include "cli/simulation_pool.hpp"
 
 namespace twin::cli {
@@ -49,12 +49,12 @@ void run(const GoodputOptions& o) {
   const double tokens = o.train_tokens.empty() ? 0 : parse_token_count("--train-tokens", o.train_tokens);
   const bool simulated = o.iteration_time_s <= 0;
   const double iteration_time_s = simulated ? simulated_iteration_time_s(o) : o.iteration_time_s;
-  const GoodputReport report = goodput_report(scenario, iteration_time_s, o.interval_s, tokens);
+  const api::GoodputReport report = api::goodput_report(scenario, iteration_time_s, o.interval_s, tokens);
 
   fmt::print("{}: {} GPUs, iteration {:.3f} s ({})\n\n", scenario.model.name, scenario.cluster.total_gpus(),
              iteration_time_s, simulated ? "simulated" : "--iteration-time");
-  fmt::print("{}", goodput_lines(report));
-  nlohmann::json json = goodput_json(report);
+  fmt::print("{}", api::goodput_lines(report));
+  nlohmann::json json = api::goodput_json(report);
   if (o.monte_carlo_trials > 0) {
     // The whole run when its length is asked, else 30 days of training: each trial one such run.
     const double useful_s = report.train_days > 0 ? report.train_days * 86400 : 30 * 86400.0;

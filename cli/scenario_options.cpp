@@ -23,11 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path scenario_dir() {
-  if (const char* dir = std::getenv("TWIN_SCENARIOS")) return dir;
-  return TWIN_SCENARIO_DIR;
-}
-
 // Megatron-LM's flag names for the keys a scenario shares with its arguments.
 struct Alias {
   const char* flag;
@@ -192,70 +187,11 @@ void add_moe_derived(const ScenarioOptions& options, const model::Scenario& plan
 
 }  // namespace
 
-void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
-  command.add_option("scenario", options.scenario,
-                     fmt::format("scenario TOML file, or a name under scenarios/ (default: {})", options.scenario));
-  command.add_option("--set", options.sets, "override a scenario key, e.g. --set parallel.pp=35 (repeatable)")
-      ->type_name("KEY=VALUE");
-  for (const Alias& alias : kAliases) {
-    command
-        .add_option_function<long long>(
-            alias.flag,
-            [&options, key = std::string(alias.key)](const long long& value) {
-              options.aliases.push_back({key, std::to_string(value)});
-            },
-            alias.help)
-        ->type_name("N")
-        ->group("Megatron-style aliases");
-  }
-  command
-      .add_option_function<std::string>(
-          "--recompute",
-          [&options](const std::string& value) {
-            options.aliases.push_back({"parallel.recompute", value});
-          },
-          "alias of --set parallel.recompute=none|selective|full")
-      ->group("Megatron-style aliases");
-  command
-      .add_option_function<double>(
-          "--rotary-percent",
-          [&options](const double& value) {
-            options.aliases.push_back({"model.rotary_fraction", fmt::format("{}", value)});
-          },
-          "alias of --set model.rotary_fraction=F (despite its name, Megatron's flag is a fraction: 0.25 rotates a "
-          "quarter of each head)")
-      ->type_name("F")
-      ->group("Megatron-style aliases");
-  for (const SwitchAlias& alias : kSwitches) {
-    command
-        .add_flag_function(
-            alias.flag,
-            [&options, key = std::string(alias.key), value = std::string(alias.value)](std::int64_t) {
-              options.aliases.push_back({key, value});
-            },
-            alias.help)
-        ->group("Megatron-style aliases");
-  }
-  for (const ChoiceAlias& alias : choice_aliases()) {
-    std::vector<std::string> names;
-    for (const auto& [megatron, ours] : alias.values) names.push_back(megatron);
-    std::string help = "alias of --set " + std::string(alias.key) + " (";
-    for (const auto& [megatron, ours] : alias.values) {
-      help += (help.back() == '(' ? "" : ", ") + megatron + ": " + ours;
-    }
-    help += ")";
-    command
-        .add_option_function<std::string>(
-            alias.flag,
-            [&options, &alias](const std::string& value) {
-              for (const auto& [megatron, ours] : alias.values) {
-                if (value == megatron) options.aliases.push_back({alias.key, ours});
-              }
-            },
-            help)
-        ->check(CLI::IsMember(names))
-        ->group("Megatron-style aliases");
-  }
+namespace {
+
+// The aliases whose values feed options.aliases or options' own fields: dropout, GQA, MoE, vocabulary padding,
+// recompute method, chunks.
+void add_megatron_value_flags(CLI::App& command, ScenarioOptions& options) {
   for (auto [flag, rate] : {std::pair{"--attention-dropout", &options.attention_dropout},
                             std::pair{"--hidden-dropout", &options.hidden_dropout}}) {
     command
@@ -336,20 +272,73 @@ void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
   }
 }
 
-std::string resolve_scenario_path(const std::string& name_or_path) {
-  std::error_code ignored;
-  if (fs::is_regular_file(name_or_path, ignored)) return name_or_path;
-  if (fs::exists(name_or_path, ignored)) {
-    throw UserError(fmt::format("scenario '{}' is {}, not a TOML file", name_or_path,
-                                fs::is_directory(name_or_path, ignored) ? "a directory" : "not a regular file"));
+}  // namespace
+
+void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
+  command.add_option("scenario", options.scenario,
+                     fmt::format("scenario TOML file, or a name under scenarios/ (default: {})", options.scenario));
+  command.add_option("--set", options.sets, "override a scenario key, e.g. --set parallel.pp=35 (repeatable)")
+      ->type_name("KEY=VALUE");
+  for (const Alias& alias : kAliases) {
+    command
+        .add_option_function<long long>(
+            alias.flag,
+            [&options, key = std::string(alias.key)](const long long& value) {
+              options.aliases.push_back({key, std::to_string(value)});
+            },
+            alias.help)
+        ->type_name("N")
+        ->group("Megatron-style aliases");
   }
-  const fs::path dir = scenario_dir();
-  for (const fs::path& candidate : {dir / name_or_path, dir / (name_or_path + ".toml"),
-                                    dir / "published" / name_or_path, dir / "published" / (name_or_path + ".toml")}) {
-    if (fs::is_regular_file(candidate, ignored)) return candidate.string();
+  command
+      .add_option_function<std::string>(
+          "--recompute",
+          [&options](const std::string& value) {
+            options.aliases.push_back({"parallel.recompute", value});
+          },
+          "alias of --set parallel.recompute=none|selective|full")
+      ->group("Megatron-style aliases");
+  command
+      .add_option_function<double>(
+          "--rotary-percent",
+          [&options](const double& value) {
+            options.aliases.push_back({"model.rotary_fraction", fmt::format("{}", value)});
+          },
+          "alias of --set model.rotary_fraction=F (despite its name, Megatron's flag is a fraction: 0.25 rotates a "
+          "quarter of each head)")
+      ->type_name("F")
+      ->group("Megatron-style aliases");
+  for (const SwitchAlias& alias : kSwitches) {
+    command
+        .add_flag_function(
+            alias.flag,
+            [&options, key = std::string(alias.key), value = std::string(alias.value)](std::int64_t) {
+              options.aliases.push_back({key, value});
+            },
+            alias.help)
+        ->group("Megatron-style aliases");
   }
-  throw UserError(
-      fmt::format("scenario '{}': no such file, and no {}.toml under {}", name_or_path, name_or_path, dir.string()));
+  for (const ChoiceAlias& alias : choice_aliases()) {
+    std::vector<std::string> names;
+    for (const auto& [megatron, ours] : alias.values) names.push_back(megatron);
+    std::string help = "alias of --set " + std::string(alias.key) + " (";
+    for (const auto& [megatron, ours] : alias.values) {
+      help += (help.back() == '(' ? "" : ", ") + megatron + ": " + ours;
+    }
+    help += ")";
+    command
+        .add_option_function<std::string>(
+            alias.flag,
+            [&options, &alias](const std::string& value) {
+              for (const auto& [megatron, ours] : alias.values) {
+                if (value == megatron) options.aliases.push_back({alias.key, ours});
+              }
+            },
+            help)
+        ->check(CLI::IsMember(names))
+        ->group("Megatron-style aliases");
+  }
+  add_megatron_value_flags(command, options);
 }
 
 std::pair<std::string, std::string> scenario_input(const ScenarioOptions& options) {
@@ -460,37 +449,6 @@ std::vector<std::string> as_sets(const std::vector<model::Override>& overrides) 
   std::vector<std::string> sets;
   for (const model::Override& override : overrides) sets.push_back(override.key + "=" + override.value);
   return sets;
-}
-
-double available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  double kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
-}
-
-model::Program build_program_within_memory(const model::Scenario& scenario, model::Granularity granularity) {
-  require_program_fits_memory(scenario, granularity);
-  return model::build_program(scenario, granularity);
-}
-
-void require_program_fits_memory(const model::Scenario& scenario, model::Granularity granularity) {
-  const double ops = model::estimated_stage_ops(scenario, granularity);
-  const double needed = ops * model::kProgramBytesPerOp, available = available_memory_bytes();
-  if (available > 0 && needed > 0.8 * available) {
-    constexpr double GiB = 1024.0 * 1024 * 1024;
-    const auto& p = scenario.parallel;
-    throw UserError(fmt::format(
-        "the Program of {} would hold about {:.3g} ops ({:.1f} GiB; this machine has {:.1f} GiB available): "
-        "{} layers over {} stages, {} micro-batches per pipeline, at {} granularity. Check model.layers and "
-        "parallel.global_batch{}",
-        scenario.model.name, ops, needed / GiB, available / GiB, scenario.model.layers, p.pp, p.micro_batches(),
-        model::to_string(granularity), granularity == model::Granularity::Op ? ", or use --granularity layer" : ""));
-  }
 }
 
 }  // namespace twin::cli

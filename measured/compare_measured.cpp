@@ -56,68 +56,10 @@ std::vector<std::string> run_differences(const json& predicted, const MeasuredRu
   return out;
 }
 
-MeasuredComparison compare_with_measured(const json& predicted, const MeasuredRun& run, bool allow_mismatch,
-                                         std::size_t top) {
-  MeasuredComparison c;
+// With profiler traces: compute by class, exposed communication, unclassified kernels, and each rank's iteration.
+static void add_trace_rows(MeasuredComparison& c, const json& predicted, const MeasuredRun& run, double predicted_s,
+                           std::size_t top) {
   report::Comparison& v = c.values;
-  v.mismatches = run_differences(predicted, run);
-  if (!v.mismatches.empty() && !allow_mismatch) {
-    std::string all;
-    for (const std::string& m : v.mismatches) all += (all.empty() ? "" : "; ") + m;
-    throw report::CompareError(fmt::format("not the same run: {} (--allow-mismatch compares them anyway)", all));
-  }
-  v.candidate_engine = predicted.value("engine", "?");
-  v.reference_engine = fmt::format("{}{}", run.source, run.device.empty() ? "" : ", " + run.device);
-  const double predicted_s = number_or(predicted, "iteration_time_s", 0);
-  const double tflops = number_or(predicted, "tflops_per_gpu", 0);
-  const json scenario = predicted.value("scenario", json::object());
-  const double gpus = number_or(scenario, "gpus", 1);
-  const double tokens_per_iteration = number_or(scenario, "global_batch", 0) * number_or(scenario, "seq_len", 0);
-
-  double measured_s = run.iteration_time_s;
-  if (measured_s <= 0 && run.tokens_per_s_per_gpu > 0 && tokens_per_iteration > 0) {
-    measured_s = tokens_per_iteration / (gpus * run.tokens_per_s_per_gpu);
-    c.notes.push_back(fmt::format("measured iteration time from the log's {:.0f} tokens/s per GPU and the "
-                                  "prediction's {:.0f} tokens per iteration on {:.0f} GPUs",
-                                  run.tokens_per_s_per_gpu, tokens_per_iteration, gpus));
-  }
-  if (measured_s > 0) v.totals.push_back({"iteration time (s)", measured_s, predicted_s});
-  if (run.tokens_per_s_per_gpu > 0 && predicted_s > 0 && tokens_per_iteration > 0) {
-    v.totals.push_back({"tokens/s per GPU", run.tokens_per_s_per_gpu, tokens_per_iteration / (gpus * predicted_s)});
-  }
-  if (run.tflops_per_gpu > 0) {
-    v.totals.push_back({"model TFLOP/s per GPU", run.tflops_per_gpu, tflops});
-    c.notes.push_back("TFLOP/s as the log counts them: Megatron-LM counts the recompute's forward when it ran, "
-                      "torchtitan never; twin's are Narayanan's count for the scenario's recompute");
-  } else if (measured_s > 0 && predicted_s > 0) {
-    v.totals.push_back({"model TFLOP/s per GPU", tflops * predicted_s / measured_s, tflops});
-  }
-  if (run.mfu > 0) v.totals.push_back({"MFU", run.mfu, number_or(predicted, "mfu", 0)});
-  if (run.logged_iterations > 0) {
-    c.notes.push_back(
-        run.used_iterations < run.logged_iterations
-            ? fmt::format("measured: the mean of the last {} of the log's {} iteration lines (the first holds start-up: "
-                          "compilation, allocator warm-up, first connections)",
-                          run.used_iterations, run.logged_iterations)
-            : fmt::format("measured: the mean of all {} iteration lines of the log (with fewer than 3, none is left "
-                          "out as start-up)",
-                          run.logged_iterations));
-  }
-  const double predicted_memory_gib = number_or(predicted, "memory_per_gpu_bytes", 0) / (1024.0 * 1024 * 1024);
-  if (run.max_allocated_bytes > 0 && predicted_memory_gib > 0) {
-    v.totals.push_back({"peak memory per GPU (GiB)", run.max_allocated_bytes / (1024.0 * 1024 * 1024),
-                        predicted_memory_gib});
-    c.notes.push_back("peak memory: the log's \"max allocated\" (live tensors at their peak, rank 0) against "
-                      "twin's peak of the busiest stage");
-  } else if (run.max_reserved_bytes > 0 && predicted_memory_gib > 0) {
-    v.totals.push_back({"peak memory per GPU (GiB)", run.max_reserved_bytes / (1024.0 * 1024 * 1024),
-                        predicted_memory_gib});
-    c.notes.push_back("peak memory: the log's reserved peak (the caching allocator's cache included, so above the "
-                      "live tensors twin counts)");
-  }
-  if (run.ranks.empty()) return c;
-
-  // Traces: compute by class, communication, ranks.
   const json split = predicted.value("time_split", json::object());
   const double exposed_predicted =
       predicted_s * (number_or(split, "tp", 0) + number_or(split, "cp", 0) + number_or(split, "ep", 0) +
@@ -194,6 +136,68 @@ MeasuredComparison compare_with_measured(const json& predicted, const MeasuredRu
                                     r.kernels_outside_iterations));
     }
   }
+}
+
+MeasuredComparison compare_with_measured(const json& predicted, const MeasuredRun& run, bool allow_mismatch,
+                                         std::size_t top) {
+  MeasuredComparison c;
+  report::Comparison& v = c.values;
+  v.mismatches = run_differences(predicted, run);
+  if (!v.mismatches.empty() && !allow_mismatch) {
+    std::string all;
+    for (const std::string& m : v.mismatches) all += (all.empty() ? "" : "; ") + m;
+    throw report::CompareError(fmt::format("not the same run: {} (--allow-mismatch compares them anyway)", all));
+  }
+  v.candidate_engine = predicted.value("engine", "?");
+  v.reference_engine = fmt::format("{}{}", run.source, run.device.empty() ? "" : ", " + run.device);
+  const double predicted_s = number_or(predicted, "iteration_time_s", 0);
+  const double tflops = number_or(predicted, "tflops_per_gpu", 0);
+  const json scenario = predicted.value("scenario", json::object());
+  const double gpus = number_or(scenario, "gpus", 1);
+  const double tokens_per_iteration = number_or(scenario, "global_batch", 0) * number_or(scenario, "seq_len", 0);
+
+  double measured_s = run.iteration_time_s;
+  if (measured_s <= 0 && run.tokens_per_s_per_gpu > 0 && tokens_per_iteration > 0) {
+    measured_s = tokens_per_iteration / (gpus * run.tokens_per_s_per_gpu);
+    c.notes.push_back(fmt::format("measured iteration time from the log's {:.0f} tokens/s per GPU and the "
+                                  "prediction's {:.0f} tokens per iteration on {:.0f} GPUs",
+                                  run.tokens_per_s_per_gpu, tokens_per_iteration, gpus));
+  }
+  if (measured_s > 0) v.totals.push_back({"iteration time (s)", measured_s, predicted_s});
+  if (run.tokens_per_s_per_gpu > 0 && predicted_s > 0 && tokens_per_iteration > 0) {
+    v.totals.push_back({"tokens/s per GPU", run.tokens_per_s_per_gpu, tokens_per_iteration / (gpus * predicted_s)});
+  }
+  if (run.tflops_per_gpu > 0) {
+    v.totals.push_back({"model TFLOP/s per GPU", run.tflops_per_gpu, tflops});
+    c.notes.push_back("TFLOP/s as the log counts them: Megatron-LM counts the recompute's forward when it ran, "
+                      "torchtitan never; twin's are Narayanan's count for the scenario's recompute");
+  } else if (measured_s > 0 && predicted_s > 0) {
+    v.totals.push_back({"model TFLOP/s per GPU", tflops * predicted_s / measured_s, tflops});
+  }
+  if (run.mfu > 0) v.totals.push_back({"MFU", run.mfu, number_or(predicted, "mfu", 0)});
+  if (run.logged_iterations > 0) {
+    c.notes.push_back(
+        run.used_iterations < run.logged_iterations
+            ? fmt::format("measured: the mean of the last {} of the log's {} iteration lines (the first holds start-up: "
+                          "compilation, allocator warm-up, first connections)",
+                          run.used_iterations, run.logged_iterations)
+            : fmt::format("measured: the mean of all {} iteration lines of the log (with fewer than 3, none is left "
+                          "out as start-up)",
+                          run.logged_iterations));
+  }
+  const double predicted_memory_gib = number_or(predicted, "memory_per_gpu_bytes", 0) / (1024.0 * 1024 * 1024);
+  if (run.max_allocated_bytes > 0 && predicted_memory_gib > 0) {
+    v.totals.push_back({"peak memory per GPU (GiB)", run.max_allocated_bytes / (1024.0 * 1024 * 1024),
+                        predicted_memory_gib});
+    c.notes.push_back("peak memory: the log's \"max allocated\" (live tensors at their peak, rank 0) against "
+                      "twin's peak of the busiest stage");
+  } else if (run.max_reserved_bytes > 0 && predicted_memory_gib > 0) {
+    v.totals.push_back({"peak memory per GPU (GiB)", run.max_reserved_bytes / (1024.0 * 1024 * 1024),
+                        predicted_memory_gib});
+    c.notes.push_back("peak memory: the log's reserved peak (the caching allocator's cache included, so above the "
+                      "live tensors twin counts)");
+  }
+  if (!run.ranks.empty()) add_trace_rows(c, predicted, run, predicted_s, top);
   return c;
 }
 

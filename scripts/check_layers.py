@@ -19,7 +19,9 @@ ALLOWED = {
     "kernels": set(),
     "sim": {"model", "topology", "report"},
     "exec": {"model", "report", "kernels"},
-    "cli": {"model", "report", "topology", "sim", "exec", "kernels", "measured"},
+    "api": {"model", "report", "topology", "sim", "exec", "kernels", "measured"},
+    "cli": {"model", "report", "topology", "sim", "exec", "kernels", "measured", "api"},
+    "python": {"model", "report", "topology", "sim", "measured", "api"},
 }
 # layer -> room -> the rooms of the same layer its files may include (besides its own), lowest floor first
 ROOMS = {
@@ -46,6 +48,7 @@ FORBIDDEN_SYSTEM = {
     "report": re.compile(r"^(simgrid/|cuda|cublas|nccl)"),
     "measured": re.compile(r"^(simgrid/|cuda|cublas|nccl)"),
     "exec": re.compile(r"^simgrid/"),
+    "api": re.compile(r"^(cuda|cublas|nccl)"),
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]')
 

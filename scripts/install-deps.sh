@@ -9,7 +9,7 @@ packages=(
   libopenblas-dev libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev libjemalloc-dev
   zlib1g-dev libprotobuf-dev protobuf-compiler
-  python3
+  python3 python3-dev python3-venv pybind11-dev python3-pytest python3-pandas
   clang libclang-rt-14-dev
 )
 

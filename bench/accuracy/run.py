@@ -125,7 +125,7 @@ BANDS = os.path.join(ROOT, "bench", "accuracy", "bands.json")
 
 
 def gpu_generation(node):
-    """The GPU generation of a cluster.node name (model/scenario/scenario_names.hpp kNodes); cli/band.cpp maps the
+    """The GPU generation of a cluster.node name (model/scenario/scenario_names.hpp kNodes); api/band.cpp maps the
     same names the same way."""
     if "a100" in node:
         return "ampere"

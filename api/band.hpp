@@ -1,6 +1,6 @@
 // The band of a prediction: how far twin has been off on the published runs like the plan it simulates (issue 45,
 // item 6). The runs' errors are bench/accuracy/bands.json, written by `bench/accuracy/run.py --write-bands` and
-// embedded in twin when it is built (cli/CMakeLists.txt).
+// embedded in twin when it is built (api/CMakeLists.txt).
 #pragma once
 
 #include <string>
@@ -10,7 +10,7 @@
 
 #include "model/scenario/scenario.hpp"
 
-namespace twin::cli {
+namespace twin::api {
 
 struct PredictionBand {
   // The band's key: the generation of the GPU simulated ("ampere", "hopper", "blackwell"), "dense" or "moe", and
@@ -32,4 +32,4 @@ std::string band_line(const PredictionBand& band);
 // JSON `iteration_time_band_s` ([low, high], or null) and `band_source`.
 void add_band_json(const PredictionBand& band, nlohmann::json& summary);
 
-}  // namespace twin::cli
+}  // namespace twin::api

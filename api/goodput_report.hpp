@@ -10,7 +10,7 @@
 #include "model/program/goodput.hpp"
 #include "model/scenario/scenario.hpp"
 
-namespace twin::cli {
+namespace twin::api {
 
 struct GoodputReport {
   model::FailureRates rates;
@@ -32,4 +32,4 @@ std::string goodput_lines(const GoodputReport& report);
 // checkpoint {bytes, write_s, load_s, snapshot_s, blocking_s, async, storage_gb_per_s}, restart_s}
 nlohmann::json goodput_json(const GoodputReport& report);
 
-}  // namespace twin::cli
+}  // namespace twin::api

@@ -1,8 +1,8 @@
-#include "cli/band.hpp"
+#include "api/band.hpp"
 
 #include <fmt/format.h>
 
-namespace twin::cli {
+namespace twin::api {
 
 std::string_view embedded_bands_json();  // band_data.cpp, generated from bench/accuracy/bands.json
 
@@ -64,4 +64,4 @@ void add_band_json(const PredictionBand& band, nlohmann::json& summary) {
                             {"error_high", band.error_high}};
 }
 
-}  // namespace twin::cli
+}  // namespace twin::api

@@ -1,5 +1,5 @@
 // Goodput's report: the scenario's failure model and checkpoint, evaluated at an iteration time.
-#include "cli/goodput_report.hpp"
+#include "api/goodput_report.hpp"
 
 #include <cmath>
 #include <limits>
@@ -10,7 +10,7 @@
 #include "model/scenario/errors.hpp"
 #include "topology/hardware.hpp"
 
-namespace twin::cli {
+namespace twin::api {
 namespace {
 
 // One GPU's link to host memory; a cpu-host's state is in host memory already (no snapshot to take).
@@ -121,4 +121,4 @@ nlohmann::json goodput_json(const GoodputReport& r) {
           {"iteration_time_s", r.inputs.iteration_time_s}};
 }
 
-}  // namespace twin::cli
+}  // namespace twin::api

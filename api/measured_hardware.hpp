@@ -17,7 +17,7 @@
 #include "topology/hardware.hpp"
 #include "topology/host_profile.hpp"
 
-namespace twin::cli {
+namespace twin::api {
 
 struct MeasuredHardware {
   std::optional<topology::HostProfile> host;
@@ -40,4 +40,4 @@ struct MeasuredHardware {
 MeasuredHardware read_measured_hardware(const model::Scenario& scenario, const std::string& flag_path,
                                         bool what_if_gpu);
 
-}  // namespace twin::cli
+}  // namespace twin::api

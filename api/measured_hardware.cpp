@@ -1,15 +1,15 @@
-#include "cli/measured_hardware.hpp"
+#include "api/measured_hardware.hpp"
 
 #include <cmath>
 #include <stdexcept>
 
 #include <fmt/core.h>
 
-#include "cli/commands.hpp"
+#include "model/scenario/errors.hpp"
 #include "model/scenario/files.hpp"
 #include "report/compare.hpp"
 
-namespace twin::cli {
+namespace twin::api {
 
 MeasuredHardware read_measured_hardware(const model::Scenario& scenario, const std::string& flag_path,
                                         bool what_if_gpu) {
@@ -140,4 +140,4 @@ nlohmann::json MeasuredHardware::json() const {
           {"collectives", collectives}};
 }
 
-}  // namespace twin::cli
+}  // namespace twin::api

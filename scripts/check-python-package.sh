@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The Python package as a user installs it (issue 40's done-when, a CI step after the README's test command): a fresh
+# virtual environment, `pip install .` reusing the configured build tree (only the module's target is built: the
+# tree's libraries are already there), then twin.simulate("mtnlg-530b")'s iteration time against `twin sim --json`'s.
+#   scripts/check-python-package.sh [BUILD_DIR]     (default: build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+repo=$(pwd)
+python=${PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}  # Debian's, where its python3-venv is
+venv=$(mktemp -d "${TMPDIR:-/tmp}/twin-venv.XXXXXX")
+# pip configures the tree with the venv's Python: put the tree's own back afterwards (its tests run with it).
+tree_python=$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+restore() {
+  rm -rf "$venv"
+  if [ -n "$tree_python" ]; then cmake -S . -B "$build" -DPython3_EXECUTABLE="$tree_python" >/dev/null; fi
+}
+trap restore EXIT
+started=$(date +%s)
+"$python" -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check . --config-settings=build-dir="$repo/$build"
+echo "check-python-package: pip install . in $(( $(date +%s) - started )) s"
+# Outside the checkout, so that `import twin` is the installed package.
+(cd "$venv" && "$venv/bin/python" -c "import twin; print(twin.simulate('mtnlg-530b')['iteration_time_s'])")
+(cd "$venv" && "$venv/bin/python" "$repo/python/tests/simulate_matches_cli.py" "$repo/$build/cli/twin")
