@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <regex>
+#include <stdexcept>
 #include <unordered_map>
 
 #include <fmt/core.h>
@@ -340,14 +341,13 @@ void gpu_kernels(const std::vector<std::pair<std::size_t, const json*>>& gpu_eve
   attribute_work(trace.kernels, launchers, collective_launchers);
 }
 
-}  // namespace
-
-KinetoTrace read_kineto_trace(const std::string& path) {
+// The trace at `path`, any exception of the JSON library or std::stoll let through (read_kineto_trace refuses them).
+KinetoTrace read_trace_document(const std::string& path) {
   const std::string text = read_maybe_gzipped(path);
   json document;
   try {
     document = json::parse(text);
-  } catch (const json::parse_error& error) {
+  } catch (const json::exception& error) {  // a syntax error, or a number past what a double holds
     throw MeasuredError(fmt::format("'{}' is not valid JSON: {}", path, error.what()));
   }
   const json* events = nullptr;
@@ -435,6 +435,22 @@ KinetoTrace read_kineto_trace(const std::string& path) {
   std::sort(trace.kernels.begin(), trace.kernels.end(),
             [](const TracedKernel& a, const TracedKernel& b) { return a.start_s < b.start_s; });
   return trace;
+}
+
+}  // namespace
+
+KinetoTrace read_kineto_trace(const std::string& path) {
+  // A field of another type than the profiler writes (a name that is an object, a step number of 30 digits) is a
+  // file that is not a profiler trace: one refusal naming the file, not the JSON library's or the standard library's
+  // exception (fuzz_kineto found both).
+  try {
+    return read_trace_document(path);
+  } catch (const json::exception& error) {
+    throw MeasuredError(fmt::format("'{}' is not a PyTorch profiler trace: {}", path, error.what()));
+  } catch (const std::out_of_range& error) {
+    throw MeasuredError(fmt::format("'{}' is not a PyTorch profiler trace: a number out of range ({})", path,
+                                    error.what()));
+  }
 }
 
 void keep_fastest_step(KinetoTrace& trace) {

@@ -302,6 +302,20 @@ TEST(Kineto, MalformedFilesGetOneClearError) {
   write(bad_event, bad.dump());
   expect_error(bad_event, "traceEvents[5] (kernel 'ampere_sgemm_128x64_nn'): \"dur\" must be a number");
 
+  // A kernel whose name is an object, a step number past 64 bits, a number past a double: not the JSON library's
+  // or std::stoll's exceptions, but the reader's refusal (fuzz_kineto found each; tests/fuzz/corpus/fuzz_kineto/).
+  json object_name = made_up_trace();
+  object_name["traceEvents"][5]["name"] = json::object();
+  write(bad_event, object_name.dump());
+  expect_error(bad_event, "is not a PyTorch profiler trace");
+  json long_step = made_up_trace();
+  long_step["traceEvents"].push_back({{"ph", "X"}, {"cat", "user_annotation"}, {"name", "ProfilerStep#" +
+                                      std::string(30, '9')}, {"ts", 0}, {"dur", 1}, {"pid", 1}, {"tid", 1}});
+  write(bad_event, long_step.dump());
+  expect_error(bad_event, "a number out of range");
+  write(bad_event, "{\"traceEvents\": [{\"ph\": \"X\", \"ts\": 1e999999}]}");
+  expect_error(bad_event, "is not valid JSON");
+
   json negative = made_up_trace();
   negative["traceEvents"][5]["dur"] = -3;
   write(bad_event, negative.dump());
