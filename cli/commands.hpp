@@ -90,4 +90,13 @@ void register_search_command(CLI::App& app);  // cli/search_command.cpp, with th
 void register_sweep_command(CLI::App& app);   // cli/sweep_command.cpp, with the simulator
 void register_goodput_command(CLI::App& app);  // cli/goodput_command.cpp, with the simulator
 
+// Two examples for each command, shown under its --help (cli/examples.cpp).
+struct CommandExamples {
+  std::string name;
+  std::vector<std::string> examples;
+};
+const std::vector<CommandExamples>& command_examples();
+// Puts each registered command's examples in its --help footer.
+void add_examples(CLI::App& app);
+
 }  // namespace twin::cli

@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
 #endif
   twin::cli::register_compare_command(app);
   twin::cli::register_calibrate_command(app);
+  twin::cli::add_examples(app);
   // CLI11 would answer "A subcommand is required" to a misspelt one: name it and the commands there are.
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;

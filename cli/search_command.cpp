@@ -178,16 +178,15 @@ void run_search(const SearchOptions& o) {
   bool follower = false;
   api::run_search(search, request, [&](const std::string& path, const std::vector<std::vector<std::string>>& lists,
                                        const api::SimRequest&) {
-    std::vector<api::VariantOutcome> outcomes(lists.size());
+    std::vector<api::VariantOutcome> outcomes;
     std::optional<std::vector<SimulationOutcome>> gathered =
         simulate_across_ranks(path, lists, jobs, "search", extra, !quiet);
     if (!gathered) {
-      follower = true;  // a rank other than 0 of an MPI job: rank 0 has its outcomes
+      follower = true;  // a rank other than 0 of an MPI job: rank 0 has its outcomes, this one none to read
       return outcomes;
     }
-    for (std::size_t i = 0; i < gathered->size(); ++i) {
-      SimulationOutcome& one = (*gathered)[i];
-      outcomes[i] = {std::move(one.summary), std::move(one.error), one.exit_status};
+    for (SimulationOutcome& one : *gathered) {
+      outcomes.push_back({std::move(one.summary), std::move(one.error), one.exit_status});
     }
     return outcomes;
   });
@@ -195,6 +194,7 @@ void run_search(const SearchOptions& o) {
   print_plans(search, o);
   print_rejections(search.rejections);
   if (!o.json_path.empty()) write_file_atomically(o.json_path, api::search_document(search, request).dump(1) + "\n");
+  end_job_if_a_rank_died();
 }
 
 }  // namespace

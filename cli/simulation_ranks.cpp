@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <stdexcept>
@@ -97,6 +98,9 @@ void work_for_rank_zero(exec::MpiMailbox& mailbox, const std::vector<std::size_t
   }
 }
 
+// Whether rank 0 took a rank for dead (end_job_if_a_rank_died).
+bool a_rank_died = false;
+
 // What rank 0 knows of another rank.
 struct Peer {
   Clock::time_point last_heard = Clock::now();
@@ -132,6 +136,7 @@ void listen(exec::MpiMailbox& mailbox, std::vector<Peer>& peers, std::vector<Sim
     const double silent_s = std::chrono::duration<double>(Clock::now() - peer.last_heard).count();
     if (peer.listening() && silent_s > (peer.heard ? 1 : 6) * kSilentRankS) {
       peer.failure = fmt::format("fell silent for {:.0f} s (killed, or its node lost)", silent_s);
+      a_rank_died = true;
     }
   }
 }
@@ -216,7 +221,11 @@ std::optional<std::vector<SimulationOutcome>> simulate_across_ranks(
         command, launched.rank, launched.size, mailbox->rank(), mailbox->world_size()));
   }
   if (mailbox->rank() == 0) {
-    return gather_on_rank_zero(*mailbox, override_lists, scenario_path, jobs, command, extra_arguments, progress);
+    std::vector<SimulationOutcome> outcomes =
+        gather_on_rank_zero(*mailbox, override_lists, scenario_path, jobs, command, extra_arguments, progress);
+    // A dead rank: MPI_Finalize (the mailbox's end) would wait for it; the job ends once rank 0 has written.
+    if (a_rank_died) (void)mailbox.release();  // left open on purpose: end_job_if_a_rank_died ends the job
+    return outcomes;
   }
   const std::vector<std::size_t> share = share_of(mailbox->rank(), mailbox->world_size(), override_lists.size());
   std::vector<std::vector<std::string>> lists;
@@ -228,6 +237,15 @@ std::optional<std::vector<SimulationOutcome>> simulate_across_ranks(
       fmt::format("twin {} was started as rank {} of {} (mpirun / srun), but this twin was built without "
                   "the executor and its MPI: run it as one process",
                   command, launched.rank, launched.size));
+#endif
+}
+
+void end_job_if_a_rank_died() {
+#ifdef TWIN_HAVE_RUN_COMMAND
+  if (!a_rank_died) return;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  exec::abort_mpi_job(0);
 #endif
 }
 

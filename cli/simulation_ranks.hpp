@@ -28,6 +28,11 @@ std::optional<std::vector<SimulationOutcome>> simulate_across_ranks(
     const std::string& scenario_path, const std::vector<std::vector<std::string>>& override_lists, int jobs,
     const std::string& command, const std::vector<std::string>& extra_arguments, bool progress);
 
+// Rank 0, once it has printed and written everything: when a rank of the job died, ends the job (MPI_Abort with
+// status 0), since MPI_Finalize on the ranks still alive would wait for the dead one forever; otherwise nothing. Rank
+// 0's MPI stays open until then for that reason (simulate_across_ranks leaves it open when a rank fell silent).
+void end_job_if_a_rank_died();
+
 // A rank sends a word at least every second while it works; this long without one, rank 0 takes it for dead (mpirun
 // --enable-recovery or srun without --kill-on-bad-exit keep the other ranks running when one dies).
 inline constexpr double kSilentRankS = 10;

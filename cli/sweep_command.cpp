@@ -115,16 +115,15 @@ void run_sweep(const SweepOptions& o) {
   bool follower = false;
   api::run_sweep(sweep, request, [&](const std::string& path, const std::vector<std::vector<std::string>>& lists,
                                      const api::SimRequest&) {
-    std::vector<api::VariantOutcome> outcomes(lists.size());
+    std::vector<api::VariantOutcome> outcomes;
     std::optional<std::vector<SimulationOutcome>> gathered =
         simulate_across_ranks(path, lists, jobs, "sweep", extra, !quiet);
     if (!gathered) {
-      follower = true;  // a rank other than 0 of an MPI job: rank 0 has its outcomes
+      follower = true;  // a rank other than 0 of an MPI job: rank 0 has its outcomes, this one none to read
       return outcomes;
     }
-    for (std::size_t i = 0; i < gathered->size(); ++i) {
-      SimulationOutcome& one = (*gathered)[i];
-      outcomes[i] = {std::move(one.summary), std::move(one.error), one.exit_status};
+    for (SimulationOutcome& one : *gathered) {
+      outcomes.push_back({std::move(one.summary), std::move(one.error), one.exit_status});
     }
     return outcomes;
   });
@@ -134,6 +133,7 @@ void run_sweep(const SweepOptions& o) {
   if (!o.json_path.empty()) {
     write_file_atomically(o.json_path, api::sweep_document(sweep, request).dump(1) + "\n");
   }
+  end_job_if_a_rank_died();
   std::size_t succeeded = 0;
   for (const nlohmann::json& row : rows) succeeded += row.at("error").get<std::string>().empty() ? 1 : 0;
   if (succeeded == 0) {
