@@ -9,11 +9,17 @@ build=${1:-build}
 repo=$(pwd)
 python=${PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}  # Debian's, where its python3-venv is
 venv=$(mktemp -d "${TMPDIR:-/tmp}/twin-venv.XXXXXX")
-# pip configures the tree with the venv's Python: put the tree's own back afterwards (its tests run with it).
+# pip configures the tree with the venv's Python, under the three names CMake's FindPython3, FindPython and
+# pybind11's FindPythonLibsNew cache it by: put the tree's own back under all three afterwards (its tests run with it,
+# and a tree left naming the deleted venv would not configure again).
 tree_python=$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
 restore() {
   rm -rf "$venv"
-  if [ -n "$tree_python" ]; then cmake -S . -B "$build" -DPython3_EXECUTABLE="$tree_python" >/dev/null; fi
+  if [ -n "$tree_python" ]; then
+    cmake -S . -B "$build" -DPython3_EXECUTABLE="$tree_python" -DPython_EXECUTABLE="$tree_python" \
+      -DPYTHON_EXECUTABLE="$tree_python" >/dev/null ||
+      echo "check-python-package: could not point $build back at $tree_python (cmake -B $build to see why)" >&2
+  fi
 }
 trap restore EXIT
 started=$(date +%s)
