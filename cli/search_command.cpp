@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
-#include <optional>
 #include <thread>
 #include <utility>
 
@@ -175,21 +174,8 @@ void run_search(const SearchOptions& o) {
   const bool quiet = o.quiet || launched_rank().rank != 0;  // under mpirun / srun rank 0 speaks for all
   if (!quiet) print_start(search, jobs);
   const std::vector<std::string> extra = child_sim_arguments(o.train_tokens, o.usd_per_gpu_hour, o.goodput);
-  bool follower = false;
-  api::run_search(search, request, [&](const std::string& path, const std::vector<std::vector<std::string>>& lists,
-                                       const api::SimRequest&) {
-    std::vector<api::VariantOutcome> outcomes;
-    std::optional<std::vector<SimulationOutcome>> gathered =
-        simulate_across_ranks(path, lists, jobs, "search", extra, !quiet);
-    if (!gathered) {
-      follower = true;  // a rank other than 0 of an MPI job: rank 0 has its outcomes, this one none to read
-      return outcomes;
-    }
-    for (SimulationOutcome& one : *gathered) {
-      outcomes.push_back({std::move(one.summary), std::move(one.error), one.exit_status});
-    }
-    return outcomes;
-  });
+  bool follower = false;  // a rank other than 0 of an MPI job: rank 0 prints and writes for it
+  api::run_search(search, request, ranks_simulator(jobs, "search", extra, !quiet, follower));
   if (follower) return;
   print_plans(search, o);
   print_rejections(search.rejections);

@@ -240,6 +240,24 @@ std::optional<std::vector<SimulationOutcome>> simulate_across_ranks(
 #endif
 }
 
+api::VariantSimulator ranks_simulator(int jobs, const std::string& command, std::vector<std::string> extra_arguments,
+                                      bool progress, bool& follower) {
+  return [jobs, command, extra = std::move(extra_arguments), progress, &follower](
+             const std::string& path, const std::vector<std::vector<std::string>>& lists, const api::SimRequest&) {
+    std::vector<api::VariantOutcome> outcomes;
+    std::optional<std::vector<SimulationOutcome>> gathered =
+        simulate_across_ranks(path, lists, jobs, command, extra, progress);
+    if (!gathered) {
+      follower = true;  // rank 0 has this rank's outcomes; it has none to read
+      return outcomes;
+    }
+    for (SimulationOutcome& one : *gathered) {
+      outcomes.push_back({std::move(one.summary), std::move(one.error), one.exit_status});
+    }
+    return outcomes;
+  };
+}
+
 void end_job_if_a_rank_died() {
 #ifdef TWIN_HAVE_RUN_COMMAND
   if (!a_rank_died) return;

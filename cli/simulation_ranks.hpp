@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "api/variants.hpp"
 #include "cli/simulation_pool.hpp"
 
 namespace twin::cli {
@@ -27,6 +28,12 @@ LaunchedRank launched_rank();
 std::optional<std::vector<SimulationOutcome>> simulate_across_ranks(
     const std::string& scenario_path, const std::vector<std::vector<std::string>>& override_lists, int jobs,
     const std::string& command, const std::vector<std::string>& extra_arguments, bool progress);
+
+// The simulator a command hands the library (api::run_search, api::run_sweep): its variants through
+// simulate_across_ranks, `jobs` at a time, `extra_arguments` on each child's command line. On a rank other than 0 of a
+// job it returns no outcomes and sets `follower`: such a rank prints and writes nothing.
+api::VariantSimulator ranks_simulator(int jobs, const std::string& command, std::vector<std::string> extra_arguments,
+                                      bool progress, bool& follower);
 
 // Rank 0, once it has printed and written everything: when a rank of the job died, ends the job (MPI_Abort with
 // status 0), since MPI_Finalize on the ranks still alive would wait for the dead one forever; otherwise nothing. Rank

@@ -4,7 +4,6 @@
 // with `twin sim` in child processes, --jobs at a time, and printed in the order of the combinations.
 #include <algorithm>
 #include <cstdio>
-#include <optional>
 #include <thread>
 
 #include <fmt/core.h>
@@ -112,21 +111,8 @@ void run_sweep(const SweepOptions& o) {
                sweep.variants.size(), sweep.keys(), sweep.variants.size() - sweep.simulated, sweep.simulated, jobs);
   }
   const std::vector<std::string> extra = child_sim_arguments(o.train_tokens, o.usd_per_gpu_hour, o.goodput);
-  bool follower = false;
-  api::run_sweep(sweep, request, [&](const std::string& path, const std::vector<std::vector<std::string>>& lists,
-                                     const api::SimRequest&) {
-    std::vector<api::VariantOutcome> outcomes;
-    std::optional<std::vector<SimulationOutcome>> gathered =
-        simulate_across_ranks(path, lists, jobs, "sweep", extra, !quiet);
-    if (!gathered) {
-      follower = true;  // a rank other than 0 of an MPI job: rank 0 has its outcomes, this one none to read
-      return outcomes;
-    }
-    for (SimulationOutcome& one : *gathered) {
-      outcomes.push_back({std::move(one.summary), std::move(one.error), one.exit_status});
-    }
-    return outcomes;
-  });
+  bool follower = false;  // a rank other than 0 of an MPI job: rank 0 prints and writes for it
+  api::run_sweep(sweep, request, ranks_simulator(jobs, "sweep", extra, !quiet, follower));
   if (follower) return;
   const nlohmann::json rows = api::sweep_rows(sweep, request);
   print_sweep(sweep, rows, o);

@@ -1,22 +1,9 @@
 # Configures BUILD_DIR as a clang fuzz build of SOURCE_DIR, builds the fuzz targets and runs them (tests/fuzz/
 # nested.cmake says why). Any finding fails the test, with the input under BUILD_DIR/fuzz/<target>/artifacts/.
 #   cmake -DSOURCE_DIR=... -DBUILD_DIR=... -DCLANG=clang -DCLANGXX=clang++ -DSECONDS=12 [-DLAUNCHER=ccache] -P ...
-foreach(variable SOURCE_DIR BUILD_DIR CLANG CLANGXX SECONDS)
-  if(NOT DEFINED ${variable})
-    message(FATAL_ERROR "run_nested.cmake needs -D${variable}=...")
-  endif()
-endforeach()
-
-function(run_step what)
-  string(TIMESTAMP start "%s")
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE status)
-  string(TIMESTAMP end "%s")
-  math(EXPR seconds "${end} - ${start}")
-  message(STATUS "fuzz: ${what} in ${seconds} s")
-  if(NOT status EQUAL 0)
-    message(FATAL_ERROR "fuzz: ${what} failed (${status})")
-  endif()
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/../cmake_steps.cmake)
+require_defined(run_nested.cmake SOURCE_DIR BUILD_DIR CLANG CLANGXX SECONDS)
+set(STEP_LABEL "fuzz")
 
 # -O1 -g1, as the sanitizer jobs (tests/sanitizers/run.cmake): line numbers for a report at a fraction of the build
 # time. No benchmarks; the fuzz build leaves CUDA out by itself.

@@ -1,22 +1,9 @@
 # Configures BUILD_DIR as a sanitizer build of SOURCE_DIR (SANITIZE: thread, or address,undefined), builds
 # twin_sanitizer_tests there and runs the part of it this sanitizer is for. Any report fails the test (halt_on_error).
 #   cmake -DSOURCE_DIR=... -DBUILD_DIR=... -DSANITIZE=thread [-DLAUNCHER=ccache] -P run.cmake
-foreach(variable SOURCE_DIR BUILD_DIR SANITIZE)
-  if(NOT DEFINED ${variable})
-    message(FATAL_ERROR "run.cmake needs -D${variable}=...")
-  endif()
-endforeach()
-
-function(run_step what)
-  string(TIMESTAMP start "%s")
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE status)
-  string(TIMESTAMP end "%s")
-  math(EXPR seconds "${end} - ${start}")
-  message(STATUS "sanitizers (${SANITIZE}): ${what} in ${seconds} s")
-  if(NOT status EQUAL 0)
-    message(FATAL_ERROR "sanitizers (${SANITIZE}): ${what} failed (${status})")
-  endif()
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/../cmake_steps.cmake)
+require_defined(run.cmake SOURCE_DIR BUILD_DIR SANITIZE)
+set(STEP_LABEL "sanitizers (${SANITIZE})")
 
 # -O1 -g1: the line numbers a report needs, at a fraction of -O2 -g's build time (what CI's minutes allow). No CUDA
 # (the sanitizers check host code; nvcc would only add build time), no benchmarks.

@@ -18,19 +18,7 @@ namespace {
 
 using testing::make_scenario;
 using testing::Plan;
-
-// Microsecond kernels: 4 layers of hidden 256 on sequences of 256, one sequence per micro-batch.
-Plan tiny_kernels() {
-  Plan plan;
-  plan.layers = 4;
-  plan.hidden = 256;
-  plan.heads = 4;
-  plan.seq = 256;
-  plan.vocab = 1024;
-  plan.global_batch = 4;
-  plan.gpus_per_node = 1;
-  return plan;
-}
+using testing::tiny_kernels;
 
 AnalyticalCostModel with_host(const model::Scenario& scenario, double host_us_per_kernel) {
   model::ClusterSpec cluster = scenario.cluster;

@@ -22,6 +22,20 @@ struct Plan {
 };
 
 // `sets`: overrides on top, as --set takes them ("model.experts=8").
+// Microsecond kernels: 4 layers of hidden 256 on sequences of 256, one sequence per micro-batch, on one GPU (a host
+// at tens of microseconds a kernel sets the pace: tests/sim/host_test.cpp, host_issue_test.cpp).
+inline Plan tiny_kernels() {
+  Plan plan;
+  plan.layers = 4;
+  plan.hidden = 256;
+  plan.heads = 4;
+  plan.seq = 256;
+  plan.vocab = 1024;
+  plan.global_batch = 4;
+  plan.gpus_per_node = 1;
+  return plan;
+}
+
 inline model::Scenario make_scenario(const Plan& p, const std::vector<std::string>& sets = {}) {
   const std::string toml = fmt::format(R"(
 [model]
