@@ -14,23 +14,7 @@ namespace {
 
 using testing::make_scenario;
 using testing::Plan;
-
-// 16 DGX A100 nodes: TP 8 x PP 4 x DP 4, real costs, real network.
-Plan sixteen_nodes() {
-  Plan plan;
-  plan.layers = 16;
-  plan.hidden = 4096;
-  plan.heads = 32;
-  plan.seq = 2048;
-  plan.tp = 8;
-  plan.pp = 4;
-  plan.dp = 4;
-  plan.nodes = 16;
-  plan.global_batch = 64;
-  plan.recompute = "full";
-  plan.zero_stage = 1;
-  return plan;
-}
+using testing::sixteen_nodes;
 
 TEST(Fidelity, RankAndGroupAgreeOnSixteenNodes) {
   const model::Program program = model::build_program(make_scenario(sixteen_nodes()), model::Granularity::Layer);

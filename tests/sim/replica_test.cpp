@@ -13,20 +13,9 @@ namespace {
 using testing::make_scenario;
 using testing::Plan;
 
-// 16 DGX A100 nodes: TP 8 x PP 4 x DP 4, the gradients reduce-scattered under the backward (ZeRO-1, overlapped).
-Plan sixteen_nodes() {
-  Plan plan;
-  plan.layers = 16;
-  plan.hidden = 4096;
-  plan.heads = 32;
-  plan.seq = 2048;
-  plan.tp = 8;
-  plan.pp = 4;
-  plan.dp = 4;
-  plan.nodes = 16;
-  plan.global_batch = 64;
-  plan.recompute = "full";
-  plan.zero_stage = 1;
+// sixteen_nodes with its gradients reduce-scattered under the backward (ZeRO-1, overlapped).
+Plan sixteen_nodes_overlapped() {
+  Plan plan = testing::sixteen_nodes();
   plan.dp_overlap = true;
   return plan;
 }
@@ -40,7 +29,7 @@ SimResult run(const model::Program& program, Fidelity fidelity, SimOptions optio
 // The data-parallel reduce-scatters hold every replica (one instance, flows between all 16 nodes, as at group
 // fidelity); the pipeline messages are replica 0's alone, each on its own nodes' NICs.
 TEST(ReplicaFidelity, AgreesWithGroupFidelityOnSixteenNodes) {
-  Plan plan = sixteen_nodes();
+  Plan plan = sixteen_nodes_overlapped();
   plan.node = "dgx-h100";
   const model::Program program = model::build_program(make_scenario(plan), model::Granularity::Layer);
   const SimResult group = run(program, Fidelity::Group);
@@ -54,7 +43,8 @@ TEST(ReplicaFidelity, AgreesWithGroupFidelityOnSixteenNodes) {
 
 // A rank of another replica is recorded as the replayed rank it mirrors: the same spans.
 TEST(ReplicaFidelity, ARecordedRankOfAnotherReplicaHasItsMirrorsTimeline) {
-  const model::Program program = model::build_program(make_scenario(sixteen_nodes()), model::Granularity::Layer);
+  const model::Program program =
+      model::build_program(make_scenario(sixteen_nodes_overlapped()), model::Granularity::Layer);
   SimOptions options;
   const int other = program.layout.rank_of({3, 2, 5});  // dp 3, stage 2, tp 5
   const int mirror = program.layout.rank_of({0, 2, 0});
@@ -98,7 +88,8 @@ TEST(ReplicaFidelity, AnotherReplicasContextParallelFlowsStillShareTheFabric) {
 }
 
 TEST(ReplicaFidelity, AutoTakesItAboveItsThresholdWhereReplicasAreAlike) {
-  const model::Program program = model::build_program(make_scenario(sixteen_nodes()), model::Granularity::Layer);
+  const model::Program program =
+      model::build_program(make_scenario(sixteen_nodes_overlapped()), model::Granularity::Layer);
   SimOptions options;
   EXPECT_EQ(parse_fidelity("replica"), Fidelity::Replica);
   EXPECT_EQ(choose_fidelity(program, options), Fidelity::Group);  // 128 GPUs: below replica's threshold
@@ -116,7 +107,7 @@ TEST(ReplicaFidelity, AutoTakesItAboveItsThresholdWhereReplicasAreAlike) {
   options.degradations = {};
   options.placement = "dp-tp-pp";  // TP groups across nodes
   EXPECT_THROW(choose_fidelity(program, options), SimulationError);
-  Plan one = sixteen_nodes();  // a single replica: nothing to mirror, group fidelity
+  Plan one = sixteen_nodes_overlapped();  // a single replica: nothing to mirror, group fidelity
   one.pp = 16;
   one.dp = 1;
   one.global_batch = 16;

@@ -22,6 +22,23 @@ struct Plan {
 };
 
 // `sets`: overrides on top, as --set takes them ("model.experts=8").
+// 16 DGX A100 nodes: TP 8 x PP 4 x DP 4 (ZeRO-1, full recompute), real costs, real network.
+inline Plan sixteen_nodes() {
+  Plan plan;
+  plan.layers = 16;
+  plan.hidden = 4096;
+  plan.heads = 32;
+  plan.seq = 2048;
+  plan.tp = 8;
+  plan.pp = 4;
+  plan.dp = 4;
+  plan.nodes = 16;
+  plan.global_batch = 64;
+  plan.recompute = "full";
+  plan.zero_stage = 1;
+  return plan;
+}
+
 // Microsecond kernels: 4 layers of hidden 256 on sequences of 256, one sequence per micro-batch, on one GPU (a host
 // at tens of microseconds a kernel sets the pace: tests/sim/host_test.cpp, host_issue_test.cpp).
 inline Plan tiny_kernels() {
