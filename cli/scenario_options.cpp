@@ -107,6 +107,7 @@ const std::vector<ChoiceAlias>& choice_aliases() {
       {"--position-embedding-type", "model.position_embedding", {{"learned_absolute", "learned"}, {"rope", "rope"}}},
       {"--cp-comm-type", "framework.cp_comm", {{"p2p", "p2p"}, {"all_gather", "all_gather"}, {"a2a", "a2a"}}},
       {"--fp8-format", "model.fp8", {{"e4m3", "e4m3"}, {"hybrid", "hybrid"}}},
+      {"--transformer-impl", "framework.transformer_engine", {{"transformer_engine", "true"}, {"local", "false"}}},
       {"--fp8-recipe",
        "framework.fp8_recipe",
        {{"delayed", "delayed"}, {"tensorwise", "tensorwise"}, {"blockwise", "blockwise"}, {"mxfp8", "mxfp8"}}},

@@ -14,6 +14,7 @@
 #include "model/ops/compute_ops.hpp"
 #include "model/ops/host_issue.hpp"
 #include "sim/fp8_gemm.hpp"
+#include "sim/te_host.hpp"
 
 namespace twin::sim {
 
@@ -479,38 +480,60 @@ std::pair<double, int> AnalyticalCostModel::timed(const model::Scenario& scenari
 HostCost AnalyticalCostModel::host_cost(const model::Scenario& scenario, const model::Op& op) const {
   const double per_call_s = parameters_.host_s_per_kernel;
   if (per_call_s <= 0) return {};
-  // A collective or a point-to-point message: one call into NCCL. A compute op: the kernels it launches. What a CUDA
-  // graph issues costs its graph's launch instead, one call.
+  // A collective or a point-to-point message: one call into NCCL. A compute op: the kernels it launches, or the
+  // Transformer Engine module calls that launch them. What a CUDA graph issues costs its graph's launch instead, one
+  // call.
   if (op.kind != model::OpKind::Compute) {
     if (model::cuda_graph_captures(scenario, op)) return {0, 0, per_call_s};
     return {per_call_s, 1, 0};
   }
-  const auto [kernels, in_graph] = issued_kernels(scenario, op);
-  return {kernels * per_call_s, kernels, in_graph ? per_call_s : 0};
+  const Issued issued_now = issued(scenario, op);
+  return {issued_now.host_s, issued_now.kernels, issued_now.in_graph ? per_call_s : 0};
 }
 
-std::pair<int, bool> AnalyticalCostModel::issued_kernels(const model::Scenario& scenario, const model::Op& op) const {
+double AnalyticalCostModel::issue_s(const model::Scenario& scenario, const model::Op& op, int kernels) const {
+  const double per_call_s = parameters_.host_s_per_kernel;
+  const model::TeModule module = model::te_module(scenario, op);
+  if (module == model::TeModule::None) return kernels * per_call_s;
+  double further_gemm_launches = 0;  // a grouped module's experts past the first: each one more GEMM launch
+  if (module == model::TeModule::GroupedLinear && op.breakdown && op.gemm.count > 1) {
+    for (const model::Kernel& kernel : op.breakdown->kernels) {
+      if (kernel.kind == model::KernelKind::Gemm || kernel.kind == model::KernelKind::Fp8Gemm) {
+        further_gemm_launches += kernel.launches * (1 - 1.0 / static_cast<double>(op.gemm.count));
+      }
+    }
+  }
+  return te_module_host_s(module, op.phase, scenario.model.fp8 != model::Fp8Format::None, per_call_s) +
+         further_gemm_launches * per_call_s;
+}
+
+AnalyticalCostModel::Issued AnalyticalCostModel::issued(const model::Scenario& scenario, const model::Op& op) const {
   if (!op.breakdown || op.breakdown->parts.empty()) {
-    if (model::cuda_graph_captures(scenario, op)) return {0, true};
-    return {std::max(1, timed(scenario, op).second), false};
+    if (model::cuda_graph_captures(scenario, op)) return {0, true, 0};
+    const int kernels = std::max(1, timed(scenario, op).second);
+    return {kernels, false, issue_s(scenario, op, kernels)};
   }
   timed(scenario, op);  // fills the cache entry of its breakdown
   FusedLayerTime& cached = layer_cache_.at(op.breakdown.get());
-  if (cached.issued.first >= 0) return cached.issued;
-  int eager = 0;
-  bool in_graph = false;
+  if (cached.issued) return *cached.issued;
+  Issued sum;
   for (const model::Op& part : op.breakdown->parts) {
     if (model::cuda_graph_captures(scenario, part)) {
-      in_graph = true;
+      sum.in_graph = true;
       continue;
     }
     int kernels = 0;
     op_time_s(scenario, part, kernels);
-    eager += kernels;
+    sum.kernels += kernels;
+    sum.host_s += issue_s(scenario, part, kernels);
   }
   // A fused op issues at least one launch or graph, as the op it stands for did.
-  cached.issued = {in_graph ? eager : std::max(1, eager), in_graph};
-  return cached.issued;
+  if (!sum.in_graph && sum.kernels < 1) {
+    sum.kernels = 1;
+    sum.host_s = std::max(sum.host_s, parameters_.host_s_per_kernel);
+  }
+  cached.issued = sum;
+  return sum;
 }
 
 double FixedCostModel::compute_time_s(const model::Scenario& /*scenario*/, const model::Op& op) const {

@@ -20,6 +20,7 @@
 
 #include <array>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -167,13 +168,20 @@ class AnalyticalCostModel : public CostModel {
 
   topology::GpuSpec gpu_;
   AnalyticalParameters parameters_;
+  struct Issued {
+    int kernels = 0;        // launches outside a CUDA graph
+    bool in_graph = false;  // whether a CUDA graph issues any of it
+    double host_s = 0;      // the host's time for what it issues itself
+  };
   struct FusedLayerTime {
     std::shared_ptr<const model::KernelBreakdown> breakdown;  // kept alive: its address is the key
     std::pair<double, int> timed;                             // seconds, kernels
-    std::pair<int, bool> issued{-1, false};  // host_cost's: launches outside a CUDA graph, whether any part is in one
+    std::optional<Issued> issued;  // host_cost's, summed over the parts
   };
-  // The launches the host issues itself for compute op `op` and whether a CUDA graph issues any of it.
-  std::pair<int, bool> issued_kernels(const model::Scenario& scenario, const model::Op& op) const;
+  // What the host issues itself for compute op `op` (a fused op: its parts'), and whether a CUDA graph issues any of it.
+  Issued issued(const model::Scenario& scenario, const model::Op& op) const;
+  // The host's seconds for compute op `op` (no parts) that it issues itself, `kernels` launches.
+  double issue_s(const model::Scenario& scenario, const model::Op& op, int kernels) const;
   mutable std::map<const model::KernelBreakdown*, FusedLayerTime> layer_cache_;
   mutable std::map<model::Fp8Recipe, double> fp8_efficiency_;  // by recipe, from its measured FP8 GEMM
 };

@@ -46,4 +46,28 @@ CudaGraphKey cuda_graph_key(const Op& op) {
   return {op.layer, op.micro_batch, op.phase};
 }
 
+TeModule te_module(const Scenario& s, const Op& op) {
+  if (!s.framework.transformer_engine || op.kind != OpKind::Compute || op.layer < 0) return TeModule::None;
+  if (op.phase == Phase::Optimizer || op.phase == Phase::WeightGrad) return TeModule::None;
+  const bool moe = s.is_moe_layer(op.layer);
+  switch (op.what) {
+    case ComputeKind::LayerNormAttention:
+      return TeModule::FusedIntoModule;
+    case ComputeKind::QkvProjection:
+      return TeModule::LayerNormLinear;
+    case ComputeKind::AttentionProjection:
+    case ComputeKind::MlpDown:
+      return TeModule::Linear;
+    case ComputeKind::LayerNormMlp:
+      return moe ? TeModule::None : TeModule::FusedIntoModule;
+    case ComputeKind::MlpUp:
+      return moe ? TeModule::Linear : TeModule::LayerNormLinear;
+    case ComputeKind::ExpertUp:
+    case ComputeKind::ExpertDown:
+      return TeModule::GroupedLinear;
+    default:
+      return TeModule::None;
+  }
+}
+
 }  // namespace twin::model

@@ -43,4 +43,20 @@ struct CudaGraphKey {
 };
 CudaGraphKey cuda_graph_key(const Op& op);
 
+// The Transformer Engine module whose call issues an op, under framework.transformer_engine, as Megatron-Core's TE
+// layer specs build a layer (megatron/core/models/gpt/gpt_layer_specs.py, get_gpt_layer_with_transformer_engine_spec;
+// the MoE experts as TEGroupedMLP, megatron/core/transformer/moe/experts.py):
+// - LayerNormLinear: TELayerNormColumnParallelLinear, the QKV projection and a dense MLP's up-projection, each with
+//   the layer norm before it fused in (that norm's op is FusedIntoModule: the module's call issues its kernels);
+// - Linear: TERowParallelLinear, the attention projection and a dense MLP's down-projection; a shared expert's two
+//   linear layers (TEColumnParallelLinear and TERowParallelLinear, no norm fused: an MoE layer's norm is a TENorm);
+// - GroupedLinear: TEColumnParallelGroupedLinear and TERowParallelGroupedLinear, the local experts' up and down
+//   projections, one call for every expert;
+// - None: the rest (attention core, norms outside a module, activations, residuals, the router and permutation, the
+//   embedding and head, the optimizer, collectives): issued kernel by kernel.
+// The forward and a recompute call the module's forward, the backward its backward; a zero-bubble schedule's deferred
+// weight gradient (Phase::WeightGrad) is issued kernel by kernel. None without framework.transformer_engine.
+enum class TeModule : std::uint8_t { None, FusedIntoModule, LayerNormLinear, Linear, GroupedLinear };
+TeModule te_module(const Scenario& s, const Op& op);
+
 }  // namespace twin::model

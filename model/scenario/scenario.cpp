@@ -191,6 +191,10 @@ std::array<int, 3> deepspeed_release(const FrameworkSpec& framework) {
   return framework.bf16_optimizer ? std::array<int, 3>{0, 6, 2} : std::array<int, 3>{0, 5, 0};
 }
 
+bool transformer_engine_by_default(const Scenario& s) {
+  return s.framework.name == Framework::Megatron && s.model.fp8 != Fp8Format::None;
+}
+
 bool deepspeed_at_least(const FrameworkSpec& framework, int major, int minor, int patch) {
   return deepspeed_release(framework) >= std::array<int, 3>{major, minor, patch};
 }

@@ -284,6 +284,11 @@ struct FrameworkSpec {
   // layer's kernels and its tensor- and context-parallel collectives. Dropless MoE routing leaves the token dispatch,
   // the experts and the combine outside the graph (their sizes are data: model/ops/host_issue.hpp).
   bool cuda_graphs = false;
+  // Megatron-Core's --transformer-impl transformer_engine: the layers' linear layers are Transformer Engine modules
+  // (TELayerNormColumnParallelLinear, TERowParallelLinear, TEGroupedLinear), whose host cost per call was measured
+  // (sim/te_host.hpp); false: --transformer-impl local, each kernel issued from PyTorch's eager path. Only the host's
+  // time changes (the kernels are the same). Default: on with model.fp8 under Megatron (FP8 runs only through TE).
+  bool transformer_engine = false;
 };
 
 // The DeepSpeed release twin models: framework.deepspeed_version when given, else 0.6.2 under bf16_optimizer (its
@@ -345,6 +350,10 @@ struct Scenario {
   // Of pipeline stage `stage`'s transformer layers, how many are recomputed under Recompute::Full.
   std::int64_t recomputed_layers_on_stage(std::int64_t stage) const;
 };
+
+// framework.transformer_engine when the scenario leaves it unset: Megatron-Core with model.fp8 (FP8 runs only through
+// Transformer Engine's modules).
+bool transformer_engine_by_default(const Scenario& s);
 
 // A scenario the user wrote is wrong: every problem is listed, each naming its field and values.
 class ScenarioError : public UserError {

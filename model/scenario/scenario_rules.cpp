@@ -38,6 +38,7 @@ class RuleCheck {
     param_gather_overlap();
     check_fp8_param_gather(scenario, problems);
     check_cuda_graphs(scenario, problems);
+    check_transformer_engine(scenario, problems);
     partitioned_activations();
     mixture_of_experts();
     check_failure_model(scenario, problems);

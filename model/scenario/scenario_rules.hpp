@@ -25,7 +25,9 @@ void check_failure_model(const Scenario& scenario, std::vector<std::string>& pro
 void check_zero_bubble(const Scenario& scenario, std::vector<std::string>& problems);
 // framework.fp8_param_gather's rules (model/scenario/scenario_rules_memory.cpp), appended to `problems`.
 void check_fp8_param_gather(const Scenario& scenario, std::vector<std::string>& problems);
-// framework.cuda_graphs's rules (model/scenario/scenario_rules_host.cpp), appended to `problems`.
+// framework.cuda_graphs's and framework.transformer_engine's rules (model/scenario/scenario_rules_host.cpp),
+// appended to `problems`.
 void check_cuda_graphs(const Scenario& scenario, std::vector<std::string>& problems);
+void check_transformer_engine(const Scenario& scenario, std::vector<std::string>& problems);
 
 }  // namespace twin::model

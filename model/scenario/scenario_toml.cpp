@@ -255,6 +255,8 @@ void read_framework(const toml::table& root, const std::string& source, Scenario
   framework.boolean("grad_reduce_in_fp32", f.grad_reduce_in_fp32);
   framework.boolean("fp8_param_gather", f.fp8_param_gather);
   framework.boolean("cuda_graphs", f.cuda_graphs);
+  f.transformer_engine = transformer_engine_by_default(scenario);
+  framework.boolean("transformer_engine", f.transformer_engine);
   framework.reject_unknown_keys();
   // Only Megatron chooses its bf16 gradients' dtype; DeepSpeed's and Composer's follow from their own keys.
   if (grad_reduce_given && (f.name != Framework::Megatron || scenario.model.dtype != DType::BF16)) {
@@ -379,7 +381,8 @@ std::string toml_quoted(std::string_view text) {
 }
 
 // The [framework] section of to_toml.
-std::string framework_toml(const FrameworkSpec& f) {
+std::string framework_toml(const Scenario& s) {
+  const FrameworkSpec& f = s.framework;
   std::string out;
   auto line = [&out](std::string text) { out += text + "\n"; };
   line("\n[framework]");
@@ -404,6 +407,9 @@ std::string framework_toml(const FrameworkSpec& f) {
   if (!f.grad_reduce_in_fp32) line("grad_reduce_in_fp32 = false");
   if (f.fp8_param_gather) line("fp8_param_gather = true");
   if (f.cuda_graphs) line("cuda_graphs = true");
+  if (f.transformer_engine != transformer_engine_by_default(s)) {
+    line(fmt::format("transformer_engine = {}", f.transformer_engine));
+  }
   return out;
 }
 
@@ -495,7 +501,7 @@ std::string to_toml(const Scenario& s) {
   for (auto [key, field] : failure_model_fields(s.cluster)) {
     if (field->has_value()) line(fmt::format("{} = {:.17g}", key, **field));
   }
-  out += framework_toml(s.framework);
+  out += framework_toml(s);
   line("\n[training]");
   line(fmt::format("seed = {}", s.training.seed));
   line(fmt::format("learning_rate = {:.17g}", s.training.learning_rate));

@@ -59,6 +59,7 @@ Plan h100_plan() {
 TEST(Fp8, TheProgramRunsTheLayersGemmsInFp8WithTheirCasts) {
   model::Scenario s = make_scenario(h100_plan());
   s.model.fp8 = model::Fp8Format::Hybrid;
+  s.framework.transformer_engine = true;  // FP8 runs through TE's modules
   EXPECT_TRUE(model::runs_in_fp8(s, model::ComputeKind::MlpUp));
   EXPECT_FALSE(model::runs_in_fp8(s, model::ComputeKind::LmHead));  // the output layer stays in bf16
   EXPECT_FALSE(model::runs_in_fp8(s, model::ComputeKind::AttentionCore));
@@ -87,6 +88,7 @@ TEST(Fp8, AnIterationTakesBetweenItsBf16TimeAndHalfOfIt) {
   const model::Scenario bf16 = make_scenario(h100_plan());
   model::Scenario fp8 = bf16;
   fp8.model.fp8 = model::Fp8Format::Hybrid;
+  fp8.framework.transformer_engine = true;  // FP8 runs through TE's modules
   const AnalyticalCostModel cost(topology::h100_sxm5_80gb());
   const double t16 = simulate(model::build_program(bf16, model::Granularity::Layer), cost).timeline.iteration_time_s;
   const double t8 = simulate(model::build_program(fp8, model::Granularity::Layer), cost).timeline.iteration_time_s;
@@ -108,6 +110,7 @@ TEST(Fp8, AnIterationTakesBetweenItsBf16TimeAndHalfOfIt) {
 TEST(Fp8, DelayedAmaxesReduceOverTheContextParallelRanks) {
   model::Scenario s = cp_scenarios::llama3_8b(8192, 2);
   s.model.fp8 = model::Fp8Format::Hybrid;
+  s.framework.transformer_engine = true;  // FP8 runs through TE's modules
   const model::Program program = model::build_program(s, model::Granularity::Layer);
   ASSERT_EQ(program.layout.group_members(model::Group::DataWithContext, 0).size(), 2u);
   const SimResult result = simulate(program, AnalyticalCostModel(topology::h100_sxm5_80gb()));
@@ -124,6 +127,7 @@ TEST(Fp8, DelayedAmaxesReduceOverTheContextParallelRanks) {
   // Without CP (and DP) the group is TP's: the region's scales update with nothing to reduce across nodes.
   model::Scenario one = cp_scenarios::llama3_8b(8192, 1);
   one.model.fp8 = model::Fp8Format::Hybrid;
+  one.framework.transformer_engine = true;  // FP8 runs through TE's modules
   int regions = 0;
   for (const model::Op& op : model::build_program(one, model::Granularity::Layer).stage_ops[0]) {
     if (op.kind == model::OpKind::Collective && op.payload == model::Payload::Fp8Amax) {

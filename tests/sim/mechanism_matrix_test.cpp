@@ -81,6 +81,11 @@ const std::vector<Mechanism>& mechanisms() {
       // the dense families within 4 %).
       {"cuda_graphs", {"framework.cuda_graphs=true"}, -1, 0.1, 0.8, false, "", false,
        {"cluster.host_us_per_kernel=20"}, 0.10},
+      // Transformer Engine's modules under that host: each linear layer's call costs the host 1.6 to 8.5 plain
+      // launches' time (sim/te_host.cpp) where the local path launched one or two kernels (+19 to +23 % on every
+      // family when the row was written).
+      {"transformer_engine", {"framework.transformer_engine=true"}, +1, 0.08, 0.6, false, "", false,
+       {"cluster.host_us_per_kernel=20"}},
       // Full recompute runs every layer's forward again: up to a third more compute, less where communication and
       // the bubble hold the time; an MoE layer's forward repeats its two all-to-alls too (+46 % on ep2 with the
       // measured in-node floors), and one forward more stays under half an iteration whose backward costs at least

@@ -126,6 +126,7 @@ TEST(MoeCosts, GroupedGemmsLaunchOneGemmPerLocalExpert) {
   for (const Fp8Format fp8 : {Fp8Format::None, Fp8Format::Hybrid}) {
     Scenario s = moe(16, 2, 4);
     s.model.fp8 = fp8;
+    s.framework.transformer_engine = fp8 != Fp8Format::None;  // FP8 runs through TE's modules
     s.cluster.node = NodeKind::DgxH100;
     const Program program = build_program(s);
     const auto& ops = program.stage_ops[0];

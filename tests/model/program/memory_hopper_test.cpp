@@ -45,6 +45,7 @@ TEST(MemoryHopper, ContextParallelKeepsItsShareOfTheTokens) {
 TEST(MemoryHopper, Fp8KeepsGemmInputsInOneByteAndCopiesTheWeights) {
   Scenario bf16 = llama(1, 4096), fp8 = bf16;
   fp8.model.fp8 = Fp8Format::Hybrid;
+  fp8.framework.transformer_engine = true;  // FP8 runs through TE's modules
   const double sbh = 4096.0 * 1 * 1024, t = 2, f = 2816, h = 1024;
   // Korthikanti's per-element terms (sequence parallel: all over t): QKV and MLP-up inputs, projection input and
   // MLP-down input halve: (1 + 1) + (1 + f / h).
