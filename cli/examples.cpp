@@ -28,6 +28,7 @@ const std::vector<CommandExamples>& command_examples() {
         "twin compare predicted.json rank-0.json.gz --allow-mismatch --top 5"}},
       {"calibrate",
        {"twin calibrate trace-rank-0.json.gz --out profile.toml", "twin calibrate twin_gemm_peak.txt --out h100.toml"}},
+      {"report", {"twin report summary.json -o report.html", "twin report search.json --output search.html"}},
   };
   return all;
 }
