@@ -79,11 +79,17 @@ void draw_legend(std::string& out, const Pipeline& pipeline, double left, double
                    x, y, fill, x + 18, y + 10, text);
     x += 26 + 6.5 * static_cast<double>(text.size());
   };
+  bool weight_grad = false;  // a zero-bubble schedule's W boxes: named only where there are some
+  for (const PipelineRow& row : pipeline.rows) {
+    for (const PipelineBox& box : row.boxes) weight_grad |= box.kind == BoxKind::WeightGrad;
+  }
   for (int chunk = 0; chunk < std::min(pipeline.chunks, 2); ++chunk) {
-    const std::string which = pipeline.chunks > 1 ? fmt::format(" (chunk{})", chunk == 0 ? "s 0, 2, ..." : "s 1, 3, ...") : "";
+    const std::string which = pipeline.chunks > 2   ? (chunk == 0 ? " (chunks 0, 2, ...)" : " (chunks 1, 3, ...)")
+                              : pipeline.chunks > 1 ? fmt::format(" (chunk {})", chunk)
+                                                    : "";
     item(colour(BoxKind::Forward, chunk), "forward" + which);
     item(colour(BoxKind::Backward, chunk), "backward" + which);
-    item(colour(BoxKind::WeightGrad, chunk), "weight gradient" + which);
+    if (weight_grad) item(colour(BoxKind::WeightGrad, chunk), "weight gradient" + which);
   }
   item(colour(BoxKind::Sync, 0), "gradient sync and optimizer");
   item("#ffffff", "bubble (white)");

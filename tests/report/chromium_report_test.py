@@ -78,7 +78,7 @@ def check(kind, dom, log):
             problems.append(f"section '{section}' draws nothing")
     if kind == "sim":
         pipeline = re.search(r'<section id="pipeline">(.*?)</section>', dom, re.S)
-        for text in ("stage 1 chunk 1", "chunks 1, 3"):
+        for text in ("stage 1 chunk 1", "backward (chunk 1)"):
             if pipeline and text not in pipeline.group(1):
                 problems.append(f"the pipeline has no '{text}' (a row per stage and chunk, chunks in the legend)")
         if "tiny &lt;b&gt; &amp; " not in dom or "<b>" in dom:
