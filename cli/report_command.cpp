@@ -47,8 +47,7 @@ void register_report_command(CLI::App& app) {
       "report",
       "one self-contained HTML page (inline SVG, nothing fetched) of a twin sim, sweep, search or compare --json "
       "file: summary, time split, stages, pipeline, curves, ranked plans, predicted against measured");
-  command->add_option("file", o->input, "the JSON file a twin sim, sweep, search or compare --json wrote")
-      ->required();
+  command->add_option("file", o->input, "the JSON file a twin sim, sweep, search or compare --json wrote")->required();
   command->add_option("-o,--output", o->output, "the HTML file to write")->required()->check(output_file());
   command->callback([o] { run(*o); });
 }

@@ -29,7 +29,9 @@ std::string rect(double x, double y, double width, double height, const std::str
                      std::max(0.0, width), height, fill);
 }
 
-double finite_or_zero(double value) { return std::isfinite(value) ? value : 0.0; }
+double finite_or_zero(double value) {
+  return std::isfinite(value) ? value : 0.0;
+}
 
 }  // namespace
 
@@ -38,12 +40,23 @@ std::string escaped(std::string_view text) {
   out.reserve(text.size());
   for (const char c : text) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -88,8 +101,8 @@ std::string bar_chart(const std::vector<Bar>& bars, const std::string& colour) {
 
 const std::vector<Part>& time_split_parts() {
   static const std::vector<Part> parts = {
-      {"compute", "#4e79a7"}, {"exposed TP", "#f28e2b"}, {"exposed CP", "#edc948"}, {"exposed EP", "#b07aa1"},
-      {"exposed DP", "#e15759"}, {"exposed PP", "#76b7b2"}, {"host", "#9c755f"}, {"fill/drain", "#d3d3d3"}};
+      {"compute", "#4e79a7"},    {"exposed TP", "#f28e2b"}, {"exposed CP", "#edc948"}, {"exposed EP", "#b07aa1"},
+      {"exposed DP", "#e15759"}, {"exposed PP", "#76b7b2"}, {"host", "#9c755f"},       {"fill/drain", "#d3d3d3"}};
   return parts;
 }
 
@@ -153,13 +166,14 @@ std::string line_chart(const std::vector<Point>& points, bool numeric_x, const s
   double y_max = 0, x_min = 0, x_max = 1;
   for (const Point& p : points) y_max = std::max(y_max, finite_or_zero(p.y));
   if (numeric_x && !points.empty()) {
-    const auto [low, high] = std::minmax_element(points.begin(), points.end(),
-                                                 [](const Point& a, const Point& b) { return a.x < b.x; });
+    const auto [low, high] =
+        std::minmax_element(points.begin(), points.end(), [](const Point& a, const Point& b) { return a.x < b.x; });
     x_min = low->x, x_max = high->x > low->x ? high->x : low->x + 1;
   }
   const auto x_of = [&](std::size_t i) {
     if (numeric_x) return left + width * (points[i].x - x_min) / (x_max - x_min);
-    return left + (points.size() > 1 ? width * static_cast<double>(i) / static_cast<double>(points.size() - 1) : width / 2);
+    return left +
+           (points.size() > 1 ? width * static_cast<double>(i) / static_cast<double>(points.size() - 1) : width / 2);
   };
   const auto y_of = [&](double y) { return top + height - (y_max > 0 ? height * finite_or_zero(y) / y_max : 0); };
   out += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"black\"/>\n", left, top, top + height);
@@ -172,8 +186,9 @@ std::string line_chart(const std::vector<Point>& points, bool numeric_x, const s
   std::string path;
   for (std::size_t i = 0; i < points.size(); ++i) {
     path += fmt::format("{}{:.1f},{:.1f}", i == 0 ? "M" : " L", x_of(i), y_of(points[i].y));
-    out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"#4e79a7\"><title>{}: {:.4g}</title></circle>\n",
-                       x_of(i), y_of(points[i].y), escaped(points[i].label), points[i].y);
+    out +=
+        fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"#4e79a7\"><title>{}: {:.4g}</title></circle>\n",
+                    x_of(i), y_of(points[i].y), escaped(points[i].label), points[i].y);
     out += text_at(x_of(i), top + height + 16, points[i].label, "middle");
   }
   out += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"2\"/>\n", path);

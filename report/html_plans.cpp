@@ -15,7 +15,9 @@ namespace {
 
 using nlohmann::json;
 
-bool simulated(const json& row) { return row.value("error", std::string()).empty(); }
+bool simulated(const json& row) {
+  return row.value("error", std::string()).empty();
+}
 
 std::string table_of(const std::vector<Column>& columns, const json& rows) {
   std::vector<std::string> header;
@@ -38,7 +40,8 @@ std::string split_section(const std::vector<std::string>& labels, const json& ro
   }
   return section("time-split", "Where the iteration goes",
                  "<p class=\"note\">Mean of the stages of each simulation (report/summary.hpp).</p>\n"
-                 "<div class=\"scroll\">" + stacked_bars(bars, time_split_parts(), "s") + "</div>\n");
+                 "<div class=\"scroll\">" +
+                     stacked_bars(bars, time_split_parts(), "s") + "</div>\n");
 }
 
 // "tp 8 pp 4 dp 2 mb 1 interleaved v2": a plan as a chart's label.
@@ -87,7 +90,8 @@ std::string sweep_sections(const json& d) {
   std::string keys;
   for (const std::string& key : varied) keys += (keys.empty() ? "" : ", ") + key;
   std::vector<std::pair<std::string, std::string>> facts_list = {
-      {"model", d.value("scenario", "")}, {"varied", keys},
+      {"model", d.value("scenario", "")},
+      {"varied", keys},
       {"variants", fmt::format("{} ({} simulated)", rows.size(), points.size())}};
   if (fastest < rows.size()) {
     facts_list.emplace_back("fastest", fmt::format("{}: {:.4f} s per iteration", labels[fastest],
@@ -106,7 +110,8 @@ std::string search_sections(const json& d) {
     labels.push_back(plan_label(row));
     if (simulated(row)) {
       const double seconds = row.value("iteration_time_s", 0.0);
-      bars.push_back({labels.back(), seconds, fmt::format("{:.4f} s{}", seconds, row.value("fits", false) ? "" : " (does not fit)")});
+      bars.push_back({labels.back(), seconds,
+                      fmt::format("{:.4f} s{}", seconds, row.value("fits", false) ? "" : " (does not fit)")});
     }
   }
   std::vector<std::pair<std::string, std::string>> facts_list = {

@@ -106,19 +106,28 @@ std::string html_report(const nlohmann::json& document, const std::string& sourc
   std::string body;
   try {
     switch (*kind) {
-      case ReportKind::Sim: body = html::sim_sections(document); break;
-      case ReportKind::Sweep: body = html::sweep_sections(document); break;
-      case ReportKind::Search: body = html::search_sections(document); break;
-      case ReportKind::Compare: body = html::compare_sections(document); break;
+      case ReportKind::Sim:
+        body = html::sim_sections(document);
+        break;
+      case ReportKind::Sweep:
+        body = html::sweep_sections(document);
+        break;
+      case ReportKind::Search:
+        body = html::search_sections(document);
+        break;
+      case ReportKind::Compare:
+        body = html::compare_sections(document);
+        break;
     }
   } catch (const nlohmann::json::exception& error) {  // a field of the wrong type deep inside
-    throw ReportError(fmt::format("a {} document with a field twin report cannot read: {}", to_string(*kind),
-                                  error.what()));
+    throw ReportError(
+        fmt::format("a {} document with a field twin report cannot read: {}", to_string(*kind), error.what()));
   }
   const std::string name = model_name(document, *kind);
   const std::string title = fmt::format("twin {}{}", to_string(*kind), name.empty() ? "" : " of " + name);
   return fmt::format(
-      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{0}</title>\n<style>\n{1}</style>\n"
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta "
+      "charset=\"utf-8\">\n<title>{0}</title>\n<style>\n{1}</style>\n"
       "{2}</head>\n<body>\n<pre id=\"console-errors\" hidden></pre>\n<h1>{0}</h1>\n<p class=\"source\">from {3}</p>\n"
       "{4}{5}</body>\n</html>\n",
       html::escaped(title), kStyle, kErrorHook, html::escaped(source), body, kSortScript);

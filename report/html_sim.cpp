@@ -20,8 +20,8 @@ constexpr double kGiB = 1024.0 * 1024 * 1024;
 
 // "TP 8 x PP 35 x DP 8", with CP and EP when the plan has them: the plan as a header names it.
 std::string plan_line(const json& scenario) {
-  std::string plan = fmt::format("TP {} x PP {} x DP {}", scenario.value("tp", 1), scenario.value("pp", 1),
-                                 scenario.value("dp", 1));
+  std::string plan =
+      fmt::format("TP {} x PP {} x DP {}", scenario.value("tp", 1), scenario.value("pp", 1), scenario.value("dp", 1));
   if (scenario.value("cp", 1) > 1) plan += fmt::format(" x CP {}", scenario.value("cp", 1));
   if (scenario.value("ep", 1) > 1) plan += fmt::format(", EP {}", scenario.value("ep", 1));
   return plan;
@@ -44,17 +44,18 @@ std::string sim_summary(const json& d) {
       {"GPUs", fmt::format("{} ({})", scenario.value("gpus", 0), scenario.value("hardware", ""))},
       {"plan", plan_line(scenario)},
       {"precision", scenario.value("precision", "")},
-      {"batch", fmt::format("global {}, micro-batch {}, {} micro-batches per pipeline", scenario.value("global_batch", 0),
-                            scenario.value("micro_batch", 0), scenario.value("micro_batches", 0))},
+      {"batch",
+       fmt::format("global {}, micro-batch {}, {} micro-batches per pipeline", scenario.value("global_batch", 0),
+                   scenario.value("micro_batch", 0), scenario.value("micro_batches", 0))},
       {"engine", fmt::format("{}; {} granularity", d.value("engine", ""), d.value("granularity", "-"))},
       {"iteration time", fmt::format("{:.4f} s", required_number(d, "iteration_time_s"))},
       {"band", band_text(d)},
       {"model TFLOP/s per GPU", fmt::format("{:.1f}", d.value("tflops_per_gpu", 0.0))},
       {"MFU", fmt::format("{:.1f} %", 100 * d.value("mfu", 0.0))},
       {"bubble (mean of stages)", fmt::format("{:.1f} %", 100 * d.value("bubble_fraction", 0.0))},
-      {"memory per GPU", fmt::format("{:.1f} GiB of {:.0f} GiB ({})", memory.value("peak_bytes", 0.0) / kGiB,
-                                     memory.value("capacity_bytes", 0.0) / kGiB,
-                                     memory.value("fits", false) ? "fits" : "does NOT fit")}};
+      {"memory per GPU",
+       fmt::format("{:.1f} GiB of {:.0f} GiB ({})", memory.value("peak_bytes", 0.0) / kGiB,
+                   memory.value("capacity_bytes", 0.0) / kGiB, memory.value("fits", false) ? "fits" : "does NOT fit")}};
   if (d.contains("training")) {
     const json& t = d.at("training");
     std::string line = fmt::format("{:.3g} tokens in {:.1f} days, {:.3g} GPU-hours", t.value("tokens", 0.0),
@@ -73,8 +74,8 @@ std::string sim_time_split(const json& d) {
   const double seconds = required_number(d, "iteration_time_s");
   std::vector<StackedBar> bars = {{"mean of stages", split_seconds(d.value("time_split", json::object()), seconds)}};
   for (const json& stage : required(d, "stages")) {
-    bars.push_back({fmt::format("stage {} (rank {})", stage.value("stage", 0), stage.value("rank", 0)),
-                    stage_split(stage)});
+    bars.push_back(
+        {fmt::format("stage {} (rank {})", stage.value("stage", 0), stage.value("rank", 0)), stage_split(stage)});
   }
   return section("time-split", "Where the iteration goes",
                  "<p class=\"note\">The compute stream of each stage's representative rank, each instant counted "
@@ -91,7 +92,8 @@ std::string sim_stages(const json& d) {
     std::vector<std::string> row = {std::to_string(stage.value("stage", 0)), std::to_string(stage.value("rank", 0)),
                                     fmt::format("{:.4f}", stage.value("busy_s", 0.0)),
                                     fmt::format("{:.1f}", 100 * stage.value("bubble_fraction", 0.0))};
-    for (const double part : stage_split(stage)) row.push_back(fmt::format("{:.1f}", seconds > 0 ? 100 * part / seconds : 0));
+    for (const double part : stage_split(stage))
+      row.push_back(fmt::format("{:.1f}", seconds > 0 ? 100 * part / seconds : 0));
     rows.push_back(std::move(row));
   }
   return section("stages", "Stages", table(header, rows));
@@ -158,26 +160,28 @@ std::string sim_sections(const json& document) {
 
 std::string compare_sections(const json& d) {
   const json& totals = required(d, "totals");
-  std::vector<std::pair<std::string, std::string>> facts_list = {
-      {"predicted by", d.value("predicted_engine", "")}, {"measured by", d.value("measured_engine", "")}};
+  std::vector<std::pair<std::string, std::string>> facts_list = {{"predicted by", d.value("predicted_engine", "")},
+                                                                 {"measured by", d.value("measured_engine", "")}};
   std::vector<Pair> pairs;
   for (const json& v : totals) {
     const json& error = v.at("error");
     const std::string error_text = error.is_number() ? fmt::format("{:+.1f} %", 100 * error.get<double>()) : "-";
     const std::string name = v.value("name", "");
     if (name.find("iteration time") != std::string::npos) {
-      facts_list.emplace_back("iteration time", fmt::format("{:.4g} s predicted, {:.4g} s measured ({})",
-                                                            v.value("predicted", 0.0), v.value("measured", 0.0),
-                                                            error_text));
+      facts_list.emplace_back("iteration time",
+                              fmt::format("{:.4g} s predicted, {:.4g} s measured ({})", v.value("predicted", 0.0),
+                                          v.value("measured", 0.0), error_text));
     }
-    pairs.push_back({name, v.value("predicted", 0.0), v.value("measured", 0.0),
-                     fmt::format("{:.4g} / {:.4g} ({})", v.value("predicted", 0.0), v.value("measured", 0.0),
-                                 error_text)});
+    pairs.push_back(
+        {name, v.value("predicted", 0.0), v.value("measured", 0.0),
+         fmt::format("{:.4g} / {:.4g} ({})", v.value("predicted", 0.0), v.value("measured", 0.0), error_text)});
   }
-  for (const json& mismatch : d.value("mismatches", json::array())) facts_list.emplace_back("differs", mismatch.get<std::string>());
+  for (const json& mismatch : d.value("mismatches", json::array()))
+    facts_list.emplace_back("differs", mismatch.get<std::string>());
   const char* per = d.contains("ranks") ? "ranks" : "stages";
   std::string details = compared_rows(d.value(per, json::array()));
-  if (!d.value("kinds", json::array()).empty()) details += "<h3>Compute by kernel kind (s)</h3>\n" + compared_rows(d.at("kinds"));
+  if (!d.value("kinds", json::array()).empty())
+    details += "<h3>Compute by kernel kind (s)</h3>\n" + compared_rows(d.at("kinds"));
   return section("summary", "Summary", facts(facts_list)) +
          section("predicted-vs-measured", "Predicted against measured",
                  "<p class=\"note\">Each pair scaled to its larger value; error relative to the measurement.</p>\n" +

@@ -32,8 +32,8 @@ struct Pipeline {
   std::string model;  // the model's name, for the title
   double iteration_time_s = 0;
   int stages = 0;
-  int micro_batches = 0;  // per pipeline
-  int chunks = 1;         // model chunks per stage (interleaved schedule)
+  int micro_batches = 0;          // per pipeline
+  int chunks = 1;                 // model chunks per stage (interleaved schedule)
   std::vector<PipelineRow> rows;  // one per stage that has a recorded rank, by stage
 };
 

@@ -30,7 +30,9 @@ std::string text_at(const json& row, const char* key) {
   if (found == row.end()) return "";
   return found->is_string() ? found->get<std::string>() : found->dump();
 }
-bool simulated(const json& row) { return text_at(row, "error").empty(); }
+bool simulated(const json& row) {
+  return text_at(row, "error").empty();
+}
 
 // A number column: `digits` after the point; empty where the row has no result.
 Column numeric(std::string name, std::string heading, std::function<double(const json&)> value, int digits,
@@ -57,28 +59,38 @@ bool any_row_above_one(const json& rows, const char* key) {
 
 // The result columns both tables end with.
 void add_results(std::vector<Column>& columns, const json& rows, bool every) {
-  columns.push_back(numeric("iter_s", "iter s", [](const json& r) { return number_at(r, "iteration_time_s"); }, 4));
-  columns.push_back(numeric("tflops", "TFLOP/s", [](const json& r) { return number_at(r, "tflops_per_gpu"); }, 1, true));
-  columns.push_back(numeric("bubble", "bubble %", [](const json& r) { return 100 * number_at(r, "bubble_fraction"); }, 1));
-  columns.push_back(
-      numeric("mem_gib", "mem GiB", [](const json& r) { return number_at(r, "memory_per_gpu_bytes") / kGiB; }, 1));
-  columns.push_back(textual("fits", "fits", [](const json& r) {
-    return simulated(r) ? (r.value("fits", false) ? "yes" : "NO") : "";
-  }));
+  columns.push_back(numeric(
+      "iter_s", "iter s", [](const json& r) { return number_at(r, "iteration_time_s"); }, 4));
+  columns.push_back(numeric(
+      "tflops", "TFLOP/s", [](const json& r) { return number_at(r, "tflops_per_gpu"); }, 1, true));
+  columns.push_back(numeric(
+      "bubble", "bubble %", [](const json& r) { return 100 * number_at(r, "bubble_fraction"); }, 1));
+  columns.push_back(numeric(
+      "mem_gib", "mem GiB", [](const json& r) { return number_at(r, "memory_per_gpu_bytes") / kGiB; }, 1));
+  columns.push_back(textual("fits", "fits",
+                            [](const json& r) { return simulated(r) ? (r.value("fits", false) ? "yes" : "NO") : ""; }));
   if (any_row_has(rows, "tokens_per_s")) {  // a sweep's
-    columns.push_back(numeric("tokens_per_s", "tokens/s", [](const json& r) { return number_at(r, "tokens_per_s"); },
-                              0, true));
+    columns.push_back(numeric(
+        "tokens_per_s", "tokens/s", [](const json& r) { return number_at(r, "tokens_per_s"); }, 0, true));
   }
   if (every || any_row_has(rows, "goodput")) {
-    columns.push_back(numeric("goodput", "goodput %", [](const json& r) {
-      return r.contains("goodput") ? 100 * number_at(r.at("goodput"), "goodput_fraction") : 0.0;
-    }, 1, true));
+    columns.push_back(numeric(
+        "goodput", "goodput %",
+        [](const json& r) {
+          return r.contains("goodput") ? 100 * number_at(r.at("goodput"), "goodput_fraction") : 0.0;
+        },
+        1, true));
   }
   if (every || any_row_has(rows, "training")) {
-    columns.push_back(numeric("days", "days", [](const json& r) { return training_at(r, "days"); }, 1));
-    columns.push_back(numeric("gpu_hours", "GPU-hours", [](const json& r) { return training_at(r, "gpu_hours"); }, 0));
-    const bool priced = std::any_of(rows.begin(), rows.end(), [](const json& r) { return training_at(r, "cost_usd") > 0; });
-    if (every || priced) columns.push_back(numeric("cost_usd", "USD", [](const json& r) { return training_at(r, "cost_usd"); }, 0));
+    columns.push_back(numeric(
+        "days", "days", [](const json& r) { return training_at(r, "days"); }, 1));
+    columns.push_back(numeric(
+        "gpu_hours", "GPU-hours", [](const json& r) { return training_at(r, "gpu_hours"); }, 0));
+    const bool priced =
+        std::any_of(rows.begin(), rows.end(), [](const json& r) { return training_at(r, "cost_usd") > 0; });
+    if (every || priced)
+      columns.push_back(numeric(
+          "cost_usd", "USD", [](const json& r) { return training_at(r, "cost_usd"); }, 0));
   }
   columns.push_back(textual("error", "error", [](const json& r) { return text_at(r, "error"); }));
 }

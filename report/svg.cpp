@@ -28,11 +28,20 @@ std::string xml_escaped(const std::string& text) {
   std::string out;
   for (const char c : text) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -126,8 +135,8 @@ std::string pipeline_svg(const Pipeline& pipeline, const PipelineLayout& layout)
   for (int r = 0; r < rows; ++r) {
     const double y = top + r * (row + gap);
     const int stage = r / per_stage, chunk = r % per_stage;
-    const std::string label = layout.row_per_chunk ? fmt::format("stage {} chunk {}", stage, chunk)
-                                                   : fmt::format("stage {}", stage);
+    const std::string label =
+        layout.row_per_chunk ? fmt::format("stage {} chunk {}", stage, chunk) : fmt::format("stage {}", stage);
     fmt::format_to(it, "<text x=\"8\" y=\"{:.1f}\" font-size=\"11\">{}</text>\n", y + row * 0.7, label);
     fmt::format_to(it,
                    "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" "

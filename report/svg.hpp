@@ -19,7 +19,7 @@ std::string pipeline_svg(const model::Program& program, const Timeline& timeline
 // wide as it takes for a typical box to hold its micro-batch number, with the chunks named in the legend.
 struct PipelineLayout {
   bool row_per_chunk = false;
-  bool fit_boxes = false;  // widen the time axis past 1400 px so that the median box is at least 14 px wide
+  bool fit_boxes = false;    // widen the time axis past 1400 px so that the median box is at least 14 px wide
   bool escape_text = false;  // XML-escape the model's name (an SVG inside HTML)
 };
 std::string pipeline_svg(const Pipeline& pipeline, const PipelineLayout& layout);

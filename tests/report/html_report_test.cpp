@@ -43,7 +43,10 @@ json sim_document(const std::string& name, int micro_batches) {
   const Pipeline pipeline = even_pipeline(2, 2, micro_batches);
   json stages = json::array();
   for (int stage = 0; stage < 2; ++stage) {
-    stages.push_back({{"stage", stage}, {"rank", stage * 4}, {"busy_s", 3.0}, {"bubble_fraction", 0.25},
+    stages.push_back({{"stage", stage},
+                      {"rank", stage * 4},
+                      {"busy_s", 3.0},
+                      {"bubble_fraction", 0.25},
                       {"time_split", {{"compute_s", 3.0}, {"bubble_s", 1.0}}}});
   }
   return {{"iteration_time_s", pipeline.iteration_time_s},
@@ -62,8 +65,8 @@ void expect_sections(const std::string& page, ReportKind kind) {
 }
 
 std::size_t count(const std::string& text, const std::regex& pattern) {
-  return static_cast<std::size_t>(std::distance(std::sregex_iterator(text.begin(), text.end(), pattern),
-                                                std::sregex_iterator()));
+  return static_cast<std::size_t>(
+      std::distance(std::sregex_iterator(text.begin(), text.end(), pattern), std::sregex_iterator()));
 }
 
 TEST(HtmlReport, ASimulationHasItsSectionsAndNamesThePlan) {
@@ -106,18 +109,35 @@ TEST(HtmlReport, ThePipelineStaysReadableAtOneAndSixtyFourMicroBatches) {
 }
 
 TEST(HtmlReport, ASweepASearchAndAComparisonHaveTheirSections) {
-  const json row = {{"set", {{"cluster.nodes", "2"}}}, {"gpus", 16}, {"iteration_time_s", 2.0},
-                    {"tflops_per_gpu", 100.0}, {"bubble_fraction", 0.1}, {"memory_per_gpu_bytes", 1e9},
-                    {"fits", true}, {"tokens_per_s", 5.0}, {"time_split", {{"compute", 0.9}}}, {"error", ""}};
+  const json row = {{"set", {{"cluster.nodes", "2"}}},
+                    {"gpus", 16},
+                    {"iteration_time_s", 2.0},
+                    {"tflops_per_gpu", 100.0},
+                    {"bubble_fraction", 0.1},
+                    {"memory_per_gpu_bytes", 1e9},
+                    {"fits", true},
+                    {"tokens_per_s", 5.0},
+                    {"time_split", {{"compute", 0.9}}},
+                    {"error", ""}};
   json other = row;
   other["set"]["cluster.nodes"] = "4";
   const json sweep = {{"scenario", "gpt"}, {"varied", {"cluster.nodes"}}, {"variants", {row, other}}};
   ASSERT_EQ(report_kind(sweep), ReportKind::Sweep);
   expect_sections(html_report(sweep, "s.json"), ReportKind::Sweep);
 
-  const json plan = {{"tp", 8}, {"pp", 4}, {"dp", 2}, {"micro_batch", 1}, {"schedule", "1f1b"},
-                     {"iteration_time_s", 3.0}, {"fits", true}, {"error", ""}, {"time_split", {{"compute", 0.5}}}};
-  const json search = {{"scenario", "gpt"}, {"plans", {plan}}, {"plans_that_fit", 1}, {"rejected_for_memory", 0},
+  const json plan = {{"tp", 8},
+                     {"pp", 4},
+                     {"dp", 2},
+                     {"micro_batch", 1},
+                     {"schedule", "1f1b"},
+                     {"iteration_time_s", 3.0},
+                     {"fits", true},
+                     {"error", ""},
+                     {"time_split", {{"compute", 0.5}}}};
+  const json search = {{"scenario", "gpt"},
+                       {"plans", {plan}},
+                       {"plans_that_fit", 1},
+                       {"rejected_for_memory", 0},
                        {"memory_headroom", "5%"}};
   ASSERT_EQ(report_kind(search), ReportKind::Search);
   const std::string search_page = html_report(search, "p.json");

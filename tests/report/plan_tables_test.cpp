@@ -14,11 +14,26 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 
 json plan(int tp, double seconds, double tflops, const std::string& error = "") {
-  return {{"node", "dgx-h100"}, {"tp", tp},   {"pp", 2}, {"dp", 4}, {"cp", 1}, {"ep", 1}, {"etp", 1},
-          {"micro_batch", 1},   {"schedule", "1f1b"}, {"virtual_stages", 1}, {"recompute", "none"},
-          {"recompute_num_layers", 0}, {"sequence_parallel", tp > 1}, {"zero_stage", 1},
-          {"memory_per_gpu_bytes", 2.0 * 1024 * 1024 * 1024}, {"fits", error.empty()},
-          {"iteration_time_s", seconds}, {"tflops_per_gpu", tflops}, {"bubble_fraction", 0.125}, {"error", error}};
+  return {{"node", "dgx-h100"},
+          {"tp", tp},
+          {"pp", 2},
+          {"dp", 4},
+          {"cp", 1},
+          {"ep", 1},
+          {"etp", 1},
+          {"micro_batch", 1},
+          {"schedule", "1f1b"},
+          {"virtual_stages", 1},
+          {"recompute", "none"},
+          {"recompute_num_layers", 0},
+          {"sequence_parallel", tp > 1},
+          {"zero_stage", 1},
+          {"memory_per_gpu_bytes", 2.0 * 1024 * 1024 * 1024},
+          {"fits", error.empty()},
+          {"iteration_time_s", seconds},
+          {"tflops_per_gpu", tflops},
+          {"bubble_fraction", 0.125},
+          {"error", error}};
 }
 
 TEST(PlanTables, TheSearchCsvHasALinePerPlanAndQuotesWhatNeedsIt) {
@@ -31,12 +46,19 @@ TEST(PlanTables, TheSearchCsvHasALinePerPlanAndQuotesWhatNeedsIt) {
 }
 
 TEST(PlanTables, TheSweepCsvStartsWithTheVariedKeys) {
-  const json row = {{"set", {{"cluster.nodes", "64"}}}, {"gpus", 512}, {"iteration_time_s", 10.0},
-                    {"tflops_per_gpu", 1.0}, {"bubble_fraction", 0.0}, {"memory_per_gpu_bytes", 0.0},
-                    {"fits", true}, {"tokens_per_s", 3.0}, {"error", ""}};
+  const json row = {{"set", {{"cluster.nodes", "64"}}},
+                    {"gpus", 512},
+                    {"iteration_time_s", 10.0},
+                    {"tflops_per_gpu", 1.0},
+                    {"bubble_fraction", 0.0},
+                    {"memory_per_gpu_bytes", 0.0},
+                    {"fits", true},
+                    {"tokens_per_s", 3.0},
+                    {"error", ""}};
   const std::string csv = report::csv(sweep_columns({"cluster.nodes"}, json{row}), json{row});
-  EXPECT_EQ(csv, "cluster.nodes,gpus,iter_s,tflops,bubble,mem_gib,fits,tokens_per_s,error\n"
-                 "64,512,10.0000,1.0,0.0,0.0,yes,3,\n");
+  EXPECT_EQ(csv,
+            "cluster.nodes,gpus,iter_s,tflops,bubble,mem_gib,fits,tokens_per_s,error\n"
+            "64,512,10.0000,1.0,0.0,0.0,yes,3,\n");
 }
 
 TEST(PlanTables, SortOrdersByAnyColumnFailuresLast) {
@@ -45,7 +67,7 @@ TEST(PlanTables, SortOrdersByAnyColumnFailuresLast) {
   EXPECT_EQ(sorted_order(columns, rows, "tp", "--sort"), (std::vector<std::size_t>{3, 2, 0, 1}));
   EXPECT_EQ(sorted_order(columns, rows, "iter_s", "--sort"), (std::vector<std::size_t>{2, 0, 3, 1}));
   EXPECT_EQ(sorted_order(columns, rows, "TFLOP/s", "--sort"), (std::vector<std::size_t>{2, 0, 3, 1}));  // largest first
-  EXPECT_EQ(sorted_order(columns, rows, "days", "--sort"), (std::vector<std::size_t>{0, 2, 3, 1}));  // none: kept
+  EXPECT_EQ(sorted_order(columns, rows, "days", "--sort"), (std::vector<std::size_t>{0, 2, 3, 1}));     // none: kept
 }
 
 TEST(PlanTables, AnUnknownSortColumnIsRefusedByName) {
