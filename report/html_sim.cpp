@@ -178,8 +178,14 @@ std::string compare_sections(const json& d) {
   }
   for (const json& mismatch : d.value("mismatches", json::array()))
     facts_list.emplace_back("differs", mismatch.get<std::string>());
+  for (const json& note : d.value("notes", json::array())) facts_list.emplace_back("note", note.get<std::string>());
   const char* per = d.contains("ranks") ? "ranks" : "stages";
-  std::string details = compared_rows(d.value(per, json::array()));
+  const json per_part = d.value(per, json::array());
+  std::string details = per_part.empty() ? fmt::format(
+                                               "<p class=\"note\">The measurement has no times per {} (a log "
+                                               "or an iteration time: the totals alone).</p>\n",
+                                               per == std::string("ranks") ? "rank" : "stage")
+                                         : compared_rows(per_part);
   if (!d.value("kinds", json::array()).empty())
     details += "<h3>Compute by kernel kind (s)</h3>\n" + compared_rows(d.at("kinds"));
   return section("summary", "Summary", facts(facts_list)) +

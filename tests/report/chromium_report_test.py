@@ -44,7 +44,9 @@ def documents(twin, folder):
     run([twin, "sweep", "gpt-tiny", *SMALL, "--vary", "parallel.pp=1,2,4", "--jobs", "2", "--json", "sweep.json"],
         folder)
     run([twin, "search", "gpt-tiny", *SMALL, "--max", "3", "--jobs", "2", "--json", "search.json"], folder)
-    run([twin, "compare", "sim.json", "0.025", "--json", "compare.json"], folder)
+    # The same plan at group fidelity as the "measurement": a comparison with every stage in it.
+    run([twin, "sim", "gpt-tiny", *SMALL, *INTERLEAVED, "--fidelity", "group", "--json", "group.json"], folder)
+    run([twin, "compare", "sim.json", "group.json", "--json", "compare.json"], folder)
 
 
 def rendered(browser, page, folder):

@@ -150,6 +150,7 @@ TEST(HtmlReport, ASweepASearchAndAComparisonHaveTheirSections) {
   const std::string compare_page = html_report(compare, "c.json");
   expect_sections(compare_page, ReportKind::Compare);
   EXPECT_THAT(compare_page, HasSubstr("-20.0 %"));
+  EXPECT_THAT(compare_page, HasSubstr("no times per stage"));  // an iteration time alone: the totals
 }
 
 TEST(HtmlReport, AnotherDocumentIsNotAReportAndAMissingFieldIsNamed) {
