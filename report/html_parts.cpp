@@ -161,7 +161,7 @@ std::string paired_bars(const std::vector<Pair>& pairs) {
 
 std::string line_chart(const std::vector<Point>& points, bool numeric_x, const std::string& x_name,
                        const std::string& y_name) {
-  const double left = 80, top = 20, width = 760, height = 300, bottom = 60;
+  const double left = 80, top = 36, width = 760, height = 300, bottom = 60;
   std::string out = svg_open(left + width + 40, top + height + bottom);
   double y_max = 0, x_min = 0, x_max = 1;
   for (const Point& p : points) y_max = std::max(y_max, finite_or_zero(p.y));
@@ -193,7 +193,7 @@ std::string line_chart(const std::vector<Point>& points, bool numeric_x, const s
   }
   out += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"2\"/>\n", path);
   out += text_at(left + width / 2, top + height + 40, x_name, "middle");
-  out += text_at(8, top - 6, y_name);
+  out += text_at(8, 14, y_name);
   return out + "</svg>\n";
 }
 

@@ -94,8 +94,9 @@ std::string sweep_sections(const json& d) {
       {"varied", keys},
       {"variants", fmt::format("{} ({} simulated)", rows.size(), points.size())}};
   if (fastest < rows.size()) {
-    facts_list.emplace_back("fastest", fmt::format("{}: {:.4f} s per iteration", labels[fastest],
-                                                   rows[fastest].value("iteration_time_s", 0.0)));
+    facts_list.emplace_back("fastest",
+                            fmt::format("{}{}: {:.4f} s per iteration", varied.size() == 1 ? varied[0] + "=" : "",
+                                        labels[fastest], rows[fastest].value("iteration_time_s", 0.0)));
   }
   return section("summary", "Summary", facts(facts_list)) +
          section("curve", "Iteration time against " + keys, line_chart(points, numeric, keys, "iteration time (s)")) +
