@@ -15,6 +15,7 @@
 #include "api/token_count.hpp"
 #include "model/ops/expert_load.hpp"
 #include "model/scenario/errors.hpp"
+#include "report/pipeline.hpp"
 #include "report/trace.hpp"
 #include "topology/platform.hpp"
 
@@ -381,6 +382,8 @@ nlohmann::json sim_document(const Simulation& s, const SimRequest& r) {
   if (s.training) json["training"] = training_json(*s.training, r, s.goodput);
   if (s.goodput) json["goodput"] = goodput_json(*s.goodput);
   if (s.healthy) json["degraded"] = degradations_json(s.options.degradations, s.healthy->iteration_time_s);
+  // The boxes of the pipeline diagram, so that `twin report` draws it from this document alone.
+  json["pipeline"] = report::pipeline_to_json(report::pipeline_of(s.program, s.result.timeline));
   return json;
 }
 

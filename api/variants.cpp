@@ -19,6 +19,7 @@ std::vector<VariantOutcome> simulate_here(const std::string& scenario_path,
       request.isolate = true;
       const model::Scenario scenario = scenario_named(scenario_path, parse_overrides(sets));
       outcome.summary = sim_document(simulate(scenario, request), request);
+      outcome.summary.erase("pipeline");  // a variant's row never draws it (report/plan_documents.hpp)
     } catch (const UserError& error) {
       outcome.error = error.what();
       outcome.exit_status = 2;

@@ -14,7 +14,7 @@
 namespace twin::api {
 
 struct VariantOutcome {
-  nlohmann::json summary;  // sim_document of the variant, when it was simulated
+  nlohmann::json summary;  // sim_document of the variant, when it was simulated, without its "pipeline"
   std::string error;       // otherwise why not, one line
   int exit_status = 0;     // 2: a mistake in what it was given; 1: a failed run
 };

@@ -89,6 +89,7 @@ void register_calibrate_command(CLI::App& app);  // cli/calibrate_command.cpp
 void register_search_command(CLI::App& app);  // cli/search_command.cpp, with the simulator
 void register_sweep_command(CLI::App& app);   // cli/sweep_command.cpp, with the simulator
 void register_goodput_command(CLI::App& app);  // cli/goodput_command.cpp, with the simulator
+void register_report_command(CLI::App& app);   // cli/report_command.cpp
 
 // Two examples for each command, shown under its --help (cli/examples.cpp).
 struct CommandExamples {

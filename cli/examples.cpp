@@ -15,10 +15,12 @@ const std::vector<CommandExamples>& command_examples() {
       {"sim",
        {"twin sim mtnlg-530b --set cluster.nodes=350 --json summary.json",
         "twin sim llama2-70b --svg pipeline.svg --train-tokens 2T --usd-per-gpu-hour 2.5"}},
-      {"search", {"twin search gpt3-175b --max 8", "twin search mixtral-8x7b --vary-recompute --explain"}},
+      {"search",
+       {"twin search gpt3-175b --max 8 --sort tflops --csv plans.csv",
+        "twin search mixtral-8x7b --vary-recompute --explain"}},
       {"sweep",
        {"twin sweep gpt3-175b --vary cluster.nodes=64,128,256 --train-tokens 300B",
-        "twin sweep gpt3-175b --vary parallel.schedule=1f1b,zb-h1 --vary parallel.micro_batch=1,2"}},
+        "twin sweep gpt3-175b --vary parallel.schedule=1f1b,zb-h1 --vary parallel.micro_batch=1,2 --csv sweep.csv"}},
       {"goodput",
        {"twin goodput llama2-70b --train-tokens 2T", "twin goodput gpt3-175b --iteration-time 31.8 --json g.json"}},
       {"run",
@@ -28,6 +30,7 @@ const std::vector<CommandExamples>& command_examples() {
         "twin compare predicted.json rank-0.json.gz --allow-mismatch --top 5"}},
       {"calibrate",
        {"twin calibrate trace-rank-0.json.gz --out profile.toml", "twin calibrate twin_gemm_peak.txt --out h100.toml"}},
+      {"report", {"twin report summary.json -o report.html", "twin report search.json --output search.html"}},
   };
   return all;
 }

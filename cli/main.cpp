@@ -6,6 +6,7 @@
 //   twin search SCENARIO  simulate every parallel plan that fits and rank them
 //   twin sweep SCENARIO   simulate the scenario at each value of a key (--vary cluster.nodes=280,350,420)
 //   twin goodput SCENARIO useful training time per wall time with interruptions and checkpoints counted
+//   twin report FILE      an HTML page of a sim, sweep, search or compare --json file
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -109,6 +110,7 @@ int main(int argc, char** argv) {
 #endif
   twin::cli::register_compare_command(app);
   twin::cli::register_calibrate_command(app);
+  twin::cli::register_report_command(app);
   twin::cli::add_examples(app);
   // CLI11 would answer "A subcommand is required" to a misspelt one: name it and the commands there are.
   if (argc > 1 && argv[1][0] != '-') {

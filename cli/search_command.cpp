@@ -17,6 +17,7 @@
 #include "cli/commands.hpp"
 #include "cli/simulation_pool.hpp"
 #include "cli/simulation_ranks.hpp"
+#include "report/plan_tables.hpp"
 #include "topology/platform.hpp"
 
 namespace twin::cli {
@@ -31,6 +32,8 @@ struct SearchOptions {
   int jobs = 0;  // 0: hardware threads
   std::vector<std::string> nodes;  // --vary-node: node kinds to search over, the scenario's GPU count on each
   std::string json_path;
+  std::string csv_path;  // --csv: the table, a line per plan
+  std::string sort;      // --sort COLUMN: the table's order (empty: fastest first)
   std::string train_tokens;  // passed on to each `twin sim --train-tokens` (empty: not asked)
   std::string usd_per_gpu_hour;  // passed on to each `twin sim --usd-per-gpu-hour` (empty: not asked)
   bool goodput = false;      // --goodput: rank by iteration time over goodput (the scenario's failure model)
@@ -100,8 +103,9 @@ void print_plans(const api::Search& search, const SearchOptions& o) {
   const model::Scenario& base = targets.front().base;
   const std::size_t found = search.found;
   const bool varied = !o.nodes.empty();
-  const char* order = o.goodput ? "most useful work per wall-clock second first (iteration time over goodput)"
-                                : "fastest first";
+  const std::string order = !o.sort.empty() ? fmt::format("sorted by {} (--sort)", o.sort)
+                            : o.goodput      ? "most useful work per wall-clock second first (iteration time over goodput)"
+                                             : "fastest first";
   if (varied) {
     std::string kinds;
     for (const api::SearchTarget& target : targets) {
@@ -162,9 +166,22 @@ void print_plans(const api::Search& search, const SearchOptions& o) {
   }
 }
 
+// --sort: the simulated plans in the order of that column (report/plan_tables.hpp), ties as ranked.
+void sort_plans(api::Search& search, const api::SearchRequest& request, const std::string& column) {
+  const nlohmann::json rows = api::search_rows(search, request);
+  const std::vector<std::size_t> order = report::sorted_order(report::search_columns(rows, true), rows, column, "--sort");
+  std::vector<api::SearchedPlan> sorted;
+  for (const std::size_t i : order) sorted.push_back(search.plans[i]);
+  search.plans = std::move(sorted);
+}
+
 void run_search(const SearchOptions& o) {
   const api::SearchRequest request = search_request(o);
-  require_outputs_before_work({{"--json", o.json_path}}, {scenario_input(o.scenario)});
+  require_outputs_before_work({{"--json", o.json_path}, {"--csv", o.csv_path}}, {scenario_input(o.scenario)});
+  if (!o.sort.empty()) {  // an unknown column is refused before the work
+    report::sorted_order(report::search_columns(nlohmann::json::array(), true), nlohmann::json::array(), o.sort,
+                         "--sort");
+  }
   api::Search search = api::prepare_search(request);
   if (search.plans.empty()) {
     print_rejections(search.rejections);
@@ -177,9 +194,14 @@ void run_search(const SearchOptions& o) {
   bool follower = false;  // a rank other than 0 of an MPI job: rank 0 prints and writes for it
   api::run_search(search, request, ranks_simulator(jobs, "search", extra, !quiet, follower));
   if (follower) return;
+  if (!o.sort.empty()) sort_plans(search, request, o.sort);
   print_plans(search, o);
   print_rejections(search.rejections);
   if (!o.json_path.empty()) write_file_atomically(o.json_path, api::search_document(search, request).dump(1) + "\n");
+  if (!o.csv_path.empty()) {
+    const nlohmann::json rows = api::search_rows(search, request);
+    write_file_atomically(o.csv_path, report::csv(report::search_columns(rows), rows));
+  }
   end_job_if_a_rank_died();
 }
 
@@ -225,6 +247,12 @@ void register_search_command(CLI::App& app) {
   command->add_flag("--vary-etp", o->space.vary_etp,
                     "Mixture-of-Experts: also try expert tensor parallelism (etp 2, 4, ... up to a node) with each ep");
   command->add_option("--json", o->json_path, "write every plan and its result as JSON")->check(output_file());
+  command->add_option("--csv", o->csv_path, "write the table as CSV, a line per plan simulated")->check(output_file());
+  command->add_option("--sort", o->sort,
+                      "order the table (and --json, --csv) by this column instead of fastest first: node, tp, pp, dp, "
+                      "cp, ep, etp, mb, schedule, chunks, recompute, sharding, precision, iter_s, tflops, bubble, "
+                      "mem_gib, fits, goodput, days, gpu_hours, cost_usd, error (ascending; tflops and goodput "
+                      "largest first; plans that failed last)");
   command
       ->add_option("--usd-per-gpu-hour", o->usd_per_gpu_hour,
                    "with --train-tokens: each plan's GPU-hours priced at this many dollars per GPU-hour (JSON "

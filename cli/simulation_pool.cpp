@@ -67,6 +67,9 @@ SimulationOutcome read_outcome(const fs::path& json_path, const fs::path& log_pa
   }
   try {
     outcome.summary = nlohmann::json::parse(in);
+    // A variant's row never draws its pipeline, and on a large plan the boxes are most of the document: a search's
+    // tens of summaries are kept without them.
+    outcome.summary.erase("pipeline");
   } catch (const nlohmann::json::exception& error) {
     outcome.error = fmt::format("unreadable summary {}: {}", json_path.string(), error.what());
   }

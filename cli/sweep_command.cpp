@@ -13,6 +13,7 @@
 #include "cli/commands.hpp"
 #include "cli/simulation_pool.hpp"
 #include "cli/simulation_ranks.hpp"
+#include "report/plan_tables.hpp"
 
 namespace twin::cli {
 namespace {
@@ -22,6 +23,7 @@ struct SweepOptions {
   std::vector<std::string> varies;
   int jobs = 0;  // 0: hardware threads
   std::string json_path;
+  std::string csv_path;  // --csv: the table, a line per variant
   std::string train_tokens;  // passed on to each `twin sim --train-tokens` (empty: not asked)
   std::string usd_per_gpu_hour;  // passed on to each `twin sim --usd-per-gpu-hour` (empty: not asked)
   bool goodput = false;      // --goodput: each variant's goodput, and the one with most useful tokens per second
@@ -101,7 +103,8 @@ void print_sweep(const api::Sweep& sweep, const nlohmann::json& rows, const Swee
 
 void run_sweep(const SweepOptions& o) {
   const api::SweepRequest request = sweep_request(o);
-  require_outputs_before_work({{"--json", o.json_path}}, {{"the scenario", resolve_scenario_path(o.scenario.scenario)}});
+  require_outputs_before_work({{"--json", o.json_path}, {"--csv", o.csv_path}},
+                              {{"the scenario", resolve_scenario_path(o.scenario.scenario)}});
   api::Sweep sweep = api::prepare_sweep(request);
   const int jobs = o.jobs > 0 ? o.jobs : default_jobs();
   const bool quiet = o.quiet || launched_rank().rank != 0;  // under mpirun / srun rank 0 speaks for all
@@ -118,6 +121,11 @@ void run_sweep(const SweepOptions& o) {
   print_sweep(sweep, rows, o);
   if (!o.json_path.empty()) {
     write_file_atomically(o.json_path, api::sweep_document(sweep, request).dump(1) + "\n");
+  }
+  if (!o.csv_path.empty()) {
+    std::vector<std::string> varied;
+    for (const api::SweepAxis& axis : sweep.axes) varied.push_back(axis.key);
+    write_file_atomically(o.csv_path, report::csv(report::sweep_columns(varied, rows), rows));
   }
   end_job_if_a_rank_died();
   std::size_t succeeded = 0;
@@ -148,6 +156,7 @@ void register_sweep_command(CLI::App& app) {
                    "simulations at a time on each host (default: one per core, shared among the MPI ranks on it)")
       ->check(between(1, 1024));
   command->add_option("--json", o->json_path, "write every variant and its result as JSON")->check(output_file());
+  command->add_option("--csv", o->csv_path, "write the table as CSV, a line per variant")->check(output_file());
   command
       ->add_option("--usd-per-gpu-hour", o->usd_per_gpu_hour,
                    "with --train-tokens: each plan's GPU-hours priced at this many dollars per GPU-hour (JSON "

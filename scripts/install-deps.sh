@@ -11,6 +11,7 @@ packages=(
   zlib1g-dev libprotobuf-dev protobuf-compiler
   python3 python3-dev python3-venv pybind11-dev python3-pytest python3-pandas
   clang libclang-rt-14-dev
+  chromium
 )
 
 missing=()

@@ -14,7 +14,7 @@
 namespace {
 
 std::vector<std::string> commands() {
-  std::vector<std::string> names = {"graph", "compare", "calibrate"};
+  std::vector<std::string> names = {"graph", "compare", "calibrate", "report"};
 #ifdef TWIN_HAVE_SIMGRID
   for (const char* name : {"sim", "search", "sweep", "goodput"}) names.emplace_back(name);
 #endif
