@@ -66,7 +66,30 @@ struct RunOptions {
   double weight_growth_limit = exec::kWeightGrowthLimit;
   std::string inject_failure;  // --inject-failure STEP:RANK (empty: none)
   int restarts = 0;            // --restarts N: relaunches from the last checkpoint after a failed run
+  std::string inject_slow;     // --inject-slow RANK:FACTOR (empty: none)
 };
+
+// --inject-slow RANK:FACTOR: that rank's compute takes FACTOR (> 1) times as long (exec/train/faults.hpp, SlowRank).
+exec::SlowRank slow_rank(const std::string& text) {
+  const std::size_t colon = text.find(':');
+  exec::SlowRank slow;
+  try {
+    std::size_t used = 0;
+    if (colon == std::string::npos) throw std::invalid_argument("no colon");
+    slow.rank = std::stoi(text.substr(0, colon), &used);
+    if (used != colon) throw std::invalid_argument("rank");
+    slow.factor = std::stod(text.substr(colon + 1), &used);
+    if (used != text.size() - colon - 1) throw std::invalid_argument("factor");
+  } catch (const std::exception&) {
+    throw UserError(fmt::format("--inject-slow '{}': expected RANK:FACTOR, e.g. 1:3 (rank 1 computes 3 times as slowly)",
+                                text));
+  }
+  if (slow.rank < 0 || !(slow.factor > 1) || !std::isfinite(slow.factor) || slow.factor > 1000) {
+    throw UserError(fmt::format("--inject-slow '{}': the rank must be >= 0 and the factor above 1 and at most 1000",
+                                text));
+  }
+  return slow;
+}
 
 // --inject-failure STEP:RANK: TWIN_FAULT's throw mode, from a flag (exec/train/faults.hpp).
 exec::FaultInjection injected_failure(const std::string& text, int steps) {
@@ -155,6 +178,14 @@ class Progress {
       if (done == r.steps) fmt::print(stderr, "\n");
     } else if (r.skipped || done == r.steps || done % std::max(1, r.steps / 20) == 0 || done <= 1) {
       fmt::print(stderr, "{}\n", line);
+    }
+    if (r.straggler.reported()) {
+      if (tty_ && in_place_) fmt::print(stderr, "\n");
+      fmt::print(stderr,
+                 "straggler: step {}: rank {} computed {:.3f} s, {:.3f} s ({:.0f} %) more than its peers' median speed "
+                 "gives its work; they waited {:.3f} s\n",
+                 done, r.straggler.rank, r.straggler.compute_s, r.straggler.lag_s, 100 * r.straggler.lag_fraction,
+                 r.straggler.peers_wait_s);
     }
     std::fflush(stderr);
   }
@@ -346,6 +377,7 @@ exec::TrainOptions train_options(const RunOptions& o, Progress& progress) {
     }
     options.fault = injected_failure(o.inject_failure, o.steps);
   }
+  if (!o.inject_slow.empty()) options.slow = slow_rank(o.inject_slow);
   options.on_step = [&progress](const exec::StepReport& r) { progress.step(r); };
   options.on_note = [&progress](const std::string& text) { progress.note(text); };
   return options;
@@ -473,6 +505,9 @@ void run(const RunOptions& o) {
   if (options.fault.mode != exec::FaultInjection::Mode::None && options.fault.rank >= world) {
     throw UserError(fmt::format("--inject-failure: rank {} is past the run's {} ranks", options.fault.rank, world));
   }
+  if (options.slow.rank >= world) {
+    throw UserError(fmt::format("--inject-slow: rank {} is past the run's {} ranks", options.slow.rank, world));
+  }
   if (o.restarts > 0 && o.checkpoint.empty()) {
     throw UserError("--restarts relaunches from the last checkpoint: give --checkpoint DIR (and --checkpoint-every K)");
   }
@@ -588,6 +623,9 @@ void register_run_command(CLI::App& app) {
   command->add_option("--inject-failure", options->inject_failure,
                       "STEP:RANK: that rank fails at the start of that step (1-based), as TWIN_FAULT=throw does; the "
                       "run stops naming it");
+  command->add_option("--inject-slow", options->inject_slow,
+                      "RANK:FACTOR: that rank's compute takes FACTOR (> 1) times as long, every step, as a slow GPU's "
+                      "would; the straggler detector names it");
   command
       ->add_option("--restarts", options->restarts,
                    "after a failed run, start again from the newest checkpoint up to N times (threads launcher; "
