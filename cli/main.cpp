@@ -54,6 +54,37 @@ std::string flags_of_group(const CLI::App& command, const std::string& group) {
   return names;
 }
 
+// A pasted Megatron-LM launch line holds flags of the optimizer, the data and the logging beside those of the plan
+// (--lr 1e-4, --max-position-embeddings 4096, --use-mcore-models). When the line holds one of `command`'s
+// Megatron-style aliases, the flags the command does not take are left out of what is parsed, each with the value
+// after it (the next argument, when it does not begin with "-"), and returned in `ignored`. Without an alias on the
+// line a flag twin does not know is a typo and fails by name, as before.
+std::vector<std::string> without_ignored_megatron_flags(const CLI::App& command, const std::vector<std::string>& args,
+                                                        std::vector<std::string>& ignored) {
+  bool pasted = false;
+  for (std::size_t i = 2; i < args.size() && args[i] != "--"; ++i) {
+    const CLI::Option* option = command.get_option_no_throw(args[i].substr(0, args[i].find('=')));
+    pasted |= option != nullptr && option->get_group() == "Megatron-style aliases";
+  }
+  if (!pasted) return args;
+  std::vector<std::string> kept(args.begin(), args.begin() + 2);
+  for (std::size_t i = 2; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      kept.insert(kept.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+      break;
+    }
+    const std::string name = arg.substr(0, arg.find('='));
+    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0 || command.get_option_no_throw(name) != nullptr) {
+      kept.push_back(arg);
+      continue;
+    }
+    ignored.push_back(name);
+    if (name == arg && i + 1 < args.size() && !args[i + 1].empty() && args[i + 1][0] != '-') ++i;  // its value
+  }
+  return kept;
+}
+
 // CLI11's own messages as one `twin: error:` line: without its "Run with --help" line, its doubled "--flag: --flag:"
 // prefix (a validator that names its flag), and with the flags a command takes when one is unknown.
 std::string parse_error_line(const CLI::App& app, const CLI::ParseError& error, int argc, char** argv) {
@@ -122,6 +153,20 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "twin: error: unknown command '{}' (the commands: {}; twin --help)\n", argv[1], known);
       return 2;
     }
+  }
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<std::string> ignored;
+  if (const CLI::App* command = chosen_command(app, argc, argv)) {
+    args = without_ignored_megatron_flags(*command, args, ignored);
+  }
+  std::vector<char*> kept_argv;
+  for (std::string& arg : args) kept_argv.push_back(arg.data());
+  kept_argv.push_back(nullptr);
+  argc = static_cast<int>(args.size());
+  argv = kept_argv.data();
+  if (!ignored.empty()) {
+    fmt::print(stderr, "note: ignored {} Megatron-LM flag{} twin does not model: {}\n", ignored.size(),
+               ignored.size() > 1 ? "s" : "", fmt::join(ignored, ", "));
   }
   try {
     app.parse(argc, argv);
