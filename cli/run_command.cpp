@@ -226,15 +226,27 @@ void forward_to_mpirun(int signal) {
   if (mpirun_pid > 0) kill(static_cast<pid_t>(mpirun_pid), signal);
 }
 
-// Runs this same command under mpirun, one rank per process, and ends with its status. A rank that failed printed
-// its own `twin: error:` line (exit 1 or 2, passed on); a rank that was killed (out of memory, a signal) could not,
-// and mpirun's notice names it: then this process adds the one line that says the run failed.
-[[noreturn]] void relaunch_under_mpirun(int world) {
+// `args` without `flag` and its value ("--flag V" or "--flag=V").
+std::vector<std::string> without_flag(const std::vector<std::string>& args, const std::string& flag) {
+  std::vector<std::string> kept;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == flag) {
+      ++i;  // and its value
+    } else if (args[i].rfind(flag + "=", 0) != 0) {
+      kept.push_back(args[i]);
+    }
+  }
+  return kept;
+}
+
+// Runs `mine` (this command's arguments) under mpirun, one rank per process, and returns its status. A rank that
+// failed printed its own `twin: error:` line (exit 1 or 2, passed on); a rank that was killed (out of memory, a signal)
+// could not, and mpirun's notice names it: then this process adds the one line that says the run failed (status 1).
+int status_under_mpirun(int world, const std::vector<std::string>& mine) {
   std::vector<std::string> args = {"mpirun", "-np", std::to_string(world), "--bind-to", "none", "--oversubscribe"};
   if (geteuid() == 0) args.emplace_back("--allow-run-as-root");
   std::error_code error;
   const fs::path self = fs::read_symlink("/proc/self/exe", error);
-  const std::vector<std::string> mine = own_arguments();
   args.push_back(error ? mine.at(0) : self.string());
   args.insert(args.end(), mine.begin() + 1, mine.end());
   std::vector<char*> argv;
@@ -269,13 +281,30 @@ void forward_to_mpirun(int signal) {
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
+  mpirun_pid = 0;
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (code == 0 || code == 1 || code == 2) throw CLI::RuntimeError(code);  // the ranks reported it
+  if (code == 0 || code == 1 || code == 2) return code;  // the ranks reported it
   fmt::print(stderr,
              "twin: error: the MPI job failed (mpirun exited with status {}): a rank was killed before it could say "
              "why; mpirun's message above names it\n",
              code);
-  throw CLI::RuntimeError(1);
+  return 1;
+}
+
+// Runs this same command under mpirun and ends with its status. With --restarts N, a job that failed (status 1: a
+// rank failed or was killed) is launched again, up to N times, and resumes from the newest checkpoint, as torchrun's
+// elastic agent restarts its workers; the ranks are not given --restarts (they are the job, not its agent), and an
+// injected failure (--inject-failure, TWIN_FAULT) strikes the first launch only, as a real fault does.
+[[noreturn]] void relaunch_under_mpirun(const RunOptions& o, int world) {
+  std::vector<std::string> args = without_flag(own_arguments(), "--restarts");
+  for (int restart = 0;; ++restart) {
+    const int code = status_under_mpirun(world, args);
+    if (code != 1 || restart >= o.restarts) throw CLI::RuntimeError(code);
+    fmt::print(stderr, "twin run: the MPI job failed; restart {} of {} from the newest checkpoint in {}\n",
+               restart + 1, o.restarts, o.checkpoint);
+    args = without_flag(args, "--inject-failure");
+    unsetenv("TWIN_FAULT");
+  }
 }
 
 void write_outputs(const RunOptions& o, const model::Program& program, const exec::TrainResult& result,
@@ -511,10 +540,10 @@ void run(const RunOptions& o) {
   if (o.restarts > 0 && o.checkpoint.empty()) {
     throw UserError("--restarts relaunches from the last checkpoint: give --checkpoint DIR (and --checkpoint-every K)");
   }
-  if (o.restarts > 0 && (o.launcher == "mpi" || joined)) {
+  if (o.restarts > 0 && joined) {
     throw UserError(
-        "--restarts relaunches ranks as threads of this process; under --launcher mpi let the scheduler requeue the "
-        "job (it resumes from --checkpoint)");
+        "--restarts relaunches the job from the command that starts it (--launcher threads or mpi); in a job started "
+        "by mpirun or srun let the scheduler requeue it (it resumes from --checkpoint)");
   }
   const std::string data_path = o.data.empty() ? default_data_path() : o.data;
   const auto min_tokens = static_cast<std::size_t>(scenario.model.seq_len) + 2;
@@ -522,7 +551,7 @@ void run(const RunOptions& o) {
     if (!joined) {
       require_writable_outputs(o, data_path);  // before step 1 (and once, before mpirun starts the ranks)
       exec::check_text_file(data_path, min_tokens);
-      if (o.launcher == "mpi") relaunch_under_mpirun(world);
+      if (o.launcher == "mpi") relaunch_under_mpirun(o, world);
     }
     if (scenario.model.dtype != model::DType::FP32 && o.backend == "cpu" && !launcher_rank_nonzero()) {
       progress.note(
@@ -628,8 +657,7 @@ void register_run_command(CLI::App& app) {
                       "would; the straggler detector names it");
   command
       ->add_option("--restarts", options->restarts,
-                   "after a failed run, start again from the newest checkpoint up to N times (threads launcher; "
-                   "needs --checkpoint)")
+                   "after a failed run, start again from the newest checkpoint up to N times (needs --checkpoint)")
       ->check(between(0, 1000));
   command->callback([options] { run(*options); });
 }
