@@ -8,6 +8,7 @@
 //   twin goodput SCENARIO useful training time per wall time with interruptions and checkpoints counted
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -83,6 +84,20 @@ std::vector<std::string> without_ignored_megatron_flags(const CLI::App& command,
     if (name == arg && i + 1 < args.size() && !args[i + 1].empty() && args[i + 1][0] != '-') ++i;  // its value
   }
   return kept;
+}
+
+// The one note of a pasted line's ignored flags. Once per job: a rank other than 0 of an mpirun / srun job leaves it
+// to rank 0, and the ranks `twin run --launcher mpi` starts (its own command line again) to the command that started
+// them, which marks the environment they inherit.
+void note_ignored_flags(const std::vector<std::string>& ignored) {
+  const char* launched_rank = std::getenv("OMPI_COMM_WORLD_RANK") ? std::getenv("OMPI_COMM_WORLD_RANK")
+                              : std::getenv("PMI_RANK")           ? std::getenv("PMI_RANK")
+                                                                  : std::getenv("SLURM_PROCID");
+  const bool noted = std::getenv("TWIN_IGNORED_FLAGS_NOTED") != nullptr;
+  if (ignored.empty() || noted || (launched_rank != nullptr && std::atoi(launched_rank) != 0)) return;
+  setenv("TWIN_IGNORED_FLAGS_NOTED", "1", 1);
+  fmt::print(stderr, "note: ignored {} Megatron-LM flag{} twin does not model: {}\n", ignored.size(),
+             ignored.size() > 1 ? "s" : "", fmt::join(ignored, ", "));
 }
 
 // CLI11's own messages as one `twin: error:` line: without its "Run with --help" line, its doubled "--flag: --flag:"
@@ -164,10 +179,7 @@ int main(int argc, char** argv) {
   kept_argv.push_back(nullptr);
   argc = static_cast<int>(args.size());
   argv = kept_argv.data();
-  if (!ignored.empty()) {
-    fmt::print(stderr, "note: ignored {} Megatron-LM flag{} twin does not model: {}\n", ignored.size(),
-               ignored.size() > 1 ? "s" : "", fmt::join(ignored, ", "));
-  }
+  note_ignored_flags(ignored);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& error) {  // a command that failed after reporting why (a failed run: 1)

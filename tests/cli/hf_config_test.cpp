@@ -170,6 +170,16 @@ TEST(HfConfig, APastedMegatronLineListsTheFlagsItIgnores) {
                                   "--max-position-embeddings, --use-mcore-models, --lr-decay-style\n"));
   ASSERT_EQ(twin("graph " + scenario + " --tensor-model-parallel-size 1 --seq-length 1024 --json " + plan).status, 0);
   EXPECT_EQ(contents(pasted), contents(plan));
+#ifdef TWIN_HAVE_RUN_COMMAND
+  // once per job: not once more by each rank `twin run --launcher mpi` starts with the same command line
+  if (twin::testing::run_shell("command -v mpirun >/dev/null").status == 0) {
+    const Result mpi = twin("run gpt-tiny --quiet --steps 1 --launcher mpi --data-parallel-size 2 --lr 3e-4");
+    EXPECT_EQ(mpi.status, 0) << mpi.output;
+    const std::string note = "note: ignored 1 Megatron-LM flag twin does not model: --lr\n";
+    ASSERT_NE(mpi.output.find(note), std::string::npos) << mpi.output;
+    EXPECT_EQ(mpi.output.find(note, mpi.output.find(note) + 1), std::string::npos) << mpi.output;
+  }
+#endif
   const Result typo = twin("graph " + scenario + " --lr 3e-4");
   EXPECT_EQ(typo.status, 2);
   EXPECT_THAT(typo.output, HasSubstr("twin: error: twin graph: unknown flag --lr"));
