@@ -17,7 +17,7 @@
 namespace twin::exec {
 
 // A straggler is reported when it lags its peers' median by more than 20 % and 1 ms. 20 %: runs nobody slowed lag by
-// 3 to 5 % at the median step and 14 % at the worst (19 steps each of dp 2, pp 2 x dp 2 and tp 2 x dp 2 on a loaded
+// 3 to 6 % at the median step and 14 % at the worst (19 steps each of dp 2, pp 2 x dp 2 and tp 2 x dp 2 on a loaded
 // 2-core host, threads launcher; docs/executor.md, "Stragglers"), so jitter alone does not trip it, while a GPU
 // throttled to 80 % of its clock does. 1 ms: below it a lag is within one time slice of the host's scheduler (Linux
 // CFS's minimum granularity is 0.75 to 3 ms), which no one can act on.
