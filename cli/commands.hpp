@@ -32,6 +32,7 @@ struct ScenarioOptions {
   double hidden_dropout = -1;
   long long shared_expert_width = 0;  // --moe-shared-expert-intermediate-size (0: not given)
   std::string moe_layer_freq;         // --moe-layer-freq (empty: not given)
+  std::string hf_config;              // --hf-config: a Hugging Face config.json as the model (api/hf_config.hpp)
 };
 void add_scenario_options(CLI::App& command, ScenarioOptions& options);
 model::Scenario load_scenario(const ScenarioOptions& options);

@@ -9,6 +9,7 @@
 //   twin report FILE      an HTML page of a sim, sweep, search or compare --json file
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -53,6 +54,51 @@ std::string flags_of_group(const CLI::App& command, const std::string& group) {
     for (const std::string& name : option->get_lnames()) names += (names.empty() ? "--" : ", --") + name;
   }
   return names;
+}
+
+// A pasted Megatron-LM launch line holds flags of the optimizer, the data and the logging beside those of the plan
+// (--lr 1e-4, --max-position-embeddings 4096, --use-mcore-models). When the line holds one of `command`'s
+// Megatron-style aliases, the flags the command does not take are left out of what is parsed, each with the value
+// after it (the next argument, when it does not begin with "-"), and returned in `ignored`. Without an alias on the
+// line a flag twin does not know is a typo and fails by name, as before.
+std::vector<std::string> without_ignored_megatron_flags(const CLI::App& command, const std::vector<std::string>& args,
+                                                        std::vector<std::string>& ignored) {
+  bool pasted = false;
+  for (std::size_t i = 2; i < args.size() && args[i] != "--"; ++i) {
+    const CLI::Option* option = command.get_option_no_throw(args[i].substr(0, args[i].find('=')));
+    pasted |= option != nullptr && option->get_group() == "Megatron-style aliases";
+  }
+  if (!pasted) return args;
+  std::vector<std::string> kept(args.begin(), args.begin() + 2);
+  for (std::size_t i = 2; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      kept.insert(kept.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+      break;
+    }
+    const std::string name = arg.substr(0, arg.find('='));
+    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0 || command.get_option_no_throw(name) != nullptr) {
+      kept.push_back(arg);
+      continue;
+    }
+    ignored.push_back(name);
+    if (name == arg && i + 1 < args.size() && !args[i + 1].empty() && args[i + 1][0] != '-') ++i;  // its value
+  }
+  return kept;
+}
+
+// The one note of a pasted line's ignored flags. Once per job: a rank other than 0 of an mpirun / srun job leaves it
+// to rank 0, and the ranks `twin run --launcher mpi` starts (its own command line again) to the command that started
+// them, which marks the environment they inherit.
+void note_ignored_flags(const std::vector<std::string>& ignored) {
+  const char* launched_rank = std::getenv("OMPI_COMM_WORLD_RANK") ? std::getenv("OMPI_COMM_WORLD_RANK")
+                              : std::getenv("PMI_RANK")           ? std::getenv("PMI_RANK")
+                                                                  : std::getenv("SLURM_PROCID");
+  const bool noted = std::getenv("TWIN_IGNORED_FLAGS_NOTED") != nullptr;
+  if (ignored.empty() || noted || (launched_rank != nullptr && std::atoi(launched_rank) != 0)) return;
+  setenv("TWIN_IGNORED_FLAGS_NOTED", "1", 1);
+  fmt::print(stderr, "note: ignored {} Megatron-LM flag{} twin does not model: {}\n", ignored.size(),
+             ignored.size() > 1 ? "s" : "", fmt::join(ignored, ", "));
 }
 
 // CLI11's own messages as one `twin: error:` line: without its "Run with --help" line, its doubled "--flag: --flag:"
@@ -125,6 +171,17 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<std::string> ignored;
+  if (const CLI::App* command = chosen_command(app, argc, argv)) {
+    args = without_ignored_megatron_flags(*command, args, ignored);
+  }
+  std::vector<char*> kept_argv;
+  for (std::string& arg : args) kept_argv.push_back(arg.data());
+  kept_argv.push_back(nullptr);
+  argc = static_cast<int>(args.size());
+  argv = kept_argv.data();
+  note_ignored_flags(ignored);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& error) {  // a command that failed after reporting why (a failed run: 1)

@@ -66,7 +66,30 @@ struct RunOptions {
   double weight_growth_limit = exec::kWeightGrowthLimit;
   std::string inject_failure;  // --inject-failure STEP:RANK (empty: none)
   int restarts = 0;            // --restarts N: relaunches from the last checkpoint after a failed run
+  std::string inject_slow;     // --inject-slow RANK:FACTOR (empty: none)
 };
+
+// --inject-slow RANK:FACTOR: that rank's compute takes FACTOR (> 1) times as long (exec/train/faults.hpp, SlowRank).
+exec::SlowRank slow_rank(const std::string& text) {
+  const std::size_t colon = text.find(':');
+  exec::SlowRank slow;
+  try {
+    std::size_t used = 0;
+    if (colon == std::string::npos) throw std::invalid_argument("no colon");
+    slow.rank = std::stoi(text.substr(0, colon), &used);
+    if (used != colon) throw std::invalid_argument("rank");
+    slow.factor = std::stod(text.substr(colon + 1), &used);
+    if (used != text.size() - colon - 1) throw std::invalid_argument("factor");
+  } catch (const std::exception&) {
+    throw UserError(fmt::format("--inject-slow '{}': expected RANK:FACTOR, e.g. 1:3 (rank 1 computes 3 times as slowly)",
+                                text));
+  }
+  if (slow.rank < 0 || !(slow.factor > 1) || !std::isfinite(slow.factor) || slow.factor > 1000) {
+    throw UserError(fmt::format("--inject-slow '{}': the rank must be >= 0 and the factor above 1 and at most 1000",
+                                text));
+  }
+  return slow;
+}
 
 // --inject-failure STEP:RANK: TWIN_FAULT's throw mode, from a flag (exec/train/faults.hpp).
 exec::FaultInjection injected_failure(const std::string& text, int steps) {
@@ -156,6 +179,14 @@ class Progress {
     } else if (r.skipped || done == r.steps || done % std::max(1, r.steps / 20) == 0 || done <= 1) {
       fmt::print(stderr, "{}\n", line);
     }
+    if (r.straggler.reported()) {
+      if (tty_ && in_place_) fmt::print(stderr, "\n");
+      fmt::print(stderr,
+                 "straggler: step {}: rank {} computed {:.3f} s, {:.3f} s ({:.0f} %) more than its peers' median speed "
+                 "gives its work; they waited {:.3f} s\n",
+                 done, r.straggler.rank, r.straggler.compute_s, r.straggler.lag_s, 100 * r.straggler.lag_fraction,
+                 r.straggler.peers_wait_s);
+    }
     std::fflush(stderr);
   }
   void note(const std::string& text) {
@@ -195,15 +226,27 @@ void forward_to_mpirun(int signal) {
   if (mpirun_pid > 0) kill(static_cast<pid_t>(mpirun_pid), signal);
 }
 
-// Runs this same command under mpirun, one rank per process, and ends with its status. A rank that failed printed
-// its own `twin: error:` line (exit 1 or 2, passed on); a rank that was killed (out of memory, a signal) could not,
-// and mpirun's notice names it: then this process adds the one line that says the run failed.
-[[noreturn]] void relaunch_under_mpirun(int world) {
+// `args` without `flag` and its value ("--flag V" or "--flag=V").
+std::vector<std::string> without_flag(const std::vector<std::string>& args, const std::string& flag) {
+  std::vector<std::string> kept;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == flag) {
+      ++i;  // and its value
+    } else if (args[i].rfind(flag + "=", 0) != 0) {
+      kept.push_back(args[i]);
+    }
+  }
+  return kept;
+}
+
+// Runs `mine` (this command's arguments) under mpirun, one rank per process, and returns its status. A rank that
+// failed printed its own `twin: error:` line (exit 1 or 2, passed on); a rank that was killed (out of memory, a signal)
+// could not, and mpirun's notice names it: then this process adds the one line that says the run failed (status 1).
+int status_under_mpirun(int world, const std::vector<std::string>& mine) {
   std::vector<std::string> args = {"mpirun", "-np", std::to_string(world), "--bind-to", "none", "--oversubscribe"};
   if (geteuid() == 0) args.emplace_back("--allow-run-as-root");
   std::error_code error;
   const fs::path self = fs::read_symlink("/proc/self/exe", error);
-  const std::vector<std::string> mine = own_arguments();
   args.push_back(error ? mine.at(0) : self.string());
   args.insert(args.end(), mine.begin() + 1, mine.end());
   std::vector<char*> argv;
@@ -238,13 +281,30 @@ void forward_to_mpirun(int signal) {
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
+  mpirun_pid = 0;
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (code == 0 || code == 1 || code == 2) throw CLI::RuntimeError(code);  // the ranks reported it
+  if (code == 0 || code == 1 || code == 2) return code;  // the ranks reported it
   fmt::print(stderr,
              "twin: error: the MPI job failed (mpirun exited with status {}): a rank was killed before it could say "
              "why; mpirun's message above names it\n",
              code);
-  throw CLI::RuntimeError(1);
+  return 1;
+}
+
+// Runs this same command under mpirun and ends with its status. With --restarts N, a job that failed (status 1: a
+// rank failed or was killed) is launched again, up to N times, and resumes from the newest checkpoint, as torchrun's
+// elastic agent restarts its workers; the ranks are not given --restarts (they are the job, not its agent), and an
+// injected failure (--inject-failure, TWIN_FAULT) strikes the first launch only, as a real fault does.
+[[noreturn]] void relaunch_under_mpirun(const RunOptions& o, int world) {
+  std::vector<std::string> args = without_flag(own_arguments(), "--restarts");
+  for (int restart = 0;; ++restart) {
+    const int code = status_under_mpirun(world, args);
+    if (code != 1 || restart >= o.restarts) throw CLI::RuntimeError(code);
+    fmt::print(stderr, "twin run: the MPI job failed; restart {} of {} from the newest checkpoint in {}\n",
+               restart + 1, o.restarts, o.checkpoint);
+    args = without_flag(args, "--inject-failure");
+    unsetenv("TWIN_FAULT");
+  }
 }
 
 void write_outputs(const RunOptions& o, const model::Program& program, const exec::TrainResult& result,
@@ -346,6 +406,7 @@ exec::TrainOptions train_options(const RunOptions& o, Progress& progress) {
     }
     options.fault = injected_failure(o.inject_failure, o.steps);
   }
+  if (!o.inject_slow.empty()) options.slow = slow_rank(o.inject_slow);
   options.on_step = [&progress](const exec::StepReport& r) { progress.step(r); };
   options.on_note = [&progress](const std::string& text) { progress.note(text); };
   return options;
@@ -473,13 +534,16 @@ void run(const RunOptions& o) {
   if (options.fault.mode != exec::FaultInjection::Mode::None && options.fault.rank >= world) {
     throw UserError(fmt::format("--inject-failure: rank {} is past the run's {} ranks", options.fault.rank, world));
   }
+  if (options.slow.rank >= world) {
+    throw UserError(fmt::format("--inject-slow: rank {} is past the run's {} ranks", options.slow.rank, world));
+  }
   if (o.restarts > 0 && o.checkpoint.empty()) {
     throw UserError("--restarts relaunches from the last checkpoint: give --checkpoint DIR (and --checkpoint-every K)");
   }
-  if (o.restarts > 0 && (o.launcher == "mpi" || joined)) {
+  if (o.restarts > 0 && joined) {
     throw UserError(
-        "--restarts relaunches ranks as threads of this process; under --launcher mpi let the scheduler requeue the "
-        "job (it resumes from --checkpoint)");
+        "--restarts relaunches the job from the command that starts it (--launcher threads or mpi); in a job started "
+        "by mpirun or srun let the scheduler requeue it (it resumes from --checkpoint)");
   }
   const std::string data_path = o.data.empty() ? default_data_path() : o.data;
   const auto min_tokens = static_cast<std::size_t>(scenario.model.seq_len) + 2;
@@ -487,7 +551,7 @@ void run(const RunOptions& o) {
     if (!joined) {
       require_writable_outputs(o, data_path);  // before step 1 (and once, before mpirun starts the ranks)
       exec::check_text_file(data_path, min_tokens);
-      if (o.launcher == "mpi") relaunch_under_mpirun(world);
+      if (o.launcher == "mpi") relaunch_under_mpirun(o, world);
     }
     if (scenario.model.dtype != model::DType::FP32 && o.backend == "cpu" && !launcher_rank_nonzero()) {
       progress.note(
@@ -588,10 +652,12 @@ void register_run_command(CLI::App& app) {
   command->add_option("--inject-failure", options->inject_failure,
                       "STEP:RANK: that rank fails at the start of that step (1-based), as TWIN_FAULT=throw does; the "
                       "run stops naming it");
+  command->add_option("--inject-slow", options->inject_slow,
+                      "RANK:FACTOR: that rank's compute takes FACTOR (> 1) times as long, every step, as a slow GPU's "
+                      "would; the straggler detector names it");
   command
       ->add_option("--restarts", options->restarts,
-                   "after a failed run, start again from the newest checkpoint up to N times (threads launcher; "
-                   "needs --checkpoint)")
+                   "after a failed run, start again from the newest checkpoint up to N times (needs --checkpoint)")
       ->check(between(0, 1000));
   command->callback([options] { run(*options); });
 }

@@ -16,6 +16,7 @@
 
 #include <fmt/core.h>
 
+#include "api/hf_config.hpp"
 #include "cli/commands.hpp"
 
 namespace twin::cli {
@@ -280,6 +281,11 @@ void add_scenario_options(CLI::App& command, ScenarioOptions& options) {
                      fmt::format("scenario TOML file, or a name under scenarios/ (default: {})", options.scenario));
   command.add_option("--set", options.sets, "override a scenario key, e.g. --set parallel.pp=35 (repeatable)")
       ->type_name("KEY=VALUE");
+  command
+      .add_option("--hf-config", options.hf_config,
+                  "a Hugging Face config.json as the scenario's model (its sizes, attention, MLP, experts, embeddings; "
+                  "--set and the aliases win over it)")
+      ->type_name("FILE");
   for (const Alias& alias : kAliases) {
     command
         .add_option_function<long long>(
@@ -347,11 +353,14 @@ std::pair<std::string, std::string> scenario_input(const ScenarioOptions& option
 }
 
 std::vector<model::Override> scenario_overrides(const ScenarioOptions& options) {
+  // --hf-config's model first: what the command line sets after it wins (applied later), and is checked alone below.
   std::vector<model::Override> overrides;
+  if (!options.hf_config.empty()) overrides = api::hf_config_overrides(options.hf_config);
+  const auto from_command_line = static_cast<std::ptrdiff_t>(overrides.size());
   for (const auto& text : options.sets) overrides.push_back(model::parse_override(text));
   // An alias and a --set of the same key that disagree: which one was meant is not for twin to guess.
   for (const model::Override& alias : options.aliases) {
-    for (const model::Override& set : overrides) {
+    for (const model::Override& set : std::vector(overrides.begin() + from_command_line, overrides.end())) {
       if (set.key == alias.key && set.value != alias.value) {
         throw UserError(fmt::format("{} is given twice, as {} by a Megatron-style flag and as {} by --set {}={}",
                                     alias.key, alias.value, set.value, set.key, set.value));
@@ -390,7 +399,7 @@ std::vector<model::Override> scenario_overrides(const ScenarioOptions& options) 
   long long moe_listed_layers = -1;  // the layers --moe-layer-freq's list covers
   if (!options.moe_layer_freq.empty()) {
     const auto [dense, listed] = parse_moe_layer_freq(options.moe_layer_freq);
-    for (const model::Override& given : overrides) {
+    for (const model::Override& given : std::vector(overrides.begin() + from_command_line, overrides.end())) {
       if (given.key == "model.dense_layers") {
         throw UserError(fmt::format("model.dense_layers is given twice, as {} and by --moe-layer-freq", given.value));
       }

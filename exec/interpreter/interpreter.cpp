@@ -196,8 +196,10 @@ IterationOutput Interpreter::run_iteration(const IterationInput& input, std::vec
     current_op_ = i;
     if (input.progress != nullptr) input.progress->mark(input.step, static_cast<int>(i));
     const double start = timings ? now_s() : 0;
+    if (input.observer != nullptr) input.observer->op_starting(ops_[i]);
     execute(i);
     if (static_cast<int>(i) == input.poison_after_op) poison(ops_[i]);
+    if (input.observer != nullptr) input.observer->op_done(ops_[i]);
     if (timings != nullptr) {
       backend_.synchronize();
       timings->push_back(OpTiming{static_cast<int>(i), start - epoch_s, now_s() - epoch_s});

@@ -41,6 +41,15 @@ struct RankProgress {
   void mark(int step_now, int op_now);
 };
 
+// Told of every op of a rank just before and just after it runs (the traced step's timing ends after op_done):
+// exec/train's straggler detector and slow-rank injection (exec/train/straggler.hpp) keep their own clocks.
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  virtual void op_starting(const model::Op& op) = 0;
+  virtual void op_done(const model::Op& op) = 0;
+};
+
 struct IterationInput {
   int step = 0;                           // 0-based iteration index (learning-rate schedule, Adam step = step + 1)
   std::vector<MicroBatch> micro_batches;  // this DP rank's m micro-batches
@@ -49,6 +58,7 @@ struct IterationInput {
   bool skip_nonfinite = false;
   int poison_after_op = -1;          // fault injection: a NaN after this op (exec/train/faults.hpp, nan); -1: none
   RankProgress* progress = nullptr;  // marked before every op when given
+  OpObserver* observer = nullptr;    // told of every op's start and end when given
 };
 
 struct IterationOutput {

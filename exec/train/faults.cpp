@@ -1,11 +1,14 @@
 #include "exec/train/faults.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <fmt/core.h>
@@ -105,6 +108,18 @@ FaultInjection fault_from_environment() {
   const char* spec = std::getenv("TWIN_FAULT");
   if (spec == nullptr || *spec == '\0') return {};
   return parse_fault(spec);
+}
+
+double ComputeSlowdown::after_compute(double seconds) {
+  owed_s_ += (factor_ - 1) * seconds;
+  if (owed_s_ < kMinSleep_s) return 0;
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(owed_s_));
+  const double slept = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // An overshoot is not taken back from the next ops: a loaded host wakes a sleeper milliseconds late, and taking
+  // that from the next step would leave it unslowed. The rank is then slower than FACTOR by the wake-up latency.
+  owed_s_ = std::max(0.0, owed_s_ - slept);
+  return slept;
 }
 
 void block_forever() {

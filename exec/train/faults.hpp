@@ -33,6 +33,31 @@ struct FaultInjection {
   bool at(int rank_now, int step_now) const { return mode != Mode::None && rank == rank_now && step == step_now; }
 };
 
+// `twin run --inject-slow RANK:FACTOR`: that rank's compute takes FACTOR times as long, as a throttled or degraded
+// GPU's would (its collectives and messages do not: the others wait for it there). Beside the one-step faults above:
+// it lasts the whole run.
+struct SlowRank {
+  int rank = -1;  // -1: none
+  double factor = 1;
+  bool at(int rank_now) const { return rank >= 0 && rank == rank_now && factor > 1; }
+};
+
+// What makes a compute op FACTOR times as long: after an op of `seconds`, (FACTOR - 1) x seconds more, slept. A sleep
+// overshoots by the timer's slack (about 50 us on Linux) however short it is asked to be, and a small model's ops last
+// microseconds: so the time owed is kept as a balance and slept once it reaches kMinSleep_s, and the rank's compute
+// comes out FACTOR times as long over a step (at least; by the host's wake-up latency more), not per op.
+class ComputeSlowdown {
+ public:
+  explicit ComputeSlowdown(double factor) : factor_(factor) {}
+  // Returns the seconds slept now.
+  double after_compute(double seconds);
+
+ private:
+  static constexpr double kMinSleep_s = 1e-3;  // 20 x the timer slack: the overshoot stays a few percent of a sleep
+  double factor_;
+  double owed_s_ = 0;
+};
+
 // Parses TWIN_FAULT's syntax; throws RunError naming what is wrong.
 FaultInjection parse_fault(std::string_view spec);
 

@@ -22,6 +22,9 @@ nlohmann::json run_json(const model::Program& program, const TrainResult& result
   json["learning_rates"] = result.learning_rates;
   json["weight_norms"] = result.weight_norms;
   json["skipped_steps"] = result.skipped_steps;  // a skipped step's loss is NaN: null in JSON
+  json["slowest_rank"] = result.slowest_ranks;    // the straggler detector's, per step
+  json["lag_s"] = result.lag_s;
+  json["lag_fraction"] = result.lag_fractions;
   if (!result.earlier_losses.empty()) json["earlier_losses"] = result.earlier_losses;
   if (!result.resumed_from.empty()) {
     json["resumed_from"] = result.resumed_from;

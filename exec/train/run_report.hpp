@@ -2,6 +2,7 @@
 //
 // --json: {"losses": [one per step run], "iteration_time_s": [one per step run], "tokens_per_s", "grad_norms",
 //          "learning_rates", "first_step", "steps", "earlier_losses" (from a resumed checkpoint), "engine",
+//          per step the straggler detector's "slowest_rank" (-1 with one rank), "lag_s" and "lag_fraction",
 //          "summary": {the simulator's summary keys (report/summary.hpp) for the traced step: iteration_time_s,
 //                      bubble_fraction, tflops_per_gpu, mfu, time_split, stages, ...}}
 // Note: the top-level "iteration_time_s" is the per-step list; the summary's is the traced step's.

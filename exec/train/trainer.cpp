@@ -56,7 +56,8 @@ class RankRun {
         world_(world_group(program.layout.world_size())),
         threads_launcher_(threads_launcher),
         result_(result),
-        progress_(progress) {
+        progress_(progress),
+        work_flops_(compute_flops_per_rank(program)) {
     if (comm.world_size() != program.layout.world_size()) {
       const model::RankLayout& l = program.layout;
       const std::string needs =
@@ -122,6 +123,7 @@ class RankRun {
     const int trace_step = options_.trace_step == -1 ? options_.steps - 1 : options_.trace_step;  // < -1: none
     TrainingGuards guards(options_.guards, std::log(static_cast<double>(scenario_.model.vocab)), history_);
     std::vector<OpTiming> timings;
+    StepClock clock(options_.slow.at(rank_) ? options_.slow.factor : 1.0);
     double counted_time = 0, counted_tokens = 0;
     double weights_before = first < options_.steps ? weight_norm() : 0;
     int skipped_in_a_row = 0;
@@ -141,6 +143,7 @@ class RankRun {
       }
       input.skip_nonfinite = options_.skip_nonfinite;
       input.progress = progress_;
+      input.observer = &clock;
       if (options_.fault.mode == FaultInjection::Mode::Nan && options_.fault.at(rank_, step)) {
         input.poison_after_op = options_.fault.op;
       }
@@ -160,8 +163,10 @@ class RankRun {
         if (raised_by_every_rank(error)) throw GuardTripped(message);
         throw TrainingDiverged(message);
       }
-      double metrics[5] = {out.loss_sum, out.loss_tokens, squared_weights(), out.aux_loss_sum, out.moe_dropped_slots};
-      comm_.all_reduce(world_, metrics, 5, DType::F64, "loss sum and weight norm (reporting, guards)");
+      const double compute_s = clock.take_compute_s();
+      std::vector<double> metrics = step_metrics(out, compute_s, now_s() - start - compute_s);
+      comm_.all_reduce(world_, metrics.data(), metrics.size(), DType::F64,
+                       "loss sum, weight norm and step times (reporting, guards, stragglers)");
       const double seconds = now_s() - start;
       if (trace) gather_timeline(timings, step);
       const double loss = metrics[0] / std::max(1.0, metrics[1]), weights_after = std::sqrt(metrics[2]);
@@ -192,6 +197,10 @@ class RankRun {
         result_->learning_rates.push_back(out.learning_rate);
         result_->weight_norms.push_back(weights_after);
         if (out.skipped) result_->skipped_steps.push_back(step);
+        const Straggler straggler = straggler_of(metrics);
+        result_->slowest_ranks.push_back(straggler.rank);
+        result_->lag_s.push_back(straggler.lag_s);
+        result_->lag_fractions.push_back(straggler.lag_fraction);
         if (step > first || options_.steps - first == 1) {
           counted_time += seconds;
           counted_tokens += tokens_per_step;
@@ -199,7 +208,7 @@ class RankRun {
         result_->tokens_per_s = counted_time > 0 ? counted_tokens / counted_time : 0;
         if (options_.on_step) {
           options_.on_step(StepReport{step, options_.steps, loss, out.grad_norm, out.learning_rate, seconds,
-                                      tokens_per_step / seconds, weights_after, out.skipped});
+                                      tokens_per_step / seconds, weights_after, out.skipped, straggler});
         }
       }
       const int done = step + 1;
@@ -211,6 +220,34 @@ class RankRun {
   }
 
  private:
+  static constexpr std::size_t kReportingSums = 5;  // loss sum, tokens, squared weights, aux loss, dropped slots
+
+  // The reporting sums, and this rank's (compute, wait) seconds in its own slots for the straggler detector: one
+  // all-reduce carries both (zeros in the other ranks' slots, so the sums are the values) where a gather would be one
+  // more collective per step.
+  std::vector<double> step_metrics(const IterationOutput& out, double compute_s, double wait_s) {
+    std::vector<double> metrics(kReportingSums + 2 * world_.members.size(), 0.0);
+    metrics[0] = out.loss_sum;
+    metrics[1] = out.loss_tokens;
+    metrics[2] = squared_weights();
+    metrics[3] = out.aux_loss_sum;
+    metrics[4] = out.moe_dropped_slots;
+    metrics[kReportingSums + 2 * static_cast<std::size_t>(rank_)] = compute_s;
+    metrics[kReportingSums + 2 * static_cast<std::size_t>(rank_) + 1] = wait_s;
+    return metrics;
+  }
+
+  // The step's straggler, from every rank's (compute, wait) seconds after the reporting sums.
+  Straggler straggler_of(const std::vector<double>& metrics) const {
+    const std::size_t world = world_.members.size();
+    std::vector<double> compute_s(world), wait_s(world);
+    for (std::size_t r = 0; r < world; ++r) {
+      compute_s[r] = metrics[kReportingSums + 2 * r];
+      wait_s[r] = metrics[kReportingSums + 2 * r + 1];
+    }
+    return find_straggler(compute_s, wait_s, work_flops_);
+  }
+
   static bool fp8_delayed(const model::Scenario& s) {
     return s.model.fp8 != model::Fp8Format::None && s.framework.fp8_recipe == model::Fp8Recipe::Delayed;
   }
@@ -451,6 +488,7 @@ class RankRun {
   bool threads_launcher_;
   TrainResult* result_;
   RankProgress* progress_;
+  std::vector<double> work_flops_;  // each rank's compute FLOPs per step: the straggler detector's measure of work
   std::unique_ptr<DeferredCollectives> deferred_;  // check_deferred_collectives: shared by the two below
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Communicator> device_comm_;  // the interpreter's, for a device backend (destroyed before it)

@@ -26,6 +26,7 @@
 #include "exec/train/data.hpp"
 #include "exec/train/faults.hpp"
 #include "exec/train/guards.hpp"
+#include "exec/train/straggler.hpp"
 #include "model/program/program.hpp"
 #include "report/timeline.hpp"
 
@@ -41,6 +42,7 @@ struct StepReport {
   double tokens_per_s = 0;  // this step's
   double weight_norm = 0;   // after the step's update
   bool skipped = false;     // skip_nonfinite: the update was skipped (loss NaN)
+  Straggler straggler;      // the rank slowest to compute this step (exec/train/straggler.hpp)
 };
 
 struct TrainOptions {
@@ -61,6 +63,7 @@ struct TrainOptions {
   std::function<void(const StepReport&)> on_step;   // rank 0, after every step
   std::function<void(const std::string&)> on_note;  // rank 0: what resuming found
   FaultInjection fault;
+  SlowRank slow;  // --inject-slow: that rank's compute takes `factor` times as long, every step
 };
 
 struct TrainResult {                   // complete on rank 0
@@ -75,6 +78,10 @@ struct TrainResult {                   // complete on rank 0
   std::vector<long> moe_dropped_slots;
   std::vector<double> iteration_time_s, grad_norms, learning_rates, weight_norms;
   std::vector<int> skipped_steps;            // 0-based steps whose update was skipped (skip_nonfinite)
+  // The straggler detector, per step run: the rank slowest to compute (-1 with one rank), the seconds it lagged its
+  // peers' median speed, and that lag as a fraction of its peers' time (exec/train/straggler.hpp)
+  std::vector<int> slowest_ranks;
+  std::vector<double> lag_s, lag_fractions;
   double tokens_per_s = 0;                   // over the run's steps, the first one excluded when there are several
   std::optional<report::Timeline> timeline;  // every rank's ops of the traced step
   int traced_step = -1;

@@ -181,6 +181,27 @@ TEST_F(Faults, MpiAnInjectedFailureIsNamedOnceAndTheRunResumes) {
   expect_resume_is_bit_identical(2);
 }
 
+// `--restarts` under `--launcher mpi`: the command that started mpirun launches the job again after it failed, without
+// the injected failure, and the job resumes from the newest checkpoint: every step trained once, bit for bit.
+TEST_F(Faults, MpiRestartsRelaunchTheJobFromTheNewestCheckpoint) {
+  SKIP_WITHOUT_MPIRUN();
+  const Outcome restarted = twin_run(
+      {set_args(kPlan) + std::vector<std::string>{"--steps", std::to_string(kSteps), "--checkpoint", dir() + "/ck",
+                                                  "--checkpoint-every", "1", "--inject-failure", "4:1", "--restarts",
+                                                  "1", "--json", dir() + "/restarted.json"} +
+       kMpi},
+      "restarted");
+  ASSERT_EQ(restarted.status, 0) << restarted.log;
+  EXPECT_NE(restarted.log.find("twin: error: rank 1: injected failure at step 4"), std::string::npos) << restarted.log;
+  EXPECT_NE(restarted.log.find("the MPI job failed; restart 1 of 1 from the newest checkpoint"), std::string::npos)
+      << restarted.log;
+  const nlohmann::json json = this->json("restarted.json");
+  EXPECT_EQ(json["first_step"].get<int>(), 3);
+  std::vector<double> every = json["earlier_losses"].get<std::vector<double>>();
+  for (double loss : json["losses"].get<std::vector<double>>()) every.push_back(loss);
+  EXPECT_EQ(every, uninterrupted(kPlan, kSteps));
+}
+
 // ---- checkpoints -------------------------------------------------------------------------------------------------
 
 // The process killed half-way through each file of the checkpoint of step 3: that checkpoint is never complete, the
