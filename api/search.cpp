@@ -12,6 +12,7 @@
 #include "model/program/estimates.hpp"
 #include "model/scenario/errors.hpp"
 #include "report/plan_documents.hpp"
+#include "report/within_days.hpp"
 #include "sim/cost_model.hpp"
 #include "topology/hardware.hpp"
 
@@ -163,13 +164,20 @@ nlohmann::json search_rows(const Search& search, const SearchRequest& request) {
                                 one.outcome.summary};
     rows.push_back(report::search_row_json(row, !request.extras.train_tokens.empty(), request.extras.goodput));
   }
+  if (request.within_days > 0) report::mark_finishes_in_days(rows, request.within_days);
   return rows;
 }
 
 nlohmann::json search_document(const Search& search, const SearchRequest& request) {
-  return report::search_document(search.targets.front().base.model.name, search_rows(search, request), search.found,
-                                 search.rejected_for_memory, request.space.memory_headroom, request.explain,
-                                 search.rejections);
+  const nlohmann::json rows = search_rows(search, request);
+  nlohmann::json document =
+      report::search_document(search.targets.front().base.model.name, rows, search.found, search.rejected_for_memory,
+                              request.space.memory_headroom, request.explain, search.rejections);
+  if (request.within_days > 0) {
+    const std::optional<std::size_t> best = report::fewest_gpus_within_days(rows);
+    document["fewest_gpus_within_days"] = best ? rows[*best] : nlohmann::json(nullptr);
+  }
+  return document;
 }
 
 }  // namespace twin::api

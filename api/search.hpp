@@ -29,6 +29,7 @@ struct SearchRequest {
   bool all = false;                // simulate every plan that fits
   bool explain = false;            // keep every plan left out, with its reason
   SimRequest extras;               // each plan's training run, price, goodput (goodput also ranks)
+  double within_days = 0;          // --days: each row's finishes_in_days, and the fewest GPUs that do (0: not asked)
 };
 
 // One cluster a search runs on: the scenario's, or each node kind asked.

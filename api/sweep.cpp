@@ -2,6 +2,7 @@
 #include "api/sweep.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include <fmt/core.h>
@@ -9,6 +10,7 @@
 #include "api/scenario.hpp"
 #include "model/scenario/errors.hpp"
 #include "report/plan_documents.hpp"
+#include "report/within_days.hpp"
 
 namespace twin::api {
 namespace {
@@ -201,13 +203,20 @@ nlohmann::json sweep_rows(const Sweep& sweep, const SweepRequest& request) {
     row.summary = v.outcome.summary;
     rows.push_back(report::sweep_row_json(row, request.extras.goodput, !request.extras.train_tokens.empty()));
   }
+  if (request.within_days > 0) report::mark_finishes_in_days(rows, request.within_days);
   return rows;
 }
 
 nlohmann::json sweep_document(const Sweep& sweep, const SweepRequest& request) {
   std::vector<std::string> varied;
   for (const SweepAxis& axis : sweep.axes) varied.push_back(axis.key);
-  return report::sweep_document(sweep.model_name, varied, sweep_rows(sweep, request));
+  const nlohmann::json rows = sweep_rows(sweep, request);
+  nlohmann::json document = report::sweep_document(sweep.model_name, varied, rows);
+  if (request.within_days > 0) {
+    const std::optional<std::size_t> best = report::fewest_gpus_within_days(rows);
+    document["fewest_gpus_within_days"] = best ? rows[*best] : nlohmann::json(nullptr);
+  }
+  return document;
 }
 
 }  // namespace twin::api

@@ -27,6 +27,7 @@ struct SweepRequest {
   std::function<std::vector<model::Override>(const std::vector<std::string>& variant_sets)> overrides_of;
   std::vector<std::string> given_keys;  // the keys the caller sets, which a --vary may not give too (default: sets')
   SimRequest extras;                    // each variant's training run, price, goodput
+  double within_days = 0;               // --days: rows say finishes_in_days; the fewest GPUs that do (0: not asked)
 };
 
 // One --vary: a scenario key and the values it takes, in order.
@@ -61,7 +62,8 @@ void run_sweep(Sweep& sweep, const SweepRequest& request, const VariantSimulator
 // Both: the sweep with its outcomes.
 Sweep sweep(const SweepRequest& request, const VariantSimulator& simulator = simulate_here);
 
-// Each variant's row (report::sweep_row_json), in order, and the document `twin sweep --json` writes.
+// Each variant's row (report::sweep_row_json), in order, and the document `twin sweep --json` writes (with
+// `within_days`, its fewest_gpus_within_days: the row, or null; report/within_days.hpp).
 nlohmann::json sweep_rows(const Sweep& sweep, const SweepRequest& request);
 nlohmann::json sweep_document(const Sweep& sweep, const SweepRequest& request);
 

@@ -19,7 +19,7 @@ const std::vector<CommandExamples>& command_examples() {
        {"twin search gpt3-175b --max 8 --sort tflops --csv plans.csv",
         "twin search mixtral-8x7b --vary-recompute --explain"}},
       {"sweep",
-       {"twin sweep gpt3-175b --vary cluster.nodes=64,128,256 --train-tokens 300B",
+       {"twin sweep gpt3-175b --vary cluster.nodes=64,128,256 --train-tokens 300B --days 30",
         "twin sweep gpt3-175b --vary parallel.schedule=1f1b,zb-h1 --vary parallel.micro_batch=1,2 --csv sweep.csv"}},
       {"goodput",
        {"twin goodput llama2-70b --train-tokens 2T", "twin goodput gpt3-175b --iteration-time 31.8 --json g.json"}},

@@ -17,6 +17,7 @@
 #include "cli/commands.hpp"
 #include "cli/simulation_pool.hpp"
 #include "cli/simulation_ranks.hpp"
+#include "cli/within_days.hpp"
 #include "report/plan_tables.hpp"
 #include "topology/platform.hpp"
 
@@ -37,6 +38,7 @@ struct SearchOptions {
   std::string train_tokens;  // passed on to each `twin sim --train-tokens` (empty: not asked)
   std::string usd_per_gpu_hour;  // passed on to each `twin sim --usd-per-gpu-hour` (empty: not asked)
   bool goodput = false;      // --goodput: rank by iteration time over goodput (the scenario's failure model)
+  double days = 0;           // --days: whether each plan finishes in time, and the fewest GPUs that do (0: not asked)
   bool quiet = false;        // nothing on stderr but errors
 };
 
@@ -56,6 +58,7 @@ api::SearchRequest search_request(const SearchOptions& o) {
   request.explain = o.explain;
   request.extras.train_tokens = o.train_tokens;
   request.extras.goodput = o.goodput;
+  request.within_days = o.days;
   return request;
 }
 
@@ -137,8 +140,9 @@ void print_plans(const api::Search& search, const SearchOptions& o) {
              fmt::format("{}{}", context ? fmt::format(" {:>3}", "cp") : "",
                          moe ? fmt::format(" {:>4} {:>4}", "ep", "etp") : ""),
              "mb", "schedule", "recompute", "sharding", "iter s", "TFLOP/s", "bubble", "mem GiB", "fits",
-             fmt::format("{}{}", o.goodput ? fmt::format(" {:>8}", "goodput") : "",
-                         training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : ""));
+             fmt::format("{}{}{}", o.goodput ? fmt::format(" {:>8}", "goodput") : "",
+                         training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : "",
+                         o.days > 0 ? fmt::format(" {:>8}", "finishes") : ""));
   for (const api::SearchedPlan& one : search.plans) {
     const model::Plan& plan = one.plan;
     const nlohmann::json& summary = one.outcome.summary;
@@ -149,10 +153,11 @@ void print_plans(const api::Search& search, const SearchOptions& o) {
       // With --goodput the days count failures (and the GPU-hours the wall time they cost).
       const double days = training ? summary.at("training").value(o.goodput ? "days_with_failures" : "days", 0.0) : 0;
       const std::string training_columns = fmt::format(
-          "{}{}", o.goodput ? fmt::format(" {:>7.1f}%", 100 * one.goodput_fraction) : "",
+          "{}{}{}", o.goodput ? fmt::format(" {:>7.1f}%", 100 * one.goodput_fraction) : "",
           training ? fmt::format(" {:>9.1f} {:>12.0f}", days,
                                  summary.at("training").at("gpu_hours").get<double>() / one.goodput_fraction)
-                   : "");
+                   : "",
+          o.days > 0 ? fmt::format(" {:>8}", days <= o.days ? "yes" : "no") : "");
       fmt::print("{}  {:>4} {:>4} {:>5}{} {:>4}  {:<16} {:<10} {:<8} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f} {:>5}{}\n",
                  node_column(one), plan.tp, plan.pp, plan.dp, experts(plan), plan.micro_batch, schedule,
                  plan.recompute_label(), plan.sharding_label(), one.iteration_time_s, summary.at("tflops_per_gpu").get<double>(),
@@ -176,6 +181,7 @@ void sort_plans(api::Search& search, const api::SearchRequest& request, const st
 }
 
 void run_search(const SearchOptions& o) {
+  require_a_run_to_time(o.days, !o.train_tokens.empty());
   const api::SearchRequest request = search_request(o);
   require_outputs_before_work({{"--json", o.json_path}, {"--csv", o.csv_path}}, {scenario_input(o.scenario)});
   if (!o.sort.empty()) {  // an unknown column is refused before the work
@@ -196,6 +202,7 @@ void run_search(const SearchOptions& o) {
   if (follower) return;
   if (!o.sort.empty()) sort_plans(search, request, o.sort);
   print_plans(search, o);
+  if (o.days > 0) print_within_days(api::search_rows(search, request), o.days, plan_text);
   print_rejections(search.rejections);
   if (!o.json_path.empty()) write_file_atomically(o.json_path, api::search_document(search, request).dump(1) + "\n");
   if (!o.csv_path.empty()) {
@@ -262,6 +269,7 @@ void register_search_command(CLI::App& app) {
       ->add_option("--train-tokens", o->train_tokens,
                    "also estimate each plan's whole training run of this many tokens: days, GPU-hours")
       ->check(token_count("--train-tokens"));
+  add_days_option(*command, o->days, "plan");
   command->add_flag("--goodput", o->goodput,
                     "rank by iteration time over goodput (the scenario's failure model, twin goodput): a goodput "
                     "column, and --train-tokens days with failures");

@@ -13,6 +13,7 @@
 #include "cli/commands.hpp"
 #include "cli/simulation_pool.hpp"
 #include "cli/simulation_ranks.hpp"
+#include "cli/within_days.hpp"
 #include "report/plan_tables.hpp"
 
 namespace twin::cli {
@@ -27,6 +28,7 @@ struct SweepOptions {
   std::string train_tokens;  // passed on to each `twin sim --train-tokens` (empty: not asked)
   std::string usd_per_gpu_hour;  // passed on to each `twin sim --usd-per-gpu-hour` (empty: not asked)
   bool goodput = false;      // --goodput: each variant's goodput, and the one with most useful tokens per second
+  double days = 0;           // --days: which variants finish in time, and the fewest GPUs that do (0: not asked)
   bool quiet = false;        // nothing on stderr but errors
 };
 
@@ -45,6 +47,7 @@ api::SweepRequest sweep_request(const SweepOptions& o) {
   };
   request.extras.train_tokens = o.train_tokens;
   request.extras.goodput = o.goodput;
+  request.within_days = o.days;
   return request;
 }
 
@@ -62,8 +65,9 @@ void print_sweep(const api::Sweep& sweep, const nlohmann::json& rows, const Swee
   const bool training = !o.train_tokens.empty();
   fmt::print("{} {:>6} {:>10} {:>9} {:>8} {:>9} {:>5} {:>12}{}\n", header, "GPUs", "iter s", "TFLOP/s", "bubble",
              "mem GiB", "fits", "tokens/s",
-             fmt::format("{}{}", o.goodput ? fmt::format(" {:>8} {:>12}", "goodput", "useful tok/s") : "",
-                         training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : ""));
+             fmt::format("{}{}{}", o.goodput ? fmt::format(" {:>8} {:>12}", "goodput", "useful tok/s") : "",
+                         training ? fmt::format(" {:>9} {:>12}", "days", "GPU-hours") : "",
+                         o.days > 0 ? fmt::format(" {:>8}", "finishes") : ""));
   std::string best_row;  // --goodput: the variant with the most useful tokens per second
   double best_useful_tokens_per_s = 0;
   for (std::size_t i = 0; i < sweep.variants.size(); ++i) {
@@ -89,6 +93,7 @@ void print_sweep(const api::Sweep& sweep, const nlohmann::json& rows, const Swee
       training_columns += fmt::format(" {:>9.1f} {:>12.0f}", days,
                                       entry.at("training").at("gpu_hours").get<double>() / goodput);
     }
+    if (o.days > 0) training_columns += fmt::format(" {:>8}", finishes_cell(entry));
     fmt::print("{} {:>6} {:>10.3f} {:>9.1f} {:>7.1f}% {:>9.1f} {:>5} {:>12.0f}{}\n", row, sweep.variants[i].gpus,
                entry["iteration_time_s"].get<double>(), entry["tflops_per_gpu"].get<double>(),
                100 * entry["bubble_fraction"].get<double>(),
@@ -99,9 +104,19 @@ void print_sweep(const api::Sweep& sweep, const nlohmann::json& rows, const Swee
     fmt::print("\n  most useful tokens per second, failures counted:{} ({:.0f})\n", best_row,
                best_useful_tokens_per_s);
   }
+  if (o.days > 0) {
+    print_within_days(rows, o.days, [](const nlohmann::json& row) {
+      std::string values;
+      for (const auto& [key, value] : row.at("set").items()) {
+        values += fmt::format("{}{}={}", values.empty() ? "" : " ", key, value.get<std::string>());
+      }
+      return values;
+    });
+  }
 }
 
 void run_sweep(const SweepOptions& o) {
+  require_a_run_to_time(o.days, !o.train_tokens.empty());
   const api::SweepRequest request = sweep_request(o);
   require_outputs_before_work({{"--json", o.json_path}, {"--csv", o.csv_path}},
                               {{"the scenario", resolve_scenario_path(o.scenario.scenario)}});
@@ -166,6 +181,7 @@ void register_sweep_command(CLI::App& app) {
       ->add_option("--train-tokens", o->train_tokens,
                    "also estimate each variant's whole training run of this many tokens: days, GPU-hours")
       ->check(token_count("--train-tokens"));
+  add_days_option(*command, o->days, "variant");
   command->add_flag("--goodput", o->goodput,
                     "each variant's goodput by the scenario's failure model (twin goodput), its useful tokens per "
                     "second, --train-tokens days with failures, and the variant with the most useful tokens per "

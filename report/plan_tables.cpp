@@ -92,6 +92,12 @@ void add_results(std::vector<Column>& columns, const json& rows, bool every) {
       columns.push_back(numeric(
           "cost_usd", "USD", [](const json& r) { return training_at(r, "cost_usd"); }, 0));
   }
+  if (any_row_has(rows, "finishes_in_days")) {  // --days
+    columns.push_back(textual("finishes", "finishes", [](const json& r) {
+      const auto found = r.find("finishes_in_days");
+      return found != r.end() && found->is_boolean() ? (found->get<bool>() ? "yes" : "no") : "";
+    }));
+  }
   columns.push_back(textual("error", "error", [](const json& r) { return text_at(r, "error"); }));
 }
 

@@ -23,10 +23,11 @@ struct Column {
 
 // The search table's columns for these rows (search_row_json): node, tp, pp, dp, cp, ep, etp, mb, schedule, chunks,
 // recompute, sharding, iter_s, tflops, bubble, mem_gib, fits, then goodput, days, gpu_hours and cost_usd where the
-// rows have them (`every`: every one of them, empty where a row has none: what --sort takes), and error.
+// rows have them (`every`: every one of them, empty where a row has none: what --sort takes), finishes where they have
+// finishes_in_days (--days), and error.
 std::vector<Column> search_columns(const nlohmann::json& rows, bool every = false);
 // The sweep table's columns (sweep_row_json): each varied key, then gpus, iter_s, tflops, bubble, mem_gib, fits,
-// tokens_per_s, goodput, days, gpu_hours and cost_usd where the rows have them, and error.
+// tokens_per_s, goodput, days, gpu_hours, cost_usd and finishes where the rows have them, and error.
 std::vector<Column> sweep_columns(const std::vector<std::string>& varied, const nlohmann::json& rows);
 
 // RFC 4180 CSV: the names, then a line per row; a cell with a comma, quote or line break is quoted.
