@@ -91,6 +91,7 @@ void register_search_command(CLI::App& app);  // cli/search_command.cpp, with th
 void register_sweep_command(CLI::App& app);   // cli/sweep_command.cpp, with the simulator
 void register_goodput_command(CLI::App& app);  // cli/goodput_command.cpp, with the simulator
 void register_report_command(CLI::App& app);   // cli/report_command.cpp
+void register_completion_command(CLI::App& app);  // cli/completion_command.cpp: bash completion from `app` itself
 
 // Two examples for each command, shown under its --help (cli/examples.cpp).
 struct CommandExamples {

@@ -31,6 +31,8 @@ const std::vector<CommandExamples>& command_examples() {
       {"calibrate",
        {"twin calibrate trace-rank-0.json.gz --out profile.toml", "twin calibrate twin_gemm_peak.txt --out h100.toml"}},
       {"report", {"twin report summary.json -o report.html", "twin report search.json --output search.html"}},
+      {"completion",
+       {"source <(twin completion bash)", "twin completion bash > ~/.local/share/bash-completion/completions/twin"}},
   };
   return all;
 }

@@ -7,6 +7,7 @@
 //   twin sweep SCENARIO   simulate the scenario at each value of a key (--vary cluster.nodes=280,350,420)
 //   twin goodput SCENARIO useful training time per wall time with interruptions and checkpoints counted
 //   twin report FILE      an HTML page of a sim, sweep, search or compare --json file
+//   twin completion bash  a bash completion script made from the commands and flags below
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -157,6 +158,7 @@ int main(int argc, char** argv) {
   twin::cli::register_compare_command(app);
   twin::cli::register_calibrate_command(app);
   twin::cli::register_report_command(app);
+  twin::cli::register_completion_command(app);
   twin::cli::add_examples(app);
   // CLI11 would answer "A subcommand is required" to a misspelt one: name it and the commands there are.
   if (argc > 1 && argv[1][0] != '-') {
