@@ -22,7 +22,8 @@ void check_v_shape(const Scenario& scenario, const std::string& key, std::vector
                                    src, key));
   }
   // dualpipev.py asserts num_chunks >= num_ranks * 2: its steps 4 would run a negative number of times.
-  if (p.schedule == ScheduleKind::DualPipeV && p.dp > 0 && p.micro_batch > 0 && p.micro_batches() < 2 * p.pp) {
+  const bool batch_ok = p.dp > 0 && p.micro_batch > 0 && p.global_batch % (p.dp * p.micro_batch) == 0;
+  if (p.schedule == ScheduleKind::DualPipeV && batch_ok && p.micro_batches() < 2 * p.pp) {
     problems.push_back(fmt::format("{}: {} needs at least 2 * parallel.pp ({}) micro-batches per pipeline, got {}",
                                    src, key, 2 * p.pp, p.micro_batches()));
   }
