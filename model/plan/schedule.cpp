@@ -118,18 +118,18 @@ class DualPipeV {
  public:
   DualPipeV(int stage, int stages, int micro_batches) : s_(stage), p_(stages), m_(micro_batches) {}
   StageSchedule build() {
-    repeat(2 * (p_ - s_ - 1), [&] { forward(0); });                                      // 1: nF0
-    repeat(s_ + 1, [&] { forward(0), forward(1); });                                     // 2: nF0F1
-    repeat(p_ - s_ - 1, [&] { backward(1, true), weight(), forward(1); });               // 3: nB1W1F1
+    repeat(2 * (p_ - s_ - 1), [&] { forward(0); });                                           // 1: nF0
+    repeat(s_ + 1, [&] { forward(0), forward(1); });                                          // 2: nF0F1
+    repeat(p_ - s_ - 1, [&] { backward(1, true), weight(), forward(1); });                    // 3: nB1W1F1
     repeat(m_ - 2 * p_ + s_ + 1, [&] { forward(0), backward(1), forward(1), backward(0); });  // 4: nF0B1F1B0
-    repeat(p_ - s_ - 1, [&] { backward(1), forward(1), backward(0); });                  // 5: nB1F1B0
-    for (int i = 0; i < s_ + 1; ++i) {                                                   // 6: nB1B0, zero bubble
-      const bool half = i >= (s_ + 1) / 2;                                               //    from the middle on
+    repeat(p_ - s_ - 1, [&] { backward(1), forward(1), backward(0); });                       // 5: nB1F1B0
+    for (int i = 0; i < s_ + 1; ++i) {                                                        // 6: nB1B0, zero bubble
+      const bool half = i >= (s_ + 1) / 2;                                                    //    from the middle on
       backward(1, half && (s_ % 2 == 1 || i > (s_ + 1) / 2));
       backward(0, half);
     }
-    repeat(p_ - s_ - 1, [&] { weight(), backward(0, true); });                           // 7: nWB0
-    repeat(s_ + 1, [&] { weight(); });                                                   // 8: nW
+    repeat(p_ - s_ - 1, [&] { weight(), backward(0, true); });  // 7: nWB0
+    repeat(s_ + 1, [&] { weight(); });                          // 8: nW
     return std::move(steps_);
   }
 
@@ -177,8 +177,8 @@ int warmup_steps(ScheduleKind kind, int stage, int stages, int micro_batches, in
     case ScheduleKind::DualPipeV: {  // the forwards before its first B
       const StageSchedule steps = kind == ScheduleKind::DualPipeV ? DualPipeV(stage, stages, micro_batches).build()
                                                                   : zero_bubble_v(stage, stages, micro_batches);
-      const auto first_backward = std::find_if(steps.begin(), steps.end(),
-                                               [](const PipelineStep& step) { return step.pass != Pass::Forward; });
+      const auto first_backward =
+          std::find_if(steps.begin(), steps.end(), [](const PipelineStep& step) { return step.pass != Pass::Forward; });
       return static_cast<int>(first_backward - steps.begin());
     }
     case ScheduleKind::Interleaved: {
