@@ -117,6 +117,18 @@ void Interpreter::send(const Op& op) {
   comm_.send(peer, model::p2p_tag_key(model::p2p_tag(op)), tensor.data, tensor.bytes());
 }
 
+void Interpreter::pass_through_turn(const Op& last) {
+  const bool forward = last.phase == Phase::Forward;
+  const Tensor& from = forward ? chunk(last).hidden : chunk(last).grad;
+  TWIN_EXEC_CHECK(!from.empty(), "rank {}: {}: nothing to pass through the V's turn", rank_, labels_[current_op_]);
+  Op next = last;  // the other chunk's state: created by its forward (chunk 1), or its forward made it (chunk 0)
+  next.chunk = 1 - last.chunk;
+  ChunkState& to = chunk(next);
+  Tensor copy = backend_.allocate(from.numel, from.dtype);
+  backend_.copy(copy, from);
+  (forward ? to.hidden : to.grad) = copy;
+}
+
 void Interpreter::recv(const Op& op) {
   if (op.group == model::Group::Context) return ring_recv(op);
   ChunkState& state = chunk(op);

@@ -58,12 +58,30 @@ Interpreter::Interpreter(const model::Program& program, int rank, Backend& backe
   }
   release_after_.assign(ops_.size(), false);
   for (const auto& [key, index] : last_op) release_after_[index] = true;
+  find_turns();
   build_dispatch_tables();
   if (scenario_.shards_parameters()) plan_parameter_lifetimes();
   if (scenario_.model.fp8 != model::Fp8Format::None) fp8_ = std::make_unique<Fp8State>(scenario_);
 }
 
 Interpreter::~Interpreter() = default;
+
+// The last stage of a V holds virtual stages pp - 1 (chunk 0) and pp (chunk 1): each micro-batch's last forward op of
+// chunk 0 and last backward op of chunk 1 end where a Send would go.
+void Interpreter::find_turns() {
+  turn_after_.assign(ops_.size(), false);
+  const auto& p = scenario_.parallel;
+  if (!p.v_shape() || coord_.pp != p.pp - 1) return;
+  std::map<int, std::size_t> last_forward, last_backward;  // by micro-batch
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    const Op& op = ops_[i];
+    if (op.micro_batch < 0) continue;
+    if (op.chunk == 0 && op.phase == Phase::Forward) last_forward[op.micro_batch] = i;
+    if (op.chunk == 1 && op.phase == Phase::Backward) last_backward[op.micro_batch] = i;
+  }
+  for (const auto& [micro_batch, index] : last_forward) turn_after_[index] = true;
+  for (const auto& [micro_batch, index] : last_backward) turn_after_[index] = true;
+}
 
 // ---- ZeRO-3: when a bucket's parameters are whole ------------------------------------------------------------------
 
@@ -204,6 +222,7 @@ IterationOutput Interpreter::run_iteration(const IterationInput& input, std::vec
       backend_.synchronize();
       timings->push_back(OpTiming{static_cast<int>(i), start - epoch_s, now_s() - epoch_s});
     }
+    if (turn_after_[i]) pass_through_turn(ops_[i]);
     if (release_after_[i]) chunks_.erase({ops_[i].micro_batch, ops_[i].chunk});
   }
   TWIN_EXEC_CHECK(chunks_.empty(), "rank {}: {} micro-batch states left after the iteration", rank_, chunks_.size());
@@ -266,7 +285,7 @@ Interpreter::ChunkState& Interpreter::chunk(const Op& op) {
                   "micro-batch {} out of range", op.micro_batch);
   ChunkState& state = chunks_[key];
   const MicroBatch& data = input_->micro_batches[static_cast<std::size_t>(op.micro_batch)];
-  const int vs = model::virtual_stage(coord_.pp, op.chunk, static_cast<int>(scenario_.parallel.pp));
+  const int vs = static_cast<int>(scenario_.parallel.virtual_stage(coord_.pp, op.chunk));
   if (vs == 0) {
     state.tokens = backend_.allocate(static_cast<std::size_t>(dims_.tokens), DType::I32);
     backend_.upload_i32(state.tokens, data.tokens.data());

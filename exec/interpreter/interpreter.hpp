@@ -208,6 +208,7 @@ class Interpreter {
   using Handler = void (Interpreter::*)(const model::Op&);
 
   void build_dispatch_tables();
+  void find_turns();  // turn_after_
   // ZeRO-3: which bucket each compute op reads, and after which ops FSDP frees a layer's gathered parameters.
   void plan_parameter_lifetimes();
   Bucket* parameters_read_by(const model::Op& op);
@@ -317,6 +318,9 @@ class Interpreter {
   void gather_checkpointed_input(const model::Op& op);  // CheckpointedInput: a partitioned layer input, whole again
   void gather_cross_entropy_stats(const model::Op& op);
   void send(const model::Op& op);
+  // The V's turn (model::ParallelSpec::v_shape): on the last stage, chunk 0's output is chunk 1's input and chunk 1's
+  // input gradient chunk 0's output gradient, passed without a message after the step's last op (turn_after_).
+  void pass_through_turn(const model::Op& last);
   void recv(const model::Op& op);
   void all_gather_sequence(const model::Op& op, const Tensor& shard, Tensor& full);
 
@@ -375,6 +379,7 @@ class Interpreter {
   const std::vector<model::Op>& ops_;
   std::vector<std::string> labels_;
   std::vector<bool> release_after_;  // op i is the last op of its (micro-batch, chunk): drop the state after it
+  std::vector<bool> turn_after_;     // op i ends a step at the V's turn: pass its output to the other chunk
   // ZeRO-3 only (empty otherwise), by op index: the bucket whose parameters compute op i reads (it must be gathered
   // then), and the buckets FSDP reshards after op i (the Program's Op::frees_parameters).
   std::vector<Bucket*> parameters_read_;

@@ -147,9 +147,9 @@ ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, 
   dims_.etp = moe_.etp;
   dims_.etp_rank = moe_.etp_rank;
   const auto& p = scenario.parallel;
-  const int stages = static_cast<int>(p.pp), chunks = static_cast<int>(p.virtual_stages);
+  const int chunks = static_cast<int>(p.virtual_stages);
   first_stage_ = coord.pp == 0;
-  last_stage_ = coord.pp == stages - 1;
+  last_stage_ = coord.pp == p.head_stage();
   const std::int64_t C = dims_.hidden, F = scenario.ffn_hidden(), V = scenario.model.vocab;
   const std::int64_t QKV = scenario.model.qkv_width(), UP = scenario.mlp_up_width();
   const Sharding up_rows = dims_.swiglu ? Sharding::GateUpRows : Sharding::Rows;
@@ -160,7 +160,7 @@ ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, 
 
   // One bucket per layer, in the order of the rank's chunks.
   for (int chunk = 0; chunk < chunks; ++chunk) {
-    const int vs = model::virtual_stage(coord.pp, chunk, stages);
+    const int vs = static_cast<int>(p.virtual_stage(coord.pp, chunk));
     const int first = static_cast<int>(scenario.first_layer_of_virtual_stage(vs));
     const int count = static_cast<int>(scenario.layers_in_virtual_stage(vs));
     for (int layer = first; layer < first + count; ++layer) {
@@ -216,7 +216,7 @@ ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, 
     b.replicated_prefix = static_cast<std::size_t>((dims_.rmsnorm ? 1 : 2) * C);
     if (!tied) {
       b.tensors.push_back(tensor("lm_head.weight", V, C, Sharding::VocabRows, Init::Normal, true, false));
-    } else if (stages > 1) {
+    } else if (p.ends_apart()) {
       // Megatron's copy of the word embedding on the last stage: same values (same name, same draws), gradients
       // all-reduced with the first stage's (EmbeddingGrads); counted once, on the first stage, in the norm.
       ParamTensor copy = tensor("wte", V, C, Sharding::VocabRows, Init::Normal, true, false);

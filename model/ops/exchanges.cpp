@@ -10,7 +10,9 @@ namespace twin::model {
 ExchangeIssue exchange_issue(const Scenario& scenario) {
   // A zero-bubble stage must not wait on the B gradient it sends before its W: the zero-bubble runtime (a
   // Megatron-LM fork) posts its sends asynchronously and waits only on receives, as the interleaved schedule does.
-  if (scenario.parallel.schedule == ScheduleKind::Interleaved || scenario.parallel.schedule == ScheduleKind::ZeroBubbleH1) {
+  const ScheduleKind kind = scenario.parallel.schedule;
+  if (kind == ScheduleKind::Interleaved || kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleV ||
+      kind == ScheduleKind::DualPipeV) {
     return ExchangeIssue::Eager;
   }
   const bool train_schedule =

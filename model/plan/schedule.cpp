@@ -13,7 +13,15 @@ void check_arguments(ScheduleKind kind, int stages, int micro_batches, int chunk
   if (stages < 1 || micro_batches < 1 || chunks < 1) {
     throw std::invalid_argument("build_schedule: stages, micro_batches and chunks must be >= 1");
   }
-  if (kind != ScheduleKind::Interleaved && chunks != 1) {
+  const bool v = kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV;
+  if (v && chunks != 2) {
+    throw std::invalid_argument("build_schedule: a V has two chunks per stage, got " + std::to_string(chunks));
+  }
+  if (kind == ScheduleKind::DualPipeV && micro_batches < 2 * stages) {
+    throw std::invalid_argument("build_schedule: DualPipeV needs micro_batches >= 2 * stages, got " +
+                                std::to_string(micro_batches));
+  }
+  if (kind != ScheduleKind::Interleaved && !v && chunks != 1) {
     throw std::invalid_argument("build_schedule: only the interleaved schedule has more than one chunk per stage");
   }
   if (group != 0 && kind != ScheduleKind::Interleaved) {
@@ -63,6 +71,94 @@ StageSchedule zero_bubble_h1(int stage, int stages, int micro_batches) {
   return steps;
 }
 
+// ZB-V (schedule.hpp) on one stage, in phases; micro-batches past the last are dropped from every phase alike.
+StageSchedule zero_bubble_v(int stage, int stages, int micro_batches) {
+  const int padded = std::max(2 * stages - 1, micro_batches);
+  StageSchedule steps;
+  int forwards[2] = {0, 0}, backwards[2] = {0, 0}, weights[2] = {0, 0};
+  const auto put = [&](Pass pass, int chunk) {
+    int& count = (pass == Pass::Forward ? forwards : pass == Pass::Backward ? backwards : weights)[chunk];
+    if (count < micro_batches) steps.push_back({count, chunk, pass});
+    ++count;
+  };
+  const auto backward_and_weight = [&](int chunk) {
+    put(Pass::Backward, chunk);
+    put(Pass::WeightGrad, chunk);
+  };
+  for (int i = 0; i < 2 * (stages - stage) - 1; ++i) put(Pass::Forward, 0);
+  for (int i = 0; i < stage; ++i) {
+    put(Pass::Forward, 1);
+    put(Pass::Forward, 0);
+  }
+  for (int i = 0; i < stages - stage; ++i) {
+    put(Pass::Forward, 1);
+    backward_and_weight(1);
+  }
+  while (forwards[1] < forwards[0] || forwards[0] < padded) {
+    if (forwards[0] < padded) put(Pass::Forward, 0);
+    backward_and_weight(0);
+    put(Pass::Forward, 1);
+    backward_and_weight(1);
+  }
+  for (int i = 0; i < stage; ++i) {
+    put(Pass::Backward, 0);
+    put(Pass::Backward, 1);
+  }
+  for (int i = 0; i < stages - stage; ++i) {
+    put(Pass::Backward, 0);
+    put(Pass::WeightGrad, 0);
+  }
+  while (weights[1] < backwards[1]) put(Pass::WeightGrad, 1);
+  while (weights[0] < backwards[0]) put(Pass::WeightGrad, 0);
+  return steps;
+}
+
+// DualPipeV (schedule.hpp) on one stage, step by step as dualpipev.py runs them.
+class DualPipeV {
+ public:
+  DualPipeV(int stage, int stages, int micro_batches) : s_(stage), p_(stages), m_(micro_batches) {}
+  StageSchedule build() {
+    repeat(2 * (p_ - s_ - 1), [&] { forward(0); });                                           // 1: nF0
+    repeat(s_ + 1, [&] { forward(0), forward(1); });                                          // 2: nF0F1
+    repeat(p_ - s_ - 1, [&] { backward(1, true), weight(), forward(1); });                    // 3: nB1W1F1
+    repeat(m_ - 2 * p_ + s_ + 1, [&] { forward(0), backward(1), forward(1), backward(0); });  // 4: nF0B1F1B0
+    repeat(p_ - s_ - 1, [&] { backward(1), forward(1), backward(0); });                       // 5: nB1F1B0
+    for (int i = 0; i < s_ + 1; ++i) {                                                        // 6: nB1B0, zero bubble
+      const bool half = i >= (s_ + 1) / 2;                                                    //    from the middle on
+      backward(1, half && (s_ % 2 == 1 || i > (s_ + 1) / 2));
+      backward(0, half);
+    }
+    repeat(p_ - s_ - 1, [&] { weight(), backward(0, true); });  // 7: nWB0
+    repeat(s_ + 1, [&] { weight(); });                          // 8: nW
+    return std::move(steps_);
+  }
+
+ private:
+  template <class Step>
+  static void repeat(int times, Step step) {
+    for (int i = 0; i < times; ++i) step();
+  }
+  void forward(int chunk) { steps_.push_back({forwards_[chunk]++, chunk, Pass::Forward}); }
+  // A whole backward is its B and W at once; a zero-bubble one queues its W.
+  void backward(int chunk, bool zero_bubble = false) {
+    const PipelineStep weight_step{backwards_[chunk], chunk, Pass::WeightGrad};
+    steps_.push_back({backwards_[chunk]++, chunk, Pass::Backward});
+    if (zero_bubble) {
+      queued_.push_back(weight_step);
+    } else {
+      steps_.push_back(weight_step);
+    }
+  }
+  void weight() {
+    steps_.push_back(queued_.front());
+    queued_.erase(queued_.begin());
+  }
+  int s_, p_, m_;
+  int forwards_[2] = {0, 0}, backwards_[2] = {0, 0};
+  std::vector<PipelineStep> queued_;
+  StageSchedule steps_;
+};
+
 }  // namespace
 
 bool group_without_dependency_bubbles(int stages, int micro_batches, int group) {
@@ -77,6 +173,14 @@ int warmup_steps(ScheduleKind kind, int stage, int stages, int micro_batches, in
     case ScheduleKind::OneFOneB:
     case ScheduleKind::ZeroBubbleH1:
       return std::min(stages - stage - 1 + extra_warmup, micro_batches);
+    case ScheduleKind::ZeroBubbleV:
+    case ScheduleKind::DualPipeV: {  // the forwards before its first B
+      const StageSchedule steps = kind == ScheduleKind::DualPipeV ? DualPipeV(stage, stages, micro_batches).build()
+                                                                  : zero_bubble_v(stage, stages, micro_batches);
+      const auto first_backward =
+          std::find_if(steps.begin(), steps.end(), [](const PipelineStep& step) { return step.pass != Pass::Forward; });
+      return static_cast<int>(first_backward - steps.begin());
+    }
     case ScheduleKind::Interleaved: {
       const int total = micro_batches * chunks;
       if (group > 0) {
@@ -103,6 +207,14 @@ std::vector<StageSchedule> build_schedule(ScheduleKind kind, int stages, int mic
     StageSchedule& steps = schedule[stage];
     if (kind == ScheduleKind::ZeroBubbleH1) {
       steps = zero_bubble_h1(stage, stages, micro_batches);
+      continue;
+    }
+    if (kind == ScheduleKind::ZeroBubbleV) {
+      steps = zero_bubble_v(stage, stages, micro_batches);
+      continue;
+    }
+    if (kind == ScheduleKind::DualPipeV) {
+      steps = DualPipeV(stage, stages, micro_batches).build();
       continue;
     }
     if (kind == ScheduleKind::GPipe) {
@@ -170,10 +282,24 @@ int max_deferred_weight_grads(const StageSchedule& schedule) {
   return peak;
 }
 
+double max_deferred_weight_grads_weighted(const StageSchedule& schedule, const std::vector<double>& chunk_weight) {
+  double deferred = 0, peak = 0;
+  for (const auto& step : schedule) {
+    const double weight = chunk_weight.at(static_cast<std::size_t>(step.chunk));
+    if (step.pass == Pass::Backward) deferred += weight;
+    if (step.pass == Pass::WeightGrad) deferred -= weight;
+    peak = std::max(peak, deferred);
+  }
+  return max_deferred_weight_grads(schedule) > 0 ? peak : 0;
+}
+
 double ideal_bubble_fraction(const ParallelSpec& parallel) {
   const double m = static_cast<double>(parallel.micro_batches());
   const double idle = static_cast<double>(parallel.pp - 1);
   if (parallel.schedule == ScheduleKind::ZeroBubbleH1) return idle / (3 * m + idle);
+  if (parallel.schedule == ScheduleKind::ZeroBubbleV || parallel.schedule == ScheduleKind::DualPipeV) {
+    return idle / (6 * m + idle);
+  }
   return idle / (static_cast<double>(parallel.virtual_stages) * m + idle);
 }
 

@@ -11,6 +11,21 @@
 //                    group of N runs through chunk 0, then chunk 1, ..., the last group holding what is left; warmup
 //                    = (p - stage - 1) * 2 + (v - 1) * N, capped at m * v (schedules.py get_schedule_table and
 //                    get_pp_rank_microbatches). So m need not be a multiple of p: any m works with N = m.
+//   ZB-H1            Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024): 1F1B with each backward split into B
+//                    and W, stage s deferring its W by s steps into the cooldown.
+//   ZB-V             the same paper's V schedule, two chunks per stage placed in a V (ParallelSpec::virtual_stage):
+//                    chunk 0 forward 2(p - s) - 1 times, then s pairs (chunk 1, chunk 0), then p - s of (F1, B1, W1),
+//                    then (F0, B0, W0, F1, B1, W1) until the forwards are done, the cooldown s pairs (B0, B1) and
+//                    p - s (B0, W0), then the deferred W. The authors' handcrafted_zb_v (sail-sg/zero-bubble-
+//                    pipeline-parallelism at 106e470, get_zb_v_schedule), for m < 2p - 1 with the missing
+//                    micro-batches' steps dropped as it does. Same peak of activations as 1F1B: 2p chunks of half a
+//                    stage each on every stage.
+//   DualPipeV        DeepSeek's V (deepseek-ai/DualPipe at 3da1bbe, dualpipev.py, DualPipeV.step), on the same V,
+//                    m >= 2p: 2(p - s - 1) F0, s + 1 (F0, F1), p - s - 1 (B1, W, F1), m - 2p + s + 1 of the main step
+//                    (F0 with B1, F1 with B0: the overlapped pairs), p - s - 1 (B1, F1 with B0), s + 1 (B1, B0), p - s - 1
+//                    (W, B0), s + 1 W. Its backwards are whole (B then its W at once) except where it enables
+//                    zero bubble: step 3's, the second half of step 6's and step 7's, whose W wait in a queue that each
+//                    lone W takes the oldest of. 2p + 1 chunks' activations at the peak (its table's PP + 1).
 //   extra_warmup     forwards added to the warmup of 1F1B and interleaved 1F1B (capped like it): Megatron-Core's
 //                    combined 1F1B (framework.moe_a2a_overlap) runs one more, so that the forward and backward it
 //                    merges in each steady step are independent (schedules.py get_pp_rank_microbatches at
@@ -29,7 +44,9 @@ namespace twin::model {
 enum class Pass : std::uint8_t { Forward, Backward, WeightGrad };
 
 // Whether `kind` splits each backward into B and W steps (the zero-bubble schedules).
-inline bool splits_backward(ScheduleKind kind) { return kind == ScheduleKind::ZeroBubbleH1; }
+inline bool splits_backward(ScheduleKind kind) {
+  return kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV;
+}
 
 struct PipelineStep {
   int micro_batch = 0;
@@ -61,7 +78,12 @@ std::vector<StageSchedule> build_schedule(const ParallelSpec& parallel, int extr
 
 // The schedule's bubble with every pass of equal time, idle over busy plus idle: (p - 1) / (v m + p - 1) for GPipe,
 // 1F1B and the interleaved schedule (v chunks), and for ZB-H1 with F = B = W (Qi et al.: (p - 1)(F + B - W) idle
-// against m (F + B + W) busy) (p - 1) / (3 m + p - 1). What `twin search` orders its plans by before simulating.
+// against m (F + B + W) busy) (p - 1) / (3 m + p - 1); for ZB-V with m >= 2p - 1, in a chunk's (half a stage's)
+// times F, B, W, (p - 1)(F + B - W) idle against 2 m (F + B + W) busy: (p - 1) / (6 m + p - 1), the least a V can
+// idle when every stage ends the iteration together (its last stage's first forward waits p - 1 chunk forwards; the
+// paper's zero needs its optimizer post-validation, which lets a stage start the next iteration early); DualPipeV's
+// too (replay_test.cpp: with equal times it idles the V's start alone, half its table's (p - 1)(F&B + B - 3W)). What
+// `twin search` orders its plans by before simulating.
 double ideal_bubble_fraction(const ParallelSpec& parallel);
 
 // The most (micro-batch, chunk) pairs whose forward has run and backward has not, at any point of the schedule:
@@ -69,11 +91,11 @@ double ideal_bubble_fraction(const ParallelSpec& parallel);
 int max_in_flight(const StageSchedule& schedule);
 // The most micro-batches whose B has run and W has not (their W inputs kept), at any point of the schedule.
 int max_deferred_weight_grads(const StageSchedule& schedule);
+// The same, each micro-batch's pending W counted with its chunk's weight (its W inputs' bytes): their peak.
+double max_deferred_weight_grads_weighted(const StageSchedule& schedule, const std::vector<double>& chunk_weight);
 // The same, each pair counted with its chunk's weight (its layers, when chunks differ): the most layers' activations
 // the stage stashes at once.
 std::int64_t max_in_flight_weighted(const StageSchedule& schedule, const std::vector<std::int64_t>& chunk_weight);
 
-// Virtual stage of a chunk on a stage: chunk * stages + stage. Layers are assigned to virtual stages in order.
-inline int virtual_stage(int stage, int chunk, int stages) { return chunk * stages + stage; }
 
 }  // namespace twin::model

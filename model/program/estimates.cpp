@@ -22,7 +22,7 @@ double gemm_weights_per_gpu(const Scenario& s) {
 double moe_layers_on_stage(const Scenario& s, int stage) {
   double layers = 0;
   for (std::int64_t chunk = 0; chunk < s.parallel.virtual_stages; ++chunk) {
-    const std::int64_t virtual_stage = chunk * s.parallel.pp + stage;
+    const std::int64_t virtual_stage = s.parallel.virtual_stage(stage, chunk);
     const std::int64_t first = s.first_layer_of_virtual_stage(virtual_stage);
     for (std::int64_t layer = first; layer < first + s.layers_in_virtual_stage(virtual_stage); ++layer) {
       layers += s.is_moe_layer(layer) ? 1 : 0;
@@ -50,11 +50,11 @@ double parameters_per_gpu(const Scenario& s, int stage) {
                             expert_parameters_per_gpu(s));
   }
   if (stage == 0) params += V * h / t + position_embedding_parameters(s);  // word embedding shard + positions
-  if (stage == p.pp - 1) {
+  if (stage == p.head_stage()) {
     params += norm_parameters(s);  // final layernorm
     // The LM head: its own weight when untied; with tied embeddings a copy of the word embedding on the last stage
     // (Megatron keeps one and all-reduces its gradient with the first stage), none when both are the same stage.
-    if (!s.framework.tied_embeddings || p.pp > 1) params += V * h / t;
+    if (!s.framework.tied_embeddings || p.ends_apart()) params += V * h / t;
   }
   return params;
 }
@@ -276,7 +276,7 @@ MemoryEstimate estimate_memory(const Scenario& s) {
       std::int64_t chunk_layers = 0;
       for (int chunk = 0; chunk < p.virtual_stages; ++chunk) {
         chunk_layers = std::max(chunk_layers,
-                                s.layers_in_virtual_stage(virtual_stage(stage, chunk, static_cast<int>(p.pp))));
+                                s.layers_in_virtual_stage(p.virtual_stage(stage, chunk)));
       }
       m.gradients_bytes = m.parameters * per_param.gradients / dense_shards +
                           per_param.gradients * d(chunk_layers) * layer_parameters_per_gpu(s);
@@ -301,7 +301,7 @@ MemoryEstimate estimate_memory(const Scenario& s) {
     // The chunks of a stage may differ (the embedding or the loss counted as a layer): the most layers in flight.
     std::vector<std::int64_t> chunk_layers;
     for (int chunk = 0; chunk < p.virtual_stages; ++chunk) {
-      chunk_layers.push_back(s.layers_in_virtual_stage(virtual_stage(stage, chunk, static_cast<int>(p.pp))));
+      chunk_layers.push_back(s.layers_in_virtual_stage(p.virtual_stage(stage, chunk)));
     }
     const double layers_in_flight = d(max_in_flight_weighted(schedule[stage], chunk_layers));
     // A stage's layers each stash their share, or what they keep past the first recompute_num_layers of each chunk.
@@ -313,17 +313,18 @@ MemoryEstimate estimate_memory(const Scenario& s) {
     }
     // A zero-bubble schedule's W inputs: for each micro-batch whose B ran and W did not, every layer's linear layers'
     // inputs and output gradients (what the executor keeps; an MoE layer's attention's two).
-    const int deferred = max_deferred_weight_grads(schedule[stage]);
-    if (deferred > 0) {
-      double per_micro_batch = 0;
-      const std::int64_t first = s.first_layer_of_virtual_stage(stage);  // zb-h1: one chunk per stage
-      for (std::int64_t layer = first; layer < first + s.layers_on_stage(stage); ++layer) {
-        per_micro_batch += deferred_weight_grad_bytes(s, static_cast<int>(layer));
+    std::vector<double> chunk_deferred_bytes;  // one micro-batch's W inputs, per chunk
+    for (int chunk = 0; chunk < p.virtual_stages; ++chunk) {
+      const std::int64_t vs = p.virtual_stage(stage, chunk), first = s.first_layer_of_virtual_stage(vs);
+      double bytes = 0;
+      for (std::int64_t layer = first; layer < first + s.layers_in_virtual_stage(vs); ++layer) {
+        bytes += deferred_weight_grad_bytes(s, static_cast<int>(layer));
       }
-      m.activations_bytes += deferred * per_micro_batch;
+      chunk_deferred_bytes.push_back(bytes);
     }
+    m.activations_bytes += max_deferred_weight_grads_weighted(schedule[stage], chunk_deferred_bytes);
     // The last stage holds one micro-batch of fp32 logits for the cross-entropy (s b V/t floats).
-    if (stage == p.pp - 1) {
+    if (stage == p.head_stage()) {
       m.activations_bytes += 4.0 * d(s.model.seq_len) * d(p.micro_batch) * d(s.padded_vocab()) / d(p.tp);
     }
     m.peak_bytes = m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.activations_bytes;

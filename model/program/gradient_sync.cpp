@@ -77,7 +77,7 @@ void StageBuilder::reduce_micro_batch_gradients(int layer, ComputeKind what, dou
 double StageBuilder::end_bucket_parameters(ComputeKind what) const {
   const double word_embedding_shard = d(s_.padded_vocab()) / x_.t * x_.h;
   if (what == ComputeKind::Embedding) return word_embedding_shard + position_embedding_parameters(s_);
-  const bool own_head = !s_.framework.tied_embeddings || stages_ > 1;
+  const bool own_head = !s_.framework.tied_embeddings || s_.parallel.ends_apart();
   return 2 * x_.h + (own_head ? word_embedding_shard : 0);
 }
 
@@ -152,9 +152,9 @@ void StageBuilder::finish_iteration() {
     return;
   }
   for (int layer : deferred_layers_) synchronize_layer_gradients(layer);
-  const bool first = stage_ == 0, last = stage_ == stages_ - 1;
+  const bool first = stage_ == 0, last = stage_ == s_.parallel.head_stage();
   const double word_embedding_shard = d(s_.padded_vocab()) / x_.t * x_.h;
-  const bool tied_copy = s_.framework.tied_embeddings && stages_ > 1;
+  const bool tied_copy = s_.framework.tied_embeddings && s_.parallel.ends_apart();
   if (tied_copy && (first || last)) {
     emit(gradient_op(CollectiveKind::AllReduce, Group::Embedding, Payload::EmbeddingGrads,
                      first ? ComputeKind::Embedding : ComputeKind::LmHead, word_embedding_shard * tied_reduce_bytes_,

@@ -104,15 +104,25 @@ void add_plan_if_it_fits(const model::Scenario& s, const PlanSpace& o, std::vect
   plans.push_back(plan);
 }
 
-// The schedules a plan with `pp` stages and `chunks` chunks per stage runs: the interleaved one with chunks, else the
-// base's (1F1B where it cannot apply: the base's interleaved, or ZB-H1 without a pipeline), and with vary_schedule
-// ZB-H1 too where there is a pipeline.
+// The schedules a plan with `pp` stages and `chunks` chunks per stage runs: with chunks the interleaved one (the
+// base's V instead, ZB-V or DualPipeV, on two chunks), else the base's (1F1B where it cannot apply: the base's
+// interleaved or V, or ZB-H1 without a pipeline); with vary_schedule ZB-H1 too where there is a pipeline, and the
+// interleaved schedule, ZB-V and DualPipeV on two chunks (validation keeps DualPipeV's with 2 pp micro-batches).
 std::vector<model::ScheduleKind> schedules_of(const model::Scenario& base, std::int64_t pp, std::int64_t chunks,
                                               bool vary_schedule) {
   using model::ScheduleKind;
-  if (chunks > 1) return {ScheduleKind::Interleaved};
+  const bool base_v = base.parallel.v_shape();
+  if (chunks > 1) {
+    const bool v = chunks == 2 && pp > 1;
+    const ScheduleKind first = v && base_v ? base.parallel.schedule : ScheduleKind::Interleaved;
+    std::vector<ScheduleKind> out{first};
+    for (const ScheduleKind kind : {ScheduleKind::Interleaved, ScheduleKind::ZeroBubbleV, ScheduleKind::DualPipeV}) {
+      if (v && vary_schedule && kind != first) out.push_back(kind);
+    }
+    return out;
+  }
   ScheduleKind own = base.parallel.schedule;
-  if (own == ScheduleKind::Interleaved) own = ScheduleKind::OneFOneB;
+  if (own == ScheduleKind::Interleaved || base_v) own = ScheduleKind::OneFOneB;
   if (pp == 1 && own == ScheduleKind::ZeroBubbleH1) own = ScheduleKind::OneFOneB;
   std::vector<ScheduleKind> out{own};
   if (vary_schedule && pp > 1 && own != ScheduleKind::ZeroBubbleH1) out.push_back(ScheduleKind::ZeroBubbleH1);

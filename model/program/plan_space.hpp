@@ -17,7 +17,7 @@ struct PlanSpace {
   bool vary_recompute = false;          // recompute none, selective, full, and block recompute
   bool vary_sequence_parallel = false;  // with and without sequence parallelism where tp > 1
   bool vary_zero = false;               // ZeRO stages 0 and 1
-  bool vary_schedule = false;           // ZB-H1 beside 1F1B for each pipeline without chunks
+  bool vary_schedule = false;           // ZB-H1 beside 1F1B without chunks; ZB-V and DualPipeV on two chunks
   bool vary_etp = false;                // MoE: expert tensor parallelism 2, 4, ... up to a node
   bool vary_cp = false;                 // context parallelism 1, 2, 4, 8
   // What a plan must leave free of one GPU's memory: "5%" of it, or GiB ("4", "4GiB"). None by default: the plans

@@ -132,14 +132,18 @@ void StageBuilder::reduce_fp8_amaxes(int layers, Phase phase, const PipelineStep
   emit_all({op}, step, wait_for);
 }
 
+// The V's turn (virtual stages pp - 1 and pp, both on the last stage) passes the activation and its gradient within
+// the stage: no message, and the chunk's step follows the other chunk's in the stage's order.
 int StageBuilder::recv(const PipelineStep& step, int from_virtual_stage, Phase phase) {
+  const int peer = static_cast<int>(s_.parallel.stage_of_virtual_stage(from_virtual_stage));
+  if (peer == stage_) return -1;
   Op op;
   op.kind = OpKind::Recv;
   op.stream = Stream::Pipeline;
   op.phase = phase;
   op.micro_batch = step.micro_batch;
   op.chunk = step.chunk;
-  op.peer_stage = from_virtual_stage % stages_;
+  op.peer_stage = peer;
   op.tag_virtual_stage = from_virtual_stage;
   op.bytes = x_.tokens_sp * x_.h * x_.e;
   return emit(std::move(op));
@@ -147,13 +151,15 @@ int StageBuilder::recv(const PipelineStep& step, int from_virtual_stage, Phase p
 
 void StageBuilder::send(const PipelineStep& step, int my_virtual_stage, int to_virtual_stage, Phase phase,
                         int producer) {
+  const int peer = static_cast<int>(s_.parallel.stage_of_virtual_stage(to_virtual_stage));
+  if (peer == stage_) return;
   Op op;
   op.kind = OpKind::Send;
   op.stream = Stream::Pipeline;
   op.phase = phase;
   op.micro_batch = step.micro_batch;
   op.chunk = step.chunk;
-  op.peer_stage = to_virtual_stage % stages_;
+  op.peer_stage = peer;
   op.tag_virtual_stage = my_virtual_stage;
   op.bytes = x_.tokens_sp * x_.h * x_.e;
   op.deps.push_back(producer);
@@ -161,11 +167,11 @@ void StageBuilder::send(const PipelineStep& step, int my_virtual_stage, int to_v
 }
 
 int StageBuilder::first_layer(int chunk) const {
-  return static_cast<int>(s_.first_layer_of_virtual_stage(virtual_stage(stage_, chunk, stages_)));
+  return static_cast<int>(s_.first_layer_of_virtual_stage(vs_of(chunk)));
 }
 
 int StageBuilder::layers_in(int chunk) const {
-  return static_cast<int>(s_.layers_in_virtual_stage(virtual_stage(stage_, chunk, stages_)));
+  return static_cast<int>(s_.layers_in_virtual_stage(vs_of(chunk)));
 }
 
 // parallel.overlap_param_gather (Megatron-Core's --overlap-param-gather): after the optimizer step the updated
@@ -182,7 +188,7 @@ int StageBuilder::layers_in(int chunk) const {
 //     all at the start, which hides a later chunk's gathers at least as well as Megatron's timing does.
 // A chunk's buckets in forward order: the embedding (first virtual stage), its layers, the head (last one).
 std::vector<StageBuilder::GatherBucket> StageBuilder::gather_buckets(int chunk) const {
-  const int vs = virtual_stage(stage_, chunk, stages_);
+  const int vs = vs_of(chunk);
   std::vector<GatherBucket> buckets;
   if (vs == 0) buckets.push_back({-1, ComputeKind::Embedding, end_bucket_parameters(ComputeKind::Embedding)});
   for (int layer = first_layer(chunk); layer < first_layer(chunk) + layers_in(chunk); ++layer) {
@@ -249,7 +255,7 @@ class StageBuilder::ParameterGathers {
 };
 
 void StageBuilder::forward_step(const PipelineStep& step) {
-  const int vs = virtual_stage(stage_, step.chunk, stages_);
+  const int vs = vs_of(step.chunk);
   int wait_for = vs > 0 ? recv(step, vs - 1, Phase::Forward) : -1;
   if (zero3_) {
     // FSDP's root unit (the embeddings and the final layer norm) is gathered at the start of every micro-batch
@@ -281,7 +287,7 @@ void StageBuilder::forward_step(const PipelineStep& step) {
 }
 
 void StageBuilder::backward_step(const PipelineStep& step, bool last_backward_of_chunk) {
-  const int vs = virtual_stage(stage_, step.chunk, stages_);
+  const int vs = vs_of(step.chunk);
   int wait_for = vs < virtual_stages_ - 1 ? recv(step, vs + 1, Phase::Backward) : -1;
   if (vs == virtual_stages_ - 1) emit_all(head_backward(x_, recompute_model_ends(s_)), step, wait_for);
   int gradient_producer = last_op();

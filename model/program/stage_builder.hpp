@@ -42,6 +42,8 @@ class StageBuilder {
   // `producer`: the op whose output is sent (the send waits for it and nothing else).
   void send(const PipelineStep& step, int my_virtual_stage, int to_virtual_stage, Phase phase, int producer);
   int last_op() const { return static_cast<int>(ops_.size()) - 1; }
+  // The virtual stage of this stage's chunk (ParallelSpec::virtual_stage).
+  int vs_of(int chunk) const { return static_cast<int>(s_.parallel.virtual_stage(stage_, chunk)); }
   int first_layer(int chunk) const;
   int layers_in(int chunk) const;
   void forward_step(const PipelineStep& step);

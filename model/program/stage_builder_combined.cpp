@@ -116,13 +116,13 @@ void StageBuilder::combined_step(const PipelineStep* forward, const PipelineStep
   Chain fc, bc;
   int forward_vs = 0, backward_vs = 0, forward_layers = 0, backward_layers = 0;
   if (forward != nullptr) {
-    forward_vs = virtual_stage(stage_, forward->chunk, stages_);
+    forward_vs = vs_of(forward->chunk);
     forward_layers = layers_in(forward->chunk);
     fc.wait = forward_vs > 0 ? recv(*forward, forward_vs - 1, Phase::Forward) : -1;
     if (forward_vs == 0) emit_node(embedding_forward(x_), *forward, fc);
   }
   if (backward != nullptr) {
-    backward_vs = virtual_stage(stage_, backward->chunk, stages_);
+    backward_vs = vs_of(backward->chunk);
     backward_layers = layers_in(backward->chunk);
     bc.wait = backward_vs < virtual_stages_ - 1 ? recv(*backward, backward_vs + 1, Phase::Backward) : -1;
     if (backward_vs == virtual_stages_ - 1) {

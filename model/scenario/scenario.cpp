@@ -169,7 +169,7 @@ std::int64_t Scenario::recomputed_layers_on_stage(std::int64_t stage) const {
   if (parallel.recompute_num_layers <= 0) return layers_on_stage(stage);
   std::int64_t layers = 0;
   for (std::int64_t chunk = 0; chunk < parallel.virtual_stages; ++chunk) {
-    layers += std::min(parallel.recompute_num_layers, layers_in_virtual_stage(chunk * parallel.pp + stage));
+    layers += std::min(parallel.recompute_num_layers, layers_in_virtual_stage(parallel.virtual_stage(stage, chunk)));
   }
   return layers;
 }
@@ -177,7 +177,7 @@ std::int64_t Scenario::recomputed_layers_on_stage(std::int64_t stage) const {
 std::int64_t Scenario::layers_on_stage(std::int64_t stage) const {
   std::int64_t layers = 0;
   for (std::int64_t chunk = 0; chunk < parallel.virtual_stages; ++chunk) {
-    layers += layers_in_virtual_stage(chunk * parallel.pp + stage);
+    layers += layers_in_virtual_stage(parallel.virtual_stage(stage, chunk));
   }
   return layers;
 }

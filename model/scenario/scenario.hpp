@@ -22,7 +22,9 @@ namespace twin::model {
 enum class DType : std::uint8_t { BF16, FP16, FP32 };
 // ZeroBubbleH1: Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024), the handcrafted ZB-H1: 1F1B with each
 // backward split into B (input gradient) and W (weight gradient), W deferred into the cooldown's bubble.
-enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved, ZeroBubbleH1 };
+// ZeroBubbleV: the same paper's ZB-V, two chunks per stage placed in a V (ParallelSpec::virtual_stage).
+// DualPipeV: DeepSeek's DualPipeV (deepseek-ai/DualPipe, dualpipev.py), DualPipe cut in half onto the same V.
+enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubbleV, DualPipeV };
 enum class Recompute : std::uint8_t { None, Selective, Full };
 enum class NodeKind : std::uint8_t { DgxA100, DgxA100_40GB, DgxH100, DgxH200, HgxH800, DgxB200, Gb200Nvl72, CpuHost };
 // The inter-node fabric (cluster.fabric): the node's own (HDR InfiniBand for DGX A100, NDR for the Hopper and
@@ -177,6 +179,21 @@ struct ParallelSpec {
   std::int64_t etp = 1;
 
   std::int64_t micro_batches() const { return global_batch / (dp * micro_batch); }  // m, per pipeline
+  // Where the model's virtual stages (its runs of consecutive layers, 0..pp*v-1) sit. Interleaved and one chunk:
+  // stage s's chunk c is virtual stage c * pp + s. In a V (ZB-V): chunk 0 is virtual stage s and chunk 1 is
+  // 2 pp - 1 - s, so stage 0 holds both ends of the model and the turn (pp - 1 to pp) stays on the last stage
+  // (ZB-V and DualPipeV).
+  bool v_shape() const { return schedule == ScheduleKind::ZeroBubbleV || schedule == ScheduleKind::DualPipeV; }
+  std::int64_t virtual_stage(std::int64_t stage, std::int64_t chunk) const {
+    return v_shape() && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage;
+  }
+  std::int64_t stage_of_virtual_stage(std::int64_t virtual_stage) const {
+    return v_shape() && virtual_stage >= pp ? 2 * pp - 1 - virtual_stage : virtual_stage % pp;
+  }
+  // The stage with the final layer norm, the LM head and the loss: pp - 1, or 0 in a V.
+  std::int64_t head_stage() const { return stage_of_virtual_stage(pp * virtual_stages - 1); }
+  // The embedding and the LM head on different stages: a tied embedding needs its copy on the head's stage.
+  bool ends_apart() const { return head_stage() != 0; }
   std::int64_t world_size() const { return tp * cp * pp * dp; }
 };
 
@@ -338,7 +355,7 @@ struct Scenario {
   // Vocabulary padded as Megatron does: up to a multiple of vocab_pad_multiple * tp.
   std::int64_t padded_vocab() const;
   std::int64_t layers_per_chunk() const { return model.layers / (parallel.pp * parallel.virtual_stages); }
-  // The transformer layers of virtual stage `virtual_stage` (stage s's chunk c is virtual stage c * pp + s), and the
+  // The transformer layers of virtual stage `virtual_stage` (ParallelSpec::virtual_stage places it), and the
   // first of them: layers_per_chunk() each, or parallel.first_stage_layers / last_stage_layers at the ends.
   std::int64_t layers_in_virtual_stage(std::int64_t virtual_stage) const;
   std::int64_t first_layer_of_virtual_stage(std::int64_t virtual_stage) const;

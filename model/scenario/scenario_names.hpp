@@ -31,7 +31,9 @@ inline constexpr EnumName<ScheduleKind> kSchedules[] = {
     {ScheduleKind::GPipe, "gpipe"},
     {ScheduleKind::OneFOneB, "1f1b"},
     {ScheduleKind::Interleaved, "interleaved"},
-    {ScheduleKind::ZeroBubbleH1, "zb-h1"}};
+    {ScheduleKind::ZeroBubbleH1, "zb-h1"},
+    {ScheduleKind::ZeroBubbleV, "zb-v"},
+    {ScheduleKind::DualPipeV, "dualpipev"}};
 inline constexpr EnumName<Recompute> kRecomputes[] = {
     {Recompute::None, "none"}, {Recompute::Selective, "selective"}, {Recompute::Full, "full"}};
 inline constexpr EnumName<NodeKind> kNodes[] = {

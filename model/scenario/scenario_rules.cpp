@@ -222,7 +222,7 @@ class RuleCheck {
 
   // The interleaved schedule's chunks and its groups of micro-batches.
   void schedule() {
-    if (v_ok && p.virtual_stages > 1 && p.schedule != ScheduleKind::Interleaved) {
+    if (v_ok && p.virtual_stages > 1 && p.schedule != ScheduleKind::Interleaved && !p.v_shape()) {
       problems.push_back(
           fmt::format("{}: parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\" (got "
                       "\"{}\")",

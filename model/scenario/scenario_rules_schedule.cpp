@@ -1,16 +1,46 @@
-// The zero-bubble schedule's rules (parallel.schedule = "zb-h1"): where its split of each backward into B and W is
-// defined, and where a plan runs something the split does not cover yet, refused by name.
+// The zero-bubble schedules' rules (parallel.schedule = "zb-h1", "zb-v", "dualpipev"): where their split of each backward into B
+// and W is defined, and where a plan runs something the split does not cover yet, refused by name.
 #include <fmt/format.h>
 
 #include "model/scenario/scenario_rules.hpp"
 
 namespace twin::model {
+namespace {
+
+// ZB-V's and DualPipeV's two chunks per stage in a V (ParallelSpec::virtual_stage): exactly two, each stage's layers split evenly
+// between them (the uneven ends and the interleaved schedule's groups place layers by the interleaved order).
+void check_v_shape(const Scenario& scenario, const std::string& key, std::vector<std::string>& problems) {
+  const ParallelSpec& p = scenario.parallel;
+  const std::string& src = scenario.source;
+  if (p.virtual_stages != 2) {
+    problems.push_back(fmt::format("{}: {} needs parallel.virtual_stages = 2 (two chunks per stage in a V), got {}",
+                                   src, key, p.virtual_stages));
+  }
+  if (p.first_stage_layers > 0 || p.last_stage_layers > 0) {
+    problems.push_back(fmt::format("{}: {} splits layers evenly over its V: parallel.first_stage_layers and "
+                                   "parallel.last_stage_layers must be 0",
+                                   src, key));
+  }
+  // dualpipev.py asserts num_chunks >= num_ranks * 2: its steps 4 would run a negative number of times.
+  const bool batch_ok = p.dp > 0 && p.micro_batch > 0 && p.global_batch % (p.dp * p.micro_batch) == 0;
+  if (p.schedule == ScheduleKind::DualPipeV && batch_ok && p.micro_batches() < 2 * p.pp) {
+    problems.push_back(fmt::format("{}: {} needs at least 2 * parallel.pp ({}) micro-batches per pipeline, got {}",
+                                   src, key, 2 * p.pp, p.micro_batches()));
+  }
+  if (p.microbatch_group != 0) {
+    problems.push_back(fmt::format("{}: {} has no micro-batch groups: parallel.microbatch_group must be 0, got {}",
+                                   src, key, p.microbatch_group));
+  }
+}
+
+}  // namespace
 
 void check_zero_bubble(const Scenario& scenario, std::vector<std::string>& problems) {
   const ParallelSpec& p = scenario.parallel;
-  if (p.schedule != ScheduleKind::ZeroBubbleH1) return;
+  if (p.schedule != ScheduleKind::ZeroBubbleH1 && !p.v_shape()) return;
   const std::string& src = scenario.source;
-  const std::string key = "parallel.schedule = \"zb-h1\"";
+  const std::string key = fmt::format("parallel.schedule = \"{}\"", to_string(p.schedule));
+  if (p.v_shape()) check_v_shape(scenario, key, problems);
   // With one stage there is no bubble for the deferred W to fill: the schedule would be 1F1B by another name.
   if (p.pp < 2) problems.push_back(fmt::format("{}: {} needs parallel.pp >= 2, got {}", src, key, p.pp));
   if (scenario.framework.name != Framework::Megatron) {

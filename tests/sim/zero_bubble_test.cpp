@@ -1,8 +1,11 @@
-// parallel.schedule = "zb-h1" (model/plan/schedule.hpp) in the simulator: with fixed layer times and an ideal network
-// its bubble is the paper's closed form, and with the analytical cost model it moves the prediction of every plan
+// parallel.schedule = "zb-h1", "zb-v" and "dualpipev" (model/plan/schedule.hpp) in the simulator: with fixed layer
+// times and an ideal network its bubble is the paper's closed form, and with the analytical cost model it moves the prediction of every plan
 // family it applies to (dense, context-parallel, expert-parallel; both granularities, both fidelities) below 1F1B's
 // with the same FLOPs and, to launch overheads, the same compute.
 #include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
 
 #include "model/plan/schedule.hpp"
 #include "model/program/program.hpp"
@@ -47,6 +50,31 @@ TEST(ZeroBubbleSim, IdealBubbleIsThePapersClosedForm) {
   }
 }
 
+// ZB-V and DualPipeV (schedule.hpp): with a chunk's F = B = W and m >= 2p each stage idles only the V's start,
+// (p - 1) F, over 2 m (F + B + W) busy. 8 stages of two one-layer chunks, 1 ms each; the replay (tests/model) proves
+// ZB-V's form for unequal times, and DualPipeV within its table's.
+TEST(ZeroBubbleSim, TheVsIdleOnlyTheVsStart) {
+  for (const auto& [schedule, m] : {std::pair{"zb-v", 16}, std::pair{"zb-v", 24}, std::pair{"dualpipev", 16}}) {
+    Plan plan;
+    plan.layers = 16;
+    plan.pp = 8;
+    plan.virtual_stages = 2;
+    plan.global_batch = m;
+    plan.schedule = schedule;
+    const model::Program zb = model::build_program(make_scenario(plan), model::Granularity::Layer);
+    for (const Fidelity fidelity : {Fidelity::Rank, Fidelity::Group}) {
+      SimOptions options;
+      options.ideal_network = true;
+      options.fidelity = fidelity;
+      const SimResult result = simulate(zb, FixedCostModel(1e-3, 1e-3, 0, 0, 1e-3), options);
+      EXPECT_NEAR(result.timeline.iteration_time_s, (6 * m + 7) * 1e-3, 1e-9) << schedule << " m = " << m;
+      const double bubble = report::summarize(zb, result.timeline, 312e12, schedule).bubble_fraction;
+      EXPECT_NEAR(bubble, 7.0 / (6 * m + 7), 1e-6) << schedule << " m = " << m;
+      EXPECT_NEAR(model::ideal_bubble_fraction(zb.scenario.parallel), bubble, 1e-6) << schedule << " m = " << m;
+    }
+  }
+}
+
 // 16 experts of which each token picks 4 (moe_a2a_overlap_test.cpp's).
 model::Scenario moe(Plan plan, int ep) {
   plan.hidden = 1024;
@@ -63,6 +91,7 @@ model::Scenario moe(Plan plan, int ep) {
 report::Summary run(model::Scenario s, model::ScheduleKind schedule, model::Granularity granularity,
                     Fidelity fidelity, double* flops) {
   s.parallel.schedule = schedule;
+  s.parallel.virtual_stages = s.parallel.v_shape() ? 2 : 1;
   EXPECT_TRUE(model::validation_problems(s).empty()) << model::validation_problems(s).front();
   const model::Program program = model::build_program(s, granularity);
   *flops = program.total_flops();
@@ -72,12 +101,13 @@ report::Summary run(model::Scenario s, model::ScheduleKind schedule, model::Gran
   return report::summarize(program, result.timeline, result.peak_flops_per_gpu, "sim");
 }
 
-void expect_faster_with_the_same_work(const model::Scenario& s, const char* name) {
+void expect_faster_with_the_same_work(const model::Scenario& s, const char* name,
+                                      model::ScheduleKind schedule = model::ScheduleKind::ZeroBubbleH1) {
   for (const model::Granularity granularity : {model::Granularity::Op, model::Granularity::Layer}) {
     for (const Fidelity fidelity : {Fidelity::Rank, Fidelity::Group}) {
       double base_flops = 0, zb_flops = 0;
       const report::Summary base = run(s, model::ScheduleKind::OneFOneB, granularity, fidelity, &base_flops);
-      const report::Summary zb = run(s, model::ScheduleKind::ZeroBubbleH1, granularity, fidelity, &zb_flops);
+      const report::Summary zb = run(s, schedule, granularity, fidelity, &zb_flops);
       const std::string where = std::string(name) + " " + std::string(model::to_string(granularity)) + " " +
                                 std::string(to_string(fidelity));
       EXPECT_EQ(zb_flops, base_flops) << where;  // B and W sum to the backward's FLOPs
@@ -111,6 +141,31 @@ TEST(ZeroBubbleSim, ShrinksTheBubbleOfDenseContextAndExpertParallelPlans) {
   experts.pp = 2;
   experts.dp = 4;
   expect_faster_with_the_same_work(moe(experts, 4), "MoE pp 2 ep 4");
+}
+
+// ZB-V and DualPipeV against 1F1B: the same FLOPs, faster, on a dense plan and an expert-parallel one (8 and 4
+// micro-batches, 2 pp for DualPipeV). Untied embeddings: tied, the
+// V (both ends of the model on stage 0) also drops the word embedding's gradient all-reduce between the end stages,
+// which runs on the compute stream (1.5 % of the dense plan's compute time), and the compute would not compare.
+TEST(ZeroBubbleSim, TheVsShrinkTheBubbleOfDenseAndExpertParallelPlans) {
+  Plan dense;
+  dense.layers = 8;
+  dense.hidden = 1024;
+  dense.pp = 4;
+  dense.dp = 2;
+  dense.global_batch = 16;
+  model::Scenario untied = make_scenario(dense);
+  untied.framework.tied_embeddings = false;
+  expect_faster_with_the_same_work(untied, "zb-v dense pp 4 dp 2", model::ScheduleKind::ZeroBubbleV);
+  expect_faster_with_the_same_work(untied, "dualpipev dense pp 4 dp 2", model::ScheduleKind::DualPipeV);
+  Plan experts = dense;
+  experts.layers = 4;
+  experts.pp = 2;
+  experts.dp = 4;
+  model::Scenario experts_untied = moe(experts, 4);
+  experts_untied.framework.tied_embeddings = false;
+  expect_faster_with_the_same_work(experts_untied, "zb-v MoE pp 2 ep 4", model::ScheduleKind::ZeroBubbleV);
+  expect_faster_with_the_same_work(experts_untied, "dualpipev MoE pp 2 ep 4", model::ScheduleKind::DualPipeV);
 }
 
 }  // namespace

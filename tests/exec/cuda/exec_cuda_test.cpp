@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "exec/comm/threads_communicator.hpp"
@@ -349,14 +350,16 @@ TEST(CudaTraining, FollowsTheCpuBackendOnOneRankAndOnFourSharingTheGpu) {
 
 // ZB-H1 on the CUDA backend: the B GEMMs skip the weight gradient (matmul_backward with no dweight, the bias's from
 // bias_backward), the W ops add it later in the same micro-batch order; 4 rank threads (TP 2 x PP 2) train as 1F1B
-// does, to bf16's rounding of the bias gradient's other summation order (1e-3 relative).
-TEST(CudaTraining, ZeroBubbleH1TrainsAsOneFOneB) {
+// does, to bf16's rounding of the bias gradient's other summation order (1e-3 relative). ZB-V and DualPipeV likewise
+// on two one-layer chunks per stage in a V (4 micro-batches: DualPipeV's 2 pp).
+TEST(CudaTraining, ZeroBubbleSchedulesTrainAsOneFOneB) {
   TWIN_REQUIRE_GPU();
   std::string corpus_text;
   for (int i = 0; i < 400; ++i) corpus_text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
   const TextDataset data = text_from_string(corpus_text);
-  auto losses = [&](const std::string& schedule) {
-    const model::Program program = model::build_program(model::parse_scenario(toml(4, 2, 2, 1, schedule, 1), "test"));
+  auto losses = [&](const std::string& schedule, int virtual_stages) {
+    const model::Program program =
+        model::build_program(model::parse_scenario(toml(4, 2, 2, 1, schedule, virtual_stages), "test"));
     TrainOptions options;
     options.backend = "cuda";
     options.steps = 4;
@@ -364,10 +367,13 @@ TEST(CudaTraining, ZeroBubbleH1TrainsAsOneFOneB) {
     options.trace_step = -2;
     return train_threads(program, data, options).losses;
   };
-  const auto one_f_one_b = losses("1f1b"), zero_bubble = losses("zb-h1");
-  ASSERT_EQ(zero_bubble.size(), one_f_one_b.size());
-  for (std::size_t i = 0; i < one_f_one_b.size(); ++i) {
-    EXPECT_NEAR(zero_bubble[i], one_f_one_b[i], 1e-3 * one_f_one_b[i]) << "step " << i;
+  const auto one_f_one_b = losses("1f1b", 1);
+  for (const auto& [schedule, chunks] : {std::pair{"zb-h1", 1}, std::pair{"zb-v", 2}, std::pair{"dualpipev", 2}}) {
+    const auto zero_bubble = losses(schedule, chunks);
+    ASSERT_EQ(zero_bubble.size(), one_f_one_b.size());
+    for (std::size_t i = 0; i < one_f_one_b.size(); ++i) {
+      EXPECT_NEAR(zero_bubble[i], one_f_one_b[i], 1e-3 * one_f_one_b[i]) << schedule << " step " << i;
+    }
   }
 }
 

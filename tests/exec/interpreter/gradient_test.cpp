@@ -245,14 +245,18 @@ TEST(ExecGradient, TheMoeLayerMatchesFiniteDifferences) {
 // parallel.schedule = "zb-h1"'s split backward on one rank: B (input gradients) and W (the linear layers' weight
 // gradients, from the inputs B kept) in the zero-bubble schedule's order, F B W per micro-batch. The scenario refuses
 // the schedule at pp 1 (no bubble to fill), but the Program is well defined: the stage builder expands the schedule.
-model::Program split_backward_program(model::Scenario s) {
-  s.parallel.schedule = model::ScheduleKind::ZeroBubbleH1;
+// ZB-V on one rank: two chunks, the V's turn (chunk 0's output chunk 1's input, and back) passed within the rank.
+model::Program split_backward_program(model::Scenario s,
+                                      model::ScheduleKind schedule = model::ScheduleKind::ZeroBubbleH1) {
+  s.parallel.schedule = schedule;
+  s.parallel.virtual_stages = schedule == model::ScheduleKind::ZeroBubbleV ? 2 : 1;
   model::Program program;
   program.scenario = s;
   program.granularity = model::Granularity::Op;
   program.layout = model::rank_layout(s);
   program.schedule =
-      model::build_schedule(s.parallel.schedule, 1, static_cast<int>(s.parallel.micro_batches()), 1);
+      model::build_schedule(s.parallel.schedule, 1, static_cast<int>(s.parallel.micro_batches()),
+                            static_cast<int>(s.parallel.virtual_stages));
   program.stage_ops.push_back(model::StageBuilder(s, model::Granularity::Op, program.schedule[0], 0).build());
   program.exchange_issue = model::exchange_issue(s);
   program.stage_exchanges.push_back(model::pipeline_exchanges(s, program.stage_ops[0], 0));
@@ -269,6 +273,11 @@ model::Program split_backward_program(model::Scenario s) {
 
 TEST(ExecGradient, TheZeroBubbleSplitBackwardMatchesFiniteDifferences) {
   expect_gradients_match_finite_differences(split_backward_program(tiny({})), "GPT-2 block, B and W");
+}
+
+TEST(ExecGradient, TheZeroBubbleVSplitBackwardMatchesFiniteDifferences) {
+  expect_gradients_match_finite_differences(split_backward_program(tiny({}), model::ScheduleKind::ZeroBubbleV),
+                                            "GPT-2 blocks in a V, B and W");
 }
 
 }  // namespace

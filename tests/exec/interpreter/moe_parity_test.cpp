@@ -80,6 +80,13 @@ INSTANTIATE_TEST_SUITE_P(
         Plan{"pp2_dp2_ep2", {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2"}},
         // ZB-H1: the attention's W deferred, the MoE MLP's weight gradients in B
         Plan{"pp2_dp2_ep2_zb_h1", {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2", "parallel.schedule=\"zb-h1\""}},
+        // ZB-V: one layer per chunk, the dense one on stage 0's chunk 0, stage 0's chunk 1 the last MoE layer
+        Plan{"pp2_v2_dp2_ep2_zb_v",
+             {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.dp=2", "parallel.ep=2",
+              "parallel.schedule=\"zb-v\""}},
+        Plan{"pp2_v2_dp2_ep2_dualpipev",
+             {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.dp=2", "parallel.ep=2",
+              "parallel.schedule=\"dualpipev\""}},
         // expert-data-parallel 2: the experts' gradients reduce-scattered over it, the dense ones over dp 4
         Plan{"dp4_ep2_zero1", {"parallel.dp=4", "parallel.ep=2", "parallel.zero_stage=1"}},
         // the Expert group spans TP ranks, the ExpertData group spans DP replicas

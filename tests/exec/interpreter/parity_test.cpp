@@ -120,6 +120,13 @@ INSTANTIATE_TEST_SUITE_P(
         Plan{"pp4_dp2_zero1_zb_h1_dp_overlap_recompute_full",
              {"parallel.pp=4", "parallel.dp=2", "parallel.zero_stage=1", "parallel.dp_overlap=true",
               "parallel.schedule=\"zb-h1\"", "parallel.recompute=\"full\""}},
+        // ZB-V: two chunks per stage in a V (stage 0 holds both ends, the last stage passes the turn to itself)
+        Plan{"pp2_v2_zb_v", {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=\"zb-v\""}},
+        Plan{"tp2_sp_pp2_v2_dp2_zero1_zb_v_dp_overlap",
+             {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.pp=2", "parallel.virtual_stages=2",
+              "parallel.dp=2", "parallel.zero_stage=1", "parallel.dp_overlap=true", "parallel.schedule=\"zb-v\""}},
+        // DualPipeV on the same V: 4 micro-batches (2 pp), whole backwards where it enables no zero bubble
+        Plan{"pp2_v2_dualpipev", {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=\"dualpipev\""}},
         // lighter end stages: 1 + 3 + 3 + 1 of the 8 layers
         Plan{"pp4_uneven_1_3_3_1", {"parallel.pp=4", "parallel.first_stage_layers=1", "parallel.last_stage_layers=1"}},
         Plan{"micro_batch4", {"parallel.micro_batch=4"}},

@@ -91,6 +91,46 @@ TEST_F(ExecRunFixture, MpiRanksTrainZeroBubbleAsThreadsDo) {
   }
 }
 
+// ZB-V through MPI: 2 stages of two one-layer chunks in a V, TP 2 with sequence parallelism; the threads' bits, and
+// the 1F1B run's losses within 1e-5 (the same sums in another order of micro-batches per weight: float rounding).
+// DualPipeV likewise (8 sequences, micro-batches of 2: 4 per pipeline, the 2 pp it needs).
+// `args`: twin run's command line over MPI, writing dir/mpi.json.
+void expect_mpi_trains_the_v_as_threads_do(std::vector<std::string> args, const std::string& dir,
+                                           const std::string& schedule) {
+  const std::vector<std::string> sets = {"model.layers=4", "parallel.tp=2", "parallel.pp=2",
+                                         "parallel.sequence_parallel=true", "parallel.virtual_stages=2",
+                                         "parallel.schedule=\"" + schedule + "\""};
+  for (const std::string& set : sets) args.insert(args.end(), {"--set", set});
+  ASSERT_EQ(testing::run_command(args, dir + "/mpi.log"), 0) << testing::read_text(dir + "/mpi.log");
+  const auto mpi = nlohmann::json::parse(testing::read_text(dir + "/mpi.json"));
+
+  TrainOptions options;
+  options.steps = 2;
+  const auto threads = testing::train(testing::scenario(testing::small_toml(), sets), options);
+  const auto losses = mpi["losses"].get<std::vector<double>>();
+  EXPECT_EQ(losses, threads.losses);  // bit for bit
+  const std::vector<std::string> one_f_one_b_plan(sets.begin(), sets.end() - 2);  // 1F1B, one chunk per stage
+  const auto one_f_one_b = testing::train(testing::scenario(testing::small_toml(), one_f_one_b_plan), options);
+  ASSERT_EQ(losses.size(), one_f_one_b.losses.size());
+  for (std::size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_NEAR(losses[i], one_f_one_b.losses[i], 1e-5 * one_f_one_b.losses[i]) << schedule << " step " << i;
+  }
+}
+
+TEST_F(ExecRunFixture, MpiRanksTrainZeroBubbleVAsThreadsDo) {
+  if (!testing::on_path("mpirun"))
+    GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): MPI launcher not tested";
+  expect_mpi_trains_the_v_as_threads_do(twin_run({"--steps", "2", "--launcher", "mpi", "--json", dir + "/mpi.json"}),
+                                        dir, "zb-v");
+}
+
+TEST_F(ExecRunFixture, MpiRanksTrainDualPipeVAsThreadsDo) {
+  if (!testing::on_path("mpirun"))
+    GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): MPI launcher not tested";
+  expect_mpi_trains_the_v_as_threads_do(twin_run({"--steps", "2", "--launcher", "mpi", "--json", dir + "/mpi.json"}),
+                                        dir, "dualpipev");
+}
+
 // Context parallelism (the all_gather way) through MPI: 4 processes, CP 2 x TP 2, give the threads' bits, and the
 // single-rank losses within 1e-5 (each CP rank on its two chunks of every sequence).
 TEST_F(ExecRunFixture, MpiRanksTrainContextParallelismAsThreadsDo) {

@@ -120,7 +120,7 @@ bool runs_to_the_end(const std::vector<StageSchedule>& schedule, int p, int m, i
     for (int stage = 0; stage < p; ++stage) {
       while (next[stage] < schedule[stage].size()) {
         const PipelineStep& step = schedule[stage][next[stage]];
-        const int vs = virtual_stage(stage, step.chunk, p), at = step.micro_batch * p * v + vs;
+        const int vs = step.chunk * p + stage, at = step.micro_batch * p * v + vs;
         const bool ready = step.pass == Pass::Forward ? vs == 0 || forward_done[at - 1]
                                                       : forward_done[at] && (vs == p * v - 1 || backward_done[at + 1]);
         if (!ready) break;
@@ -213,4 +213,78 @@ TEST(ZeroBubbleH1, EveryPassOnceWithOneFOneBsActivationsInFlight) {
 }
 
 }  // namespace
+// ZB-V on 2 stages, 4 micro-batches (".1": chunk 1, which on stage s holds virtual stage 2p - 1 - s): the authors'
+// handcrafted_zb_v (schedule.hpp). Stage 0 holds both ends: its chunk 1 runs the loss, so its first B is chunk 1's.
+TEST(ZeroBubbleV, TwoStagesFourMicroBatches) {
+  const auto schedule = build_schedule(ScheduleKind::ZeroBubbleV, 2, 4, 2);
+  EXPECT_EQ(render(schedule[0]),
+            "F0 F1 F2 F0.1 B0.1 W0.1 F1.1 B1.1 W1.1 F3 B0 W0 F2.1 B2.1 W2.1 B1 W1 F3.1 B3.1 W3.1 B2 W2 B3 W3");
+  EXPECT_EQ(render(schedule[1]),
+            "F0 F0.1 F1 F1.1 B0.1 W0.1 F2 B0 W0 F2.1 B1.1 W1.1 F3 B1 W1 F3.1 B2.1 W2.1 B2 B3.1 B3 W2 W3.1 W3");
+  EXPECT_THROW(build_schedule(ScheduleKind::ZeroBubbleV, 2, 4, 1), std::invalid_argument);
+  EXPECT_EQ(warmup_steps(ScheduleKind::ZeroBubbleV, 1, 2, 4, 2), 4);
+}
+
+// Every F, B and W of both chunks once, each W after its B; with m >= 2p - 1 every stage holds 2p chunks' activations
+// at its peak, p stages' worth: the paper's "same peak memory as 1F1B" (p M_B, 1F1B's stage 0).
+TEST(ZeroBubbleV, EveryPassOnceWithOneFOneBsPeakActivations) {
+  for (int p : {2, 3, 4, 8}) {
+    for (int m = 1; m <= 3 * p; ++m) {
+      const auto schedule = build_schedule(ScheduleKind::ZeroBubbleV, p, m, 2);
+      for (int stage = 0; stage < p; ++stage) {
+        std::vector<int> seen(6 * m, 0);
+        std::vector<int> backward_done(2 * m, 0);
+        for (const auto& step : schedule[stage]) {
+          const int at = step.chunk * m + step.micro_batch;
+          ++seen[static_cast<int>(step.pass) * 2 * m + at];
+          if (step.pass == Pass::Backward) backward_done[at] = 1;
+          if (step.pass == Pass::WeightGrad) {
+            EXPECT_TRUE(backward_done[at]) << "W before its B";
+          }
+        }
+        for (int count : seen) ASSERT_EQ(count, 1) << "p=" << p << " m=" << m;
+        if (m >= 2 * p - 1) {
+          EXPECT_EQ(max_in_flight(schedule[stage]), 2 * p) << "p=" << p << " m=" << m;
+        }
+        EXPECT_LE(max_in_flight(schedule[stage]), 2 * std::min(p, m)) << "p=" << p << " m=" << m;
+      }
+    }
+  }
+}
+
+// DualPipeV on 2 stages, 4 micro-batches (dualpipev.py's DualPipeV.step, schedule.hpp): a whole backward is its B and
+// W at once; a zero-bubble one's W waits for the next lone W (stage 0's W0.1 in step 3, W2 in step 7).
+TEST(DualPipeV, TwoStagesFourMicroBatches) {
+  const auto schedule = build_schedule(ScheduleKind::DualPipeV, 2, 4, 2);
+  EXPECT_EQ(render(schedule[0]),
+            "F0 F1 F2 F0.1 B0.1 W0.1 F1.1 F3 B1.1 W1.1 F2.1 B0 W0 B2.1 W2.1 F3.1 B1 W1 B3.1 W3.1 B2 W2 B3 W3");
+  EXPECT_EQ(render(schedule[1]),
+            "F0 F0.1 F1 F1.1 F2 B0.1 W0.1 F2.1 B0 W0 F3 B1.1 W1.1 F3.1 B1 W1 B2.1 W2.1 B2 W2 B3.1 B3 W3.1 W3");
+  EXPECT_THROW(build_schedule(ScheduleKind::DualPipeV, 2, 3, 2), std::invalid_argument);  // m < 2p
+}
+
+// Every F, B and W of both chunks once, each W after its B; 2p + 1 chunks' activations at the peak on every stage:
+// the DualPipe README's "PP + 1" (PP = 2p virtual stages).
+TEST(DualPipeV, EveryPassOnceWithItsTablesPeakActivations) {
+  for (int p : {2, 3, 4, 8}) {
+    for (int m = 2 * p; m <= 3 * p; ++m) {
+      const auto schedule = build_schedule(ScheduleKind::DualPipeV, p, m, 2);
+      for (int stage = 0; stage < p; ++stage) {
+        std::vector<int> seen(6 * m, 0);
+        std::vector<int> backward_done(2 * m, 0);
+        for (const auto& step : schedule[stage]) {
+          const int at = step.chunk * m + step.micro_batch;
+          ++seen[static_cast<int>(step.pass) * 2 * m + at];
+          if (step.pass == Pass::Backward) backward_done[at] = 1;
+          if (step.pass == Pass::WeightGrad) {
+            EXPECT_TRUE(backward_done[at]) << "W before its B";
+          }
+        }
+        for (int count : seen) ASSERT_EQ(count, 1) << "p=" << p << " m=" << m;
+        EXPECT_EQ(max_in_flight(schedule[stage]), 2 * p + 1) << "p=" << p << " m=" << m << " stage " << stage;
+      }
+    }
+  }
+}
+
 }  // namespace twin::model

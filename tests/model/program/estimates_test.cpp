@@ -172,5 +172,26 @@ TEST(Formulas, ZeroBubbleH1AddsItsDeferredWeightGradientInputs) {
   }
 }
 
+// ZB-V holds 2p chunks of half a stage on every stage, 1F1B's stage 0 peak (p micro-batches of a whole stage: the
+// paper's p M_B), plus its pending W inputs (one layer per chunk here) and, on stage 0, which holds the loss in a V,
+// the fp32 logits.
+TEST(Formulas, ZeroBubbleVHoldsOneFOneBsPeakOnEveryStage) {
+  Scenario s = make_scenario(8, 64, 4, 32, 256, 1, 4, 1, 1, 8);
+  const MemoryEstimate one_f_one_b = estimate_memory(s);
+  s.parallel.schedule = ScheduleKind::ZeroBubbleV;
+  s.parallel.virtual_stages = 2;
+  const MemoryEstimate v = estimate_memory(s);
+  const std::vector<StageSchedule> schedule = build_schedule(s.parallel);
+  const double logits = 4.0 * 32 * static_cast<double>(s.padded_vocab());
+  for (int stage = 0; stage < 4; ++stage) {
+    const double pending = max_deferred_weight_grads(schedule[stage]) * deferred_weight_grad_bytes(s, 0);
+    EXPECT_GT(pending, 0);
+    EXPECT_EQ(v.stages[stage].in_flight_micro_batches, 8) << stage;
+    EXPECT_DOUBLE_EQ(v.stages[stage].activations_bytes,
+                     one_f_one_b.stages[0].activations_bytes + pending + (stage == 0 ? logits : 0))
+        << stage;
+  }
+}
+
 }  // namespace
 }  // namespace twin::model

@@ -61,6 +61,30 @@ TEST(PlanSpace, HeadroomIsAShareOrGiBAndMoreOfItRejectsMorePlans) {
   EXPECT_TRUE(memory_reason);
 }
 
+// --vary-schedule: ZB-V and DualPipeV beside the interleaved schedule on two chunks per stage (never on other chunk
+// counts; DualPipeV with at least 2 pp micro-batches), and without the flag neither.
+TEST(PlanSpace, VaryingTheScheduleAddsTheVsOnTwoChunks) {
+  PlanSpace varied;
+  varied.vary_schedule = true;
+  int zb_v = 0, dualpipev = 0;
+  const Scenario base = gpt3();
+  for (const Plan& plan : enumerate_plans(base, varied, false).plans) {
+    if (plan.schedule != ScheduleKind::ZeroBubbleV && plan.schedule != ScheduleKind::DualPipeV) continue;
+    (plan.schedule == ScheduleKind::ZeroBubbleV ? zb_v : dualpipev) += 1;
+    EXPECT_EQ(plan.chunks, 2) << plan.label();
+    EXPECT_GT(plan.pp, 1) << plan.label();
+    if (plan.schedule == ScheduleKind::DualPipeV) {
+      EXPECT_GE(base.parallel.global_batch / (plan.dp * plan.micro_batch), 2 * plan.pp) << plan.label();
+    }
+  }
+  EXPECT_GT(zb_v, 0);
+  EXPECT_GT(dualpipev, 0);
+  for (const Plan& plan : enumerate_plans(base, {}, false).plans) {
+    EXPECT_FALSE(plan.schedule == ScheduleKind::ZeroBubbleV || plan.schedule == ScheduleKind::DualPipeV)
+        << plan.label();
+  }
+}
+
 TEST(PlanSpace, APlanIsItsOverridesAndItsLabel) {
   Plan plan;
   plan.tp = 8, plan.pp = 4, plan.dp = 2, plan.chunks = 2, plan.schedule = ScheduleKind::Interleaved;

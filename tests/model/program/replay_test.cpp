@@ -351,5 +351,64 @@ TEST(Replay, TheIssueOrderReplayDetectsADeadlock) {
   EXPECT_FALSE(replay_issue_order(program));
 }
 
+// ZB-V (Qi et al., ICLR 2024, the authors' handcrafted V): with each chunk's times F, B, W (W <= F) and m >= 2p - 1
+// every stage idles (p - 1)(F + B - W), half ZB-H1's in a stage's times; with F = B = W that is the V's start, (p - 1)
+// F, which no schedule ending the iteration on every stage together avoids. Fewer micro-batches finish too.
+TEST(Replay, ZeroBubbleVFinishesWithThePapersBubble) {
+  int cases = 0;
+  for (int p : {2, 3, 4, 8}) {
+    for (int m = 1; m <= 2 * p + 1; ++m) {
+      const Program program = build_program(pipeline(ScheduleKind::ZeroBubbleV, p, m, 2), Granularity::Layer);
+      EXPECT_TRUE(replay_issue_order(program)) << "p=" << p << " m=" << m;
+      for (auto [layer_f, layer_b, layer_w] :
+           {std::tuple{1.0, 1.0, 1.0}, std::tuple{1.0, 2.0, 1.0}, std::tuple{2.0, 3.0, 1.0}}) {
+        const ReplayResult r = replay(program, layer_f, layer_b, layer_w);
+        ASSERT_FALSE(r.deadlocked) << "p=" << p << " m=" << m;
+        if (m < 2 * p - 1) continue;
+        const double f = 2 * layer_f, b = 2 * layer_b, w = 2 * layer_w;  // pipeline(): 2 layers per chunk
+        const double bubble_time = (p - 1) * (f + b - w);
+        EXPECT_DOUBLE_EQ(r.iteration_time, 2 * m * (f + b + w) + bubble_time) << "p=" << p << " m=" << m;
+        for (int stage = 0; stage < p; ++stage) {
+          EXPECT_DOUBLE_EQ(r.iteration_time - r.busy[stage], bubble_time) << "p=" << p << " m=" << m;
+        }
+      }
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 5 + 7 + 9 + 17);
+}
+
+// DualPipeV's bubble, DeepSeek's table (the DualPipe README, from DeepSeek-V3's Table 2): (PP/2 - 1)(F&B + B - 3W),
+// PP/2 = p devices, B a whole backward (B + W here), F&B an overlapped forward and backward; the replay overlaps
+// nothing, F&B = F + B + W. With F = B = W that is 2 (p - 1) F, and the schedule idles only the V's start, (p - 1) F,
+// the least a V can; with unequal times it idles less than the table's form too (its form counts a step 4 pair's
+// wait for a whole F&B, the order waits less). Exact sums of the fixed costs.
+TEST(Replay, DualPipeVFinishesWithinItsTablesBubble) {
+  int cases = 0;
+  for (int p : {2, 3, 4, 8}) {
+    for (int m = 2 * p; m <= 2 * p + 2; ++m) {
+      const Program program = build_program(pipeline(ScheduleKind::DualPipeV, p, m, 2), Granularity::Layer);
+      EXPECT_TRUE(replay_issue_order(program)) << "p=" << p << " m=" << m;
+      for (auto [layer_f, layer_b, layer_w] :
+           {std::tuple{1.0, 1.0, 1.0}, std::tuple{1.0, 2.0, 1.0}, std::tuple{2.0, 3.0, 1.0}}) {
+        const ReplayResult r = replay(program, layer_f, layer_b, layer_w);
+        ASSERT_FALSE(r.deadlocked) << "p=" << p << " m=" << m;
+        const double f = 2 * layer_f, b = 2 * layer_b, w = 2 * layer_w;  // pipeline(): 2 layers per chunk
+        const double table = (p - 1) * ((f + b + w) + (b + w) - 3 * w);
+        for (int stage = 0; stage < p; ++stage) {
+          const double idle = r.iteration_time - r.busy[stage];
+          EXPECT_LE(idle, table) << "p=" << p << " m=" << m;
+          if (f == b && b == w) {
+            EXPECT_DOUBLE_EQ(idle, (p - 1) * f) << "p=" << p << " m=" << m;
+            EXPECT_DOUBLE_EQ(table, 2 * (p - 1) * f);
+          }
+        }
+      }
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 4 * 3);
+}
+
 }  // namespace
 }  // namespace twin::model
