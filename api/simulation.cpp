@@ -243,6 +243,7 @@ void add_extras(Simulation& s, const SimRequest& r) {
   s.band = prediction_band(scenario, s.node.gpu.name, iteration_time_s);
   if (!r.train_tokens.empty()) {
     s.training = training_estimate(scenario, iteration_time_s, parse_token_count("--train-tokens", r.train_tokens));
+    s.training->usd_per_gpu_hour = r.usd_per_gpu_hour > 0 ? r.usd_per_gpu_hour : scenario.cluster.usd_per_gpu_hour;
   }
   if (r.goodput) s.goodput = goodput_report(scenario, iteration_time_s, 0, s.training ? s.training->tokens : 0);
   s.notes = scenario_notes(scenario);
@@ -260,14 +261,13 @@ void add_extras(Simulation& s, const SimRequest& r) {
   }
 }
 
-nlohmann::json training_json(const TrainingEstimate& training, const SimRequest& r,
-                             const std::optional<GoodputReport>& goodput) {
+nlohmann::json training_json(const TrainingEstimate& training, const std::optional<GoodputReport>& goodput) {
   nlohmann::json json = {{"tokens", training.tokens},         {"tokens_per_iteration", training.tokens_per_iteration},
                          {"iterations", training.iterations}, {"time_s", training.time_s},
                          {"days", training.time_s / 86400},   {"gpu_hours", training.gpu_hours}};
-  if (r.usd_per_gpu_hour > 0) {
-    json["usd_per_gpu_hour"] = r.usd_per_gpu_hour;
-    json["cost_usd"] = training.gpu_hours * r.usd_per_gpu_hour;
+  if (training.usd_per_gpu_hour > 0) {
+    json["usd_per_gpu_hour"] = training.usd_per_gpu_hour;
+    json["cost_usd"] = training.gpu_hours * training.usd_per_gpu_hour;
   }
   if (goodput) json["days_with_failures"] = goodput->train_days_with_failures;
   return json;
@@ -379,7 +379,7 @@ nlohmann::json sim_document(const Simulation& s, const SimRequest& r) {
   json["granularity"] = model::to_string(s.program.granularity);
   json["notes"] = s.notes;
   add_band_json(s.band, json);
-  if (s.training) json["training"] = training_json(*s.training, r, s.goodput);
+  if (s.training) json["training"] = training_json(*s.training, s.goodput);
   if (s.goodput) json["goodput"] = goodput_json(*s.goodput);
   if (s.healthy) json["degraded"] = degradations_json(s.options.degradations, s.healthy->iteration_time_s);
   // The boxes of the pipeline diagram, so that `twin report` draws it from this document alone.

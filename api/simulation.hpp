@@ -55,6 +55,7 @@ struct SimRequest {
 // batch (no batch-size ramp-up), no evaluation, checkpoints or restarts.
 struct TrainingEstimate {
   double tokens = 0, tokens_per_iteration = 0, iterations = 0, time_s = 0, gpu_hours = 0;
+  double usd_per_gpu_hour = 0;  // the price its cost is at: --usd-per-gpu-hour, else cluster.usd_per_gpu_hour (0: none)
 };
 
 struct Simulation {

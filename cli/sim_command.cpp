@@ -27,7 +27,7 @@ struct SimCommandOptions {
 };
 
 // The summary table with the band under its iteration time, and what the request added below it.
-void print_prediction(const api::Simulation& s, const api::SimRequest& r) {
+void print_prediction(const api::Simulation& s) {
   std::string table = report::summary_table(s.summary);
   const auto iteration_line = table.find("iteration time");
   const auto after = iteration_line == std::string::npos ? std::string::npos : table.find('\n', iteration_line);
@@ -41,9 +41,9 @@ void print_prediction(const api::Simulation& s, const api::SimRequest& r) {
         "at the full global batch; no ramp-up, evaluation or restarts)\n",
         api::with_scale(t.tokens), t.iterations, api::with_scale(t.tokens_per_iteration), t.time_s / 86400,
         s.program.scenario.cluster.total_gpus(), api::with_scale(t.gpu_hours));
-    if (r.usd_per_gpu_hour > 0) {
+    if (t.usd_per_gpu_hour > 0) {
       fmt::print("  at ${:g} per GPU-hour: ${} (GPU time alone: no storage, network egress or idle reservation)\n",
-                 r.usd_per_gpu_hour, api::with_scale(t.gpu_hours * r.usd_per_gpu_hour));
+                 t.usd_per_gpu_hour, api::with_scale(t.gpu_hours * t.usd_per_gpu_hour));
     }
   }
   if (s.goodput) fmt::print("\n{}", api::goodput_lines(*s.goodput));
@@ -109,7 +109,7 @@ void run(const SimCommandOptions& o) {
   request.progress = !o.quiet;
   request.trace = !o.trace_path.empty();
   const api::Simulation s = api::simulate(scenario, request);
-  print_prediction(s, request);
+  print_prediction(s);
   print_provenance(s, request);
   print_sensitivities(s, request);
   if (!o.json_path.empty()) {

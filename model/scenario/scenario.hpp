@@ -233,6 +233,9 @@ struct ClusterSpec {
   // Seconds from an interruption to training again (detection, re-queue, process start, communicator set-up), the
   // checkpoint's load excluded; unset: the default.
   std::optional<double> restart_s;
+  // The price of one GPU-hour in US dollars, for the cost of a --train-tokens run (twin sim, sweep, search);
+  // --usd-per-gpu-hour overrides it; 0: not given.
+  double usd_per_gpu_hour = 0;
 
   std::int64_t total_gpus() const { return nodes * gpus_per_node; }
 };

@@ -1,5 +1,6 @@
 // The reliability keys' rules: interruption rates, the checkpoint storage's rate and the restart time that
-// `twin goodput` reads (model/program/goodput.hpp). Each is optional; a given one must be a number of its unit.
+// `twin goodput` reads (model/program/goodput.hpp), and the price of a GPU-hour that a training run's cost reads. Each
+// is optional; a given one must be a number of its unit.
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,14 @@ void check_failure_model(const Scenario& scenario, std::vector<std::string>& pro
           "{}: cluster.restart_s must be the seconds from an interruption to training again (0..1e6), got {}",
           scenario.source, value));
     }
+  }
+  // Dollars per GPU-hour: public clouds list H100s at a few dollars; above 1000 it is cents, or a node's or a month's
+  // price typed in the per-GPU-hour key.
+  const double price = scenario.cluster.usd_per_gpu_hour;
+  if (!(price >= 0 && price <= 1000)) {
+    problems.push_back(fmt::format("{}: cluster.usd_per_gpu_hour must be US dollars per GPU-hour (0..1000; 0: not "
+                                   "given), got {}",
+                                   scenario.source, price));
   }
 }
 

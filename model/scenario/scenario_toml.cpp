@@ -185,6 +185,7 @@ bool read_cluster(const toml::table& root, const std::string& source, ClusterSpe
   cluster.number("software_failures_per_gpu_hour", c.software_failures_per_gpu_hour);
   cluster.number("storage_gb_per_s", c.storage_gb_per_s);
   cluster.number("restart_s", c.restart_s);
+  cluster.number("usd_per_gpu_hour", c.usd_per_gpu_hour);
   cluster.reject_unknown_keys();
   return size_given;
 }
@@ -501,6 +502,7 @@ std::string to_toml(const Scenario& s) {
   for (auto [key, field] : failure_model_fields(s.cluster)) {
     if (field->has_value()) line(fmt::format("{} = {:.17g}", key, **field));
   }
+  if (s.cluster.usd_per_gpu_hour > 0) line(fmt::format("usd_per_gpu_hour = {:.17g}", s.cluster.usd_per_gpu_hour));
   out += framework_toml(s);
   line("\n[training]");
   line(fmt::format("seed = {}", s.training.seed));

@@ -886,6 +886,36 @@ TEST(Cli, SimSweepAndSearchPriceTheRunsGpuHours) {
   }
 }
 
+TEST(Cli, TheScenariosPriceCostsARunUnlessTheFlagGivesAnother) {
+  // cluster.usd_per_gpu_hour (issue 40, item 5's scenario key): the price of a --train-tokens run in twin sim and in
+  // every sweep variant, the flag winning over it; a price past 1000 dollars a GPU-hour is refused naming the key.
+  const fs::path sim_path = scratch("scenario-priced.json");
+  const Result r = twin("sim " + small_cluster_scenario().string() +
+                        " --quiet --train-tokens 10B --set cluster.usd_per_gpu_hour=3 --json " + sim_path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("at $3 per GPU-hour: $"));
+  std::ifstream in(sim_path);
+  const auto training = nlohmann::json::parse(in)["training"];
+  EXPECT_DOUBLE_EQ(training["usd_per_gpu_hour"].get<double>(), 3);
+  EXPECT_DOUBLE_EQ(training["cost_usd"].get<double>(), 3 * training["gpu_hours"].get<double>());
+  const Result flag = twin("sim " + small_cluster_scenario().string() +
+                           " --quiet --train-tokens 10B --set cluster.usd_per_gpu_hour=3 --usd-per-gpu-hour 2");
+  ASSERT_EQ(flag.status, 0) << flag.output;
+  EXPECT_THAT(flag.output, HasSubstr("at $2 per GPU-hour: $"));
+  const fs::path sweep_path = scratch("scenario-priced-sweep.json");
+  const Result sweep = twin("sweep " + small_cluster_scenario().string() + " --vary parallel.pp=2,4 --jobs 2 --quiet "
+                            "--train-tokens 10B --set cluster.usd_per_gpu_hour=3 --json " + sweep_path.string());
+  ASSERT_EQ(sweep.status, 0) << sweep.output;
+  std::ifstream sweep_in(sweep_path);
+  for (const auto& variant : nlohmann::json::parse(sweep_in)["variants"]) {
+    EXPECT_DOUBLE_EQ(variant["training"]["cost_usd"].get<double>(),
+                     3 * variant["training"]["gpu_hours"].get<double>());
+  }
+  const Result slip = twin("sim " + small_cluster_scenario().string() + " --quiet --set cluster.usd_per_gpu_hour=2500");
+  EXPECT_EQ(slip.status, 2);
+  EXPECT_THAT(slip.output, HasSubstr("cluster.usd_per_gpu_hour must be US dollars per GPU-hour"));
+}
+
 TEST(Cli, SimEstimatesAWholeTrainingRun) {
   // GPT-3 175B, 300 B tokens on 1024 GPUs: the iterations are whole global batches, the days follow from the
   // simulated iteration, and they agree with Narayanan et al.'s end-to-end estimate 8 T P / (n X) (SC'21, Sec. 5.1)

@@ -119,6 +119,10 @@ TEST(Scenario, TomlRoundTrips) {
   const Scenario again = parse_scenario(to_toml(s), "again.toml");
   EXPECT_EQ(to_toml(again), to_toml(s));
   EXPECT_EQ(again.parallel.recompute, Recompute::Selective);
+  // The price of a GPU-hour (cluster.usd_per_gpu_hour) is written only when given, and reads back.
+  EXPECT_EQ(to_toml(s).find("usd_per_gpu_hour"), std::string::npos);
+  const Scenario priced = parse_scenario(kValid, "case.toml", {parse_override("cluster.usd_per_gpu_hour=2.5")});
+  EXPECT_DOUBLE_EQ(parse_scenario(to_toml(priced), "again.toml").cluster.usd_per_gpu_hour, 2.5);
   // Megatron's block recompute: the key (or its Megatron flag) round-trips.
   const Scenario block =
       parse_scenario(kValid, "case.toml",
