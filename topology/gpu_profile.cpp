@@ -25,6 +25,19 @@ std::optional<double> positive(const toml::table& table, const char* key, const 
   return value;
 }
 
+// A count at `key` of `table` (ranks, nodes): a TOML integer from 0 to 2^30, 0 when absent; throws naming `where`
+// otherwise. A float is refused rather than converted: toml++ casts one to an integer unchecked (9e91 is undefined
+// behaviour, found by fuzz_gpu_profile), and no count of ranks is written as one.
+int count(const toml::table& table, const char* key, const std::string& where) {
+  const toml::node* node = table.get(key);
+  if (!node) return 0;
+  const std::optional<std::int64_t> value = node->is_integer() ? node->value<std::int64_t>() : std::nullopt;
+  if (!value || *value < 0 || *value > (std::int64_t{1} << 30)) {
+    throw std::invalid_argument(fmt::format("{}.{} must be a whole number from 0 to 2^30", where, key));
+  }
+  return static_cast<int>(*value);
+}
+
 void read_gemm(const toml::table& root, const std::string& path, GpuProfile& p) {
   const toml::array* shapes = root["gemm"]["shape"].as_array();
   if (!shapes) return;
@@ -62,8 +75,8 @@ void read_collectives(const toml::table& root, const std::string& path, GpuProfi
     if (!c) throw std::invalid_argument(where + " must be a table");
     MeasuredCollective m;
     m.kind = (*c)["kind"].value_or(std::string());
-    m.ranks = static_cast<int>((*c)["ranks"].value_or(std::int64_t{0}));
-    m.nodes = static_cast<int>((*c)["nodes"].value_or(std::int64_t{0}));
+    m.ranks = count(*c, "ranks", where);
+    m.nodes = count(*c, "nodes", where);
     if (m.kind.empty() || m.ranks < 2 || m.nodes < 0) {
       throw std::invalid_argument(where + ": kind (a name), ranks (at least 2) and nodes (0: unknown) are required");
     }
