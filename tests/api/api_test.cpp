@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "api/twin.hpp"
 
@@ -44,6 +45,66 @@ TEST(Api, ASimulationRunsAgainInTheSameProcessWithTheSameResult) {
   EXPECT_EQ(first.at("iteration_time_s"), second.at("iteration_time_s"));
   EXPECT_FALSE(first.contains("training"));
   EXPECT_GT(second.at("training").at("gpu_hours").get<double>(), 0);
+}
+
+// cluster.usd_per_gpu_hour prices a --train-tokens run on every plan family (pp 1, 1F1B and interleaved pp 2, EP 2,
+// CP 2) at both fidelities and granularities: the cost is the price times the run's GPU-hours, absent without the
+// key, and --usd-per-gpu-hour wins over it. It moves no iteration time (a price is not a cost of the hardware).
+TEST(Api, TheScenariosPriceCostsTheRunOnEveryPlanFamily) {
+  const std::string base = R"(
+[model]
+name = "priced-gpt"
+layers = 4
+hidden = 512
+heads = 8
+seq_len = 512
+vocab = 8192
+dtype = "bf16"
+[parallel]
+tp = 2
+micro_batch = 1
+global_batch = 8
+[cluster]
+node = "dgx-h100"
+[framework]
+name = "megatron"
+attention = "flash2"
+)";
+  const std::vector<std::vector<std::string>> families = {
+      {"parallel.pp=1", "cluster.gpus_per_node=4", "parallel.dp=2"},
+      {"parallel.pp=2", "cluster.gpus_per_node=8", "parallel.dp=2"},
+      {"parallel.pp=2", "cluster.gpus_per_node=8", "parallel.dp=2", "parallel.schedule=interleaved",
+       "parallel.virtual_stages=2"},
+      {"parallel.pp=1", "cluster.gpus_per_node=4", "parallel.dp=2", "model.experts=4", "model.top_k=2",
+       "parallel.ep=2", "parallel.sequence_parallel=true"},
+      {"parallel.pp=1", "cluster.gpus_per_node=8", "parallel.dp=2", "parallel.cp=2"},
+  };
+  for (const auto& family : families) {
+    std::vector<std::string> priced = family;
+    priced.push_back("cluster.usd_per_gpu_hour=3");
+    const model::Scenario plain = scenario_from_text(base, parse_overrides(family));
+    const model::Scenario with_price = scenario_from_text(base, parse_overrides(priced));
+    for (const char* fidelity : {"rank", "group"}) {
+      for (const char* granularity : {"op", "layer"}) {
+        SCOPED_TRACE(family.back() + " " + fidelity + " " + granularity);
+        SimRequest request;
+        request.fidelity = fidelity;
+        request.granularity = granularity;
+        request.train_tokens = "1B";
+        const nlohmann::json unpriced = sim_document(simulate(plain, request), request);
+        const nlohmann::json doc = sim_document(simulate(with_price, request), request);
+        EXPECT_FALSE(unpriced.at("training").contains("cost_usd"));
+        const nlohmann::json& training = doc.at("training");
+        EXPECT_GT(training.at("gpu_hours").get<double>(), 0);
+        EXPECT_DOUBLE_EQ(training.at("cost_usd").get<double>(), 3 * training.at("gpu_hours").get<double>());
+        EXPECT_EQ(doc.at("iteration_time_s"), unpriced.at("iteration_time_s"));
+        request.usd_per_gpu_hour = 2;  // the flag wins
+        const nlohmann::json flagged = sim_document(simulate(with_price, request), request);
+        EXPECT_DOUBLE_EQ(flagged.at("training").at("cost_usd").get<double>(),
+                         2 * flagged.at("training").at("gpu_hours").get<double>());
+      }
+    }
+  }
 }
 
 TEST(Api, ASweepSimulatedHereGivesARowPerVariantAndSaysWhyOneWasRefused) {
