@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "report/html_parts.hpp"
+
 namespace twin::report {
 
 namespace {
@@ -24,29 +26,6 @@ const char* colour(BoxKind kind, int chunk) {
   return "#000000";
 }
 
-std::string xml_escaped(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 // The time axis wide enough that the median box is `min_box_px` wide (a box's micro-batch number fits in 14 px up
 // to two digits), at least the default 1400 px and at most 60000 px (beyond that a browser's scroll is the zoom).
 double fitted_plot_width(const Pipeline& pipeline, double min_box_px) {
@@ -63,7 +42,7 @@ double fitted_plot_width(const Pipeline& pipeline, double min_box_px) {
 }
 
 std::string title_of(const Pipeline& pipeline, const PipelineLayout& layout) {
-  const std::string name = layout.escape_text ? xml_escaped(pipeline.model) : pipeline.model;
+  const std::string name = layout.escape_text ? html::escaped(pipeline.model) : pipeline.model;
   if (!layout.row_per_chunk) {
     return fmt::format(
         "{}: one iteration, {:.3f} s ({} stages, {} micro-batches; blue forward, green backward, orange weight "
