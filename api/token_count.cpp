@@ -11,9 +11,7 @@
 #include "model/scenario/errors.hpp"
 
 namespace twin::api {
-namespace {
 
-// The number text starts with, and how many characters it took (0: it starts with none).
 std::pair<double, std::size_t> leading_number(const std::string& text) {
   try {
     std::size_t used = 0;
@@ -23,8 +21,6 @@ std::pair<double, std::size_t> leading_number(const std::string& text) {
     return {0.0, 0};
   }
 }
-
-}  // namespace
 
 double parse_token_count(const std::string& flag, const std::string& text) {
   auto [value, used] = leading_number(text);

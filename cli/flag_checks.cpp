@@ -16,6 +16,7 @@
 
 #include <fmt/core.h>
 
+#include "api/token_count.hpp"
 #include "cli/commands.hpp"
 
 namespace twin::cli {
@@ -37,25 +38,10 @@ CLI::Validator output_file() {
       "FILE");
 }
 
-namespace {
-
-// The number text starts with, and how many characters it took (0: it starts with none).
-std::pair<double, std::size_t> leading_number(const std::string& text) {
-  try {
-    std::size_t used = 0;
-    const double value = std::stod(text, &used);
-    return {value, used};
-  } catch (const std::exception&) {
-    return {0.0, 0};
-  }
-}
-
-}  // namespace
-
 CLI::Validator between(double minimum, double maximum) {
   return CLI::Validator(
       [minimum, maximum](std::string& text) -> std::string {
-        const auto [value, used] = leading_number(text);
+        const auto [value, used] = api::leading_number(text);
         if (used == 0 || used != text.size() || !std::isfinite(value)) {
           return fmt::format("expected a finite number, got '{}'", text);
         }
