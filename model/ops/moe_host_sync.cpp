@@ -8,13 +8,19 @@ bool splits_sync_before_permutation(const Scenario& s) {
   return s.model.capacity_factor > 0;
 }
 
+int expert_splits_sync_launches(const Scenario& s) {
+  const bool splits = s.parallel.ep > 1 || s.parallel.etp > 1;
+  const int copies = 1 + (splits ? 3 : 0);
+  return copies + 1;
+}
+
 Op expert_splits_sync(const Scenario& s, Phase phase) {
   const double ep = static_cast<double>(s.parallel.ep), etp = static_cast<double>(s.parallel.etp);
   const double local_experts = static_cast<double>(s.model.experts) / ep;
   // token_dispatcher.py's maybe_move_tensor_to_cpu calls: tokens_per_expert, input_splits, output_splits,
   // output_splits_tp, num_global_tokens_per_local_expert (int64 each).
   const double counts = local_experts + 2 * ep + etp + etp * ep * local_experts;
-  return elementwise(ComputeKind::ExpertSplitsSync, phase, 8 * counts, kExpertSplitsSyncLaunches);
+  return elementwise(ComputeKind::ExpertSplitsSync, phase, 8 * counts, expert_splits_sync_launches(s));
 }
 
 Op expert_counts_gather(const Scenario& s, Phase phase) {

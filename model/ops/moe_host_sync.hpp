@@ -16,16 +16,20 @@
 
 namespace twin::model {
 
-// The GPU commands the sync exposes, each costing the cost model's launch gap: the device-to-host copy (one
-// cudaMemcpyAsync on the dispatcher's side stream) and the first kernel the host launches once it returns.
-inline constexpr int kExpertSplitsSyncLaunches = 2;
+// The GPU commands the sync exposes, each costing the cost model's launch gap: the device-to-host copies
+// (_maybe_dtoh_and_synchronize calls maybe_move_tensor_to_cpu, one non-blocking .to("cpu") each, on the dispatcher's
+// side stream: tokens_per_expert always; input_splits, output_splits and output_splits_tp when ep or the expert TP is
+// above 1, else None; num_global_tokens_per_local_expert only without permute fusion, which Megatron-Bridge's recipes
+// turn on; num_out_tokens is a host integer in dropless routing: token_dispatcher.py at b0cc2706 lines 862-895) and
+// the first kernel the host launches once it returns.
+int expert_splits_sync_launches(const Scenario& s);
 
 // Whether the sync comes before the token permutation (a capacity factor: the permuted size is data) rather than
 // after it.
 bool splits_sync_before_permutation(const Scenario& s);
 
 // The sync as an op of phase `phase` (Forward or Recompute: a recomputed MoE layer dispatches again): a streaming
-// op of kExpertSplitsSyncLaunches launches whose bytes are the int64 counts the dispatcher copies (tokens per local
+// op of expert_splits_sync_launches(s) launches whose bytes are the int64 counts the dispatcher copies (tokens per local
 // expert; the input, output and expert-TP splits; the counts each EP and expert-TP peer sends each local expert).
 Op expert_splits_sync(const Scenario& s, Phase phase);
 

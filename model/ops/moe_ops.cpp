@@ -200,6 +200,42 @@ void shared_experts(std::vector<Op>& ops, const Scenario& s, const Shapes& x, Ph
   ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens_sp, x.h, width));
 }
 
+// The dispatcher's copies of every expert row around the expert GEMMs, as Megatron-Core runs them with permute fusion
+// (Megatron-Bridge's recipes; token_dispatcher.py and experts.py at b0cc2706):
+// - with more than one local expert, the rows each EP peer sent sorted into expert-major order after the dispatch
+//   (dispatch_postprocess: sort_chunks_by_idxs, with their probabilities) and back before the combine
+//   (combine_preprocess): Transformer Engine's _moe_chunk_sort, a map kernel and a copy of every row
+//   (make_chunk_sort_map, sort_chunks_by_map; its backward one copy with the saved map: pytorch/permutation.py, v2.11);
+// - with FP8 and dropless routing, each expert's rows padded to the FP8 GEMM's row alignment before the up-projection
+//   (TEGroupedMLP.forward: quantization_padding of the rows and of their probabilities, TE's Fp8Padding,
+//   fused_multi_row_padding: a copy of every row) and unpadded after the down-projection (Fp8Unpadding); their
+//   backwards copy the gradients the other way (module/fp8_padding.py). Unless every count is already aligned, which
+//   balanced routing of 2,048 rows an expert leaves to chance, the copies run.
+// The up-projection's op carries the passes on its input side (forward: sort, pad; backward: unpad, unsort), the
+// down-projection's those on its output side (forward: unpad, unsort; backward: sort, pad), each as one streaming
+// kernel of their launches and bytes (read and write of every row).
+Op with_dispatcher_row_passes(const Scenario& s, const Shapes& x, const ExpertShapes& m, Op op, bool up) {
+  const bool sort = m.local_experts > 1, pad = x.fp8 && s.model.capacity_factor <= 0;
+  const bool backward = op.phase == Phase::Backward;
+  const double rows = 2 * m.rows * x.h * x.e, probs = 2 * m.rows * x.e;
+  int launches = 0;
+  double bytes = 0;
+  if (sort) {
+    launches += backward ? 1 : 2;
+    bytes += rows + (up ? probs : 0);
+  }
+  if (pad) {
+    launches += up ? 2 : 1;  // the rows' and, on the up side, the probabilities'
+    bytes += rows + (up ? probs : 0);
+  }
+  if (launches == 0) return op;
+  auto breakdown = std::make_shared<KernelBreakdown>(*op.breakdown);
+  breakdown->kernels.push_back(Kernel{KernelKind::Stream, launches, bytes});
+  op.breakdown = std::move(breakdown);
+  op.bytes += bytes;
+  return op;
+}
+
 }  // namespace
 
 // Routing traffic (Megatron-Core's router and moe_utils.permute / unpermute), per pass: the top-k softmax reads the
@@ -220,9 +256,11 @@ std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
     if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertDown, dispatched, dispatch));
     if (split)
       ops.push_back(expert_tensor_collective(CollectiveKind::AllGather, ComputeKind::ExpertDown, phase, gathered));
-    ops.push_back(grouped_gemm(x, ComputeKind::ExpertDown, phase, m, x.h, m.width));
+    ops.push_back(
+        with_dispatcher_row_passes(s, x, m, grouped_gemm(x, ComputeKind::ExpertDown, phase, m, x.h, m.width), false));
     ops.push_back(expert_activation(x, phase, m.rows * m.width));
-    ops.push_back(grouped_gemm(x, ComputeKind::ExpertUp, phase, m, m.up_width, x.h));
+    ops.push_back(
+        with_dispatcher_row_passes(s, x, m, grouped_gemm(x, ComputeKind::ExpertUp, phase, m, m.up_width, x.h), true));
     if (split) {
       ops.push_back(expert_tensor_collective(CollectiveKind::ReduceScatter, ComputeKind::ExpertUp, phase, gathered));
     }
@@ -245,9 +283,11 @@ std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
   if (!sync_first) ops.push_back(expert_splits_sync(s, phase));
   if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, dispatched, dispatch));
   if (split) ops.push_back(expert_tensor_collective(CollectiveKind::AllGather, ComputeKind::ExpertUp, phase, gathered));
-  ops.push_back(grouped_gemm(x, ComputeKind::ExpertUp, phase, m, m.up_width, x.h));
+  ops.push_back(
+      with_dispatcher_row_passes(s, x, m, grouped_gemm(x, ComputeKind::ExpertUp, phase, m, m.up_width, x.h), true));
   ops.push_back(expert_activation(x, phase, m.rows * m.width));
-  ops.push_back(grouped_gemm(x, ComputeKind::ExpertDown, phase, m, x.h, m.width));
+  ops.push_back(
+      with_dispatcher_row_passes(s, x, m, grouped_gemm(x, ComputeKind::ExpertDown, phase, m, x.h, m.width), false));
   if (split) {
     ops.push_back(expert_tensor_collective(CollectiveKind::ReduceScatter, ComputeKind::ExpertDown, phase, gathered));
   }

@@ -70,13 +70,19 @@ int host_syncs(const model::Program& program, int stage) {
   return syncs;
 }
 
-TEST(MoeHostSync, TheSyncCostsItsTwoLaunches) {
-  const model::Scenario s = small_moe();
+TEST(MoeHostSync, TheSyncCostsItsLaunches) {
+  model::Scenario s = small_moe();
   const AnalyticalCostModel cost = with_host(s, 0);
-  const model::Op sync = model::expert_splits_sync(s, model::Phase::Forward);
-  EXPECT_DOUBLE_EQ(cost.compute_time_s(s, sync), model::kExpertSplitsSyncLaunches * cost.parameters().kernel_launch_s +
-                                                     cost.memory_time_s(sync.bytes));
-  EXPECT_EQ(cost.kernel_count(s, sync), 2);
+  // Without an exchange, one copy (tokens_per_expert) and the first kernel after the wait; with EP, the three split
+  // tensors' copies too.
+  for (const std::int64_t ep : {1, 4}) {
+    s.parallel.ep = ep;
+    const model::Op sync = model::expert_splits_sync(s, model::Phase::Forward);
+    const int launches = ep > 1 ? 5 : 2;
+    EXPECT_DOUBLE_EQ(cost.compute_time_s(s, sync),
+                     launches * cost.parameters().kernel_launch_s + cost.memory_time_s(sync.bytes));
+    EXPECT_EQ(cost.kernel_count(s, sync), launches);
+  }
 }
 
 TEST(MoeHostSync, ASlowHostLosesItsLeadAtEverySync) {

@@ -4,6 +4,7 @@
 // Programs carry neither.
 #include <gtest/gtest.h>
 
+#include <tuple>
 #include <vector>
 
 #include "model/ops/moe_host_sync.hpp"
@@ -64,8 +65,10 @@ TEST(MoeCosts, OneSplitsSyncPerMoeLayerForwardBeforeTheDispatch) {
     ASSERT_TRUE(sync.breakdown);
     ASSERT_EQ(sync.breakdown->kernels.size(), 1u);
     EXPECT_EQ(sync.breakdown->kernels[0].kind, KernelKind::Stream);
-    EXPECT_EQ(sync.breakdown->kernels[0].launches, kExpertSplitsSyncLaunches);
-    EXPECT_EQ(kExpertSplitsSyncLaunches, 2);
+    // ep 4: tokens_per_expert, input_splits, output_splits and output_splits_tp copied to the host, then the first
+    // kernel after the wait (moe_host_sync.hpp)
+    EXPECT_EQ(sync.breakdown->kernels[0].launches, 5);
+    EXPECT_EQ(expert_splits_sync_launches(s), 5);
     const double local = 16.0 / 4, counts = local + 2 * 4 + 2 + 2 * 4 * local;
     EXPECT_DOUBLE_EQ(sync.bytes, 8 * counts);
     EXPECT_DOUBLE_EQ(sync.flops, 0);
@@ -144,6 +147,51 @@ TEST(MoeCosts, GroupedGemmsLaunchOneGemmPerLocalExpert) {
     }
     EXPECT_GT(seen, 0);
   }
+}
+
+// The dispatcher's copies of every expert row (model/ops/moe_ops.cpp, with_dispatcher_row_passes): with 2 local
+// experts the sort into expert-major order after the dispatch and back before the combine; with FP8 also the padding
+// to the GEMM's alignment and the unpadding. Each rides on its grouped GEMM's op as one streaming kernel whose bytes
+// read and write every row (the up side's with its probabilities); with one local expert in 16-bit there is none.
+TEST(MoeCosts, TheDispatcherSortsAndPadsEveryExpertRow) {
+  const auto row_passes = [](int experts, Fp8Format fp8, ComputeKind what, Phase phase) {
+    Scenario s = moe(experts, 2, 8);
+    s.model.fp8 = fp8;
+    s.framework.transformer_engine = fp8 != Fp8Format::None;
+    s.cluster.node = NodeKind::DgxH100;
+    const Program program = build_program(s);
+    for (const Op& op : program.stage_ops[0]) {
+      if (op.kind != OpKind::Compute || op.what != what || op.phase != phase) continue;
+      const Kernel& last = op.breakdown->kernels.back();
+      const double rows = static_cast<double>(op.gemm.m * op.gemm.count), e = 2, h = 256;
+      return std::make_tuple(last.kind == KernelKind::Stream ? last.launches : 0, last.bytes, rows * h * e,
+                             rows * e);
+    }
+    ADD_FAILURE() << "no " << to_string(what);
+    return std::make_tuple(0, 0.0, 0.0, 0.0);
+  };
+  // 16-bit, 16 experts over ep 8: the sort (a map kernel and the copy) and the unsort.
+  auto [launches, bytes, rows, probs] = row_passes(16, Fp8Format::None, ComputeKind::ExpertUp, Phase::Forward);
+  EXPECT_EQ(launches, 2);
+  EXPECT_DOUBLE_EQ(bytes, 2 * (rows + probs));
+  std::tie(launches, bytes, rows, probs) = row_passes(16, Fp8Format::None, ComputeKind::ExpertDown, Phase::Forward);
+  EXPECT_EQ(launches, 2);
+  EXPECT_DOUBLE_EQ(bytes, 2 * rows);
+  std::tie(launches, bytes, rows, probs) = row_passes(16, Fp8Format::None, ComputeKind::ExpertUp, Phase::Backward);
+  EXPECT_EQ(launches, 1);  // the sort's backward reuses its map
+  // FP8: the padding of the rows and their probabilities too, and the output's unpadding.
+  std::tie(launches, bytes, rows, probs) = row_passes(16, Fp8Format::Hybrid, ComputeKind::ExpertUp, Phase::Forward);
+  EXPECT_EQ(launches, 4);
+  EXPECT_DOUBLE_EQ(bytes, 4 * (rows + probs));
+  std::tie(launches, bytes, rows, probs) = row_passes(16, Fp8Format::Hybrid, ComputeKind::ExpertDown, Phase::Forward);
+  EXPECT_EQ(launches, 3);
+  EXPECT_DOUBLE_EQ(bytes, 4 * rows);
+  // One local expert (8 over ep 8) in 16-bit: nothing to sort or pad, the grouped GEMM's op ends with its own kernels.
+  std::tie(launches, bytes, rows, probs) = row_passes(8, Fp8Format::None, ComputeKind::ExpertUp, Phase::Forward);
+  EXPECT_EQ(launches, 0);
+  std::tie(launches, bytes, rows, probs) = row_passes(8, Fp8Format::Hybrid, ComputeKind::ExpertUp, Phase::Forward);
+  EXPECT_EQ(launches, 2);  // FP8 still pads
+  EXPECT_DOUBLE_EQ(bytes, 2 * (rows + probs));
 }
 
 // A dense Program has no sync and its GEMMs launch once (forward) or twice (backward).
