@@ -8,6 +8,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string_view>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -495,16 +496,19 @@ double AnalyticalCostModel::issue_s(const model::Scenario& scenario, const model
   const double per_call_s = parameters_.host_s_per_kernel;
   const model::TeModule module = model::te_module(scenario, op);
   if (module == model::TeModule::None) return kernels * per_call_s;
-  double further_gemm_launches = 0;  // a grouped module's experts past the first: each one more GEMM launch
-  if (module == model::TeModule::GroupedLinear && op.breakdown && op.gemm.count > 1) {
-    for (const model::Kernel& kernel : op.breakdown->kernels) {
-      if (kernel.kind == model::KernelKind::Gemm || kernel.kind == model::KernelKind::Fp8Gemm) {
-        further_gemm_launches += kernel.launches * (1 - 1.0 / static_cast<double>(op.gemm.count));
-      }
+  // A grouped module's experts past the first (one more GEMM launch each), and the kernels launched around the
+  // module's call.
+  double launches_beside = 0;
+  static const std::vector<model::Kernel> none;
+  for (const model::Kernel& kernel : op.breakdown ? op.breakdown->kernels : none) {
+    const bool gemm = kernel.kind == model::KernelKind::Gemm || kernel.kind == model::KernelKind::Fp8Gemm;
+    if (module == model::TeModule::GroupedLinear && gemm && op.gemm.count > 1) {
+      launches_beside += kernel.launches * (1 - 1.0 / static_cast<double>(op.gemm.count));
     }
+    if (kernel.outside_module) launches_beside += kernel.launches;
   }
   return te_module_host_s(module, op.phase, scenario.model.fp8 != model::Fp8Format::None, per_call_s) +
-         further_gemm_launches * per_call_s;
+         launches_beside * per_call_s;
 }
 
 AnalyticalCostModel::Issued AnalyticalCostModel::issued(const model::Scenario& scenario, const model::Op& op) const {

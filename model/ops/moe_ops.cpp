@@ -230,7 +230,7 @@ Op with_dispatcher_row_passes(const Scenario& s, const Shapes& x, const ExpertSh
   }
   if (launches == 0) return op;
   auto breakdown = std::make_shared<KernelBreakdown>(*op.breakdown);
-  breakdown->kernels.push_back(Kernel{KernelKind::Stream, launches, bytes});
+  breakdown->kernels.push_back(Kernel{KernelKind::Stream, launches, bytes, /*outside_module=*/true});
   op.breakdown = std::move(breakdown);
   op.bytes += bytes;
   return op;

@@ -125,6 +125,9 @@ struct Kernel {
   KernelKind kind = KernelKind::Stream;
   std::int32_t launches = 1;
   double bytes = 0;
+  // Launched by the framework's Python around a Transformer Engine module's call, not by the call (the MoE
+  // dispatcher's row copies on a grouped GEMM's op): their host time is their own launches', not the module's.
+  bool outside_module = false;
 };
 
 struct Op;

@@ -90,9 +90,12 @@ TEST(TeHost, AGroupedLinearIsOneCallAndALaunchForEachFurtherExpert) {
     const model::Op up = first_op(s, model::ComputeKind::ExpertUp, phase);
     ASSERT_EQ(up.gemm.count, 4);  // 8 experts over EP 2
     const int gemms_per_expert = phase == model::Phase::Backward ? 2 : 1;
+    // Beside the module, the dispatcher's sort of the 4 experts' rows (model/ops/moe_ops.cpp): its map kernel and copy
+    // forward, one copy backward, launched by Megatron-Core's Python around the call.
+    const int sort_launches = phase == model::Phase::Backward ? 1 : 2;
     EXPECT_NEAR(cost_of(s).host_cost(s, up).seconds,
                 te_module_host_s(model::TeModule::GroupedLinear, phase, false, per_kernel_s) +
-                    3 * gemms_per_expert * per_kernel_s,
+                    (3 * gemms_per_expert + sort_launches) * per_kernel_s,
                 1e-12)
         << model::to_string(phase);
   }
