@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <numeric>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -92,11 +93,17 @@ void add_results(std::vector<Column>& columns, const json& rows, bool every) {
       columns.push_back(numeric(
           "cost_usd", "USD", [](const json& r) { return training_at(r, "cost_usd"); }, 0));
   }
-  if (any_row_has(rows, "finishes_in_days")) {  // --days
-    columns.push_back(textual("finishes", "finishes", [](const json& r) {
+  if (every || any_row_has(rows, "finishes_in_days")) {  // --days; sorted with the plans that finish first
+    const auto finishes = [](const json& r) {
       const auto found = r.find("finishes_in_days");
-      return found != r.end() && found->is_boolean() ? (found->get<bool>() ? "yes" : "no") : "";
-    }));
+      return found != r.end() && found->is_boolean() ? std::optional<bool>(found->get<bool>()) : std::nullopt;
+    };
+    columns.push_back({"finishes", "finishes",
+                       [finishes](const json& r) {
+                         const std::optional<bool> yes = finishes(r);
+                         return yes ? std::string(*yes ? "yes" : "no") : std::string();
+                       },
+                       [finishes](const json& r) { return finishes(r).value_or(false) ? 1.0 : 0.0; }, true});
   }
   columns.push_back(textual("error", "error", [](const json& r) { return text_at(r, "error"); }));
 }

@@ -70,6 +70,20 @@ TEST(PlanTables, SortOrdersByAnyColumnFailuresLast) {
   EXPECT_EQ(sorted_order(columns, rows, "days", "--sort"), (std::vector<std::size_t>{0, 2, 3, 1}));     // none: kept
 }
 
+// --sort finishes (with --days): the plans that finish in time first, in their order, then those that do not, then
+// the failed ones; known before any row has the column, so that the flag is checked before the work.
+TEST(PlanTables, SortByFinishesPutsThePlansThatFinishFirst) {
+  json rows = {plan(8, 2.5, 150), plan(2, 3.5, 90, "failed: x"), plan(4, 2.0, 160), plan(1, 4.0, 80)};
+  rows[0]["finishes_in_days"] = false;
+  rows[2]["finishes_in_days"] = true;
+  rows[3]["finishes_in_days"] = true;
+  EXPECT_EQ(sorted_order(search_columns(rows), rows, "finishes", "--sort"), (std::vector<std::size_t>{2, 3, 0, 1}));
+  EXPECT_NO_THROW(sorted_order(search_columns(json::array(), true), json::array(), "finishes", "--sort"));
+  const std::string csv = report::csv(search_columns(rows), rows);
+  EXPECT_THAT(csv.substr(0, csv.find('\n')), HasSubstr(",finishes,error"));
+  EXPECT_THAT(csv, HasSubstr(",no,\n"));
+}
+
 TEST(PlanTables, AnUnknownSortColumnIsRefusedByName) {
   try {
     sorted_order(search_columns(json::array(), true), json::array(), "speed", "--sort");
