@@ -5,6 +5,7 @@
 // (--jobs at a time: SimGrid is sequential, so a search fans out over cores), and ranks them by iteration time
 // (api/search.hpp). Parse, call, print.
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <limits>
 #include <thread>
@@ -187,6 +188,11 @@ void run_search(const SearchOptions& o) {
   if (!o.sort.empty()) {  // an unknown column is refused before the work
     report::sorted_order(report::search_columns(nlohmann::json::array(), true), nlohmann::json::array(), o.sort,
                          "--sort");
+    std::string column = o.sort;
+    for (char& c : column) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (o.days <= 0 && column == "finishes") {
+      throw UserError("--sort finishes orders the plans by whether they finish within --days D: give --days");
+    }
   }
   api::Search search = api::prepare_search(request);
   if (search.plans.empty()) {
