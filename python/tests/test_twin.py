@@ -101,6 +101,25 @@ def test_search_ranks_the_plans_fastest_first():
     assert {"tp", "pp", "dp", "cp", "ep", "micro_batch", "schedule", "fits"} <= set(rows[0])
 
 
+def test_days_mark_the_rows_and_name_the_fewest_gpus_that_finish():
+    vary = {"cluster.nodes": [64, 128]}
+    forever = twin.sweep("gpt3-175b", vary=vary, train_tokens="300B", days=1e9, **SMALL)
+    rows = forever.to_dict("records") if hasattr(forever, "to_dict") else list(forever)
+    assert [row["finishes_in_days"] for row in rows] == [True, True]
+    best = forever.attrs["fewest_gpus_within_days"]
+    assert best["gpus"] == min(row["gpus"] for row in rows)
+    never = twin.sweep("gpt3-175b", vary=vary, train_tokens="300B", days=1e-6, **SMALL)
+    assert never.attrs["fewest_gpus_within_days"] is None
+    plans = twin.search("gpt3-175b", max_plans=2, train_tokens="300B", days=1e9, **SMALL)
+    assert plans.attrs["fewest_gpus_within_days"] is not None
+    with pytest.raises(twin.ScenarioError) as error:
+        twin.search("gpt3-175b", max_plans=2, days=30, **SMALL)  # no run to time
+    assert error.value.field == "days"
+    with pytest.raises(twin.ScenarioError) as error:
+        twin.sweep("gpt3-175b", vary=vary, train_tokens="300B", days=-1, **SMALL)
+    assert error.value.field == "days"
+
+
 def test_compare_with_a_published_time_and_with_another_summary():
     predicted = twin.simulate("gpt3-175b", **SMALL)
     against_time = twin.compare(predicted, 2 * predicted["iteration_time_s"])

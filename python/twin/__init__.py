@@ -18,7 +18,7 @@ import tempfile
 
 from . import _twin
 
-__all__ = ["Scenario", "ScenarioError", "load_scenario", "graph", "simulate", "sweep", "search", "compare"]
+__all__ = ["Scenario", "ScenarioError", "Rows", "load_scenario", "graph", "simulate", "sweep", "search", "compare"]
 
 ScenarioError = _twin.ScenarioError
 ScenarioError.__module__ = __name__
@@ -153,13 +153,31 @@ def simulate(scenario="mtnlg-530b", **keywords):
     return json.loads(_twin.simulate(s._source, s._is_text, s._sets, _prepare_options(options)))
 
 
-def _frame(rows):
-    """A pandas DataFrame of `rows` when pandas imports, else the rows."""
+class Rows(list):
+    """The rows as a list of dicts when pandas does not import; `attrs` as a DataFrame's."""
+
+    def __init__(self, rows=()):
+        super().__init__(rows)
+        self.attrs = {}
+
+
+def _frame(rows, document=None):
+    """A pandas DataFrame of `rows` when pandas imports, else Rows. With days=, the document's answer (the row with
+    the fewest GPUs that finishes, or None) is in the result's attrs["fewest_gpus_within_days"]."""
     try:
         import pandas
+        frame = pandas.DataFrame(rows)
     except ImportError:
-        return rows
-    return pandas.DataFrame(rows)
+        frame = Rows(rows)
+    if document is not None and "fewest_gpus_within_days" in document:
+        frame.attrs["fewest_gpus_within_days"] = document["fewest_gpus_within_days"]
+    return frame
+
+
+def _days(keywords):
+    """days=D (`--days D`) out of the keywords: a number of days, 0 when not given."""
+    days = keywords.pop("days", None)
+    return 0.0 if days is None else float(days)
 
 
 def _typed(text):
@@ -175,22 +193,24 @@ def sweep(scenario="mtnlg-530b", vary=None, **keywords):
     (`twin sweep --json`'s variants): the varied keys as columns, then gpus, iteration_time_s, tflops_per_gpu,
     bubble_fraction, memory_per_gpu_bytes, fits, tokens_per_s, error (and time_split, training, goodput). A pandas
     DataFrame when pandas imports, a list of dicts otherwise. Variants are simulated one after another here (the
-    command fans them out over processes)."""
+    command fans them out over processes). days=D (with train_tokens): a finishes_in_days column, and in the result's
+    attrs["fewest_gpus_within_days"] the variant with the fewest GPUs that finishes within D days (None if none)."""
     if not vary:
         raise ScenarioError("vary: give at least one key and its values, e.g. vary={'cluster.nodes': [64, 128]}")
+    days = _days(keywords)
     options, overrides = _split(keywords, _SIM_OPTIONS)
     path, sets = load_scenario(scenario, **overrides).path()
     varies = []
     for key, values in vary.items():
         values = values if isinstance(values, (list, tuple)) else [values]
         varies.append(f"{key.replace('__', '.')}=" + ",".join(_override_text(v) for v in values))
-    document = json.loads(_twin.sweep(path, sets, varies, _prepare_options(options)))
+    document = json.loads(_twin.sweep(path, sets, varies, _prepare_options(options), days))
     rows = []
     for variant in document["variants"]:
         row = {key: _typed(value) for key, value in variant.pop("set").items()}
         row.update(variant)
         rows.append(row)
-    return _frame(rows)
+    return _frame(rows, document)
 
 
 def search(scenario="mtnlg-530b", **keywords):
@@ -198,14 +218,17 @@ def search(scenario="mtnlg-530b", **keywords):
     cp, ep, etp, micro_batch, schedule, virtual_stages, recompute, ..., iteration_time_s, tflops_per_gpu, fits, error.
     Keywords: the search's (max_plans, all, explain, memory_headroom, vary_recompute, vary_sequence_parallel,
     vary_zero, vary_schedule, vary_etp, vary_cp, vary_node), a simulation's (train_tokens, usd_per_gpu_hour,
-    goodput) or overrides. A pandas DataFrame when pandas imports, a list of dicts otherwise."""
+    goodput), days=D (with train_tokens: a finishes_in_days column, and in the result's
+    attrs["fewest_gpus_within_days"] the plan with the fewest GPUs that finishes within D days, None if none) or
+    overrides. A pandas DataFrame when pandas imports, a list of dicts otherwise."""
+    days = _days(keywords)
     space, rest = _split(keywords, _SEARCH_SPACE)
     options, overrides = _split(rest, _SIM_OPTIONS)
     if "memory_headroom" in space:
         space["memory_headroom"] = str(space["memory_headroom"])
     path, sets = load_scenario(scenario, **overrides).path()
-    document = json.loads(_twin.search(path, sets, space, _prepare_options(options)))
-    return _frame(document["plans"])
+    document = json.loads(_twin.search(path, sets, space, _prepare_options(options), days))
+    return _frame(document["plans"], document)
 
 
 class Comparison(dict):
