@@ -76,6 +76,7 @@ CpuBackend::CpuBackend(const BackendOptions& options)
       cache_(std::make_shared<BlockCache>()) {
   k::set_blas_threads(owns_blas_ ? threads_ : 1);  // ranks sharing a process all ask for 1: same value, no race
   if (threads_ > 1) pool_ = std::make_unique<ThreadPool>(threads_);
+  provide(this, this, this);  // MoE, context parallelism and (emulated) FP8
 }
 
 CpuBackend::~CpuBackend() = default;

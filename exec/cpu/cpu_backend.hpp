@@ -16,7 +16,7 @@ namespace twin::exec::cpu {
 class ThreadPool;
 struct BlockCache;
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public Backend, public MoeKernels, public ContextKernels, public Fp8Kernels {
  public:
   explicit CpuBackend(const BackendOptions& options = {});
   ~CpuBackend() override;

@@ -22,6 +22,7 @@ CudaBackend::CudaBackend(const BackendOptions& options)
   std::uint64_t threshold = std::numeric_limits<std::uint64_t>::max();
   TWIN_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
   result_ = allocate(1, DType::F64);
+  provide(this, this, this);  // MoE, context parallelism, FP8 (on sm_90 and later: require_fp8_gemms)
 }
 
 CudaBackend::~CudaBackend() {

@@ -27,7 +27,7 @@ class Fp8GemmPlans;
 
 namespace twin::exec::cuda {
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, public MoeKernels, public ContextKernels, public Fp8Kernels {
  public:
   // options.device: the GPU ordinal (cudaSetDevice on the calling thread).
   explicit CudaBackend(const BackendOptions& options = {});

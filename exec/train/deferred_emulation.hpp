@@ -29,7 +29,7 @@ namespace twin::exec {
 
 enum class DeferredCheck { Order, Strict };
 
-// The deferred collectives of one rank, shared by its DeferringCommunicator and DeferredCheckBackend.
+// The deferred collectives of one rank, shared by its DeferringCommunicator and its backend's DeferredCheckHook.
 class DeferredCollectives {
  public:
   DeferredCollectives(int rank, DeferredCheck check) : rank_(rank), check_(check) {}
@@ -79,8 +79,8 @@ class DeferringCommunicator final : public Communicator {
   std::string name_;
 };
 
-// A backend that waits where CudaBackend waits for deferred collectives, and touches every other kernel's tensors
-// first (DeferredCollectives::touch); the kernels themselves are `inner`'s.
+// `inner`, with a kernel hook (exec/core/kernel_hook.hpp) that waits where CudaBackend waits for deferred collectives
+// (its host waits) and touches every other kernel's tensors first (DeferredCollectives::touch).
 std::unique_ptr<Backend> make_deferred_check_backend(std::unique_ptr<Backend> inner, DeferredCollectives& deferred);
 
 }  // namespace twin::exec
