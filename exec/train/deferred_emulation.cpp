@@ -48,65 +48,29 @@ std::string describe(std::string_view call, std::string_view label, const CommGr
 }  // namespace
 
 DeferringCommunicator::DeferringCommunicator(Communicator& host, DeferredCollectives& deferred, DeferralRule rule)
-    : host_(host), deferred_(deferred), rule_(rule), name_(std::string(host.name()) + "+deferred-emulation") {}
+    : ForwardingCommunicator(host),
+      deferred_(deferred),
+      rule_(rule),
+      name_(std::string(host.name()) + "+deferred-emulation") {}
 
 void DeferringCommunicator::all_reduce(const CommGroup& group, void* data, std::size_t count, DType dtype,
                                        std::string_view label) {
-  if (!rule_.defers_reduction(group)) {
-    deferred_.wait_all();
-    return host_.all_reduce(group, data, count, dtype, label);
-  }
+  if (!rule_.defers_reduction(group)) return ForwardingCommunicator::all_reduce(group, data, count, dtype, label);
   // the call keeps copies of the group and label: the caller's may be gone when it runs
   deferred_.defer([this, group, data, count, dtype,
-                   label = std::string(label)] { host_.all_reduce(group, data, count, dtype, label); },
+                   label = std::string(label)] { host().all_reduce(group, data, count, dtype, label); },
                   describe("all_reduce", label, group), {{data, count * dtype_bytes(dtype)}});
 }
 
 void DeferringCommunicator::reduce_scatter(const CommGroup& group, const void* in, void* out, std::size_t count,
                                            DType dtype, std::string_view label) {
   if (!rule_.defers_reduction(group)) {
-    deferred_.wait_all();
-    return host_.reduce_scatter(group, in, out, count, dtype, label);
+    return ForwardingCommunicator::reduce_scatter(group, in, out, count, dtype, label);
   }
   const std::size_t bytes = count * dtype_bytes(dtype);
   deferred_.defer([this, group, in, out, count, dtype,
-                   label = std::string(label)] { host_.reduce_scatter(group, in, out, count, dtype, label); },
+                   label = std::string(label)] { host().reduce_scatter(group, in, out, count, dtype, label); },
                   describe("reduce_scatter", label, group), {{in, bytes * group.members.size()}, {out, bytes}});
-}
-
-void DeferringCommunicator::all_gather(const CommGroup& group, const void* in, void* out, std::size_t count,
-                                       DType dtype, std::string_view label) {
-  deferred_.wait_all();
-  host_.all_gather(group, in, out, count, dtype, label);
-}
-
-void DeferringCommunicator::broadcast(const CommGroup& group, void* data, std::size_t count, DType dtype, int root,
-                                      std::string_view label) {
-  deferred_.wait_all();
-  host_.broadcast(group, data, count, dtype, root, label);
-}
-
-void DeferringCommunicator::all_to_all(const CommGroup& group, const void* in,
-                                       const std::vector<std::size_t>& send_counts, void* out,
-                                       const std::vector<std::size_t>& recv_counts, DType dtype,
-                                       std::string_view label) {
-  deferred_.wait_all();
-  host_.all_to_all(group, in, send_counts, out, recv_counts, dtype, label);
-}
-
-void DeferringCommunicator::barrier(const CommGroup& group, std::string_view label) {
-  deferred_.wait_all();
-  host_.barrier(group, label);
-}
-
-void DeferringCommunicator::send(int peer, std::uint64_t tag, const void* data, std::size_t bytes) {
-  deferred_.wait_all();
-  host_.send(peer, tag, data, bytes);
-}
-
-void DeferringCommunicator::recv(int peer, std::uint64_t tag, void* data, std::size_t bytes, std::string_view label) {
-  deferred_.wait_all();
-  host_.recv(peer, tag, data, bytes, label);
 }
 
 // --- the backend's hook --------------------------------------------------------------------------------------------
