@@ -107,7 +107,8 @@ TEST(ExecCheckSupported, RefusesEachMissingCapabilityByKeyAndBackend) {
   const std::string cp = refusal(program_of(testing::parity_toml(), kCp2), core);
   EXPECT_NE(cp.find("parallel.cp = 2: the core-only backend does not run context parallelism"), std::string::npos)
       << cp;
-  const std::string fp8 = refusal(program_of(testing::parity_toml(), {"model.fp8=\"hybrid\""}), core);
+  const std::string fp8 =
+      refusal(program_of(testing::parity_toml(), {"model.dtype=\"bf16\"", "model.fp8=\"hybrid\""}), core);
   EXPECT_NE(fp8.find("model.fp8 = hybrid: the core-only backend runs no FP8 GEMMs"), std::string::npos) << fp8;
   // the error is one line: the user's
   for (const std::string& line : {moe, cp, fp8}) EXPECT_EQ(line.find('\n'), std::string::npos) << line;
