@@ -39,6 +39,8 @@ class CudaBackend final : public Backend, public MoeKernels, public ContextKerne
   bool keeps_master_weights() const override { return true; }
 
   Tensor allocate(std::size_t numel, DType dtype) override;
+
+ protected:  // the kernels, after the shape checks of Backend and its capabilities
   void do_upload_f32(const Tensor& dst, const float* host) override;
   void do_download_f32(float* host, const Tensor& src) override;
   void do_upload_i32(const Tensor& dst, const int* host) override;
@@ -214,7 +216,7 @@ class CudaBackend final : public Backend, public MoeKernels, public ContextKerne
   std::size_t next_upload_ = 0;
 
   // --- FP8: cuBLASLt's FP8 GEMMs on sm_90 and later (exec/cuda/cuda_backend_fp8.cpp, kernels/cuda/fp8_matmul.cuh) ---
- public:
+ protected:
   // Per-tensor recipes (delayed, tensorwise) on cuBLASLt's FP8 GEMM, block-scaled ones (blockwise, mxfp8) quantized
   // then dequantized to bf16 and multiplied at the bf16 rate. The returned amaxes are read back (one synchronization
   // per call).
@@ -225,6 +227,7 @@ class CudaBackend final : public Backend, public MoeKernels, public ContextKerne
                                    const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features,
                                    const Fp8Operand& input, const Fp8Operand& weights,
                                    const Fp8Operand& gradient) override;
+ public:
   int compute_capability() const;  // 10 * major + minor of this backend's GPU (90: sm_90)
 
  private:
