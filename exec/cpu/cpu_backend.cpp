@@ -76,6 +76,7 @@ CpuBackend::CpuBackend(const BackendOptions& options)
       cache_(std::make_shared<BlockCache>()) {
   k::set_blas_threads(owns_blas_ ? threads_ : 1);  // ranks sharing a process all ask for 1: same value, no race
   if (threads_ > 1) pool_ = std::make_unique<ThreadPool>(threads_);
+  provide(this, this, this);  // MoE, context parallelism and (emulated) FP8
 }
 
 CpuBackend::~CpuBackend() = default;
@@ -94,13 +95,13 @@ Tensor CpuBackend::allocate(std::size_t numel, DType dtype) {
   return t;
 }
 
-void CpuBackend::upload_f32(const Tensor& dst, const float* host) {
+void CpuBackend::do_upload_f32(const Tensor& dst, const float* host) {
   std::memcpy(dst.f32(), host, dst.bytes());
 }
-void CpuBackend::download_f32(float* host, const Tensor& src) {
+void CpuBackend::do_download_f32(float* host, const Tensor& src) {
   std::memcpy(host, src.f32(), src.bytes());
 }
-void CpuBackend::upload_i32(const Tensor& dst, const int* host) {
+void CpuBackend::do_upload_i32(const Tensor& dst, const int* host) {
   std::memcpy(dst.i32(), host, dst.bytes());
 }
 
@@ -139,43 +140,35 @@ void CpuBackend::with_single_threaded_blas(Fn&& fn) {
 
 // --- element-wise --------------------------------------------------------------------------------------------------
 
-void CpuBackend::fill(const Tensor& x, float value) {
+void CpuBackend::do_fill(const Tensor& x, float value) {
   k::fill(x.f32(), x.numel, value);
 }
 
-void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
-  TWIN_EXEC_CHECK(dst.numel == src.numel && dst.dtype == src.dtype, "copy: {} {} into {} {}", src.numel,
-                  to_string(src.dtype), dst.numel, to_string(dst.dtype));
+void CpuBackend::do_copy(const Tensor& dst, const Tensor& src) {
   std::memcpy(dst.data, src.data, src.bytes());
 }
 
-void CpuBackend::accumulate(const Tensor& y, const Tensor& x) {
-  TWIN_EXEC_CHECK(y.numel == x.numel, "accumulate: {} += {} elements", y.numel, x.numel);
+void CpuBackend::do_accumulate(const Tensor& y, const Tensor& x) {
   k::accumulate(y.f32(), x.f32(), y.numel);
 }
 
-void CpuBackend::residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
-  TWIN_EXEC_CHECK(out.numel == a.numel && a.numel == b.numel, "residual: {} = {} + {}", out.numel, a.numel, b.numel);
+void CpuBackend::do_residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
   k::residual_forward(out.f32(), a.f32(), b.f32(), out.numel);
 }
 
-void CpuBackend::bias_add(const Tensor& out, const Tensor& bias, int rows, int channels) {
-  TWIN_EXEC_CHECK(out.numel == static_cast<std::size_t>(rows) * channels && bias.numel == std::size_t(channels),
-                  "bias_add: out {} bias {} for ({}, {})", out.numel, bias.numel, rows, channels);
+void CpuBackend::do_bias_add(const Tensor& out, const Tensor& bias, int rows, int channels) {
   k::bias_add(out.f32(), bias.f32(), rows, channels);
 }
 
-void CpuBackend::bias_backward(const Tensor& dbias, const Tensor& dout, int rows, int channels) {
-  TWIN_EXEC_CHECK(dout.numel == static_cast<std::size_t>(rows) * channels && dbias.numel == std::size_t(channels),
-                  "bias_backward: dout {} dbias {} for ({}, {})", dout.numel, dbias.numel, rows, channels);
+void CpuBackend::do_bias_backward(const Tensor& dbias, const Tensor& dout, int rows, int channels) {
   k::bias_backward(dbias.f32(), dout.f32(), rows, channels);
 }
 
-double CpuBackend::squared_norm(const Tensor& x) {
+double CpuBackend::do_squared_norm(const Tensor& x) {
   return k::squared_norm(x.f32(), x.numel);
 }
 
-double CpuBackend::sum(const Tensor& x) {
+double CpuBackend::do_sum(const Tensor& x) {
   const float* p = x.f32();
   double total = 0;
   for (std::size_t i = 0; i < x.numel; ++i) total += p[i];
@@ -184,43 +177,29 @@ double CpuBackend::sum(const Tensor& x) {
 
 // --- embeddings ----------------------------------------------------------------------------------------------------
 
-void CpuBackend::embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte_local, int rows,
-                                   int channels, int vocab_start, int vocab_local) {
-  TWIN_EXEC_CHECK(out.numel == std::size_t(rows) * channels && tokens.numel == std::size_t(rows) &&
-                      wte_local.numel == std::size_t(vocab_local) * channels,
-                  "embedding_forward: out {} tokens {} wte {} for rows {} channels {} vocab_local {}", out.numel,
-                  tokens.numel, wte_local.numel, rows, channels, vocab_local);
+void CpuBackend::do_embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte_local, int rows,
+                                      int channels, int vocab_start, int vocab_local) {
   k::embedding_forward(out.f32(), tokens.i32(), wte_local.f32(), rows, channels, vocab_start, vocab_local);
 }
 
-void CpuBackend::embedding_backward(const Tensor& dwte_local, const Tensor& dout, const Tensor& tokens, int rows,
-                                    int channels, int vocab_start, int vocab_local) {
-  TWIN_EXEC_CHECK(dout.numel == std::size_t(rows) * channels && dwte_local.numel == std::size_t(vocab_local) * channels,
-                  "embedding_backward: dout {} dwte {}", dout.numel, dwte_local.numel);
+void CpuBackend::do_embedding_backward(const Tensor& dwte_local, const Tensor& dout, const Tensor& tokens, int rows,
+                                       int channels, int vocab_start, int vocab_local) {
   k::embedding_backward(dwte_local.f32(), dout.f32(), tokens.i32(), rows, channels, vocab_start, vocab_local);
 }
 
-void CpuBackend::position_embedding_forward(const Tensor& out, const Tensor& wpe, int batch, int seq, int channels) {
-  TWIN_EXEC_CHECK(out.numel == std::size_t(batch) * seq * channels && wpe.numel >= std::size_t(seq) * channels,
-                  "position_embedding_forward: out {} wpe {}", out.numel, wpe.numel);
+void CpuBackend::do_position_embedding_forward(const Tensor& out, const Tensor& wpe, int batch, int seq, int channels) {
   k::position_embedding_forward(out.f32(), wpe.f32(), batch, seq, channels);
 }
 
-void CpuBackend::position_embedding_backward(const Tensor& dwpe, const Tensor& dout, int batch, int seq, int channels) {
-  TWIN_EXEC_CHECK(dout.numel == std::size_t(batch) * seq * channels && dwpe.numel >= std::size_t(seq) * channels,
-                  "position_embedding_backward: dout {} dwpe {}", dout.numel, dwpe.numel);
+void CpuBackend::do_position_embedding_backward(const Tensor& dwpe, const Tensor& dout, int batch, int seq,
+                                                int channels) {
   k::position_embedding_backward(dwpe.f32(), dout.f32(), batch, seq, channels);
 }
 
 // --- layernorm, linear --------------------------------------------------------------------------------------------
 
-void CpuBackend::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
-                                   const Tensor& weight, const Tensor& bias, int rows, int channels) {
-  const std::size_t n = std::size_t(rows) * channels;
-  TWIN_EXEC_CHECK(out.numel == n && inp.numel == n && mean.numel == std::size_t(rows) &&
-                      rstd.numel == std::size_t(rows) && weight.numel == std::size_t(channels),
-                  "layernorm_forward: out {} inp {} mean {} for ({}, {})", out.numel, inp.numel, mean.numel, rows,
-                  channels);
+void CpuBackend::do_layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                                      const Tensor& weight, const Tensor& bias, int rows, int channels) {
   float *o = out.f32(), *m = mean.f32(), *r = rstd.f32();
   const float *x = inp.f32(), *w = weight.f32(), *b = bias.f32();
   for_rows(rows, [&](int begin, int end) {
@@ -229,36 +208,21 @@ void CpuBackend::layernorm_forward(const Tensor& out, const Tensor& mean, const 
   });
 }
 
-void CpuBackend::layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
-                                    const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                                    int rows, int channels) {
-  const std::size_t n = std::size_t(rows) * channels;
-  TWIN_EXEC_CHECK(dinp.numel == n && dout.numel == n && inp.numel == n && dweight.numel == std::size_t(channels),
-                  "layernorm_backward: dinp {} dout {} inp {} for ({}, {})", dinp.numel, dout.numel, inp.numel, rows,
-                  channels);
+void CpuBackend::do_layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                                       const Tensor& dout, const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                                       const Tensor& rstd, int rows, int channels) {
   k::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(), weight.f32(), mean.f32(),
                         rstd.f32(), rows, channels);
 }
 
-void CpuBackend::matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                                int rows, int in_features, int out_features) {
-  TWIN_EXEC_CHECK(out.numel == std::size_t(rows) * out_features && inp.numel == std::size_t(rows) * in_features &&
-                      weight.numel == std::size_t(out_features) * in_features &&
-                      (bias.empty() || bias.numel == std::size_t(out_features)),
-                  "matmul_forward: out {} inp {} weight {} bias {} for rows {} in {} out {}", out.numel, inp.numel,
-                  weight.numel, bias.numel, rows, in_features, out_features);
+void CpuBackend::do_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                                   int rows, int in_features, int out_features) {
   k::matmul_forward(out.f32(), inp.f32(), weight.f32(), bias.f32(), rows, in_features, out_features);
 }
 
-void CpuBackend::matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
-                                 const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features) {
-  TWIN_EXEC_CHECK(dout.numel == std::size_t(rows) * out_features && inp.numel == std::size_t(rows) * in_features &&
-                      weight.numel == std::size_t(out_features) * in_features &&
-                      (dweight.empty() || dweight.numel == weight.numel) &&
-                      (dinp.empty() || dinp.numel == inp.numel) &&
-                      (dbias.empty() || dbias.numel == std::size_t(out_features)),
-                  "matmul_backward: dinp {} dweight {} dbias {} dout {} inp {} for rows {} in {} out {}", dinp.numel,
-                  dweight.numel, dbias.numel, dout.numel, inp.numel, rows, in_features, out_features);
+void CpuBackend::do_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                                    const Tensor& inp, const Tensor& weight, int rows, int in_features,
+                                    int out_features) {
   k::matmul_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(), weight.f32(), rows, in_features,
                      out_features);
 }
@@ -268,52 +232,48 @@ namespace {
 k::Fp8Operand kernel_operand(const Fp8Operand& operand) {
   k::Fp8Scaling scaling = k::Fp8Scaling::Current;
   switch (operand.scaling) {
-    case Fp8Operand::Scaling::PerTensor: scaling = k::Fp8Scaling::PerTensor; break;
-    case Fp8Operand::Scaling::Current: scaling = k::Fp8Scaling::Current; break;
-    case Fp8Operand::Scaling::Tiles: scaling = k::Fp8Scaling::Tiles; break;
-    case Fp8Operand::Scaling::Blocks: scaling = k::Fp8Scaling::Blocks; break;
-    case Fp8Operand::Scaling::Mx: scaling = k::Fp8Scaling::Mx; break;
+    case Fp8Operand::Scaling::PerTensor:
+      scaling = k::Fp8Scaling::PerTensor;
+      break;
+    case Fp8Operand::Scaling::Current:
+      scaling = k::Fp8Scaling::Current;
+      break;
+    case Fp8Operand::Scaling::Tiles:
+      scaling = k::Fp8Scaling::Tiles;
+      break;
+    case Fp8Operand::Scaling::Blocks:
+      scaling = k::Fp8Scaling::Blocks;
+      break;
+    case Fp8Operand::Scaling::Mx:
+      scaling = k::Fp8Scaling::Mx;
+      break;
   }
   return k::Fp8Operand{operand.e5m2 ? k::Fp8Format::E5M2 : k::Fp8Format::E4M3, scaling, operand.scale};
 }
 
 }  // namespace
 
-Fp8Amaxes CpuBackend::fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                                         int rows, int in_features, int out_features, const Fp8Operand& input,
-                                         const Fp8Operand& weights) {
-  TWIN_EXEC_CHECK(out.numel == std::size_t(rows) * out_features && inp.numel == std::size_t(rows) * in_features &&
-                      weight.numel == std::size_t(out_features) * in_features,
-                  "fp8_matmul_forward: out {} inp {} weight {} for rows {} in {} out {}", out.numel, inp.numel,
-                  weight.numel, rows, in_features, out_features);
+Fp8Amaxes CpuBackend::do_fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight,
+                                            const Tensor& bias, int rows, int in_features, int out_features,
+                                            const Fp8Operand& input, const Fp8Operand& weights) {
   k::fp8_matmul_forward(out.f32(), inp.f32(), weight.f32(), bias.f32(), rows, in_features, out_features,
                         kernel_operand(input), kernel_operand(weights));
   return {k::absolute_max(inp.f32(), inp.numel), k::absolute_max(weight.f32(), weight.numel), 0};
 }
 
-Fp8Amaxes CpuBackend::fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
-                                          const Tensor& dout, const Tensor& inp, const Tensor& weight, int rows,
-                                          int in_features, int out_features, const Fp8Operand& input,
-                                          const Fp8Operand& weights, const Fp8Operand& gradient) {
-  TWIN_EXEC_CHECK(dout.numel == std::size_t(rows) * out_features && inp.numel == std::size_t(rows) * in_features &&
-                      weight.numel == std::size_t(out_features) * in_features && dweight.numel == weight.numel,
-                  "fp8_matmul_backward: dweight {} dout {} inp {} for rows {} in {} out {}", dweight.numel, dout.numel,
-                  inp.numel, rows, in_features, out_features);
-  k::fp8_matmul_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(), weight.f32(), rows,
-                         in_features, out_features, kernel_operand(input), kernel_operand(weights),
-                         kernel_operand(gradient));
+Fp8Amaxes CpuBackend::do_fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                                             const Tensor& dout, const Tensor& inp, const Tensor& weight, int rows,
+                                             int in_features, int out_features, const Fp8Operand& input,
+                                             const Fp8Operand& weights, const Fp8Operand& gradient) {
+  k::fp8_matmul_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(), weight.f32(), rows, in_features,
+                         out_features, kernel_operand(input), kernel_operand(weights), kernel_operand(gradient));
   return {0, 0, k::absolute_max(dout.f32(), dout.numel)};
 }
 
 // --- RMSNorm, SwiGLU, rotary embeddings, attention, GELU ------------------------------------------------------------
 
-void CpuBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
-                                 int rows, int channels) {
-  const std::size_t n = std::size_t(rows) * channels;
-  TWIN_EXEC_CHECK(
-      out.numel == n && inp.numel == n && rstd.numel == std::size_t(rows) && weight.numel == std::size_t(channels),
-      "rmsnorm_forward: out {} inp {} rstd {} weight {} for ({}, {})", out.numel, inp.numel, rstd.numel, weight.numel,
-      rows, channels);
+void CpuBackend::do_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                                    int rows, int channels) {
   float *o = out.f32(), *r = rstd.f32();
   const float *x = inp.f32(), *w = weight.f32();
   for_rows(rows, [&](int begin, int end) {
@@ -322,19 +282,12 @@ void CpuBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Te
   });
 }
 
-void CpuBackend::rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
-                                  const Tensor& weight, const Tensor& rstd, int rows, int channels) {
-  const std::size_t n = std::size_t(rows) * channels;
-  TWIN_EXEC_CHECK(dinp.numel == n && dout.numel == n && inp.numel == n && dweight.numel == std::size_t(channels) &&
-                      rstd.numel == std::size_t(rows),
-                  "rmsnorm_backward: dinp {} dout {} inp {} for ({}, {})", dinp.numel, dout.numel, inp.numel, rows,
-                  channels);
+void CpuBackend::do_rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                                     const Tensor& weight, const Tensor& rstd, int rows, int channels) {
   k::rmsnorm_backward(dinp.f32(), dweight.f32(), dout.f32(), inp.f32(), weight.f32(), rstd.f32(), rows, channels);
 }
 
-void CpuBackend::swiglu_forward(const Tensor& out, const Tensor& inp, int rows, int width) {
-  TWIN_EXEC_CHECK(out.numel == std::size_t(rows) * width && inp.numel == 2 * out.numel,
-                  "swiglu_forward: out {} inp {} for ({}, {})", out.numel, inp.numel, rows, width);
+void CpuBackend::do_swiglu_forward(const Tensor& out, const Tensor& inp, int rows, int width) {
   float* o = out.f32();
   const float* x = inp.f32();
   for_rows(rows, [&](int begin, int end) {
@@ -342,10 +295,7 @@ void CpuBackend::swiglu_forward(const Tensor& out, const Tensor& inp, int rows, 
   });
 }
 
-void CpuBackend::swiglu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout, int rows, int width) {
-  TWIN_EXEC_CHECK(dout.numel == std::size_t(rows) * width && inp.numel == 2 * dout.numel && dinp.numel == inp.numel,
-                  "swiglu_backward: dinp {} inp {} dout {} for ({}, {})", dinp.numel, inp.numel, dout.numel, rows,
-                  width);
+void CpuBackend::do_swiglu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout, int rows, int width) {
   float* d = dinp.f32();
   const float *x = inp.f32(), *dy = dout.f32();
   for_rows(rows, [&](int begin, int end) {
@@ -354,32 +304,21 @@ void CpuBackend::swiglu_backward(const Tensor& dinp, const Tensor& inp, const Te
   });
 }
 
-void CpuBackend::rope_forward(const Tensor& qkv, int batch, int seq, int heads, int kv_heads, int head_dim,
-                              int rotary_dim) {
-  TWIN_EXEC_CHECK(qkv.numel == std::size_t(batch) * seq * (heads + 2 * kv_heads) * head_dim,
-                  "rope_forward: qkv {} for ({}, {}, ({} + 2 x {}) x {})", qkv.numel, batch, seq, heads, kv_heads,
-                  head_dim);
+void CpuBackend::do_rope_forward(const Tensor& qkv, int batch, int seq, int heads, int kv_heads, int head_dim,
+                                 int rotary_dim) {
   k::rope_forward(qkv.f32(), batch, seq, heads, kv_heads, head_dim, 10000.f, rotary_dim);
 }
 
-void CpuBackend::rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim,
-                               int rotary_dim) {
-  TWIN_EXEC_CHECK(dqkv.numel == std::size_t(batch) * seq * (heads + 2 * kv_heads) * head_dim,
-                  "rope_backward: dqkv {} for ({}, {}, ({} + 2 x {}) x {})", dqkv.numel, batch, seq, heads, kv_heads,
-                  head_dim);
+void CpuBackend::do_rope_backward(const Tensor& dqkv, int batch, int seq, int heads, int kv_heads, int head_dim,
+                                  int rotary_dim) {
   k::rope_backward(dqkv.f32(), batch, seq, heads, kv_heads, head_dim, 10000.f, rotary_dim);
 }
 
 // kernels/cpu's grouped-query attention: with kv_heads == heads it is multi-head attention, with its bits.
-void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
-                                   int heads, int kv_heads, int head_dim, const Tensor& alibi_slopes) {
-  const std::size_t tokens = std::size_t(batch) * seq, width = std::size_t(heads) * head_dim;
+void CpuBackend::do_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int batch, int seq,
+                                      int heads, int kv_heads, int head_dim, const Tensor& alibi_slopes) {
+  const std::size_t width = std::size_t(heads) * head_dim;
   const std::size_t row = std::size_t(heads + 2 * kv_heads) * head_dim;
-  TWIN_EXEC_CHECK(
-      out.numel == tokens * width && qkv.numel == tokens * row && lse.numel == std::size_t(batch) * heads * seq,
-      "attention_forward: out {} qkv {} lse {}", out.numel, qkv.numel, lse.numel);
-  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == std::size_t(heads),
-                  "attention_forward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
   const float* slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.f32();
   auto slice = [&](int begin, int end) {
     k::attention_forward_gqa(out.f32() + begin * std::size_t(seq) * width, lse.f32() + begin * std::size_t(heads) * seq,
@@ -393,16 +332,11 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const T
   with_single_threaded_blas([&](ThreadPool* pool) { for_each_batch(batch, pool, slice); });
 }
 
-void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& /*out*/,
-                                    const Tensor& lse, int batch, int seq, int heads, int kv_heads, int head_dim,
-                                    const Tensor& alibi_slopes) {
-  const std::size_t tokens = std::size_t(batch) * seq, width = std::size_t(heads) * head_dim;
+void CpuBackend::do_attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& /*out*/,
+                                       const Tensor& lse, int batch, int seq, int heads, int kv_heads, int head_dim,
+                                       const Tensor& alibi_slopes) {
+  const std::size_t width = std::size_t(heads) * head_dim;
   const std::size_t row = std::size_t(heads + 2 * kv_heads) * head_dim;
-  TWIN_EXEC_CHECK(dout.numel == tokens * width && qkv.numel == tokens * row && dqkv.numel == qkv.numel &&
-                      lse.numel == std::size_t(batch) * heads * seq,
-                  "attention_backward: dqkv {} dout {} qkv {} lse {}", dqkv.numel, dout.numel, qkv.numel, lse.numel);
-  TWIN_EXEC_CHECK(alibi_slopes.empty() || alibi_slopes.numel == std::size_t(heads),
-                  "attention_backward: {} ALiBi slopes for {} heads", alibi_slopes.numel, heads);
   const float* slopes = alibi_slopes.empty() ? nullptr : alibi_slopes.f32();
   auto slice = [&](int begin, int end) {
     const std::size_t qkv_offset = begin * std::size_t(seq) * row;
@@ -417,8 +351,7 @@ void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, cons
   with_single_threaded_blas([&](ThreadPool* pool) { for_each_batch(batch, pool, slice); });
 }
 
-void CpuBackend::gelu_forward(const Tensor& out, const Tensor& inp) {
-  TWIN_EXEC_CHECK(out.numel == inp.numel, "gelu_forward: out {} inp {}", out.numel, inp.numel);
+void CpuBackend::do_gelu_forward(const Tensor& out, const Tensor& inp) {
   float* o = out.f32();
   const float* x = inp.f32();
   const int chunks = as_int(std::min<std::size_t>(64, std::max<std::size_t>(1, out.numel / kMinElementsPerTask)));
@@ -429,9 +362,7 @@ void CpuBackend::gelu_forward(const Tensor& out, const Tensor& inp) {
   });
 }
 
-void CpuBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
-  TWIN_EXEC_CHECK(dinp.numel == inp.numel && dout.numel == inp.numel, "gelu_backward: dinp {} inp {} dout {}",
-                  dinp.numel, inp.numel, dout.numel);
+void CpuBackend::do_gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
   float* d = dinp.f32();
   const float *x = inp.f32(), *dy = dout.f32();
   const int chunks = as_int(std::min<std::size_t>(64, std::max<std::size_t>(1, inp.numel / kMinElementsPerTask)));
@@ -444,11 +375,8 @@ void CpuBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Tens
 
 // --- cross-entropy -------------------------------------------------------------------------------------------------
 
-void CpuBackend::cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int rows,
-                                           int vocab_start, int vocab_local, int valid_vocab) {
-  TWIN_EXEC_CHECK(stats.numel == std::size_t(rows) * k::kCrossEntropyStats &&
-                      logits.numel == std::size_t(rows) * vocab_local && targets.numel == std::size_t(rows),
-                  "cross_entropy_local_stats: stats {} logits {} targets {}", stats.numel, logits.numel, targets.numel);
+void CpuBackend::do_cross_entropy_local_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets,
+                                              int rows, int vocab_start, int vocab_local, int valid_vocab) {
   float* s = stats.f32();
   const float* x = logits.f32();
   const int* t = targets.i32();
@@ -458,21 +386,14 @@ void CpuBackend::cross_entropy_local_stats(const Tensor& stats, const Tensor& lo
   });
 }
 
-void CpuBackend::cross_entropy_combine(const Tensor& losses, const Tensor& lse, const Tensor& gathered_stats, int rows,
-                                       int shards) {
-  TWIN_EXEC_CHECK(losses.numel == std::size_t(rows) && lse.numel == std::size_t(rows) &&
-                      gathered_stats.numel == std::size_t(rows) * shards * k::kCrossEntropyStats,
-                  "cross_entropy_combine: losses {} lse {} stats {} for {} rows x {} shards", losses.numel, lse.numel,
-                  gathered_stats.numel, rows, shards);
+void CpuBackend::do_cross_entropy_combine(const Tensor& losses, const Tensor& lse, const Tensor& gathered_stats,
+                                          int rows, int shards) {
   k::cross_entropy_combine(losses.f32(), lse.f32(), gathered_stats.f32(), rows, shards);
 }
 
-void CpuBackend::cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& lse,
-                                        const Tensor& targets, int rows, int vocab_start, int vocab_local,
-                                        int valid_vocab, float scale) {
-  TWIN_EXEC_CHECK(dlogits.numel == logits.numel && logits.numel == std::size_t(rows) * vocab_local &&
-                      lse.numel == std::size_t(rows),
-                  "cross_entropy_backward: dlogits {} logits {} lse {}", dlogits.numel, logits.numel, lse.numel);
+void CpuBackend::do_cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& lse,
+                                           const Tensor& targets, int rows, int vocab_start, int vocab_local,
+                                           int valid_vocab, float scale) {
   float* d = dlogits.f32();
   const float *x = logits.f32(), *l = lse.f32();
   const int* t = targets.i32();
@@ -485,11 +406,9 @@ void CpuBackend::cross_entropy_backward(const Tensor& dlogits, const Tensor& log
 
 // --- optimizer -----------------------------------------------------------------------------------------------------
 
-void CpuBackend::adamw_update(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m,
-                              const Tensor& v, const AdamWStep& s) {
+void CpuBackend::do_adamw_update(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m,
+                                 const Tensor& v, const AdamWStep& s) {
   TWIN_EXEC_CHECK(master.empty(), "adamw_update: the cpu backend keeps no master copy (its weights are fp32)");
-  TWIN_EXEC_CHECK(param.numel == grad.numel && m.numel == grad.numel && v.numel == grad.numel,
-                  "adamw_update: param {} grad {} m {} v {}", param.numel, grad.numel, m.numel, v.numel);
   k::adamw_update(param.f32(), grad.f32(), m.f32(), v.f32(), param.numel, s.learning_rate, s.beta1, s.beta2, s.eps,
                   s.weight_decay, s.step, s.grad_scale);
 }

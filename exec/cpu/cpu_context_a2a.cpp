@@ -21,8 +21,6 @@ std::size_t sz(int value) {
 
 // The range's columns [column, column + range) of every row of `tensor` (rows x width), and back.
 std::vector<float> take_columns(const Tensor& tensor, std::size_t rows, int width, int column, std::size_t range) {
-  TWIN_EXEC_CHECK(tensor.numel == rows * sz(width) && sz(column) + range <= sz(width),
-                  "ulysses: {} elements for {} rows of {} (columns {} + {})", tensor.numel, rows, width, column, range);
   std::vector<float> out(rows * range);
   for (std::size_t r = 0; r < rows; ++r) {
     const float* from = tensor.f32() + r * sz(width) + sz(column);
@@ -33,16 +31,12 @@ std::vector<float> take_columns(const Tensor& tensor, std::size_t rows, int widt
 
 void put_columns(const Tensor& tensor, const std::vector<float>& part, std::size_t rows, int width, int column,
                  std::size_t range) {
-  TWIN_EXEC_CHECK(tensor.numel == rows * sz(width) && sz(column) + range <= sz(width) && part.size() == rows * range,
-                  "ulysses: {} elements for {} rows of {} (columns {} + {})", tensor.numel, rows, width, column, range);
   for (std::size_t r = 0; r < rows; ++r) {
     std::copy(part.data() + r * range, part.data() + (r + 1) * range, tensor.f32() + r * sz(width) + sz(column));
   }
 }
 
-void check_split(const ContextShape& s, int heads) {
-  TWIN_EXEC_CHECK(s.cp > 1 && heads % s.cp == 0 && s.seq % (2 * s.cp) == 0,
-                  "ulysses: {} heads over {} CP ranks, a sequence of {}", heads, s.cp, s.seq);
+void check_chunk_order(const ContextShape& s) {
   for (int part = 0; part < 2; ++part) {  // the kernels' chunk layout is the Program's
     TWIN_EXEC_CHECK(k::cp_chunk_of(s.cp_rank, part, s.cp) == model::cp_sequence_chunk(s.cp_rank, part, s.cp),
                     "context parallelism: the kernels' chunk layout differs from model/context_parallel's");
@@ -51,40 +45,36 @@ void check_split(const ContextShape& s, int heads) {
 
 }  // namespace
 
-void CpuBackend::ulysses_split_heads(const Tensor& send, const Tensor& local, int width, int column, int heads,
-                                     const ContextShape& s) {
-  check_split(s, heads);
+void CpuBackend::do_ulysses_split_heads(const Tensor& send, const Tensor& local, int width, int column, int heads,
+                                        const ContextShape& s) {
+  check_chunk_order(s);
   const std::size_t rows = sz(s.batch) * sz(s.seq / s.cp), range = sz(heads) * sz(s.head_dim);
-  TWIN_EXEC_CHECK(send.numel == rows * range, "ulysses_split_heads: send {}", send.numel);
   const std::vector<float> part = take_columns(local, rows, width, column, range);
   k::ulysses_split_heads(send.f32(), part.data(), s.batch, s.seq / s.cp, {heads}, s.head_dim, s.cp);
 }
 
-void CpuBackend::ulysses_join_heads(const Tensor& local, const Tensor& recv, int width, int column, int heads,
-                                    const ContextShape& s) {
-  check_split(s, heads);
+void CpuBackend::do_ulysses_join_heads(const Tensor& local, const Tensor& recv, int width, int column, int heads,
+                                       const ContextShape& s) {
+  check_chunk_order(s);
   const std::size_t rows = sz(s.batch) * sz(s.seq / s.cp), range = sz(heads) * sz(s.head_dim);
-  TWIN_EXEC_CHECK(recv.numel == rows * range, "ulysses_join_heads: recv {}", recv.numel);
   std::vector<float> part(rows * range);
   k::ulysses_join_heads(part.data(), recv.f32(), s.batch, s.seq / s.cp, {heads}, s.head_dim, s.cp);
   put_columns(local, part, rows, width, column, range);
 }
 
-void CpuBackend::ulysses_blocks_to_sequence(const Tensor& full, const Tensor& blocks, int width, int column, int heads,
-                                            const ContextShape& s) {
-  check_split(s, s.cp);
+void CpuBackend::do_ulysses_blocks_to_sequence(const Tensor& full, const Tensor& blocks, int width, int column,
+                                               int heads, const ContextShape& s) {
+  check_chunk_order(s);
   const std::size_t rows = sz(s.batch) * sz(s.seq), range = sz(heads) * sz(s.head_dim);
-  TWIN_EXEC_CHECK(blocks.numel == rows * range, "ulysses_blocks_to_sequence: blocks {}", blocks.numel);
   std::vector<float> part(rows * range);
   k::cp_blocks_to_sequence(part.data(), blocks.f32(), s.batch, s.seq, static_cast<int>(range), s.cp);
   put_columns(full, part, rows, width, column, range);
 }
 
-void CpuBackend::ulysses_sequence_to_blocks(const Tensor& blocks, const Tensor& full, int width, int column, int heads,
-                                            const ContextShape& s) {
-  check_split(s, s.cp);
+void CpuBackend::do_ulysses_sequence_to_blocks(const Tensor& blocks, const Tensor& full, int width, int column,
+                                               int heads, const ContextShape& s) {
+  check_chunk_order(s);
   const std::size_t rows = sz(s.batch) * sz(s.seq), range = sz(heads) * sz(s.head_dim);
-  TWIN_EXEC_CHECK(blocks.numel == rows * range, "ulysses_sequence_to_blocks: blocks {}", blocks.numel);
   const std::vector<float> part = take_columns(full, rows, width, column, range);
   k::cp_sequence_to_blocks(blocks.f32(), part.data(), s.batch, s.seq, static_cast<int>(range), s.cp);
 }

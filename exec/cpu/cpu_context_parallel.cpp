@@ -39,8 +39,6 @@ std::size_t qkv_row(const ContextShape& s) {
 }
 
 void check_layout(const ContextShape& s) {
-  TWIN_EXEC_CHECK(s.cp > 1 && s.cp_rank >= 0 && s.cp_rank < s.cp && s.seq % (2 * s.cp) == 0,
-                  "context parallelism: rank {} of {} with a sequence of {}", s.cp_rank, s.cp, s.seq);
   for (int part = 0; part < 2; ++part) {  // the kernels' chunk layout is the Program's
     TWIN_EXEC_CHECK(k::cp_chunk_of(s.cp_rank, part, s.cp) == model::cp_sequence_chunk(s.cp_rank, part, s.cp),
                     "context parallelism: the kernels' chunk layout differs from model/context_parallel's");
@@ -51,7 +49,6 @@ void check_layout(const ContextShape& s) {
 void rotate_chunks(const Tensor& qkv, const ContextShape& s, int rotary_dim, bool backward) {
   check_layout(s);
   const int local = s.seq / s.cp, chunk = s.seq / (2 * s.cp);
-  TWIN_EXEC_CHECK(qkv.numel == sz(s.batch) * sz(local) * qkv_row(s), "context rope: qkv {}", qkv.numel);
   for (int b = 0; b < s.batch; ++b) {
     for (int part = 0; part < 2; ++part) {
       float* rows = qkv.f32() + (sz(b) * sz(local) + sz(part) * sz(chunk)) * qkv_row(s);
@@ -68,8 +65,6 @@ void rotate_chunks(const Tensor& qkv, const ContextShape& s, int rotary_dim, boo
 // kv_full (B, seq, 2 KV D), the whole sequence in order <- keys, values (cp, B, L, KV D) in rank order.
 std::vector<float> whole_sequence_kv(const Tensor& keys, const Tensor& values, const ContextShape& s) {
   const std::size_t kv = sz(s.kv_heads) * sz(s.head_dim), rows = sz(s.cp) * sz(s.batch) * sz(s.seq / s.cp);
-  TWIN_EXEC_CHECK(keys.numel == rows * kv && values.numel == rows * kv, "context attention: keys {} values {}",
-                  keys.numel, values.numel);
   std::vector<float> blocks(rows * 2 * kv), full(blocks.size());
   for (std::size_t r = 0; r < rows; ++r) {
     std::memcpy(blocks.data() + r * 2 * kv, keys.f32() + r * kv, kv * sizeof(float));
@@ -81,47 +76,38 @@ std::vector<float> whole_sequence_kv(const Tensor& keys, const Tensor& values, c
 
 }  // namespace
 
-void CpuBackend::context_rope_forward(const Tensor& qkv, const ContextShape& shape, int rotary_dim) {
+void CpuBackend::do_context_rope_forward(const Tensor& qkv, const ContextShape& shape, int rotary_dim) {
   rotate_chunks(qkv, shape, rotary_dim, false);
 }
 
-void CpuBackend::context_rope_backward(const Tensor& dqkv, const ContextShape& shape, int rotary_dim) {
+void CpuBackend::do_context_rope_backward(const Tensor& dqkv, const ContextShape& shape, int rotary_dim) {
   rotate_chunks(dqkv, shape, rotary_dim, true);
 }
 
-void CpuBackend::context_split_keys_values(const Tensor& keys, const Tensor& values, const Tensor& qkv,
-                                           const ContextShape& s) {
+void CpuBackend::do_context_split_keys_values(const Tensor& keys, const Tensor& values, const Tensor& qkv,
+                                              const ContextShape& s) {
   const std::size_t tokens = sz(s.batch) * sz(s.seq / s.cp), kv = sz(s.kv_heads) * sz(s.head_dim);
   const std::size_t row = qkv_row(s), q = sz(s.heads) * sz(s.head_dim);
-  TWIN_EXEC_CHECK(qkv.numel == tokens * row && keys.numel == tokens * kv && values.numel == tokens * kv,
-                  "context_split_keys_values: qkv {} keys {} values {}", qkv.numel, keys.numel, values.numel);
   for (std::size_t t = 0; t < tokens; ++t) {
     std::memcpy(keys.f32() + t * kv, qkv.f32() + t * row + q, kv * sizeof(float));
     std::memcpy(values.f32() + t * kv, qkv.f32() + t * row + q + kv, kv * sizeof(float));
   }
 }
 
-void CpuBackend::context_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& keys,
-                                           const Tensor& values, const ContextShape& s) {
+void CpuBackend::do_context_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv,
+                                              const Tensor& keys, const Tensor& values, const ContextShape& s) {
   check_layout(s);
-  const std::size_t tokens = sz(s.batch) * sz(s.seq / s.cp);
-  TWIN_EXEC_CHECK(out.numel == tokens * sz(s.heads) * sz(s.head_dim) && qkv.numel == tokens * qkv_row(s) &&
-                      lse.numel == tokens * sz(s.heads),
-                  "context_attention_forward: out {} qkv {} lse {}", out.numel, qkv.numel, lse.numel);
   const std::vector<float> kv_full = whole_sequence_kv(keys, values, s);
   k::all_gather_attention_forward(out.f32(), lse.f32(), qkv.f32(), kv_full.data(), s.cp_rank, kernel_shape(s));
 }
 
-void CpuBackend::context_attention_backward(const Tensor& dqkv, const Tensor& dkeys, const Tensor& dvalues,
-                                            const Tensor& dout, const Tensor& qkv, const Tensor& keys,
-                                            const Tensor& values, const Tensor& out, const Tensor& lse,
-                                            const ContextShape& s) {
+void CpuBackend::do_context_attention_backward(const Tensor& dqkv, const Tensor& dkeys, const Tensor& dvalues,
+                                               const Tensor& dout, const Tensor& qkv, const Tensor& keys,
+                                               const Tensor& values, const Tensor& out, const Tensor& lse,
+                                               const ContextShape& s) {
   check_layout(s);
   const std::size_t tokens = sz(s.batch) * sz(s.seq / s.cp), q = sz(s.heads) * sz(s.head_dim);
   const std::size_t kv = sz(s.kv_heads) * sz(s.head_dim), row = qkv_row(s);
-  TWIN_EXEC_CHECK(dqkv.numel == tokens * row && dout.numel == tokens * q && out.numel == tokens * q &&
-                      dkeys.numel == sz(s.cp) * tokens * kv && dvalues.numel == dkeys.numel,
-                  "context_attention_backward: dqkv {} dout {} dkeys {}", dqkv.numel, dout.numel, dkeys.numel);
   const k::ContextParallelShape shape = kernel_shape(s);
   const std::vector<float> kv_full = whole_sequence_kv(keys, values, s);
   std::vector<float> delta(tokens * sz(s.heads)), dq(tokens * q, 0.0f), dkv_full(kv_full.size(), 0.0f);
@@ -138,12 +124,10 @@ void CpuBackend::context_attention_backward(const Tensor& dqkv, const Tensor& dk
   }
 }
 
-void CpuBackend::context_put_key_value_grad(const Tensor& dqkv, const Tensor& grad, bool values,
-                                            const ContextShape& s) {
+void CpuBackend::do_context_put_key_value_grad(const Tensor& dqkv, const Tensor& grad, bool values,
+                                               const ContextShape& s) {
   const std::size_t tokens = sz(s.batch) * sz(s.seq / s.cp), kv = sz(s.kv_heads) * sz(s.head_dim);
   const std::size_t row = qkv_row(s), at = sz(s.heads) * sz(s.head_dim) + (values ? kv : 0);
-  TWIN_EXEC_CHECK(dqkv.numel == tokens * row && grad.numel == tokens * kv,
-                  "context_put_key_value_grad: dqkv {} grad {}", dqkv.numel, grad.numel);
   for (std::size_t t = 0; t < tokens; ++t)
     std::memcpy(dqkv.f32() + t * row + at, grad.f32() + t * kv, kv * sizeof(float));
 }

@@ -17,8 +17,6 @@ std::size_t sz(int value) {
 }
 
 k::ContextParallelShape ring_shape(const ContextShape& s) {
-  TWIN_EXEC_CHECK(s.cp > 1 && s.cp_rank >= 0 && s.cp_rank < s.cp && s.seq % (2 * s.cp) == 0,
-                  "context parallelism: rank {} of {} with a sequence of {}", s.cp_rank, s.cp, s.seq);
   k::ContextParallelShape shape;
   shape.batch = s.batch;
   shape.seq = s.seq;
@@ -33,57 +31,32 @@ std::size_t tokens(const ContextShape& s) {
   return sz(s.batch) * sz(s.seq / s.cp);
 }
 
-void check_block(const Tensor& kv, const ContextShape& s, const char* what) {
-  TWIN_EXEC_CHECK(kv.numel == k::cp_kv_block_elements(ring_shape(s)), "{}: a K/V block of {} elements, not {}", what,
-                  kv.numel, k::cp_kv_block_elements(ring_shape(s)));
-}
-
-void check_source(int source, const ContextShape& s) {
-  TWIN_EXEC_CHECK(source >= 0 && source < s.cp, "ring step: source rank {} of {}", source, s.cp);
-}
-
 }  // namespace
 
-void CpuBackend::context_ring_pack_kv(const Tensor& kv, const Tensor& qkv, const ContextShape& s) {
-  check_block(kv, s, "context_ring_pack_kv");
-  TWIN_EXEC_CHECK(qkv.numel == tokens(s) * sz(s.heads + 2 * s.kv_heads) * sz(s.head_dim),
-                  "context_ring_pack_kv: qkv {}", qkv.numel);
+void CpuBackend::do_context_ring_pack_kv(const Tensor& kv, const Tensor& qkv, const ContextShape& s) {
   k::cp_pack_kv(kv.f32(), qkv.f32(), s.batch, s.seq / s.cp, s.heads, s.kv_heads, s.head_dim);
 }
 
-void CpuBackend::context_ring_forward_step(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& kv,
-                                           int source, const ContextShape& s) {
-  check_block(kv, s, "context_ring_forward_step");
-  check_source(source, s);
-  TWIN_EXEC_CHECK(out.numel == tokens(s) * sz(s.heads) * sz(s.head_dim) && lse.numel == tokens(s) * sz(s.heads),
-                  "context_ring_forward_step: out {} lse {}", out.numel, lse.numel);
+void CpuBackend::do_context_ring_forward_step(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& kv,
+                                              int source, const ContextShape& s) {
   k::ring_attention_forward_step(out.f32(), lse.f32(), qkv.f32(), kv.f32(), s.cp_rank, source, ring_shape(s));
 }
 
-void CpuBackend::context_ring_delta(const Tensor& delta, const Tensor& dout, const Tensor& out, const ContextShape& s) {
-  TWIN_EXEC_CHECK(delta.numel == tokens(s) * sz(s.heads) && dout.numel == out.numel, "context_ring_delta: delta {}",
-                  delta.numel);
+void CpuBackend::do_context_ring_delta(const Tensor& delta, const Tensor& dout, const Tensor& out,
+                                       const ContextShape& s) {
   k::ring_attention_delta(delta.f32(), dout.f32(), out.f32(), ring_shape(s));
 }
 
-void CpuBackend::context_ring_backward_step(const Tensor& dq, const Tensor& dkv, const Tensor& dout, const Tensor& qkv,
-                                            const Tensor& kv, const Tensor& lse, const Tensor& delta, int source,
-                                            const ContextShape& s) {
-  check_block(kv, s, "context_ring_backward_step");
-  check_block(dkv, s, "context_ring_backward_step");
-  check_source(source, s);
-  TWIN_EXEC_CHECK(dq.numel == dout.numel && lse.numel == delta.numel, "context_ring_backward_step: dq {} lse {}",
-                  dq.numel, lse.numel);
+void CpuBackend::do_context_ring_backward_step(const Tensor& dq, const Tensor& dkv, const Tensor& dout,
+                                               const Tensor& qkv, const Tensor& kv, const Tensor& lse,
+                                               const Tensor& delta, int source, const ContextShape& s) {
   k::ring_attention_backward_step(dq.f32(), dkv.f32(), dout.f32(), qkv.f32(), kv.f32(), lse.f32(), delta.f32(),
                                   s.cp_rank, source, ring_shape(s));
 }
 
-void CpuBackend::context_ring_put_grads(const Tensor& dqkv, const Tensor& dq, const Tensor& dkv,
-                                        const ContextShape& s) {
-  check_block(dkv, s, "context_ring_put_grads");
+void CpuBackend::do_context_ring_put_grads(const Tensor& dqkv, const Tensor& dq, const Tensor& dkv,
+                                           const ContextShape& s) {
   const std::size_t q = sz(s.heads) * sz(s.head_dim), row = q + 2 * sz(s.kv_heads) * sz(s.head_dim);
-  TWIN_EXEC_CHECK(dqkv.numel == tokens(s) * row && dq.numel == tokens(s) * q, "context_ring_put_grads: dqkv {} dq {}",
-                  dqkv.numel, dq.numel);
   std::memset(dqkv.f32(), 0, dqkv.numel * sizeof(float));
   for (std::size_t t = 0; t < tokens(s); ++t) std::memcpy(dqkv.f32() + t * row, dq.f32() + t * q, q * sizeof(float));
   k::cp_add_kv_gradient(dqkv.f32(), dkv.f32(), s.batch, s.seq / s.cp, s.heads, s.kv_heads, s.head_dim);

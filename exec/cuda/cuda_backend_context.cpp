@@ -22,8 +22,6 @@ std::size_t sz(int value) {
 
 // The kernels' view of a rank's shape, after the checks every method needs: a layout the Program's chunks follow.
 ctx::Layout layout(const ContextShape& s) {
-  TWIN_EXEC_CHECK(s.cp > 1 && s.cp_rank >= 0 && s.cp_rank < s.cp && s.seq % (2 * s.cp) == 0,
-                  "context parallelism: rank {} of {} with a sequence of {}", s.cp_rank, s.cp, s.seq);
   TWIN_EXEC_CHECK(s.heads % s.kv_heads == 0 && s.head_dim <= ctx::kMaxHeadDim,
                   "cuda context parallelism: {} heads on {} kv heads of {} (at most {})", s.heads, s.kv_heads,
                   s.head_dim, ctx::kMaxHeadDim);
@@ -34,38 +32,25 @@ ctx::Layout layout(const ContextShape& s) {
   return ctx::Layout{s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.cp};
 }
 
-void check_numel(const Tensor& t, std::size_t want, const char* method, const char* tensor) {
-  TWIN_EXEC_CHECK(t.numel == want, "cuda {}: {} has {} elements, not {}", method, tensor, t.numel, want);
-}
-
-void check_source(int source, const ContextShape& s) {
-  TWIN_EXEC_CHECK(source >= 0 && source < s.cp, "ring step: source rank {} of {}", source, s.cp);
-}
-
 }  // namespace
 
 // --- the all_gather way ---------------------------------------------------------------------------------------------
 
-void CudaBackend::context_rope_forward(const Tensor& qkv, const ContextShape& s, int rotary_dim) {
+void CudaBackend::do_context_rope_forward(const Tensor& qkv, const ContextShape& s, int rotary_dim) {
   const ctx::Layout l = layout(s);
-  check_numel(qkv, l.tokens() * l.qkv_width(), "context_rope_forward", "qkv");
   k::context_rope(b16(qkv, "context_rope_forward", "qkv"), l, s.cp_rank, rotary_dim, false, context_->compute());
 }
 
-void CudaBackend::context_rope_backward(const Tensor& dqkv, const ContextShape& s, int rotary_dim) {
+void CudaBackend::do_context_rope_backward(const Tensor& dqkv, const ContextShape& s, int rotary_dim) {
   const ctx::Layout l = layout(s);
-  check_numel(dqkv, l.tokens() * l.qkv_width(), "context_rope_backward", "dqkv");
   k::context_rope(b16(dqkv, "context_rope_backward", "dqkv"), l, s.cp_rank, rotary_dim, true, context_->compute());
 }
 
-void CudaBackend::context_split_keys_values(const Tensor& keys, const Tensor& values, const Tensor& qkv,
-                                            const ContextShape& s) {
+void CudaBackend::do_context_split_keys_values(const Tensor& keys, const Tensor& values, const Tensor& qkv,
+                                               const ContextShape& s) {
   const char* method = "context_split_keys_values";
   const ctx::Layout l = layout(s);
   const std::size_t n = l.tokens() * l.kv_width();
-  check_numel(qkv, l.tokens() * l.qkv_width(), method, "qkv");
-  check_numel(keys, n, method, "keys");
-  check_numel(values, n, method, "values");
   const bf16* from = b16(qkv, method, "qkv");
   k::context_gather(b16(keys, method, "keys"), from, n, ctx::ColumnRange{l.qkv_width(), l.out_width(), l.kv_width()},
                     context_->compute());
@@ -73,35 +58,24 @@ void CudaBackend::context_split_keys_values(const Tensor& keys, const Tensor& va
                     ctx::ColumnRange{l.qkv_width(), l.out_width() + l.kv_width(), l.kv_width()}, context_->compute());
 }
 
-void CudaBackend::context_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& keys,
-                                            const Tensor& values, const ContextShape& s) {
+void CudaBackend::do_context_attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv,
+                                               const Tensor& keys, const Tensor& values, const ContextShape& s) {
   const char* method = "context_attention_forward";
   const ctx::Layout l = layout(s);
   const std::size_t block = l.tokens() * l.kv_width();
-  check_numel(out, l.tokens() * l.out_width(), method, "out");
-  check_numel(lse, l.tokens() * sz(s.heads), method, "lse");
-  check_numel(qkv, l.tokens() * l.qkv_width(), method, "qkv");
-  check_numel(keys, sz(s.cp) * block, method, "keys");
-  check_numel(values, sz(s.cp) * block, method, "values");
   const ctx::KeyBlocks<const bf16> all{
       b16(keys, method, "keys"), b16(values, method, "values"), l.kv_width(), block, 0, s.cp};
   k::context_attention_forward(b16(out, method, "out"), f32(lse, method, "lse"), b16(qkv, method, "qkv"), all,
                                s.cp_rank, false, l, context_->compute());
 }
 
-void CudaBackend::context_attention_backward(const Tensor& dqkv, const Tensor& dkeys, const Tensor& dvalues,
-                                             const Tensor& dout, const Tensor& qkv, const Tensor& keys,
-                                             const Tensor& values, const Tensor& out, const Tensor& lse,
-                                             const ContextShape& s) {
+void CudaBackend::do_context_attention_backward(const Tensor& dqkv, const Tensor& dkeys, const Tensor& dvalues,
+                                                const Tensor& dout, const Tensor& qkv, const Tensor& keys,
+                                                const Tensor& values, const Tensor& out, const Tensor& lse,
+                                                const ContextShape& s) {
   const char* method = "context_attention_backward";
   const ctx::Layout l = layout(s);
   const std::size_t block = l.tokens() * l.kv_width(), stats = l.tokens() * sz(s.heads);
-  check_numel(dqkv, l.tokens() * l.qkv_width(), method, "dqkv");
-  check_numel(qkv, dqkv.numel, method, "qkv");
-  check_numel(dout, l.tokens() * l.out_width(), method, "dout");
-  check_numel(out, dout.numel, method, "out");
-  check_numel(lse, stats, method, "lse");
-  for (const Tensor* t : {&dkeys, &dvalues, &keys, &values}) check_numel(*t, sz(s.cp) * block, method, "a K/V block");
   Tensor delta = allocate(stats, DType::F32);
   k::context_attention_delta(f32(delta, method, "delta"), b16(dout, method, "dout"), b16(out, method, "out"), l,
                              context_->compute());
@@ -115,12 +89,10 @@ void CudaBackend::context_attention_backward(const Tensor& dqkv, const Tensor& d
   k::context_attention_backward(b16(dqkv, method, "dqkv"), l.qkv_width(), grads, false, x, all, l, context_->compute());
 }
 
-void CudaBackend::context_put_key_value_grad(const Tensor& dqkv, const Tensor& grad, bool values,
-                                             const ContextShape& s) {
+void CudaBackend::do_context_put_key_value_grad(const Tensor& dqkv, const Tensor& grad, bool values,
+                                                const ContextShape& s) {
   const char* method = "context_put_key_value_grad";
   const ctx::Layout l = layout(s);
-  check_numel(dqkv, l.tokens() * l.qkv_width(), method, "dqkv");
-  check_numel(grad, l.tokens() * l.kv_width(), method, "grad");
   const std::size_t column = l.out_width() + (values ? l.kv_width() : 0);
   k::context_scatter(b16(dqkv, method, "dqkv"), b16(grad, method, "grad"), grad.numel,
                      ctx::ColumnRange{l.qkv_width(), column, l.kv_width()}, context_->compute());
@@ -137,53 +109,35 @@ ctx::KeyBlocks<T> ring_block(T* kv, int source, const ctx::Layout& l) {
 
 }  // namespace
 
-void CudaBackend::context_ring_pack_kv(const Tensor& kv, const Tensor& qkv, const ContextShape& s) {
+void CudaBackend::do_context_ring_pack_kv(const Tensor& kv, const Tensor& qkv, const ContextShape& s) {
   const char* method = "context_ring_pack_kv";
   const ctx::Layout l = layout(s);
-  check_numel(kv, l.tokens() * 2 * l.kv_width(), method, "kv");
-  check_numel(qkv, l.tokens() * l.qkv_width(), method, "qkv");
   k::context_gather(b16(kv, method, "kv"), b16(qkv, method, "qkv"), kv.numel,
                     ctx::ColumnRange{l.qkv_width(), l.out_width(), 2 * l.kv_width()}, context_->compute());
 }
 
-void CudaBackend::context_ring_forward_step(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& kv,
-                                            int source, const ContextShape& s) {
+void CudaBackend::do_context_ring_forward_step(const Tensor& out, const Tensor& lse, const Tensor& qkv,
+                                               const Tensor& kv, int source, const ContextShape& s) {
   const char* method = "context_ring_forward_step";
   const ctx::Layout l = layout(s);
-  check_source(source, s);
-  check_numel(out, l.tokens() * l.out_width(), method, "out");
-  check_numel(lse, l.tokens() * sz(s.heads), method, "lse");
-  check_numel(qkv, l.tokens() * l.qkv_width(), method, "qkv");
-  check_numel(kv, l.tokens() * 2 * l.kv_width(), method, "kv");
   const bf16* block = b16(kv, method, "kv");
   k::context_attention_forward(b16(out, method, "out"), f32(lse, method, "lse"), b16(qkv, method, "qkv"),
                                ring_block(block, source, l), s.cp_rank, source != s.cp_rank, l, context_->compute());
 }
 
-void CudaBackend::context_ring_delta(const Tensor& delta, const Tensor& dout, const Tensor& out,
-                                     const ContextShape& s) {
+void CudaBackend::do_context_ring_delta(const Tensor& delta, const Tensor& dout, const Tensor& out,
+                                        const ContextShape& s) {
   const char* method = "context_ring_delta";
   const ctx::Layout l = layout(s);
-  check_numel(delta, l.tokens() * sz(s.heads), method, "delta");
-  check_numel(dout, l.tokens() * l.out_width(), method, "dout");
-  check_numel(out, dout.numel, method, "out");
   k::context_attention_delta(f32(delta, method, "delta"), b16(dout, method, "dout"), b16(out, method, "out"), l,
                              context_->compute());
 }
 
-void CudaBackend::context_ring_backward_step(const Tensor& dq, const Tensor& dkv, const Tensor& dout, const Tensor& qkv,
-                                             const Tensor& kv, const Tensor& lse, const Tensor& delta, int source,
-                                             const ContextShape& s) {
+void CudaBackend::do_context_ring_backward_step(const Tensor& dq, const Tensor& dkv, const Tensor& dout,
+                                                const Tensor& qkv, const Tensor& kv, const Tensor& lse,
+                                                const Tensor& delta, int source, const ContextShape& s) {
   const char* method = "context_ring_backward_step";
   const ctx::Layout l = layout(s);
-  check_source(source, s);
-  check_numel(dq, l.tokens() * l.out_width(), method, "dq");
-  check_numel(dout, dq.numel, method, "dout");
-  check_numel(qkv, l.tokens() * l.qkv_width(), method, "qkv");
-  check_numel(kv, l.tokens() * 2 * l.kv_width(), method, "kv");
-  check_numel(dkv, kv.numel, method, "dkv");
-  check_numel(lse, l.tokens() * sz(s.heads), method, "lse");
-  check_numel(delta, lse.numel, method, "delta");
   const ctx::Backward<bf16> x{b16(dout, method, "dout"), b16(qkv, method, "qkv"), f32(lse, method, "lse"),
                               f32(delta, method, "delta"), s.cp_rank};
   const bf16* block = b16(kv, method, "kv");
@@ -191,13 +145,10 @@ void CudaBackend::context_ring_backward_step(const Tensor& dq, const Tensor& dkv
                                 true, x, ring_block(block, source, l), l, context_->compute());
 }
 
-void CudaBackend::context_ring_put_grads(const Tensor& dqkv, const Tensor& dq, const Tensor& dkv,
-                                         const ContextShape& s) {
+void CudaBackend::do_context_ring_put_grads(const Tensor& dqkv, const Tensor& dq, const Tensor& dkv,
+                                            const ContextShape& s) {
   const char* method = "context_ring_put_grads";
   const ctx::Layout l = layout(s);
-  check_numel(dqkv, l.tokens() * l.qkv_width(), method, "dqkv");
-  check_numel(dq, l.tokens() * l.out_width(), method, "dq");
-  check_numel(dkv, l.tokens() * 2 * l.kv_width(), method, "dkv");
   bf16* to = b16(dqkv, method, "dqkv");  // every column written: dq, then the keys and values
   k::context_scatter(to, b16(dq, method, "dq"), dq.numel, ctx::ColumnRange{l.qkv_width(), 0, l.out_width()},
                      context_->compute());
@@ -207,59 +158,35 @@ void CudaBackend::context_ring_put_grads(const Tensor& dqkv, const Tensor& dq, c
 
 // --- the a2a way (Ulysses) ------------------------------------------------------------------------------------------
 
-namespace {
+namespace {}  // namespace
 
-// The column range [column, column + heads D) of rows of `width`, checked against the tensor's elements.
-void check_range(const Tensor& t, std::size_t rows, int width, int column, int heads, const ContextShape& s,
-                 const char* method) {
-  TWIN_EXEC_CHECK(s.cp > 1 && heads > 0 && s.seq % (2 * s.cp) == 0, "ulysses: {} heads over {} CP ranks, seq {}", heads,
-                  s.cp, s.seq);
-  TWIN_EXEC_CHECK(t.numel == rows * sz(width) && column >= 0 && sz(column) + sz(heads) * sz(s.head_dim) <= sz(width),
-                  "cuda {}: {} elements for {} rows of {} (columns {} + {} heads of {})", method, t.numel, rows, width,
-                  column, heads, s.head_dim);
-}
-
-}  // namespace
-
-void CudaBackend::ulysses_split_heads(const Tensor& send, const Tensor& local, int width, int column, int heads,
-                                      const ContextShape& s) {
+void CudaBackend::do_ulysses_split_heads(const Tensor& send, const Tensor& local, int width, int column, int heads,
+                                         const ContextShape& s) {
   const char* method = "ulysses_split_heads";
   const std::size_t rows = sz(s.batch) * sz(s.seq / s.cp);
-  check_range(local, rows, width, column, heads, s, method);
-  TWIN_EXEC_CHECK(heads % s.cp == 0, "ulysses: {} heads over {} CP ranks", heads, s.cp);
-  check_numel(send, rows * sz(heads) * sz(s.head_dim), method, "send");
   const ctx::HeadGroups groups{rows, sz(width), sz(column), sz(heads / s.cp) * sz(s.head_dim)};
   k::context_gather(b16(send, method, "send"), b16(local, method, "local"), send.numel, groups, context_->compute());
 }
 
-void CudaBackend::ulysses_join_heads(const Tensor& local, const Tensor& recv, int width, int column, int heads,
-                                     const ContextShape& s) {
+void CudaBackend::do_ulysses_join_heads(const Tensor& local, const Tensor& recv, int width, int column, int heads,
+                                        const ContextShape& s) {
   const char* method = "ulysses_join_heads";
   const std::size_t rows = sz(s.batch) * sz(s.seq / s.cp);
-  check_range(local, rows, width, column, heads, s, method);
-  TWIN_EXEC_CHECK(heads % s.cp == 0, "ulysses: {} heads over {} CP ranks", heads, s.cp);
-  check_numel(recv, rows * sz(heads) * sz(s.head_dim), method, "recv");
   const ctx::HeadGroups groups{rows, sz(width), sz(column), sz(heads / s.cp) * sz(s.head_dim)};
   k::context_scatter(b16(local, method, "local"), b16(recv, method, "recv"), recv.numel, groups, context_->compute());
 }
 
-void CudaBackend::ulysses_blocks_to_sequence(const Tensor& full, const Tensor& blocks, int width, int column, int heads,
-                                             const ContextShape& s) {
+void CudaBackend::do_ulysses_blocks_to_sequence(const Tensor& full, const Tensor& blocks, int width, int column,
+                                                int heads, const ContextShape& s) {
   const char* method = "ulysses_blocks_to_sequence";
-  const std::size_t rows = sz(s.batch) * sz(s.seq);
-  check_range(full, rows, width, column, heads, s, method);
-  check_numel(blocks, rows * sz(heads) * sz(s.head_dim), method, "blocks");
   const ctx::SequenceBlocks order{s.batch, s.seq, s.cp, sz(width), sz(column), sz(heads) * sz(s.head_dim)};
   k::context_scatter(b16(full, method, "full"), b16(blocks, method, "blocks"), blocks.numel, order,
                      context_->compute());
 }
 
-void CudaBackend::ulysses_sequence_to_blocks(const Tensor& blocks, const Tensor& full, int width, int column, int heads,
-                                             const ContextShape& s) {
+void CudaBackend::do_ulysses_sequence_to_blocks(const Tensor& blocks, const Tensor& full, int width, int column,
+                                                int heads, const ContextShape& s) {
   const char* method = "ulysses_sequence_to_blocks";
-  const std::size_t rows = sz(s.batch) * sz(s.seq);
-  check_range(full, rows, width, column, heads, s, method);
-  check_numel(blocks, rows * sz(heads) * sz(s.head_dim), method, "blocks");
   const ctx::SequenceBlocks order{s.batch, s.seq, s.cp, sz(width), sz(column), sz(heads) * sz(s.head_dim)};
   k::context_gather(b16(blocks, method, "blocks"), b16(full, method, "full"), blocks.numel, order, context_->compute());
 }

@@ -64,28 +64,28 @@ class Staging {
 }  // namespace
 
 StagingCommunicator::StagingCommunicator(Communicator& host, DeviceContext& context)
-    : host_(host), context_(context), name_(std::string(host.name()) + "+cuda-staging") {}
+    : ForwardingCommunicator(host), context_(context), name_(std::string(host.name()) + "+cuda-staging") {}
 
 void StagingCommunicator::all_reduce(const CommGroup& group, void* data, std::size_t count, DType dtype,
                                      std::string_view label) {
-  if (!is_device_pointer(data)) return host_.all_reduce(group, data, count, dtype, label);
+  if (!is_device_pointer(data)) return host().all_reduce(group, data, count, dtype, label);
   context_.make_current();
   Staging staging(context_);
   staging.settle();
   if (dtype == DType::BF16) {
     std::vector<float> values = staging.download_widened(data, count);
-    host_.all_reduce(group, values.data(), count, DType::F32, label);
+    host().all_reduce(group, values.data(), count, DType::F32, label);
     staging.upload_rounded(data, values);
     return;
   }
-  std::vector<std::byte> host = staging.download(data, count * dtype_bytes(dtype));
-  host_.all_reduce(group, host.data(), count, dtype, label);
-  staging.upload(data, host.data(), host.size());
+  std::vector<std::byte> bytes = staging.download(data, count * dtype_bytes(dtype));
+  host().all_reduce(group, bytes.data(), count, dtype, label);
+  staging.upload(data, bytes.data(), bytes.size());
 }
 
 void StagingCommunicator::reduce_scatter(const CommGroup& group, const void* in, void* out, std::size_t count,
                                          DType dtype, std::string_view label) {
-  if (!is_device_pointer(in)) return host_.reduce_scatter(group, in, out, count, dtype, label);
+  if (!is_device_pointer(in)) return host().reduce_scatter(group, in, out, count, dtype, label);
   TWIN_EXEC_CHECK(is_device_pointer(out), "reduce_scatter {}: input on the device, output on the host", label);
   context_.make_current();
   Staging staging(context_);
@@ -94,77 +94,77 @@ void StagingCommunicator::reduce_scatter(const CommGroup& group, const void* in,
   if (dtype == DType::BF16) {
     std::vector<float> values = staging.download_widened(in, members * count);
     std::vector<float> mine(count);
-    host_.reduce_scatter(group, values.data(), mine.data(), count, DType::F32, label);
+    host().reduce_scatter(group, values.data(), mine.data(), count, DType::F32, label);
     staging.upload_rounded(out, mine);
     return;
   }
   const std::size_t element = dtype_bytes(dtype);
   std::vector<std::byte> values = staging.download(in, members * count * element);
   std::vector<std::byte> mine(count * element);
-  host_.reduce_scatter(group, values.data(), mine.data(), count, dtype, label);
+  host().reduce_scatter(group, values.data(), mine.data(), count, dtype, label);
   staging.upload(out, mine.data(), mine.size());
 }
 
 void StagingCommunicator::all_gather(const CommGroup& group, const void* in, void* out, std::size_t count, DType dtype,
                                      std::string_view label) {
-  if (!is_device_pointer(out)) return host_.all_gather(group, in, out, count, dtype, label);
+  if (!is_device_pointer(out)) return host().all_gather(group, in, out, count, dtype, label);
   context_.make_current();
   Staging staging(context_);
   staging.settle();
   const std::size_t element = dtype_bytes(dtype);  // a gather moves bytes: any dtype, bf16 included
   std::vector<std::byte> mine = staging.download(in, count * element);
   std::vector<std::byte> all(group.members.size() * count * element);
-  host_.all_gather(group, mine.data(), all.data(), count, dtype, label);
+  host().all_gather(group, mine.data(), all.data(), count, dtype, label);
   staging.upload(out, all.data(), all.size());
 }
 
 void StagingCommunicator::broadcast(const CommGroup& group, void* data, std::size_t count, DType dtype, int root,
                                     std::string_view label) {
-  if (!is_device_pointer(data)) return host_.broadcast(group, data, count, dtype, root, label);
+  if (!is_device_pointer(data)) return host().broadcast(group, data, count, dtype, root, label);
   context_.make_current();
   Staging staging(context_);
   staging.settle();
-  std::vector<std::byte> host = staging.download(data, count * dtype_bytes(dtype));
-  host_.broadcast(group, host.data(), count, dtype, root, label);
-  staging.upload(data, host.data(), host.size());
+  std::vector<std::byte> bytes = staging.download(data, count * dtype_bytes(dtype));
+  host().broadcast(group, bytes.data(), count, dtype, root, label);
+  staging.upload(data, bytes.data(), bytes.size());
 }
 
 void StagingCommunicator::all_to_all(const CommGroup& group, const void* in,
                                      const std::vector<std::size_t>& send_counts, void* out,
                                      const std::vector<std::size_t>& recv_counts, DType dtype, std::string_view label) {
-  if (!is_device_pointer(out)) return host_.all_to_all(group, in, send_counts, out, recv_counts, dtype, label);
+  if (!is_device_pointer(out)) return host().all_to_all(group, in, send_counts, out, recv_counts, dtype, label);
   const std::size_t element = dtype_bytes(dtype);
-  const std::size_t send_total = chunk_offsets(group, host_.rank(), send_counts, label).back();
-  const std::size_t recv_total = chunk_offsets(group, host_.rank(), recv_counts, label).back();
+  const std::size_t send_total = chunk_offsets(group, host().rank(), send_counts, label).back();
+  const std::size_t recv_total = chunk_offsets(group, host().rank(), recv_counts, label).back();
   context_.make_current();
   Staging staging(context_);
   staging.settle();
   std::vector<std::byte> mine = staging.download(in, send_total * element);
   std::vector<std::byte> received(recv_total * element);
-  host_.all_to_all(group, mine.data(), send_counts, received.data(), recv_counts, dtype, label);
+  host().all_to_all(group, mine.data(), send_counts, received.data(), recv_counts, dtype, label);
   staging.upload(out, received.data(), received.size());
 }
 
 void StagingCommunicator::barrier(const CommGroup& group, std::string_view label) {
   context_.make_current();
   Staging(context_).settle();  // a barrier after which timing starts: this rank's work is done
-  host_.barrier(group, label);
+  host().barrier(group, label);
 }
 
 void StagingCommunicator::send(int peer, std::uint64_t tag, const void* data, std::size_t bytes) {
-  if (!is_device_pointer(data)) return host_.send(peer, tag, data, bytes);
+  if (!is_device_pointer(data)) return host().send(peer, tag, data, bytes);
   context_.make_current();
   Staging staging(context_);
   staging.settle();
   const std::vector<std::byte> message = staging.download(data, bytes);
-  host_.send(peer, tag, message.data(), bytes);  // the host communicator copies it: buffered
+  host().send(peer, tag, message.data(), bytes);  // the host communicator copies it: buffered
 }
 
 void StagingCommunicator::recv(int peer, std::uint64_t tag, void* data, std::size_t bytes, std::string_view label) {
-  if (!is_device_pointer(data)) return host_.recv(peer, tag, data, bytes, label);
+  if (!is_device_pointer(data)) return host().recv(peer, tag, data, bytes, label);
   context_.make_current();
   std::vector<std::byte> message(bytes);
-  host_.recv(peer, tag, message.data(), bytes, label);
+  host().recv(peer, tag, message.data(), bytes, label);
   Staging(context_).upload(data, message.data(), bytes);
 }
 

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include "exec/comm/communicator.hpp"
+#include "exec/comm/forwarding_communicator.hpp"
 #include "exec/cuda/device_context.hpp"
 
 namespace twin::exec::cuda {
@@ -22,13 +22,11 @@ namespace twin::exec::cuda {
 // true for device (or managed) memory, false for host memory
 bool is_device_pointer(const void* p);
 
-class StagingCommunicator final : public Communicator {
+class StagingCommunicator final : public ForwardingCommunicator {
  public:
   StagingCommunicator(Communicator& host, DeviceContext& context);
 
   std::string_view name() const override { return name_; }
-  int rank() const override { return host_.rank(); }
-  int world_size() const override { return host_.world_size(); }
 
   void all_reduce(const CommGroup& group, void* data, std::size_t count, DType dtype, std::string_view label) override;
   void reduce_scatter(const CommGroup& group, const void* in, void* out, std::size_t count, DType dtype,
@@ -42,10 +40,8 @@ class StagingCommunicator final : public Communicator {
                   const std::vector<std::size_t>& recv_counts, DType dtype, std::string_view label) override;
   void send(int peer, std::uint64_t tag, const void* data, std::size_t bytes) override;
   void recv(int peer, std::uint64_t tag, void* data, std::size_t bytes, std::string_view label) override;
-  void abort(std::string_view reason) override { host_.abort(reason); }
 
  private:
-  Communicator& host_;
   DeviceContext& context_;
   std::string name_;
 };

@@ -38,7 +38,7 @@ void Interpreter::gather_context_keys(const Op& op) {
   const std::size_t local = numel(dims_.tokens, dims_.kv_heads_local * dims_.head_dim);
   Tensor keys = backend_.allocate(local, backend_.activation_dtype());
   s.values_local = backend_.allocate(local, backend_.activation_dtype());
-  backend_.context_split_keys_values(keys, s.values_local, s.qkv, context_shape());
+  backend_.context_kernels().context_split_keys_values(keys, s.values_local, s.qkv, context_shape());
   s.keys = backend_.allocate(local * static_cast<std::size_t>(dims_.cp), keys.dtype);
   comm_.all_gather(group(op.group), keys.data, s.keys.data, local, keys.dtype, labels_[current_op_]);
 }
@@ -58,7 +58,7 @@ void Interpreter::context_attention_forward(const Op& op) {
   TWIN_EXEC_CHECK(!s.keys.empty() && !s.values.empty(), "layer {}: the keys and values were not gathered", op.layer);
   s.attn = backend_.allocate(numel(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
   s.attn_lse = backend_.allocate(numel(dims_.batch * dims_.heads_local, dims_.seq), DType::F32);
-  backend_.context_attention_forward(s.attn, s.attn_lse, s.qkv, s.keys, s.values, context_shape());
+  backend_.context_kernels().context_attention_forward(s.attn, s.attn_lse, s.qkv, s.keys, s.values, context_shape());
   s.keys = Tensor{};  // Transformer Engine gathers them again for the backward
   s.values = Tensor{};
 }
@@ -70,8 +70,9 @@ void Interpreter::context_attention_backward(const Op& op) {
   state.work.d_qkv = backend_.allocate(s.qkv.numel, backend_.activation_dtype());
   state.work.d_keys = backend_.allocate(s.keys.numel, s.keys.dtype);
   state.work.d_values = backend_.allocate(s.values.numel, s.values.dtype);
-  backend_.context_attention_backward(state.work.d_qkv, state.work.d_keys, state.work.d_values, state.work.d_attn,
-                                      s.qkv, s.keys, s.values, s.attn, s.attn_lse, context_shape());
+  backend_.context_kernels().context_attention_backward(state.work.d_qkv, state.work.d_keys, state.work.d_values,
+                                                        state.work.d_attn, s.qkv, s.keys, s.values, s.attn, s.attn_lse,
+                                                        context_shape());
   state.work.d_attn = Tensor{};
   s.keys = Tensor{};
   s.values = Tensor{};
@@ -85,7 +86,7 @@ void Interpreter::scatter_context_grad(const Op& op, bool values) {
   const std::size_t local = grads.numel / static_cast<std::size_t>(dims_.cp);
   Tensor mine = backend_.allocate(local, grads.dtype);
   comm_.reduce_scatter(group(op.group), grads.data, mine.data, local, mine.dtype, labels_[current_op_]);
-  backend_.context_put_key_value_grad(state.work.d_qkv, mine, values, context_shape());
+  backend_.context_kernels().context_put_key_value_grad(state.work.d_qkv, mine, values, context_shape());
   grads = Tensor{};
 }
 

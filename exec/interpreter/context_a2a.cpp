@@ -51,9 +51,10 @@ void Interpreter::ulysses_to_heads(const Op& op, const Tensor& local, int local_
   const ContextShape shape = context_shape();
   const std::size_t elements = numel(dims_.tokens, section.heads * dims_.head_dim);
   Tensor send = backend_.allocate(elements, local.dtype), recv = backend_.allocate(elements, local.dtype);
-  backend_.ulysses_split_heads(send, local, local_width, section.column, section.heads, shape);
+  backend_.context_kernels().ulysses_split_heads(send, local, local_width, section.column, section.heads, shape);
   ulysses_all_to_all(op, send, recv);
-  backend_.ulysses_blocks_to_sequence(full, recv, full_width, section.group_column, section.heads / dims_.cp, shape);
+  backend_.context_kernels().ulysses_blocks_to_sequence(full, recv, full_width, section.group_column,
+                                                        section.heads / dims_.cp, shape);
 }
 
 // heads -> tokens: the inverse.
@@ -63,9 +64,10 @@ void Interpreter::ulysses_to_tokens(const Op& op, const Tensor& full, int full_w
   const ContextShape shape = context_shape();
   const std::size_t elements = numel(dims_.tokens, section.heads * dims_.head_dim);
   Tensor send = backend_.allocate(elements, full.dtype), recv = backend_.allocate(elements, full.dtype);
-  backend_.ulysses_sequence_to_blocks(send, full, full_width, section.group_column, section.heads / dims_.cp, shape);
+  backend_.context_kernels().ulysses_sequence_to_blocks(send, full, full_width, section.group_column,
+                                                        section.heads / dims_.cp, shape);
   ulysses_all_to_all(op, send, recv);
-  backend_.ulysses_join_heads(local, recv, local_width, section.column, section.heads, shape);
+  backend_.context_kernels().ulysses_join_heads(local, recv, local_width, section.column, section.heads, shape);
 }
 
 // The rows of a head group's tensors: the whole sequences of the micro-batch.

@@ -34,7 +34,7 @@ void Interpreter::ring_send(const Op& op) {
     TWIN_EXEC_CHECK(op.cp_ring_step == 0 && !s.qkv.empty(), "rank {}: {}: no K/V block to send", rank_,
                     labels_[current_op_]);
     s.ring_kv = backend_.allocate(block, backend_.activation_dtype());
-    backend_.context_ring_pack_kv(s.ring_kv, s.qkv, context_shape());
+    backend_.context_kernels().context_ring_pack_kv(s.ring_kv, s.qkv, context_shape());
   }
   const Tensor& acc = chunk(op).work.ring_acc;
   TWIN_EXEC_CHECK(!parts.key_value_grads || !acc.empty(), "rank {}: {}: no dK/dV to send", rank_, labels_[current_op_]);
@@ -70,7 +70,7 @@ void Interpreter::ring_block_forward(const Op& op) {
     s.attn = backend_.allocate(numel(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
     s.attn_lse = backend_.allocate(numel(dims_.batch * dims_.heads_local, dims_.seq), DType::F32);
   }
-  backend_.context_ring_forward_step(s.attn, s.attn_lse, s.qkv, s.ring_kv, source, context_shape());
+  backend_.context_kernels().context_ring_forward_step(s.attn, s.attn_lse, s.qkv, s.ring_kv, source, context_shape());
   s.ring_kv = s.ring_kv_next;  // nothing after the last step: no other rank's keys are kept
   s.ring_kv_next = Tensor{};
 }
@@ -87,12 +87,12 @@ void Interpreter::ring_block_backward(const Op& op) {
     w.ring_dq = backend_.allocate(w.d_attn.numel, backend_.activation_dtype());
     backend_.fill(w.ring_dq, 0.0f);
     w.ring_delta = backend_.allocate(s.attn_lse.numel, DType::F32);
-    backend_.context_ring_delta(w.ring_delta, w.d_attn, s.attn, context_shape());
+    backend_.context_kernels().context_ring_delta(w.ring_delta, w.d_attn, s.attn, context_shape());
   }
   Tensor share = backend_.allocate(block, s.ring_kv.dtype);
   backend_.fill(share, 0.0f);
-  backend_.context_ring_backward_step(w.ring_dq, share, w.d_attn, s.qkv, s.ring_kv, s.attn_lse, w.ring_delta, source,
-                                      context_shape());
+  backend_.context_kernels().context_ring_backward_step(w.ring_dq, share, w.d_attn, s.qkv, s.ring_kv, s.attn_lse,
+                                                        w.ring_delta, source, context_shape());
   if (step == 0) {
     w.ring_own_dkv = share;  // stays here until the others' shares come back
   } else if (step == 1) {
@@ -115,7 +115,7 @@ void Interpreter::ring_return_grads(const Op& op) {
                   rank_, labels_[current_op_]);
   backend_.accumulate(w.ring_own_dkv, w.ring_acc_in);
   w.d_qkv = backend_.allocate(s.qkv.numel, backend_.activation_dtype());
-  backend_.context_ring_put_grads(w.d_qkv, w.ring_dq, w.ring_own_dkv, context_shape());
+  backend_.context_kernels().context_ring_put_grads(w.d_qkv, w.ring_dq, w.ring_own_dkv, context_shape());
   w.ring_dq = w.ring_own_dkv = w.ring_acc = w.ring_acc_in = w.ring_delta = Tensor{};
   w.d_attn = Tensor{};
   s.ring_kv = s.ring_kv_next = Tensor{};

@@ -35,8 +35,8 @@ void Interpreter::linear_forward(const Op& op, const Tensor& out, const Tensor& 
     return;
   }
   const Fp8GemmOperands q = fp8_->operands(op);
-  const Fp8Amaxes amaxes =
-      backend_.fp8_matmul_forward(out, inp, weight, bias, rows, in_features, out_features, q.input, q.weight);
+  const Fp8Amaxes amaxes = backend_.fp8_kernels().fp8_matmul_forward(out, inp, weight, bias, rows, in_features,
+                                                                     out_features, q.input, q.weight);
   fp8_->record(op, amaxes);
   const auto reduced = fp8_input_amaxes_.find({op.layer, static_cast<int>(op.what)});
   if (reduced != fp8_input_amaxes_.end()) {  // tensorwise, sequence parallel: the amax its shards reduced to
@@ -65,8 +65,9 @@ void Interpreter::linear_backward(const Op& op, const Tensor& dinp, const Tensor
     return;
   }
   const Fp8GemmOperands q = fp8_->operands(op);
-  fp8_->record(op, backend_.fp8_matmul_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features,
-                                                out_features, q.input, q.weight, q.gradient));
+  fp8_->record(op,
+               backend_.fp8_kernels().fp8_matmul_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features,
+                                                          out_features, q.input, q.weight, q.gradient));
 }
 
 // values (n) <- their elementwise maximum over `g` (NaN if any member's is NaN): an all-gather, then the max in

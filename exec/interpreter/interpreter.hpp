@@ -82,8 +82,9 @@ struct OpTiming {
 };
 
 // Throws a RunError naming the field when `scenario`'s Mixture-of-Experts layers ask for what the executor does not run
-// (interpreter_moe.cpp): another backend than "cpu" or "cuda", token dropping off the cpu backend or with tensor
-// parallelism, tensor parallelism without sequence parallelism, a shared norm. Nothing for a dense model.
+// (interpreter/moe.cpp): token dropping off the cpu backend or with tensor parallelism, tensor parallelism without
+// sequence parallelism, a shared norm. Nothing for a dense model. (A backend without MoE kernels at all is
+// check_supported's refusal, exec/train/check_supported.hpp.)
 void refuse_unsupported_moe(const model::Scenario& scenario, std::string_view backend);
 
 class Interpreter {
@@ -389,7 +390,8 @@ class Interpreter {
   std::unique_ptr<Fp8State> fp8_;                          // model.fp8: scales and amaxes; null without FP8
   std::map<std::pair<int, int>, float> fp8_input_amaxes_;  // tensorwise SP: reduced input amaxes by (layer, GEMM)
 
-  static constexpr int kComputeKinds = static_cast<int>(model::kComputeKindCount), kPhases = static_cast<int>(model::Phase::WeightGrad) + 1,
+  static constexpr int kComputeKinds = static_cast<int>(model::kComputeKindCount),
+                       kPhases = static_cast<int>(model::Phase::WeightGrad) + 1,
                        kPayloads = static_cast<int>(model::kPayloadCount);
   std::array<std::array<Handler, kPhases>, kComputeKinds> compute_handlers_{};
   // The compute ops of an MoE layer's MLP (its shared experts' MlpUp / activation / MlpDown, the router and experts):

@@ -62,7 +62,7 @@ void Interpreter::qkv_forward(const Op& op) {
   s.qkv = backend_.allocate(numel(dims_.tokens, width), backend_.activation_dtype());
   linear_forward(op, s.qkv, s.ln1_full, w.qkv_weight, w.qkv_bias, dims_.tokens, dims_.hidden, width);
   if (dims_.rope && dims_.cp > 1) {
-    backend_.context_rope_forward(s.qkv, context_shape(), dims_.rotary_dim);
+    backend_.context_kernels().context_rope_forward(s.qkv, context_shape(), dims_.rotary_dim);
   } else if (dims_.rope) {
     backend_.rope_forward(s.qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local, dims_.head_dim,
                           dims_.rotary_dim);
@@ -85,7 +85,7 @@ void Interpreter::attention_projection_forward(const Op& op) {
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.proj = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums over TP
   linear_forward(op, s.proj, s.attn, w.proj_weight, Tensor{}, dims_.tokens, dims_.heads_local * dims_.head_dim,
-                          dims_.hidden);
+                 dims_.hidden);
 }
 
 void Interpreter::attention_residual_forward(const Op& op) {
@@ -123,7 +123,8 @@ void Interpreter::gelu_forward(const Op& op) {
 
 void Interpreter::swiglu_forward(const Op& op) {
   LayerStash& s = stash(op);
-  s.gelu = backend_.allocate(numel(dims_.tokens, dims_.ffn_local), backend_.activation_dtype());  // the MLP's activation
+  s.gelu =
+      backend_.allocate(numel(dims_.tokens, dims_.ffn_local), backend_.activation_dtype());  // the MLP's activation
   backend_.swiglu_forward(s.gelu, s.fc, dims_.tokens, dims_.ffn_local);
 }
 
@@ -210,11 +211,11 @@ void Interpreter::mlp_down_backward(const Op& op) {
   LayerStash& s = stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
-  const Tensor d_out = take_grad_full(state);  // (T, C)
+  const Tensor d_out = take_grad_full(state);             // (T, C)
   if (dims_.parallel_residual) state.work.d_out = d_out;  // the attention branch's output gradient too
   state.work.d_hidden = backend_.allocate(numel(dims_.tokens, dims_.ffn_local), backend_.activation_dtype());
-  linear_backward(op, state.work.d_hidden, g.fc_proj_weight, Tensor{}, d_out, s.gelu, w.fc_proj_weight,
-                           dims_.tokens, dims_.ffn_local, dims_.hidden);
+  linear_backward(op, state.work.d_hidden, g.fc_proj_weight, Tensor{}, d_out, s.gelu, w.fc_proj_weight, dims_.tokens,
+                  dims_.ffn_local, dims_.hidden);
 }
 
 void Interpreter::gelu_backward(const Op& op) {
@@ -239,8 +240,8 @@ void Interpreter::mlp_up_backward(const Op& op) {
   const Tensor& input = dims_.shared_norm ? s.ln1_full : s.ln2_full;  // (T, C)
   TWIN_EXEC_CHECK(!input.empty(), "layer {}: the MLP input was not gathered", op.layer);
   state.work.d_ln = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
-  linear_backward(op, state.work.d_ln, g.fc_weight, g.fc_bias, state.work.d_hidden, input, w.fc_weight,
-                           dims_.tokens, dims_.hidden, dims_.up_local);
+  linear_backward(op, state.work.d_ln, g.fc_weight, g.fc_bias, state.work.d_hidden, input, w.fc_weight, dims_.tokens,
+                  dims_.hidden, dims_.up_local);
   state.work.d_hidden = Tensor{};
   if (dims_.shared_norm) {  // unreduced: the QKV op adds its own and reduces both at once
     state.work.d_ln_mlp = state.work.d_ln;
@@ -287,8 +288,8 @@ void Interpreter::attention_projection_backward(const Op& op) {
   const int width = dims_.heads_local * dims_.head_dim;
   TWIN_EXEC_CHECK(!s.attn.empty(), "layer {}: the attention output is neither stashed nor recomputed", op.layer);
   state.work.d_attn = backend_.allocate(numel(dims_.tokens, width), backend_.activation_dtype());
-  linear_backward(op, state.work.d_attn, g.proj_weight, Tensor{}, d_out, s.attn, w.proj_weight, dims_.tokens,
-                           width, dims_.hidden);
+  linear_backward(op, state.work.d_attn, g.proj_weight, Tensor{}, d_out, s.attn, w.proj_weight, dims_.tokens, width,
+                  dims_.hidden);
 }
 
 void Interpreter::attention_core_backward(const Op& op) {
@@ -310,14 +311,14 @@ void Interpreter::qkv_backward(const Op& op) {
   const LayerTensors& g = shard_.layer_grads(op.layer);
   TWIN_EXEC_CHECK(!s.ln1_full.empty(), "layer {}: the attention input was not gathered", op.layer);
   if (dims_.rope && dims_.cp > 1) {
-    backend_.context_rope_backward(state.work.d_qkv, context_shape(), dims_.rotary_dim);
+    backend_.context_kernels().context_rope_backward(state.work.d_qkv, context_shape(), dims_.rotary_dim);
   } else if (dims_.rope) {  // the gradient of the rotated q and k back to the QKV GEMM's output (the Program's op too)
     backend_.rope_backward(state.work.d_qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local,
                            dims_.head_dim, dims_.rotary_dim);
   }
   state.work.d_ln = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());
   linear_backward(op, state.work.d_ln, g.qkv_weight, g.qkv_bias, state.work.d_qkv, s.ln1_full, w.qkv_weight,
-                           dims_.tokens, dims_.hidden, dims_.qkv_local);
+                  dims_.tokens, dims_.hidden, dims_.qkv_local);
   state.work.d_qkv = Tensor{};
   if (dims_.shared_norm) {  // both branches' partial input gradients, for one TP reduction
     TWIN_EXEC_CHECK(!state.work.d_ln_mlp.empty(), "layer {}: the MLP branch's input gradient is missing", op.layer);
@@ -342,7 +343,8 @@ void Interpreter::layernorm_attention_backward(const Op& op) {
   state.layers.erase(op.layer);  // this micro-batch is done with the layer
 }
 
-// ---- a zero-bubble schedule's W ---------------------------------------------------------------------------------------
+// ---- a zero-bubble schedule's W
+// ---------------------------------------------------------------------------------------
 
 void Interpreter::linear_weight_gradient(const Op& op) {
   ChunkState& state = chunk(op);

@@ -1,6 +1,6 @@
-// The Mixture-of-Experts MLP of one layer (model/ops/moe_ops.hpp gives the op order; the Backend's MoE block the kernels).
-// Its input is the second layer norm's output, this rank's T = tokens_sp tokens; its output, (T, C) in the layer
-// stash's fc_proj, is what the MLP residual adds (no TP reduction: every rank's MoE works on its own tokens).
+// The Mixture-of-Experts MLP of one layer (model/ops/moe_ops.hpp gives the op order; the Backend's MoE block the
+// kernels). Its input is the second layer norm's output, this rank's T = tokens_sp tokens; its output, (T, C) in the
+// layer stash's fc_proj, is what the MLP residual adds (no TP reduction: every rank's MoE works on its own tokens).
 // Token dropping (model.capacity_factor > 0, cpu backend): after the top-k, each expert keeps the capacity of its
 // (token, slot) pairs with the highest probabilities (Megatron-Core's apply_router_token_dropping, drop policy "probs";
 // kernels/cpu/moe.hpp's moe_capacity_drop), computed on the host from the downloaded probabilities in permute_forward.
@@ -44,12 +44,6 @@ void refuse_unsupported_moe(const model::Scenario& s, std::string_view backend) 
   const auto refuse = [&](std::string_view why) {
     throw RunError(fmt::format("{}: model.experts = {}: {}", s.source, s.model.experts, why));
   };
-  if (backend != "cpu" && backend != "cuda") {
-    refuse(
-        fmt::format("the executor trains Mixture-of-Experts layers on the cpu and cuda backends only (got "
-                    "--backend {})",
-                    backend));
-  }
   if (s.model.capacity_factor > 0 && backend != "cpu") {
     refuse(
         fmt::format("model.capacity_factor = {}: the {} backend trains dropless MoE only (capacity_factor = 0); "
@@ -171,11 +165,11 @@ void Interpreter::router_forward(const Op& op) {
   const Tensor logits = backend_.allocate(numel(T, d.experts), backend_.activation_dtype());
   backend_.matmul_forward(logits, s.ln2, w.router_weight, Tensor{}, T, dims_.hidden, d.experts);
   m.scores = backend_.allocate(numel(T, d.experts), DType::F32);
-  backend_.moe_router_scores_forward(m.scores, logits, T, d.experts);
+  backend_.moe_kernels().moe_router_scores_forward(m.scores, logits, T, d.experts);
   require_finite(backend_.sum(m.scores), "the router logits");  // a non-finite logit makes its row's scores NaN
   m.probs = backend_.allocate(numel(T, d.top_k), DType::F32);
   m.chosen_map = backend_.allocate(numel(T, d.top_k), DType::I32);
-  backend_.moe_topk_softmax_forward(m.probs, m.chosen_map, logits, T, d.experts, d.top_k);
+  backend_.moe_kernels().moe_topk_softmax_forward(m.probs, m.chosen_map, logits, T, d.experts, d.top_k);
   // The host wait of the layer: the chosen experts, from which the host derives counts, rows and split sizes.
   m.chosen.assign(numel(T, d.top_k), 0);
   backend_.download_i32(m.chosen.data(), m.chosen_map);
@@ -207,11 +201,11 @@ void Interpreter::permute_forward(const Op& op) {
   m.row_map = backend_.allocate(numel(T, d.top_k), DType::I32);
   backend_.upload_i32(m.row_map, m.rows.data());
   m.permuted = backend_.allocate(numel(T * d.top_k, dims_.hidden), backend_.activation_dtype());
-  backend_.moe_permute_forward(m.permuted, s.ln2, m.row_map, T, dims_.hidden, d.top_k);
+  backend_.moe_kernels().moe_permute_forward(m.permuted, s.ln2, m.row_map, T, dims_.hidden, d.top_k);
   if (!recomputing(op) && d.aux_loss_coeff > 0) {
     const double micro_batch_tokens = static_cast<double>(dims_.tokens);  // the counts cover every sequence shard
-    output_.aux_loss_sum +=
-        backend_.moe_aux_loss_forward(m.scores, m.counts, T, d.experts, d.top_k, micro_batch_tokens, d.aux_loss_coeff);
+    output_.aux_loss_sum += backend_.moe_kernels().moe_aux_loss_forward(m.scores, m.counts, T, d.experts, d.top_k,
+                                                                        micro_batch_tokens, d.aux_loss_coeff);
   }
   if (d.ep == 1) {  // no dispatch: this rank holds every expert
     m.expert_in = m.permuted;
@@ -227,8 +221,8 @@ void Interpreter::experts_up_forward(const Op& op) {
   const MoeDims& d = shard_.moe();
   const int rows = std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0);
   m.expert_fc = backend_.allocate(numel(std::max(rows, 1), d.expert_up), backend_.activation_dtype());
-  backend_.moe_grouped_matmul_forward(m.expert_fc, m.expert_in, w.expert_fc_weight, m.expert_rows, dims_.hidden,
-                                      d.expert_up);
+  backend_.moe_kernels().moe_grouped_matmul_forward(m.expert_fc, m.expert_in, w.expert_fc_weight, m.expert_rows,
+                                                    dims_.hidden, d.expert_up);
   m.routed_activation_next = true;
 }
 
@@ -239,8 +233,8 @@ void Interpreter::experts_down_forward(const Op& op) {
   const int rows = std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0);
   m.expert_out = backend_.allocate(numel(std::max(rows, 1), dims_.hidden), backend_.activation_dtype());
   if (rows > 0) {
-    backend_.moe_grouped_matmul_forward(m.expert_out, m.expert_act, w.expert_fc_proj_weight, m.expert_rows,
-                                        d.expert_ffn, dims_.hidden);
+    backend_.moe_kernels().moe_grouped_matmul_forward(m.expert_out, m.expert_act, w.expert_fc_proj_weight,
+                                                      m.expert_rows, d.expert_ffn, dims_.hidden);
   }
   // no combine (and no ETP reduce-scatter): the rows are this rank's own, in permuted order
   if (d.ep == 1 && d.etp == 1) m.combined = m.expert_out;
@@ -252,7 +246,7 @@ void Interpreter::unpermute_forward(const Op& op) {
   const MoeDims& d = shard_.moe();
   const int T = dims_.tokens_sp;
   const Tensor out = backend_.allocate(numel(T, dims_.hidden), backend_.activation_dtype());
-  backend_.moe_unpermute_forward(out, m.combined, m.probs, m.row_map, T, dims_.hidden, d.top_k);
+  backend_.moe_kernels().moe_unpermute_forward(out, m.combined, m.probs, m.row_map, T, dims_.hidden, d.top_k);
   if (d.shared_ffn > 0) {
     backend_.accumulate(s.fc_proj, out);
   } else {
@@ -273,8 +267,8 @@ void Interpreter::unpermute_backward(const Op& op) {
   const int T = dims_.tokens_sp;
   m.d_rows = backend_.allocate(numel(T * d.top_k, dims_.hidden), backend_.activation_dtype());
   m.d_probs = backend_.allocate(numel(T, d.top_k), DType::F32);
-  backend_.moe_unpermute_backward(m.d_rows, m.d_probs, state.grad, m.combined, m.probs, m.row_map, T, dims_.hidden,
-                                  d.top_k);
+  backend_.moe_kernels().moe_unpermute_backward(m.d_rows, m.d_probs, state.grad, m.combined, m.probs, m.row_map, T,
+                                                dims_.hidden, d.top_k);
   m.combined = Tensor{};
 }
 
@@ -286,8 +280,9 @@ void Interpreter::experts_down_backward(const Op& op) {
   const int rows = std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0);
   const Tensor d_act = backend_.allocate(numel(std::max(rows, 1), d.expert_ffn), backend_.activation_dtype());
   if (rows > 0) {
-    backend_.moe_grouped_matmul_backward(d_act, g.expert_fc_proj_weight, m.d_rows, m.expert_act,
-                                         w.expert_fc_proj_weight, m.expert_rows, d.expert_ffn, dims_.hidden);
+    backend_.moe_kernels().moe_grouped_matmul_backward(d_act, g.expert_fc_proj_weight, m.d_rows, m.expert_act,
+                                                       w.expert_fc_proj_weight, m.expert_rows, d.expert_ffn,
+                                                       dims_.hidden);
   }
   m.d_rows = d_act;
   m.expert_act = Tensor{};
@@ -324,8 +319,8 @@ void Interpreter::experts_up_backward(const Op& op) {
   const int rows = std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0);
   const Tensor d_in = backend_.allocate(numel(std::max(rows, 1), dims_.hidden), backend_.activation_dtype());
   if (rows > 0) {
-    backend_.moe_grouped_matmul_backward(d_in, g.expert_fc_weight, m.d_rows, m.expert_in, w.expert_fc_weight,
-                                         m.expert_rows, dims_.hidden, d.expert_up);
+    backend_.moe_kernels().moe_grouped_matmul_backward(d_in, g.expert_fc_weight, m.d_rows, m.expert_in,
+                                                       w.expert_fc_weight, m.expert_rows, dims_.hidden, d.expert_up);
   }
   m.d_rows = d_in;  // expert-major; with ep = 1 also the permuted order
   m.expert_in = Tensor{};
@@ -336,8 +331,8 @@ void Interpreter::permute_backward(const Op& op) {
   ChunkState& state = chunk(op);
   MoeStash& m = moe_stash(op);
   state.work.d_ln = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
-  backend_.moe_permute_backward(state.work.d_ln, m.d_rows, m.row_map, dims_.tokens_sp, dims_.hidden,
-                                shard_.moe().top_k);
+  backend_.moe_kernels().moe_permute_backward(state.work.d_ln, m.d_rows, m.row_map, dims_.tokens_sp, dims_.hidden,
+                                              shard_.moe().top_k);
   m.d_rows = Tensor{};
 }
 
@@ -356,8 +351,8 @@ void Interpreter::router_backward(const Op& op) {
     const double micro_batches = static_cast<double>(p.global_batch / p.micro_batch);  // of the whole global batch
     aux = MoeAuxLoss{static_cast<double>(dims_.tokens), d.aux_loss_coeff, 1.0 / micro_batches};
   }
-  backend_.moe_router_backward(d_logits, m.d_probs, m.probs, m.chosen_map, m.scores, m.counts, T, d.experts, d.top_k,
-                               aux);
+  backend_.moe_kernels().moe_router_backward(d_logits, m.d_probs, m.probs, m.chosen_map, m.scores, m.counts, T,
+                                             d.experts, d.top_k, aux);
   const Tensor d_ln = backend_.allocate(numel(T, dims_.hidden), backend_.activation_dtype());
   backend_.matmul_backward(d_ln, g.router_weight, Tensor{}, d_logits, s.ln2, w.router_weight, T, dims_.hidden,
                            d.experts);

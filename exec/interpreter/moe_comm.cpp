@@ -121,8 +121,8 @@ void Interpreter::dispatch_tokens(const Op& op, MoeStash& m, bool gradients) {
   const Tensor received = backend_.allocate(std::max<std::size_t>(rows, 1) * C, act);
   comm_.all_to_all(ep_group, in.data, times(m.send_rows, C), received.data, times(m.recv_rows, C), act, label);
   Tensor sorted = backend_.allocate(std::max<std::size_t>(rows, 1) * C, act);  // (R, C) expert-major
-  backend_.moe_sort_chunks_forward(sorted, received, m.recv_chunk_rows, expert_major_order(d.ep, d.local_experts),
-                                   dims_.hidden);
+  backend_.moe_kernels().moe_sort_chunks_forward(sorted, received, m.recv_chunk_rows,
+                                                 expert_major_order(d.ep, d.local_experts), dims_.hidden);
   (gradients ? m.d_rows : m.expert_in) = sorted;
 }
 
@@ -135,8 +135,8 @@ void Interpreter::combine_tokens(const Op& op, MoeStash& m, bool gradients) {
   const std::size_t rows = total(m.recv_rows);
   const DType act = backend_.activation_dtype();
   const Tensor unsorted = backend_.allocate(std::max<std::size_t>(rows, 1) * C, act);  // by peer, then expert
-  backend_.moe_sort_chunks_backward(unsorted, in, m.recv_chunk_rows, expert_major_order(d.ep, d.local_experts),
-                                    dims_.hidden);
+  backend_.moe_kernels().moe_sort_chunks_backward(unsorted, in, m.recv_chunk_rows,
+                                                  expert_major_order(d.ep, d.local_experts), dims_.hidden);
   const Tensor out = backend_.allocate(std::max<std::size_t>(total(m.send_rows), 1) * C, act);  // (T k, C)
   comm_.all_to_all(ep_group, unsorted.data, times(m.recv_rows, C), out.data, times(m.send_rows, C), act, label);
   (gradients ? m.d_rows : m.combined) = out;
@@ -176,8 +176,8 @@ void Interpreter::gather_expert_rows(const Op& op, MoeStash& m, bool gradients) 
   comm_.all_to_all(etp_group, copies.data, std::vector<std::size_t>(etp, own_numel), received.data,
                    times(m.etp_rows, C), act, label);
   const Tensor sorted = backend_.allocate(std::max<std::size_t>(rows, 1) * C, act);  // expert-major
-  backend_.moe_sort_chunks_forward(sorted, received, m.etp_chunk_rows, expert_major_order(d.etp, d.local_experts),
-                                   dims_.hidden);
+  backend_.moe_kernels().moe_sort_chunks_forward(sorted, received, m.etp_chunk_rows,
+                                                 expert_major_order(d.etp, d.local_experts), dims_.hidden);
   (gradients ? m.d_rows : m.expert_in) = sorted;
 }
 
@@ -189,8 +189,8 @@ void Interpreter::scatter_expert_rows(const Op& op, MoeStash& m, bool gradients)
   const std::size_t rows = total(m.etp_rows), own_numel = m.own_rows * C;
   const DType act = backend_.activation_dtype();
   const Tensor unsorted = backend_.allocate(std::max<std::size_t>(rows, 1) * C, act);  // by member, expert
-  backend_.moe_sort_chunks_backward(unsorted, partial, m.etp_chunk_rows, expert_major_order(d.etp, d.local_experts),
-                                    dims_.hidden);
+  backend_.moe_kernels().moe_sort_chunks_backward(unsorted, partial, m.etp_chunk_rows,
+                                                  expert_major_order(d.etp, d.local_experts), dims_.hidden);
   const Tensor parts = backend_.allocate(std::max<std::size_t>(etp * own_numel, 1), act);  // one per member
   comm_.all_to_all(etp_group, unsorted.data, times(m.etp_rows, C), parts.data, std::vector<std::size_t>(etp, own_numel),
                    act, labels_[current_op_]);

@@ -33,8 +33,7 @@ MicroBatch context_parallel_share(const MicroBatch& whole, int batch, int seq, i
 void refuse_unsupported_context_parallelism(const model::Scenario& scenario, const Backend& backend) {
   const auto cp = scenario.parallel.cp;
   if (cp <= 1) return;
-  // the cpu and cuda backends implement Backend's context_* and ulysses_* methods; any other is refused here
-  if (backend.name() != "cpu" && backend.name() != "cuda") {
+  if (backend.context() == nullptr) {  // a backend without ContextKernels (exec/core/context_kernels.hpp)
     throw RunError(
         fmt::format("{}: parallel.cp = {}: the {} backend does not run context parallelism yet (run with "
                     "--backend cpu or cuda, or parallel.cp = 1)",

@@ -23,13 +23,14 @@
 
 #include "exec/comm/communicator.hpp"
 #include "exec/comm/deferred_work.hpp"
+#include "exec/comm/forwarding_communicator.hpp"
 #include "exec/core/backend.hpp"
 
 namespace twin::exec {
 
 enum class DeferredCheck { Order, Strict };
 
-// The deferred collectives of one rank, shared by its DeferringCommunicator and DeferredCheckBackend.
+// The deferred collectives of one rank, shared by its DeferringCommunicator and its backend's DeferredCheckHook.
 class DeferredCollectives {
  public:
   DeferredCollectives(int rank, DeferredCheck check) : rank_(rank), check_(check) {}
@@ -49,38 +50,26 @@ class DeferredCollectives {
 };
 
 // A host communicator whose deferrable collectives (rule) wait in `deferred` until the rank's next wait point or
-// communication; every other call runs them first.
-class DeferringCommunicator final : public Communicator {
+// communication; every other call runs them first (before_forward).
+class DeferringCommunicator final : public ForwardingCommunicator {
  public:
   DeferringCommunicator(Communicator& host, DeferredCollectives& deferred, DeferralRule rule);
 
   std::string_view name() const override { return name_; }
-  int rank() const override { return host_.rank(); }
-  int world_size() const override { return host_.world_size(); }
-
   void all_reduce(const CommGroup& group, void* data, std::size_t count, DType dtype, std::string_view label) override;
   void reduce_scatter(const CommGroup& group, const void* in, void* out, std::size_t count, DType dtype,
                       std::string_view label) override;
-  void all_gather(const CommGroup& group, const void* in, void* out, std::size_t count, DType dtype,
-                  std::string_view label) override;
-  void broadcast(const CommGroup& group, void* data, std::size_t count, DType dtype, int root,
-                 std::string_view label) override;
-  void barrier(const CommGroup& group, std::string_view label) override;
-  void all_to_all(const CommGroup& group, const void* in, const std::vector<std::size_t>& send_counts, void* out,
-                  const std::vector<std::size_t>& recv_counts, DType dtype, std::string_view label) override;
-  void send(int peer, std::uint64_t tag, const void* data, std::size_t bytes) override;
-  void recv(int peer, std::uint64_t tag, void* data, std::size_t bytes, std::string_view label) override;
-  void abort(std::string_view reason) override { host_.abort(reason); }
 
  private:
-  Communicator& host_;
+  void before_forward() override { deferred_.wait_all(); }
+
   DeferredCollectives& deferred_;
   DeferralRule rule_;
   std::string name_;
 };
 
-// A backend that waits where CudaBackend waits for deferred collectives, and touches every other kernel's tensors
-// first (DeferredCollectives::touch); the kernels themselves are `inner`'s.
+// `inner`, with a kernel hook (exec/core/kernel_hook.hpp) that waits where CudaBackend waits for deferred collectives
+// (its host waits) and touches every other kernel's tensors first (DeferredCollectives::touch).
 std::unique_ptr<Backend> make_deferred_check_backend(std::unique_ptr<Backend> inner, DeferredCollectives& deferred);
 
 }  // namespace twin::exec

@@ -20,6 +20,7 @@
 #include "exec/interpreter/interpreter.hpp"
 #include "exec/shard/model_shard.hpp"
 #include "exec/train/backend_factory.hpp"
+#include "exec/train/check_supported.hpp"
 #include "exec/train/context_parallel.hpp"
 #include "exec/train/deferred_emulation.hpp"
 #ifdef TWIN_HAVE_CUDA
@@ -83,16 +84,15 @@ class RankRun {
                                  "train this yet (twin sim and the memory estimate model it)",
                                  scenario_.source, unmodelled));
     }
-    refuse_unsupported_moe(scenario_, options.backend);
     BackendOptions backend_options;
     backend_options.threads = threads;
     backend_options.shares_process = threads_launcher && program.layout.world_size() > 1;
     backend_ = make_backend(options.backend, backend_options);
+    check_supported(program, *backend_);  // MoE, context parallelism and FP8 need the backend's capabilities
     // FP8 GEMMs: emulated on the host (exec/interpreter/fp8.cpp), cuBLASLt's on sm_90 and later (exec/cuda)
 #ifdef TWIN_HAVE_CUDA
     if (scenario_.model.fp8 != model::Fp8Format::None) cuda::require_fp8_gemms(*backend_, scenario_.source);
 #endif
-    refuse_unsupported_context_parallelism(scenario_, *backend_);
     if (options.check_deferred_collectives && backend_->device() == Device::Host) {
       deferred_ = std::make_unique<DeferredCollectives>(rank_, DeferredCheck::Strict);
       backend_ = make_deferred_check_backend(std::move(backend_), *deferred_);

@@ -90,11 +90,11 @@ std::vector<Floats> context_ways(Backend& be, DType a, const std::vector<Floats>
   std::vector<Tensor> q(kCp), keys(kCp), values(kCp), kv(kCp);
   for (int r = 0; r < kCp; ++r) {
     q[r] = make(be, qkv[r], a);
-    be.context_rope_forward(q[r], shape_of(r), kRotary);
+    be.context_kernels().context_rope_forward(q[r], shape_of(r), kRotary);
     keys[r] = be.allocate(kTokens * kKvWidth, a), values[r] = be.allocate(kTokens * kKvWidth, a);
-    be.context_split_keys_values(keys[r], values[r], q[r], shape_of(r));
+    be.context_kernels().context_split_keys_values(keys[r], values[r], q[r], shape_of(r));
     kv[r] = be.allocate(kTokens * 2 * kKvWidth, a);
-    be.context_ring_pack_kv(kv[r], q[r], shape_of(r));
+    be.context_kernels().context_ring_pack_kv(kv[r], q[r], shape_of(r));
   }
   std::vector<Floats> all_keys, all_values;
   for (int r = 0; r < kCp; ++r) all_keys.push_back(read(be, keys[r])), all_values.push_back(read(be, values[r]));
@@ -102,28 +102,30 @@ std::vector<Floats> context_ways(Backend& be, DType a, const std::vector<Floats>
   for (int r = 0; r < kCp; ++r) {
     const ContextShape s = shape_of(r);
     Tensor out = be.allocate(kTokens * kOut, a), lse = be.allocate(kTokens * kHeads, DType::F32);
-    be.context_attention_forward(out, lse, q[r], gathered_keys, gathered_values, s);
+    be.context_kernels().context_attention_forward(out, lse, q[r], gathered_keys, gathered_values, s);
     Tensor dqkv = be.allocate(kTokens * kRow, a), dkeys = be.allocate(kCp * kTokens * kKvWidth, a);
     Tensor dvalues = be.allocate(dkeys.numel, a), d_out = make(be, dout[r], a);
-    be.context_attention_backward(dqkv, dkeys, dvalues, d_out, q[r], gathered_keys, gathered_values, out, lse, s);
-    be.context_put_key_value_grad(dqkv, make(be, key_grad, a), false, s);  // a reduce-scattered gradient
-    be.context_rope_backward(dqkv, s, kRotary);
+    be.context_kernels().context_attention_backward(dqkv, dkeys, dvalues, d_out, q[r], gathered_keys, gathered_values,
+                                                    out, lse, s);
+    be.context_kernels().context_put_key_value_grad(dqkv, make(be, key_grad, a), false,
+                                                    s);  // a reduce-scattered gradient
+    be.context_kernels().context_rope_backward(dqkv, s, kRotary);
     // the ring: this rank's queries against each block in turn, then the backward steps
     Tensor ring_out = be.allocate(out.numel, a), ring_lse = be.allocate(lse.numel, DType::F32);
     for (int step = 0; step < kCp; ++step) {
       const int source = (r - step + kCp) % kCp;
-      be.context_ring_forward_step(ring_out, ring_lse, q[r], kv[source], source, s);
+      be.context_kernels().context_ring_forward_step(ring_out, ring_lse, q[r], kv[source], source, s);
     }
     Tensor delta = be.allocate(lse.numel, DType::F32), dq = be.zeros(out.numel, a);
-    be.context_ring_delta(delta, d_out, ring_out, s);
+    be.context_kernels().context_ring_delta(delta, d_out, ring_out, s);
     Tensor own = be.zeros(kv[r].numel, a);
     for (int step = 0; step < kCp; ++step) {
       const int source = (r - step + kCp) % kCp;
       Tensor share = source == r ? own : be.zeros(kv[r].numel, a);
-      be.context_ring_backward_step(dq, share, d_out, q[r], kv[source], ring_lse, delta, source, s);
+      be.context_kernels().context_ring_backward_step(dq, share, d_out, q[r], kv[source], ring_lse, delta, source, s);
     }
     Tensor ring_dqkv = be.allocate(dqkv.numel, a);
-    be.context_ring_put_grads(ring_dqkv, dq, own, s);
+    be.context_kernels().context_ring_put_grads(ring_dqkv, dq, own, s);
     for (const Tensor* t : {&q[r], &keys[r], &out, &lse, &dqkv, &dkeys, &dvalues, &ring_out, &ring_lse, &ring_dqkv}) {
       results.push_back(read(be, *t));
     }
@@ -164,15 +166,15 @@ TEST(CudaBackendContext, UlyssesReshufflesMatchTheCpuBackend) {
     std::vector<Floats> results;
     // the key heads of a packed qkv to their groups, and back into a zeroed row
     Tensor t_local = make(be, local, a), send = be.allocate(kTokens * kKvWidth, a);
-    be.ulysses_split_heads(send, t_local, static_cast<int>(kRow), static_cast<int>(kOut), kKv, s);
+    be.context_kernels().ulysses_split_heads(send, t_local, static_cast<int>(kRow), static_cast<int>(kOut), kKv, s);
     Tensor back = be.zeros(local.size(), a);
-    be.ulysses_join_heads(back, send, static_cast<int>(kRow), static_cast<int>(kOut), kKv, s);
+    be.context_kernels().ulysses_join_heads(back, send, static_cast<int>(kRow), static_cast<int>(kOut), kKv, s);
     // the whole sequence of a head group's values column (1 kv head of D at column (H/cp + KV/cp) D) to blocks, back
     Tensor t_full = make(be, full, a), blocks = be.allocate(kBatch * kSeq * kDim, a);
     const int column = (kHeads / kCp + kKv / kCp) * kDim;
-    be.ulysses_sequence_to_blocks(blocks, t_full, group_width, column, 1, s);
+    be.context_kernels().ulysses_sequence_to_blocks(blocks, t_full, group_width, column, 1, s);
     Tensor sequence = be.zeros(full.size(), a);
-    be.ulysses_blocks_to_sequence(sequence, blocks, group_width, column, 1, s);
+    be.context_kernels().ulysses_blocks_to_sequence(sequence, blocks, group_width, column, 1, s);
     for (const Tensor* t : {&send, &back, &blocks, &sequence}) results.push_back(read(be, *t));
     return results;
   };

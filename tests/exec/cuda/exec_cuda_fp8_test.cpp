@@ -68,9 +68,10 @@ LayerResult run_layer(Backend& be, const Recipe& r) {
   Tensor t_dout = make(be, dout, act);
   Tensor t_dweight = be.zeros(out_f * in_f, DType::F32), t_dbias = be.zeros(out_f, DType::F32);
   LayerResult result;
-  result.forward = be.fp8_matmul_forward(t_out, t_inp, t_weight, t_bias, rows, in_f, out_f, r.input, r.weight);
-  result.backward = be.fp8_matmul_backward(t_dinp, t_dweight, t_dbias, t_dout, t_inp, t_weight, rows, in_f, out_f,
-                                           r.input, r.weight, r.gradient);
+  result.forward =
+      be.fp8_kernels().fp8_matmul_forward(t_out, t_inp, t_weight, t_bias, rows, in_f, out_f, r.input, r.weight);
+  result.backward = be.fp8_kernels().fp8_matmul_backward(t_dinp, t_dweight, t_dbias, t_dout, t_inp, t_weight, rows,
+                                                         in_f, out_f, r.input, r.weight, r.gradient);
   result.out = read(be, t_out), result.dinp = read(be, t_dinp);
   result.dweight = read(be, t_dweight), result.dbias = read(be, t_dbias);
   return result;

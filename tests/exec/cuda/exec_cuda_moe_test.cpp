@@ -58,36 +58,38 @@ MoeOutputs run_moe(Backend& be, DType act) {
   const Tensor logits = make(be, logits_values, act), x = make(be, x_values, act), w = make(be, w_values, act);
   const Tensor probs = be.allocate(T * k, DType::F32), chosen = be.allocate(T * k, DType::I32);
   const Tensor scores = be.allocate(T * E, DType::F32);
-  be.moe_topk_softmax_forward(probs, chosen, logits, T, E, k);
-  be.moe_router_scores_forward(scores, logits, T, E);
+  be.moe_kernels().moe_topk_softmax_forward(probs, chosen, logits, T, E, k);
+  be.moe_kernels().moe_router_scores_forward(scores, logits, T, E);
   o.chosen.resize(T * k);
   be.download_i32(o.chosen.data(), chosen);
   std::vector<float> counts(E);
   std::vector<int> rows(T * k), rows_per_expert(E);
   kernels::cpu::moe_tokens_per_expert(counts.data(), o.chosen.data(), T, E, k);
   kernels::cpu::moe_permutation(rows.data(), rows_per_expert.data(), o.chosen.data(), T, E, k);
-  o.aux_loss = be.moe_aux_loss_forward(scores, counts, T, E, k, T, 1e-2);
+  o.aux_loss = be.moe_kernels().moe_aux_loss_forward(scores, counts, T, E, k, T, 1e-2);
   const Tensor row_map = make_i32(be, rows);
   const Tensor permuted = be.allocate(T * k * C, act), up = be.allocate(T * k * F, act);
-  be.moe_permute_forward(permuted, x, row_map, T, C, k);
-  be.moe_grouped_matmul_forward(up, permuted, w, rows_per_expert, C, F);  // (rows, F): one GEMM per expert
+  be.moe_kernels().moe_permute_forward(permuted, x, row_map, T, C, k);
+  be.moe_kernels().moe_grouped_matmul_forward(up, permuted, w, rows_per_expert, C,
+                                              F);  // (rows, F): one GEMM per expert
   // the down projection (E, C, F): the same values in another tensor
   const Tensor w_down = make(be, w_values, act);
   const Tensor down = be.allocate(T * k * C, act);
-  be.moe_grouped_matmul_forward(down, up, w_down, rows_per_expert, F, C);
+  be.moe_kernels().moe_grouped_matmul_forward(down, up, w_down, rows_per_expert, F, C);
   const Tensor y = be.allocate(T * C, act);
-  be.moe_unpermute_forward(y, down, probs, row_map, T, C, k);
+  be.moe_kernels().moe_unpermute_forward(y, down, probs, row_map, T, C, k);
   const Tensor dy = make(be, dy_values, act);
   const Tensor d_rows = be.allocate(T * k * C, act), dprobs = be.allocate(T * k, DType::F32);
-  be.moe_unpermute_backward(d_rows, dprobs, dy, down, probs, row_map, T, C, k);
+  be.moe_kernels().moe_unpermute_backward(d_rows, dprobs, dy, down, probs, row_map, T, C, k);
   const Tensor d_up = be.allocate(T * k * F, act), dw_down = be.zeros(E * F * C, DType::F32);
-  be.moe_grouped_matmul_backward(d_up, dw_down, d_rows, up, w_down, rows_per_expert, F, C);
+  be.moe_kernels().moe_grouped_matmul_backward(d_up, dw_down, d_rows, up, w_down, rows_per_expert, F, C);
   const Tensor d_permuted = be.allocate(T * k * C, act), dw = be.zeros(E * F * C, DType::F32);
-  be.moe_grouped_matmul_backward(d_permuted, dw, d_up, permuted, w, rows_per_expert, C, F);
+  be.moe_kernels().moe_grouped_matmul_backward(d_permuted, dw, d_up, permuted, w, rows_per_expert, C, F);
   const Tensor dx = be.allocate(T * C, act);
-  be.moe_permute_backward(dx, d_permuted, row_map, T, C, k);
+  be.moe_kernels().moe_permute_backward(dx, d_permuted, row_map, T, C, k);
   const Tensor dlogits = be.allocate(T * E, act);
-  be.moe_router_backward(dlogits, dprobs, probs, chosen, scores, counts, T, E, k, MoeAuxLoss{double(T), 1e-2, 0.5});
+  be.moe_kernels().moe_router_backward(dlogits, dprobs, probs, chosen, scores, counts, T, E, k,
+                                       MoeAuxLoss{double(T), 1e-2, 0.5});
   o.values = {read(be, probs),  read(be, scores),  read(be, y),  read(be, d_rows),
               read(be, dprobs), read(be, dlogits), read(be, dx), read(be, dw)};
   return o;

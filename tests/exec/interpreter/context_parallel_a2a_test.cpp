@@ -96,12 +96,13 @@ struct Ulysses {
     std::vector<Tensor> send;
     for (int r = 0; r < cp; ++r) {
       send.push_back(backend.allocate(rows() * range_heads * head_dim, DType::F32));
-      backend.ulysses_split_heads(send.back(), local[std::size_t(r)], width, column, range_heads, shape(r));
+      backend.context_kernels().ulysses_split_heads(send.back(), local[std::size_t(r)], width, column, range_heads,
+                                                    shape(r));
     }
     const std::vector<Tensor> recv = exchange(send);
     for (int d = 0; d < cp; ++d) {
-      backend.ulysses_blocks_to_sequence(full[std::size_t(d)], recv[std::size_t(d)], full_width, full_column,
-                                         range_heads / cp, shape(d));
+      backend.context_kernels().ulysses_blocks_to_sequence(full[std::size_t(d)], recv[std::size_t(d)], full_width,
+                                                           full_column, range_heads / cp, shape(d));
     }
   }
   void to_tokens(const std::vector<Tensor>& full, int full_width, int full_column, int range_heads,
@@ -109,12 +110,13 @@ struct Ulysses {
     std::vector<Tensor> send;
     for (int d = 0; d < cp; ++d) {
       send.push_back(backend.allocate(rows() * range_heads * head_dim, DType::F32));
-      backend.ulysses_sequence_to_blocks(send.back(), full[std::size_t(d)], full_width, full_column, range_heads / cp,
-                                         shape(d));
+      backend.context_kernels().ulysses_sequence_to_blocks(send.back(), full[std::size_t(d)], full_width, full_column,
+                                                           range_heads / cp, shape(d));
     }
     const std::vector<Tensor> recv = exchange(send);
     for (int r = 0; r < cp; ++r) {
-      backend.ulysses_join_heads(local[std::size_t(r)], recv[std::size_t(r)], width, column, range_heads, shape(r));
+      backend.context_kernels().ulysses_join_heads(local[std::size_t(r)], recv[std::size_t(r)], width, column,
+                                                   range_heads, shape(r));
     }
   }
   std::vector<Tensor> allocate_each(std::size_t numel) const {

@@ -87,7 +87,7 @@ TEST(ExecContextRing, RingAttentionBackwardMatchesFiniteDifferences) {
     std::vector<Tensor> kv;
     for (int r = 0; r < cp; ++r) {
       kv.push_back(backend->allocate(block, DType::F32));
-      backend->context_ring_pack_kv(kv.back(), qkv[std::size_t(r)], shape_of(r));
+      backend->context_kernels().context_ring_pack_kv(kv.back(), qkv[std::size_t(r)], shape_of(r));
     }
     return kv;
   };
@@ -96,7 +96,8 @@ TEST(ExecContextRing, RingAttentionBackwardMatchesFiniteDifferences) {
     lse = backend->allocate(lse_size, DType::F32);
     for (int step = 0; step < cp; ++step) {
       const int source = (r - step + cp) % cp;
-      backend->context_ring_forward_step(out, lse, qkv[std::size_t(r)], kv[std::size_t(source)], source, shape_of(r));
+      backend->context_kernels().context_ring_forward_step(out, lse, qkv[std::size_t(r)], kv[std::size_t(source)],
+                                                           source, shape_of(r));
     }
   };
   const auto loss = [&] {
@@ -119,18 +120,19 @@ TEST(ExecContextRing, RingAttentionBackwardMatchesFiniteDifferences) {
     Tensor out, lse;
     forward(kv, r, out, lse);
     Tensor delta = backend->allocate(lse_size, DType::F32);
-    backend->context_ring_delta(delta, weight[std::size_t(r)], out, shape_of(r));
+    backend->context_kernels().context_ring_delta(delta, weight[std::size_t(r)], out, shape_of(r));
     for (int step = 0; step < cp; ++step) {
       const int source = (r - step + cp) % cp;
-      backend->context_ring_backward_step(dq[std::size_t(r)], dkv[std::size_t(source)], weight[std::size_t(r)],
-                                          qkv[std::size_t(r)], kv[std::size_t(source)], lse, delta, source,
-                                          shape_of(r));
+      backend->context_kernels().context_ring_backward_step(dq[std::size_t(r)], dkv[std::size_t(source)],
+                                                            weight[std::size_t(r)], qkv[std::size_t(r)],
+                                                            kv[std::size_t(source)], lse, delta, source, shape_of(r));
     }
   }
   std::vector<Tensor> dqkv;
   for (int r = 0; r < cp; ++r) {
     dqkv.push_back(backend->allocate(qkv[std::size_t(r)].numel, DType::F32));
-    backend->context_ring_put_grads(dqkv.back(), dq[std::size_t(r)], dkv[std::size_t(r)], shape_of(r));
+    backend->context_kernels().context_ring_put_grads(dqkv.back(), dq[std::size_t(r)], dkv[std::size_t(r)],
+                                                      shape_of(r));
   }
   const float step = 1e-2f;
   double worst = 0;

@@ -115,8 +115,9 @@ TEST(ExecContextParallel, AttentionBackwardMatchesFiniteDifferences) {
     keys = backend->allocate(local_kv * cp, DType::F32);
     values = backend->allocate(local_kv * cp, DType::F32);
     for (int r = 0; r < cp; ++r) {
-      backend->context_split_keys_values(keys.slice(local_kv * r, local_kv), values.slice(local_kv * r, local_kv),
-                                         qkv[static_cast<std::size_t>(r)], shape_of(r));
+      backend->context_kernels().context_split_keys_values(keys.slice(local_kv * r, local_kv),
+                                                           values.slice(local_kv * r, local_kv),
+                                                           qkv[static_cast<std::size_t>(r)], shape_of(r));
     }
   };
   const auto loss = [&] {
@@ -126,7 +127,8 @@ TEST(ExecContextParallel, AttentionBackwardMatchesFiniteDifferences) {
     for (int r = 0; r < cp; ++r) {
       Tensor out = backend->allocate(static_cast<std::size_t>(batch * local * width), DType::F32);
       Tensor lse = backend->allocate(static_cast<std::size_t>(batch * local * heads), DType::F32);
-      backend->context_attention_forward(out, lse, qkv[static_cast<std::size_t>(r)], keys, values, shape_of(r));
+      backend->context_kernels().context_attention_forward(out, lse, qkv[static_cast<std::size_t>(r)], keys, values,
+                                                           shape_of(r));
       for (std::size_t i = 0; i < out.numel; ++i) total += double(out.f32()[i]) * weight[std::size_t(r)].f32()[i];
     }
     return total;
@@ -140,18 +142,20 @@ TEST(ExecContextParallel, AttentionBackwardMatchesFiniteDifferences) {
     const std::size_t u = static_cast<std::size_t>(r);
     Tensor out = backend->allocate(weight[u].numel, DType::F32);
     Tensor lse = backend->allocate(static_cast<std::size_t>(batch * local * heads), DType::F32);
-    backend->context_attention_forward(out, lse, qkv[u], keys, values, shape_of(r));
+    backend->context_kernels().context_attention_forward(out, lse, qkv[u], keys, values, shape_of(r));
     dqkv.push_back(backend->allocate(qkv[u].numel, DType::F32));
     Tensor dkeys = backend->allocate(local_kv * cp, DType::F32), dvalues = backend->allocate(local_kv * cp, DType::F32);
-    backend->context_attention_backward(dqkv[u], dkeys, dvalues, weight[u], qkv[u], keys, values, out, lse,
-                                        shape_of(r));
+    backend->context_kernels().context_attention_backward(dqkv[u], dkeys, dvalues, weight[u], qkv[u], keys, values, out,
+                                                          lse, shape_of(r));
     backend->accumulate(dkeys_sum, dkeys);
     backend->accumulate(dvalues_sum, dvalues);
   }
   for (int r = 0; r < cp; ++r) {
     const std::size_t u = static_cast<std::size_t>(r);
-    backend->context_put_key_value_grad(dqkv[u], dkeys_sum.slice(local_kv * u, local_kv), false, shape_of(r));
-    backend->context_put_key_value_grad(dqkv[u], dvalues_sum.slice(local_kv * u, local_kv), true, shape_of(r));
+    backend->context_kernels().context_put_key_value_grad(dqkv[u], dkeys_sum.slice(local_kv * u, local_kv), false,
+                                                          shape_of(r));
+    backend->context_kernels().context_put_key_value_grad(dqkv[u], dvalues_sum.slice(local_kv * u, local_kv), true,
+                                                          shape_of(r));
   }
   const float step = 1e-2f;
   double worst = 0;
