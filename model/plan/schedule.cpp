@@ -118,13 +118,15 @@ class DualPipeV {
  public:
   DualPipeV(int stage, int stages, int micro_batches) : s_(stage), p_(stages), m_(micro_batches) {}
   StageSchedule build() {
-    repeat(2 * (p_ - s_ - 1), [&] { forward(0); });                                           // 1: nF0
-    repeat(s_ + 1, [&] { forward(0), forward(1); });                                          // 2: nF0F1
-    repeat(p_ - s_ - 1, [&] { backward(1, true), weight(), forward(1); });                    // 3: nB1W1F1
-    repeat(m_ - 2 * p_ + s_ + 1, [&] { forward(0), backward(1), forward(1), backward(0); });  // 4: nF0B1F1B0
-    repeat(p_ - s_ - 1, [&] { backward(1), forward(1), backward(0); });                       // 5: nB1F1B0
-    for (int i = 0; i < s_ + 1; ++i) {                                                        // 6: nB1B0, zero bubble
-      const bool half = i >= (s_ + 1) / 2;                                                    //    from the middle on
+    repeat(2 * (p_ - s_ - 1), [&] { forward(0); });                         // 1: nF0
+    repeat(s_ + 1, [&] { forward(0), forward(1); });                        // 2: nF0F1
+    repeat(p_ - s_ - 1, [&] { backward(1, true), weight(), forward(1); });  // 3: nB1W1F1
+    for (int i = 0; i < m_ - 2 * p_ + s_ + 1; ++i) {                        // 4: nF0B1F1B0
+      forward(0, i > 0 || s_ < p_ - 1), backward(1), forward(1, true), backward(0);
+    }
+    repeat(p_ - s_ - 1, [&] { backward(1), forward(1, true), backward(0); });  // 5: nB1F1B0
+    for (int i = 0; i < s_ + 1; ++i) {                                         // 6: nB1B0, zero bubble
+      const bool half = i >= (s_ + 1) / 2;                                     //    from the middle on
       backward(1, half && (s_ % 2 == 1 || i > (s_ + 1) / 2));
       backward(0, half);
     }
@@ -138,7 +140,9 @@ class DualPipeV {
   static void repeat(int times, Step step) {
     for (int i = 0; i < times; ++i) step();
   }
-  void forward(int chunk) { steps_.push_back({forwards_[chunk]++, chunk, Pass::Forward}); }
+  void forward(int chunk, bool overlapped = false) {
+    steps_.push_back({forwards_[chunk]++, chunk, Pass::Forward, overlapped});
+  }
   // A whole backward is its B and W at once; a zero-bubble one queues its W.
   void backward(int chunk, bool zero_bubble = false) {
     const PipelineStep weight_step{backwards_[chunk], chunk, Pass::WeightGrad};

@@ -23,7 +23,8 @@
 //   DualPipeV        DeepSeek's V (deepseek-ai/DualPipe at 3da1bbe, dualpipev.py, DualPipeV.step), on the same V,
 //                    m >= 2p: 2(p - s - 1) F0, s + 1 (F0, F1), p - s - 1 (B1, W, F1), m - 2p + s + 1 of the main step
 //                    (F0 with B1, F1 with B0: the overlapped pairs), p - s - 1 (B1, F1 with B0), s + 1 (B1, B0), p - s - 1
-//                    (W, B0), s + 1 W. Its backwards are whole (B then its W at once) except where it enables
+//                    (W, B0), s + 1 W. Steps 4 and 5 overlap each forward with the backward after it (PipelineStep::
+//                    overlapped), but for the last stage's first pair, which dualpipev.py runs apart. Its backwards are whole (B then its W at once) except where it enables
 //                    zero bubble: step 3's, the second half of step 6's and step 7's, whose W wait in a queue that each
 //                    lone W takes the oldest of. 2p + 1 chunks' activations at the peak (its table's PP + 1).
 //   extra_warmup     forwards added to the warmup of 1F1B and interleaved 1F1B (capped like it): Megatron-Core's
@@ -52,6 +53,9 @@ struct PipelineStep {
   int micro_batch = 0;
   int chunk = 0;  // model chunk on this stage, 0..v-1
   Pass pass = Pass::Forward;
+  // A forward that runs merged with the backward step after it, layer by layer, so that each one's all-to-alls run
+  // under the other's compute (DualPipeV's F&B pairs; the stage builder merges them as the combined 1F1B does).
+  bool overlapped = false;
   bool operator==(const PipelineStep&) const = default;
 };
 

@@ -83,4 +83,8 @@ int combined_extra_warmup(const Scenario& s) {
   return s.framework.moe_a2a_overlap ? 1 : 0;
 }
 
+bool overlaps_pairs(const Scenario& s) {
+  return s.parallel.schedule == ScheduleKind::DualPipeV && s.model.is_moe() && s.parallel.ep > 1;
+}
+
 }  // namespace twin::model

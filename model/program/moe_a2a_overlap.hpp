@@ -44,4 +44,11 @@ LayerNodes split_layer_nodes(const std::vector<Op>& layer_ops, Phase phase);
 // The forwards the combined 1F1B adds to the schedule's warm-up (schedule.hpp): 1 with the overlap, else 0.
 int combined_extra_warmup(const Scenario& s);
 
+// Whether DualPipeV's F&B pairs (PipelineStep::overlapped, steps 4 and 5) run merged layer by layer into these nodes,
+// as the combined 1F1B's pairs do: where the model has expert all-to-alls to hide (an MoE model at ep > 1).
+// DeepSeek's DualPipeV (deepseek-ai/DualPipe at 3da1bbe, dualpipev.py, _forward_backward_compute_chunk) calls the
+// module's overlapped_forward_backward when the model provides one and otherwise runs the forward, then the backward:
+// a dense model has no communication of its own for the pair to hide, and twin runs its pairs one after the other.
+bool overlaps_pairs(const Scenario& s);
+
 }  // namespace twin::model

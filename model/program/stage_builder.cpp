@@ -6,6 +6,7 @@
 #include "model/ops/layer_ops.hpp"
 #include "model/ops/moe_ops.hpp"
 #include "model/program/estimates.hpp"
+#include "model/program/moe_a2a_overlap.hpp"
 
 namespace twin::model {
 
@@ -34,6 +35,7 @@ StageBuilder::StageBuilder(const Scenario& s, Granularity granularity, const Sta
   zero2_ = s.parallel.zero_stage == 2 && dp_ > 1;
   gathers_under_forward_ = s.parallel.overlap_param_gather && s.parallel.zero_stage >= 1 && dp_ > 1 && !zero3_;
   combined_ = s.framework.moe_a2a_overlap && !zero3_;
+  overlapped_pairs_ = overlaps_pairs(s) && !zero3_;
   last_backward_.assign(chunks_, -1);
   last_weight_grad_.assign(chunks_, -1);
   for (int i = 0; i < static_cast<int>(schedule.size()); ++i) {
@@ -59,6 +61,13 @@ std::vector<Op> StageBuilder::build() {
     const PipelineStep& step = schedule_[i];
     // The first forward of a chunk waits for its parameter gathers (ParameterGathers): always a warm-up step, alone.
     const bool gathers = gathers_under_forward_ && step.pass == Pass::Forward && step.micro_batch == 0;
+    if (overlapped_pairs_ && step.overlapped && !gathers) {
+      // DualPipeV's F&B pair, merged layer by layer as the combined 1F1B's pairs are (overlaps_pairs).
+      const int b = i + 1;
+      combined_step(&step, &schedule_[b], b == last_backward_[schedule_[b].chunk]);
+      i = b;
+      continue;
+    }
     if (combined_ && !gathers) {
       const bool pair = step.pass == Pass::Forward && steady_forward(i) && i + 1 < static_cast<int>(schedule_.size()) &&
                         schedule_[i + 1].pass == Pass::Backward;

@@ -123,6 +123,7 @@ class StageBuilder {
   // kernel breakdowns
   std::map<std::pair<int, Phase>, std::vector<Op>> layer_ops_;
   bool combined_ = false;                                    // framework.moe_a2a_overlap
+  bool overlapped_pairs_ = false;                            // DualPipeV's F&B pairs merged (overlaps_pairs)
   std::map<std::pair<int, Phase>, LayerNodes> layer_nodes_;  // ... each layer's nodes, built once
   std::vector<int> deferred_layers_;
   std::vector<Bucket> buckets_;

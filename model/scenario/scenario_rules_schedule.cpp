@@ -27,6 +27,15 @@ void check_v_shape(const Scenario& scenario, const std::string& key, std::vector
     problems.push_back(fmt::format("{}: {} needs at least 2 * parallel.pp ({}) micro-batches per pipeline, got {}",
                                    src, key, 2 * p.pp, p.micro_batches()));
   }
+  // Its overlapped pairs merge a forward and a backward layer by layer where the model has expert all-to-alls to hide
+  // (model/program/moe_a2a_overlap.hpp, overlaps_pairs), as Megatron-Core's combined 1F1B does, which recomputes no
+  // whole layer (scenario_rules_moe.cpp).
+  if (p.schedule == ScheduleKind::DualPipeV && scenario.model.is_moe() && p.ep > 1 &&
+      (p.recompute == Recompute::Full || p.recompute_num_layers != 0)) {
+    problems.push_back(fmt::format("{}: {} overlaps each forward with a backward layer by layer, without full "
+                                   "recompute: set parallel.recompute to \"none\" or \"selective\"",
+                                   src, key));
+  }
   if (p.microbatch_group != 0) {
     problems.push_back(fmt::format("{}: {} has no micro-batch groups: parallel.microbatch_group must be 0, got {}",
                                    src, key, p.microbatch_group));

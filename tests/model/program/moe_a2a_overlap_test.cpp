@@ -177,6 +177,42 @@ TEST(MoeA2aOverlap, ASteadyStepInterleavesTheForwardsAndTheBackwardsAllToAlls) {
   }
 }
 
+// DualPipeV's F&B pairs (its steps 4 and 5, PipelineStep::overlapped) run merged as the combined 1F1B's steady steps
+// where the model has expert all-to-alls (overlaps_pairs): the same windows of the two micro-batches' all-to-alls on the
+// expert stream, every op, FLOP and byte kept. Without expert parallelism there is nothing to hide: one after the other.
+TEST(MoeA2aOverlap, DualPipeVsPairsRunMergedWhereTheModelHasAllToAlls) {
+  const auto dualpipev = [](const char* ep) {
+    return scenario({{"parallel.schedule", "\"dualpipev\""}, {"framework.moe_a2a_overlap", "false"},
+                     {"parallel.ep", ep}});
+  };
+  const Scenario merged = dualpipev("4"), alone = dualpipev("1");
+  EXPECT_TRUE(overlaps_pairs(merged));
+  EXPECT_FALSE(overlaps_pairs(alone));
+  EXPECT_FALSE(overlaps_pairs(scenario({{"framework.moe_a2a_overlap", "false"}})));  // interleaved 1F1B
+  const Program program = build_program(merged, Granularity::Op);
+  int windows = 0, on_expert_stream = 0;
+  for (const auto& ops : program.stage_ops) {
+    std::vector<const Op*> exchanges;
+    for (const Op& op : ops) {
+      if (is_all_to_all(op)) exchanges.push_back(&op);
+      on_expert_stream += op.stream == Stream::Expert;
+    }
+    for (std::size_t i = 0; i + 3 < exchanges.size(); ++i) {
+      windows += exchanges[i]->phase == Phase::Backward && exchanges[i + 1]->phase == Phase::Forward &&
+                 exchanges[i + 2]->phase == Phase::Backward && exchanges[i + 3]->phase == Phase::Forward &&
+                 exchanges[i]->micro_batch == exchanges[i + 2]->micro_batch &&
+                 exchanges[i + 1]->micro_batch == exchanges[i + 3]->micro_batch;
+    }
+  }
+  EXPECT_GT(windows, 0);
+  EXPECT_GT(on_expert_stream, 0);
+  for (const auto& ops : build_program(alone, Granularity::Op).stage_ops) {
+    for (const Op& op : ops) EXPECT_NE(op.stream, Stream::Expert);
+  }
+  // Merged or not, the same work: the merge only reorders a step's two micro-batches' ops.
+  EXPECT_DOUBLE_EQ(program.total_flops(), build_program(merged, Granularity::Layer).total_flops());
+}
+
 TEST(MoeA2aOverlap, TheWarmUpRunsOneMoreForward) {
   // Interleaved: get_pp_rank_microbatches adds one; capped at every step.
   EXPECT_EQ(warmup_steps(ScheduleKind::Interleaved, 0, 2, 8, 2, 0, 1),

@@ -405,6 +405,13 @@ INSTANTIATE_TEST_SUITE_P(
                     {parse_override("parallel.schedule=\"dualpipev\""), parse_override("parallel.virtual_stages=2"),
                      parse_override("parallel.global_batch=12")},
                     "parallel.schedule = \"dualpipev\" needs at least 2 * parallel.pp (4) micro-batches per pipeline, got 3"},
+        InvalidCase{"dualpipev_with_full_recompute_on_moe",
+                    kV,
+                    {parse_override("parallel.schedule=\"dualpipev\""), parse_override("parallel.virtual_stages=2"),
+                     parse_override("parallel.recompute=\"full\""), parse_override("model.experts=4"),
+                     parse_override("model.top_k=2"), parse_override("parallel.ep=2")},
+                    "parallel.schedule = \"dualpipev\" overlaps each forward with a backward layer by layer, without "
+                    "full recompute"},
         InvalidCase{"dualpipev_with_one_chunk",
                     kV,
                     {parse_override("parallel.schedule=\"dualpipev\"")},
