@@ -3,6 +3,7 @@
 #include "api/search.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <queue>
 #include <stdexcept>
@@ -84,21 +85,37 @@ std::vector<SearchTarget> search_targets(const SearchRequest& request, const std
   return targets;
 }
 
-// The rate no weight GEMM of `s` beats on its cluster, as its simulation prices them (api/simulation.cpp: the
-// cluster's measured profile or its own measurements, else the cited ones): the bound's divisor.
-double fastest_gemm_flops_per_s(const model::Scenario& s) {
+// What a search prices a plan's compute with, once per cluster: the cost model its simulation builds (api/simulation.cpp:
+// the cluster's measured profile or its own measurements, else the cited ones) and the rate no weight GEMM beats
+// (the FP8 one where the model runs FP8).
+struct BoundPricing {
+  std::unique_ptr<sim::AnalyticalCostModel> cost;
+  double gemm_flops_per_s = 0;
+};
+
+BoundPricing bound_pricing(const model::Scenario& s) {
   const topology::GpuSpec gpu = topology::node_spec(s.cluster).gpu;
   const MeasuredHardware hardware = read_measured_hardware(s, "", false);
+  BoundPricing pricing;
   try {
-    const sim::AnalyticalCostModel cost(gpu, hardware.parameters(gpu, s.cluster));
-    double rate = cost.large_gemm_flops_per_s(s.model.dtype);
+    pricing.cost = std::make_unique<sim::AnalyticalCostModel>(gpu, hardware.parameters(gpu, s.cluster));
+    pricing.gemm_flops_per_s = pricing.cost->large_gemm_flops_per_s(s.model.dtype);
     if (s.model.fp8 != model::Fp8Format::None && gpu.fp8_flops > 0) {
-      rate = std::max(rate, cost.large_gemm_flops_per_s(s.model.dtype, &s.framework.fp8_recipe));
+      pricing.gemm_flops_per_s = std::max(pricing.gemm_flops_per_s,
+                                          pricing.cost->large_gemm_flops_per_s(s.model.dtype, &s.framework.fp8_recipe));
     }
-    return rate;
   } catch (const std::invalid_argument& error) {
     throw UserError(fmt::format("{}: {}", s.source, error.what()));
   }
+  return pricing;
+}
+
+// The bound of plan scenario `s` (on the cluster `pricing` was made for), each layer's compute ops at the cost model's
+// seconds.
+double bound_s(const model::Scenario& s, const BoundPricing& pricing) {
+  const sim::AnalyticalCostModel& cost = *pricing.cost;
+  return model::iteration_time_lower_bound_s(s, pricing.gemm_flops_per_s,
+                                             [&](const model::Op& op) { return cost.compute_time_s(s, op); });
 }
 
 // Where branch and bound stops after the first `handed` plans (by bound) are simulated: the first plan whose bound
@@ -174,10 +191,9 @@ Search prepare_search(const SearchRequest& request) {
     const model::Scenario& base = search.targets[t].base;
     check_searchable(base, request);
     const model::PlanEnumeration found = model::enumerate_plans(base, request.space, request.explain);
-    const double gemm_flops_per_s = fastest_gemm_flops_per_s(base);
+    const BoundPricing pricing = bound_pricing(base);
     for (model::Plan plan : found.plans) {
-      plan.iteration_time_bound_s =
-          model::iteration_time_lower_bound_s(model::with_plan(base, plan), gemm_flops_per_s);
+      plan.iteration_time_bound_s = bound_s(model::with_plan(base, plan), pricing);
       search.plans.push_back({plan, t});
     }
     search.rejected_for_memory += found.rejected_for_memory;
@@ -196,9 +212,7 @@ Search prepare_search(const SearchRequest& request) {
   return search;
 }
 
-double iteration_time_bound_s(const model::Scenario& scenario) {
-  return model::iteration_time_lower_bound_s(scenario, fastest_gemm_flops_per_s(scenario));
-}
+double iteration_time_bound_s(const model::Scenario& scenario) { return bound_s(scenario, bound_pricing(scenario)); }
 
 std::string no_plan_message(const Search& search, const SearchRequest& request) {
   const model::Scenario& base = search.targets.front().base;

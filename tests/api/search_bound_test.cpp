@@ -16,6 +16,7 @@ struct Family {
   std::string name;
   std::string scenario;  // a name under scenarios/ or TOML text
   std::vector<std::string> sets;
+  std::string fidelity = "auto";  // rank: each EP rank's expert GEMMs at its own load, the others' below the hottest
 };
 
 // A small GPT on one DGX H100 node (flash attention), large enough that its GEMMs are not all launch bound.
@@ -44,8 +45,10 @@ model::Scenario load(const Family& family) {
   return scenario_from_text(family.scenario, parse_overrides(family.sets));
 }
 
-double simulated_s(const model::Scenario& s) {
-  return sim_document(simulate(s, {}), {}).at("iteration_time_s").get<double>();
+double simulated_s(const model::Scenario& s, const std::string& fidelity = "auto") {
+  SimRequest request;
+  request.fidelity = fidelity;
+  return sim_document(simulate(s, request), request).at("iteration_time_s").get<double>();
 }
 
 TEST(SearchBound, NeverExceedsTheSimulatedTimeOnAnyPlanFamily) {
@@ -68,6 +71,10 @@ TEST(SearchBound, NeverExceedsTheSimulatedTimeOnAnyPlanFamily) {
        {"parallel.pp=2", "parallel.dp=2", "model.experts=4", "model.top_k=2", "parallel.ep=2",
         "parallel.sequence_parallel=true"}},
       {"fp8", kSmallGpt, {"parallel.pp=2", "parallel.dp=2", "model.fp8=hybrid"}},
+      {"moe ep 2, rank fidelity", kSmallGpt,
+       {"parallel.pp=2", "parallel.dp=2", "model.experts=4", "model.top_k=2", "parallel.ep=2",
+        "parallel.sequence_parallel=true"},
+       "rank"},
       {"mixtral ep", "mixtral-8x7b", {}},
       {"gpt-3 interleaved", "gpt3-175b", {"parallel.global_batch=128"}},
   };
@@ -75,7 +82,7 @@ TEST(SearchBound, NeverExceedsTheSimulatedTimeOnAnyPlanFamily) {
     SCOPED_TRACE(family.name);
     const model::Scenario s = load(family);
     const double bound_s = iteration_time_bound_s(s);
-    const double simulated = simulated_s(s);
+    const double simulated = simulated_s(s, family.fidelity);
     EXPECT_GT(bound_s, 0);
     EXPECT_LE(bound_s, simulated);
     std::printf("%-32s bound %.4f s of %.4f s simulated (%.0f %%)\n", family.name.c_str(), bound_s, simulated,
@@ -84,11 +91,10 @@ TEST(SearchBound, NeverExceedsTheSimulatedTimeOnAnyPlanFamily) {
 }
 
 // MT-NLG's plans (its published one, interleaved, and Megatron's block recompute, on 35 of its nodes at a 70-sequence
-// batch): the bound counts only the weight GEMMs at their best rate, and leaves out the attention core, the TP
-// all-reduces of every layer (8 GPUs of a node), the elementwise kernels, the exchanges and the DP sync. Their GEMMs
-// are large (h = 20480), so the bound reaches about 70 % of the simulated time (76 to 82 % on the 280-node plans a
-// search ranks first); half is the floor: above it a search prunes every plan whose bound exceeds the best time, below
-// it (a bound at a third, say) it would simulate most of the space.
+// batch): the bound prices each layer's compute as the simulation does and leaves out the TP all-reduces of every
+// layer (8 GPUs of a node), the embedding and loss, the exchanges, the DP sync and the optimizer. It reaches 81 to
+// 89 % of the simulated time; 60 % is the floor: the search prunes the plans whose bound exceeds the best times found,
+// and on MT-NLG's space most plans lie within 1.5 times the best (a bound at half would prune almost nothing).
 TEST(SearchBound, IsNotTriviallyLooseOnMtNlgPlans) {
   const std::vector<std::string> base = {"cluster.nodes=35", "parallel.dp=1", "parallel.global_batch=70"};
   const std::vector<std::vector<std::string>> plans = {
@@ -104,7 +110,7 @@ TEST(SearchBound, IsNotTriviallyLooseOnMtNlgPlans) {
     const double bound_s = iteration_time_bound_s(s);
     const double simulated = simulated_s(s);
     EXPECT_LE(bound_s, simulated);
-    EXPECT_GE(bound_s / simulated, 0.5) << bound_s << " s of " << simulated << " s";
+    EXPECT_GE(bound_s / simulated, 0.6) << bound_s << " s of " << simulated << " s";
     std::printf("mt-nlg %-24s bound %.3f s of %.3f s simulated (%.0f %%)\n", plan.empty() ? "published" : plan.front().c_str(),
                 bound_s, simulated, 100 * bound_s / simulated);
   }
