@@ -217,8 +217,12 @@ void run_search(const SearchOptions& o) {
   if (!quiet) print_start(search, o, jobs);
   const std::vector<std::string> extra = child_sim_arguments(o.train_tokens, o.usd_per_gpu_hour, o.goodput);
   bool follower = false;  // a rank other than 0 of an MPI job: rank 0 prints and writes for it
-  api::SearchRequest batched = request;  // the simulations that run at once, over every rank
-  batched.batch_plans = static_cast<std::size_t>(jobs) * static_cast<std::size_t>(launched_rank().size);
+  // The simulations that run at once, over every rank. Every rank must hand out the same batches: --jobs is the same
+  // on every rank, the cores of a host (the default) may not be, so without it each rank takes one plan per batch.
+  const LaunchedRank launched = launched_rank();
+  api::SearchRequest batched = request;
+  batched.batch_plans = static_cast<std::size_t>(launched.size) *
+                        static_cast<std::size_t>(launched.size > 1 && o.jobs <= 0 ? 1 : jobs);
   api::run_search(search, batched, ranks_simulator(jobs, "search", extra, !quiet, follower));
   if (follower) return;
   if (!o.sort.empty()) sort_plans(search, request, o.sort);

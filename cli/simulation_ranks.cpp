@@ -106,7 +106,8 @@ std::vector<SimulationOutcome> outcomes_from_rank_zero(exec::MpiMailbox& mailbox
   for (;;) {
     if (const std::optional<std::string> message = mailbox.take(0)) {
       std::vector<SimulationOutcome> outcomes;
-      for (const nlohmann::json& m : nlohmann::json::parse(*message).at("outcomes")) {
+      const nlohmann::json parsed = nlohmann::json::parse(*message);  // kept: a range-for over a temporary's member dangles
+      for (const nlohmann::json& m : parsed.at("outcomes")) {
         outcomes.push_back({m.at("summary"), m.at("error").get<std::string>(), m.at("exit_status").get<int>()});
       }
       return outcomes;
