@@ -647,8 +647,8 @@ TEST(Cli, SearchLeavesMemoryHeadroomStatesItsCapAndExplains) {
   };
   const auto [none_output, none] = search("--memory-headroom 0%", "headroom-0.json");
   const auto [tight_output, tight] = search("--memory-headroom 60 --explain", "headroom-60.json");
-  EXPECT_THAT(none_output, HasSubstr("1 of "));
-  EXPECT_THAT(none_output, HasSubstr("plans that fit simulated (--max 1"));
+  EXPECT_THAT(none_output, HasSubstr("plans that fit simulated (--max 1: the 1 fastest, proven by a lower bound"));
+  EXPECT_THAT(none_output, HasSubstr(" pruned by the bound, "));
   EXPECT_THAT(none_output, HasSubstr("(16 GPUs), bf16, global batch"));  // the precision, named
   EXPECT_GT(none["plans"][0]["time_split"]["compute"].get<double>(), 0);  // each row's time split
   EXPECT_LT(tight["plans_that_fit"].get<int>(), none["plans_that_fit"].get<int>());
@@ -1120,8 +1120,11 @@ TEST(Cli, SearchVariesRecomputeBlockRecomputeIncluded) {
   // Every plan in every recompute mode: none, selective, full, and Megatron's block recompute of a quarter, half and
   // three quarters of a chunk's layers, which trade memory for time in between none and full.
   const fs::path json_path = scratch("search-recompute.json");
-  const Result r = twin("search " + small_cluster_scenario().string() + " --max 24 --jobs 2 --vary-recompute --json " +
-                        json_path.string());
+  // On one GPU (tp 1, pp 1: four micro-batch sizes), --all: every mode of each plan is simulated and shown (--max
+  // shows the fastest plans, whose modes need not be complete).
+  const Result r = twin("search " + small_cluster_scenario().string() +
+                        " --set cluster.gpus_per_node=1 --set cluster.nodes=1 --set parallel.tp=1 --set parallel.pp=1"
+                        " --all --jobs 2 --vary-recompute --json " + json_path.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("block 12"));  // half of the 24 layers of a plan without a pipeline
   std::ifstream in(json_path);
@@ -1137,7 +1140,7 @@ TEST(Cli, SearchVariesRecomputeBlockRecomputeIncluded) {
   }
   int complete = 0;
   for (auto& [key, modes] : plans) {
-    if (modes.size() < 6) continue;  // --max cut some of its modes off
+    if (modes.size() < 6) continue;  // memory left some of its modes out
     ++complete;
     EXPECT_LT(modes["none"].first, modes["block 12"].first) << key;
     EXPECT_LT(modes["block 12"].first, modes["full"].first) << key;
@@ -1294,7 +1297,7 @@ TEST(Cli, SearchVariesExpertParallelismForMoe) {
     EXPECT_EQ(etp, 1);
     eps.insert(ep);
   }
-  EXPECT_GE(eps.size(), 3u) << r.output;
+  EXPECT_GE(eps.size(), 2u) << r.output;  // the 6 fastest plans hold several ep
   const fs::path etp_path = scratch("search-moe-etp.json");
   const Result with_etp = twin("search " + moe + " --vary-etp --max 12 --json " + etp_path.string());
   ASSERT_EQ(with_etp.status, 0) << with_etp.output;
