@@ -85,9 +85,9 @@ std::vector<SearchTarget> search_targets(const SearchRequest& request, const std
   return targets;
 }
 
-// What a search prices a plan's compute with, once per cluster: the cost model its simulation builds (api/simulation.cpp:
-// the cluster's measured profile or its own measurements, else the cited ones) and the rate no weight GEMM beats
-// (the FP8 one where the model runs FP8).
+// What a search prices a plan's compute with, once per cluster: the cost model its simulation builds
+// (api/simulation.cpp: the cluster's measured profile or its own measurements, else the cited ones) and the rate no
+// weight GEMM beats (the FP8 one where the model runs FP8).
 struct BoundPricing {
   std::unique_ptr<sim::AnalyticalCostModel> cost;
   double gemm_flops_per_s = 0;
@@ -175,7 +175,8 @@ void explain_bound(Search& search, std::size_t rows) {
   for (std::size_t i = search.simulated; i < search.plans.size(); ++i) {
     search.rejections.push_back(
         {search.plans[i].plan.label(),
-         fmt::format("at least {:.3f} s per iteration (its lower bound), slower than the {} best simulated (up to {:.3f} s)",
+         fmt::format("at least {:.3f} s per iteration (its lower bound), slower than the {} best simulated (up to "
+                     "{:.3f} s)",
                      search.plans[i].plan.iteration_time_bound_s, rows, to_beat),
          false});
   }
@@ -231,7 +232,8 @@ void run_search(Search& search, const SearchRequest& request, const VariantSimul
     // The first `rows` successes are needed whatever they are: at least as many more plans as are missing.
     std::size_t successes = 0;
     for (std::size_t i = 0; i < handed; ++i) successes += search.plans[i].outcome.error.empty() ? 1 : 0;
-    const std::size_t wanted = std::max(rows - std::min(rows, successes), std::max<std::size_t>(1, request.batch_plans));
+    const std::size_t wanted =
+        std::max(rows - std::min(rows, successes), std::max<std::size_t>(1, request.batch_plans));
     const std::size_t end = std::min(search.plans.size(), handed + wanted);
     if (!simulate_plans(search, request, simulator, handed, end)) {
       stop = handed;  // the simulator gave up (an MPI rank that failed): the plans it did not report count as failed

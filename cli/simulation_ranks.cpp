@@ -106,7 +106,8 @@ std::vector<SimulationOutcome> outcomes_from_rank_zero(exec::MpiMailbox& mailbox
   for (;;) {
     if (const std::optional<std::string> message = mailbox.take(0)) {
       std::vector<SimulationOutcome> outcomes;
-      const nlohmann::json parsed = nlohmann::json::parse(*message);  // kept: a range-for over a temporary's member dangles
+      // Kept in a variable: a range-for over a member of a temporary would read it after its end.
+      const nlohmann::json parsed = nlohmann::json::parse(*message);
       for (const nlohmann::json& m : parsed.at("outcomes")) {
         outcomes.push_back({m.at("summary"), m.at("error").get<std::string>(), m.at("exit_status").get<int>()});
       }
