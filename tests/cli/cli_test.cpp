@@ -607,7 +607,8 @@ TEST(Cli, SearchKeepsAndVariesContextParallelism) {
   // was invalid, and search reported none ("0 rejected for memory").
   const fs::path kept_path = scratch("search-cp-kept.json");
   const Result kept = twin("search " + small_cluster_scenario().string() +
-                           " --context-parallel-size 2 --set framework.attention=flash2 --max 2 --jobs 2 --json " + kept_path.string());
+                           " --context-parallel-size 2 --set model.layers=4 --set parallel.global_batch=8"
+                           " --set framework.attention=flash2 --max 2 --jobs 2 --json " + kept_path.string());
   ASSERT_EQ(kept.status, 0) << kept.output;
   EXPECT_THAT(kept.output, HasSubstr(" cp "));
   std::ifstream kept_in(kept_path);
@@ -622,7 +623,8 @@ TEST(Cli, SearchKeepsAndVariesContextParallelism) {
   // simulated are pp 1 plans of tp 1, in the order cp 1, 2, 4, 8).
   const fs::path varied_path = scratch("search-cp-varied.json");
   const Result varied = twin("search " + small_cluster_scenario().string() +
-                             " --set parallel.pp=1 --set model.layers=2 --set framework.attention=flash2 --vary-cp --max 8 --jobs 2 --json " +
+                             " --set parallel.pp=1 --set model.layers=2 --set parallel.global_batch=8"
+                             " --set framework.attention=flash2 --vary-cp --max 8 --jobs 2 --json " +
                              varied_path.string());
   ASSERT_EQ(varied.status, 0) << varied.output;
   std::ifstream varied_in(varied_path);
@@ -693,8 +695,11 @@ TEST(Cli, SearchVariesSequenceParallelismAndZero) {
   // Each plan with and without sequence parallelism (only where tp > 1) and with ZeRO stages 0 and 1: the memory each
   // saves (activations split across TP, optimizer state across DP) shows in the plans it ranks.
   const fs::path json_path = scratch("search-sharding.json");
+  // 4 layers and 8 sequences (a few hundredths of a second a plan): --max proves its plans the fastest, simulating
+  // more than it lists.
   const Result r = twin("search " + small_cluster_scenario().string() +
-                        " --vary-sequence-parallel --vary-zero --max 32 --jobs 2 --json " + json_path.string());
+                        " --set model.layers=4 --set parallel.global_batch=8 --vary-sequence-parallel --vary-zero"
+                        " --max 32 --jobs 2 --json " + json_path.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("sp zero1"));
   std::ifstream in(json_path);
@@ -725,9 +730,9 @@ TEST(Cli, SearchVariesSequenceParallelismAndZero) {
   // The scenario's overlap_param_gather goes with the distributed optimizer: kept on its ZeRO-1 plans, off on ZeRO-0.
   const fs::path overlap_path = scratch("search-overlap.json");
   const Result overlap = twin("search " + small_cluster_scenario().string() +
-                              " --set parallel.zero_stage=1 --set parallel.dp_overlap=true"
-                              " --set parallel.overlap_param_gather=true --vary-zero --max 64 --jobs 2 --json " +
-                              overlap_path.string());
+                              " --set model.layers=4 --set parallel.global_batch=8 --set parallel.zero_stage=1"
+                              " --set parallel.dp_overlap=true --set parallel.overlap_param_gather=true --vary-zero"
+                              " --max 64 --jobs 2 --json " + overlap_path.string());
   ASSERT_EQ(overlap.status, 0) << overlap.output;
   std::ifstream overlap_in(overlap_path);
   const auto overlap_plans = nlohmann::json::parse(overlap_in)["plans"];
