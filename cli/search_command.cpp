@@ -1,9 +1,9 @@
 // twin search SCENARIO: which parallel plan trains this model fastest on this cluster?
 // Enumerates the plans that are valid and fit in GPU memory (model/program/plan_space.hpp: tp, pp, micro-batch,
 // schedule and chunks; for a Mixture-of-Experts model the expert-parallel size ep, and with --vary-etp the expert
-// tensor-parallel size; the model, cluster and global batch stay), simulates each with `twin sim` in its own process
-// (--jobs at a time: SimGrid is sequential, so a search fans out over cores), and ranks them by iteration time
-// (api/search.hpp). Parse, call, print.
+// tensor-parallel size; the model, cluster and global batch stay), simulates them in order of a lower bound on their
+// iteration time, each with `twin sim` in its own process (--jobs at a time: SimGrid is sequential, so a search fans
+// out over cores), until the bound proves the --max fastest, and ranks them (api/search.hpp). Parse, call, print.
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -28,7 +28,7 @@ namespace {
 struct SearchOptions {
   ScenarioOptions scenario;
   int max_plans = 48;
-  bool all = false;  // --all: simulate every plan that fits, not only the first --max
+  bool all = false;  // --all: simulate every plan that fits, not only until the bound proves the --max fastest
   model::PlanSpace space;  // the --vary-* flags and --memory-headroom
   bool explain = false;  // --explain: list the plans not simulated, each with its reason
   int jobs = 0;  // 0: hardware threads
@@ -63,11 +63,19 @@ api::SearchRequest search_request(const SearchOptions& o) {
   return request;
 }
 
-// "12 plans simulated" or "48 of 87 plans that fit simulated (--max 48, ...)": the cap, said where it cut.
-std::string simulated_line(std::size_t simulated, std::size_t found, const SearchOptions& o) {
-  if (simulated == found) return fmt::format("{} plans simulated (every plan that fits)", simulated);
-  return fmt::format("{} of {} plans that fit simulated (--max {}, smallest ideal bubble first; --all for every one)",
-                     simulated, found, o.max_plans);
+// Where the enumerated plans went, and what --max meant: "12 plans simulated (every plan that fits; ...)" or "60 of
+// 870 plans that fit simulated (--max 48: the 48 fastest, proven by a lower bound ...; 2400 plans enumerated, ...)".
+std::string simulated_line(const api::Search& search, const SearchOptions& o) {
+  const std::string counts =
+      fmt::format("{} plans enumerated, {} invalid, {} over memory, {} pruned by the bound, {} simulated",
+                  search.enumerated, search.invalid, search.rejected_for_memory, search.pruned_by_bound,
+                  search.simulated);
+  if (search.simulated == search.found) {
+    return fmt::format("{} plans simulated (every plan that fits; {})", search.simulated, counts);
+  }
+  return fmt::format("{} of {} plans that fit simulated (--max {}: the {} fastest, proven by a lower bound on each "
+                     "plan not simulated; --all for every one; {})",
+                     search.simulated, search.found, o.max_plans, o.max_plans, counts);
 }
 
 // --explain: the plans left out, with their reasons (memory first, then the rules they break).
@@ -81,23 +89,35 @@ void print_rejections(const std::vector<model::Rejection>& rejections) {
   }
 }
 
-// What the search is about to do, on stderr: plans found and simulated, and what building the platforms costs.
-void print_start(const api::Search& search, int jobs) {
+// What the search is about to do, on stderr: plans found and how they will be simulated, and what building the
+// platforms costs.
+void print_start(const api::Search& search, const SearchOptions& o, int jobs) {
   const model::Scenario& base = search.targets.front().base;
-  fmt::print(stderr, "twin search: {} plans of {} fit {} GPUs ({} rejected for memory); simulating {} with {} jobs\n",
-             search.found, base.model.name, base.cluster.total_gpus(), search.rejected_for_memory,
-             search.plans.size(), jobs);
+  const std::size_t first = o.all ? search.found : std::min<std::size_t>(search.found, o.max_plans);
+  fmt::print(stderr,
+             "twin search: {} plans of {} enumerated on {} GPUs: {} invalid, {} over memory, {} fit; simulating {}, "
+             "with {} jobs\n",
+             search.enumerated, base.model.name, base.cluster.total_gpus(), search.invalid, search.rejected_for_memory,
+             search.found,
+             o.all ? "every one"
+                   : fmt::format("in order of a lower bound on their iteration time until it proves the {} fastest "
+                                 "(at least {})",
+                                 first, first),
+             jobs);
   // Each plan's simulation builds the platform again: on thousands of nodes that dominates, so say what it costs.
   double build_s = 0;
-  for (const api::SearchedPlan& one : search.plans) build_s += topology::estimated_build_seconds(static_cast<int>(
-      std::min<std::int64_t>(search.targets[one.target].base.cluster.nodes, std::numeric_limits<int>::max())));
+  for (std::size_t i = 0; i < first; ++i) {
+    const api::SearchedPlan& one = search.plans[i];
+    build_s += topology::estimated_build_seconds(static_cast<int>(
+        std::min<std::int64_t>(search.targets[one.target].base.cluster.nodes, std::numeric_limits<int>::max())));
+  }
   if (build_s / jobs > 10) {
     fmt::print(stderr,
                "twin search: building the platforms alone takes about {} ({} plans on {} nodes, {} at a time, on a "
                "2-core machine; it grows with the square of the nodes), then each replay\n",
                build_s / jobs >= 3600 ? fmt::format("{:.1f} h", build_s / jobs / 3600)
                                       : fmt::format("{:.0f} min", std::max(1.0, build_s / jobs / 60)),
-               search.plans.size(), base.cluster.nodes, jobs);
+               first, base.cluster.nodes, jobs);
   }
 }
 
@@ -105,7 +125,6 @@ void print_start(const api::Search& search, int jobs) {
 void print_plans(const api::Search& search, const SearchOptions& o) {
   const auto& targets = search.targets;
   const model::Scenario& base = targets.front().base;
-  const std::size_t found = search.found;
   const bool varied = !o.nodes.empty();
   const std::string order = !o.sort.empty() ? fmt::format("sorted by {} (--sort)", o.sort)
                             : o.goodput      ? "most useful work per wall-clock second first (iteration time over goodput)"
@@ -118,11 +137,11 @@ void print_plans(const api::Search& search, const SearchOptions& o) {
     }
     fmt::print("{} on {} GPUs of {}, {}, global batch {}: {}, {}\n\n", base.model.name,
                base.cluster.total_gpus(), kinds, model::precision_label(base), base.parallel.global_batch,
-               simulated_line(search.plans.size(), found, o), order);
+               simulated_line(search, o), order);
   } else {
     fmt::print("{} on {} x {} ({} GPUs), {}, global batch {}: {}, {}\n\n", base.model.name,
                base.cluster.nodes, model::to_string(base.cluster.node), base.cluster.total_gpus(),
-               model::precision_label(base), base.parallel.global_batch, simulated_line(search.plans.size(), found, o),
+               model::precision_label(base), base.parallel.global_batch, simulated_line(search, o),
                order);
   }
   const bool training = !o.train_tokens.empty();
@@ -201,10 +220,16 @@ void run_search(const SearchOptions& o) {
   }
   const int jobs = o.jobs > 0 ? o.jobs : default_jobs();
   const bool quiet = o.quiet || launched_rank().rank != 0;  // under mpirun / srun rank 0 speaks for all
-  if (!quiet) print_start(search, jobs);
+  if (!quiet) print_start(search, o, jobs);
   const std::vector<std::string> extra = child_sim_arguments(o.train_tokens, o.usd_per_gpu_hour, o.goodput);
   bool follower = false;  // a rank other than 0 of an MPI job: rank 0 prints and writes for it
-  api::run_search(search, request, ranks_simulator(jobs, "search", extra, !quiet, follower));
+  // The simulations that run at once, over every rank. Every rank must hand out the same batches: --jobs is the same
+  // on every rank, the cores of a host (the default) may not be, so without it each rank takes one plan per batch.
+  const LaunchedRank launched = launched_rank();
+  api::SearchRequest batched = request;
+  batched.batch_plans = static_cast<std::size_t>(launched.size) *
+                        static_cast<std::size_t>(launched.size > 1 && o.jobs <= 0 ? 1 : jobs);
+  api::run_search(search, batched, ranks_simulator(jobs, "search", extra, !quiet, follower));
   if (follower) return;
   if (!o.sort.empty()) sort_plans(search, request, o.sort);
   print_plans(search, o);
@@ -228,9 +253,10 @@ void register_search_command(CLI::App& app) {
   add_scenario_options(*command, o->scenario);
   command
       ->add_option("--max", o->max_plans,
-                   "simulate at most this many of the plans that fit, smallest ideal bubble first (default 48)")
+                   "show the N fastest plans (default 48): plans are simulated in order of a lower bound on their "
+                   "iteration time until the bound proves that no plan left out is faster than the N-th")
       ->check(at_least(1));
-  command->add_flag("--all", o->all, "simulate every plan that fits (no --max cap)");
+  command->add_flag("--all", o->all, "simulate and show every plan that fits (no pruning by the bound)");
   command->add_option("--memory-headroom", o->space.memory_headroom,
                       "memory a plan must leave free on each GPU to count as fitting: a share (\"5%\") or GiB "
                       "(\"4\"); default none, as the plans that really trained used up to 99.6 % of twin's estimate");

@@ -68,8 +68,8 @@ nlohmann::json outcome_message(std::size_t index, const SimulationOutcome& outco
       {"index", index}, {"summary", outcome.summary}, {"error", outcome.error}, {"exit_status", outcome.exit_status}};
 }
 
-// A rank other than 0: simulates its share and reports to rank 0 as it goes.
-void work_for_rank_zero(exec::MpiMailbox& mailbox, const std::vector<std::size_t>& share,
+// A rank other than 0: simulates its share and reports to rank 0 as it goes; false when it failed.
+bool work_for_rank_zero(exec::MpiMailbox& mailbox, const std::vector<std::size_t>& share,
                         const std::vector<std::vector<std::string>>& lists, const std::string& scenario_path, int jobs,
                         const std::string& command, const std::vector<std::string>& extra_arguments) {
   const RankFault fault = rank_fault();
@@ -93,8 +93,27 @@ void work_for_rank_zero(exec::MpiMailbox& mailbox, const std::vector<std::size_t
   try {
     simulate_in_children(scenario_path, lists, jobs, command, extra_arguments, false, hooks);
     mailbox.post(0, R"({"done":true})");
+    return true;
   } catch (const std::exception& error) {
     mailbox.post(0, nlohmann::json{{"failed", error.what()}}.dump());
+    return false;
+  }
+}
+
+// A rank other than 0, its share done: every outcome of the batch as rank 0 gathered them, so that this rank takes
+// the same next step (a search's next batch) as rank 0.
+std::vector<SimulationOutcome> outcomes_from_rank_zero(exec::MpiMailbox& mailbox) {
+  for (;;) {
+    if (const std::optional<std::string> message = mailbox.take(0)) {
+      std::vector<SimulationOutcome> outcomes;
+      // Kept in a variable: a range-for over a member of a temporary would read it after its end.
+      const nlohmann::json parsed = nlohmann::json::parse(*message);
+      for (const nlohmann::json& m : parsed.at("outcomes")) {
+        outcomes.push_back({m.at("summary"), m.at("error").get<std::string>(), m.at("exit_status").get<int>()});
+      }
+      return outcomes;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 
@@ -141,7 +160,9 @@ void listen(exec::MpiMailbox& mailbox, std::vector<Peer>& peers, std::vector<Sim
   }
 }
 
-std::vector<SimulationOutcome> gather_on_rank_zero(exec::MpiMailbox& mailbox,
+// Rank 0: its own share simulated, the others' gathered, and every outcome sent back to the ranks still working.
+// `peers` lasts from batch to batch: a rank found dead stays dead.
+std::vector<SimulationOutcome> gather_on_rank_zero(exec::MpiMailbox& mailbox, std::vector<Peer>& peers,
                                                    const std::vector<std::vector<std::string>>& override_lists,
                                                    const std::string& scenario_path, int jobs,
                                                    const std::string& command,
@@ -149,7 +170,11 @@ std::vector<SimulationOutcome> gather_on_rank_zero(exec::MpiMailbox& mailbox,
   const int size = mailbox.world_size();
   std::vector<SimulationOutcome> outcomes(override_lists.size(), SimulationOutcome{{}, "not simulated", -1});
   std::vector<bool> reported(override_lists.size(), false);
-  std::vector<Peer> peers(static_cast<std::size_t>(size));
+  peers.resize(static_cast<std::size_t>(size));
+  for (Peer& peer : peers) {
+    if (!peer.failure.empty()) continue;
+    peer = Peer{};  // a new batch: it starts afresh
+  }
   const std::vector<std::size_t> share = share_of(0, size, override_lists.size());
   std::vector<std::vector<std::string>> lists;
   for (std::size_t i : share) lists.push_back(override_lists[i]);
@@ -181,13 +206,87 @@ std::vector<SimulationOutcome> gather_on_rank_zero(exec::MpiMailbox& mailbox,
       outcomes[i] = SimulationOutcome{{}, fmt::format("rank {} {} before reporting it", r, peer.failure), -1};
       ++lost;
     }
-    fmt::print(stderr, "twin: warning: rank {} of {} {}: {} of its variants are marked failed, the others' are kept\n",
-               r, size, peer.failure, lost);
+    if (lost > 0) {
+      fmt::print(stderr,
+                 "twin: warning: rank {} of {} {}: {} of its variants are marked failed, the others' are kept\n", r,
+                 size, peer.failure, lost);
+    }
+  }
+  nlohmann::json all = nlohmann::json::array();
+  for (std::size_t i = 0; i < outcomes.size(); ++i) all.push_back(outcome_message(i, outcomes[i]));
+  const std::string message = nlohmann::json{{"outcomes", all}}.dump();
+  for (int r = 1; r < size; ++r) {
+    if (peers[static_cast<std::size_t>(r)].failure.empty()) mailbox.post(r, message);
   }
   return outcomes;
 }
 
 #endif  // TWIN_HAVE_RUN_COMMAND
+
+// The job's ranks for as long as a command's simulator lives: MPI starts once per process, so the mailbox stays open
+// from batch to batch, and rank 0 remembers which ranks died.
+struct RanksSession {
+  int calls = 0;  // progress is shown for the first call only: a search's later batches are a plan or two each
+#ifdef TWIN_HAVE_RUN_COMMAND
+  std::unique_ptr<exec::MpiMailbox> mailbox;
+  std::vector<Peer> peers;
+  bool failed = false;  // this rank (not 0) failed: it leaves the job's work
+  ~RanksSession() {
+    // A dead rank: MPI_Finalize (the mailbox's end) would wait for it; the job ends once rank 0 has written.
+    if (a_rank_died) (void)mailbox.release();  // left open on purpose: end_job_if_a_rank_died ends the job
+  }
+#endif
+};
+
+// simulate_in_children over the job's ranks: variant i is simulated by rank i % size, `jobs` at a time on each, and
+// every rank returns every outcome (rank 0 gathers them and sends them to the others). A rank that fails, or falls
+// silent for kSilentRankS, is named on stderr and the variants it had not reported are outcomes whose error names it;
+// such a rank returns nothing. Outside a job (or in a job of one rank) it is simulate_in_children.
+std::optional<std::vector<SimulationOutcome>> simulate_across_ranks(
+    RanksSession& session, const std::string& scenario_path,
+    const std::vector<std::vector<std::string>>& override_lists, int jobs, const std::string& command,
+    const std::vector<std::string>& extra_arguments, bool progress) {
+  const LaunchedRank launched = launched_rank();
+  if (launched.size <= 1) {
+    return simulate_in_children(scenario_path, override_lists, jobs, command, extra_arguments, progress);
+  }
+#ifdef TWIN_HAVE_RUN_COMMAND
+  if (session.failed) return std::nullopt;
+  if (!session.mailbox) {
+    try {
+      session.mailbox = exec::open_mpi_mailbox();
+    } catch (const std::exception& error) {
+      throw UserError(fmt::format("twin {} was started as rank {} of {} (mpirun / srun): {}", command, launched.rank,
+                                  launched.size, error.what()));
+    }
+  }
+  exec::MpiMailbox& mailbox = *session.mailbox;
+  if (mailbox.world_size() != launched.size || mailbox.rank() != launched.rank) {
+    throw UserError(fmt::format(
+        "twin {}: the launcher started rank {} of {} but MPI sees rank {} of {} (srun needs --mpi=pmix or pmi2 for "
+        "this twin's OpenMPI)",
+        command, launched.rank, launched.size, mailbox.rank(), mailbox.world_size()));
+  }
+  if (mailbox.rank() == 0) {
+    return gather_on_rank_zero(mailbox, session.peers, override_lists, scenario_path, jobs, command, extra_arguments,
+                               progress);
+  }
+  const std::vector<std::size_t> share = share_of(mailbox.rank(), mailbox.world_size(), override_lists.size());
+  std::vector<std::vector<std::string>> lists;
+  for (std::size_t i : share) lists.push_back(override_lists[i]);
+  if (!work_for_rank_zero(mailbox, share, lists, scenario_path, jobs, command, extra_arguments)) {
+    session.failed = true;
+    return std::nullopt;
+  }
+  return outcomes_from_rank_zero(mailbox);
+#else
+  (void)session;
+  throw UserError(
+      fmt::format("twin {} was started as rank {} of {} (mpirun / srun), but this twin was built without "
+                  "the executor and its MPI: run it as one process",
+                  command, launched.rank, launched.size));
+#endif
+}
 
 }  // namespace
 
@@ -199,58 +298,16 @@ LaunchedRank launched_rank() {
   return {*rank, *size};
 }
 
-std::optional<std::vector<SimulationOutcome>> simulate_across_ranks(
-    const std::string& scenario_path, const std::vector<std::vector<std::string>>& override_lists, int jobs,
-    const std::string& command, const std::vector<std::string>& extra_arguments, bool progress) {
-  const LaunchedRank launched = launched_rank();
-  if (launched.size <= 1) {
-    return simulate_in_children(scenario_path, override_lists, jobs, command, extra_arguments, progress);
-  }
-#ifdef TWIN_HAVE_RUN_COMMAND
-  std::unique_ptr<exec::MpiMailbox> mailbox;
-  try {
-    mailbox = exec::open_mpi_mailbox();
-  } catch (const std::exception& error) {
-    throw UserError(fmt::format("twin {} was started as rank {} of {} (mpirun / srun): {}", command, launched.rank,
-                                launched.size, error.what()));
-  }
-  if (mailbox->world_size() != launched.size || mailbox->rank() != launched.rank) {
-    throw UserError(fmt::format(
-        "twin {}: the launcher started rank {} of {} but MPI sees rank {} of {} (srun needs --mpi=pmix or pmi2 for "
-        "this twin's OpenMPI)",
-        command, launched.rank, launched.size, mailbox->rank(), mailbox->world_size()));
-  }
-  if (mailbox->rank() == 0) {
-    std::vector<SimulationOutcome> outcomes =
-        gather_on_rank_zero(*mailbox, override_lists, scenario_path, jobs, command, extra_arguments, progress);
-    // A dead rank: MPI_Finalize (the mailbox's end) would wait for it; the job ends once rank 0 has written.
-    if (a_rank_died) (void)mailbox.release();  // left open on purpose: end_job_if_a_rank_died ends the job
-    return outcomes;
-  }
-  const std::vector<std::size_t> share = share_of(mailbox->rank(), mailbox->world_size(), override_lists.size());
-  std::vector<std::vector<std::string>> lists;
-  for (std::size_t i : share) lists.push_back(override_lists[i]);
-  work_for_rank_zero(*mailbox, share, lists, scenario_path, jobs, command, extra_arguments);
-  return std::nullopt;
-#else
-  throw UserError(
-      fmt::format("twin {} was started as rank {} of {} (mpirun / srun), but this twin was built without "
-                  "the executor and its MPI: run it as one process",
-                  command, launched.rank, launched.size));
-#endif
-}
-
 api::VariantSimulator ranks_simulator(int jobs, const std::string& command, std::vector<std::string> extra_arguments,
                                       bool progress, bool& follower) {
-  return [jobs, command, extra = std::move(extra_arguments), progress, &follower](
+  auto session = std::make_shared<RanksSession>();
+  follower = launched_rank().rank != 0;
+  return [jobs, command, extra = std::move(extra_arguments), progress, session](
              const std::string& path, const std::vector<std::vector<std::string>>& lists, const api::SimRequest&) {
     std::vector<api::VariantOutcome> outcomes;
     std::optional<std::vector<SimulationOutcome>> gathered =
-        simulate_across_ranks(path, lists, jobs, command, extra, progress);
-    if (!gathered) {
-      follower = true;  // rank 0 has this rank's outcomes; it has none to read
-      return outcomes;
-    }
+        simulate_across_ranks(*session, path, lists, jobs, command, extra, progress && session->calls++ == 0);
+    if (!gathered) return outcomes;  // this rank failed: it stops here, rank 0 carries on without it
     for (SimulationOutcome& one : *gathered) {
       outcomes.push_back({std::move(one.summary), std::move(one.error), one.exit_status});
     }

@@ -21,23 +21,21 @@ struct LaunchedRank {
 };
 LaunchedRank launched_rank();
 
-// simulate_in_children over the job's ranks: variant i is simulated by rank i % size, `jobs` at a time on each.
-// Rank 0 returns every outcome; a rank that fails, or falls silent for kSilentRankS, is named on stderr and the
-// variants it had not reported are outcomes whose error names it. Every other rank returns nothing: rank 0 prints.
-// Outside a job (or in a job of one rank) it is simulate_in_children.
-std::optional<std::vector<SimulationOutcome>> simulate_across_ranks(
-    const std::string& scenario_path, const std::vector<std::vector<std::string>>& override_lists, int jobs,
-    const std::string& command, const std::vector<std::string>& extra_arguments, bool progress);
-
-// The simulator a command hands the library (api::run_search, api::run_sweep): its variants through
-// simulate_across_ranks, `jobs` at a time, `extra_arguments` on each child's command line. On a rank other than 0 of a
-// job it returns no outcomes and sets `follower`: such a rank prints and writes nothing.
+// The simulator a command hands the library (api::run_search, api::run_sweep): simulate_in_children over the job's
+// ranks, `jobs` at a time on each, `extra_arguments` on each child's command line. Variant i of a call is simulated by
+// rank i % size; rank 0 gathers every outcome and sends them all to the other ranks, so that every rank returns the
+// same outcomes and takes the same next step (a search calls it batch after batch: MPI stays open between calls, for
+// as long as the simulator lives). A rank that fails, or falls silent for kSilentRankS, is named on stderr and the
+// variants it had not reported are outcomes whose error names it; that rank's own calls return no outcomes from then
+// on. Outside a job (or in a job of one rank) it is simulate_in_children. `progress`: the pool's progress line, on the
+// first call only (a search's later batches are a plan or two each). On a rank other than 0 it sets `follower`:
+// such a rank prints and writes nothing.
 api::VariantSimulator ranks_simulator(int jobs, const std::string& command, std::vector<std::string> extra_arguments,
                                       bool progress, bool& follower);
 
 // Rank 0, once it has printed and written everything: when a rank of the job died, ends the job (MPI_Abort with
 // status 0), since MPI_Finalize on the ranks still alive would wait for the dead one forever; otherwise nothing. Rank
-// 0's MPI stays open until then for that reason (simulate_across_ranks leaves it open when a rank fell silent).
+// 0's MPI stays open until then for that reason (ranks_simulator leaves it open when a rank fell silent).
 void end_job_if_a_rank_died();
 
 // A rank sends a word at least every second while it works; this long without one, rank 0 takes it for dead (mpirun

@@ -117,8 +117,14 @@ std::string search_sections(const json& d) {
   }
   std::vector<std::pair<std::string, std::string>> facts_list = {
       {"model", d.value("scenario", "")},
-      {"plans", fmt::format("{} simulated of {} that fit ({} rejected for memory)", rows.size(),
-                            d.value("plans_that_fit", 0), d.value("rejected_for_memory", 0))},
+      {"plans", d.contains("plans_simulated")
+                    ? fmt::format("{} shown, {} simulated of {} that fit ({} enumerated: {} invalid, {} rejected for "
+                                  "memory, {} pruned by the bound)",
+                                  rows.size(), d.value("plans_simulated", 0), d.value("plans_that_fit", 0),
+                                  d.value("plans_enumerated", 0), d.value("plans_pruned_rules", 0),
+                                  d.value("rejected_for_memory", 0), d.value("plans_pruned_bound", 0))
+                    : fmt::format("{} simulated of {} that fit ({} rejected for memory)", rows.size(),
+                                  d.value("plans_that_fit", 0), d.value("rejected_for_memory", 0))},
       {"memory headroom", d.value("memory_headroom", std::string())}};
   if (!bars.empty()) facts_list.emplace_back("fastest", bars.front().label + ": " + bars.front().text);
   if (!rows.empty() && rows.front().contains("precision")) {

@@ -60,6 +60,7 @@ nlohmann::json search_row_json(const SearchRow& row, bool training, bool goodput
       {"memory_per_gpu_bytes", plan.peak_memory_bytes},
       {"fits", simulated && row.summary.at("memory").at("fits").get<bool>()},
       {"iteration_time_s", number("iteration_time_s")},
+      {"iteration_time_bound_s", plan.iteration_time_bound_s},
       {"tflops_per_gpu", number("tflops_per_gpu")},
       {"bubble_fraction", number("bubble_fraction")},
       {"time_split", simulated ? row.summary.value("time_split", nlohmann::json::object()) : nlohmann::json::object()},
@@ -69,13 +70,18 @@ nlohmann::json search_row_json(const SearchRow& row, bool training, bool goodput
   return entry;
 }
 
-nlohmann::json search_document(const std::string& model_name, const nlohmann::json& plans, std::size_t plans_that_fit,
-                               int rejected_for_memory, const std::string& memory_headroom, bool explain,
+nlohmann::json search_document(const std::string& model_name, const nlohmann::json& plans, const SearchCounts& counts,
+                               const std::string& memory_headroom, bool explain,
                                const std::vector<model::Rejection>& rejections) {
   nlohmann::json document{{"scenario", model_name},
                           {"plans", plans},
-                          {"plans_that_fit", plans_that_fit},
-                          {"rejected_for_memory", rejected_for_memory},
+                          {"plans_enumerated", counts.enumerated},
+                          {"plans_pruned_rules", counts.invalid},
+                          {"plans_pruned_memory", counts.pruned_memory},
+                          {"plans_pruned_bound", counts.pruned_bound},
+                          {"plans_simulated", counts.simulated},
+                          {"plans_that_fit", counts.that_fit},
+                          {"rejected_for_memory", counts.pruned_memory},
                           {"memory_headroom", memory_headroom}};
   if (explain) {
     nlohmann::json rejected = nlohmann::json::array();

@@ -41,9 +41,16 @@ struct SearchRow {
 // The plan's columns, its memory estimate, and from the summary fits, iteration_time_s, tflops_per_gpu,
 // bubble_fraction, time_split (zeros when it failed); with `training` / `goodput` those of the summary.
 nlohmann::json search_row_json(const SearchRow& row, bool training, bool goodput);
-// {scenario, plans, plans_that_fit, rejected_for_memory, memory_headroom}, and with `explain` rejected.
-nlohmann::json search_document(const std::string& model_name, const nlohmann::json& plans, std::size_t plans_that_fit,
-                               int rejected_for_memory, const std::string& memory_headroom, bool explain,
+// Where a search's enumerated plans went: enumerated = invalid + pruned_memory + pruned_bound + simulated, and
+// that_fit = pruned_bound + simulated.
+struct SearchCounts {
+  std::size_t enumerated = 0, invalid = 0, pruned_memory = 0, that_fit = 0, pruned_bound = 0, simulated = 0;
+};
+// {scenario, plans, plans_enumerated, plans_pruned_rules, plans_pruned_memory, plans_pruned_bound, plans_simulated,
+// plans_that_fit, rejected_for_memory (the same as plans_pruned_memory, its older name), memory_headroom}, and with
+// `explain` rejected.
+nlohmann::json search_document(const std::string& model_name, const nlohmann::json& plans, const SearchCounts& counts,
+                               const std::string& memory_headroom, bool explain,
                                const std::vector<model::Rejection>& rejections);
 
 }  // namespace twin::report

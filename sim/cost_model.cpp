@@ -319,9 +319,12 @@ double AnalyticalCostModel::weight_gemm_time_s(double m, double n, double k, dou
   const double modelled = recipe ? fp8_gemm_time_s(m, n, k, count, *recipe) : gemm_time_s(m, n, k, count, dtype);
   const GemmShapeTable* table = parameters_.gemm_shapes;
   if (!table || m <= 0 || n <= 0 || k <= 0 || count <= 0) return modelled;
-  const double large_flops_per_s = recipe ? gpu_.fp8_flops * fp8_efficiency(*recipe)
-                                          : gpu_.peak_flops(dtype) * parameters_.gemm_efficiency;
+  const double large_flops_per_s = large_gemm_flops_per_s(dtype, recipe);
   return std::max(modelled, count * 2 * m * n * k / (large_flops_per_s * table->shape_factor(m, n, k)));
+}
+
+double AnalyticalCostModel::large_gemm_flops_per_s(model::DType dtype, const model::Fp8Recipe* recipe) const {
+  return recipe ? gpu_.fp8_flops * fp8_efficiency(*recipe) : gpu_.peak_flops(dtype) * parameters_.gemm_efficiency;
 }
 
 double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const model::Op& op, int& kernels) const {

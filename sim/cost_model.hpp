@@ -146,6 +146,9 @@ class AnalyticalCostModel : public CostModel {
   double weight_gemm_time_s(double m, double n, double k, double count, model::DType dtype,
                             const model::Fp8Recipe* recipe = nullptr) const;
   double memory_time_s(double bytes) const;
+  // The rate of a weight GEMM without tile or wave loss: the dtype's peak (FP8's with `recipe`) times its efficiency.
+  // No weight GEMM runs faster (the quantization and the shape table only slow it): the search's bound divides by it.
+  double large_gemm_flops_per_s(model::DType dtype, const model::Fp8Recipe* recipe = nullptr) const;
   double gemm_half_s(const model::Scenario& scenario, model::ComputeKind what, bool weight_gradient) const override;
   double memory_copy_s(double bytes, int kernels) const override;
   HostCost host_cost(const model::Scenario& scenario, const model::Op& op) const override;

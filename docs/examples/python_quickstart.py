@@ -22,7 +22,7 @@ rows = table.to_dict("records") if hasattr(table, "to_dict") else table
 for row in rows:
     print(f"{row['cluster.nodes']:4d} nodes  {row['iteration_time_s']:8.3f} s  {row['tokens_per_s']:10.0f} tokens/s")
 
-# %% A search: the plans that fit, fastest first (here the four with the smallest ideal bubble).
+# %% A search: the plans that fit, fastest first (here the four fastest, proven by a lower bound on the others).
 plans = twin.search("gpt3-175b", max_plans=4, parallel={"global_batch": 256})
 best = (plans.to_dict("records") if hasattr(plans, "to_dict") else plans)[0]
 print(f"fastest: tp {best['tp']} pp {best['pp']} dp {best['dp']}, {best['iteration_time_s']:.3f} s")

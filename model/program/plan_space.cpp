@@ -67,7 +67,7 @@ std::vector<std::int64_t> block_recompute_layers(const model::Scenario& s) {
 
 // `s` as a plan, when it is valid and fits within the headroom; otherwise, with `rejections`, why not.
 void add_plan_if_it_fits(const model::Scenario& s, const PlanSpace& o, std::vector<Plan>& plans,
-                         int& rejected_for_memory, std::vector<Rejection>* rejections) {
+                         int& rejected_for_memory, int& invalid, std::vector<Rejection>* rejections) {
   const auto& p = s.parallel;
   Plan plan{p.tp, p.pp, p.dp, p.micro_batch, p.virtual_stages, p.schedule, p.recompute, p.recompute_num_layers};
   plan.sequence_parallel = p.sequence_parallel;
@@ -78,6 +78,7 @@ void add_plan_if_it_fits(const model::Scenario& s, const PlanSpace& o, std::vect
   plan.etp = p.etp;
   plan.cp = p.cp;
   if (const std::vector<std::string> problems = model::validation_problems(s); !problems.empty()) {
+    ++invalid;
     if (rejections) {
       std::string reason = problems.front();  // without the scenario's name: every line would repeat it
       if (reason.rfind(s.source + ": ", 0) == 0) reason.erase(0, s.source.size() + 2);
@@ -133,7 +134,7 @@ std::vector<model::ScheduleKind> schedules_of(const model::Scenario& base, std::
 // simulated when there are more than --max. With vary_recompute, every recompute mode, block recompute included; with
 // vary_sequence_parallel, with and without it (where tp > 1); with vary_zero, ZeRO stages 0 and 1; with vary_schedule,
 // ZB-H1 beside 1F1B (schedules_of).
-std::vector<Plan> enumerate(const model::Scenario& base, const PlanSpace& o, int& rejected_for_memory,
+std::vector<Plan> enumerate(const model::Scenario& base, const PlanSpace& o, int& rejected_for_memory, int& invalid,
                             std::vector<Rejection>* rejections) {
   const bool vary_recompute = o.vary_recompute;
   std::vector<model::Recompute> recomputes{base.parallel.recompute};
@@ -159,6 +160,7 @@ std::vector<Plan> enumerate(const model::Scenario& base, const PlanSpace& o, int
   };
   std::vector<Plan> plans;
   rejected_for_memory = 0;
+  invalid = 0;
   for (std::int64_t tp = 1; tp <= base.cluster.gpus_per_node; tp *= 2) {
     for (std::int64_t pp : pipeline_sizes(base)) {
       for (const std::int64_t cp : cps) {
@@ -196,7 +198,7 @@ std::vector<Plan> enumerate(const model::Scenario& base, const PlanSpace& o, int
                     for (const auto& [ep, etp] : experts) {
                       s.parallel.ep = ep;
                       s.parallel.etp = etp;
-                      add_plan_if_it_fits(s, o, plans, rejected_for_memory, rejections);
+                      add_plan_if_it_fits(s, o, plans, rejected_for_memory, invalid, rejections);
                     }
                   }
                 }
@@ -280,8 +282,30 @@ double headroom_bytes(const std::string& text, double capacity_bytes) {
 
 PlanEnumeration enumerate_plans(const Scenario& base, const PlanSpace& space, bool explain) {
   PlanEnumeration out;
-  out.plans = enumerate(base, space, out.rejected_for_memory, explain ? &out.rejections : nullptr);
+  out.plans = enumerate(base, space, out.rejected_for_memory, out.invalid, explain ? &out.rejections : nullptr);
   return out;
+}
+
+Scenario with_plan(const Scenario& base, const Plan& plan) {
+  Scenario s = base;
+  auto& p = s.parallel;
+  p.tp = plan.tp;
+  p.pp = plan.pp;
+  p.dp = plan.dp;
+  p.cp = plan.cp;
+  p.micro_batch = plan.micro_batch;
+  p.virtual_stages = plan.chunks;
+  p.schedule = plan.schedule;
+  p.recompute = plan.recompute;
+  p.recompute_num_layers = plan.recompute_layers;
+  p.sequence_parallel = plan.sequence_parallel;
+  p.zero_stage = plan.zero_stage;
+  p.overlap_param_gather = plan.overlap_param_gather;
+  if (plan.moe) {
+    p.ep = plan.ep;
+    p.etp = plan.etp;
+  }
+  return s;
 }
 
 }  // namespace twin::model

@@ -38,6 +38,7 @@ struct Plan {
   std::int64_t cp = 1;  // context parallelism: dp = GPUs / (tp x cp x pp)
   double ideal_bubble = 0;
   double peak_memory_bytes = 0;
+  double iteration_time_bound_s = 0;  // what a search sets: model/program/iteration_bound.hpp (0: not computed)
 
   // The plan as `--set` overrides of the scenario.
   std::vector<std::string> overrides() const;
@@ -60,12 +61,16 @@ struct Rejection {
 struct PlanEnumeration {
   std::vector<Plan> plans;  // valid and fitting, smallest ideal bubble first (then less tensor parallelism)
   int rejected_for_memory = 0;
+  int invalid = 0;  // broke a validation rule: plans.size() + rejected_for_memory + invalid were enumerated
   std::vector<Rejection> rejections;  // with `explain`: every plan left out
 };
 
 // What PlanSpace::memory_headroom leaves free of a GPU of `capacity_bytes`. Throws UserError naming
 // --memory-headroom when it is not a share under 100 % or GiB under the capacity.
 double headroom_bytes(const std::string& text, double capacity_bytes);
+
+// `base` with the plan's parallel settings (what Plan::overrides() sets).
+Scenario with_plan(const Scenario& base, const Plan& plan);
 
 // Every valid plan of `base` that fits, as `space` asks; with `explain`, the rejected ones with their reasons.
 PlanEnumeration enumerate_plans(const Scenario& base, const PlanSpace& space, bool explain);

@@ -607,7 +607,8 @@ TEST(Cli, SearchKeepsAndVariesContextParallelism) {
   // was invalid, and search reported none ("0 rejected for memory").
   const fs::path kept_path = scratch("search-cp-kept.json");
   const Result kept = twin("search " + small_cluster_scenario().string() +
-                           " --context-parallel-size 2 --set framework.attention=flash2 --max 2 --jobs 2 --json " + kept_path.string());
+                           " --context-parallel-size 2 --set model.layers=4 --set parallel.global_batch=8"
+                           " --set framework.attention=flash2 --max 2 --jobs 2 --json " + kept_path.string());
   ASSERT_EQ(kept.status, 0) << kept.output;
   EXPECT_THAT(kept.output, HasSubstr(" cp "));
   std::ifstream kept_in(kept_path);
@@ -622,7 +623,8 @@ TEST(Cli, SearchKeepsAndVariesContextParallelism) {
   // simulated are pp 1 plans of tp 1, in the order cp 1, 2, 4, 8).
   const fs::path varied_path = scratch("search-cp-varied.json");
   const Result varied = twin("search " + small_cluster_scenario().string() +
-                             " --set parallel.pp=1 --set model.layers=2 --set framework.attention=flash2 --vary-cp --max 8 --jobs 2 --json " +
+                             " --set parallel.pp=1 --set model.layers=2 --set parallel.global_batch=8"
+                             " --set framework.attention=flash2 --vary-cp --max 8 --jobs 2 --json " +
                              varied_path.string());
   ASSERT_EQ(varied.status, 0) << varied.output;
   std::ifstream varied_in(varied_path);
@@ -647,8 +649,8 @@ TEST(Cli, SearchLeavesMemoryHeadroomStatesItsCapAndExplains) {
   };
   const auto [none_output, none] = search("--memory-headroom 0%", "headroom-0.json");
   const auto [tight_output, tight] = search("--memory-headroom 60 --explain", "headroom-60.json");
-  EXPECT_THAT(none_output, HasSubstr("1 of "));
-  EXPECT_THAT(none_output, HasSubstr("plans that fit simulated (--max 1"));
+  EXPECT_THAT(none_output, HasSubstr("plans that fit simulated (--max 1: the 1 fastest, proven by a lower bound"));
+  EXPECT_THAT(none_output, HasSubstr(" pruned by the bound, "));
   EXPECT_THAT(none_output, HasSubstr("(16 GPUs), bf16, global batch"));  // the precision, named
   EXPECT_GT(none["plans"][0]["time_split"]["compute"].get<double>(), 0);  // each row's time split
   EXPECT_LT(tight["plans_that_fit"].get<int>(), none["plans_that_fit"].get<int>());
@@ -693,8 +695,11 @@ TEST(Cli, SearchVariesSequenceParallelismAndZero) {
   // Each plan with and without sequence parallelism (only where tp > 1) and with ZeRO stages 0 and 1: the memory each
   // saves (activations split across TP, optimizer state across DP) shows in the plans it ranks.
   const fs::path json_path = scratch("search-sharding.json");
+  // 4 layers and 8 sequences (a few hundredths of a second a plan): --max proves its plans the fastest, simulating
+  // more than it lists.
   const Result r = twin("search " + small_cluster_scenario().string() +
-                        " --vary-sequence-parallel --vary-zero --max 32 --jobs 2 --json " + json_path.string());
+                        " --set model.layers=4 --set parallel.global_batch=8 --vary-sequence-parallel --vary-zero"
+                        " --max 32 --jobs 2 --json " + json_path.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("sp zero1"));
   std::ifstream in(json_path);
@@ -725,9 +730,9 @@ TEST(Cli, SearchVariesSequenceParallelismAndZero) {
   // The scenario's overlap_param_gather goes with the distributed optimizer: kept on its ZeRO-1 plans, off on ZeRO-0.
   const fs::path overlap_path = scratch("search-overlap.json");
   const Result overlap = twin("search " + small_cluster_scenario().string() +
-                              " --set parallel.zero_stage=1 --set parallel.dp_overlap=true"
-                              " --set parallel.overlap_param_gather=true --vary-zero --max 64 --jobs 2 --json " +
-                              overlap_path.string());
+                              " --set model.layers=4 --set parallel.global_batch=8 --set parallel.zero_stage=1"
+                              " --set parallel.dp_overlap=true --set parallel.overlap_param_gather=true --vary-zero"
+                              " --max 64 --jobs 2 --json " + overlap_path.string());
   ASSERT_EQ(overlap.status, 0) << overlap.output;
   std::ifstream overlap_in(overlap_path);
   const auto overlap_plans = nlohmann::json::parse(overlap_in)["plans"];
@@ -1120,8 +1125,11 @@ TEST(Cli, SearchVariesRecomputeBlockRecomputeIncluded) {
   // Every plan in every recompute mode: none, selective, full, and Megatron's block recompute of a quarter, half and
   // three quarters of a chunk's layers, which trade memory for time in between none and full.
   const fs::path json_path = scratch("search-recompute.json");
-  const Result r = twin("search " + small_cluster_scenario().string() + " --max 24 --jobs 2 --vary-recompute --json " +
-                        json_path.string());
+  // On one GPU (tp 1, pp 1: four micro-batch sizes), --all: every mode of each plan is simulated and shown (--max
+  // shows the fastest plans, whose modes need not be complete).
+  const Result r = twin("search " + small_cluster_scenario().string() +
+                        " --set cluster.gpus_per_node=1 --set cluster.nodes=1 --set parallel.tp=1 --set parallel.pp=1"
+                        " --all --jobs 2 --vary-recompute --json " + json_path.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("block 12"));  // half of the 24 layers of a plan without a pipeline
   std::ifstream in(json_path);
@@ -1137,7 +1145,7 @@ TEST(Cli, SearchVariesRecomputeBlockRecomputeIncluded) {
   }
   int complete = 0;
   for (auto& [key, modes] : plans) {
-    if (modes.size() < 6) continue;  // --max cut some of its modes off
+    if (modes.size() < 6) continue;  // memory left some of its modes out
     ++complete;
     EXPECT_LT(modes["none"].first, modes["block 12"].first) << key;
     EXPECT_LT(modes["block 12"].first, modes["full"].first) << key;
@@ -1294,7 +1302,7 @@ TEST(Cli, SearchVariesExpertParallelismForMoe) {
     EXPECT_EQ(etp, 1);
     eps.insert(ep);
   }
-  EXPECT_GE(eps.size(), 3u) << r.output;
+  EXPECT_GE(eps.size(), 2u) << r.output;  // the 6 fastest plans hold several ep
   const fs::path etp_path = scratch("search-moe-etp.json");
   const Result with_etp = twin("search " + moe + " --vary-etp --max 12 --json " + etp_path.string());
   ASSERT_EQ(with_etp.status, 0) << with_etp.output;

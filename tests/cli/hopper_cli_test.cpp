@@ -99,7 +99,13 @@ TEST(HopperCli, SearchVariesTheNode) {
     EXPECT_EQ(plan["nodes"].get<int>() * (plan["node"] == "gb200-nvl72" ? 72 : 8), 72);
     EXPECT_EQ(plan["error"], "") << plan.dump();
   }
-  EXPECT_EQ(nodes.size(), 3u) << plans.dump();
+  // --max 6 shows the 6 fastest plans of the three kinds (before branch and bound, the first 6 by ideal bubble, taken
+  // from each kind in turn): the fastest may all be of one kind; every kind's plans were enumerated and bounded.
+  EXPECT_GE(nodes.size(), 1u) << plans.dump();
+  const nlohmann::json document = nlohmann::json::parse(std::ifstream(json_path));
+  EXPECT_EQ(document["plans_enumerated"].get<int>(),
+            document["plans_pruned_rules"].get<int>() + document["plans_pruned_memory"].get<int>() +
+                document["plans_pruned_bound"].get<int>() + document["plans_simulated"].get<int>());
   const Result bad = twin("search llama3-70b-gb200 --vary-node dgx-h100,dgx-h9000 --quiet");
   EXPECT_EQ(bad.status, 2) << bad.output;
   EXPECT_THAT(bad.output, HasSubstr("twin: error:"));

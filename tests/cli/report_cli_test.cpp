@@ -115,18 +115,18 @@ std::vector<double> column(const std::vector<std::string>& rows, const std::stri
 }
 
 TEST(ReportCli, SearchCsvFollowsTheTableAndSortReordersIt) {
-  const fs::path ranked = scratch("ranked.csv"), by_mb = scratch("by-mb.csv");
+  const fs::path ranked = scratch("ranked.csv"), by_dp = scratch("by-dp.csv");
   ASSERT_EQ(twin("search " + kSmall + " --max 4 --jobs 2 --csv " + ranked.string()).status, 0);
-  const Result r = twin("search " + kSmall + " --max 4 --jobs 2 --sort mb --csv " + by_mb.string());
+  const Result r = twin("search " + kSmall + " --max 4 --jobs 2 --sort dp --csv " + by_dp.string());
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("sorted by mb (--sort)"));
-  const std::vector<std::string> a = lines(contents(ranked)), b = lines(contents(by_mb));
+  EXPECT_THAT(r.output, HasSubstr("sorted by dp (--sort)"));
+  const std::vector<std::string> a = lines(contents(ranked)), b = lines(contents(by_dp));
   ASSERT_EQ(a.size(), 5u);
   ASSERT_EQ(b.size(), 5u);
-  const std::vector<double> seconds = column(a, "iter_s"), micro_batches = column(b, "mb");
+  const std::vector<double> seconds = column(a, "iter_s"), data_parallel = column(b, "dp");
   EXPECT_TRUE(std::is_sorted(seconds.begin(), seconds.end()));  // fastest first, as the table
-  EXPECT_TRUE(std::is_sorted(micro_batches.begin(), micro_batches.end()));
-  EXPECT_NE(a, b) << "the four plans are ranked by mb already: the test shows nothing";
+  EXPECT_TRUE(std::is_sorted(data_parallel.begin(), data_parallel.end()));
+  EXPECT_NE(a, b) << "the four plans are ranked by dp already: the test shows nothing";
   EXPECT_EQ(std::multiset<std::string>(a.begin(), a.end()), std::multiset<std::string>(b.begin(), b.end()));
 }
 
