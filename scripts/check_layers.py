@@ -27,7 +27,7 @@ ALLOWED = {
 ROOMS = {
     "model": {
         "scenario": set(),                             # the validated scenario, its names and errors
-        "plan": {"scenario"},                          # ranks, schedules, parameter counts
+        "plan": {"scenario"},                          # ranks, per-rank shapes, schedules, parameter counts
         "ops": {"scenario", "plan"},                   # what each op of a layer computes and moves
         "program": {"scenario", "plan", "ops"},        # the Program and the estimates built on it
     },

@@ -14,33 +14,34 @@ namespace twin::exec {
 
 using model::ComputeKind;
 
-Dims::Dims(const model::Scenario& s, int rank_in_tp, int rank_in_cp) {
+Dims::Dims(const model::Scenario& s, const model::RankShapes& shapes, int rank_in_tp, int rank_in_cp) {
+  const auto narrow = [](std::int64_t width) { return static_cast<int>(width); };
   tp = static_cast<int>(s.parallel.tp);
   tp_rank = rank_in_tp;
   cp = static_cast<int>(s.parallel.cp);
   cp_rank = rank_in_cp;
-  batch = static_cast<int>(s.parallel.micro_batch);
-  seq = static_cast<int>(s.model.seq_len) / cp;
-  tokens = batch * seq;
-  sequence_parallel = s.parallel.sequence_parallel && tp > 1;
-  tokens_sp = sequence_parallel ? tokens / tp : tokens;
-  hidden = static_cast<int>(s.model.hidden);
-  heads_local = static_cast<int>(s.model.heads) / tp;
-  head_dim = static_cast<int>(s.model.head_dim());
-  ffn_local = static_cast<int>(s.ffn_hidden()) / tp;
-  kv_heads_local = static_cast<int>(s.model.key_value_heads()) / tp;
-  qkv_local = (heads_local + 2 * kv_heads_local) * head_dim;
-  up_local = static_cast<int>(s.mlp_up_width()) / tp;
+  batch = narrow(shapes.micro_batch);
+  seq = narrow(shapes.seq_local);
+  tokens = narrow(shapes.tokens);
+  sequence_parallel = shapes.sequence_parallel;
+  tokens_sp = narrow(shapes.tokens_sp);
+  hidden = narrow(shapes.hidden);
+  heads_local = narrow(shapes.heads_local);
+  head_dim = narrow(shapes.head_dim);
+  ffn_local = narrow(shapes.ffn_local);
+  kv_heads_local = narrow(shapes.kv_heads_local);
+  qkv_local = narrow(shapes.qkv_local);
+  up_local = narrow(shapes.up_local);
   rmsnorm = s.model.norm == model::Norm::RmsNorm;
   swiglu = s.model.activation == model::Activation::Swiglu;
   rope = s.model.position_embedding == model::PositionEmbedding::Rope;
   linear_bias = s.model.linear_bias;
   parallel_residual = s.model.parallel_residual;
   shared_norm = s.model.shared_norm;
-  rotary_dim = static_cast<int>(s.model.rotary_dim());
-  vocab = static_cast<int>(s.model.vocab);
-  vocab_local = static_cast<int>(s.padded_vocab()) / tp;
-  vocab_start = tp_rank * vocab_local;
+  rotary_dim = narrow(shapes.rotary_dim);
+  vocab = narrow(shapes.vocab);
+  vocab_local = narrow(shapes.vocab_local);
+  vocab_start = narrow(shapes.vocab_start(tp_rank));
 }
 
 namespace {
@@ -142,8 +143,9 @@ ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, 
     : scenario_(scenario),
       coord_(coord),
       backend_(backend),
-      dims_(scenario, coord.tp, coord.cp),
-      moe_(scenario, coord) {
+      shapes_(model::rank_shapes(scenario)),
+      dims_(scenario, shapes_, coord.tp, coord.cp),
+      moe_(scenario, shapes_, coord) {
   dims_.etp = moe_.etp;
   dims_.etp_rank = moe_.etp_rank;
   const auto& p = scenario.parallel;

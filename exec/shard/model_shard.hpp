@@ -43,11 +43,13 @@
 #include <vector>
 
 #include "exec/core/backend.hpp"
+#include "model/plan/rank_shapes.hpp"
 #include "model/program/program.hpp"
 
 namespace twin::exec {
 
-// Sizes of one rank's micro-batch and shard.
+// Sizes of one rank's micro-batch and shard: model::RankShapes' widths (model/plan/rank_shapes.hpp) as the kernels
+// take them, the rank's indices in the groups that split them, and the block's kind.
 struct Dims {
   int batch = 0, seq = 0;  // sequences per micro-batch, tokens per sequence on this rank (seq_len / cp)
   int tokens = 0;          // batch * seq
@@ -67,10 +69,11 @@ struct Dims {
   bool sequence_parallel = false;
   int etp = 1, etp_rank = 0;  // expert tensor parallel: the ExpertTensor group's size, this rank's index (MoE only)
 
-  Dims(const model::Scenario& scenario, int tp_rank, int cp_rank = 0);
+  Dims(const model::Scenario& scenario, const model::RankShapes& shapes, int tp_rank, int cp_rank = 0);
 };
 
-// Sizes of a rank's Mixture-of-Experts layers (all zero for a dense model).
+// Sizes of a rank's Mixture-of-Experts layers (all zero for a dense model): model::RankShapes' expert widths and the
+// rank's place on the expert grid of model::rank_layout.
 struct MoeDims {
   int experts = 0, top_k = 0;  // routed experts per MoE layer, experts per token
   int ep = 1, ep_rank = 0;     // the Expert group's size and this rank's index in it
@@ -83,7 +86,7 @@ struct MoeDims {
   int edp = 1, edp_rank = 0;   // the ExpertData group's size and this rank's index in it
   double aux_loss_coeff = 0;   // model.moe_aux_loss_coeff
 
-  MoeDims(const model::Scenario& scenario, model::RankCoord coord);
+  MoeDims(const model::Scenario& scenario, const model::RankShapes& shapes, model::RankCoord coord);
 };
 
 // Expert*: a routed expert's split over expert tensor parallelism (parallel.etp, Dims::etp): its fc's rows (SwiGLU:
@@ -210,6 +213,7 @@ class ModelShard {
   const model::Scenario& scenario_;
   model::RankCoord coord_;
   Backend& backend_;
+  model::RankShapes shapes_;  // what dims_ and moe_ view
   Dims dims_;
   MoeDims moe_;
   bool first_stage_ = false, last_stage_ = false;

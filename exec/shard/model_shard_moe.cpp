@@ -17,30 +17,28 @@
 #include "exec/core/check.hpp"
 #include "exec/shard/model_shard.hpp"
 #include "model/plan/ranks.hpp"
+#include "model/program/program.hpp"
 
 namespace twin::exec {
 
-MoeDims::MoeDims(const model::Scenario& s, model::RankCoord coord) {
+MoeDims::MoeDims(const model::Scenario& s, const model::RankShapes& shapes, model::RankCoord coord) {
   if (!s.model.is_moe()) return;
-  const auto& p = s.parallel;
-  experts = static_cast<int>(s.model.experts);
-  top_k = static_cast<int>(s.model.top_k);
-  const model::RankLayout layout(model::LayoutSizes{static_cast<int>(p.tp), static_cast<int>(p.pp),
-                                                    static_cast<int>(p.dp), 1, static_cast<int>(p.ep),
-                                                    static_cast<int>(p.etp)});
+  const auto narrow = [](std::int64_t width) { return static_cast<int>(width); };
+  experts = narrow(shapes.experts);
+  top_k = narrow(shapes.top_k);
+  const model::RankLayout layout = model::rank_layout(s);
   const model::ExpertCoord expert = layout.expert_coord_of(layout.rank_of(coord));
   ep = layout.ep();
   ep_rank = expert.ep;
   edp = layout.edp();
   edp_rank = expert.edp;
-  local_experts = experts / ep;
+  local_experts = narrow(shapes.local_experts);
   etp = layout.etp();
   etp_rank = expert.etp;
-  const int up = s.model.activation == model::Activation::Swiglu ? 2 : 1;
-  expert_ffn = static_cast<int>(s.moe_ffn_hidden()) / etp;
-  expert_up = up * expert_ffn;
-  shared_ffn = static_cast<int>(s.model.shared_experts * s.moe_ffn_hidden());
-  shared_up = up * shared_ffn;
+  expert_ffn = narrow(shapes.expert_ffn_local);
+  expert_up = narrow(shapes.expert_up_local);
+  shared_ffn = narrow(shapes.shared_ffn);
+  shared_up = narrow(shapes.shared_up);
   aux_loss_coeff = s.model.moe_aux_loss_coeff;
 }
 

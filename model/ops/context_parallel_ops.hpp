@@ -25,7 +25,8 @@ void ulysses_to_heads(std::vector<Op>& ops, const Shapes& x, Phase phase);
 void ulysses_output_to_tokens(std::vector<Op>& ops, const Shapes& x, Phase phase);
 void ulysses_grads_to_tokens(std::vector<Op>& ops, const Shapes& x);
 // The shapes the attention core sees after a2a's all-to-all: the whole sequence (cp x the rank's tokens) of
-// heads / (tp cp) query and kv_heads / (tp cp) key/value heads, and no further context split.
+// heads / (tp cp) query and kv_heads / (tp cp) key/value heads, and no further context split (Shapes::rank, the
+// rank's own widths, unchanged: the MLP and experts around the core do not see the exchange).
 Shapes ulysses_core_shapes(const Shapes& x);
 
 }  // namespace twin::model

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "model/ops/op.hpp"
+#include "model/plan/rank_shapes.hpp"
 #include "model/scenario/scenario.hpp"
 
 namespace twin::model {
@@ -19,8 +20,10 @@ inline double d(std::int64_t value) {
 double gradient_accumulation_bytes(const Scenario& scenario);
 int gradient_accumulation_launches(const Scenario& scenario);
 
-// Sizes of one micro-batch on one rank.
+// Sizes of one micro-batch on one rank: RankShapes (model/plan/rank_shapes.hpp) in doubles, as the cost formulas take
+// them, and the framework's choices that decide the kernels' bytes.
 struct Shapes {
+  RankShapes rank;            // the integer widths the fields below are views of
   double seq, batch, tokens;  // tokens = micro_batch * seq_len / cp: the rank's part of the micro-batch
   double cp;                  // parallel.cp: the ranks that split each sequence (model/ops/context_parallel.hpp)
   CpComm cp_comm;             // framework.cp_comm: how they exchange around the attention core
@@ -49,25 +52,28 @@ struct Shapes {
   double accumulation_bytes_per_weight;  // gradient_accumulation_bytes: after each weight-gradient GEMM
   int accumulation_launches;
 
-  explicit Shapes(const Scenario& s) {
-    seq = d(s.model.seq_len);
-    batch = d(s.parallel.micro_batch);
+  explicit Shapes(const Scenario& s) : Shapes(s, rank_shapes(s)) {}
+  Shapes(const Scenario& s, const RankShapes& r) : rank(r) {
+    seq = d(r.seq_len);
+    batch = d(r.micro_batch);
     cp = d(s.parallel.cp);
     cp_comm = s.framework.cp_comm;
-    seq_local = seq / cp;
-    tokens = seq * batch / cp;
+    seq_local = d(r.seq_local);
+    tokens = d(r.tokens);
     t = d(s.parallel.tp);
-    sequence_parallel = s.parallel.sequence_parallel && s.parallel.tp > 1;
+    sequence_parallel = r.sequence_parallel;
+    // The average, not r.tokens_sp: the rules ask seq_len, not seq_len / cp, to be divisible by tp under sequence
+    // parallelism, so with cp > 1 a rank's share may be fractional; the simulator has always costed that average.
     tokens_sp = sequence_parallel ? tokens / t : tokens;
-    h = d(s.model.hidden);
-    f = d(s.ffn_hidden());
-    vocab_local = d(s.padded_vocab()) / t;
+    h = d(r.hidden);
+    f = d(r.ffn);
+    vocab_local = d(r.vocab_local);
     e = dtype_bytes(s.model.dtype);
-    heads_local = d(s.model.heads) / t;
-    head_dim = d(s.model.head_dim());
-    kv_heads_local = d(s.model.key_value_heads()) / t;
-    qkv_local = d(s.model.qkv_width()) / t;
-    up_local = d(s.mlp_up_width()) / t;
+    heads_local = d(r.heads_local);
+    head_dim = d(r.head_dim);
+    kv_heads_local = d(r.kv_heads_local);
+    qkv_local = d(r.qkv_local);
+    up_local = d(r.up_local);
     tensor_comm = s.parallel.tp > 1;
     dropout = s.framework.dropout;
     fused = s.framework.fused_kernels;

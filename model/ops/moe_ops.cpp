@@ -89,7 +89,8 @@ MoeParameterCount count_moe_parameters(const Scenario& s) {
 
 namespace {
 
-// What one rank's experts compute on, per micro-batch.
+// What one rank's experts compute on, per micro-batch: RankShapes' expert widths (Shapes::rank) and the rows the
+// routing sends them.
 struct ExpertShapes {
   double tokens = 0;    // T: the layer's tokens on this rank
   double rows_out = 0;  // T x top_k: the rows this rank dispatches
@@ -109,9 +110,9 @@ ExpertShapes expert_shapes(const Scenario& s, const Shapes& x) {
   const std::vector<double> shares = ep_rank_row_shares(s);
   const double hottest = *std::max_element(shares.begin(), shares.end());
   m.rows = m.rows_out * m.ep * hottest * m.etp;  // every EP peer sends it this share; the ETP gather multiplies
-  m.local_experts = static_cast<double>(s.model.experts) / m.ep;
-  m.width = static_cast<double>(s.moe_ffn_hidden()) / m.etp;
-  m.up_width = (x.swiglu ? 2 : 1) * m.width;
+  m.local_experts = d(x.rank.local_experts);
+  m.width = d(x.rank.expert_ffn_local);
+  m.up_width = d(x.rank.expert_up_local);
   return m;
 }
 
@@ -187,8 +188,7 @@ Op expert_tensor_collective(CollectiveKind kind, ComputeKind what, Phase phase, 
 // the FLOPs of Megatron-Core's TP-split shared expert summed over TP).
 void shared_experts(std::vector<Op>& ops, const Scenario& s, const Shapes& x, Phase phase) {
   if (s.model.shared_experts <= 0) return;
-  const double width = static_cast<double>(s.model.shared_experts * s.moe_ffn_hidden());
-  const double up = (x.swiglu ? 2 : 1) * width;
+  const double width = d(x.rank.shared_ffn), up = d(x.rank.shared_up);
   if (phase == Phase::Backward) {
     ops.push_back(linear(x, ComputeKind::MlpDown, phase, x.tokens_sp, x.h, width));
     ops.push_back(expert_activation(x, phase, x.tokens_sp * width));

@@ -60,6 +60,7 @@ Program build_program(const Scenario& scenario, Granularity granularity) {
   program.scenario = scenario;
   program.granularity = granularity;
   program.layout = rank_layout(scenario);
+  program.shapes = rank_shapes(scenario);
   program.schedule = build_schedule(p, combined_extra_warmup(scenario));
   program.stage_ops.reserve(p.pp);
   program.exchange_issue = exchange_issue(scenario);

@@ -24,6 +24,7 @@
 
 #include "model/ops/exchanges.hpp"
 #include "model/ops/op.hpp"
+#include "model/plan/rank_shapes.hpp"
 #include "model/plan/ranks.hpp"
 #include "model/plan/schedule.hpp"
 #include "model/scenario/scenario.hpp"
@@ -34,6 +35,7 @@ struct Program {
   Scenario scenario;
   Granularity granularity = Granularity::Op;
   RankLayout layout{1, 1, 1};
+  RankShapes shapes;  // the widths every rank works on (rank_shapes), which the ops and the executor size by
   std::vector<StageSchedule> schedule;     // per stage, as build_schedule gave it
   std::vector<std::vector<Op>> stage_ops;  // per stage: the op list every rank of the stage runs
   // How the framework issues its pipeline exchanges, and per stage each exchange's Send/Recv ops in the order the

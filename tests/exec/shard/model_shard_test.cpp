@@ -9,6 +9,7 @@
 #include "exec_test_util.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "model/program/estimates.hpp"
+#include "tiny_moe.hpp"
 
 namespace twin::exec {
 namespace {
@@ -258,6 +259,35 @@ TEST(ExecModelShard, ZeroThreeHoldsOnlyItsOwnShardOfTheParameters) {
   const auto zero_one = testing::scenario(testing::parity_toml(), {"parallel.dp=2", "parallel.zero_stage=1"});
   ModelShard zero_one_shard(zero_one, RankCoord{1, 0, 0}, backend);
   for (const Bucket& b : zero_one_shard.buckets()) EXPECT_FALSE(b.parameters_sharded) << b.name;
+}
+
+// Dims and MoeDims are views of model::RankShapes and of the plan's rank layout, context parallelism included: with cp
+// = 2, dp = 2 and ep = 2 the expert grid has edp = tp cp dp / (etp ep) = 2, and rank 3 (cp 1, dp 1) is EP rank 1 (a
+// layout built with cp = 1 put it at EP rank 0 with edp = 1).
+TEST(ExecModelShard, DimsAndMoeDimsViewTheRankShapesAndTheWholeLayout) {
+  const model::Scenario s = testing::scenario(
+      testing::tiny_moe_toml(),
+      {"parallel.cp=2", "parallel.dp=2", "parallel.ep=2", "framework.attention=\"flash2\"", "model.kv_heads=2"});
+  const model::RankShapes shapes = model::rank_shapes(s);
+  const model::RankLayout layout = model::rank_layout(s);
+  ASSERT_EQ(layout.world_size(), 4);
+  for (int rank = 0; rank < layout.world_size(); ++rank) {
+    const RankCoord coord = layout.coord_of(rank);
+    const Dims dims(s, shapes, coord.tp, coord.cp);
+    EXPECT_EQ(dims.seq, 16);  // 32 tokens over cp 2
+    EXPECT_EQ(dims.tokens, shapes.tokens);
+    EXPECT_EQ(dims.kv_heads_local, 2);
+    EXPECT_EQ(dims.qkv_local, (4 + 2 * 2) * 16);
+    const MoeDims moe(s, shapes, coord);
+    const model::ExpertCoord expert = layout.expert_coord_of(rank);
+    EXPECT_EQ(moe.edp, 2);
+    EXPECT_EQ(moe.ep_rank, expert.ep) << "rank " << rank;
+    EXPECT_EQ(moe.edp_rank, expert.edp) << "rank " << rank;
+    EXPECT_EQ(moe.local_experts, 2);
+    EXPECT_EQ(moe.expert_ffn, 96);
+    EXPECT_EQ(moe.shared_up, 96);
+  }
+  EXPECT_EQ(MoeDims(s, shapes, layout.coord_of(3)).ep_rank, 1);
 }
 
 }  // namespace
