@@ -994,7 +994,9 @@ TEST(Cli, SweepSimulatesEveryCombinationAsTwinSimWould) {
 }
 
 TEST(Cli, SearchVariesTheZeroBubbleSchedule) {
-  const std::string scenario = small_cluster_scenario().string();
+  // 8 layers (pipelines of 2, 4 and 8 stages) and 8 sequences: --max 1 proves the fastest, simulating a few plans.
+  const std::string scenario =
+      small_cluster_scenario().string() + " --set model.layers=8 --set parallel.global_batch=8";
   // The plans that fit, counted before any is simulated: --vary-schedule adds one ZB-H1 plan per 1F1B plan with a
   // pipeline (and none without one).
   const auto plans_found = [&](const std::string& flags) {

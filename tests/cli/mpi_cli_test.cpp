@@ -72,7 +72,8 @@ const std::string kSweep = " --vary parallel.pp=1,2,4 --vary parallel.micro_batc
 
 TEST(MpiCli, SearchUnderMpirunWritesWhatOneProcessWrites) {
   if (!have_mpirun()) GTEST_SKIP() << "mpirun not found (apt install openmpi-bin)";
-  const std::string search = "search " + small_scenario() + " --max 5 --quiet --json ";
+  const std::string search =
+      "search " + small_scenario() + " --set model.layers=4 --set parallel.global_batch=8 --max 5 --quiet --json ";
   const auto one = twin(search + scratch("one.json").string(), 0, scratch("one.out"));
   ASSERT_EQ(one.status, 0) << one.output;
   const auto three = twin(search + scratch("three.json").string(), 3, scratch("three.out"));

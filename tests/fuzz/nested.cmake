@@ -1,6 +1,6 @@
 # The fuzz targets from the test command (ctest -L fuzz in a GCC build, as CI's): Fuzz.ReadersUnderClang configures
 # a clang build of its own beside this one (fuzz-clang/, TWIN_FUZZ=ON), builds only the five fuzz targets there and
-# runs each for TWIN_FUZZ_SECONDS (ctest -L fuzz -j 2 there: three rounds of 12 s at the default). Without clang and its
+# runs each for TWIN_FUZZ_SECONDS (ctest -L fuzz -j 2 there: three rounds of 8 s at the default). Without clang and its
 # libFuzzer runtime (Debian: clang, libclang-rt-14-dev; scripts/install-deps.sh installs both) the test reports
 # itself skipped, naming what is missing. It runs alone (RUN_SERIAL), as the sanitizer jobs do.
 find_program(TWIN_CLANGXX NAMES clang++ clang++-14)
