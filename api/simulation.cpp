@@ -323,6 +323,14 @@ std::string framework_line(const model::Scenario& s) {
       f.tp_comm_overlap, f.gradient_accumulation_fusion, f.pipeline_gather_copies, common);
 }
 
+void check_within_days(double days, const SimRequest& extras) {
+  if (days == 0) return;
+  if (!(days > 0) || !std::isfinite(days)) throw UserError(fmt::format("--days: a number of days above 0, got {}", days));
+  if (extras.train_tokens.empty()) {
+    throw UserError("--days asks whether a training run finishes in time: give its length with --train-tokens");
+  }
+}
+
 Simulation simulate(const model::Scenario& scenario, const SimRequest& r) {
   if (r.usd_per_gpu_hour > 0 && r.train_tokens.empty()) {
     throw UserError("--usd-per-gpu-hour prices a training run's GPU-hours: give its length with --train-tokens");

@@ -86,6 +86,10 @@ Simulation simulate(const model::Scenario& scenario, const SimRequest& request);
 // The JSON document `twin sim --json` writes.
 nlohmann::json sim_document(const Simulation& simulation, const SimRequest& request);
 
+// --days D of a sweep or search (their within_days; 0: not asked) asks whether a training run finishes in time: throws
+// UserError naming --days at D below 0 or not finite, or without the run's length (`extras.train_tokens`).
+void check_within_days(double days, const SimRequest& extras);
+
 // The human-readable lines of the prediction's provenance: the GPU constants (or the profile), the framework, notes.
 std::string gpu_constants_line(const sim::AnalyticalParameters& p, const topology::GpuSpec& gpu, bool from_profile);
 std::string framework_line(const model::Scenario& s);

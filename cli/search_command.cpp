@@ -5,7 +5,6 @@
 // iteration time, each with `twin sim` in its own process (--jobs at a time: SimGrid is sequential, so a search fans
 // out over cores), until the bound proves the --max fastest, and ranks them (api/search.hpp). Parse, call, print.
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <limits>
 #include <thread>
@@ -201,15 +200,12 @@ void sort_plans(api::Search& search, const api::SearchRequest& request, const st
 }
 
 void run_search(const SearchOptions& o) {
-  require_a_run_to_time(o.days, !o.train_tokens.empty());
   const api::SearchRequest request = search_request(o);
+  api::check_within_days(request.within_days, request.extras);
   require_outputs_before_work({{"--json", o.json_path}, {"--csv", o.csv_path}}, {scenario_input(o.scenario)});
   if (!o.sort.empty()) {  // an unknown column is refused before the work
-    report::sorted_order(report::search_columns(nlohmann::json::array(), true), nlohmann::json::array(), o.sort,
-                         "--sort");
-    std::string column = o.sort;
-    for (char& c : column) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (o.days <= 0 && column == "finishes") {
+    const std::vector<report::Column> columns = report::search_columns(nlohmann::json::array(), true);
+    if (o.days <= 0 && report::column_named(columns, o.sort, "--sort").name == "finishes") {
       throw UserError("--sort finishes orders the plans by whether they finish within --days D: give --days");
     }
   }

@@ -116,8 +116,8 @@ void print_sweep(const api::Sweep& sweep, const nlohmann::json& rows, const Swee
 }
 
 void run_sweep(const SweepOptions& o) {
-  require_a_run_to_time(o.days, !o.train_tokens.empty());
   const api::SweepRequest request = sweep_request(o);
+  api::check_within_days(request.within_days, request.extras);
   require_outputs_before_work({{"--json", o.json_path}, {"--csv", o.csv_path}},
                               {{"the scenario", resolve_scenario_path(o.scenario.scenario)}});
   api::Sweep sweep = api::prepare_sweep(request);

@@ -31,12 +31,6 @@ void add_days_option(CLI::App& command, double& days, const std::string& what) {
           "DAYS"));
 }
 
-void require_a_run_to_time(double days, bool train_tokens_given) {
-  if (days > 0 && !train_tokens_given) {
-    throw twin::UserError("--days asks whether a training run finishes in time: give its length with --train-tokens");
-  }
-}
-
 std::string finishes_cell(const nlohmann::json& row) {
   const auto found = row.find("finishes_in_days");
   if (found == row.end() || !found->is_boolean()) return "";

@@ -12,8 +12,6 @@ namespace twin::cli {
 
 // Adds --days to `command`, a number of days above 0 (0: not given).
 void add_days_option(CLI::App& command, double& days, const std::string& what);
-// --days times a training run: refused, naming the flag, when no --train-tokens gives one.
-void require_a_run_to_time(double days, bool train_tokens_given);
 // A table's "finishes" cell for a row: "yes", "no", or blank when the row has no answer.
 std::string finishes_cell(const nlohmann::json& row);
 // A search row's plan in a few words: "tp 2 x pp 2 x dp 4, mb 1, 1f1b on 2 x dgx-a100" (cp and ep where above 1).

@@ -5,7 +5,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -89,16 +88,6 @@ std::string graph(const std::string& source, bool is_text, const std::vector<std
   return model::program_to_json(program).dump();
 }
 
-// days=D (`--days D`): with train_tokens, each row's finishes_in_days and the fewest GPUs that finish; 0: not asked.
-double within_days(double days, const api::SimRequest& extras) {
-  if (days == 0) return 0;
-  if (!(days > 0) || !std::isfinite(days)) throw UserError("--days: a number of days above 0");
-  if (extras.train_tokens.empty()) {
-    throw UserError("--days: asks whether a training run finishes in time: give its length with train_tokens");
-  }
-  return days;
-}
-
 std::string sweep(const std::string& path, const std::vector<std::string>& sets, const std::vector<std::string>& varies,
                   const py::dict& options, double days) {
   api::SweepRequest request;
@@ -106,7 +95,8 @@ std::string sweep(const std::string& path, const std::vector<std::string>& sets,
   request.sets = sets;
   request.varies = varies;
   request.extras = sim_request(options);
-  request.within_days = within_days(days, request.extras);
+  request.within_days = days;
+  api::check_within_days(request.within_days, request.extras);
   py::gil_scoped_release unlocked;
   return api::sweep_document(api::sweep(request), request).dump();
 }
@@ -144,7 +134,8 @@ std::string search(const std::string& path, const std::vector<std::string>& sets
       throw UserError("--" + key + ": no such option of a search");
   }
   request.extras = sim_request(options);
-  request.within_days = within_days(days, request.extras);
+  request.within_days = days;
+  api::check_within_days(request.within_days, request.extras);
   py::gil_scoped_release unlocked;
   return api::search_document(api::search(request), request).dump();
 }

@@ -178,8 +178,7 @@ std::string csv(const std::vector<Column>& columns, const json& rows) {
   return out;
 }
 
-std::vector<std::size_t> sorted_order(const std::vector<Column>& columns, const json& rows, const std::string& name,
-                                      const std::string& flag) {
+const Column& column_named(const std::vector<Column>& columns, const std::string& name, const std::string& flag) {
   const auto column = std::find_if(columns.begin(), columns.end(), [&](const Column& c) {
     return lower(c.name) == lower(name) || lower(c.heading) == lower(name);
   });
@@ -188,6 +187,12 @@ std::vector<std::size_t> sorted_order(const std::vector<Column>& columns, const 
     for (const Column& c : columns) names += (names.empty() ? "" : ", ") + c.name;
     throw UserError(fmt::format("{} '{}': no such column (the columns: {})", flag, name, names));
   }
+  return *column;
+}
+
+std::vector<std::size_t> sorted_order(const std::vector<Column>& columns, const json& rows, const std::string& name,
+                                      const std::string& flag) {
+  const Column* column = &column_named(columns, name, flag);
   std::vector<std::size_t> order(rows.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {

@@ -33,6 +33,10 @@ std::vector<Column> sweep_columns(const std::vector<std::string>& varied, const 
 // RFC 4180 CSV: the names, then a line per row; a cell with a comma, quote or line break is quoted.
 std::string csv(const std::vector<Column>& columns, const nlohmann::json& rows);
 
+// The column named `name` (its name or heading, either case). Throws UserError naming `flag` and `name` and listing
+// the columns when none has that name.
+const Column& column_named(const std::vector<Column>& columns, const std::string& name, const std::string& flag);
+
 // The order of `rows` by the column named `name` (its name or heading, either case): ascending, TFLOP/s and
 // goodput descending; ties and rows without a result (an error) keep their order, the latter last. Throws
 // UserError naming `flag` and `name` and listing the columns when no column has that name.

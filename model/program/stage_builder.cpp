@@ -6,7 +6,6 @@
 #include "model/ops/layer_ops.hpp"
 #include "model/ops/moe_ops.hpp"
 #include "model/program/estimates.hpp"
-#include "model/program/moe_a2a_overlap.hpp"
 
 namespace twin::model {
 
