@@ -104,6 +104,35 @@ TEST(CpuFp8, ExhaustiveRoundTripAndValueRoundingAgree) {
   }
 }
 
+// Round to nearest, ties to even, against the code table itself (fp8_to_float decodes the bits, independent of the
+// rounding): between each two neighbouring codes, the midpoint goes to the one with the even code, the fp32 values on
+// either side of it to the nearer code, and a scaled tensor rounds alike (fp8_quantize_dequantize's loop).
+TEST(CpuFp8, RoundsToTheNearestCodeTiesToEvenBetweenEveryTwoNeighbours) {
+  for (Fp8Format format : {E4M3, E5M2}) {
+    const int largest = format == E4M3 ? 0x7e : 0x7b;  // the largest finite code
+    for (int code = 0; code < largest; ++code) {
+      const float lo = fp8_to_float(static_cast<std::uint8_t>(code), format);
+      const float hi = fp8_to_float(static_cast<std::uint8_t>(code + 1), format);
+      const float mid = lo + (hi - lo) / 2;  // exact: both are short binary fractions
+      const float even = code % 2 == 0 ? lo : hi;
+      EXPECT_EQ(round_to_fp8(mid, format), even) << "between codes " << code << " and " << code + 1;
+      EXPECT_EQ(round_to_fp8(-mid, format), -even);
+      EXPECT_EQ(round_to_fp8(std::nextafter(mid, 0.0f), format), lo) << "code " << code;
+      EXPECT_EQ(round_to_fp8(std::nextafter(mid, kInf), format), hi) << "code " << code + 1;
+      const float x[3] = {std::nextafter(mid, 0.0f) * 4, mid * 4, std::nextafter(mid, kInf) * 4};
+      float y[3];
+      fp8_quantize_dequantize(y, x, 3, 0.25f, format);
+      EXPECT_EQ(y[0], lo * 4);
+      EXPECT_EQ(y[1], even * 4);
+      EXPECT_EQ(y[2], hi * 4);
+    }
+    // fp32 subnormals, far below the smallest FP8 subnormal: zeros of their sign
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(round_to_fp8(std::numeric_limits<float>::denorm_min(), format)), 0u);
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(round_to_fp8(-std::numeric_limits<float>::denorm_min(), format)),
+              0x80000000u);
+  }
+}
+
 TEST(CpuFp8, ScaleFromAmaxAsTransformerEngine) {
   EXPECT_EQ(fp8_scale_from_amax(2.0f, 448.0f, 1.0f), 224.0f);
   EXPECT_EQ(fp8_scale_from_amax(2.0f, 448.0f, 1.0f, 1), 112.0f);  // margin 1: half
