@@ -15,10 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-bool simulated(const json& row) {
-  return row.value("error", std::string()).empty();
-}
-
 std::string table_of(const std::vector<Column>& columns, const json& rows) {
   std::vector<std::string> header;
   for (const Column& column : columns) header.push_back(column.heading);
@@ -34,7 +30,7 @@ std::string table_of(const std::vector<Column>& columns, const json& rows) {
 std::string split_section(const std::vector<std::string>& labels, const json& rows) {
   std::vector<StackedBar> bars;
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (!simulated(rows[i])) continue;
+    if (!row_simulated(rows[i])) continue;
     const double seconds = rows[i].value("iteration_time_s", 0.0);
     bars.push_back({labels[i], split_seconds(rows[i].value("time_split", json::object()), seconds)});
   }
@@ -81,7 +77,7 @@ std::string sweep_sections(const json& d) {
   bool numeric = varied.size() == 1;
   std::size_t fastest = rows.size();
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (!simulated(rows[i])) continue;
+    if (!row_simulated(rows[i])) continue;
     double x = 0;
     numeric &= is_number(labels[i], x);
     points.push_back({labels[i], x, rows[i].value("iteration_time_s", 0.0)});
@@ -109,7 +105,7 @@ std::string search_sections(const json& d) {
   std::vector<Bar> bars;
   for (const json& row : rows) {
     labels.push_back(plan_label(row));
-    if (simulated(row)) {
+    if (row_simulated(row)) {
       const double seconds = row.value("iteration_time_s", 0.0);
       bars.push_back({labels.back(), seconds,
                       fmt::format("{:.4f} s{}", seconds, row.value("fits", false) ? "" : " (does not fit)")});

@@ -31,15 +31,12 @@ std::string text_at(const json& row, const char* key) {
   if (found == row.end()) return "";
   return found->is_string() ? found->get<std::string>() : found->dump();
 }
-bool simulated(const json& row) {
-  return text_at(row, "error").empty();
-}
 
 // A number column: `digits` after the point; empty where the row has no result.
 Column numeric(std::string name, std::string heading, std::function<double(const json&)> value, int digits,
                bool larger_first = false) {
   auto text = [value, digits](const json& row) {
-    return simulated(row) ? fmt::format("{:.{}f}", value(row), digits) : std::string();
+    return row_simulated(row) ? fmt::format("{:.{}f}", value(row), digits) : std::string();
   };
   return {std::move(name), std::move(heading), text, value, larger_first};
 }
@@ -68,8 +65,8 @@ void add_results(std::vector<Column>& columns, const json& rows, bool every) {
       "bubble", "bubble %", [](const json& r) { return 100 * number_at(r, "bubble_fraction"); }, 1));
   columns.push_back(numeric(
       "mem_gib", "mem GiB", [](const json& r) { return number_at(r, "memory_per_gpu_bytes") / kGiB; }, 1));
-  columns.push_back(textual("fits", "fits",
-                            [](const json& r) { return simulated(r) ? (r.value("fits", false) ? "yes" : "NO") : ""; }));
+  columns.push_back(textual(
+      "fits", "fits", [](const json& r) { return row_simulated(r) ? (r.value("fits", false) ? "yes" : "NO") : ""; }));
   if (any_row_has(rows, "tokens_per_s")) {  // a sweep's
     columns.push_back(numeric(
         "tokens_per_s", "tokens/s", [](const json& r) { return number_at(r, "tokens_per_s"); }, 0, true));
@@ -114,6 +111,10 @@ std::string lower(std::string text) {
 }
 
 }  // namespace
+
+bool row_simulated(const json& row) {
+  return text_at(row, "error").empty();
+}
 
 std::vector<Column> search_columns(const json& rows, bool every) {
   std::vector<Column> columns;
@@ -197,7 +198,7 @@ std::vector<std::size_t> sorted_order(const std::vector<Column>& columns, const 
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     const json &x = rows[a], &y = rows[b];
-    if (simulated(x) != simulated(y)) return simulated(x);  // rows without a result last
+    if (row_simulated(x) != row_simulated(y)) return row_simulated(x);  // rows without a result last
     if (!column->number) return column->text(x) < column->text(y);
     const double u = column->number(x), v = column->number(y);
     return column->larger_first ? u > v : u < v;

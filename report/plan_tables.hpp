@@ -30,6 +30,9 @@ std::vector<Column> search_columns(const nlohmann::json& rows, bool every = fals
 // tokens_per_s, goodput, days, gpu_hours, cost_usd and finishes where the rows have them, and error.
 std::vector<Column> sweep_columns(const std::vector<std::string>& varied, const nlohmann::json& rows);
 
+// Whether a search or sweep row has a result: no `error`, or an empty one.
+bool row_simulated(const nlohmann::json& row);
+
 // RFC 4180 CSV: the names, then a line per row; a cell with a comma, quote or line break is quoted.
 std::string csv(const std::vector<Column>& columns, const nlohmann::json& rows);
 

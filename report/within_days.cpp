@@ -3,6 +3,8 @@
 
 #include <limits>
 
+#include "report/plan_tables.hpp"
+
 namespace twin::report {
 
 namespace {
@@ -12,11 +14,6 @@ using nlohmann::json;
 double number_or(const json& object, const char* key, double otherwise) {
   const auto found = object.find(key);
   return found != object.end() && found->is_number() ? found->get<double>() : otherwise;
-}
-
-bool simulated(const json& row) {
-  const auto error = row.find("error");
-  return error == row.end() || (error->is_string() && error->get<std::string>().empty());
 }
 
 }  // namespace
@@ -30,7 +27,7 @@ double training_gpu_hours(const json& row) {
 }
 
 std::optional<double> training_days(const json& row) {
-  if (!simulated(row) || !row.contains("training")) return std::nullopt;
+  if (!row_simulated(row) || !row.contains("training")) return std::nullopt;
   const json& training = row.at("training");
   // With goodput the days with failures are the ones the calendar sees.
   const char* key = row.contains("goodput") && training.contains("days_with_failures") ? "days_with_failures" : "days";

@@ -3,13 +3,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "topology/datasheet_units.hpp"
 #include "topology/hardware.hpp"
 
 namespace twin::topology {
-
-namespace {
-constexpr double kGiga = 1e9;
-}  // namespace
 
 // InfiniBand XDR: 4x links at 200 Gb/s per lane = 800 Gb/s per port (IBTA specification, XDR). Switch: NVIDIA
 // Quantum-X800 Q3400 datasheet: 144 XDR ports. No port-to-port latency is published for it; Quantum's 130 ns is

@@ -1,6 +1,7 @@
 // Hardware specs. Every number names its source; "dense" peaks are the datasheet's sparsity figures halved where
 // the datasheet only prints the sparse one (marked *) .
 #include "topology/hardware.hpp"
+#include "topology/datasheet_units.hpp"
 #include "topology/host_launch.hpp"
 
 #include <iterator>
@@ -10,12 +11,6 @@
 #include <fmt/core.h>
 
 namespace twin::topology {
-
-namespace {
-constexpr double kTera = 1e12;
-constexpr double kGiga = 1e9;
-constexpr double kGB = 1e9;  // datasheets count memory and bandwidth in powers of ten
-}  // namespace
 
 double GpuSpec::peak_flops(model::DType dtype) const {
   switch (dtype) {

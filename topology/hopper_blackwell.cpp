@@ -2,16 +2,11 @@
 // DGX B200 and the GB200 of NVL72 racks. Every number names its source; peaks are dense (the datasheets print the
 // sparse figure for the tensor-core formats, marked *, which is twice the dense one). GPU memory is in bytes as the
 // driver reports it (nvidia-smi's MiB), the datasheet's decimal "GB" said beside it.
+#include "topology/datasheet_units.hpp"
 #include "topology/hardware.hpp"
 #include "topology/host_launch.hpp"
 
 namespace twin::topology {
-
-namespace {
-constexpr double kTera = 1e12;
-constexpr double kGiga = 1e9;
-constexpr double kGB = 1e9;  // datasheets count bandwidth in powers of ten
-}  // namespace
 
 // NVIDIA H800 Tensor Core GPU datasheet ("H800 SXM5"): the GH100 of H100 SXM5 with the same tensor-core peaks (FP8
 // 3,958 TFLOPS*, BF16 / FP16 1,979 TFLOPS*, TF32 989 TFLOPS*), 80 GB of HBM3 at 3.35 TB/s, and NVLink cut to

@@ -10,6 +10,7 @@
 
 #include "exec/core/check.hpp"
 #include "exec/core/errors.hpp"
+#include "exec/core/sizes.hpp"
 
 namespace twin::exec {
 
@@ -17,10 +18,6 @@ namespace {
 
 // kernels/cpu/cross_entropy.hpp and kernels/cuda/cross_entropy.cuh: (local max, local sum of exp, target logit)
 constexpr std::size_t kCrossEntropyStats = 3;
-
-std::size_t sz(int value) {
-  return static_cast<std::size_t>(value);
-}
 
 }  // namespace
 

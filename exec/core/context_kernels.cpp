@@ -3,14 +3,11 @@
 // (model::cp_sequence_chunk) each backend checks against its own kernels.
 #include "exec/core/context_kernels.hpp"
 #include "exec/core/check.hpp"
+#include "exec/core/sizes.hpp"
 
 namespace twin::exec {
 
 namespace {
-
-std::size_t sz(int value) {
-  return static_cast<std::size_t>(value);
-}
 
 // The local tokens (B x L), and the widths of a qkv row, an attention output row and a key (or value) row.
 struct Widths {

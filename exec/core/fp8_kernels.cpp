@@ -2,16 +2,9 @@
 #include "exec/core/fp8_kernels.hpp"
 
 #include "exec/core/check.hpp"
+#include "exec/core/sizes.hpp"
 
 namespace twin::exec {
-
-namespace {
-
-std::size_t sz(int value) {
-  return static_cast<std::size_t>(value);
-}
-
-}  // namespace
 
 Fp8Amaxes Fp8Kernels::fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                                          int rows, int in_features, int out_features, const Fp8Operand& input,

@@ -5,6 +5,7 @@
 
 #include "exec/core/check.hpp"
 #include "exec/core/moe_kernels.hpp"
+#include "exec/core/sizes.hpp"
 
 namespace twin::exec {
 
@@ -12,10 +13,6 @@ namespace {
 
 std::size_t total_rows(const std::vector<int>& rows) {
   return static_cast<std::size_t>(std::accumulate(rows.begin(), rows.end(), 0));
-}
-
-std::size_t sz(int value) {
-  return static_cast<std::size_t>(value);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "exec/core/check.hpp"
+#include "exec/core/sizes.hpp"
 #include "exec/cpu/cpu_backend.hpp"
 #include "kernels/cpu/ring_attention.hpp"
 #include "model/ops/context_parallel.hpp"
@@ -14,10 +15,6 @@ namespace twin::exec::cpu {
 namespace k = twin::kernels::cpu;
 
 namespace {
-
-std::size_t sz(int value) {
-  return static_cast<std::size_t>(value);
-}
 
 // The range's columns [column, column + range) of every row of `tensor` (rows x width), and back.
 std::vector<float> take_columns(const Tensor& tensor, std::size_t rows, int width, int column, std::size_t range) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "exec/core/check.hpp"
+#include "exec/core/sizes.hpp"
 #include "exec/cpu/cpu_backend.hpp"
 #include "kernels/cpu/ring_attention.hpp"
 #include "kernels/cpu/rope.hpp"
@@ -18,10 +19,6 @@ namespace k = twin::kernels::cpu;
 namespace {
 
 constexpr float kRopeBase = 10000.f;  // CpuBackend::rope_forward's
-
-std::size_t sz(int value) {
-  return static_cast<std::size_t>(value);
-}
 
 k::ContextParallelShape kernel_shape(const ContextShape& s) {
   k::ContextParallelShape shape;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "exec/core/check.hpp"
+#include "exec/core/sizes.hpp"
 #include "exec/cpu/cpu_backend.hpp"
 #include "kernels/cpu/ring_attention.hpp"
 
@@ -11,10 +12,6 @@ namespace twin::exec::cpu {
 namespace k = twin::kernels::cpu;
 
 namespace {
-
-std::size_t sz(int value) {
-  return static_cast<std::size_t>(value);
-}
 
 k::ContextParallelShape ring_shape(const ContextShape& s) {
   k::ContextParallelShape shape;

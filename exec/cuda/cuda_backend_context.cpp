@@ -4,6 +4,7 @@
 // order (all_gather), one rank's K/V block (B, L, 2 KV D) (ring), a column range of a token-major tensor (Ulysses).
 // Each method describes its tensors to the kernels (context::Layout, KeyBlocks, an index map) and launches.
 #include "exec/core/check.hpp"
+#include "exec/core/sizes.hpp"
 #include "exec/cuda/cuda_backend.hpp"
 #include "kernels/cuda/context_parallel.cuh"
 #include "model/ops/context_parallel.hpp"
@@ -15,10 +16,6 @@ namespace ctx = twin::kernels::cuda::context;
 using bf16 = __nv_bfloat16;
 
 namespace {
-
-std::size_t sz(int value) {
-  return static_cast<std::size_t>(value);
-}
 
 // The kernels' view of a rank's shape, after the checks every method needs: a layout the Program's chunks follow.
 ctx::Layout layout(const ContextShape& s) {

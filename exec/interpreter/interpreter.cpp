@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 
 #include "exec/core/check.hpp"
+#include "exec/core/clock.hpp"
 #include "exec/core/errors.hpp"
 #include "exec/interpreter/fp8_state.hpp"
 #include "model/ops/op_label.hpp"
@@ -22,14 +23,6 @@ using model::Op;
 using model::OpKind;
 using model::Payload;
 using model::Phase;
-
-namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 Interpreter::Interpreter(const model::Program& program, int rank, Backend& backend, Communicator& comm,
                          ModelShard& shard)

@@ -22,6 +22,7 @@
 
 #include "exec/checkpoint/checkpoint.hpp"
 #include "exec/comm/threads_communicator.hpp"
+#include "exec/core/clock.hpp"
 #include "exec/core/errors.hpp"
 #include "exec/train/trainer.hpp"
 
@@ -32,10 +33,6 @@ namespace {
 // How long after a failure a rank that makes no progress is given to return (a woken rank returns in milliseconds; a
 // stuck one never does): the launcher ends this long after the peers' timeout.
 constexpr double kStuckGrace_s = 1.0;
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // What the rank threads share with the launcher. Held by shared_ptr: a stuck thread that wakes after train_threads
 // gave up on it still finds this alive.

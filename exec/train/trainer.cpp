@@ -15,6 +15,7 @@
 #include "exec/checkpoint/checkpoint.hpp"
 #include "exec/checkpoint/fp8.hpp"
 #include "exec/core/backend.hpp"
+#include "exec/core/clock.hpp"
 #include "exec/core/errors.hpp"
 #include "exec/interpreter/fp8_state.hpp"
 #include "exec/interpreter/interpreter.hpp"
@@ -32,10 +33,6 @@ namespace twin::exec {
 namespace fs = std::filesystem;
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 CommGroup world_group(int world_size) {
   CommGroup g{"world", {}};

@@ -7,13 +7,10 @@
 
 #include "model/ops/op.hpp"
 #include "model/plan/rank_shapes.hpp"
+#include "model/scenario/counts.hpp"
 #include "model/scenario/scenario.hpp"
 
 namespace twin::model {
-
-inline double d(std::int64_t value) {
-  return static_cast<double>(value);
-}
 
 // Bytes per weight element the framework moves to accumulate one micro-batch's weight gradient, averaged over the
 // iteration's micro-batches (see kernel_traffic.cpp), and the kernels it takes.

@@ -1,11 +1,8 @@
 #include "model/plan/parameters.hpp"
 
+#include "model/scenario/counts.hpp"
+
 namespace twin::model {
-namespace {
-
-double d(std::int64_t value) { return static_cast<double>(value); }
-
-}  // namespace
 
 double norm_parameters(const Scenario& s) {
   return (s.model.norm == Norm::RmsNorm ? 1 : 2) * d(s.model.hidden);

@@ -5,11 +5,10 @@
 #include "model/ops/moe_ops.hpp"
 #include "model/plan/schedule.hpp"
 #include "model/program/moe_a2a_overlap.hpp"
+#include "model/scenario/counts.hpp"
 
 namespace twin::model {
 namespace {
-
-double d(std::int64_t value) { return static_cast<double>(value); }
 
 // The weights of one transformer layer's four GEMMs held by one GPU (no biases or norms).
 double gemm_weights_per_gpu(const Scenario& s) {
