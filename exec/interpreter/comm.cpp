@@ -38,14 +38,14 @@ Tensor& Interpreter::tensor_parallel_buffer(const Op& op) {
     default:
       break;
   }
-  throw InternalError(fmt::format("rank {}: {}: no tensor-parallel buffer for {}", rank_, labels_[current_op_],
-                                  model::to_string(op.what)));
+  throw InternalError(
+      fmt::format("rank {}: {}: no tensor-parallel buffer for {}", rank_, ctx_.label(), model::to_string(op.what)));
 }
 
 void Interpreter::reduce_tensor_parallel(const Op& op) {
   Tensor& buffer = tensor_parallel_buffer(op);  // (T, C) partial sums
-  TWIN_EXEC_CHECK(!buffer.empty(), "rank {}: {}: nothing to reduce", rank_, labels_[current_op_]);
-  const std::string& label = labels_[current_op_];
+  TWIN_EXEC_CHECK(!buffer.empty(), "rank {}: {}: nothing to reduce", rank_, ctx_.label());
+  const std::string& label = ctx_.label();
   if (op.collective == CollectiveKind::AllReduce) {
     comm_.all_reduce(group(op.group), buffer.data, buffer.numel, buffer.dtype, label);
     return;
@@ -58,9 +58,9 @@ void Interpreter::reduce_tensor_parallel(const Op& op) {
 }
 
 void Interpreter::all_gather_sequence(const Op& op, const Tensor& shard, Tensor& full) {
-  TWIN_EXEC_CHECK(!shard.empty(), "rank {}: {}: nothing to gather", rank_, labels_[current_op_]);
+  TWIN_EXEC_CHECK(!shard.empty(), "rank {}: {}: nothing to gather", rank_, ctx_.label());
   full = backend_.allocate(shard.numel * static_cast<std::size_t>(dims_.tp), shard.dtype);  // (T, C)
-  comm_.all_gather(group(op.group), shard.data, full.data, shard.numel, shard.dtype, labels_[current_op_]);
+  comm_.all_gather(group(op.group), shard.data, full.data, shard.numel, shard.dtype, ctx_.label());
 }
 
 void Interpreter::gather_layer_input(const Op& op) {
@@ -81,7 +81,7 @@ void Interpreter::gather_layer_input(const Op& op) {
       return;
     }
     default:
-      throw InternalError(fmt::format("rank {}: {}: no layer input to gather", rank_, labels_[current_op_]));
+      throw InternalError(fmt::format("rank {}: {}: no layer input to gather", rank_, ctx_.label()));
   }
 }
 
@@ -109,10 +109,10 @@ void Interpreter::gather_cross_entropy_stats(const Op& op) {
 // Forward: the stream (T_sp, C) goes to the next virtual stage; backward: its gradient goes back.
 
 void Interpreter::send(const Op& op) {
-  if (op.group == model::Group::Context) return ring_send(op);
+  if (op.group == model::Group::Context) return context_->exchange(op);  // the p2p ring
   ChunkState& state = chunk(op);
   const Tensor& tensor = op.phase == Phase::Forward ? state.hidden : state.grad;
-  TWIN_EXEC_CHECK(!tensor.empty(), "rank {}: {}: nothing to send", rank_, labels_[current_op_]);
+  TWIN_EXEC_CHECK(!tensor.empty(), "rank {}: {}: nothing to send", rank_, ctx_.label());
   const int peer = program_.layout.rank_on_stage(rank_, op.peer_stage);
   comm_.send(peer, model::p2p_tag_key(model::p2p_tag(op)), tensor.data, tensor.bytes());
 }
@@ -120,7 +120,7 @@ void Interpreter::send(const Op& op) {
 void Interpreter::pass_through_turn(const Op& last) {
   const bool forward = last.phase == Phase::Forward;
   const Tensor& from = forward ? chunk(last).hidden : chunk(last).grad;
-  TWIN_EXEC_CHECK(!from.empty(), "rank {}: {}: nothing to pass through the V's turn", rank_, labels_[current_op_]);
+  TWIN_EXEC_CHECK(!from.empty(), "rank {}: {}: nothing to pass through the V's turn", rank_, ctx_.label());
   Op next = last;  // the other chunk's state: created by its forward (chunk 1), or its forward made it (chunk 0)
   next.chunk = 1 - last.chunk;
   ChunkState& to = chunk(next);
@@ -130,12 +130,12 @@ void Interpreter::pass_through_turn(const Op& last) {
 }
 
 void Interpreter::recv(const Op& op) {
-  if (op.group == model::Group::Context) return ring_recv(op);
+  if (op.group == model::Group::Context) return context_->exchange(op);
   ChunkState& state = chunk(op);
   Tensor tensor =
       backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp) * dims_.hidden, backend_.activation_dtype());
   const int peer = program_.layout.rank_on_stage(rank_, op.peer_stage);
-  comm_.recv(peer, model::p2p_tag_key(model::p2p_tag(op)), tensor.data, tensor.bytes(), labels_[current_op_]);
+  comm_.recv(peer, model::p2p_tag_key(model::p2p_tag(op)), tensor.data, tensor.bytes(), ctx_.label());
   (op.phase == Phase::Forward ? state.hidden : state.grad) = tensor;
 }
 

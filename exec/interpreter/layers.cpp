@@ -18,7 +18,7 @@
 // (so that a selective recompute of the attention core reads them rotated; its backward rotates dq and dk back before
 // the GEMM's), grouped-query attention, SwiGLU for GELU on an fc twice as wide, and no biases.
 //
-// [AG] and [AR|RS] are the Program's TP collectives (interpreter_comm.cpp); each compute op writes the tensor its
+// [AG] and [AR|RS] are the Program's TP collectives (comm.cpp); each compute op writes the tensor its
 // collective (if any) transforms, so with tp = 1 the same handlers run without them. Shapes per rank: T = B*S tokens,
 // T_sp = T/tp under sequence parallelism, C hidden, C/t and F/t the rank's attention and MLP widths.
 // Recompute: `full` keeps only x after the forward and the Recompute ops rebuild the rest; `selective` drops the
@@ -27,6 +27,7 @@
 
 #include "exec/core/check.hpp"
 #include "exec/interpreter/interpreter.hpp"
+#include "model/ops/compute_ops.hpp"
 
 namespace twin::exec {
 
@@ -62,7 +63,7 @@ void Interpreter::qkv_forward(const Op& op) {
   s.qkv = backend_.allocate(numel(dims_.tokens, width), backend_.activation_dtype());
   linear_forward(op, s.qkv, s.ln1_full, w.qkv_weight, w.qkv_bias, dims_.tokens, dims_.hidden, width);
   if (dims_.rope && dims_.cp > 1) {
-    backend_.context_kernels().context_rope_forward(s.qkv, context_shape(), dims_.rotary_dim);
+    backend_.context_kernels().context_rope_forward(s.qkv, context_shape(dims_), dims_.rotary_dim);
   } else if (dims_.rope) {
     backend_.rope_forward(s.qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local, dims_.head_dim,
                           dims_.rotary_dim);
@@ -70,9 +71,7 @@ void Interpreter::qkv_forward(const Op& op) {
 }
 
 void Interpreter::attention_core_forward(const Op& op) {
-  if (op.cp_ring_step >= 0) return ring_block_forward(op);
-  if (dims_.cp > 1 && scenario_.framework.cp_comm == model::CpComm::AllToAll) return ulysses_attention_forward(op);
-  if (dims_.cp > 1) return context_attention_forward(op);
+  if (context_) return context_->forward(op);
   LayerStash& s = stash(op);
   s.attn = backend_.allocate(numel(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
   s.attn_lse = backend_.allocate(numel(dims_.batch * dims_.heads_local, dims_.seq), DType::F32);
@@ -179,7 +178,9 @@ void Interpreter::finish_layer_forward(const Op& op, LayerStash& s) {
     s.ln2_full = Tensor{};
   }
   if (recomputing(op)) return;
-  switch (scenario_.recompute_of_layer(op.layer)) {
+  const Recompute mode = scenario_.recompute_of_layer(op.layer);
+  if (mode != Recompute::None && context_) context_->drop_forward(StashKey::of(op));  // its recompute rebuilds it
+  switch (mode) {
     case Recompute::None:
       break;
     case Recompute::Full:  // the input, or under partition_activations the part the LN1 op kept of it
@@ -188,8 +189,6 @@ void Interpreter::finish_layer_forward(const Op& op, LayerStash& s) {
     case Recompute::Selective:
       s.attn = Tensor{};
       s.attn_lse = Tensor{};
-      s.ulysses_qkv = Tensor{};
-      s.ulysses_out = Tensor{};
       break;
   }
 }
@@ -293,9 +292,7 @@ void Interpreter::attention_projection_backward(const Op& op) {
 }
 
 void Interpreter::attention_core_backward(const Op& op) {
-  if (op.cp_ring_step >= 0) return ring_block_backward(op);
-  if (dims_.cp > 1 && scenario_.framework.cp_comm == model::CpComm::AllToAll) return ulysses_attention_backward(op);
-  if (dims_.cp > 1) return context_attention_backward(op);
+  if (context_) return context_->backward(op);
   ChunkState& state = chunk(op);
   LayerStash& s = stash(op);
   state.work.d_qkv = backend_.allocate(s.qkv.numel, backend_.activation_dtype());
@@ -311,7 +308,7 @@ void Interpreter::qkv_backward(const Op& op) {
   const LayerTensors& g = shard_.layer_grads(op.layer);
   TWIN_EXEC_CHECK(!s.ln1_full.empty(), "layer {}: the attention input was not gathered", op.layer);
   if (dims_.rope && dims_.cp > 1) {
-    backend_.context_kernels().context_rope_backward(state.work.d_qkv, context_shape(), dims_.rotary_dim);
+    backend_.context_kernels().context_rope_backward(state.work.d_qkv, context_shape(dims_), dims_.rotary_dim);
   } else if (dims_.rope) {  // the gradient of the rotated q and k back to the QKV GEMM's output (the Program's op too)
     backend_.rope_backward(state.work.d_qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local,
                            dims_.head_dim, dims_.rotary_dim);
@@ -341,6 +338,38 @@ void Interpreter::layernorm_attention_backward(const Op& op) {
     state.work.d_x_mlp = Tensor{};
   }
   state.layers.erase(op.layer);  // this micro-batch is done with the layer
+}
+
+// ---- the layer's GEMMs: matmul_forward / matmul_backward, or their FP8 twins (fp8_linear.hpp) when the op's GEMM
+// runs in FP8 (model::runs_in_fp8) ------------------------------------------------------------------------------------
+
+void Interpreter::linear_forward(const Op& op, const Tensor& out, const Tensor& inp, const Tensor& weight,
+                                 const Tensor& bias, int rows, int in_features, int out_features) {
+  if (!model::runs_in_fp8(scenario_, op.what)) {
+    backend_.matmul_forward(out, inp, weight, bias, rows, in_features, out_features);
+    return;
+  }
+  fp8_->forward(op, out, inp, weight, bias, rows, in_features, out_features);
+}
+
+void Interpreter::linear_backward(const Op& op, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                                  const Tensor& dout, const Tensor& inp, const Tensor& weight, int rows,
+                                  int in_features, int out_features) {
+  if (op.defers_weight_grad) {
+    // A zero-bubble B: the input gradient (and the bias's) now, the weight gradient in the op's W. dout is copied:
+    // the stream's gradient it may be is updated in place before W runs.
+    TWIN_EXEC_CHECK(!model::runs_in_fp8(scenario_, op.what), "layer {}: a deferred weight gradient in FP8", op.layer);
+    Tensor kept = backend_.allocate(dout.numel, dout.dtype);
+    backend_.copy(kept, dout);
+    chunk(op).deferred[{op.layer, static_cast<int>(op.what)}] = {inp, kept};
+    backend_.matmul_backward(dinp, Tensor{}, dbias, dout, inp, weight, rows, in_features, out_features);
+    return;
+  }
+  if (!model::runs_in_fp8(scenario_, op.what)) {
+    backend_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features, out_features);
+    return;
+  }
+  fp8_->backward(op, dinp, dweight, dbias, dout, inp, weight, rows, in_features, out_features);
 }
 
 // ---- a zero-bubble schedule's W
