@@ -20,7 +20,7 @@ constexpr int kStats = 3;  // (local max, local sum of exp, target logit) per to
 
 // Also the recompute of DeepSpeed's checkpointed embedding before its backward: `hidden` is not needed by then.
 void Interpreter::embedding_forward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   Tensor out = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // (T, C)
   backend_.embedding_forward(out, state.tokens, shard_.wte, dims_.tokens, dims_.hidden, dims_.vocab_start,
                              dims_.vocab_local);
@@ -34,7 +34,7 @@ void Interpreter::embedding_forward(const Op& op) {
 }
 
 void Interpreter::embedding_backward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   const Tensor d_out = take_grad_full(state);  // (T, C)
   backend_.embedding_backward(shard_.wte_grad, d_out, state.tokens, dims_.tokens, dims_.hidden, dims_.vocab_start,
                               dims_.vocab_local);
@@ -48,7 +48,7 @@ void Interpreter::embedding_backward(const Op& op) {
 // ---- head -----------------------------------------------------------------------------------------------------------
 
 void Interpreter::final_layernorm_forward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   HeadStash& h = state.head;
   h.x = state.hidden;
   h.lnf = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
@@ -59,7 +59,7 @@ void Interpreter::final_layernorm_forward(const Op& op) {
 }
 
 void Interpreter::lm_head_forward(const Op& op) {
-  HeadStash& h = chunk(op).head;
+  HeadStash& h = ctx_.chunk(op).head;
   const Tensor logits =
       backend_.allocate(numel(dims_.tokens, dims_.vocab_local), backend_.activation_dtype());  // (T, V/t)
   backend_.matmul_forward(logits, h.lnf_full, shard_.head_weight, Tensor{}, dims_.tokens, dims_.hidden,
@@ -71,7 +71,7 @@ void Interpreter::lm_head_forward(const Op& op) {
 }
 
 void Interpreter::cross_entropy_forward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   HeadStash& h = state.head;
   h.stats = backend_.allocate(numel(dims_.tokens, kStats), DType::F32);
   backend_.cross_entropy_local_stats(h.stats, h.logits, state.targets, dims_.tokens, dims_.vocab_start,
@@ -107,7 +107,7 @@ void Interpreter::combine_cross_entropy(ChunkState& state, const Tensor& gathere
 }
 
 void Interpreter::cross_entropy_backward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   HeadStash& h = state.head;
   const double global_tokens = static_cast<double>(scenario_.parallel.global_batch * scenario_.model.seq_len);
   // dlogits over the logits' memory: (T, V/t)
@@ -117,7 +117,7 @@ void Interpreter::cross_entropy_backward(const Op& op) {
 }
 
 void Interpreter::lm_head_backward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   HeadStash& h = state.head;
   TWIN_EXEC_CHECK(!h.lnf_full.empty(), "the LM head input was not gathered");
   state.work.d_ln = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
@@ -128,7 +128,7 @@ void Interpreter::lm_head_backward(const Op& op) {
 }
 
 void Interpreter::final_layernorm_backward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   HeadStash& h = state.head;
   norm_backward(state.grad, shard_.lnf_weight_grad, shard_.lnf_bias_grad, state.work.d_ln, h.x, shard_.lnf_weight,
                 h.lnf_mean, h.lnf_rstd);

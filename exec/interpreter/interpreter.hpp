@@ -71,11 +71,6 @@ class Interpreter {
   // Fault injection: a NaN where the op's successors read (exec/train/faults.hpp, nan).
   void poison(const model::Op& op);
 
-  // the context's, by the names the dense layer's code reads
-  ChunkState& chunk(const model::Op& op) { return ctx_.chunk(op); }
-  LayerStash& stash(const model::Op& op) { return ctx_.stash(op); }
-  const CommGroup& group(model::Group g) const { return ctx_.group(g); }
-
   // layers.cpp
   void layernorm_attention_forward(const model::Op& op);
   void qkv_forward(const model::Op& op);

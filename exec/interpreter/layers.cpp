@@ -37,8 +37,8 @@ using model::Recompute;
 // ---- forward (and recompute) ----------------------------------------------------------------------------------------
 
 void Interpreter::layernorm_attention_forward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   if (!recomputing(op)) s.x = state.hidden;  // (T_sp, C)
   TWIN_EXEC_CHECK(!s.x.empty(), "layer {} has no input", op.layer);
@@ -57,7 +57,7 @@ void Interpreter::layernorm_attention_forward(const Op& op) {
 }
 
 void Interpreter::qkv_forward(const Op& op) {
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const int width = dims_.qkv_local;  // 3C/t, or (H/t + 2 KV/t) D
   s.qkv = backend_.allocate(numel(dims_.tokens, width), backend_.activation_dtype());
@@ -72,7 +72,7 @@ void Interpreter::qkv_forward(const Op& op) {
 
 void Interpreter::attention_core_forward(const Op& op) {
   if (context_) return context_->forward(op);
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   s.attn = backend_.allocate(numel(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
   s.attn_lse = backend_.allocate(numel(dims_.batch * dims_.heads_local, dims_.seq), DType::F32);
   backend_.attention_forward(s.attn, s.attn_lse, s.qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local,
@@ -80,7 +80,7 @@ void Interpreter::attention_core_forward(const Op& op) {
 }
 
 void Interpreter::attention_projection_forward(const Op& op) {
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.proj = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums over TP
   linear_forward(op, s.proj, s.attn, w.proj_weight, Tensor{}, dims_.tokens, dims_.heads_local * dims_.head_dim,
@@ -88,7 +88,7 @@ void Interpreter::attention_projection_forward(const Op& op) {
 }
 
 void Interpreter::attention_residual_forward(const Op& op) {
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.x2 = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   backend_.residual_forward(s.x2, s.x, s.proj);  // proj is (T_sp, C) after its TP reduction
@@ -97,7 +97,7 @@ void Interpreter::attention_residual_forward(const Op& op) {
 }
 
 void Interpreter::layernorm_mlp_forward(const Op& op) {
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.ln2 = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   s.ln2_mean = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
@@ -107,7 +107,7 @@ void Interpreter::layernorm_mlp_forward(const Op& op) {
 }
 
 void Interpreter::mlp_up_forward(const Op& op) {
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.fc = backend_.allocate(numel(dims_.tokens, dims_.up_local), backend_.activation_dtype());
   const Tensor& input = dims_.shared_norm ? s.ln1_full : s.ln2_full;  // (T, C)
@@ -115,20 +115,20 @@ void Interpreter::mlp_up_forward(const Op& op) {
 }
 
 void Interpreter::gelu_forward(const Op& op) {
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   s.gelu = backend_.allocate(s.fc.numel, backend_.activation_dtype());
   backend_.gelu_forward(s.gelu, s.fc);
 }
 
 void Interpreter::swiglu_forward(const Op& op) {
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   s.gelu =
       backend_.allocate(numel(dims_.tokens, dims_.ffn_local), backend_.activation_dtype());  // the MLP's activation
   backend_.swiglu_forward(s.gelu, s.fc, dims_.tokens, dims_.ffn_local);
 }
 
 void Interpreter::mlp_down_forward(const Op& op) {
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.fc_proj = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
   linear_forward(op, s.fc_proj, s.gelu, w.fc_proj_weight, Tensor{}, dims_.tokens, dims_.ffn_local, dims_.hidden);
@@ -139,8 +139,8 @@ void Interpreter::mlp_down_forward(const Op& op) {
 }
 
 void Interpreter::mlp_residual_forward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   Tensor y = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());  // (T_sp, C)
   backend_.residual_forward(y, dims_.parallel_residual ? s.x : s.x2, s.fc_proj);
@@ -197,7 +197,7 @@ void Interpreter::finish_layer_forward(const Op& op, LayerStash& s) {
 // state.grad (T_sp, C) is the residual stream's gradient: dy on entry to the layer, dx when it leaves.
 
 void Interpreter::mlp_residual_backward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   if (!g.fc_proj_bias.empty()) backend_.bias_backward(g.fc_proj_bias, state.grad, dims_.tokens_sp, dims_.hidden);
   if (dims_.parallel_residual && !g.proj_bias.empty()) {
@@ -206,8 +206,8 @@ void Interpreter::mlp_residual_backward(const Op& op) {
 }
 
 void Interpreter::mlp_down_backward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   const Tensor d_out = take_grad_full(state);             // (T, C)
@@ -218,22 +218,22 @@ void Interpreter::mlp_down_backward(const Op& op) {
 }
 
 void Interpreter::gelu_backward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   backend_.gelu_backward(state.work.d_hidden, s.fc, state.work.d_hidden);  // in place: (T, F/t)
 }
 
 void Interpreter::swiglu_backward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   Tensor d_fc = backend_.allocate(s.fc.numel, backend_.activation_dtype());  // (T, 2F/t): gate and up
   backend_.swiglu_backward(d_fc, s.fc, state.work.d_hidden, dims_.tokens, dims_.ffn_local);
   state.work.d_hidden = d_fc;
 }
 
 void Interpreter::mlp_up_backward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   const Tensor& input = dims_.shared_norm ? s.ln1_full : s.ln2_full;  // (T, C)
@@ -249,8 +249,8 @@ void Interpreter::mlp_up_backward(const Op& op) {
 }
 
 void Interpreter::layernorm_mlp_backward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   if (dims_.parallel_residual) {  // dy must reach the attention branch unchanged: LN2's share waits for the LN1 op
@@ -266,14 +266,14 @@ void Interpreter::layernorm_mlp_backward(const Op& op) {
 }
 
 void Interpreter::attention_residual_backward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   if (!g.proj_bias.empty()) backend_.bias_backward(g.proj_bias, state.grad, dims_.tokens_sp, dims_.hidden);
 }
 
 void Interpreter::attention_projection_backward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   Tensor d_out;                   // (T, C)
@@ -293,8 +293,8 @@ void Interpreter::attention_projection_backward(const Op& op) {
 
 void Interpreter::attention_core_backward(const Op& op) {
   if (context_) return context_->backward(op);
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   state.work.d_qkv = backend_.allocate(s.qkv.numel, backend_.activation_dtype());
   backend_.attention_backward(state.work.d_qkv, state.work.d_attn, s.qkv, s.attn, s.attn_lse, dims_.batch, dims_.seq,
                               dims_.heads_local, dims_.kv_heads_local, dims_.head_dim, shard_.alibi_slopes);
@@ -302,8 +302,8 @@ void Interpreter::attention_core_backward(const Op& op) {
 }
 
 void Interpreter::qkv_backward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   TWIN_EXEC_CHECK(!s.ln1_full.empty(), "layer {}: the attention input was not gathered", op.layer);
@@ -325,8 +325,8 @@ void Interpreter::qkv_backward(const Op& op) {
 }
 
 void Interpreter::layernorm_attention_backward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   // grad += LN1 backward: d(x2) becomes dx, the previous layer's dy
@@ -361,7 +361,7 @@ void Interpreter::linear_backward(const Op& op, const Tensor& dinp, const Tensor
     TWIN_EXEC_CHECK(!model::runs_in_fp8(scenario_, op.what), "layer {}: a deferred weight gradient in FP8", op.layer);
     Tensor kept = backend_.allocate(dout.numel, dout.dtype);
     backend_.copy(kept, dout);
-    chunk(op).deferred[{op.layer, static_cast<int>(op.what)}] = {inp, kept};
+    ctx_.chunk(op).deferred[{op.layer, static_cast<int>(op.what)}] = {inp, kept};
     backend_.matmul_backward(dinp, Tensor{}, dbias, dout, inp, weight, rows, in_features, out_features);
     return;
   }
@@ -376,7 +376,7 @@ void Interpreter::linear_backward(const Op& op, const Tensor& dinp, const Tensor
 // ---------------------------------------------------------------------------------------
 
 void Interpreter::linear_weight_gradient(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   const auto it = state.deferred.find({op.layer, static_cast<int>(op.what)});
   TWIN_EXEC_CHECK(it != state.deferred.end(), "layer {}: no B left this weight gradient its inputs", op.layer);
   const LayerTensors& w = shard_.layer_params(op.layer);
