@@ -243,27 +243,29 @@ void Interpreter::release(int micro_batch, int chunk) {
 
 void Interpreter::execute(std::size_t index) {
   const Op& op = ops_[index];
-  Handler handler = nullptr;
+  Handler routed;  // an MoE layer's MLP op, a Send or a Recv (a pointer's capture: no allocation)
+  const Handler* handler = &routed;
   switch (op.kind) {
     case OpKind::Compute:
       // an MoE layer's MLP ops (its shared experts' MlpUp / activation / MlpDown, the router and experts) are the
       // MoE runner's
       if (moe_ && op.layer >= 0 && shard_.is_moe_layer(op.layer) && moe_->runs(op)) {
-        handler = [moe = moe_.get()](const Op& o) { moe->compute(o); };
+        routed = [moe = moe_.get()](const Op& o) { moe->compute(o); };
+      } else {
+        handler = &compute_handlers_[static_cast<int>(op.what)][static_cast<int>(op.phase)];
       }
-      if (handler == nullptr) handler = compute_handlers_[static_cast<int>(op.what)][static_cast<int>(op.phase)];
       break;
     case OpKind::Collective:
-      handler = collective_handlers_[static_cast<int>(op.payload)];
+      handler = &collective_handlers_[static_cast<int>(op.payload)];
       break;
     case OpKind::Send:
-      handler = [this](const Op& o) { send(o); };
+      routed = [this](const Op& o) { send(o); };
       break;
     case OpKind::Recv:
-      handler = [this](const Op& o) { recv(o); };
+      routed = [this](const Op& o) { recv(o); };
       break;
   }
-  if (handler == nullptr) {
+  if (!*handler) {
     throw InternalError(fmt::format("rank {}: {}: the executor has no handler for it", rank_, ctx_.label(index)));
   }
   // ZeRO-3: the freed regions are NaN, which would only surface ops later as a "diverged" loss or gradient norm;
@@ -278,7 +280,7 @@ void Interpreter::execute(std::size_t index) {
         rank_, ctx_.label(index), bucket, bucket));
   }
   try {
-    handler(op);
+    (*handler)(op);
   } catch (const RunFailure&) {
     throw;  // already names the rank, the op and the group (or, training diverged, the step and the rank)
   } catch (const std::exception& error) {
