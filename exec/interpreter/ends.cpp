@@ -20,13 +20,13 @@ constexpr int kStats = 3;  // (local max, local sum of exp, target logit) per to
 
 // Also the recompute of DeepSpeed's checkpointed embedding before its backward: `hidden` is not needed by then.
 void Interpreter::embedding_forward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   Tensor out = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // (T, C)
   backend_.embedding_forward(out, state.tokens, shard_.wte, dims_.tokens, dims_.hidden, dims_.vocab_start,
                              dims_.vocab_local);
   // the position embedding once, before the TP sum: (wte + 0) + wpe has the bits of wte + wpe
   if (dims_.tp_rank == 0 && !shard_.wpe.empty() && dims_.cp > 1) {
-    context_position_embedding(out, false);
+    context_position_embedding(ctx_, out, false);
   } else if (dims_.tp_rank == 0 && !shard_.wpe.empty()) {
     backend_.position_embedding_forward(out, shard_.wpe, dims_.batch, dims_.seq, dims_.hidden);
   }
@@ -34,12 +34,12 @@ void Interpreter::embedding_forward(const Op& op) {
 }
 
 void Interpreter::embedding_backward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   const Tensor d_out = take_grad_full(state);  // (T, C)
   backend_.embedding_backward(shard_.wte_grad, d_out, state.tokens, dims_.tokens, dims_.hidden, dims_.vocab_start,
                               dims_.vocab_local);
   if (!shard_.wpe.empty() && dims_.cp > 1) {
-    context_position_embedding(d_out, true);
+    context_position_embedding(ctx_, d_out, true);
   } else if (!shard_.wpe.empty()) {
     backend_.position_embedding_backward(shard_.wpe_grad, d_out, dims_.batch, dims_.seq, dims_.hidden);
   }
@@ -48,7 +48,7 @@ void Interpreter::embedding_backward(const Op& op) {
 // ---- head -----------------------------------------------------------------------------------------------------------
 
 void Interpreter::final_layernorm_forward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   HeadStash& h = state.head;
   h.x = state.hidden;
   h.lnf = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
@@ -59,8 +59,9 @@ void Interpreter::final_layernorm_forward(const Op& op) {
 }
 
 void Interpreter::lm_head_forward(const Op& op) {
-  HeadStash& h = chunk(op).head;
-  const Tensor logits = backend_.allocate(numel(dims_.tokens, dims_.vocab_local), backend_.activation_dtype());  // (T, V/t)
+  HeadStash& h = ctx_.chunk(op).head;
+  const Tensor logits =
+      backend_.allocate(numel(dims_.tokens, dims_.vocab_local), backend_.activation_dtype());  // (T, V/t)
   backend_.matmul_forward(logits, h.lnf_full, shard_.head_weight, Tensor{}, dims_.tokens, dims_.hidden,
                           dims_.vocab_local);
   if (dims_.sequence_parallel) h.lnf_full = Tensor{};  // re-gathered for the backward
@@ -70,7 +71,7 @@ void Interpreter::lm_head_forward(const Op& op) {
 }
 
 void Interpreter::cross_entropy_forward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   HeadStash& h = state.head;
   h.stats = backend_.allocate(numel(dims_.tokens, kStats), DType::F32);
   backend_.cross_entropy_local_stats(h.stats, h.logits, state.targets, dims_.tokens, dims_.vocab_start,
@@ -78,7 +79,7 @@ void Interpreter::cross_entropy_forward(const Op& op) {
   // Non-finite logits (a diverged run) break the combine kernel's precondition: say so here, where the step and the
   // rank are known. Any NaN or infinite logit makes its row's statistics non-finite (the statistics are f32 on every
   // backend, the logits not). A shard of padding alone has no valid column: its maximum is -inf by design.
-  if (dims_.vocab_start < dims_.vocab && nonfinite(backend_.sum(h.stats), "the logits")) {
+  if (dims_.vocab_start < dims_.vocab && ctx_.nonfinite(backend_.sum(h.stats), "the logits")) {
     // skip_nonfinite: statistics of a finite row (max 0, sum 1, target logit 0) let the step run on to the gradient
     // norm, which the NaN in the logits' gradient makes non-finite on every rank: the update is skipped everywhere
     const std::vector<float> neutral = [&] {
@@ -98,15 +99,15 @@ void Interpreter::combine_cross_entropy(ChunkState& state, const Tensor& gathere
   backend_.cross_entropy_combine(h.losses, h.lse, gathered_stats, dims_.tokens, shards);
   if (dims_.tp_rank == 0) {  // every TP rank has the same losses: count them once
     const double loss_sum = backend_.sum(h.losses);
-    nonfinite(loss_sum, "the loss");  // finite logits can still give a loss past float's range
-    output_.loss_sum += saw_nonfinite_ ? std::numeric_limits<double>::quiet_NaN() : loss_sum;
-    output_.loss_tokens += dims_.tokens;
+    ctx_.nonfinite(loss_sum, "the loss");  // finite logits can still give a loss past float's range
+    ctx_.output.loss_sum += ctx_.saw_nonfinite ? std::numeric_limits<double>::quiet_NaN() : loss_sum;
+    ctx_.output.loss_tokens += dims_.tokens;
   }
   h.stats = Tensor{};
 }
 
 void Interpreter::cross_entropy_backward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   HeadStash& h = state.head;
   const double global_tokens = static_cast<double>(scenario_.parallel.global_batch * scenario_.model.seq_len);
   // dlogits over the logits' memory: (T, V/t)
@@ -116,7 +117,7 @@ void Interpreter::cross_entropy_backward(const Op& op) {
 }
 
 void Interpreter::lm_head_backward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   HeadStash& h = state.head;
   TWIN_EXEC_CHECK(!h.lnf_full.empty(), "the LM head input was not gathered");
   state.work.d_ln = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
@@ -127,7 +128,7 @@ void Interpreter::lm_head_backward(const Op& op) {
 }
 
 void Interpreter::final_layernorm_backward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   HeadStash& h = state.head;
   norm_backward(state.grad, shard_.lnf_weight_grad, shard_.lnf_bias_grad, state.work.d_ln, h.x, shard_.lnf_weight,
                 h.lnf_mean, h.lnf_rstd);

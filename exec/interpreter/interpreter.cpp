@@ -6,14 +6,14 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <type_traits>
 
 #include <fmt/core.h>
 
 #include "exec/core/check.hpp"
 #include "exec/core/clock.hpp"
 #include "exec/core/errors.hpp"
-#include "exec/interpreter/fp8_state.hpp"
-#include "model/ops/op_label.hpp"
+#include "exec/interpreter/moe/all_to_all_dispatcher.hpp"
 
 namespace twin::exec {
 
@@ -26,35 +26,32 @@ using model::Phase;
 
 Interpreter::Interpreter(const model::Program& program, int rank, Backend& backend, Communicator& comm,
                          ModelShard& shard)
-    : program_(program),
+    : ctx_(program, rank, backend, comm, shard),
+      program_(program),
       scenario_(program.scenario),
       rank_(rank),
-      coord_(program.layout.coord_of(rank)),
+      coord_(ctx_.coord),
       backend_(backend),
       comm_(comm),
       shard_(shard),
-      dims_(shard.dims()),
-      ops_(program.ops_of_rank(rank)) {
+      dims_(ctx_.dims),
+      ops_(ctx_.ops),
+      optimizer_(ctx_) {
   if (program.granularity != model::Granularity::Op) {
     throw std::invalid_argument("the executor runs op-granularity Programs (build_program(scenario, Granularity::Op))");
   }
-  virtual_stages_ = static_cast<int>(scenario_.parallel.pp * scenario_.parallel.virtual_stages);
-  for (int g = 0; g < model::kGroupCount; ++g) {
-    const auto group = static_cast<model::Group>(g);
-    groups_[g] = CommGroup{model::to_string(group), program.layout.group_members(group, rank)};
-  }
-  labels_.reserve(ops_.size());
   std::map<std::pair<int, int>, std::size_t> last_op;
   for (std::size_t i = 0; i < ops_.size(); ++i) {
-    labels_.push_back(fmt::format("op #{} {}", i, model::op_label(ops_[i])));
     if (ops_[i].micro_batch >= 0 && ops_[i].chunk >= 0) last_op[{ops_[i].micro_batch, ops_[i].chunk}] = i;
   }
   release_after_.assign(ops_.size(), false);
   for (const auto& [key, index] : last_op) release_after_[index] = true;
   find_turns();
+  if (scenario_.model.is_moe()) moe_ = std::make_unique<MoeLayer>(ctx_, std::make_unique<AllToAllDispatcher>(ctx_));
+  if (dims_.cp > 1) context_ = make_context_attention(ctx_);
+  if (scenario_.model.fp8 != model::Fp8Format::None) fp8_ = std::make_unique<Fp8Linear>(ctx_);
   build_dispatch_tables();
   if (scenario_.shards_parameters()) plan_parameter_lifetimes();
-  if (scenario_.model.fp8 != model::Fp8Format::None) fp8_ = std::make_unique<Fp8State>(scenario_);
 }
 
 Interpreter::~Interpreter() = default;
@@ -122,9 +119,10 @@ void Interpreter::build_dispatch_tables() {
   using I = Interpreter;
   struct ComputeRoute {
     ComputeKind what;
-    Handler forward;  // also runs the Recompute phase (the handler reads op.phase)
-    Handler backward;
+    Method forward;  // also runs the Recompute phase (the handler reads op.phase)
+    Method backward;
   };
+  const auto bind = [this](Method method) -> Handler { return [this, method](const Op& op) { (this->*method)(op); }; };
   // clang-format off
   const ComputeRoute compute_routes[] = {
       {ComputeKind::Embedding,           &I::embedding_forward,             &I::embedding_backward},
@@ -146,45 +144,53 @@ void Interpreter::build_dispatch_tables() {
   // clang-format on
   for (const ComputeRoute& route : compute_routes) {
     auto& row = compute_handlers_[static_cast<int>(route.what)];
-    row[static_cast<int>(Phase::Forward)] = route.forward;
-    row[static_cast<int>(Phase::Recompute)] = route.forward;
-    row[static_cast<int>(Phase::Backward)] = route.backward;
+    row[static_cast<int>(Phase::Forward)] = bind(route.forward);
+    row[static_cast<int>(Phase::Recompute)] = bind(route.forward);
+    row[static_cast<int>(Phase::Backward)] = bind(route.backward);
   }
   compute_handlers_[static_cast<int>(ComputeKind::OptimizerStep)][static_cast<int>(Phase::Optimizer)] =
-      &Interpreter::optimizer_step;
-  for (ComputeKind what : {ComputeKind::QkvProjection, ComputeKind::AttentionProjection, ComputeKind::MlpUp,
-                           ComputeKind::MlpDown}) {
+      [this](const Op& op) { optimizer_.step(op); };
+  for (ComputeKind what :
+       {ComputeKind::QkvProjection, ComputeKind::AttentionProjection, ComputeKind::MlpUp, ComputeKind::MlpDown}) {
     compute_handlers_[static_cast<int>(what)][static_cast<int>(Phase::WeightGrad)] =
-        &Interpreter::linear_weight_gradient;
+        bind(&Interpreter::linear_weight_gradient);
   }
 
-  auto route = [this](Payload payload, Handler handler) { collective_handlers_[static_cast<int>(payload)] = handler; };
-  route(Payload::LayerOutput, &Interpreter::reduce_tensor_parallel);            // row-parallel output: AR, or RS (SP)
-  route(Payload::InputGrad, &Interpreter::reduce_tensor_parallel);              // column-parallel dinput: AR, or RS
-  route(Payload::LayerInput, &Interpreter::gather_layer_input);                 // SP: gather a GEMM's input
-  route(Payload::OutputGrad, &Interpreter::gather_output_grad);                 // SP: gather a GEMM's dout
-  route(Payload::CrossEntropyStats, &Interpreter::gather_cross_entropy_stats);  // vocab-parallel CE statistics
-  route(Payload::LayerNormGrads, &Interpreter::reduce_layernorm_grads);         // SP: replicated params' grads
-  route(Payload::EmbeddingGrads, &Interpreter::reduce_embedding_grads);         // tied embedding, first + last stage
-  route(Payload::Gradients, &Interpreter::reduce_data_parallel_grads);          // DP: AR, or RS under ZeRO-1 / 3
-  route(Payload::GradNormSquared, &Interpreter::gradient_norm);                 // global norm for clipping
-  route(Payload::Parameters, &Interpreter::gather_parameters);                  // ZeRO-1 / 3: gather the shards
-  route(Payload::CheckpointedInput, &Interpreter::gather_checkpointed_input);   // DeepSpeed: a layer's kept input
-  route(Payload::Tokens, &Interpreter::moe_collective);                         // MoE: dispatch and combine
-  route(Payload::ExpertCounts, &Interpreter::moe_collective);                   // MoE: tokens per expert over TP
-  if (scenario_.model.is_moe()) build_moe_dispatch_table();
-  route(Payload::Fp8Amax, &Interpreter::reduce_fp8_amaxes);                     // FP8: amaxes to their max
-  route(Payload::ContextKeys, &Interpreter::gather_context_keys);              // CP: K of every CP rank
-  route(Payload::ContextValues, &Interpreter::gather_context_values);          // CP: V of every CP rank
-  route(Payload::ContextKeyGrads, &Interpreter::scatter_context_key_grads);    // CP: dK back to its rank
-  route(Payload::ContextValueGrads, &Interpreter::scatter_context_value_grads);  // CP: dV back to its rank
-  for (Payload payload : {Payload::UlyssesQueries, Payload::UlyssesKeys, Payload::UlyssesValues}) {
-    route(payload, &Interpreter::ulysses_qkv_to_heads);  // CP a2a: q, k, v to heads
+  auto route = [&](Payload payload, auto handler) {
+    if constexpr (std::is_same_v<decltype(handler), Method>) {
+      collective_handlers_[static_cast<int>(payload)] = bind(handler);
+    } else {
+      collective_handlers_[static_cast<int>(payload)] = handler;
+    }
+  };
+  const auto optimizer = [this](void (Optimizer::*method)(const Op&)) -> Handler {
+    return [this, method](const Op& op) { (optimizer_.*method)(op); };
+  };
+  route(Payload::LayerOutput, &Interpreter::reduce_tensor_parallel);              // row-parallel output: AR, or RS (SP)
+  route(Payload::InputGrad, &Interpreter::reduce_tensor_parallel);                // column-parallel dinput: AR, or RS
+  route(Payload::LayerInput, &Interpreter::gather_layer_input);                   // SP: gather a GEMM's input
+  route(Payload::OutputGrad, &Interpreter::gather_output_grad);                   // SP: gather a GEMM's dout
+  route(Payload::CrossEntropyStats, &Interpreter::gather_cross_entropy_stats);    // vocab-parallel CE statistics
+  route(Payload::LayerNormGrads, optimizer(&Optimizer::reduce_layernorm_grads));  // SP: replicated params' grads
+  route(Payload::EmbeddingGrads, optimizer(&Optimizer::reduce_embedding_grads));  // tied embedding, first + last stage
+  route(Payload::Gradients, optimizer(&Optimizer::reduce_data_parallel_grads));   // DP: AR, or RS under ZeRO-1 / 3
+  route(Payload::GradNormSquared, optimizer(&Optimizer::gradient_norm));          // global norm for clipping
+  route(Payload::Parameters, optimizer(&Optimizer::gather_parameters));           // ZeRO-1 / 3: gather the shards
+  route(Payload::CheckpointedInput, &Interpreter::gather_checkpointed_input);     // DeepSpeed: a layer's kept input
+  if (moe_) {
+    const Handler exchange = [moe = moe_.get()](const Op& op) { moe->exchange(op); };
+    route(Payload::Tokens, exchange);        // MoE: dispatch and combine
+    route(Payload::ExpertCounts, exchange);  // MoE: tokens per expert over TP, the dispatcher's counts
   }
-  route(Payload::UlyssesOutput, &Interpreter::ulysses_output_to_tokens);  // CP a2a: the output to tokens
-  route(Payload::UlyssesOutputGrad, &Interpreter::ulysses_output_grad_to_heads);  // CP a2a: dout to heads
-  for (Payload payload : {Payload::UlyssesQueryGrads, Payload::UlyssesKeyGrads, Payload::UlyssesValueGrads}) {
-    route(payload, &Interpreter::ulysses_grads_to_tokens);  // CP a2a: dq, dk, dv to tokens
+  if (fp8_) route(Payload::Fp8Amax, [this](const Op& op) { fp8_->reduce_amaxes(op); });  // FP8: amaxes to their max
+  if (context_) {  // CP: the way's exchanges (all_gather: K, V and their gradients; a2a: to heads and back)
+    const Handler exchange = [context = context_.get()](const Op& op) { context->exchange(op); };
+    for (Payload payload : {Payload::ContextKeys, Payload::ContextValues, Payload::ContextKeyGrads,
+                            Payload::ContextValueGrads, Payload::UlyssesQueries, Payload::UlyssesKeys,
+                            Payload::UlyssesValues, Payload::UlyssesOutput, Payload::UlyssesOutputGrad,
+                            Payload::UlyssesQueryGrads, Payload::UlyssesKeyGrads, Payload::UlyssesValueGrads}) {
+      route(payload, exchange);
+    }
   }
 }
 
@@ -195,16 +201,15 @@ IterationOutput Interpreter::run_iteration(const IterationInput& input, std::vec
   const auto micro_batches = static_cast<std::size_t>(scenario_.parallel.micro_batches());
   TWIN_EXEC_CHECK(input.micro_batches.size() == micro_batches, "rank {} got {} micro-batches, the plan has {}", rank_,
                   input.micro_batches.size(), micro_batches);
-  input_ = &input;
-  output_ = IterationOutput{};
-  saw_nonfinite_ = false;
-  chunks_.clear();
+  ctx_.begin_iteration(input);
+  if (moe_) moe_->begin_iteration();
+  if (context_) context_->begin_iteration();
   shard_.zero_grads();
   if (fp8_) fp8_->begin_iteration();
   if (timings != nullptr) timings->reserve(timings->size() + ops_.size());
 
   for (std::size_t i = 0; i < ops_.size(); ++i) {
-    current_op_ = i;
+    ctx_.current_op = i;
     if (input.progress != nullptr) input.progress->mark(input.step, static_cast<int>(i));
     const double start = timings ? now_s() : 0;
     if (input.observer != nullptr) input.observer->op_starting(ops_[i]);
@@ -216,35 +221,45 @@ IterationOutput Interpreter::run_iteration(const IterationInput& input, std::vec
       timings->push_back(OpTiming{static_cast<int>(i), start - epoch_s, now_s() - epoch_s});
     }
     if (turn_after_[i]) pass_through_turn(ops_[i]);
-    if (release_after_[i]) chunks_.erase({ops_[i].micro_batch, ops_[i].chunk});
+    if (release_after_[i]) release(ops_[i].micro_batch, ops_[i].chunk);
   }
-  TWIN_EXEC_CHECK(chunks_.empty(), "rank {}: {} micro-batch states left after the iteration", rank_, chunks_.size());
-  input_ = nullptr;
-  return output_;
+  TWIN_EXEC_CHECK(ctx_.chunks().empty(), "rank {}: {} micro-batch states left after the iteration", rank_,
+                  ctx_.chunks().size());
+  return ctx_.output;
+}
+
+void Interpreter::release(int micro_batch, int chunk) {
+  ctx_.chunks().erase({micro_batch, chunk});
+  if (moe_) moe_->release(micro_batch, chunk);
+  if (context_) context_->release(micro_batch, chunk);
 }
 
 void Interpreter::execute(std::size_t index) {
   const Op& op = ops_[index];
-  Handler handler = nullptr;
+  Handler routed;  // an MoE layer's MLP op, a Send or a Recv (a pointer's capture: no allocation)
+  const Handler* handler = &routed;
   switch (op.kind) {
     case OpKind::Compute:
-      if (op.layer >= 0 && shard_.is_moe_layer(op.layer)) {
-        handler = moe_handlers_[static_cast<int>(op.what)][static_cast<int>(op.phase)];
+      // an MoE layer's MLP ops (its shared experts' MlpUp / activation / MlpDown, the router and experts) are the
+      // MoE runner's
+      if (moe_ && op.layer >= 0 && shard_.is_moe_layer(op.layer) && moe_->runs(op)) {
+        routed = [moe = moe_.get()](const Op& o) { moe->compute(o); };
+      } else {
+        handler = &compute_handlers_[static_cast<int>(op.what)][static_cast<int>(op.phase)];
       }
-      if (handler == nullptr) handler = compute_handlers_[static_cast<int>(op.what)][static_cast<int>(op.phase)];
       break;
     case OpKind::Collective:
-      handler = collective_handlers_[static_cast<int>(op.payload)];
+      handler = &collective_handlers_[static_cast<int>(op.payload)];
       break;
     case OpKind::Send:
-      handler = &Interpreter::send;
+      routed = [this](const Op& o) { send(o); };
       break;
     case OpKind::Recv:
-      handler = &Interpreter::recv;
+      routed = [this](const Op& o) { recv(o); };
       break;
   }
-  if (handler == nullptr) {
-    throw InternalError(fmt::format("rank {}: {}: the executor has no handler for it", rank_, labels_[index]));
+  if (!*handler) {
+    throw InternalError(fmt::format("rank {}: {}: the executor has no handler for it", rank_, ctx_.label(index)));
   }
   // ZeRO-3: the freed regions are NaN, which would only surface ops later as a "diverged" loss or gradient norm;
   // name the op that read them and the gather it lacks.
@@ -255,48 +270,17 @@ void Interpreter::execute(std::size_t index) {
         "rank {}: {} reads the parameters of {}, but this rank holds only its own shard of them (ZeRO-3 frees the "
         "other ranks' shards after a layer's forward and after its backward): the Program lacks "
         "a Parameters all-gather of {} before this op",
-        rank_, labels_[index], bucket, bucket));
+        rank_, ctx_.label(index), bucket, bucket));
   }
   try {
-    (this->*handler)(op);
+    (*handler)(op);
   } catch (const RunFailure&) {
     throw;  // already names the rank, the op and the group (or, training diverged, the step and the rank)
   } catch (const std::exception& error) {
-    throw std::runtime_error(fmt::format("rank {}: {}: {}", rank_, labels_[index], error.what()));
+    throw std::runtime_error(fmt::format("rank {}: {}: {}", rank_, ctx_.label(index), error.what()));
   }
   if (!free_after_.empty())
     for (Bucket* bucket : free_after_[index]) shard_.free_other_shards(*bucket);
-}
-
-Interpreter::ChunkState& Interpreter::chunk(const Op& op) {
-  const auto key = std::make_pair(op.micro_batch, op.chunk);
-  auto it = chunks_.find(key);
-  if (it != chunks_.end()) return it->second;
-  TWIN_EXEC_CHECK(op.phase == Phase::Forward, "rank {}: {} finds no state of its micro-batch (no forward ran)", rank_,
-                  labels_[current_op_]);
-  TWIN_EXEC_CHECK(op.micro_batch >= 0 && static_cast<std::size_t>(op.micro_batch) < input_->micro_batches.size(),
-                  "micro-batch {} out of range", op.micro_batch);
-  ChunkState& state = chunks_[key];
-  const MicroBatch& data = input_->micro_batches[static_cast<std::size_t>(op.micro_batch)];
-  const int vs = static_cast<int>(scenario_.parallel.virtual_stage(coord_.pp, op.chunk));
-  if (vs == 0) {
-    state.tokens = backend_.allocate(static_cast<std::size_t>(dims_.tokens), DType::I32);
-    backend_.upload_i32(state.tokens, data.tokens.data());
-  }
-  if (vs == virtual_stages_ - 1) {
-    state.targets = backend_.allocate(static_cast<std::size_t>(dims_.tokens), DType::I32);
-    backend_.upload_i32(state.targets, data.targets.data());
-  }
-  return state;
-}
-
-Interpreter::LayerStash& Interpreter::stash(const Op& op) {
-  ChunkState& state = chunk(op);
-  auto it = state.layers.find(op.layer);
-  if (it != state.layers.end()) return it->second;
-  TWIN_EXEC_CHECK(op.phase == Phase::Forward && shard_.has_layer(op.layer), "rank {}: {} finds no stash of layer {}",
-                  rank_, labels_[current_op_], op.layer);
-  return state.layers[op.layer];
 }
 
 Tensor Interpreter::take_grad_full(ChunkState& state) {
@@ -305,21 +289,10 @@ Tensor Interpreter::take_grad_full(ChunkState& state) {
   return full;
 }
 
-const CommGroup& Interpreter::group(model::Group g) const {
-  return groups_[static_cast<int>(g)];
-}
-
 void RankProgress::mark(int step_now, int op_now) {
   step.store(step_now, std::memory_order_relaxed);
   op.store(op_now, std::memory_order_relaxed);
   at_s.store(now_s(), std::memory_order_relaxed);
-}
-
-bool Interpreter::nonfinite(double value, std::string_view what, bool every_rank) {
-  if (std::isfinite(value)) return false;
-  if (!input_->skip_nonfinite) require_finite(value, what, every_rank);
-  saw_nonfinite_ = true;
-  return true;
 }
 
 void Interpreter::poison(const Op& op) {
@@ -327,26 +300,14 @@ void Interpreter::poison(const Op& op) {
   auto poison_first = [&](const Tensor& t) {
     if (!t.empty()) backend_.upload_f32(t.slice(0, 1), &nan);
   };
-  const auto it = chunks_.find({op.micro_batch, op.chunk});
-  if (op.micro_batch >= 0 && it != chunks_.end()) {
+  const auto it = ctx_.chunks().find({op.micro_batch, op.chunk});
+  if (op.micro_batch >= 0 && it != ctx_.chunks().end()) {
     poison_first(op.phase == Phase::Backward ? it->second.grad : it->second.hidden);
     return;
   }
   std::vector<Bucket>& buckets = shard_.buckets();
   TWIN_EXEC_CHECK(!buckets.empty(), "rank {} holds no parameters to poison", rank_);
   poison_first(buckets.front().grads);
-}
-
-void Interpreter::require_finite(double value, std::string_view what, bool every_rank) const {
-  if (std::isfinite(value)) return;
-  const auto& t = scenario_.training;
-  const std::string message = fmt::format(
-      "training diverged: {} became non-finite ({}) at step {} on rank {} ({}); lower training.learning_rate (now "
-      "{:g}) or training.init_std (now {:g}){}",
-      what, std::isnan(value) ? "NaN" : fmt::format("{}", value), input_->step + 1, rank_, labels_[current_op_],
-      t.learning_rate, t.init_std, t.grad_clip > 0 ? "" : ", or clip the gradients with training.grad_clip");
-  if (every_rank) throw GuardTripped(message);
-  throw TrainingDiverged(message);
 }
 
 }  // namespace twin::exec

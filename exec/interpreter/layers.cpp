@@ -18,7 +18,7 @@
 // (so that a selective recompute of the attention core reads them rotated; its backward rotates dq and dk back before
 // the GEMM's), grouped-query attention, SwiGLU for GELU on an fc twice as wide, and no biases.
 //
-// [AG] and [AR|RS] are the Program's TP collectives (interpreter_comm.cpp); each compute op writes the tensor its
+// [AG] and [AR|RS] are the Program's TP collectives (comm.cpp); each compute op writes the tensor its
 // collective (if any) transforms, so with tp = 1 the same handlers run without them. Shapes per rank: T = B*S tokens,
 // T_sp = T/tp under sequence parallelism, C hidden, C/t and F/t the rank's attention and MLP widths.
 // Recompute: `full` keeps only x after the forward and the Recompute ops rebuild the rest; `selective` drops the
@@ -27,6 +27,7 @@
 
 #include "exec/core/check.hpp"
 #include "exec/interpreter/interpreter.hpp"
+#include "model/ops/compute_ops.hpp"
 
 namespace twin::exec {
 
@@ -36,8 +37,8 @@ using model::Recompute;
 // ---- forward (and recompute) ----------------------------------------------------------------------------------------
 
 void Interpreter::layernorm_attention_forward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   if (!recomputing(op)) s.x = state.hidden;  // (T_sp, C)
   TWIN_EXEC_CHECK(!s.x.empty(), "layer {} has no input", op.layer);
@@ -56,13 +57,13 @@ void Interpreter::layernorm_attention_forward(const Op& op) {
 }
 
 void Interpreter::qkv_forward(const Op& op) {
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const int width = dims_.qkv_local;  // 3C/t, or (H/t + 2 KV/t) D
   s.qkv = backend_.allocate(numel(dims_.tokens, width), backend_.activation_dtype());
   linear_forward(op, s.qkv, s.ln1_full, w.qkv_weight, w.qkv_bias, dims_.tokens, dims_.hidden, width);
   if (dims_.rope && dims_.cp > 1) {
-    backend_.context_kernels().context_rope_forward(s.qkv, context_shape(), dims_.rotary_dim);
+    backend_.context_kernels().context_rope_forward(s.qkv, context_shape(dims_), dims_.rotary_dim);
   } else if (dims_.rope) {
     backend_.rope_forward(s.qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local, dims_.head_dim,
                           dims_.rotary_dim);
@@ -70,10 +71,8 @@ void Interpreter::qkv_forward(const Op& op) {
 }
 
 void Interpreter::attention_core_forward(const Op& op) {
-  if (op.cp_ring_step >= 0) return ring_block_forward(op);
-  if (dims_.cp > 1 && scenario_.framework.cp_comm == model::CpComm::AllToAll) return ulysses_attention_forward(op);
-  if (dims_.cp > 1) return context_attention_forward(op);
-  LayerStash& s = stash(op);
+  if (context_) return context_->forward(op);
+  LayerStash& s = ctx_.stash(op);
   s.attn = backend_.allocate(numel(dims_.tokens, dims_.heads_local * dims_.head_dim), backend_.activation_dtype());
   s.attn_lse = backend_.allocate(numel(dims_.batch * dims_.heads_local, dims_.seq), DType::F32);
   backend_.attention_forward(s.attn, s.attn_lse, s.qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local,
@@ -81,7 +80,7 @@ void Interpreter::attention_core_forward(const Op& op) {
 }
 
 void Interpreter::attention_projection_forward(const Op& op) {
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.proj = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums over TP
   linear_forward(op, s.proj, s.attn, w.proj_weight, Tensor{}, dims_.tokens, dims_.heads_local * dims_.head_dim,
@@ -89,7 +88,7 @@ void Interpreter::attention_projection_forward(const Op& op) {
 }
 
 void Interpreter::attention_residual_forward(const Op& op) {
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.x2 = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   backend_.residual_forward(s.x2, s.x, s.proj);  // proj is (T_sp, C) after its TP reduction
@@ -98,7 +97,7 @@ void Interpreter::attention_residual_forward(const Op& op) {
 }
 
 void Interpreter::layernorm_mlp_forward(const Op& op) {
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.ln2 = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());
   s.ln2_mean = backend_.allocate(static_cast<std::size_t>(dims_.tokens_sp), DType::F32);
@@ -108,7 +107,7 @@ void Interpreter::layernorm_mlp_forward(const Op& op) {
 }
 
 void Interpreter::mlp_up_forward(const Op& op) {
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.fc = backend_.allocate(numel(dims_.tokens, dims_.up_local), backend_.activation_dtype());
   const Tensor& input = dims_.shared_norm ? s.ln1_full : s.ln2_full;  // (T, C)
@@ -116,20 +115,20 @@ void Interpreter::mlp_up_forward(const Op& op) {
 }
 
 void Interpreter::gelu_forward(const Op& op) {
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   s.gelu = backend_.allocate(s.fc.numel, backend_.activation_dtype());
   backend_.gelu_forward(s.gelu, s.fc);
 }
 
 void Interpreter::swiglu_forward(const Op& op) {
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   s.gelu =
       backend_.allocate(numel(dims_.tokens, dims_.ffn_local), backend_.activation_dtype());  // the MLP's activation
   backend_.swiglu_forward(s.gelu, s.fc, dims_.tokens, dims_.ffn_local);
 }
 
 void Interpreter::mlp_down_forward(const Op& op) {
-  LayerStash& s = stash(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   s.fc_proj = backend_.allocate(numel(dims_.tokens, dims_.hidden), backend_.activation_dtype());  // partial sums
   linear_forward(op, s.fc_proj, s.gelu, w.fc_proj_weight, Tensor{}, dims_.tokens, dims_.ffn_local, dims_.hidden);
@@ -140,8 +139,8 @@ void Interpreter::mlp_down_forward(const Op& op) {
 }
 
 void Interpreter::mlp_residual_forward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   Tensor y = backend_.allocate(numel(dims_.tokens_sp, dims_.hidden), backend_.activation_dtype());  // (T_sp, C)
   backend_.residual_forward(y, dims_.parallel_residual ? s.x : s.x2, s.fc_proj);
@@ -179,7 +178,9 @@ void Interpreter::finish_layer_forward(const Op& op, LayerStash& s) {
     s.ln2_full = Tensor{};
   }
   if (recomputing(op)) return;
-  switch (scenario_.recompute_of_layer(op.layer)) {
+  const Recompute mode = scenario_.recompute_of_layer(op.layer);
+  if (mode != Recompute::None && context_) context_->drop_forward(StashKey::of(op));  // its recompute rebuilds it
+  switch (mode) {
     case Recompute::None:
       break;
     case Recompute::Full:  // the input, or under partition_activations the part the LN1 op kept of it
@@ -188,8 +189,6 @@ void Interpreter::finish_layer_forward(const Op& op, LayerStash& s) {
     case Recompute::Selective:
       s.attn = Tensor{};
       s.attn_lse = Tensor{};
-      s.ulysses_qkv = Tensor{};
-      s.ulysses_out = Tensor{};
       break;
   }
 }
@@ -198,7 +197,7 @@ void Interpreter::finish_layer_forward(const Op& op, LayerStash& s) {
 // state.grad (T_sp, C) is the residual stream's gradient: dy on entry to the layer, dx when it leaves.
 
 void Interpreter::mlp_residual_backward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   if (!g.fc_proj_bias.empty()) backend_.bias_backward(g.fc_proj_bias, state.grad, dims_.tokens_sp, dims_.hidden);
   if (dims_.parallel_residual && !g.proj_bias.empty()) {
@@ -207,8 +206,8 @@ void Interpreter::mlp_residual_backward(const Op& op) {
 }
 
 void Interpreter::mlp_down_backward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   const Tensor d_out = take_grad_full(state);             // (T, C)
@@ -219,22 +218,22 @@ void Interpreter::mlp_down_backward(const Op& op) {
 }
 
 void Interpreter::gelu_backward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   backend_.gelu_backward(state.work.d_hidden, s.fc, state.work.d_hidden);  // in place: (T, F/t)
 }
 
 void Interpreter::swiglu_backward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   Tensor d_fc = backend_.allocate(s.fc.numel, backend_.activation_dtype());  // (T, 2F/t): gate and up
   backend_.swiglu_backward(d_fc, s.fc, state.work.d_hidden, dims_.tokens, dims_.ffn_local);
   state.work.d_hidden = d_fc;
 }
 
 void Interpreter::mlp_up_backward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   const Tensor& input = dims_.shared_norm ? s.ln1_full : s.ln2_full;  // (T, C)
@@ -250,8 +249,8 @@ void Interpreter::mlp_up_backward(const Op& op) {
 }
 
 void Interpreter::layernorm_mlp_backward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   if (dims_.parallel_residual) {  // dy must reach the attention branch unchanged: LN2's share waits for the LN1 op
@@ -267,14 +266,14 @@ void Interpreter::layernorm_mlp_backward(const Op& op) {
 }
 
 void Interpreter::attention_residual_backward(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   if (!g.proj_bias.empty()) backend_.bias_backward(g.proj_bias, state.grad, dims_.tokens_sp, dims_.hidden);
 }
 
 void Interpreter::attention_projection_backward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   Tensor d_out;                   // (T, C)
@@ -293,11 +292,9 @@ void Interpreter::attention_projection_backward(const Op& op) {
 }
 
 void Interpreter::attention_core_backward(const Op& op) {
-  if (op.cp_ring_step >= 0) return ring_block_backward(op);
-  if (dims_.cp > 1 && scenario_.framework.cp_comm == model::CpComm::AllToAll) return ulysses_attention_backward(op);
-  if (dims_.cp > 1) return context_attention_backward(op);
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  if (context_) return context_->backward(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   state.work.d_qkv = backend_.allocate(s.qkv.numel, backend_.activation_dtype());
   backend_.attention_backward(state.work.d_qkv, state.work.d_attn, s.qkv, s.attn, s.attn_lse, dims_.batch, dims_.seq,
                               dims_.heads_local, dims_.kv_heads_local, dims_.head_dim, shard_.alibi_slopes);
@@ -305,13 +302,13 @@ void Interpreter::attention_core_backward(const Op& op) {
 }
 
 void Interpreter::qkv_backward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   TWIN_EXEC_CHECK(!s.ln1_full.empty(), "layer {}: the attention input was not gathered", op.layer);
   if (dims_.rope && dims_.cp > 1) {
-    backend_.context_kernels().context_rope_backward(state.work.d_qkv, context_shape(), dims_.rotary_dim);
+    backend_.context_kernels().context_rope_backward(state.work.d_qkv, context_shape(dims_), dims_.rotary_dim);
   } else if (dims_.rope) {  // the gradient of the rotated q and k back to the QKV GEMM's output (the Program's op too)
     backend_.rope_backward(state.work.d_qkv, dims_.batch, dims_.seq, dims_.heads_local, dims_.kv_heads_local,
                            dims_.head_dim, dims_.rotary_dim);
@@ -328,8 +325,8 @@ void Interpreter::qkv_backward(const Op& op) {
 }
 
 void Interpreter::layernorm_attention_backward(const Op& op) {
-  ChunkState& state = chunk(op);
-  LayerStash& s = stash(op);
+  ChunkState& state = ctx_.chunk(op);
+  LayerStash& s = ctx_.stash(op);
   const LayerTensors& w = shard_.layer_params(op.layer);
   const LayerTensors& g = shard_.layer_grads(op.layer);
   // grad += LN1 backward: d(x2) becomes dx, the previous layer's dy
@@ -343,11 +340,43 @@ void Interpreter::layernorm_attention_backward(const Op& op) {
   state.layers.erase(op.layer);  // this micro-batch is done with the layer
 }
 
+// ---- the layer's GEMMs: matmul_forward / matmul_backward, or their FP8 twins (fp8_linear.hpp) when the op's GEMM
+// runs in FP8 (model::runs_in_fp8) ------------------------------------------------------------------------------------
+
+void Interpreter::linear_forward(const Op& op, const Tensor& out, const Tensor& inp, const Tensor& weight,
+                                 const Tensor& bias, int rows, int in_features, int out_features) {
+  if (!model::runs_in_fp8(scenario_, op.what)) {
+    backend_.matmul_forward(out, inp, weight, bias, rows, in_features, out_features);
+    return;
+  }
+  fp8_->forward(op, out, inp, weight, bias, rows, in_features, out_features);
+}
+
+void Interpreter::linear_backward(const Op& op, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                                  const Tensor& dout, const Tensor& inp, const Tensor& weight, int rows,
+                                  int in_features, int out_features) {
+  if (op.defers_weight_grad) {
+    // A zero-bubble B: the input gradient (and the bias's) now, the weight gradient in the op's W. dout is copied:
+    // the stream's gradient it may be is updated in place before W runs.
+    TWIN_EXEC_CHECK(!model::runs_in_fp8(scenario_, op.what), "layer {}: a deferred weight gradient in FP8", op.layer);
+    Tensor kept = backend_.allocate(dout.numel, dout.dtype);
+    backend_.copy(kept, dout);
+    ctx_.chunk(op).deferred[{op.layer, static_cast<int>(op.what)}] = {inp, kept};
+    backend_.matmul_backward(dinp, Tensor{}, dbias, dout, inp, weight, rows, in_features, out_features);
+    return;
+  }
+  if (!model::runs_in_fp8(scenario_, op.what)) {
+    backend_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features, out_features);
+    return;
+  }
+  fp8_->backward(op, dinp, dweight, dbias, dout, inp, weight, rows, in_features, out_features);
+}
+
 // ---- a zero-bubble schedule's W
 // ---------------------------------------------------------------------------------------
 
 void Interpreter::linear_weight_gradient(const Op& op) {
-  ChunkState& state = chunk(op);
+  ChunkState& state = ctx_.chunk(op);
   const auto it = state.deferred.find({op.layer, static_cast<int>(op.what)});
   TWIN_EXEC_CHECK(it != state.deferred.end(), "layer {}: no B left this weight gradient its inputs", op.layer);
   const LayerTensors& w = shard_.layer_params(op.layer);

@@ -86,7 +86,7 @@ class RankRun {
     backend_options.shares_process = threads_launcher && program.layout.world_size() > 1;
     backend_ = make_backend(options.backend, backend_options);
     check_supported(program, *backend_);  // MoE, context parallelism and FP8 need the backend's capabilities
-    // FP8 GEMMs: emulated on the host (exec/interpreter/fp8.cpp), cuBLASLt's on sm_90 and later (exec/cuda)
+    // FP8 GEMMs: emulated on the host (exec/interpreter/fp8_linear.cpp), cuBLASLt's on sm_90 and later (exec/cuda)
 #ifdef TWIN_HAVE_CUDA
     if (scenario_.model.fp8 != model::Fp8Format::None) cuda::require_fp8_gemms(*backend_, scenario_.source);
 #endif

@@ -40,7 +40,7 @@ std::vector<float> read(Backend& backend, const Tensor& t) {
   return values;
 }
 
-// One MoE MLP's kernels through a backend, in the interpreter's order (exec/interpreter/moe.cpp): router, host
+// One MoE MLP's kernels through a backend, in the interpreter's order (exec/interpreter/moe/moe_layer.cpp): router, host
 // bookkeeping from the downloaded choice, permute, grouped GEMMs (an expert may get no rows), unpermute, and back.
 struct MoeOutputs {
   std::vector<int> chosen;

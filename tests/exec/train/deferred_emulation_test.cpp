@@ -66,7 +66,7 @@ Tensor gradients(Rank& rank, int r) {
   return grads;
 }
 
-// what interpreter_optimizer.cpp did before the fix: reduce-scatter, then zero the other ranks' shards at once
+// what exec/interpreter/optimizer.cpp did before the fix: reduce-scatter, then zero the other ranks' shards at once
 void reduce_scatter_then_zero_the_rest(Rank& rank, int r, const Tensor& grads) {
   const Tensor mine = grads.slice(r * kCount, kCount);
   rank.comm.reduce_scatter(rank.data, grads.data, mine.data, kCount, DType::F32, "gradients of layer 0");
