@@ -16,6 +16,7 @@
 #include <string>
 #include <tuple>
 
+#include "model/program/moe_a2a_overlap.hpp"
 #include "model/program/program.hpp"
 #include "test_scenarios.hpp"
 
@@ -441,6 +442,33 @@ TEST(Replay, DualPipeFinishesWithinItsTablesBubble) {
     }
   }
   EXPECT_EQ(cases, 4 * 3);
+}
+
+// DualPipe on an MoE model over dp 2 = ep 2: its F&B pairs merged layer by layer (overlaps_pairs), the all-to-alls of
+// one micro-batch between the other's compute, still free of deadlock in both replays.
+TEST(Replay, DualPipesMergedPairsFinish) {
+  int cases = 0;
+  for (int p : {2, 4}) {
+    for (int m = 2 * p; m <= 2 * p + 2; m += 2) {
+      Scenario s = testing::make_scenario(4 * p, 64, 4, 16, 128, 1, p, 2, 1, 2 * m);
+      s.parallel.schedule = ScheduleKind::DualPipe;
+      s.parallel.virtual_stages = 2;
+      s.cluster = ClusterSpec{1, NodeKind::CpuHost, 2 * p};
+      s.model.experts = 4;
+      s.model.top_k = 2;
+      s.parallel.ep = 2;
+      ASSERT_TRUE(validation_problems(s).empty()) << validation_problems(s).front();
+      ASSERT_TRUE(overlaps_pairs(s));
+      for (const Granularity granularity : {Granularity::Layer, Granularity::Op}) {
+        const Program program = build_program(s, granularity);
+        const std::string name = "p=" + std::to_string(p) + " m=" + std::to_string(m);
+        EXPECT_FALSE(replay(program, 1, 2, 1).deadlocked) << name;
+        EXPECT_TRUE(replay_issue_order(program)) << name;
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 8);
 }
 
 }  // namespace
