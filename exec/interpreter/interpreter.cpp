@@ -286,11 +286,11 @@ Interpreter::ChunkState& Interpreter::chunk(const Op& op) {
   ChunkState& state = chunks_[key];
   const MicroBatch& data = input_->micro_batches[static_cast<std::size_t>(op.micro_batch)];
   const int vs = static_cast<int>(scenario_.parallel.virtual_stage(coord_.pp, op.chunk));
-  if (vs == 0) {
+  if (scenario_.parallel.starts_route(vs)) {
     state.tokens = backend_.allocate(static_cast<std::size_t>(dims_.tokens), DType::I32);
     backend_.upload_i32(state.tokens, data.tokens.data());
   }
-  if (vs == virtual_stages_ - 1) {
+  if (scenario_.parallel.ends_route(vs)) {
     state.targets = backend_.allocate(static_cast<std::size_t>(dims_.tokens), DType::I32);
     backend_.upload_i32(state.targets, data.targets.data());
   }

@@ -364,6 +364,7 @@ class Interpreter {
   void reduce_layernorm_grads(const model::Op& op);
   void reduce_embedding_grads(const model::Op& op);
   void reduce_data_parallel_grads(const model::Op& op);
+  void sum_mirror_grads();  // DualPipe's two copies (optimizer.cpp)
   void gradient_norm(const model::Op& op);
   void optimizer_step(const model::Op& op);
   void gather_parameters(const model::Op& op);

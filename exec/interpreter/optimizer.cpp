@@ -3,7 +3,8 @@
 //   LayerNormGrads   sequence parallel: the TP-replicated parameters (layernorms, row-parallel biases) saw only the
 //                    rank's sequence shard; their gradients (the bucket's prefix) are summed across TP
 //   EmbeddingGrads   tied embedding with pp > 1: the word-embedding gradients of the first and last stage are summed
-//   Gradients        DP: the bucket's gradients are summed (all-reduce), or reduce-scattered under ZeRO-1 and ZeRO-3
+//   Gradients        DualPipe first (Group::MirrorStages): every bucket's gradients summed with the mirror stage's copy
+//                    DP: the bucket's gradients are summed (all-reduce), or reduce-scattered under ZeRO-1 and ZeRO-3
 //                    so that each DP rank holds the sum of its own shard (the loss is already a mean: a sum is the
 //                    average). ZeRO-3 reduce-scatters after every micro-batch's backward, see below
 //   GradNormSquared  every rank adds the squares of the gradient elements it is the one to count (its ZeRO shard, or
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "exec/core/check.hpp"
@@ -36,6 +38,10 @@ void Interpreter::reduce_embedding_grads(const Op& op) {
 }
 
 void Interpreter::reduce_data_parallel_grads(const Op& op) {
+  if (op.group == model::Group::MirrorStages) {
+    sum_mirror_grads();
+    return;
+  }
   Bucket& b = shard_.bucket(op.layer, op.what, op.group == model::Group::ExpertData);
   if (op.collective == CollectiveKind::AllReduce) {
     comm_.all_reduce(group(op.group), b.grads.data, b.padded_numel, b.grads.dtype, labels_[current_op_]);
@@ -56,6 +62,20 @@ void Interpreter::reduce_data_parallel_grads(const Op& op) {
   }
 }
 
+// DualPipe: the stage's whole gradient summed with its mirror's, whose buckets are the same layers and ends in another
+// chunk order: bucket by bucket in the order of (kind, layer, experts), the same on both.
+void Interpreter::sum_mirror_grads() {
+  std::vector<Bucket*> buckets;
+  for (Bucket& b : shard_.buckets()) buckets.push_back(&b);
+  std::sort(buckets.begin(), buckets.end(), [](const Bucket* a, const Bucket* b) {
+    return std::tuple(a->what, a->layer, a->experts) < std::tuple(b->what, b->layer, b->experts);
+  });
+  const CommGroup& pair = group(model::Group::MirrorStages);
+  for (Bucket* b : buckets) {
+    comm_.all_reduce(pair, b->grads.data, b->padded_numel, b->grads.dtype, labels_[current_op_]);
+  }
+}
+
 void Interpreter::gradient_norm(const Op& op) {
   // ZeRO-1 or ZeRO-3: shards over dp (x cp); an MoE layer's routed experts: their ExpertData replicas hold the same
   // sums (ZeRO-1: each its shard)
@@ -63,7 +83,11 @@ void Interpreter::gradient_norm(const Op& op) {
   const MoeDims& moe = shard_.moe();
   const bool expert_zero = scenario_.parallel.zero_stage >= 1 && moe.edp > 1;
   std::vector<Tensor> counted;  // summed in this order (one host read on a device)
+  // DualPipe: the first half of the stages holds every block, embedding and head once; the other half their copies
+  const auto& p = scenario_.parallel;
+  const bool mirror_copy = p.bidirectional() && coord_.pp >= p.pp / 2;
   for (Bucket& b : shard_.buckets()) {
+    if (mirror_copy) break;
     // without shards, DP rank 0's and CP rank 0's replicas
     if (b.experts ? (expert_zero || moe.edp_rank == 0) : (zero || (coord_.dp == 0 && coord_.cp == 0))) {
       const std::size_t begin = b.shard_offset, end = b.shard_offset + b.shard_numel;
