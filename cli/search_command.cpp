@@ -270,8 +270,8 @@ void register_search_command(CLI::App& app) {
   command->add_flag("--vary-zero", o->space.vary_zero,
                     "also try ZeRO stages 0 and 1 (Megatron-LM's distributed optimizer, DeepSpeed's ZeRO-1)");
   command->add_flag("--vary-schedule", o->space.vary_schedule,
-                    "also try the zero-bubble schedules: ZB-H1 for each pipeline without chunks, ZB-V and DualPipeV for "
-                    "each with two (where they apply)");
+                    "also try the zero-bubble schedules: ZB-H1 for each pipeline without chunks, ZB-V, DualPipeV and "
+                    "DualPipe for each with two (where they apply)");
   command
       ->add_option("--vary-node", o->nodes,
                    "also search these node kinds (e.g. dgx-h100,dgx-h200,gb200-nvl72), each with the scenario's "

@@ -3,7 +3,8 @@
 //   LayerNormGrads   sequence parallel: the TP-replicated parameters (layernorms, row-parallel biases) saw only the
 //                    rank's sequence shard; their gradients (the bucket's prefix) are summed across TP
 //   EmbeddingGrads   tied embedding with pp > 1: the word-embedding gradients of the first and last stage are summed
-//   Gradients        DP: the bucket's gradients are summed (all-reduce), or reduce-scattered under ZeRO-1 and ZeRO-3
+//   Gradients        DualPipe first (Group::MirrorStages): every bucket's gradients summed with the mirror stage's copy
+//                    DP: the bucket's gradients are summed (all-reduce), or reduce-scattered under ZeRO-1 and ZeRO-3
 //                    so that each DP rank holds the sum of its own shard (the loss is already a mean: a sum is the
 //                    average). ZeRO-3 reduce-scatters after every micro-batch's backward, see below
 //   GradNormSquared  every rank adds the squares of the gradient elements it is the one to count (its ZeRO shard, or
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "exec/core/check.hpp"
@@ -37,6 +39,10 @@ void Optimizer::reduce_embedding_grads(const Op& op) {
 }
 
 void Optimizer::reduce_data_parallel_grads(const Op& op) {
+  if (op.group == model::Group::MirrorStages) {
+    sum_mirror_grads();
+    return;
+  }
   Bucket& b = ctx_.shard.bucket(op.layer, op.what, op.group == model::Group::ExpertData);
   if (op.collective == CollectiveKind::AllReduce) {
     ctx_.comm.all_reduce(ctx_.group(op.group), b.grads.data, b.padded_numel, b.grads.dtype, ctx_.label());
@@ -57,6 +63,20 @@ void Optimizer::reduce_data_parallel_grads(const Op& op) {
   }
 }
 
+// DualPipe: the stage's whole gradient summed with its mirror's, whose buckets are the same layers and ends in another
+// chunk order: bucket by bucket in the order of (kind, layer, experts), the same on both.
+void Optimizer::sum_mirror_grads() {
+  std::vector<Bucket*> buckets;
+  for (Bucket& b : ctx_.shard.buckets()) buckets.push_back(&b);
+  std::sort(buckets.begin(), buckets.end(), [](const Bucket* a, const Bucket* b) {
+    return std::tuple(a->what, a->layer, a->experts) < std::tuple(b->what, b->layer, b->experts);
+  });
+  const CommGroup& pair = ctx_.group(model::Group::MirrorStages);
+  for (Bucket* b : buckets) {
+    ctx_.comm.all_reduce(pair, b->grads.data, b->padded_numel, b->grads.dtype, ctx_.label());
+  }
+}
+
 void Optimizer::gradient_norm(const Op& op) {
   // ZeRO-1 or ZeRO-3: shards over dp (x cp); an MoE layer's routed experts: their ExpertData replicas hold the same
   // sums (ZeRO-1: each its shard)
@@ -64,7 +84,11 @@ void Optimizer::gradient_norm(const Op& op) {
   const MoeDims& moe = ctx_.shard.moe();
   const bool expert_zero = ctx_.scenario.parallel.zero_stage >= 1 && moe.edp > 1;
   std::vector<Tensor> counted;  // summed in this order (one host read on a device)
+  // DualPipe: the first half of the stages holds every block, embedding and head once; the other half their copies
+  const auto& p = ctx_.scenario.parallel;
+  const bool mirror_copy = p.bidirectional() && ctx_.coord.pp >= p.pp / 2;
   for (Bucket& b : ctx_.shard.buckets()) {
+    if (mirror_copy) break;
     // without shards, DP rank 0's and CP rank 0's replicas
     if (b.experts ? (expert_zero || moe.edp_rank == 0) : (zero || (ctx_.coord.dp == 0 && ctx_.coord.cp == 0))) {
       const std::size_t begin = b.shard_offset, end = b.shard_offset + b.shard_numel;

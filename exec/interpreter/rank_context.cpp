@@ -26,7 +26,6 @@ RankContext::RankContext(const model::Program& program_in, int rank_in, Backend&
       shard(shard_in),
       dims(shard_in.dims()),
       ops(program_in.ops_of_rank(rank_in)) {
-  virtual_stages_ = static_cast<int>(scenario.parallel.pp * scenario.parallel.virtual_stages);
   for (int g = 0; g < model::kGroupCount; ++g) {
     const auto group = static_cast<model::Group>(g);
     groups_[g] = CommGroup{model::to_string(group), program.layout.group_members(group, rank)};
@@ -54,11 +53,11 @@ ChunkState& RankContext::chunk(const Op& op) {
   ChunkState& state = chunks_[key];
   const MicroBatch& data = input_->micro_batches[static_cast<std::size_t>(op.micro_batch)];
   const int vs = static_cast<int>(scenario.parallel.virtual_stage(coord.pp, op.chunk));
-  if (vs == 0) {
+  if (scenario.parallel.starts_route(vs)) {
     state.tokens = backend.allocate(static_cast<std::size_t>(dims.tokens), DType::I32);
     backend.upload_i32(state.tokens, data.tokens.data());
   }
-  if (vs == virtual_stages_ - 1) {
+  if (scenario.parallel.ends_route(vs)) {
     state.targets = backend.allocate(static_cast<std::size_t>(dims.tokens), DType::I32);
     backend.upload_i32(state.targets, data.targets.data());
   }

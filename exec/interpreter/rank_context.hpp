@@ -69,7 +69,6 @@ class RankContext {
  private:
   std::array<CommGroup, model::kGroupCount> groups_;  // by model::Group
   std::vector<std::string> labels_;                   // by op index
-  int virtual_stages_ = 1;
   const IterationInput* input_ = nullptr;
   std::map<std::pair<int, int>, ChunkState> chunks_;  // by (micro-batch, chunk)
 };

@@ -150,8 +150,8 @@ ModelShard::ModelShard(const model::Scenario& scenario, model::RankCoord coord, 
   dims_.etp_rank = moe_.etp_rank;
   const auto& p = scenario.parallel;
   const int chunks = static_cast<int>(p.virtual_stages);
-  first_stage_ = coord.pp == 0;
-  last_stage_ = coord.pp == p.head_stage();
+  first_stage_ = p.holds_embedding(coord.pp);  // DualPipe: both end stages hold an embedding and a head
+  last_stage_ = p.holds_head(coord.pp);
   const std::int64_t C = dims_.hidden, F = scenario.ffn_hidden(), V = scenario.model.vocab;
   const std::int64_t QKV = scenario.model.qkv_width(), UP = scenario.mlp_up_width();
   const Sharding up_rows = dims_.swiglu ? Sharding::GateUpRows : Sharding::Rows;

@@ -334,6 +334,8 @@ class RankRun {
     const model::RankCoord coord = program_.layout.coord_of(rank_);
     double partial = 0;
     if (!zero && (coord.dp != 0 || coord.cp != 0)) return 0;  // the replicas of DP rank 0, CP rank 0's
+    const auto& p = scenario_.parallel;
+    if (p.bidirectional() && coord.pp >= p.pp / 2) return 0;  // DualPipe's second copies (gradient_norm)
     for (Bucket& b : shard_->buckets()) {
       const std::size_t begin = b.shard_offset, end = b.shard_offset + b.shard_numel;
       for (const ParamTensor& t : b.tensors) {

@@ -12,7 +12,7 @@ ExchangeIssue exchange_issue(const Scenario& scenario) {
   // Megatron-LM fork) posts its sends asynchronously and waits only on receives, as the interleaved schedule does.
   const ScheduleKind kind = scenario.parallel.schedule;
   if (kind == ScheduleKind::Interleaved || kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleV ||
-      kind == ScheduleKind::DualPipeV) {
+      kind == ScheduleKind::DualPipeV || kind == ScheduleKind::DualPipe) {
     return ExchangeIssue::Eager;
   }
   const bool train_schedule =

@@ -81,7 +81,7 @@ std::string_view to_string(Group value) {
                                       "context",       "data_with_context",
                                       "pipeline",      "expert",
                                       "expert_tensor", "expert_tensor_and_expert",
-                                      "expert_data"};
+                                      "expert_data",   "mirror_stages"};
   static_assert(std::size(names) == kGroupCount, "a name for every Group");
   return lookup(names, value);
 }

@@ -41,6 +41,7 @@ GroupShape shape_of(Group group) {
       return {false, kAxis1 | kAxis2};
     case Group::Pipeline:
     case Group::Embedding:
+    case Group::MirrorStages:
       return {false, kAxis3};
     case Group::World:
       return {false, kAxis0 | kAxis1 | kAxis2 | kAxis3};
@@ -138,6 +139,11 @@ std::vector<int> RankLayout::group_members(Group group, int rank) const {
       shape.expert_grid ? std::array<int, 4>{etp_, ep_, edp_, pp_} : std::array<int, 4>{tp_, cp_, dp_, pp_};
   std::vector<int> members = vary(decompose(sizes, rank), shape.axes);
   if (group == Group::Embedding && members.size() > 2) members = {members.front(), members.back()};
+  if (group == Group::MirrorStages) {  // members are in stage order
+    const int stage = coord_of(rank).pp, mirror = pp_ - 1 - stage;
+    members = stage == mirror ? std::vector<int>{rank}
+                              : std::vector<int>{members[std::min(stage, mirror)], members[std::max(stage, mirror)]};
+  }
   return members;
 }
 

@@ -60,8 +60,9 @@ enum class Group : std::uint8_t {
   ExpertTensor,     // expert grid, along etp: the ranks that split one expert's weights
   ExpertTensorAndExpert,  // expert grid, along etp and ep (Megatron's "tp-ep")
   ExpertData,             // expert grid, along edp: the replicas of one expert shard; expert gradients reduce over it
+  MirrorStages,           // dense grid, along pp: stage s and stage pp - 1 - s, DualPipe's two copies of each block
 };
-inline constexpr int kGroupCount = 11;
+inline constexpr int kGroupCount = 12;
 
 class RankLayout {
  public:

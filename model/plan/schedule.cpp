@@ -13,13 +13,20 @@ void check_arguments(ScheduleKind kind, int stages, int micro_batches, int chunk
   if (stages < 1 || micro_batches < 1 || chunks < 1) {
     throw std::invalid_argument("build_schedule: stages, micro_batches and chunks must be >= 1");
   }
-  const bool v = kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV;
+  const bool v = kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV || kind == ScheduleKind::DualPipe;
   if (v && chunks != 2) {
-    throw std::invalid_argument("build_schedule: a V has two chunks per stage, got " + std::to_string(chunks));
+    throw std::invalid_argument("build_schedule: a V or two directions have two chunks per stage, got " +
+                                std::to_string(chunks));
   }
   if (kind == ScheduleKind::DualPipeV && micro_batches < 2 * stages) {
     throw std::invalid_argument("build_schedule: DualPipeV needs micro_batches >= 2 * stages, got " +
                                 std::to_string(micro_batches));
+  }
+  if (kind == ScheduleKind::DualPipe && (stages % 2 != 0 || micro_batches % 2 != 0 || micro_batches < 2 * stages)) {
+    throw std::invalid_argument("build_schedule: DualPipe needs an even number of stages and an even "
+                                "micro_batches >= 2 * stages, got " +
+                                std::to_string(stages) + " stages and " + std::to_string(micro_batches) +
+                                " micro-batches");
   }
   if (kind != ScheduleKind::Interleaved && !v && chunks != 1) {
     throw std::invalid_argument("build_schedule: only the interleaved schedule has more than one chunk per stage");
@@ -163,6 +170,21 @@ class DualPipeV {
   StageSchedule steps_;
 };
 
+// DualPipe (schedule.hpp) on one stage: dualpipe.py's steps are dualpipev.py's on half the stages (its half_rank,
+// min(s, p - 1 - s), of p / 2) and half the micro-batches per direction, phase 0 being the direction that enters at
+// the stage's own end: the down pipeline (chunk 0) on the first half of the stages, the up one (chunk 1) on the
+// second. The up half's micro-batches are numbered m / 2 .. m - 1.
+StageSchedule dual_pipe(int stage, int stages, int micro_batches) {
+  const int half_rank = std::min(stage, stages - 1 - stage);
+  StageSchedule steps = DualPipeV(half_rank, stages / 2, micro_batches / 2).build();
+  const bool second_half = stage >= stages / 2;
+  for (PipelineStep& step : steps) {
+    step.chunk = second_half ? 1 - step.chunk : step.chunk;
+    if (step.chunk == 1) step.micro_batch += micro_batches / 2;
+  }
+  return steps;
+}
+
 }  // namespace
 
 bool group_without_dependency_bubbles(int stages, int micro_batches, int group) {
@@ -178,9 +200,11 @@ int warmup_steps(ScheduleKind kind, int stage, int stages, int micro_batches, in
     case ScheduleKind::ZeroBubbleH1:
       return std::min(stages - stage - 1 + extra_warmup, micro_batches);
     case ScheduleKind::ZeroBubbleV:
-    case ScheduleKind::DualPipeV: {  // the forwards before its first B
+    case ScheduleKind::DualPipeV:
+    case ScheduleKind::DualPipe: {  // the forwards before its first B
       const StageSchedule steps = kind == ScheduleKind::DualPipeV ? DualPipeV(stage, stages, micro_batches).build()
-                                                                  : zero_bubble_v(stage, stages, micro_batches);
+                                  : kind == ScheduleKind::DualPipe ? dual_pipe(stage, stages, micro_batches)
+                                                                   : zero_bubble_v(stage, stages, micro_batches);
       const auto first_backward =
           std::find_if(steps.begin(), steps.end(), [](const PipelineStep& step) { return step.pass != Pass::Forward; });
       return static_cast<int>(first_backward - steps.begin());
@@ -219,6 +243,10 @@ std::vector<StageSchedule> build_schedule(ScheduleKind kind, int stages, int mic
     }
     if (kind == ScheduleKind::DualPipeV) {
       steps = DualPipeV(stage, stages, micro_batches).build();
+      continue;
+    }
+    if (kind == ScheduleKind::DualPipe) {
+      steps = dual_pipe(stage, stages, micro_batches);
       continue;
     }
     if (kind == ScheduleKind::GPipe) {
@@ -301,6 +329,10 @@ double ideal_bubble_fraction(const ParallelSpec& parallel) {
   const double m = static_cast<double>(parallel.micro_batches());
   const double idle = static_cast<double>(parallel.pp - 1);
   if (parallel.schedule == ScheduleKind::ZeroBubbleH1) return idle / (3 * m + idle);
+  if (parallel.schedule == ScheduleKind::DualPipe) {
+    const double half_idle = static_cast<double>(parallel.pp / 2 - 1);  // a block's forwards, each direction's start
+    return half_idle / (3 * m + half_idle);
+  }
   if (parallel.schedule == ScheduleKind::ZeroBubbleV || parallel.schedule == ScheduleKind::DualPipeV) {
     return idle / (6 * m + idle);
   }

@@ -27,6 +27,14 @@
 //                    overlapped), but for the last stage's first pair, which dualpipev.py runs apart. Its backwards are whole (B then its W at once) except where it enables
 //                    zero bubble: step 3's, the second half of step 6's and step 7's, whose W wait in a queue that each
 //                    lone W takes the oldest of. 2p + 1 chunks' activations at the peak (its table's PP + 1).
+//   DualPipe         DeepSeek-V3's bidirectional schedule (deepseek-ai/DualPipe at 3da1bbe, dualpipe.py,
+//                    DualPipe.step), p even, m even and >= 2p: the first m / 2 micro-batches go down through chunk 0
+//                    of stages 0..p-1, the others up through chunk 1 of stages p-1..0 (ParallelSpec::bidirectional).
+//                    Stage s runs DualPipeV's eight steps as its stage min(s, p-1-s) of p / 2 with m / 2
+//                    micro-batches, its "chunk 0" the direction entering at its own end (dualpipe.py's phases and
+//                    half_rank): DualPipeV is DualPipe cut in half, and DualPipe's two halves mirror each other.
+//                    p + 1 chunks' activations at the peak (its table's PP + 1), each chunk a block (1 / p) of the
+//                    model.
 //   extra_warmup     forwards added to the warmup of 1F1B and interleaved 1F1B (capped like it): Megatron-Core's
 //                    combined 1F1B (framework.moe_a2a_overlap) runs one more, so that the forward and backward it
 //                    merges in each steady step are independent (schedules.py get_pp_rank_microbatches at
@@ -46,7 +54,8 @@ enum class Pass : std::uint8_t { Forward, Backward, WeightGrad };
 
 // Whether `kind` splits each backward into B and W steps (the zero-bubble schedules).
 inline bool splits_backward(ScheduleKind kind) {
-  return kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV;
+  return kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV ||
+         kind == ScheduleKind::DualPipe;
 }
 
 struct PipelineStep {
@@ -86,8 +95,10 @@ std::vector<StageSchedule> build_schedule(const ParallelSpec& parallel, int extr
 // times F, B, W, (p - 1)(F + B - W) idle against 2 m (F + B + W) busy: (p - 1) / (6 m + p - 1), the least a V can
 // idle when every stage ends the iteration together (its last stage's first forward waits p - 1 chunk forwards; the
 // paper's zero needs its optimizer post-validation, which lets a stage start the next iteration early); DualPipeV's
-// too (replay_test.cpp: with equal times it idles the V's start alone, half its table's (p - 1)(F&B + B - 3W)). What
-// `twin search` orders its plans by before simulating.
+// too (replay_test.cpp: with equal times it idles the V's start alone, half its table's (p - 1)(F&B + B - 3W));
+// DualPipe's, in a chunk's (a block's) times, idles (p/2 - 1) F against m (F + B + W) busy:
+// (p/2 - 1) / (3 m + p/2 - 1), half its table's (p/2 - 1)(F&B + B - 3W) with F&B = F + B + W and B a whole backward
+// (replay_test.cpp). What `twin search` orders its plans by before simulating.
 double ideal_bubble_fraction(const ParallelSpec& parallel);
 
 // The most (micro-batch, chunk) pairs whose forward has run and backward has not, at any point of the schedule:

@@ -48,8 +48,11 @@ double parameters_per_gpu(const Scenario& s, int stage) {
     params += moe_layers * (moe_layer_dense_parameters_per_gpu(s) - layer_parameters_per_rank(s, p.tp) +
                             expert_parameters_per_gpu(s));
   }
-  if (stage == 0) params += V * h / t + position_embedding_parameters(s);  // word embedding shard + positions
-  if (stage == p.head_stage()) {
+  // DualPipe: both end stages hold an embedding and a head (one direction's each), every stage two blocks' layers
+  // (layers_on_stage): the second copy of the parameters its table counts, with its gradients and optimizer state.
+  // the word embedding's shard and the positions
+  if (p.holds_embedding(stage)) params += V * h / t + position_embedding_parameters(s);
+  if (p.holds_head(stage)) {
     params += norm_parameters(s);  // final layernorm
     // The LM head: its own weight when untied; with tied embeddings a copy of the word embedding on the last stage
     // (Megatron keeps one and all-reduces its gradient with the first stage), none when both are the same stage.
@@ -323,7 +326,7 @@ MemoryEstimate estimate_memory(const Scenario& s) {
     }
     m.activations_bytes += max_deferred_weight_grads_weighted(schedule[stage], chunk_deferred_bytes);
     // The last stage holds one micro-batch of fp32 logits for the cross-entropy (s b V/t floats).
-    if (stage == p.head_stage()) {
+    if (p.holds_head(stage)) {
       m.activations_bytes += 4.0 * d(s.model.seq_len) * d(p.micro_batch) * d(s.padded_vocab()) / d(p.tp);
     }
     m.peak_bytes = m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.activations_bytes;

@@ -146,13 +146,32 @@ void StageBuilder::synchronize_expert_gradients(int layer) {
   buckets_.push_back({layer, ComputeKind::TransformerLayer, parameters, emit(std::move(op)), Group::ExpertData});
 }
 
+// DualPipe: this stage's chunk 0 holds the layers of its mirror stage's chunk 1 and the reverse, and both end stages
+// an embedding and a head: each parameter lives on the two stages, each copy's gradient from one direction's
+// micro-batches. One all-reduce of the stage's whole gradient over the pair sums them before the DP reductions, as
+// DeepSeek's example sums them after DualPipe.step (deepseek-ai/DualPipe at 3da1bbe, examples/example_dualpipe.py).
+void StageBuilder::sum_mirror_gradients() {
+  double parameters = 0;
+  for (int chunk = 0; chunk < chunks_; ++chunk) {
+    for (int layer = first_layer(chunk); layer < first_layer(chunk) + layers_in(chunk); ++layer) {
+      parameters += layer_dense_parameters_per_gpu(s_, layer);
+      if (s_.is_moe_layer(layer)) parameters += expert_parameters_per_gpu(s_);
+    }
+  }
+  if (s_.parallel.holds_embedding(stage_)) parameters += end_bucket_parameters(ComputeKind::Embedding);
+  if (s_.parallel.holds_head(stage_)) parameters += end_bucket_parameters(ComputeKind::LmHead);
+  emit(gradient_op(CollectiveKind::AllReduce, Group::MirrorStages, Payload::Gradients, ComputeKind::TransformerLayer,
+                   parameters * grad_reduce_bytes_, Stream::Compute));
+}
+
 void StageBuilder::finish_iteration() {
   if (zero3_) {
     finish_sharded_iteration();
     return;
   }
+  if (s_.parallel.bidirectional()) sum_mirror_gradients();
   for (int layer : deferred_layers_) synchronize_layer_gradients(layer);
-  const bool first = stage_ == 0, last = stage_ == s_.parallel.head_stage();
+  const bool first = s_.parallel.holds_embedding(stage_), last = s_.parallel.holds_head(stage_);
   const double word_embedding_shard = d(s_.padded_vocab()) / x_.t * x_.h;
   const bool tied_copy = s_.framework.tied_embeddings && s_.parallel.ends_apart();
   if (tied_copy && (first || last)) {

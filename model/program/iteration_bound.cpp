@@ -3,6 +3,7 @@
 #include "model/program/iteration_bound.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <utility>
 #include <vector>
@@ -72,7 +73,7 @@ double virtual_stage_forward_gemm_flops(const Scenario& s, std::int64_t virtual_
   for (std::int64_t layer = first; layer < first + s.layers_in_virtual_stage(virtual_stage); ++layer) {
     per_token += layer_forward_flops_per_token(s, s.is_moe_layer(layer));
   }
-  if (virtual_stage == p.pp * p.virtual_stages - 1) per_token += 2 * to_double(s.model.hidden) * to_double(s.padded_vocab());
+  if (p.ends_route(virtual_stage)) per_token += 2 * to_double(s.model.hidden) * to_double(s.padded_vocab());
   return tokens_per_gpu(s) * per_token;
 }
 
@@ -102,25 +103,29 @@ double iteration_time_lower_bound_s(const Scenario& s, double gemm_flops_per_s, 
     }
   }
   const double head_s = 2 * to_double(s.model.hidden) * to_double(s.padded_vocab()) * tokens_per_gpu(s) / gemm_flops_per_s;
-  chunk.back().forward += head_s;
-  chunk.back().backward += 2 * head_s;
+  for (std::int64_t vs = 0; vs < virtual_stages; ++vs) {
+    if (!p.ends_route(vs)) continue;
+    chunk[static_cast<std::size_t>(vs)].forward += head_s;
+    chunk[static_cast<std::size_t>(vs)].backward += 2 * head_s;
+  }
   const bool drains = p.schedule == ScheduleKind::GPipe || p.schedule == ScheduleKind::OneFOneB ||
                       p.schedule == ScheduleKind::Interleaved;
-  const double m = to_double(p.micro_batches());
+  // Each chunk runs every micro-batch, or in DualPipe its direction's half.
+  const double m = to_double(p.micro_batches()) / (p.bidirectional() ? 2.0 : 1.0);
   double bound = 0;
   for (std::int64_t stage = 0; stage < p.pp; ++stage) {
     double busy = 0;
-    std::int64_t first_chunk = virtual_stages;
+    double fill_and_drain = std::numeric_limits<double>::infinity();  // the chunk reached first: its route so far
     for (std::int64_t c = 0; c < p.virtual_stages; ++c) {
       const std::int64_t vs = p.virtual_stage(stage, c);
       const LayerSeconds& one = chunk[static_cast<std::size_t>(vs)];
       busy += m * (one.forward + one.backward + one.recompute);
-      first_chunk = std::min(first_chunk, vs);
-    }
-    double fill_and_drain = 0;
-    for (std::int64_t vs = 0; vs < first_chunk; ++vs) {
-      const LayerSeconds& one = chunk[static_cast<std::size_t>(vs)];
-      fill_and_drain += one.forward + (drains ? one.backward : 0);
+      double before = 0;
+      for (std::int64_t earlier = vs - vs % p.route_length(); earlier < vs; ++earlier) {
+        const LayerSeconds& on_the_way = chunk[static_cast<std::size_t>(earlier)];
+        before += on_the_way.forward + (drains ? on_the_way.backward : 0);
+      }
+      fill_and_drain = std::min(fill_and_drain, before);
     }
     bound = std::max(bound, busy + fill_and_drain);
   }

@@ -19,7 +19,8 @@
 //   - Fill: a stage's first op waits for micro-batch 0's forward through every virtual stage before its first one.
 //     Drain (1F1B, interleaved): its last op is the backward of the last micro-batch on its first chunk, after which
 //     that micro-batch's backward (no recompute: it may have run earlier) crosses every earlier virtual stage. Schedules
-//     that defer weight gradients (ZB-H1, ZB-V, DualPipeV) may end a stage on a deferred W: no drain is counted.
+//     that defer weight gradients (ZB-H1, ZB-V, DualPipeV, DualPipe) may end a stage on a deferred W: no drain is
+//     counted.
 // With equal stages this is the busiest stage's compute times (1 + (p-1)/(v m)) = 1 / (1 - ideal bubble) of
 // model/plan/schedule.hpp; with uneven stages (the embedding, the LM head) it follows each stage's own work.
 #pragma once

@@ -84,7 +84,8 @@ int combined_extra_warmup(const Scenario& s) {
 }
 
 bool overlaps_pairs(const Scenario& s) {
-  return s.parallel.schedule == ScheduleKind::DualPipeV && s.model.is_moe() && s.parallel.ep > 1;
+  const ScheduleKind kind = s.parallel.schedule;
+  return (kind == ScheduleKind::DualPipeV || kind == ScheduleKind::DualPipe) && s.model.is_moe() && s.parallel.ep > 1;
 }
 
 }  // namespace twin::model

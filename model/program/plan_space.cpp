@@ -106,18 +106,20 @@ void add_plan_if_it_fits(const model::Scenario& s, const PlanSpace& o, std::vect
 }
 
 // The schedules a plan with `pp` stages and `chunks` chunks per stage runs: with chunks the interleaved one (the
-// base's V instead, ZB-V or DualPipeV, on two chunks), else the base's (1F1B where it cannot apply: the base's
-// interleaved or V, or ZB-H1 without a pipeline); with vary_schedule ZB-H1 too where there is a pipeline, and the
-// interleaved schedule, ZB-V and DualPipeV on two chunks (validation keeps DualPipeV's with 2 pp micro-batches).
+// base's V or DualPipe instead, on two chunks), else the base's (1F1B where it cannot apply: the base's interleaved,
+// V or DualPipe, or ZB-H1 without a pipeline); with vary_schedule ZB-H1 too where there is a pipeline, and the
+// interleaved schedule, ZB-V, DualPipeV and DualPipe on two chunks (validation keeps DualPipeV's and DualPipe's with
+// 2 pp micro-batches, DualPipe's on an even pp with an even number of them).
 std::vector<model::ScheduleKind> schedules_of(const model::Scenario& base, std::int64_t pp, std::int64_t chunks,
                                               bool vary_schedule) {
   using model::ScheduleKind;
-  const bool base_v = base.parallel.v_shape();
+  const bool base_v = base.parallel.v_shape() || base.parallel.bidirectional();
   if (chunks > 1) {
     const bool v = chunks == 2 && pp > 1;
     const ScheduleKind first = v && base_v ? base.parallel.schedule : ScheduleKind::Interleaved;
     std::vector<ScheduleKind> out{first};
-    for (const ScheduleKind kind : {ScheduleKind::Interleaved, ScheduleKind::ZeroBubbleV, ScheduleKind::DualPipeV}) {
+    for (const ScheduleKind kind :
+         {ScheduleKind::Interleaved, ScheduleKind::ZeroBubbleV, ScheduleKind::DualPipeV, ScheduleKind::DualPipe}) {
       if (v && vary_schedule && kind != first) out.push_back(kind);
     }
     return out;

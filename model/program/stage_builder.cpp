@@ -13,7 +13,6 @@ StageBuilder::StageBuilder(const Scenario& s, Granularity granularity, const Sta
     : s_(s), x_(s), granularity_(granularity), schedule_(schedule), stage_(stage) {
   stages_ = static_cast<int>(s.parallel.pp);
   chunks_ = static_cast<int>(s.parallel.virtual_stages);
-  virtual_stages_ = stages_ * chunks_;
   // Dense gradients reduce over DP x CP (Megatron-Core's "dp-cp" group: each CP rank saw its part of the same
   // sequences); the distributed optimizer shards over it too.
   dp_ = static_cast<int>(s.parallel.dp * s.parallel.cp);
@@ -59,7 +58,8 @@ std::vector<Op> StageBuilder::build() {
   for (int i = 0; i < static_cast<int>(schedule_.size()); ++i) {
     const PipelineStep& step = schedule_[i];
     // The first forward of a chunk waits for its parameter gathers (ParameterGathers): always a warm-up step, alone.
-    const bool gathers = gathers_under_forward_ && step.pass == Pass::Forward && step.micro_batch == 0;
+    const bool gathers = gathers_under_forward_ && step.pass == Pass::Forward &&
+                         step.micro_batch == s_.parallel.first_micro_batch(step.chunk);
     if (overlapped_pairs_ && step.overlapped && !gathers) {
       // DualPipeV's F&B pair, merged layer by layer as the combined 1F1B's pairs are (overlaps_pairs).
       const int b = i + 1;
@@ -198,14 +198,16 @@ int StageBuilder::layers_in(int chunk) const {
 std::vector<StageBuilder::GatherBucket> StageBuilder::gather_buckets(int chunk) const {
   const int vs = vs_of(chunk);
   std::vector<GatherBucket> buckets;
-  if (vs == 0) buckets.push_back({-1, ComputeKind::Embedding, end_bucket_parameters(ComputeKind::Embedding)});
+  if (starts_route(vs)) {
+    buckets.push_back({-1, ComputeKind::Embedding, end_bucket_parameters(ComputeKind::Embedding)});
+  }
   for (int layer = first_layer(chunk); layer < first_layer(chunk) + layers_in(chunk); ++layer) {
     // an MoE layer's routed experts gathered with it (over the expert-data-parallel ranks in Megatron-Core)
     buckets.push_back(
         {layer, ComputeKind::TransformerLayer,
          layer_dense_parameters_per_gpu(s_, layer) + (s_.is_moe_layer(layer) ? expert_parameters_per_gpu(s_) : 0)});
   }
-  if (vs == virtual_stages_ - 1) {
+  if (ends_route(vs)) {
     buckets.push_back({-1, ComputeKind::LmHead, end_bucket_parameters(ComputeKind::LmHead)});
   }
   return buckets;
@@ -237,7 +239,7 @@ void StageBuilder::dispatch_aligned_gathers() {
 class StageBuilder::ParameterGathers {
  public:
   ParameterGathers(StageBuilder& b, const PipelineStep& step) : b_(b), chunk_(step.chunk) {
-    if (!b.gathers_under_forward_ || step.micro_batch != 0) return;
+    if (!b.gathers_under_forward_ || step.micro_batch != b.s_.parallel.first_micro_batch(step.chunk)) return;
     buckets_ = b.gather_buckets(chunk_);
     if (!b.aligned_gathers_.empty()) gathers_ = b.aligned_gathers_[static_cast<std::size_t>(chunk_)];
   }
@@ -264,7 +266,7 @@ class StageBuilder::ParameterGathers {
 
 void StageBuilder::forward_step(const PipelineStep& step) {
   const int vs = vs_of(step.chunk);
-  int wait_for = vs > 0 ? recv(step, vs - 1, Phase::Forward) : -1;
+  int wait_for = !starts_route(vs) ? recv(step, vs - 1, Phase::Forward) : -1;
   if (zero3_) {
     // FSDP's root unit (the embeddings and the final layer norm) is gathered at the start of every micro-batch
     // and stays so through its backward; the DataParallel stream's order puts this after the previous
@@ -274,7 +276,7 @@ void StageBuilder::forward_step(const PipelineStep& step) {
   }
   const int first = first_layer(step.chunk), end = first + layers_in(step.chunk);
   ParameterGathers gathers(*this, step);
-  if (vs == 0) {
+  if (starts_route(vs)) {
     gathers.before_bucket(wait_for);
     emit_all(embedding_forward(x_), step, wait_for);
   }
@@ -286,7 +288,7 @@ void StageBuilder::forward_step(const PipelineStep& step) {
     if (zero3_) fsdp_free(last_op());  // FULL_SHARD reshards a block after its forward
   }
   reduce_fp8_amaxes(end - first, Phase::Forward, step, wait_for);
-  if (vs == virtual_stages_ - 1) {
+  if (ends_route(vs)) {
     gathers.before_bucket(wait_for);
     emit_all(head_forward(x_), step, wait_for);
   } else {
@@ -296,8 +298,8 @@ void StageBuilder::forward_step(const PipelineStep& step) {
 
 void StageBuilder::backward_step(const PipelineStep& step, bool last_backward_of_chunk) {
   const int vs = vs_of(step.chunk);
-  int wait_for = vs < virtual_stages_ - 1 ? recv(step, vs + 1, Phase::Backward) : -1;
-  if (vs == virtual_stages_ - 1) emit_all(head_backward(x_, recompute_model_ends(s_)), step, wait_for);
+  int wait_for = !ends_route(vs) ? recv(step, vs + 1, Phase::Backward) : -1;
+  if (ends_route(vs)) emit_all(head_backward(x_, recompute_model_ends(s_)), step, wait_for);
   int gradient_producer = last_op();
   const int first = first_layer(step.chunk);
   const int last = first + layers_in(step.chunk) - 1;
@@ -334,7 +336,7 @@ void StageBuilder::backward_step(const PipelineStep& step, bool last_backward_of
     }
   }
   reduce_fp8_amaxes(last - first + 1, Phase::Backward, step, wait_for);
-  if (vs == 0) {
+  if (starts_route(vs)) {
     if (recompute_model_ends(s_)) emit_all(embedding_forward(x_, Phase::Recompute), step, wait_for);
     emit_all(embedding_backward(x_), step, wait_for);
   }
@@ -342,7 +344,7 @@ void StageBuilder::backward_step(const PipelineStep& step, bool last_backward_of
   if (zero2_ && !last_backward_of_chunk) {
     const int producer = last_op();
     for (const ComputeKind end : {ComputeKind::LmHead, ComputeKind::Embedding}) {
-      if (vs == (end == ComputeKind::Embedding ? 0 : virtual_stages_ - 1)) {
+      if (end == ComputeKind::Embedding ? starts_route(vs) : ends_route(vs)) {
         reduce_micro_batch_gradients(-1, end, end_bucket_parameters(end), producer, step);
       }
     }
@@ -354,11 +356,12 @@ void StageBuilder::backward_step(const PipelineStep& step, bool last_backward_of
     fsdp_reduce(-1, ComputeKind::LmHead, end_bucket_parameters(ComputeKind::LmHead), producer, step);
     fsdp_reduce(-1, ComputeKind::Embedding, end_bucket_parameters(ComputeKind::Embedding), producer, step);
   }
-  if (vs > 0) send(step, vs, vs - 1, Phase::Backward, gradient_producer);
+  if (!starts_route(vs)) send(step, vs, vs - 1, Phase::Backward, gradient_producer);
 }
 
+// DualPipe's DP reductions wait for the sum of the two copies (sum_mirror_gradients), after the last W.
 void StageBuilder::layer_gradients_done(int layer) {
-  if (s_.parallel.dp_overlap) {
+  if (s_.parallel.dp_overlap && !s_.parallel.bidirectional()) {
     synchronize_layer_gradients(layer);
   } else {
     deferred_layers_.push_back(layer);

@@ -44,6 +44,9 @@ class StageBuilder {
   int last_op() const { return static_cast<int>(ops_.size()) - 1; }
   // The virtual stage of this stage's chunk (ParallelSpec::virtual_stage).
   int vs_of(int chunk) const { return static_cast<int>(s_.parallel.virtual_stage(stage_, chunk)); }
+  // Whether a micro-batch's route starts (the embedding) or ends (the head) at virtual stage `vs`.
+  bool starts_route(int vs) const { return s_.parallel.starts_route(vs); }
+  bool ends_route(int vs) const { return s_.parallel.ends_route(vs); }
   int first_layer(int chunk) const;
   int layers_in(int chunk) const;
   void forward_step(const PipelineStep& step);
@@ -95,6 +98,7 @@ class StageBuilder {
   void reduce_micro_batch_gradients(int layer, ComputeKind what, double parameters, int producer,
                                     const PipelineStep& step);
   void synchronize_expert_gradients(int layer);
+  void sum_mirror_gradients();  // DualPipe: the two copies' gradients summed over Group::MirrorStages
   void finish_iteration();
   void finish_sharded_iteration();
 
@@ -111,7 +115,7 @@ class StageBuilder {
   Granularity granularity_;
   const StageSchedule& schedule_;
   int stage_;
-  int stages_ = 1, chunks_ = 1, virtual_stages_ = 1;
+  int stages_ = 1, chunks_ = 1;
   int dp_ = 1;                      // the replicas dense gradients reduce over: dp x cp
   Group data_group_ = Group::Data;  // their group: DataWithContext under context parallelism
   double grad_reduce_bytes_ = 4;    // per parameter, DP reduction

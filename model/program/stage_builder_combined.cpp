@@ -118,14 +118,14 @@ void StageBuilder::combined_step(const PipelineStep* forward, const PipelineStep
   if (forward != nullptr) {
     forward_vs = vs_of(forward->chunk);
     forward_layers = layers_in(forward->chunk);
-    fc.wait = forward_vs > 0 ? recv(*forward, forward_vs - 1, Phase::Forward) : -1;
-    if (forward_vs == 0) emit_node(embedding_forward(x_), *forward, fc);
+    fc.wait = !starts_route(forward_vs) ? recv(*forward, forward_vs - 1, Phase::Forward) : -1;
+    if (starts_route(forward_vs)) emit_node(embedding_forward(x_), *forward, fc);
   }
   if (backward != nullptr) {
     backward_vs = vs_of(backward->chunk);
     backward_layers = layers_in(backward->chunk);
-    bc.wait = backward_vs < virtual_stages_ - 1 ? recv(*backward, backward_vs + 1, Phase::Backward) : -1;
-    if (backward_vs == virtual_stages_ - 1) {
+    bc.wait = !ends_route(backward_vs) ? recv(*backward, backward_vs + 1, Phase::Backward) : -1;
+    if (ends_route(backward_vs)) {
       emit_node(head_backward(x_, recompute_model_ends(s_)), *backward, bc);
     }
   }
@@ -148,7 +148,7 @@ void StageBuilder::combined_step(const PipelineStep* forward, const PipelineStep
   const auto producer = [](const Chain& chain) { return chain.last >= 0 ? chain.last : chain.wait; };
   if (forward != nullptr) {
     reduce_fp8_amaxes(forward_layers, Phase::Forward, *forward, fc.wait);
-    if (forward_vs == virtual_stages_ - 1) {
+    if (ends_route(forward_vs)) {
       emit_node(head_forward(x_), *forward, fc);
     } else {
       send(*forward, forward_vs, forward_vs + 1, Phase::Forward, producer(fc));
@@ -157,7 +157,7 @@ void StageBuilder::combined_step(const PipelineStep* forward, const PipelineStep
   if (backward != nullptr) {
     const int gradient_producer = producer(bc);
     reduce_fp8_amaxes(backward_layers, Phase::Backward, *backward, bc.wait);
-    if (backward_vs == 0) {
+    if (starts_route(backward_vs)) {
       if (recompute_model_ends(s_)) emit_node(embedding_forward(x_, Phase::Recompute), *backward, bc);
       emit_node(embedding_backward(x_), *backward, bc);
     } else {

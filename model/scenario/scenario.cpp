@@ -128,8 +128,10 @@ std::int64_t Scenario::padded_vocab() const {
 std::int64_t Scenario::layers_in_virtual_stage(std::int64_t virtual_stage) const {
   // Megatron-Core's get_num_layers_to_build (megatron/core/transformer/transformer_block.py): a stage's layers split
   // evenly over its chunks; the embedding and the loss, when counted, take one layer's place at the two ends.
+  // DualPipe's two directions each split the model as one chunk per stage does.
   const auto& p = parallel;
-  const std::int64_t v = std::max<std::int64_t>(1, p.virtual_stages);
+  const std::int64_t v = p.bidirectional() ? 1 : std::max<std::int64_t>(1, p.virtual_stages);
+  virtual_stage %= std::max<std::int64_t>(1, p.route_length());  // validation may ask before checking pp
   if (p.account_for_embedding || p.account_for_loss) {
     const std::int64_t counted = model.layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0);
     std::int64_t layers = counted / (p.pp * v);
@@ -147,7 +149,10 @@ std::int64_t Scenario::layers_in_virtual_stage(std::int64_t virtual_stage) const
 
 std::int64_t Scenario::first_layer_of_virtual_stage(std::int64_t virtual_stage) const {
   std::int64_t first = 0;
-  for (std::int64_t earlier = 0; earlier < virtual_stage; ++earlier) first += layers_in_virtual_stage(earlier);
+  const std::int64_t route_start = virtual_stage - virtual_stage % std::max<std::int64_t>(1, parallel.route_length());
+  for (std::int64_t earlier = route_start; earlier < virtual_stage; ++earlier) {
+    first += layers_in_virtual_stage(earlier);
+  }
   return first;
 }
 

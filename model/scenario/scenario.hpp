@@ -24,7 +24,17 @@ enum class DType : std::uint8_t { BF16, FP16, FP32 };
 // backward split into B (input gradient) and W (weight gradient), W deferred into the cooldown's bubble.
 // ZeroBubbleV: the same paper's ZB-V, two chunks per stage placed in a V (ParallelSpec::virtual_stage).
 // DualPipeV: DeepSeek's DualPipeV (deepseek-ai/DualPipe, dualpipev.py), DualPipe cut in half onto the same V.
-enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubbleV, DualPipeV };
+// DualPipe: DeepSeek-V3's bidirectional DualPipe (deepseek-ai/DualPipe, dualpipe.py): two pipelines in opposite
+// directions over the same stages, each stage holding a block of each (ParallelSpec::bidirectional).
+enum class ScheduleKind : std::uint8_t {
+  GPipe,
+  OneFOneB,
+  Interleaved,
+  ZeroBubbleH1,
+  ZeroBubbleV,
+  DualPipeV,
+  DualPipe
+};
 enum class Recompute : std::uint8_t { None, Selective, Full };
 enum class NodeKind : std::uint8_t { DgxA100, DgxA100_40GB, DgxH100, DgxH200, HgxH800, DgxB200, Gb200Nvl72, CpuHost };
 // The inter-node fabric (cluster.fabric): the node's own (HDR InfiniBand for DGX A100, NDR for the Hopper and
@@ -184,16 +194,37 @@ struct ParallelSpec {
   // 2 pp - 1 - s, so stage 0 holds both ends of the model and the turn (pp - 1 to pp) stays on the last stage
   // (ZB-V and DualPipeV).
   bool v_shape() const { return schedule == ScheduleKind::ZeroBubbleV || schedule == ScheduleKind::DualPipeV; }
+  // DualPipe: two pipelines over the same stages in opposite directions, each a whole copy of the model in pp
+  // blocks; virtual stages 0..pp-1 are the down pipeline's blocks, pp..2pp-1 the up one's, placed as in a V: stage
+  // s holds down block s (chunk 0) and up block pp - 1 - s (chunk 1), the same layers as its mirror stage pp - 1 - s's
+  // chunk 0. Every stage so holds two blocks' parameters, stages 0 and pp - 1 both ends of the model.
+  bool bidirectional() const { return schedule == ScheduleKind::DualPipe; }
   std::int64_t virtual_stage(std::int64_t stage, std::int64_t chunk) const {
-    return v_shape() && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage;
+    return (v_shape() || bidirectional()) && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage;
   }
   std::int64_t stage_of_virtual_stage(std::int64_t virtual_stage) const {
-    return v_shape() && virtual_stage >= pp ? 2 * pp - 1 - virtual_stage : virtual_stage % pp;
+    return (v_shape() || bidirectional()) && virtual_stage >= pp ? 2 * pp - 1 - virtual_stage : virtual_stage % pp;
   }
-  // The stage with the final layer norm, the LM head and the loss: pp - 1, or 0 in a V.
+  // The virtual stages one micro-batch passes through: pp x virtual_stages, or pp in either direction of DualPipe.
+  std::int64_t route_length() const { return bidirectional() ? pp : pp * virtual_stages; }
+  // Whether a micro-batch's route starts (the embedding) or ends (the final layer norm, LM head and loss) there.
+  bool starts_route(std::int64_t virtual_stage) const { return virtual_stage % route_length() == 0; }
+  bool ends_route(std::int64_t virtual_stage) const { return virtual_stage % route_length() == route_length() - 1; }
+  // The stage with the final layer norm, the LM head and the loss: pp - 1, or 0 in a V (and the up pipeline's in
+  // DualPipe, whose down one's is pp - 1: holds_head).
   std::int64_t head_stage() const { return stage_of_virtual_stage(pp * virtual_stages - 1); }
-  // The embedding and the LM head on different stages: a tied embedding needs its copy on the head's stage.
+  bool holds_embedding(std::int64_t stage) const { return stage == 0 || (bidirectional() && stage == pp - 1); }
+  bool holds_head(std::int64_t stage) const { return stage == head_stage() || (bidirectional() && stage == pp - 1); }
+  // The embedding and the LM head on different stages: a tied embedding needs its copy on the head's stage. Not in
+  // DualPipe: each end stage's one copy is one direction's embedding and the other's head.
   bool ends_apart() const { return head_stage() != 0; }
+  // DualPipe's mirror of `stage`, whose chunk 0 holds the parameters of this stage's chunk 1 and the reverse: their
+  // gradients are summed before the optimizer (Group::MirrorStages).
+  std::int64_t mirror_stage(std::int64_t stage) const { return pp - 1 - stage; }
+  // The first micro-batch a stage's chunk runs: 0, or in DualPipe's up direction (chunk 1) m / 2.
+  std::int64_t first_micro_batch(std::int64_t chunk) const {
+    return bidirectional() && chunk == 1 ? micro_batches() / 2 : 0;
+  }
   std::int64_t world_size() const { return tp * cp * pp * dp; }
 };
 
@@ -357,7 +388,7 @@ struct Scenario {
   bool shards_parameters() const { return parallel.zero_stage == 3 && parallel.dp > 1; }
   // Vocabulary padded as Megatron does: up to a multiple of vocab_pad_multiple * tp.
   std::int64_t padded_vocab() const;
-  std::int64_t layers_per_chunk() const { return model.layers / (parallel.pp * parallel.virtual_stages); }
+  std::int64_t layers_per_chunk() const { return model.layers / parallel.route_length(); }
   // The transformer layers of virtual stage `virtual_stage` (ParallelSpec::virtual_stage places it), and the
   // first of them: layers_per_chunk() each, or parallel.first_stage_layers / last_stage_layers at the ends.
   std::int64_t layers_in_virtual_stage(std::int64_t virtual_stage) const;

@@ -33,7 +33,8 @@ inline constexpr EnumName<ScheduleKind> kSchedules[] = {
     {ScheduleKind::Interleaved, "interleaved"},
     {ScheduleKind::ZeroBubbleH1, "zb-h1"},
     {ScheduleKind::ZeroBubbleV, "zb-v"},
-    {ScheduleKind::DualPipeV, "dualpipev"}};
+    {ScheduleKind::DualPipeV, "dualpipev"},
+    {ScheduleKind::DualPipe, "dualpipe"}};
 inline constexpr EnumName<Recompute> kRecomputes[] = {
     {Recompute::None, "none"}, {Recompute::Selective, "selective"}, {Recompute::Full, "full"}};
 inline constexpr EnumName<NodeKind> kNodes[] = {

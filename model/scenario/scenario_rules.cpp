@@ -182,7 +182,13 @@ class RuleCheck {
                       "parallel.pp * parallel.virtual_stages ({} * {} = {})",
                       src, m.layers, counted, p.pp, p.virtual_stages, p.pp * p.virtual_stages));
     }
-    if (!uneven && counted == m.layers && layers_ok && pp_ok && v_ok && m.layers % (p.pp * p.virtual_stages) != 0) {
+    if (!uneven && counted == m.layers && layers_ok && pp_ok && v_ok && p.bidirectional() && m.layers % p.pp != 0) {
+      problems.push_back(fmt::format("{}: model.layers ({}) must be divisible by parallel.pp ({}): each direction of "
+                                     "parallel.schedule = \"dualpipe\" holds the whole model in pp blocks",
+                                     src, m.layers, p.pp));
+    }
+    if (!uneven && counted == m.layers && layers_ok && pp_ok && v_ok && !p.bidirectional() &&
+        m.layers % (p.pp * p.virtual_stages) != 0) {
       problems.push_back(
           fmt::format("{}: model.layers ({}) must be divisible by parallel.pp * parallel.virtual_stages "
                       "({} * {} = {})",
@@ -222,7 +228,8 @@ class RuleCheck {
 
   // The interleaved schedule's chunks and its groups of micro-batches.
   void schedule() {
-    if (v_ok && p.virtual_stages > 1 && p.schedule != ScheduleKind::Interleaved && !p.v_shape()) {
+    if (v_ok && p.virtual_stages > 1 && p.schedule != ScheduleKind::Interleaved && !p.v_shape() &&
+        !p.bidirectional()) {
       problems.push_back(
           fmt::format("{}: parallel.virtual_stages = {} needs parallel.schedule = \"interleaved\" (got "
                       "\"{}\")",

@@ -1,5 +1,6 @@
-// The zero-bubble schedules' rules (parallel.schedule = "zb-h1", "zb-v", "dualpipev"): where their split of each backward into B
-// and W is defined, and where a plan runs something the split does not cover yet, refused by name.
+// The zero-bubble schedules' rules (parallel.schedule = "zb-h1", "zb-v", "dualpipev", "dualpipe"): where their split
+// of each backward into B and W is defined, and where a plan runs something the split does not cover yet, refused by
+// name.
 #include <fmt/format.h>
 
 #include "model/scenario/scenario_rules.hpp"
@@ -42,14 +43,55 @@ void check_v_shape(const Scenario& scenario, const std::string& key, std::vector
   }
 }
 
+// DualPipe's two directions (ParallelSpec::bidirectional): dualpipe.py asserts an even number of ranks and of
+// micro-batches (half enter at each end), and at least two per rank; each direction splits the model evenly into pp
+// blocks, one per stage.
+void check_dual_pipe(const Scenario& scenario, const std::string& key, std::vector<std::string>& problems) {
+  const ParallelSpec& p = scenario.parallel;
+  const std::string& src = scenario.source;
+  if (p.virtual_stages != 2) {
+    problems.push_back(fmt::format("{}: {} needs parallel.virtual_stages = 2 (a block of each direction per stage), "
+                                   "got {}",
+                                   src, key, p.virtual_stages));
+  }
+  if (p.pp % 2 != 0) {
+    problems.push_back(fmt::format("{}: {} needs an even parallel.pp (dualpipe.py pairs stage s with pp - 1 - s), "
+                                   "got {}",
+                                   src, key, p.pp));
+  }
+  const bool batch_ok = p.dp > 0 && p.micro_batch > 0 && p.global_batch % (p.dp * p.micro_batch) == 0;
+  if (batch_ok && (p.micro_batches() % 2 != 0 || p.micro_batches() < 2 * p.pp)) {
+    problems.push_back(fmt::format("{}: {} needs an even number of micro-batches per pipeline, at least 2 * "
+                                   "parallel.pp ({}), half entering at each end; got {}",
+                                   src, key, 2 * p.pp, p.micro_batches()));
+  }
+  if (p.first_stage_layers > 0 || p.last_stage_layers > 0 || p.account_for_embedding || p.account_for_loss) {
+    problems.push_back(fmt::format("{}: {} splits each direction's layers evenly over the stages: "
+                                   "parallel.first_stage_layers, last_stage_layers, account_for_embedding and "
+                                   "account_for_loss must be unset",
+                                   src, key));
+  }
+  if (p.microbatch_group != 0) {
+    problems.push_back(fmt::format("{}: {} has no micro-batch groups: parallel.microbatch_group must be 0, got {}",
+                                   src, key, p.microbatch_group));
+  }
+  // Its F&B pairs merge as DualPipeV's do (overlaps_pairs), with the same limit.
+  if (scenario.model.is_moe() && p.ep > 1 && (p.recompute == Recompute::Full || p.recompute_num_layers != 0)) {
+    problems.push_back(fmt::format("{}: {} overlaps each forward with a backward layer by layer, without full "
+                                   "recompute: set parallel.recompute to \"none\" or \"selective\"",
+                                   src, key));
+  }
+}
+
 }  // namespace
 
 void check_zero_bubble(const Scenario& scenario, std::vector<std::string>& problems) {
   const ParallelSpec& p = scenario.parallel;
-  if (p.schedule != ScheduleKind::ZeroBubbleH1 && !p.v_shape()) return;
+  if (p.schedule != ScheduleKind::ZeroBubbleH1 && !p.v_shape() && !p.bidirectional()) return;
   const std::string& src = scenario.source;
   const std::string key = fmt::format("parallel.schedule = \"{}\"", to_string(p.schedule));
   if (p.v_shape()) check_v_shape(scenario, key, problems);
+  if (p.bidirectional()) check_dual_pipe(scenario, key, problems);
   // With one stage there is no bubble for the deferred W to fill: the schedule would be 1F1B by another name.
   if (p.pp < 2) problems.push_back(fmt::format("{}: {} needs parallel.pp >= 2, got {}", src, key, p.pp));
   if (scenario.framework.name != Framework::Megatron) {

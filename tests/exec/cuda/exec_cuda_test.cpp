@@ -351,7 +351,8 @@ TEST(CudaTraining, FollowsTheCpuBackendOnOneRankAndOnFourSharingTheGpu) {
 // ZB-H1 on the CUDA backend: the B GEMMs skip the weight gradient (matmul_backward with no dweight, the bias's from
 // bias_backward), the W ops add it later in the same micro-batch order; 4 rank threads (TP 2 x PP 2) train as 1F1B
 // does, to bf16's rounding of the bias gradient's other summation order (1e-3 relative). ZB-V and DualPipeV likewise
-// on two one-layer chunks per stage in a V (4 micro-batches: DualPipeV's 2 pp).
+// on two one-layer chunks per stage in a V (4 micro-batches: DualPipeV's 2 pp), and DualPipe on two two-layer blocks
+// per stage (2 micro-batches each way; the copies' gradients summed on the device communicator).
 TEST(CudaTraining, ZeroBubbleSchedulesTrainAsOneFOneB) {
   TWIN_REQUIRE_GPU();
   std::string corpus_text;
@@ -368,7 +369,8 @@ TEST(CudaTraining, ZeroBubbleSchedulesTrainAsOneFOneB) {
     return train_threads(program, data, options).losses;
   };
   const auto one_f_one_b = losses("1f1b", 1);
-  for (const auto& [schedule, chunks] : {std::pair{"zb-h1", 1}, std::pair{"zb-v", 2}, std::pair{"dualpipev", 2}}) {
+  for (const auto& [schedule, chunks] :
+       {std::pair{"zb-h1", 1}, std::pair{"zb-v", 2}, std::pair{"dualpipev", 2}, std::pair{"dualpipe", 2}}) {
     const auto zero_bubble = losses(schedule, chunks);
     ASSERT_EQ(zero_bubble.size(), one_f_one_b.size());
     for (std::size_t i = 0; i < one_f_one_b.size(); ++i) {

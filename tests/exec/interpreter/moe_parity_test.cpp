@@ -87,6 +87,10 @@ INSTANTIATE_TEST_SUITE_P(
         Plan{"pp2_v2_dp2_ep2_dualpipev",
              {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.dp=2", "parallel.ep=2",
               "parallel.schedule=\"dualpipev\""}},
+        // DualPipe: both stages hold every layer (two copies), the experts' gradients summed over the pair too
+        Plan{"pp2_v2_dp2_ep2_dualpipe",
+             {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.dp=2", "parallel.ep=2",
+              "parallel.schedule=\"dualpipe\""}},
         // expert-data-parallel 2: the experts' gradients reduce-scattered over it, the dense ones over dp 4
         Plan{"dp4_ep2_zero1", {"parallel.dp=4", "parallel.ep=2", "parallel.zero_stage=1"}},
         // the Expert group spans TP ranks, the ExpertData group spans DP replicas

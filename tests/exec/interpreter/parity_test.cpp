@@ -127,6 +127,15 @@ INSTANTIATE_TEST_SUITE_P(
               "parallel.dp=2", "parallel.zero_stage=1", "parallel.dp_overlap=true", "parallel.schedule=\"zb-v\""}},
         // DualPipeV on the same V: 4 micro-batches (2 pp), whole backwards where it enables no zero bubble
         Plan{"pp2_v2_dualpipev", {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=\"dualpipev\""}},
+        // DualPipe: two copies of the model, half the micro-batches down through chunk 0, half up through chunk 1,
+        // the copies' gradients summed over (s, pp - 1 - s); both stages of pp 2 hold the tied embedding as one
+        // direction's embedding and the other's head
+        Plan{"pp2_v2_dualpipe", {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=\"dualpipe\""}},
+        Plan{"pp4_v2_dualpipe", {"parallel.pp=4", "parallel.virtual_stages=2", "parallel.schedule=\"dualpipe\""}},
+        Plan{"tp2_sp_pp2_v2_dp2_zero1_dualpipe_dp_overlap",
+             {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.pp=2", "parallel.virtual_stages=2",
+              "parallel.dp=2", "parallel.zero_stage=1", "parallel.dp_overlap=true",
+              "parallel.schedule=\"dualpipe\""}},
         // lighter end stages: 1 + 3 + 3 + 1 of the 8 layers
         Plan{"pp4_uneven_1_3_3_1", {"parallel.pp=4", "parallel.first_stage_layers=1", "parallel.last_stage_layers=1"}},
         Plan{"micro_batch4", {"parallel.micro_batch=4"}},

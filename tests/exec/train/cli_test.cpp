@@ -93,7 +93,8 @@ TEST_F(ExecRunFixture, MpiRanksTrainZeroBubbleAsThreadsDo) {
 
 // ZB-V through MPI: 2 stages of two one-layer chunks in a V, TP 2 with sequence parallelism; the threads' bits, and
 // the 1F1B run's losses within 1e-5 (the same sums in another order of micro-batches per weight: float rounding).
-// DualPipeV likewise (8 sequences, micro-batches of 2: 4 per pipeline, the 2 pp it needs).
+// DualPipeV likewise (8 sequences, micro-batches of 2: 4 per pipeline, the 2 pp it needs), and DualPipe (2 each way,
+// its two copies' gradients summed between the two processes of each TP rank).
 // `args`: twin run's command line over MPI, writing dir/mpi.json.
 void expect_mpi_trains_the_v_as_threads_do(std::vector<std::string> args, const std::string& dir,
                                            const std::string& schedule) {
@@ -129,6 +130,13 @@ TEST_F(ExecRunFixture, MpiRanksTrainDualPipeVAsThreadsDo) {
     GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): MPI launcher not tested";
   expect_mpi_trains_the_v_as_threads_do(twin_run({"--steps", "2", "--launcher", "mpi", "--json", dir + "/mpi.json"}),
                                         dir, "dualpipev");
+}
+
+TEST_F(ExecRunFixture, MpiRanksTrainDualPipeAsThreadsDo) {
+  if (!testing::on_path("mpirun"))
+    GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): MPI launcher not tested";
+  expect_mpi_trains_the_v_as_threads_do(twin_run({"--steps", "2", "--launcher", "mpi", "--json", dir + "/mpi.json"}),
+                                        dir, "dualpipe");
 }
 
 // Context parallelism (the all_gather way) through MPI: 4 processes, CP 2 x TP 2, give the threads' bits, and the

@@ -16,7 +16,7 @@ using Table = std::vector<std::vector<int>>;
 constexpr Group kEveryGroup[] = {
     Group::Tensor,          Group::Data,     Group::Embedding, Group::World,        Group::Context,
     Group::DataWithContext, Group::Pipeline, Group::Expert,    Group::ExpertTensor, Group::ExpertTensorAndExpert,
-    Group::ExpertData};
+    Group::ExpertData,      Group::MirrorStages};
 static_assert(std::size(kEveryGroup) == kGroupCount);
 
 Table singletons(int world) {
@@ -95,6 +95,16 @@ TEST(RankLayout, EmbeddingGroupJoinsFirstAndLastStage) {
   EXPECT_EQ(layout.index_in_group(Group::Embedding, 13), 1);
   EXPECT_THROW(layout.index_in_group(Group::Embedding, 5), std::invalid_argument);
   EXPECT_EQ(RankLayout(2, 1, 2).groups(Group::Embedding), (Table{{0}, {1}, {2}, {3}}));
+}
+
+// DualPipe's pairs: stage s with stage pp - 1 - s, every rank in exactly one (its tp, cp and dp kept).
+TEST(RankLayout, MirrorStagesPairStageSWithItsMirror) {
+  const RankLayout layout(2, 4, 2);  // 16 ranks, stages of 4: stage 1 is ranks 4..7, stage 2 ranks 8..11
+  EXPECT_EQ(layout.groups(Group::MirrorStages),
+            (Table{{0, 12}, {1, 13}, {2, 14}, {3, 15}, {4, 8}, {5, 9}, {6, 10}, {7, 11}}));
+  EXPECT_EQ(layout.group_members(Group::MirrorStages, 9), (std::vector<int>{5, 9}));
+  EXPECT_EQ(layout.index_in_group(Group::MirrorStages, 9), 1);
+  EXPECT_EQ(RankLayout(1, 1, 2).groups(Group::MirrorStages), (Table{{0}, {1}}));  // one stage: its own mirror
 }
 
 // Without CP and experts every rank, group and index is what the tp-dp-pp layout gave (written out as it was).

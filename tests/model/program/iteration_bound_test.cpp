@@ -63,5 +63,19 @@ TEST(IterationBound, ZeroBubbleSchedulesHaveNoDrainAndTpDividesTheWork) {
               1e-3 * f);
 }
 
+// DualPipe: each chunk (a block of 2 layers) runs its direction's m / 2 = 4 micro-batches, 2 x 4 x 3 x 2 F = 48 F a
+// stage, as 1F1B's; a middle stage's nearer direction reaches it after one block's forward, 2 F, and there is no drain:
+// 50 F, the busy time over 1 - (p/2 - 1) / (3m + p/2 - 1) = 24/25. The end stages' heads (2 % of a layer each) stay
+// below that fill.
+TEST(IterationBound, DualPipeRunsHalfTheMicroBatchesOnEachChunk) {
+  Scenario dual = four_stages();
+  dual.parallel.schedule = ScheduleKind::DualPipe;
+  dual.parallel.virtual_stages = 2;
+  const double f = layer_forward_s(dual);
+  EXPECT_NEAR(iteration_time_lower_bound_s(dual, kRate), 50 * f, 1e-3 * f);
+  EXPECT_NEAR(iteration_time_lower_bound_s(dual, kRate), 48 * f / (1 - ideal_bubble_fraction(dual.parallel)),
+              1e-3 * f);
+}
+
 }  // namespace
 }  // namespace twin::model

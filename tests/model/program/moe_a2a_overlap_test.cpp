@@ -177,15 +177,11 @@ TEST(MoeA2aOverlap, ASteadyStepInterleavesTheForwardsAndTheBackwardsAllToAlls) {
   }
 }
 
-// DualPipeV's F&B pairs (its steps 4 and 5, PipelineStep::overlapped) run merged as the combined 1F1B's steady steps
-// where the model has expert all-to-alls (overlaps_pairs): the same windows of the two micro-batches' all-to-alls on the
-// expert stream, every op, FLOP and byte kept. Without expert parallelism there is nothing to hide: one after the other.
-TEST(MoeA2aOverlap, DualPipeVsPairsRunMergedWhereTheModelHasAllToAlls) {
-  const auto dualpipev = [](const char* ep) {
-    return scenario({{"parallel.schedule", "\"dualpipev\""}, {"framework.moe_a2a_overlap", "false"},
-                     {"parallel.ep", ep}});
+void expect_pairs_merged_where_the_model_has_all_to_alls(const char* schedule) {
+  const auto with_ep = [&](const char* ep) {
+    return scenario({{"parallel.schedule", schedule}, {"framework.moe_a2a_overlap", "false"}, {"parallel.ep", ep}});
   };
-  const Scenario merged = dualpipev("4"), alone = dualpipev("1");
+  const Scenario merged = with_ep("4"), alone = with_ep("1");
   EXPECT_TRUE(overlaps_pairs(merged));
   EXPECT_FALSE(overlaps_pairs(alone));
   EXPECT_FALSE(overlaps_pairs(scenario({{"framework.moe_a2a_overlap", "false"}})));  // interleaved 1F1B
@@ -211,6 +207,17 @@ TEST(MoeA2aOverlap, DualPipeVsPairsRunMergedWhereTheModelHasAllToAlls) {
   }
   // Merged or not, the same work: the merge only reorders a step's two micro-batches' ops.
   EXPECT_DOUBLE_EQ(program.total_flops(), build_program(merged, Granularity::Layer).total_flops());
+}
+
+// DualPipeV's F&B pairs (its steps 4 and 5, PipelineStep::overlapped) run merged as the combined 1F1B's steady steps
+// where the model has expert all-to-alls (overlaps_pairs): the same windows of the two micro-batches' all-to-alls on the
+// expert stream, every op, FLOP and byte kept. Without expert parallelism there is nothing to hide: one after the other.
+// DualPipe's pairs (the same steps on each half of its stages) likewise.
+TEST(MoeA2aOverlap, DualPipeVsPairsRunMergedWhereTheModelHasAllToAlls) {
+  for (const char* schedule : {"\"dualpipev\"", "\"dualpipe\""}) {
+    SCOPED_TRACE(schedule);
+    expect_pairs_merged_where_the_model_has_all_to_alls(schedule);
+  }
 }
 
 TEST(MoeA2aOverlap, TheWarmUpRunsOneMoreForward) {

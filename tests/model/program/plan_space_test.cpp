@@ -61,14 +61,23 @@ TEST(PlanSpace, HeadroomIsAShareOrGiBAndMoreOfItRejectsMorePlans) {
   EXPECT_TRUE(memory_reason);
 }
 
-// --vary-schedule: ZB-V and DualPipeV beside the interleaved schedule on two chunks per stage (never on other chunk
-// counts; DualPipeV with at least 2 pp micro-batches), and without the flag neither.
+// --vary-schedule: ZB-V, DualPipeV and DualPipe beside the interleaved schedule on two chunks per stage (never on other
+// chunk counts; DualPipeV and DualPipe with at least 2 pp micro-batches, DualPipe on an even pp with an even number),
+// and without the flag none of them.
 TEST(PlanSpace, VaryingTheScheduleAddsTheVsOnTwoChunks) {
   PlanSpace varied;
   varied.vary_schedule = true;
-  int zb_v = 0, dualpipev = 0;
+  int zb_v = 0, dualpipev = 0, dualpipe = 0;
   const Scenario base = gpt3();
   for (const Plan& plan : enumerate_plans(base, varied, false).plans) {
+    if (plan.schedule == ScheduleKind::DualPipe) {
+      ++dualpipe;
+      const std::int64_t m = base.parallel.global_batch / (plan.dp * plan.micro_batch);
+      EXPECT_EQ(plan.chunks, 2) << plan.label();
+      EXPECT_EQ(plan.pp % 2, 0) << plan.label();
+      EXPECT_EQ(m % 2, 0) << plan.label();
+      EXPECT_GE(m, 2 * plan.pp) << plan.label();
+    }
     if (plan.schedule != ScheduleKind::ZeroBubbleV && plan.schedule != ScheduleKind::DualPipeV) continue;
     (plan.schedule == ScheduleKind::ZeroBubbleV ? zb_v : dualpipev) += 1;
     EXPECT_EQ(plan.chunks, 2) << plan.label();
@@ -79,8 +88,10 @@ TEST(PlanSpace, VaryingTheScheduleAddsTheVsOnTwoChunks) {
   }
   EXPECT_GT(zb_v, 0);
   EXPECT_GT(dualpipev, 0);
+  EXPECT_GT(dualpipe, 0);
   for (const Plan& plan : enumerate_plans(base, {}, false).plans) {
-    EXPECT_FALSE(plan.schedule == ScheduleKind::ZeroBubbleV || plan.schedule == ScheduleKind::DualPipeV)
+    EXPECT_FALSE(plan.schedule == ScheduleKind::ZeroBubbleV || plan.schedule == ScheduleKind::DualPipeV ||
+                 plan.schedule == ScheduleKind::DualPipe)
         << plan.label();
   }
 }

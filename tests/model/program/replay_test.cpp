@@ -16,6 +16,7 @@
 #include <string>
 #include <tuple>
 
+#include "model/program/moe_a2a_overlap.hpp"
 #include "model/program/program.hpp"
 #include "test_scenarios.hpp"
 
@@ -123,7 +124,7 @@ std::vector<std::int32_t> issue_items(const Program& program, int stage) {
 }
 
 // Whether every stage reaches the end of its list (tp = dp = 1: only stages matter; collectives over the embedding
-// and world groups wait for every member stage).
+// world and mirror-stage groups wait for every member stage).
 bool replay_issue_order(const Program& program) {
   const int stages = program.stages();
   std::vector<std::vector<std::int32_t>> items(stages);
@@ -166,7 +167,8 @@ bool replay_issue_order(const Program& program) {
           if (!exchange_done(stage, program.stage_exchanges[stage][-1 - item])) break;
           posted_in_exchange[stage] = 0;
         } else if (const Op& op = program.stage_ops[stage][item];
-                   op.kind == OpKind::Collective && (op.group == Group::Embedding || op.group == Group::World)) {
+                   op.kind == OpKind::Collective && (op.group == Group::Embedding || op.group == Group::World ||
+                                                     op.group == Group::MirrorStages)) {
           // Every member stage must be at this same collective.
           const auto members = program.layout.group_members(op.group, program.layout.rank_of({0, stage, 0}));
           const bool all_here = std::all_of(members.begin(), members.end(), [&](int member) {
@@ -408,6 +410,65 @@ TEST(Replay, DualPipeVFinishesWithinItsTablesBubble) {
     }
   }
   EXPECT_EQ(cases, 4 * 3);
+}
+
+// DualPipe (schedule.hpp): DeepSeek-V3's Table 2 gives (PP/2 - 1)(F&B + B - 3W), PP = p stages, F, B, W a block's
+// (a chunk's) times, B a whole backward (B + W here), F&B an overlapped pair (F + B + W: the replay overlaps
+// nothing). Each stage runs DualPipeV's steps on p / 2 stages, so with F = B = W it idles only its direction's start,
+// (p/2 - 1) F, half the table's; with unequal times at most the table's. Busy: m / 2 micro-batches of each direction
+// through its block, m (F + B + W). The pair's gradient sum (Group::MirrorStages) comes last and costs nothing here.
+TEST(Replay, DualPipeFinishesWithinItsTablesBubble) {
+  int cases = 0;
+  for (int p : {2, 4, 6, 8}) {
+    for (int m = 2 * p; m <= 2 * p + 4; m += 2) {
+      const Program program = build_program(pipeline(ScheduleKind::DualPipe, p, m, 2), Granularity::Layer);
+      EXPECT_TRUE(replay_issue_order(program)) << "p=" << p << " m=" << m;
+      for (auto [layer_f, layer_b, layer_w] :
+           {std::tuple{1.0, 1.0, 1.0}, std::tuple{1.0, 2.0, 1.0}, std::tuple{2.0, 3.0, 1.0}}) {
+        const ReplayResult r = replay(program, layer_f, layer_b, layer_w);
+        ASSERT_FALSE(r.deadlocked) << "p=" << p << " m=" << m;
+        const double f = 4 * layer_f, b = 4 * layer_b, w = 4 * layer_w;  // pipeline(): 4 p layers, p blocks
+        const double table = (p / 2 - 1) * ((f + b + w) + (b + w) - 3 * w);
+        for (int stage = 0; stage < p; ++stage) {
+          EXPECT_DOUBLE_EQ(r.busy[stage], m * (f + b + w)) << "p=" << p << " m=" << m;
+          const double idle = r.iteration_time - r.busy[stage];
+          EXPECT_LE(idle, table + 1e-9) << "p=" << p << " m=" << m << " stage " << stage;
+          if (f == b && b == w) {
+            EXPECT_DOUBLE_EQ(idle, (p / 2 - 1) * f) << "p=" << p << " m=" << m;
+          }
+        }
+      }
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 4 * 3);
+}
+
+// DualPipe on an MoE model over dp 2 = ep 2: its F&B pairs merged layer by layer (overlaps_pairs), the all-to-alls of
+// one micro-batch between the other's compute, still free of deadlock in both replays.
+TEST(Replay, DualPipesMergedPairsFinish) {
+  int cases = 0;
+  for (int p : {2, 4}) {
+    for (int m = 2 * p; m <= 2 * p + 2; m += 2) {
+      Scenario s = testing::make_scenario(4 * p, 64, 4, 16, 128, 1, p, 2, 1, 2 * m);
+      s.parallel.schedule = ScheduleKind::DualPipe;
+      s.parallel.virtual_stages = 2;
+      s.cluster = ClusterSpec{1, NodeKind::CpuHost, 2 * p};
+      s.model.experts = 4;
+      s.model.top_k = 2;
+      s.parallel.ep = 2;
+      ASSERT_TRUE(validation_problems(s).empty()) << validation_problems(s).front();
+      ASSERT_TRUE(overlaps_pairs(s));
+      for (const Granularity granularity : {Granularity::Layer, Granularity::Op}) {
+        const Program program = build_program(s, granularity);
+        const std::string name = "p=" + std::to_string(p) + " m=" + std::to_string(m);
+        EXPECT_FALSE(replay(program, 1, 2, 1).deadlocked) << name;
+        EXPECT_TRUE(replay_issue_order(program)) << name;
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 8);
 }
 
 }  // namespace

@@ -357,7 +357,8 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"unknown_schedule",
                     replace(kV, "micro_batch = 2", "micro_batch = 2\nschedule = \"1f2b\""),
                     {},
-                    "parallel.schedule: unknown value \"1f2b\" (expected one of gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev)"},
+                    "parallel.schedule: unknown value \"1f2b\" (expected one of gpipe, 1f1b, interleaved, zb-h1, zb-v, "
+                    "dualpipev, dualpipe)"},
         // parallel.schedule = "zb-h1": refused by name where its B/W split has no bubble to fill or does not apply
         InvalidCase{"zb_h1_without_a_pipeline",
                     kV,
@@ -416,6 +417,25 @@ INSTANTIATE_TEST_SUITE_P(
                     kV,
                     {parse_override("parallel.schedule=\"dualpipev\"")},
                     "parallel.schedule = \"dualpipev\" needs parallel.virtual_stages = 2"},
+        // parallel.schedule = "dualpipe": dualpipe.py's asserts (even ranks, even micro-batches >= 2 pp), a block of
+        // each direction per stage
+        InvalidCase{"dualpipe_with_odd_micro_batches",
+                    kV,
+                    {parse_override("parallel.schedule=\"dualpipe\""), parse_override("parallel.virtual_stages=2"),
+                     parse_override("parallel.global_batch=12")},
+                    "parallel.schedule = \"dualpipe\" needs an even number of micro-batches per pipeline, at least 2 * "
+                    "parallel.pp (4), half entering at each end; got 3"},
+        InvalidCase{"dualpipe_with_odd_stages",
+                    kV,
+                    {parse_override("parallel.schedule=\"dualpipe\""), parse_override("parallel.virtual_stages=2"),
+                     parse_override("parallel.pp=1")},
+                    "parallel.schedule = \"dualpipe\" needs an even parallel.pp (dualpipe.py pairs stage s with "
+                    "pp - 1 - s), got 1"},
+        InvalidCase{"dualpipe_with_one_chunk",
+                    kV,
+                    {parse_override("parallel.schedule=\"dualpipe\"")},
+                    "parallel.schedule = \"dualpipe\" needs parallel.virtual_stages = 2 (a block of each direction per "
+                    "stage), got 1"},
         InvalidCase{"virtual_stages_without_interleaving",
                     kV,
                     {parse_override("parallel.virtual_stages=2")},
