@@ -8,6 +8,7 @@
 #include "exec/core/check.hpp"
 #include "exec/core/sizes.hpp"
 #include "exec/cpu/cpu_backend.hpp"
+#include "exec/cpu/cpu_context_shape.hpp"
 #include "kernels/cpu/ring_attention.hpp"
 #include "kernels/cpu/rope.hpp"
 #include "model/ops/context_parallel.hpp"
@@ -19,17 +20,6 @@ namespace k = twin::kernels::cpu;
 namespace {
 
 constexpr float kRopeBase = 10000.f;  // CpuBackend::rope_forward's
-
-k::ContextParallelShape kernel_shape(const ContextShape& s) {
-  k::ContextParallelShape shape;
-  shape.batch = s.batch;
-  shape.seq = s.seq;
-  shape.heads = s.heads;
-  shape.kv_heads = s.kv_heads;
-  shape.head_dim = s.head_dim;
-  shape.cp = s.cp;
-  return shape;
-}
 
 std::size_t qkv_row(const ContextShape& s) {
   return sz(s.heads + 2 * s.kv_heads) * sz(s.head_dim);

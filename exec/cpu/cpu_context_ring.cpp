@@ -5,6 +5,7 @@
 #include "exec/core/check.hpp"
 #include "exec/core/sizes.hpp"
 #include "exec/cpu/cpu_backend.hpp"
+#include "exec/cpu/cpu_context_shape.hpp"
 #include "kernels/cpu/ring_attention.hpp"
 
 namespace twin::exec::cpu {
@@ -12,17 +13,6 @@ namespace twin::exec::cpu {
 namespace k = twin::kernels::cpu;
 
 namespace {
-
-k::ContextParallelShape ring_shape(const ContextShape& s) {
-  k::ContextParallelShape shape;
-  shape.batch = s.batch;
-  shape.seq = s.seq;
-  shape.heads = s.heads;
-  shape.kv_heads = s.kv_heads;
-  shape.head_dim = s.head_dim;
-  shape.cp = s.cp;
-  return shape;
-}
 
 std::size_t tokens(const ContextShape& s) {
   return sz(s.batch) * sz(s.seq / s.cp);
@@ -36,19 +26,19 @@ void CpuBackend::do_context_ring_pack_kv(const Tensor& kv, const Tensor& qkv, co
 
 void CpuBackend::do_context_ring_forward_step(const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& kv,
                                               int source, const ContextShape& s) {
-  k::ring_attention_forward_step(out.f32(), lse.f32(), qkv.f32(), kv.f32(), s.cp_rank, source, ring_shape(s));
+  k::ring_attention_forward_step(out.f32(), lse.f32(), qkv.f32(), kv.f32(), s.cp_rank, source, kernel_shape(s));
 }
 
 void CpuBackend::do_context_ring_delta(const Tensor& delta, const Tensor& dout, const Tensor& out,
                                        const ContextShape& s) {
-  k::ring_attention_delta(delta.f32(), dout.f32(), out.f32(), ring_shape(s));
+  k::ring_attention_delta(delta.f32(), dout.f32(), out.f32(), kernel_shape(s));
 }
 
 void CpuBackend::do_context_ring_backward_step(const Tensor& dq, const Tensor& dkv, const Tensor& dout,
                                                const Tensor& qkv, const Tensor& kv, const Tensor& lse,
                                                const Tensor& delta, int source, const ContextShape& s) {
   k::ring_attention_backward_step(dq.f32(), dkv.f32(), dout.f32(), qkv.f32(), kv.f32(), lse.f32(), delta.f32(),
-                                  s.cp_rank, source, ring_shape(s));
+                                  s.cp_rank, source, kernel_shape(s));
 }
 
 void CpuBackend::do_context_ring_put_grads(const Tensor& dqkv, const Tensor& dq, const Tensor& dkv,
