@@ -1,6 +1,7 @@
 #include "model/ops/compute_ops.hpp"
 #include "model/ops/context_parallel.hpp"
 
+#include <cmath>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -25,34 +26,47 @@ Op compute_op(ComputeKind what, Phase phase, std::vector<Kernel> kernels) {
 
 bool fp8_gemm_kind(ComputeKind what) {
   return what == ComputeKind::QkvProjection || what == ComputeKind::AttentionProjection || what == ComputeKind::MlpUp ||
-         what == ComputeKind::MlpDown;
+         what == ComputeKind::MlpDown || what == ComputeKind::ExpertUp || what == ComputeKind::ExpertDown;
 }
 
 // An FP8 GEMM op's kernels, as Transformer Engine runs a linear layer (transformer_engine/pytorch/module/linear.py,
 // layernorm_linear.py): the GEMM(s) on one-byte operands writing the 16-bit output, and around them the casts, each
 // writing a rowwise and a columnwise FP8 copy (what the backward's GEMMs read along their own K: Hopper's FP8 GEMMs
 // take only the "TN" layout, MXFP8's blocks run along K), reading the 16-bit tensor: 2 + e bytes per element.
-//   forward   the input's cast (a column-parallel GEMM's is fused into the layer norm before it, whose output is
-//             FP8: nothing more), the weight's cast once per iteration (TE caches FP8 weights across micro-batches:
-//             spread over them here);
+//   forward   the input's cast (a dense column-parallel GEMM's is fused into the layer norm before it, whose output
+//             is FP8: nothing more), the weight's cast once per iteration (TE caches FP8 weights across
+//             micro-batches: spread over them here);
 //   backward  the output gradient's cast; a sequence-parallel column-parallel GEMM's input, gathered rowwise only,
 //             transposed for the weight gradient (read and write one byte).
 // Tensorwise scaling (Float8CurrentScaling) reads each tensor once more for its amax before the cast; delayed,
 // blockwise and MXFP8 scales come from the cast kernel itself or from earlier steps.
-std::vector<Kernel> fp8_gemm_kernels(const Shapes& x, ComputeKind what, bool backward, double m, double n, double k) {
+//
+// The routed experts (`experts` > 1: ExpertUp, ExpertDown) run as TE's GroupedLinear (Megatron-Core's TEGroupedMLP;
+// transformer_engine/pytorch/module/grouped_linear.py, v2.x, _GroupedLinear.forward and backward at 0069563f): one
+// quantizer per expert, so each local expert's input rows are cast for its own GEMM with their own scale (its amax
+// under current scaling: tex.fused_multi_quantize / split_quantize over m_splits), each expert's weight is its own
+// FP8 tensor (get_weight_workspace, cached as "weight{i}" from the first micro-batch), and backward each expert's
+// output gradient is cast on its own; the input is never layer-norm fused nor gathered by the module (the
+// dispatcher's rows arrive 16-bit). So every cast, GEMM and weight read is per expert: the kernels of `experts`
+// linear layers over the same rows in all.
+std::vector<Kernel> fp8_gemm_kernels(const Shapes& x, ComputeKind what, bool backward, double m, double n, double k,
+                                     double experts) {
   const double e = x.e, cast = 2 + e, amax = x.fp8_recipe == Fp8Recipe::Tensorwise ? e : 0;
-  const bool column = what == ComputeKind::QkvProjection || what == ComputeKind::MlpUp;
+  const bool fused_input = what == ComputeKind::QkvProjection || what == ComputeKind::MlpUp;
+  const double weights = experts * k * n;  // every expert's [k, n] weight
+  const auto per_expert = [experts](int launches) { return static_cast<std::int32_t>(launches * experts); };
   std::vector<Kernel> kernels;
   if (!backward) {
-    kernels.push_back({KernelKind::Fp8Gemm, 1, m * k + k * n + e * m * n});
-    const double input = column ? 0 : (cast + amax) * m * k;
-    kernels.push_back({KernelKind::Stream, column ? 1 : 2, input + (cast + amax) * k * n / x.micro_batches});
+    kernels.push_back({KernelKind::Fp8Gemm, per_expert(1), m * k + weights + e * m * n});
+    const double input = fused_input ? 0 : (cast + amax) * m * k;
+    kernels.push_back(
+        {KernelKind::Stream, per_expert(fused_input ? 1 : 2), input + (cast + amax) * weights / x.micro_batches});
     return kernels;
   }
   // dX = dY W^T reads dY and W, writes dX; dW = X^T dY reads X and dY, writes dW.
-  kernels.push_back({KernelKind::Fp8Gemm, 2, (m * n + n * k + e * m * k) + (m * k + m * n + e * k * n)});
-  const double transpose = column && x.sequence_parallel ? 2 * m * k : 0;
-  kernels.push_back({KernelKind::Stream, transpose > 0 ? 2 : 1, (cast + amax) * m * n + transpose});
+  kernels.push_back({KernelKind::Fp8Gemm, per_expert(2), (m * n + weights + e * m * k) + (m * k + m * n + e * weights)});
+  const double transpose = fused_input && x.sequence_parallel ? 2 * m * k : 0;
+  kernels.push_back({KernelKind::Stream, per_expert(transpose > 0 ? 2 : 1), (cast + amax) * m * n + transpose});
   return kernels;
 }
 
@@ -82,18 +96,29 @@ void add_stream_bytes(Op& op, double bytes) {
 // framework's accumulation of the [k, n] weight gradient across micro-batches (gradient_accumulation_bytes); then the
 // traffic beyond the operands, timed as one memory-bound kernel.
 Op gemm(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double epilogue_bytes) {
+  return expert_gemms(x, what, phase, m, n, k, 1, epilogue_bytes);
+}
+
+// gemm() for `experts` weights, each GEMM over its share of the m rows: the FLOPs of one [m, k] x [k, n] GEMM; every
+// expert's weight read (and, backward, its gradient written and accumulated); one launch per expert.
+Op expert_gemms(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double experts,
+                double epilogue_bytes) {
   const bool backward = phase == Phase::Backward;
-  const GemmShape shape{static_cast<std::int64_t>(m), static_cast<std::int64_t>(n), static_cast<std::int64_t>(k), 1};
-  std::vector<Kernel> kernels = x.fp8 && fp8_gemm_kind(what)
-                                    ? fp8_gemm_kernels(x, what, backward, m, n, k)
-                                    : std::vector<Kernel>{{KernelKind::Gemm, backward ? 2 : 1,
-                                                           (backward ? 2 : 1) * x.e * (m * k + k * n + m * n)}};
-  const double accumulation = x.accumulation_bytes_per_weight * d(shape.k) * d(shape.n) * d(shape.count);
+  const double passes = backward ? 2 : 1;
+  const double more = experts - 1;  // weights past the first (summed apart: a dense GEMM's bytes as they always were)
+  std::vector<Kernel> kernels =
+      x.fp8 && fp8_gemm_kind(what)
+          ? fp8_gemm_kernels(x, what, backward, m, n, k, experts)
+          : std::vector<Kernel>{{KernelKind::Gemm, static_cast<std::int32_t>(passes * experts),
+                                 passes * x.e * (m * k + k * n + m * n) + passes * x.e * more * k * n}};
+  const double weight = d(static_cast<std::int64_t>(k)) * d(static_cast<std::int64_t>(n));
+  const double accumulation = x.accumulation_bytes_per_weight * weight + more * x.accumulation_bytes_per_weight * k * n;
   if (backward && accumulation > 0) kernels.push_back({KernelKind::Stream, x.accumulation_launches, accumulation});
   if (epilogue_bytes > 1) kernels.push_back({KernelKind::Stream, 1, epilogue_bytes});
   Op op = compute_op(what, phase, std::move(kernels));
-  op.flops = (backward ? 2 : 1) * 2 * m * n * k;
-  op.gemm = shape;
+  op.flops = passes * 2 * m * n * k;
+  op.gemm = GemmShape{static_cast<std::int64_t>(experts > 1 ? std::ceil(m / experts) : m),
+                      static_cast<std::int64_t>(n), static_cast<std::int64_t>(k), static_cast<std::int64_t>(experts)};
   return op;
 }
 

@@ -10,8 +10,10 @@
 namespace twin::model {
 
 // Whether the GEMM `what` runs in FP8 under model.fp8: the transformer layers' four (QKV, attention projection, MLP up
-// and down), in their forward, input-gradient and weight-gradient passes, as Transformer Engine's linear layers do
-// under Megatron-Core; the LM head and the attention core stay in the 16-bit dtype (fp8_output_proj and
+// and down; an MoE layer's shared experts are its MLP up and down) and the routed experts' up and down projections
+// (each local expert's GEMM with its own scales), in their forward, input-gradient and weight-gradient passes, as
+// Transformer Engine's Linear, LayerNormLinear and GroupedLinear do under Megatron-Core's fp8_autocast; the router,
+// the LM head and the attention core stay in the 16-bit dtype (the router is a plain torch GEMM; fp8_output_proj and
 // fp8_dot_product_attention off, Megatron-Core's defaults). The one home of this fact: both engines ask it.
 bool runs_in_fp8(const Scenario& scenario, ComputeKind what);
 
@@ -24,6 +26,10 @@ void add_stream_bytes(Op& op, double bytes);
 // the FLOPs), then the framework's accumulation of the weight gradient. `epilogue_bytes`: traffic beyond the GEMM's
 // operands (see qkv_projection).
 Op gemm(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double epilogue_bytes = 0);
+// gemm() as `experts` GEMMs, one per local expert, each with its own [k, n] weight, over the m rows between them
+// (Mixture-of-Experts: the FLOPs of one [m, k] x [k, n] GEMM; in FP8 each expert's casts and scales its own).
+Op expert_gemms(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double experts,
+                double epilogue_bytes = 0);
 // A linear layer of the model (see compute_ops.cpp for the frameworks' biases).
 Op linear(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double epilogue_bytes = 0);
 Op qkv_projection(const Shapes& x, Phase phase, double epilogue_bytes = 0);

@@ -41,7 +41,7 @@ struct Shapes {
   bool rope;         // model.position_embedding = "rope": queries and keys rotated by position
   bool swiglu;       // model.activation = "swiglu": silu(gate) * up
   bool bias;         // model.linear_bias: the linear layers' biases (added by the elementwise kernels after them)
-  bool fp8;          // model.fp8: the transformer layers' four GEMMs in FP8 (compute_ops.cpp, fp8_gemm)
+  bool fp8;          // model.fp8: the GEMMs runs_in_fp8 names run in FP8 (compute_ops.cpp, fp8_gemm_kernels)
   Fp8Recipe fp8_recipe;
   double micro_batches;  // per pipeline: what a once-per-iteration cost is spread over (FP8 weight casts)
   bool parallel;         // model.parallel_residual: attention and MLP side by side on the layer input, one residual add

@@ -116,33 +116,15 @@ ExpertShapes expert_shapes(const Scenario& s, const Shapes& x) {
   return m;
 }
 
-// One GEMM per local expert over its rows, [rows / experts, k] x [k, n] each: the FLOPs of one [rows, k] x [k, n]
-// GEMM, reading every expert's weight, and (backward) accumulating every expert's weight gradient. Launched one
-// per expert: Transformer Engine's GroupedLinear (Megatron-Core's TEGroupedMLP) runs general_grouped_gemm, whose
-// multi_stream_cublas_gemm (transformer_engine/common/gemm/cublaslt_gemm.cu) loops over the num_gemms GEMMs, one
-// cuBLASLt call each on its compute streams.
+// One GEMM per local expert over its rows, [rows / experts, k] x [k, n] each (expert_gemms: the FLOPs of one
+// [rows, k] x [k, n] GEMM, reading every expert's weight, and backward accumulating every expert's weight gradient;
+// in FP8 each expert's casts with its own scales). Launched one per expert: Transformer Engine's GroupedLinear
+// (Megatron-Core's TEGroupedMLP) runs general_grouped_gemm, whose multi_stream_cublas_gemm
+// (transformer_engine/common/gemm/cublaslt_gemm.cu) loops over the num_gemms GEMMs, one cuBLASLt call each on its
+// compute streams.
 Op grouped_gemm(const Shapes& x, ComputeKind what, Phase phase, const ExpertShapes& m, double n, double k) {
-  Op op = linear(x, what, phase, m.rows, n, k);
-  const double experts = m.local_experts;
-  if (experts <= 1) return op;
-  const double passes = phase == Phase::Backward ? 2 : 1;
-  auto breakdown = std::make_shared<KernelBreakdown>(*op.breakdown);
-  const bool accumulates = phase == Phase::Backward && x.accumulation_bytes_per_weight > 0;
-  for (std::size_t i = 0; i < breakdown->kernels.size(); ++i) {
-    Kernel& kernel = breakdown->kernels[i];
-    double extra = 0;
-    if (kernel.kind == KernelKind::Gemm) extra = passes * x.e * (experts - 1) * k * n;
-    if (kernel.kind == KernelKind::Gemm || kernel.kind == KernelKind::Fp8Gemm) {
-      kernel.launches *= static_cast<std::int32_t>(experts);
-    }
-    if (i == 1 && accumulates) extra = (experts - 1) * x.accumulation_bytes_per_weight * k * n;  // gemm()'s order
-    kernel.bytes += extra;
-    op.bytes += extra;
-  }
-  op.breakdown = std::move(breakdown);
-  op.gemm.m = static_cast<std::int64_t>(std::ceil(m.rows / experts));
-  op.gemm.count = static_cast<std::int64_t>(experts);
-  return op;
+  const double bias_gradient = x.composer && phase == Phase::Backward ? x.e * m.rows * n : 0;  // as linear()'s
+  return expert_gemms(x, what, phase, m.rows, n, k, std::max(1.0, m.local_experts), bias_gradient);
 }
 
 Op expert_activation(const Shapes& x, Phase phase, double elements) {

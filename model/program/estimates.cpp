@@ -30,6 +30,16 @@ double moe_layers_on_stage(const Scenario& s, int stage) {
   return layers;
 }
 
+// The weights of an MoE layer's FP8 GEMMs held by one GPU: the attention's two, the shared experts' up and down
+// (split over TP) and the local experts' (no biases).
+double moe_layer_fp8_gemm_weights_per_gpu(const Scenario& s) {
+  const double h = d(s.model.hidden), attention = d(s.model.attention_width());
+  const double f = d(s.moe_ffn_hidden()), up = (s.model.activation == Activation::Swiglu ? 2 : 1) * f;
+  const double expert = h * up + f * h;
+  const double local = d(s.model.experts / s.parallel.ep) * expert / d(s.parallel.etp);
+  return (h * d(s.model.qkv_width()) + attention * h + d(s.model.shared_experts) * expert) / d(s.parallel.tp) + local;
+}
+
 }  // namespace
 
 double layer_fp8_weights_per_gpu(const Scenario& s, std::int64_t layer) {
@@ -296,8 +306,11 @@ MemoryEstimate estimate_memory(const Scenario& s) {
     // columnwise copy a backward GEMM reads along its K): 2 bytes per GEMM weight element. With FP8 parameters
     // (framework.fp8_param_gather: fp8_model_init) the weight is those FP8 bytes and their transpose, no 16-bit copy
     // (the fp32 master copy is the optimizer's): 1 + 1 bytes where the 16-bit weight took 2, nothing added.
+    // An MoE layer's FP8 GEMMs are its attention's two, its shared experts' and each local expert's (GroupedLinear
+    // caches one FP8 weight per expert, "weight{i}"), not a dense MLP's.
     if (s.model.fp8 != Fp8Format::None && !s.framework.fp8_param_gather) {
-      m.weights_bytes += 2 * d(s.layers_on_stage(stage)) * gemm_weights_per_gpu(s);
+      const double moe = moe_layers_on_stage(s, stage), dense = d(s.layers_on_stage(stage)) - moe;
+      m.weights_bytes += 2 * (dense * gemm_weights_per_gpu(s) + moe * moe_layer_fp8_gemm_weights_per_gpu(s));
     }
     m.in_flight_micro_batches = max_in_flight(schedule[stage]);
     // The chunks of a stage may differ (the embedding or the loss counted as a layer): the most layers in flight.
