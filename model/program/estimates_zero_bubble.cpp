@@ -16,7 +16,9 @@ double deferred_weight_grad_bytes(const Scenario& s, int layer) {
   // FP8: the four GEMMs run in FP8 and TE's WeightGradStore keeps the wgrad GEMM's quantized operands (linear.py,
   // `wgrad_store.put([inputmat_total, grad_output], ...)`): one byte per element, plus the block scales along the wgrad
   // GEMM's K (blockwise: an fp32 per 1 x 128 tile; MXFP8: an E8M0 byte per 32); a per-tensor scale is one float.
-  const double scales = x.fp8_recipe == Fp8Recipe::Blockwise ? 4.0 / 128 : x.fp8_recipe == Fp8Recipe::Mxfp8 ? 1.0 / 32 : 0;
+  const double scales = x.fp8_recipe == Fp8Recipe::Blockwise ? 4.0 / 128
+                        : x.fp8_recipe == Fp8Recipe::Mxfp8   ? 1.0 / 32
+                                                             : 0;
   return (1 + scales) * elements;
 }
 
