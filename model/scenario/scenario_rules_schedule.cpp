@@ -105,9 +105,6 @@ void check_zero_bubble(const Scenario& scenario, std::vector<std::string>& probl
                                    "Megatron-LM fork), got \"{}\"",
                                    src, key, to_string(scenario.framework.name)));
   }
-  if (scenario.model.fp8 != Fp8Format::None) {
-    problems.push_back(fmt::format("{}: {} does not split FP8 GEMMs into B and W: set model.fp8 = \"none\"", src, key));
-  }
   if (scenario.shards_parameters()) {
     problems.push_back(fmt::format("{}: {} with parallel.zero_stage = 3: FSDP reduce-scatters each layer's gradient "
                                    "after its backward, before a deferred W has added to it",
