@@ -404,13 +404,16 @@ double AnalyticalCostModel::stream_time_s(const model::Op& op, double bytes) con
   return memory_time_s(bytes);
 }
 
-// The same in FP8: TE runs the weight-gradient GEMM in FP8 too (fp8_wgrad, Megatron-Core's default).
+// The same in FP8: TE runs the weight-gradient GEMM in FP8 too (fp8_wgrad, Megatron-Core's default); a zero-bubble
+// schedule's B and W each its part of the backward's two.
 double AnalyticalCostModel::fp8_gemm_kernels_s(const model::Scenario& scenario, const model::Op& op) const {
   const double m = static_cast<double>(op.gemm.m), n = static_cast<double>(op.gemm.n);
   const double k = static_cast<double>(op.gemm.k), count = static_cast<double>(op.gemm.count);
   const model::Fp8Recipe recipe = scenario.framework.fp8_recipe;
   const model::DType dtype = scenario.model.dtype;
+  if (op.phase == model::Phase::WeightGrad) return weight_gemm_time_s(k, n, m, count, dtype, &recipe);
   if (op.phase != model::Phase::Backward) return weight_gemm_time_s(m, n, k, count, dtype, &recipe);
+  if (op.defers_weight_grad) return weight_gemm_time_s(m, k, n, count, dtype, &recipe);
   return weight_gemm_time_s(m, k, n, count, dtype, &recipe) + weight_gemm_time_s(k, n, m, count, dtype, &recipe);
 }
 

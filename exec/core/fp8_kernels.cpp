@@ -23,7 +23,8 @@ Fp8Amaxes Fp8Kernels::fp8_matmul_backward(const Tensor& dinp, const Tensor& dwei
                                           int in_features, int out_features, const Fp8Operand& input,
                                           const Fp8Operand& weights, const Fp8Operand& gradient) {
   TWIN_EXEC_CHECK(dout.numel == numel(rows, out_features) && inp.numel == numel(rows, in_features) &&
-                      weight.numel == numel(out_features, in_features) && dweight.numel == weight.numel &&
+                      weight.numel == numel(out_features, in_features) &&
+                      (dweight.numel == weight.numel || (dweight.empty() && splits_fp8_backward())) &&
                       (dinp.empty() || dinp.numel == inp.numel) && (dbias.empty() || dbias.numel == sz(out_features)),
                   "fp8_matmul_backward: dinp {} dweight {} dbias {} dout {} inp {} for rows {} in {} out {}",
                   dinp.numel, dweight.numel, dbias.numel, dout.numel, inp.numel, rows, in_features, out_features);

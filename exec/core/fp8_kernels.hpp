@@ -32,12 +32,16 @@ class Fp8Kernels : public HookPoint {
 
   // The same GEMMs with FP8 operands: each operand quantized as its Fp8Operand says, along the GEMM's own K (TE's
   // rowwise / columnwise copies), and multiplied in fp32; the bias gradient from the unquantized dout. Returns the
-  // amaxes of what it quantized.
+  // amaxes of what it quantized. Backward, where splits_fp8_backward(): an empty dinp or dweight skips that GEMM (a
+  // zero-bubble schedule's B and W call it once each, exec/interpreter/fp8_linear.hpp).
   Fp8Amaxes fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, int rows,
                                int in_features, int out_features, const Fp8Operand& input, const Fp8Operand& weights);
   Fp8Amaxes fp8_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                                 const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features,
                                 const Fp8Operand& input, const Fp8Operand& weights, const Fp8Operand& gradient);
+  // Whether fp8_matmul_backward takes an empty dweight (the cpu backend's; the cuda backend's FP8 GEMMs compute the
+  // weight gradient with the input's).
+  virtual bool splits_fp8_backward() const { return false; }
 
  protected:
   virtual Fp8Amaxes do_fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight,

@@ -61,7 +61,8 @@ class CpuBackend final : public Backend, public MoeKernels, public ContextKernel
   void do_matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                           const Tensor& inp, const Tensor& weight, int rows, int in_features,
                           int out_features) override;
-  // FP8 emulated: kernels/cpu/fp8_matmul.hpp
+  // FP8 emulated: kernels/cpu/fp8_matmul.hpp (its backward computes dX and dW apart where one is not asked for)
+  bool splits_fp8_backward() const override { return true; }
   Fp8Amaxes do_fp8_matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                                   int rows, int in_features, int out_features, const Fp8Operand& input,
                                   const Fp8Operand& weights) override;

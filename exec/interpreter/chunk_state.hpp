@@ -5,9 +5,11 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "exec/core/tensor.hpp"
+#include "exec/interpreter/fp8_state.hpp"
 
 namespace twin::exec {
 
@@ -61,9 +63,11 @@ struct ChunkState {
   HeadStash head;
   BackwardWork work;
   // A zero-bubble schedule's B of a linear layer leaves its W what the weight gradient reads: the GEMM's input
-  // (rows, in_f) and its output gradient (rows, out_f), by (layer, ComputeKind).
+  // (rows, in_f) and its output gradient (rows, out_f), by (layer, ComputeKind); in FP8 also how B quantized them
+  // (their scales: W quantizes the same values with them again, which gives TE's kept FP8 copies bit for bit).
   struct DeferredWeightGrad {
     Tensor input, d_out;
+    std::optional<Fp8GemmOperands> fp8;
   };
   std::map<std::pair<int, int>, DeferredWeightGrad> deferred;
 };

@@ -50,6 +50,26 @@ void Fp8Linear::backward(const Op& op, const Tensor& dinp, const Tensor& dweight
                                                          out_features, q.input, q.weight, q.gradient));
 }
 
+// Transformer Engine's delay_wgrad_compute (transformer_engine/pytorch/module/linear.py, _Linear.backward, TE 2.x):
+// the backward quantizes the output gradient once for both GEMMs, runs the dgrad GEMM and stores the wgrad GEMM's
+// quantized operands (`ctx.wgrad_store.put([inputmat_total, grad_output], wgrad_gemm)`); backward_dw runs it later.
+// The delayed-scaling amax of the output gradient is recorded at the cast, in B: the same step as unsplit.
+Fp8GemmOperands Fp8Linear::backward_input(const Op& op, const Tensor& dinp, const Tensor& dbias, const Tensor& dout,
+                                          const Tensor& inp, const Tensor& weight, int rows, int in_features,
+                                          int out_features) {
+  const Fp8GemmOperands q = state_.operands(op);
+  state_.record(
+      op, ctx_.backend.fp8_kernels().fp8_matmul_backward(dinp, Tensor{}, dbias, dout, inp, weight, rows, in_features,
+                                                         out_features, q.input, q.weight, q.gradient));
+  return q;
+}
+
+void Fp8Linear::backward_weight(const Fp8GemmOperands& q, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                                const Tensor& weight, int rows, int in_features, int out_features) {
+  ctx_.backend.fp8_kernels().fp8_matmul_backward(Tensor{}, dweight, Tensor{}, dout, inp, weight, rows, in_features,
+                                                 out_features, q.input, q.weight, q.gradient);
+}
+
 // values (n) <- their elementwise maximum over `g` (NaN if any member's is NaN): an all-gather, then the max in
 // member order, so that every member computes the same bits.
 void Fp8Linear::max_over(const model::Group g, std::vector<float>& values, std::string_view label) {

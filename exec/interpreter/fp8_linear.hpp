@@ -23,6 +23,13 @@ class Fp8Linear {
                int rows, int in_features, int out_features);
   void backward(const model::Op& op, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                 const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features);
+  // A zero-bubble schedule's B of the same (op.defers_weight_grad): the output gradient quantized and its amax
+  // recorded, dX (and the bias gradient); returns the operands' quantization, which its W takes.
+  Fp8GemmOperands backward_input(const model::Op& op, const Tensor& dinp, const Tensor& dbias, const Tensor& dout,
+                                 const Tensor& inp, const Tensor& weight, int rows, int in_features, int out_features);
+  // Its W: dW += the wgrad GEMM of what B kept, quantized as B quantized it; records nothing (B recorded the amax).
+  void backward_weight(const Fp8GemmOperands& q, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                       const Tensor& weight, int rows, int in_features, int out_features);
   void reduce_amaxes(const model::Op& op);  // Fp8Amax: delayed scaling's regions, tensorwise's SP inputs
   void begin_iteration() { state_.begin_iteration(); }
 

@@ -358,10 +358,14 @@ void Interpreter::linear_backward(const Op& op, const Tensor& dinp, const Tensor
   if (op.defers_weight_grad) {
     // A zero-bubble B: the input gradient (and the bias's) now, the weight gradient in the op's W. dout is copied:
     // the stream's gradient it may be is updated in place before W runs.
-    TWIN_EXEC_CHECK(!model::runs_in_fp8(scenario_, op.what), "layer {}: a deferred weight gradient in FP8", op.layer);
     Tensor kept = backend_.allocate(dout.numel, dout.dtype);
     backend_.copy(kept, dout);
-    ctx_.chunk(op).deferred[{op.layer, static_cast<int>(op.what)}] = {inp, kept};
+    ChunkState::DeferredWeightGrad& deferred = ctx_.chunk(op).deferred[{op.layer, static_cast<int>(op.what)}];
+    deferred = {inp, kept, std::nullopt};
+    if (model::runs_in_fp8(scenario_, op.what)) {
+      deferred.fp8 = fp8_->backward_input(op, dinp, dbias, dout, inp, weight, rows, in_features, out_features);
+      return;
+    }
     backend_.matmul_backward(dinp, Tensor{}, dbias, dout, inp, weight, rows, in_features, out_features);
     return;
   }
@@ -399,8 +403,13 @@ void Interpreter::linear_weight_gradient(const Op& op) {
     }
   }();
   // dweight (out_f, in_f) += d_out^T input: the GEMM the B skipped, in the same micro-batch order
-  backend_.matmul_backward(Tensor{}, linear.grad, Tensor{}, it->second.d_out, it->second.input, linear.weight,
-                           dims_.tokens, linear.in_features, linear.out_features);
+  if (it->second.fp8) {
+    fp8_->backward_weight(*it->second.fp8, linear.grad, it->second.d_out, it->second.input, linear.weight, dims_.tokens,
+                          linear.in_features, linear.out_features);
+  } else {
+    backend_.matmul_backward(Tensor{}, linear.grad, Tensor{}, it->second.d_out, it->second.input, linear.weight,
+                             dims_.tokens, linear.in_features, linear.out_features);
+  }
   state.deferred.erase(it);
 }
 

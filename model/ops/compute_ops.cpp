@@ -5,6 +5,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "model/ops/context_parallel_ops.hpp"
@@ -127,22 +128,56 @@ bool deferrable_weight_gradient(ComputeKind what) {
          what == ComputeKind::MlpUp || what == ComputeKind::MlpDown;
 }
 
-// gemm()'s backward kernels are its two GEMMs (one launch each, the same bytes: dX = dY W^T reads dY and W and writes
-// dX, dW = X^T dY reads X and dY and writes dW, e (mk + kn + mn) each), then the accumulation, then the epilogue.
+namespace {
+
+// The FP8 backward's kernels (fp8_gemm_kernels: the two FP8 GEMMs as one entry of 2 launches, then the cast of the
+// output gradient, then gemm()'s accumulation and epilogue) apart, as Transformer Engine splits them under
+// delay_wgrad_compute (transformer_engine/pytorch/module/linear.py and layernorm_linear.py, _Linear.backward, TE 2.x):
+// the backward quantizes the output gradient (grad_output_preprocess, its rowwise and columnwise copies at once),
+// makes the input's columnwise copy (a sequence-parallel input's transpose after its gather), runs the dgrad GEMM and
+// hands the wgrad GEMM's quantized operands to its WeightGradStore (`ctx.wgrad_store.put([inputmat_total,
+// grad_output], wgrad_gemm)`); Linear.backward_dw later pops them and runs the wgrad GEMM into main_grad. So B: the
+// dgrad GEMM (dX = dY W^T: reads dY and W in one byte, writes dX) and the cast; W: the wgrad GEMM (dW = X^T dY) and
+// the accumulation.
+std::pair<std::vector<Kernel>, std::vector<Kernel>> split_fp8_kernels(const Shapes& x, const Op& backward,
+                                                                      double accumulation) {
+  const std::vector<Kernel>& kernels = backward.breakdown->kernels;
+  const double m = d(backward.gemm.m), n = d(backward.gemm.n), k = d(backward.gemm.k);
+  const double dgrad = m * n + n * k + x.e * m * k;
+  std::vector<Kernel> input_kernels{{KernelKind::Fp8Gemm, 1, dgrad}, kernels.at(1)};
+  std::vector<Kernel> weight_kernels{{KernelKind::Fp8Gemm, 1, kernels.front().bytes - dgrad}};
+  if (accumulation > 0) weight_kernels.push_back(kernels.at(2));
+  for (std::size_t i = accumulation > 0 ? 3 : 2; i < kernels.size(); ++i) input_kernels.push_back(kernels[i]);
+  return {std::move(input_kernels), std::move(weight_kernels)};
+}
+
+}  // namespace
+
+// gemm()'s 16-bit backward kernels are its two GEMMs (one launch each, the same bytes: dX = dY W^T reads dY and W and
+// writes dX, dW = X^T dY reads X and dY and writes dW, e (mk + kn + mn) each), then the accumulation, then the
+// epilogue; FP8's are split_fp8_kernels'.
 SplitBackward split_weight_gradient(const Shapes& x, const Op& backward) {
-  if (backward.phase != Phase::Backward || !backward.breakdown || backward.breakdown->kernels.empty() ||
-      backward.breakdown->kernels.front().kind != KernelKind::Gemm || backward.breakdown->kernels.front().launches != 2) {
-    throw std::invalid_argument("split_weight_gradient: not a 16-bit backward GEMM op: " +
+  const bool valid = backward.phase == Phase::Backward && backward.breakdown && !backward.breakdown->kernels.empty() &&
+                     backward.breakdown->kernels.front().launches == 2;
+  const KernelKind first = valid ? backward.breakdown->kernels.front().kind : KernelKind::Stream;
+  if (!valid || (first != KernelKind::Gemm && first != KernelKind::Fp8Gemm)) {
+    throw std::invalid_argument("split_weight_gradient: not a backward GEMM op: " +
                                 std::string(to_string(backward.what)));
   }
   const std::vector<Kernel>& kernels = backward.breakdown->kernels;
-  const Kernel each{KernelKind::Gemm, 1, kernels.front().bytes / 2};
   const double accumulation = x.accumulation_bytes_per_weight * d(backward.gemm.k) * d(backward.gemm.n) *
                               d(backward.gemm.count);
-  const std::size_t after_gemm = accumulation > 0 ? 2 : 1;  // gemm() appends the accumulation right after the GEMMs
-  std::vector<Kernel> input_kernels{each}, weight_kernels{each};
-  if (accumulation > 0) weight_kernels.push_back(kernels.at(1));
-  for (std::size_t i = after_gemm; i < kernels.size(); ++i) input_kernels.push_back(kernels[i]);
+  std::vector<Kernel> input_kernels, weight_kernels;
+  if (first == KernelKind::Fp8Gemm) {
+    std::tie(input_kernels, weight_kernels) = split_fp8_kernels(x, backward, accumulation);
+  } else {
+    const Kernel each{KernelKind::Gemm, 1, kernels.front().bytes / 2};
+    const std::size_t after_gemm = accumulation > 0 ? 2 : 1;  // gemm() appends the accumulation right after the GEMMs
+    input_kernels = {each};
+    weight_kernels = {each};
+    if (accumulation > 0) weight_kernels.push_back(kernels.at(1));
+    for (std::size_t i = after_gemm; i < kernels.size(); ++i) input_kernels.push_back(kernels[i]);
+  }
   SplitBackward split{compute_op(backward.what, Phase::Backward, std::move(input_kernels)),
                       compute_op(backward.what, Phase::WeightGrad, std::move(weight_kernels))};
   for (Op* part : {&split.input_grad, &split.weight_grad}) {

@@ -38,9 +38,10 @@ Op qkv_projection(const Shapes& x, Phase phase, double epilogue_bytes = 0);
 // (QKV, attention projection, MLP up and down; an MoE layer's attention's two). The experts', the router's, the LM
 // head's and the embedding's weight gradients stay in B.
 bool deferrable_weight_gradient(ComputeKind what);
-// A backward GEMM op (gemm(), 16-bit operands) split for a zero-bubble schedule: B, its input-gradient GEMM with the
-// op's other traffic (a bias gradient, the epilogue passes), marked defers_weight_grad; W, a WeightGrad op with the
-// weight-gradient GEMM and the framework's accumulation of it. B and W sum to the op's FLOPs, bytes and kernels.
+// A backward GEMM op (gemm(), 16-bit or FP8 operands) split for a zero-bubble schedule: B, its input-gradient GEMM
+// with the op's other traffic (a bias gradient, the epilogue passes; in FP8 the output gradient's cast, which both
+// GEMMs read), marked defers_weight_grad; W, a WeightGrad op with the weight-gradient GEMM and the framework's
+// accumulation of it. B and W sum to the op's FLOPs, bytes and kernel launches.
 struct SplitBackward {
   Op input_grad, weight_grad;
 };

@@ -156,7 +156,7 @@ class RuleCheck {
       } else if (pp_ok && layers_ok) {
         const std::int64_t middle = p.pp - given, rest = m.layers - p.first_stage_layers - p.last_stage_layers;
         const bool fits = middle == 0 ? rest == 0 : rest >= middle && rest % middle == 0;
-        const std::int64_t v = v_ok ? p.virtual_stages : 1;
+        const std::int64_t v = v_ok && !p.bidirectional() ? p.virtual_stages : 1;  // DualPipe: a block, a chunk
         if (fits &&
             (p.first_stage_layers % v != 0 || p.last_stage_layers % v != 0 || (middle > 0 && rest / middle % v != 0))) {
           problems.push_back(
@@ -184,7 +184,7 @@ class RuleCheck {
     }
     if (!uneven && counted == m.layers && layers_ok && pp_ok && v_ok && p.bidirectional() && m.layers % p.pp != 0) {
       problems.push_back(fmt::format("{}: model.layers ({}) must be divisible by parallel.pp ({}): each direction of "
-                                     "parallel.schedule = \"dualpipe\" holds the whole model in pp blocks",
+                                     "dualpipe holds the model in pp blocks (or give first_stage_layers / last_stage_layers)",
                                      src, m.layers, p.pp));
     }
     if (!uneven && counted == m.layers && layers_ok && pp_ok && v_ok && !p.bidirectional() &&

@@ -44,8 +44,8 @@ void check_v_shape(const Scenario& scenario, const std::string& key, std::vector
 }
 
 // DualPipe's two directions (ParallelSpec::bidirectional): dualpipe.py asserts an even number of ranks and of
-// micro-batches (half enter at each end), and at least two per rank; each direction splits the model evenly into pp
-// blocks, one per stage.
+// micro-batches (half enter at each end), and at least two per rank; each direction splits the model into pp blocks,
+// one per stage, evenly or with the end blocks parallel.first_stage_layers and last_stage_layers give.
 void check_dual_pipe(const Scenario& scenario, const std::string& key, std::vector<std::string>& problems) {
   const ParallelSpec& p = scenario.parallel;
   const std::string& src = scenario.source;
@@ -65,10 +65,14 @@ void check_dual_pipe(const Scenario& scenario, const std::string& key, std::vect
                                    "parallel.pp ({}), half entering at each end; got {}",
                                    src, key, 2 * p.pp, p.micro_batches()));
   }
-  if (p.first_stage_layers > 0 || p.last_stage_layers > 0 || p.account_for_embedding || p.account_for_loss) {
-    problems.push_back(fmt::format("{}: {} splits each direction's layers evenly over the stages: "
-                                   "parallel.first_stage_layers, last_stage_layers, account_for_embedding and "
-                                   "account_for_loss must be unset",
+  // Uneven end blocks (parallel.first_stage_layers / last_stage_layers) size each direction's first and last block;
+  // both end stages hold one of each, so the two stay alike. Megatron's account_for_* counts the embedding and the
+  // loss as layers of one end stage each, which DualPipe's two directions would put on both ends twice.
+  if (p.account_for_embedding || p.account_for_loss) {
+    problems.push_back(fmt::format("{}: {} splits each direction's layers over the stages without counting the "
+                                   "embedding and loss as layers: parallel.account_for_embedding and "
+                                   "account_for_loss must be unset (parallel.first_stage_layers and "
+                                   "last_stage_layers size its end blocks)",
                                    src, key));
   }
   if (p.microbatch_group != 0) {
@@ -100,9 +104,6 @@ void check_zero_bubble(const Scenario& scenario, std::vector<std::string>& probl
     problems.push_back(fmt::format("{}: {} runs in framework.name = \"megatron\" (the paper's implementation is a "
                                    "Megatron-LM fork), got \"{}\"",
                                    src, key, to_string(scenario.framework.name)));
-  }
-  if (scenario.model.fp8 != Fp8Format::None) {
-    problems.push_back(fmt::format("{}: {} does not split FP8 GEMMs into B and W: set model.fp8 = \"none\"", src, key));
   }
   if (scenario.shards_parameters()) {
     problems.push_back(fmt::format("{}: {} with parallel.zero_stage = 3: FSDP reduce-scatters each layer's gradient "

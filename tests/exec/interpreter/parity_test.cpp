@@ -132,6 +132,10 @@ INSTANTIATE_TEST_SUITE_P(
         // direction's embedding and the other's head
         Plan{"pp2_v2_dualpipe", {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=\"dualpipe\""}},
         Plan{"pp4_v2_dualpipe", {"parallel.pp=4", "parallel.virtual_stages=2", "parallel.schedule=\"dualpipe\""}},
+        // Each direction's blocks 1, 2, 2, 3 layers: stage 0 holds the down block of 1 and the up block of 3.
+        Plan{"pp4_v2_dualpipe_uneven_1_2_2_3",
+             {"parallel.pp=4", "parallel.virtual_stages=2", "parallel.schedule=\"dualpipe\"",
+              "parallel.first_stage_layers=1", "parallel.last_stage_layers=3"}},
         Plan{"tp2_sp_pp2_v2_dp2_zero1_dualpipe_dp_overlap",
              {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.pp=2", "parallel.virtual_stages=2",
               "parallel.dp=2", "parallel.zero_stage=1", "parallel.dp_overlap=true",

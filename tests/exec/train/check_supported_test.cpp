@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "exec/core/errors.hpp"
 #include "exec/cpu/cpu_backend.hpp"
@@ -16,7 +17,7 @@ namespace twin::exec {
 namespace {
 
 // The dense core only, as a new device would start: every kernel a no-op (none runs: the refusal comes first).
-class CoreOnlyBackend final : public Backend {
+class CoreOnlyBackend : public Backend {
  public:
   std::string_view name() const override { return "core-only"; }
   Device device() const override { return Device::Host; }
@@ -75,6 +76,24 @@ class CoreOnlyBackend final : public Backend {
                        const AdamWStep&) override {}
 };
 
+// FP8 GEMMs whose backward computes dW with dX only, as the cuda backend's do (splits_fp8_backward false).
+class UnsplitFp8Backend final : public CoreOnlyBackend, public Fp8Kernels {
+ public:
+  UnsplitFp8Backend() { provide(nullptr, nullptr, this); }
+  std::string_view name() const override { return "unsplit-fp8"; }
+
+ protected:
+  Fp8Amaxes do_fp8_matmul_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int, int,
+                                  const Fp8Operand&, const Fp8Operand&) override {
+    return {};
+  }
+  Fp8Amaxes do_fp8_matmul_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                   const Tensor&, int, int, int, const Fp8Operand&, const Fp8Operand&,
+                                   const Fp8Operand&) override {
+    return {};
+  }
+};
+
 // parallel.cp = 2 the all_gather way (context parallelism needs the fused attention)
 const std::vector<std::string> kCp2 = {"parallel.cp=2", "framework.attention=\"flash2\"",
                                        "framework.cp_comm=\"all_gather\""};
@@ -124,6 +143,25 @@ TEST(ExecCheckSupported, TheCpuBackendHasEveryCapability) {
   // what the executor does not run of MoE on any backend is still refused, by its key
   const std::string tp = refusal(program_of(testing::tiny_moe_toml(), {"parallel.tp=2"}), cpu);
   EXPECT_NE(tp.find("parallel.sequence_parallel"), std::string::npos) << tp;
+}
+
+// The schedules that split the backward defer an FP8 layer's dW to its W: a backend whose FP8 backward cannot leave
+// dW out is refused by the schedule's key and its name; the same plan in 1F1B, and the cpu backend, pass.
+TEST(ExecCheckSupported, RefusesFp8ZeroBubbleOnABackendThatCannotDeferTheFp8WeightGradient) {
+  const UnsplitFp8Backend unsplit;
+  cpu::CpuBackend cpu;
+  EXPECT_FALSE(unsplit.fp8()->splits_fp8_backward());
+  EXPECT_TRUE(cpu.fp8()->splits_fp8_backward());
+  const std::vector<std::string> fp8 = {"model.dtype=\"bf16\"", "model.fp8=\"hybrid\"", "parallel.pp=2"};
+  std::vector<std::string> zb = fp8;
+  zb.push_back("parallel.schedule=\"zb-h1\"");
+  EXPECT_EQ(refusal(program_of(testing::parity_toml(), fp8), unsplit), "");
+  EXPECT_EQ(refusal(program_of(testing::parity_toml(), zb), cpu), "");
+  const std::string refused = refusal(program_of(testing::parity_toml(), zb), unsplit);
+  EXPECT_NE(refused.find("parallel.schedule = \"zb-h1\" with model.fp8 = hybrid: the unsplit-fp8 backend's FP8 GEMMs"),
+            std::string::npos)
+      << refused;
+  EXPECT_EQ(refused.find('\n'), std::string::npos) << refused;
 }
 
 TEST(ExecCheckSupported, ACapabilityCallOnABackendWithoutItNamesTheBackend) {

@@ -139,6 +139,30 @@ TEST_F(ExecRunFixture, MpiRanksTrainDualPipeAsThreadsDo) {
                                         dir, "dualpipe");
 }
 
+// FP8 (blockwise, as DeepSeek-V3 trained) on DualPipe through MPI: each B keeps its W's operands' scales, each W
+// computes dW later; the threads' bits, and the one-rank FP8 run's losses within 1e-5.
+TEST_F(ExecRunFixture, MpiRanksTrainFp8DualPipeAsThreadsDo) {
+  if (!testing::on_path("mpirun"))
+    GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): MPI launcher not tested";
+  const std::vector<std::string> fp8 = {"model.layers=4", "model.dtype=\"bf16\"", "model.fp8=\"e4m3\"",
+                                        "framework.fp8_recipe=\"blockwise\""};
+  std::vector<std::string> sets = fp8;
+  sets.insert(sets.end(), {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=\"dualpipe\""});
+  std::vector<std::string> args = twin_run({"--steps", "2", "--launcher", "mpi", "--json", dir + "/mpi.json"});
+  for (const std::string& set : sets) args.insert(args.end(), {"--set", set});
+  ASSERT_EQ(testing::run_command(args, dir + "/mpi.log"), 0) << testing::read_text(dir + "/mpi.log");
+  const auto losses = nlohmann::json::parse(testing::read_text(dir + "/mpi.json"))["losses"].get<std::vector<double>>();
+
+  TrainOptions options;
+  options.steps = 2;
+  EXPECT_EQ(losses, testing::train(testing::scenario(testing::small_toml(), sets), options).losses);  // bit for bit
+  const auto one_rank = testing::train(testing::scenario(testing::small_toml(), fp8), options).losses;
+  ASSERT_EQ(losses.size(), one_rank.size());
+  for (std::size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_NEAR(losses[i], one_rank[i], 1e-5 * one_rank[i]) << "step " << i;
+  }
+}
+
 // Context parallelism (the all_gather way) through MPI: 4 processes, CP 2 x TP 2, give the threads' bits, and the
 // single-rank losses within 1e-5 (each CP rank on its two chunks of every sequence).
 TEST_F(ExecRunFixture, MpiRanksTrainContextParallelismAsThreadsDo) {

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "model/program/estimates.hpp"
 #include "model/program/program.hpp"
@@ -52,6 +54,33 @@ TEST(DualPipeProgram, RoutesEachHalfThroughItsDirectionsBlocks) {
     for (const auto& [micro_batch, at] : embedded) EXPECT_EQ(micro_batch < 4, at == 0);
     for (const auto& [micro_batch, at] : ended) EXPECT_EQ(micro_batch < 4, at == 3);
   }
+}
+
+// Uneven end blocks (parallel.first_stage_layers = 1, last_stage_layers = 3 of 8 layers): each direction's blocks hold
+// 1, 2, 2, 3 layers, so both end stages hold 1 + 3 and the middle ones 2 + 2, and every layer runs once per direction.
+TEST(DualPipeProgram, UnevenEndBlocksSizeEachDirectionsFirstAndLastBlock) {
+  Scenario s = plan(ScheduleKind::DualPipe, 2);
+  s.parallel.first_stage_layers = 1;
+  s.parallel.last_stage_layers = 3;
+  ASSERT_TRUE(validation_problems(s).empty());
+  const Program program = build_program(s, Granularity::Layer);
+  const std::vector<std::set<int>> down_blocks = {{0}, {1, 2}, {3, 4}, {5, 6, 7}};
+  for (int stage = 0; stage < 4; ++stage) {
+    EXPECT_EQ(s.layers_on_stage(stage), 4) << "stage " << stage;
+    std::set<int> down, up;
+    for (const Op& op : program.stage_ops[stage]) {
+      if (op.kind != OpKind::Compute || op.phase != Phase::Forward || op.what != ComputeKind::TransformerLayer) continue;
+      (op.micro_batch < 4 ? down : up).insert(op.layer);
+    }
+    EXPECT_EQ(down, down_blocks[stage]) << "stage " << stage;
+    EXPECT_EQ(up, down_blocks[3 - stage]) << "stage " << stage;
+  }
+  // The same block sizes with accounted embedding and loss are refused by name (both ends would count them twice).
+  s.parallel.first_stage_layers = s.parallel.last_stage_layers = 0;
+  s.parallel.account_for_embedding = true;
+  const std::vector<std::string> problems = validation_problems(s);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems.front().find("parallel.account_for_embedding"), std::string::npos) << problems.front();
 }
 
 // One all-reduce of the stage's whole gradient over {s, 3 - s} (Group::MirrorStages), fp32 as Megatron reduces bf16
