@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <set>
+#include <utility>
 
 #include <fmt/core.h>
 
@@ -121,11 +123,15 @@ std::vector<Fp8TensorScales> read_fp8_state_resharded(const fs::path& step_dir, 
                                                       const model::Scenario& then, const ModelShard& shard) {
   const model::RankLayout old_layout = model::rank_layout(then);
   std::vector<Fp8TensorScales> mine;
+  std::set<std::pair<int, int>> taken;  // (layer, GEMM): a routed expert's, from the first old rank that held it
   for (int old_rank = 0; old_rank < old_layout.world_size(); ++old_rank) {
     const model::RankCoord coord = old_layout.coord_of(old_rank);
-    if (coord.tp != 0 || coord.dp != 0 || coord.cp != 0) continue;  // its amax group's copies are the same
+    // A layer GEMM's copies over its amax group are the same: tp = dp = cp = 0's. A routed expert lives on its EP
+    // ranks, carved out of TP and DP: whichever held it (the same state on each, reduced by expert).
+    const bool group_first = coord.tp == 0 && coord.dp == 0 && coord.cp == 0;
     for (Fp8TensorScales& s : read_fp8_state(step_dir, m, old_rank)) {
-      if (shard.has_layer(s.layer)) mine.push_back(std::move(s));
+      if (!shard.has_layer(s.layer) || (!group_first && s.what < kExpertTensors)) continue;
+      if (taken.insert({s.layer, s.what}).second) mine.push_back(std::move(s));
     }
   }
   return mine;

@@ -30,6 +30,14 @@ class Fp8Linear {
   // Its W: dW += the wgrad GEMM of what B kept, quantized as B quantized it; records nothing (B recorded the amax).
   void backward_weight(const Fp8GemmOperands& q, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
                        const Tensor& weight, int rows, int in_features, int out_features);
+  // A grouped expert GEMM (ExpertUp, ExpertDown; fp8_experts.cpp): each local expert's rows of `inp` (expert-major,
+  // rows_per_expert of them) against its own weight of `weights` (local experts x out x in), each expert with its own
+  // scales and amaxes; `first_expert`: the global index of local expert 0. Backward accumulates into `dweights`.
+  void grouped_forward(const model::Op& op, const Tensor& out, const Tensor& inp, const Tensor& weights,
+                       const std::vector<int>& rows_per_expert, int first_expert, int in_features, int out_features);
+  void grouped_backward(const model::Op& op, const Tensor& dinp, const Tensor& dweights, const Tensor& dout,
+                        const Tensor& inp, const Tensor& weights, const std::vector<int>& rows_per_expert,
+                        int first_expert, int in_features, int out_features);
   void reduce_amaxes(const model::Op& op);  // Fp8Amax: delayed scaling's regions, tensorwise's SP inputs
   void begin_iteration() { state_.begin_iteration(); }
 

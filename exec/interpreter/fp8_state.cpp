@@ -12,13 +12,20 @@ namespace twin::exec {
 namespace k = twin::kernels::cpu;
 
 namespace {
-std::pair<int, int> tensor_key(const model::Op& op) {
-  return {op.layer, static_cast<int>(op.what)};
+std::pair<int, int> tensor_key(const model::Op& op, int expert) {
+  if (expert < 0) return {op.layer, static_cast<int>(op.what)};
+  return {op.layer, kExpertTensors + 2 * expert + (op.what == model::ComputeKind::ExpertDown ? 1 : 0)};
+}
+
+std::size_t region(model::Phase phase) {
+  return phase == model::Phase::Forward ? 0 : 1;
 }
 }  // namespace
 
 Fp8State::Fp8State(const model::Scenario& scenario)
-    : format_(scenario.model.fp8), recipe_(scenario.framework.fp8_recipe) {}
+    : format_(scenario.model.fp8),
+      recipe_(scenario.framework.fp8_recipe),
+      experts_(static_cast<int>(scenario.model.experts)) {}
 
 void Fp8State::begin_iteration() {
   weight_scales_.clear();
@@ -87,28 +94,34 @@ void Fp8State::restore(const std::vector<Fp8TensorScales>& saved) {
   }
 }
 
-Fp8GemmOperands Fp8State::operands(const model::Op& op) {
+Fp8GemmOperands Fp8State::operands(const model::Op& op, int expert) {
   Fp8GemmOperands out{scaled(false, 1), scaled(false, 1), scaled(true, 1)};
   if (recipe_ == model::Fp8Recipe::Blockwise) out.weight.scaling = Fp8Operand::Scaling::Blocks;  // 128 x 128
   if (!delayed()) return out;
-  const auto key = tensor_key(op);
+  const auto key = tensor_key(op, expert);
   const std::tuple<int, int, int> forward_key{op.micro_batch, key.first, key.second};
+  const auto now = [&](Role role) {  // scale(), by the key
+    const auto it = tensors_.find(key);
+    if (it == tensors_.end()) return 1.0f;
+    const Tensors& t = it->second;
+    return role == Role::Input ? t.input.scale() : role == Role::Weight ? t.weight.scale() : t.gradient.scale();
+  };
   if (op.phase == model::Phase::Forward) {
-    const auto [weight, fresh] = weight_scales_.try_emplace(key, scale(op.layer, op.what, Role::Weight));
-    forward_scales_[forward_key] = ForwardScales{scale(op.layer, op.what, Role::Input), weight->second};
+    const auto [weight, fresh] = weight_scales_.try_emplace(key, now(Role::Weight));
+    forward_scales_[forward_key] = ForwardScales{now(Role::Input), weight->second};
   }
   const auto it = forward_scales_.find(forward_key);
   TWIN_EXEC_CHECK(it != forward_scales_.end(), "layer {}: an FP8 GEMM's {} before its forward", op.layer,
                   model::to_string(op.phase));
   out.input.scale = it->second.input;
   out.weight.scale = it->second.weight;
-  out.gradient.scale = scale(op.layer, op.what, Role::OutputGradient);
+  out.gradient.scale = now(Role::OutputGradient);
   return out;
 }
 
-void Fp8State::record(const model::Op& op, const Fp8Amaxes& amaxes) {
+void Fp8State::record(const model::Op& op, const Fp8Amaxes& amaxes, int expert) {
   if (!delayed() || op.phase == model::Phase::Recompute) return;
-  Tensors& t = tensors_[tensor_key(op)];
+  Tensors& t = tensors_[tensor_key(op, expert)];
   if (op.phase == model::Phase::Forward) {
     t.input.record(amaxes.input);
     t.weight.record(amaxes.weight);
@@ -119,38 +132,72 @@ void Fp8State::record(const model::Op& op, const Fp8Amaxes& amaxes) {
   }
 }
 
+void Fp8State::experts_ran(const model::Op& op) {
+  if (delayed() && op.phase != model::Phase::Recompute) expert_layers_[region(op.phase)].insert(op.layer);
+}
+
+std::vector<std::pair<std::pair<int, int>, bool>> Fp8State::pending_keys(model::Phase phase) const {
+  const bool forward = phase == model::Phase::Forward;
+  const auto seen = [forward](const Tensors& t) { return forward ? t.forward_seen : t.backward_seen; };
+  const std::set<int>& expert_layers = expert_layers_[region(phase)];
+  std::set<int> layers(expert_layers.begin(), expert_layers.end());
+  for (const auto& [key, t] : tensors_) layers.insert(key.first);
+  std::vector<std::pair<std::pair<int, int>, bool>> keys;
+  for (const int layer : layers) {
+    for (auto it = tensors_.lower_bound({layer, 0}); it != tensors_.end() && it->first.first == layer; ++it) {
+      if (it->first.second < kExpertTensors && seen(it->second)) keys.emplace_back(it->first, true);
+    }
+    if (expert_layers.count(layer) == 0) continue;
+    for (int slot = 0; slot < 2 * experts_; ++slot) {
+      const std::pair<int, int> key{layer, kExpertTensors + slot};
+      const auto it = tensors_.find(key);
+      keys.emplace_back(key, it != tensors_.end() && seen(it->second));
+    }
+  }
+  return keys;
+}
+
 std::vector<float> Fp8State::pending(model::Phase phase) const {
+  const bool forward = phase == model::Phase::Forward;
   std::vector<float> amaxes;
-  for (const auto& [key, t] : tensors_) {
-    if (phase == model::Phase::Forward && t.forward_seen) {
-      amaxes.push_back(t.input.amax_history()[0]);
-      amaxes.push_back(t.weight.amax_history()[0]);
-    } else if (phase == model::Phase::Backward && t.backward_seen) {
-      amaxes.push_back(t.gradient.amax_history()[0]);
+  for (const auto& [key, held] : pending_keys(phase)) {
+    const Tensors* t = held ? &tensors_.at(key) : nullptr;
+    if (forward) {
+      amaxes.push_back(t ? t->input.amax_history()[0] : 0.0f);
+      amaxes.push_back(t ? t->weight.amax_history()[0] : 0.0f);
+    } else {
+      amaxes.push_back(t ? t->gradient.amax_history()[0] : 0.0f);
     }
   }
   return amaxes;
 }
 
 void Fp8State::update(model::Phase phase, const std::vector<float>& reduced) {
-  TWIN_EXEC_CHECK(reduced.size() == pending(phase).size(), "FP8 amax update: {} amaxes for {} tensors", reduced.size(),
-                  pending(phase).size());
+  const auto keys = pending_keys(phase);
+  const bool forward = phase == model::Phase::Forward;
+  TWIN_EXEC_CHECK(reduced.size() == keys.size() * (forward ? 2 : 1), "FP8 amax update: {} amaxes for {} tensors",
+                  reduced.size(), keys.size());
   const float e4m3 = k::fp8_max(k::Fp8Format::E4M3);
   const float gradient_max = k::fp8_max(format_ == model::Fp8Format::Hybrid ? k::Fp8Format::E5M2 : k::Fp8Format::E4M3);
   std::size_t next = 0;
-  for (auto& [key, t] : tensors_) {
-    if (phase == model::Phase::Forward && t.forward_seen) {
-      t.input.record(reduced[next++]);
-      t.weight.record(reduced[next++]);
+  for (const auto& [key, held] : keys) {
+    const std::size_t at = next;
+    next += forward ? 2 : 1;
+    if (!held) continue;  // another rank's expert, or one that saw no row here
+    Tensors& t = tensors_.at(key);
+    if (forward) {
+      t.input.record(reduced[at]);
+      t.weight.record(reduced[at + 1]);
       t.input.update(e4m3);
       t.weight.update(e4m3);
       t.forward_seen = false;
-    } else if (phase == model::Phase::Backward && t.backward_seen) {
-      t.gradient.record(reduced[next++]);
+    } else {
+      t.gradient.record(reduced[at]);
       t.gradient.update(gradient_max);
       t.backward_seen = false;
     }
   }
+  expert_layers_[region(phase)].clear();
 }
 
 }  // namespace twin::exec

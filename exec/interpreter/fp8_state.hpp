@@ -20,6 +20,7 @@
 
 #include <array>
 #include <map>
+#include <set>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -36,11 +37,16 @@ struct Fp8GemmOperands {
   Fp8Operand input, weight, gradient;
 };
 
+// A routed expert's GEMM has tensors of its own (Transformer Engine's GroupedLinear: one quantizer per expert), keyed
+// by kExpertTensors + 2 x its global expert index (+ 1 for its down projection) where a layer's GEMM is keyed by its
+// model::ComputeKind.
+inline constexpr int kExpertTensors = 1000;
+
 // Delayed scaling's state of one GEMM's three tensors between iterations (what a checkpoint keeps,
 // exec/checkpoint/fp8.hpp): by role (input, weight, output gradient) its scale and its amax history.
 struct Fp8TensorScales {
   int layer = 0;  // global layer index
-  int what = 0;   // model::ComputeKind of the GEMM
+  int what = 0;   // model::ComputeKind of the GEMM, or a routed expert's key (kExpertTensors)
   std::array<float, 3> scale{1, 1, 1};
   std::array<std::vector<float>, 3> amax_history;
   bool operator==(const Fp8TensorScales&) const = default;
@@ -53,13 +59,18 @@ class Fp8State {
   bool delayed() const { return recipe_ == model::Fp8Recipe::Delayed; }
   // A new iteration: the FP8 weight copies are made again (at each weight's first forward).
   void begin_iteration();
-  // How the GEMM of compute op `op` (its layer, GEMM kind, micro-batch and phase) quantizes its operands now.
-  Fp8GemmOperands operands(const model::Op& op);
+  // How the GEMM of compute op `op` (its layer, GEMM kind, micro-batch and phase) quantizes its operands now;
+  // `expert` >= 0: the GEMM of that global routed expert within the op (ExpertUp, ExpertDown).
+  Fp8GemmOperands operands(const model::Op& op, int expert = -1);
   // Delayed scaling: the amaxes of what the GEMM of `op` quantized (a recompute records nothing: it repeats its
   // forward's casts).
-  void record(const model::Op& op, const Fp8Amaxes& amaxes);
+  void record(const model::Op& op, const Fp8Amaxes& amaxes, int expert = -1);
+  // Delayed scaling: `op` (ExpertUp, ExpertDown) ran this region's experts of its layer, whatever rows they had.
+  void experts_ran(const model::Op& op);
   // The amaxes recorded in this phase's region since the last update, in one order every rank of an amax group
-  // shares (by layer and GEMM); then, reduced across the group, back, and every scale they belong to updated.
+  // shares (by layer and GEMM; each layer whose experts ran lists every global expert's, 0 for those this rank does
+  // not hold or that saw no row, so that ranks holding other experts line up); then, reduced across the group, back,
+  // and every scale they belong to updated.
   std::vector<float> pending(model::Phase phase) const;
   void update(model::Phase phase, const std::vector<float>& reduced);
   // Delayed scaling: the scale `role` of the GEMM `what` of layer `layer` would take now (1 before any update).
@@ -80,12 +91,16 @@ class Fp8State {
     float input = 1, weight = 1;
   };
   Fp8Operand scaled(bool gradient, float scale) const;
+  // The keys pending() lists in its order, each with whether this rank holds it and saw it in the region.
+  std::vector<std::pair<std::pair<int, int>, bool>> pending_keys(model::Phase phase) const;
 
   model::Fp8Format format_;
   model::Fp8Recipe recipe_;
   std::map<std::pair<int, int>, Tensors> tensors_;                     // by (layer, GEMM kind)
   std::map<std::pair<int, int>, float> weight_scales_;                 // this iteration's FP8 weight copies' scales
   std::map<std::tuple<int, int, int>, ForwardScales> forward_scales_;  // by (micro-batch, layer, GEMM kind)
+  int experts_ = 0;                                                     // model.experts: routed experts a layer
+  std::array<std::set<int>, 2> expert_layers_;  // layers whose experts ran in the open forward, backward region
 };
 
 }  // namespace twin::exec

@@ -50,6 +50,7 @@ Interpreter::Interpreter(const model::Program& program, int rank, Backend& backe
   if (scenario_.model.is_moe()) moe_ = std::make_unique<MoeLayer>(ctx_, std::make_unique<AllToAllDispatcher>(ctx_));
   if (dims_.cp > 1) context_ = make_context_attention(ctx_);
   if (scenario_.model.fp8 != model::Fp8Format::None) fp8_ = std::make_unique<Fp8Linear>(ctx_);
+  if (moe_ && fp8_) moe_->use_fp8(fp8_.get());
   build_dispatch_tables();
   if (scenario_.shards_parameters()) plan_parameter_lifetimes();
 }

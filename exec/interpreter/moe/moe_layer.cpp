@@ -31,8 +31,10 @@
 
 #include "exec/core/check.hpp"
 #include "exec/core/errors.hpp"
+#include "exec/interpreter/fp8_linear.hpp"
 #include "exec/interpreter/moe/moe_layer.hpp"
 #include "kernels/cpu/moe.hpp"  // the host bookkeeping only: moe_tokens_per_expert, moe_permutation
+#include "model/ops/compute_ops.hpp"  // runs_in_fp8
 
 namespace twin::exec {
 
@@ -71,13 +73,6 @@ void refuse_unsupported_moe(const model::Scenario& s, std::string_view backend) 
   if (s.parallel.cp > 1) {
     refuse(fmt::format("parallel.cp = {}: the executor does not combine context parallelism with MoE layers yet",
                        s.parallel.cp));
-  }
-  // FP8 emulation (exec/interpreter/fp8.cpp) wraps the dense layers' GEMMs; the expert and router GEMMs are not.
-  if (s.model.fp8 != model::Fp8Format::None) {
-    refuse(
-        fmt::format("model.fp8 = \"{}\": the executor's expert GEMMs do not run in FP8 yet; run MoE with "
-                    "model.fp8 = \"none\"",
-                    model::to_string(s.model.fp8)));
   }
 }
 
@@ -163,6 +158,10 @@ MoeStash& MoeLayer::stash(const Op& op) {
   return stashes_[key];
 }
 
+bool MoeLayer::in_fp8(const Op& op) const {
+  return fp8_ != nullptr && model::runs_in_fp8(ctx_.scenario, op.what);
+}
+
 void MoeLayer::forget(const Op& op) {
   stashes_.erase(StashKey::of(op));
   dispatcher_->release(StashKey::of(op));
@@ -176,8 +175,13 @@ void MoeLayer::shared_up_forward(const Op& op) {
   const LayerTensors& w = ctx_.shard.layer_params(op.layer);
   const MoeDims& d = ctx_.shard.moe();
   m.shared_fc = ctx_.backend.allocate(numel(ctx_.dims.tokens_sp, d.shared_up), ctx_.backend.activation_dtype());
-  ctx_.backend.matmul_forward(m.shared_fc, s.ln2, w.shared_fc_weight, Tensor{}, ctx_.dims.tokens_sp, ctx_.dims.hidden,
-                              d.shared_up);
+  if (in_fp8(op)) {
+    fp8_->forward(op, m.shared_fc, s.ln2, w.shared_fc_weight, Tensor{}, ctx_.dims.tokens_sp, ctx_.dims.hidden,
+                  d.shared_up);
+  } else {
+    ctx_.backend.matmul_forward(m.shared_fc, s.ln2, w.shared_fc_weight, Tensor{}, ctx_.dims.tokens_sp,
+                                ctx_.dims.hidden, d.shared_up);
+  }
 }
 
 void MoeLayer::shared_down_forward(const Op& op) {
@@ -186,8 +190,13 @@ void MoeLayer::shared_down_forward(const Op& op) {
   const LayerTensors& w = ctx_.shard.layer_params(op.layer);
   s.fc_proj = ctx_.backend.allocate(numel(ctx_.dims.tokens_sp, ctx_.dims.hidden),
                                     ctx_.backend.activation_dtype());  // routed ones add
-  ctx_.backend.matmul_forward(s.fc_proj, m.shared_act, w.shared_fc_proj_weight, Tensor{}, ctx_.dims.tokens_sp,
-                              ctx_.shard.moe().shared_ffn, ctx_.dims.hidden);
+  if (in_fp8(op)) {
+    fp8_->forward(op, s.fc_proj, m.shared_act, w.shared_fc_proj_weight, Tensor{}, ctx_.dims.tokens_sp,
+                  ctx_.shard.moe().shared_ffn, ctx_.dims.hidden);
+  } else {
+    ctx_.backend.matmul_forward(s.fc_proj, m.shared_act, w.shared_fc_proj_weight, Tensor{}, ctx_.dims.tokens_sp,
+                                ctx_.shard.moe().shared_ffn, ctx_.dims.hidden);
+  }
 }
 
 void MoeLayer::activation_forward(const Op& op) {
@@ -276,8 +285,13 @@ void MoeLayer::experts_up_forward(const Op& op) {
   const MoeDims& d = ctx_.shard.moe();
   const int rows = std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0);
   m.expert_fc = ctx_.backend.allocate(numel(std::max(rows, 1), d.expert_up), ctx_.backend.activation_dtype());
-  ctx_.backend.moe_kernels().moe_grouped_matmul_forward(m.expert_fc, m.expert_in, w.expert_fc_weight, m.expert_rows,
-                                                        ctx_.dims.hidden, d.expert_up);
+  if (in_fp8(op)) {
+    fp8_->grouped_forward(op, m.expert_fc, m.expert_in, w.expert_fc_weight, m.expert_rows,
+                          d.ep_rank * d.local_experts, ctx_.dims.hidden, d.expert_up);
+  } else {
+    ctx_.backend.moe_kernels().moe_grouped_matmul_forward(m.expert_fc, m.expert_in, w.expert_fc_weight,
+                                                          m.expert_rows, ctx_.dims.hidden, d.expert_up);
+  }
   m.routed_activation_next = true;
 }
 
@@ -287,7 +301,10 @@ void MoeLayer::experts_down_forward(const Op& op) {
   const MoeDims& d = ctx_.shard.moe();
   const int rows = std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0);
   m.expert_out = ctx_.backend.allocate(numel(std::max(rows, 1), ctx_.dims.hidden), ctx_.backend.activation_dtype());
-  if (rows > 0) {
+  if (in_fp8(op)) {
+    fp8_->grouped_forward(op, m.expert_out, m.expert_act, w.expert_fc_proj_weight, m.expert_rows,
+                          d.ep_rank * d.local_experts, d.expert_ffn, ctx_.dims.hidden);
+  } else if (rows > 0) {
     ctx_.backend.moe_kernels().moe_grouped_matmul_forward(m.expert_out, m.expert_act, w.expert_fc_proj_weight,
                                                           m.expert_rows, d.expert_ffn, ctx_.dims.hidden);
   }
@@ -334,7 +351,10 @@ void MoeLayer::experts_down_backward(const Op& op) {
   const MoeDims& d = ctx_.shard.moe();
   const int rows = std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0);
   const Tensor d_act = ctx_.backend.allocate(numel(std::max(rows, 1), d.expert_ffn), ctx_.backend.activation_dtype());
-  if (rows > 0) {
+  if (in_fp8(op)) {
+    fp8_->grouped_backward(op, d_act, g.expert_fc_proj_weight, m.d_rows, m.expert_act, w.expert_fc_proj_weight,
+                           m.expert_rows, d.ep_rank * d.local_experts, d.expert_ffn, ctx_.dims.hidden);
+  } else if (rows > 0) {
     ctx_.backend.moe_kernels().moe_grouped_matmul_backward(d_act, g.expert_fc_proj_weight, m.d_rows, m.expert_act,
                                                            w.expert_fc_proj_weight, m.expert_rows, d.expert_ffn,
                                                            ctx_.dims.hidden);
@@ -374,7 +394,10 @@ void MoeLayer::experts_up_backward(const Op& op) {
   const int rows = std::accumulate(m.expert_rows.begin(), m.expert_rows.end(), 0);
   const Tensor d_in =
       ctx_.backend.allocate(numel(std::max(rows, 1), ctx_.dims.hidden), ctx_.backend.activation_dtype());
-  if (rows > 0) {
+  if (in_fp8(op)) {
+    fp8_->grouped_backward(op, d_in, g.expert_fc_weight, m.d_rows, m.expert_in, w.expert_fc_weight, m.expert_rows,
+                           d.ep_rank * d.local_experts, ctx_.dims.hidden, d.expert_up);
+  } else if (rows > 0) {
     ctx_.backend.moe_kernels().moe_grouped_matmul_backward(d_in, g.expert_fc_weight, m.d_rows, m.expert_in,
                                                            w.expert_fc_weight, m.expert_rows, ctx_.dims.hidden,
                                                            d.expert_up);
@@ -426,8 +449,13 @@ void MoeLayer::shared_down_backward(const Op& op) {
   const MoeDims& d = ctx_.shard.moe();
   state.work.d_hidden =
       ctx_.backend.allocate(numel(ctx_.dims.tokens_sp, d.shared_ffn), ctx_.backend.activation_dtype());
-  ctx_.backend.matmul_backward(state.work.d_hidden, g.shared_fc_proj_weight, Tensor{}, state.grad, m.shared_act,
-                               w.shared_fc_proj_weight, ctx_.dims.tokens_sp, d.shared_ffn, ctx_.dims.hidden);
+  if (in_fp8(op)) {
+    fp8_->backward(op, state.work.d_hidden, g.shared_fc_proj_weight, Tensor{}, state.grad, m.shared_act,
+                   w.shared_fc_proj_weight, ctx_.dims.tokens_sp, d.shared_ffn, ctx_.dims.hidden);
+  } else {
+    ctx_.backend.matmul_backward(state.work.d_hidden, g.shared_fc_proj_weight, Tensor{}, state.grad, m.shared_act,
+                                 w.shared_fc_proj_weight, ctx_.dims.tokens_sp, d.shared_ffn, ctx_.dims.hidden);
+  }
 }
 
 void MoeLayer::shared_up_backward(const Op& op) {
@@ -437,8 +465,13 @@ void MoeLayer::shared_up_backward(const Op& op) {
   const LayerTensors& g = ctx_.shard.layer_grads(op.layer);
   const Tensor d_ln =
       ctx_.backend.allocate(numel(ctx_.dims.tokens_sp, ctx_.dims.hidden), ctx_.backend.activation_dtype());
-  ctx_.backend.matmul_backward(d_ln, g.shared_fc_weight, Tensor{}, state.work.d_hidden, s.ln2, w.shared_fc_weight,
-                               ctx_.dims.tokens_sp, ctx_.dims.hidden, ctx_.shard.moe().shared_up);
+  if (in_fp8(op)) {
+    fp8_->backward(op, d_ln, g.shared_fc_weight, Tensor{}, state.work.d_hidden, s.ln2, w.shared_fc_weight,
+                   ctx_.dims.tokens_sp, ctx_.dims.hidden, ctx_.shard.moe().shared_up);
+  } else {
+    ctx_.backend.matmul_backward(d_ln, g.shared_fc_weight, Tensor{}, state.work.d_hidden, s.ln2, w.shared_fc_weight,
+                                 ctx_.dims.tokens_sp, ctx_.dims.hidden, ctx_.shard.moe().shared_up);
+  }
   ctx_.backend.accumulate(state.work.d_ln, d_ln);
   state.work.d_hidden = Tensor{};
   forget(op);  // the layer's last MoE op

@@ -17,6 +17,8 @@
 
 namespace twin::exec {
 
+class Fp8Linear;
+
 // Throws a RunError naming the field when `scenario`'s Mixture-of-Experts layers ask for what the executor does not
 // run: token dropping off the cpu backend or with tensor parallelism, tensor parallelism without sequence parallelism,
 // a shared norm. Nothing for a dense model. (A backend without MoE kernels at all is check_supported's refusal,
@@ -38,12 +40,15 @@ class MoeLayer {
   // A new iteration, or the end of a (micro-batch, chunk): its stashes go.
   void begin_iteration();
   void release(int micro_batch, int chunk);
+  // model.fp8: the runner of the GEMMs model::runs_in_fp8 names (the shared experts', each routed expert's).
+  void use_fp8(Fp8Linear* fp8) { fp8_ = fp8; }
 
  private:
   using Handler = void (MoeLayer::*)(const model::Op&);
   Handler handler(const model::Op& op) const;
   MoeStash& stash(const model::Op& op);
   void forget(const model::Op& op);  // the layer's last MoE op of the backward ran
+  bool in_fp8(const model::Op& op) const;
 
   // route
   void router_forward(const model::Op& op);
@@ -68,6 +73,7 @@ class MoeLayer {
 
   RankContext& ctx_;
   std::unique_ptr<TokenDispatcher> dispatcher_;
+  Fp8Linear* fp8_ = nullptr;  // model.fp8: the interpreter's
   static constexpr int kComputeKinds = static_cast<int>(model::kComputeKindCount),
                        kPhases = static_cast<int>(model::Phase::WeightGrad) + 1;
   std::array<std::array<Handler, kPhases>, kComputeKinds> handlers_{};  // by (what, phase)

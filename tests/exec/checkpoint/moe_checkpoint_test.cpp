@@ -3,9 +3,13 @@
 // (ep 4), ZeRO-1 over the expert-data-parallel ranks included, and trains on as the uninterrupted run does.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
+#include "exec/checkpoint/checkpoint.hpp"
+#include "exec/checkpoint/fp8.hpp"
 #include "exec/core/errors.hpp"
+#include "exec/cpu/cpu_backend.hpp"
 #include "exec_test_util.hpp"
 
 namespace twin::exec {
@@ -55,6 +59,40 @@ TEST(ExecMoeCheckpoint, ExpertParallelSizesReshardIntoEachOther) {
     expect_losses(resumed.losses, uninterrupted, 3, name);
     fs::remove_all(dir);
   }
+}
+
+// FP8 delayed scaling: each routed expert's scales and amax history live on the EP rank that holds it, which under
+// ep 2 over dp 2 is DP rank 1 for experts 2 and 3; one rank resuming the checkpoint takes every expert's state (2
+// layers x 4 experts x up and down), each from the rank that held it, and trains on within FP8's plan tolerance
+// (tests/exec/interpreter/moe_fp8_test.cpp: 1e-3).
+TEST(ExecMoeCheckpoint, Fp8ExpertScalesReshardFromTheRanksThatHeldThem) {
+  const auto ep2 = moe({"model.dtype=\"bf16\"", "model.fp8=\"hybrid\"", "parallel.dp=2", "parallel.ep=2"});
+  const auto one_rank = moe({"model.dtype=\"bf16\"", "model.fp8=\"hybrid\""});
+  TrainOptions options;
+  options.steps = 4;
+  const auto uninterrupted = testing::train(ep2, options).losses;
+  const std::string dir = testing::temp_dir("moe-fp8-reshard");
+  train_with_checkpoints(ep2, 2, dir);
+  const fs::path step = fs::path(dir) / "step-00000002";
+  const Manifest manifest = read_manifest(step);
+  cpu::CpuBackend backend;
+  const ModelShard shard(one_rank, model::RankCoord{}, backend);
+  int experts = 0;
+  for (const Fp8TensorScales& gemm : read_fp8_state_resharded(step, manifest, ep2, shard)) {
+    if (gemm.what < kExpertTensors) continue;
+    ++experts;
+    const int holder = (gemm.what - kExpertTensors) / 2 / 2;  // old rank: 2 experts a rank
+    const auto old = read_fp8_state(step, manifest, holder);
+    EXPECT_NE(std::find(old.begin(), old.end(), gemm), old.end()) << "layer " << gemm.layer << " key " << gemm.what;
+  }
+  EXPECT_EQ(experts, 2 * 4 * 2);
+  const auto resumed = train_with_checkpoints(one_rank, 4, dir);
+  EXPECT_TRUE(resumed.resharded);
+  ASSERT_EQ(resumed.losses.size(), 2u);
+  for (std::size_t k = 0; k < 2; ++k) {
+    EXPECT_NEAR(resumed.losses[k], uninterrupted[2 + k], 1e-3 * uninterrupted[2 + k]) << "step " << 2 + k;
+  }
+  fs::remove_all(dir);
 }
 
 TEST(ExecMoeCheckpoint, AnotherNumberOfExpertsIsRefusedByName) {

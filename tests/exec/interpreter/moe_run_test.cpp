@@ -1,6 +1,6 @@
 // `twin run` of a Mixture-of-Experts model: MPI ranks (expert parallelism across processes: the all-to-alls and the
-// expert-data-parallel reductions through MPI) give the threads' losses bit for bit and one rank's within 1e-5, and
-// --json reports the load-balancing loss of every step.
+// expert-data-parallel reductions through MPI; in FP8 too) give the threads' losses bit for bit and one rank's within
+// 1e-5, and --json reports the load-balancing loss of every step.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -79,6 +79,17 @@ TEST_F(ExecMoeRunFixture, MpiRanksTrainMoeAsThreadsDo) {
   }
   std::printf("[ moe parity ] mpi tp2_sp_dp2_ep4_zero1 losses %.7f %.7f %.7f  max relative difference %.1e\n",
               losses[0], losses[1], losses[2], worst);
+}
+
+// FP8 (delayed scaling): the experts' GEMMs each with its own scales, their amaxes reduced through MPI as through
+// threads, bit for bit.
+TEST_F(ExecMoeRunFixture, MpiRanksTrainMoeInFp8AsThreadsDo) {
+  if (!testing::on_path("mpirun"))
+    GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): MPI launcher not tested";
+  const std::vector<std::string> plan = {"model.dtype=\"bf16\"", "model.fp8=\"hybrid\"", "parallel.dp=2",
+                                         "parallel.ep=2"};
+  const auto mpi = twin_run(plan, {"--steps", "3", "--launcher", "mpi"});
+  EXPECT_EQ(mpi["losses"].get<std::vector<double>>(), threads(plan, 3).losses);  // bit for bit
 }
 
 #endif  // TWIN_BINARY
