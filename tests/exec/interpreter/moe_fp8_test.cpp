@@ -1,7 +1,7 @@
 // Mixture-of-Experts in FP8 (model.fp8): the routed experts' GEMMs, each local expert with its own scales, and the
 // shared experts' (exec/interpreter/fp8_experts.cpp), on the tiny MoE. Expert-parallel plans train to one rank's
 // losses under delayed and tensorwise scaling, and delayed scaling gives each expert the one-rank run's weight scale
-// wherever it lives (its amaxes reduced by global expert, not by local position).
+// wherever it lives (its amaxes reduced by global expert, not by local position). Blockwise and MXFP8 too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,18 +37,21 @@ double worst_relative(const std::vector<double>& a, const std::vector<double>& b
 
 const std::vector<std::string> kDelayed = {"model.fp8=\"hybrid\""};
 const std::vector<std::string> kTensorwise = {"model.fp8=\"hybrid\"", "framework.fp8_recipe=\"tensorwise\""};
+const std::vector<std::string> kBlockwise = {"model.fp8=\"hybrid\"", "framework.fp8_recipe=\"blockwise\""};
+const std::vector<std::string> kMxfp8 = {"model.fp8=\"hybrid\"", "framework.fp8_recipe=\"mxfp8\""};
 
 // As the dense FP8 plans (fp8_training_test.cpp, kFp8PlanTolerance): FP8 rounding is discontinuous, so an element
 // that another plan's summation order (~1e-7) tips over a rounding boundary moves by one FP8 step; DP replicas
 // reduce delayed scaling's amaxes over micro-batches one rank sees one after the other; and under tensorwise scaling
 // an expert's GEMM on an EP plan quantizes the rows of every DP replica's micro-batch together (one amax), where one
 // rank quantizes each micro-batch's rows alone. Measured over 4 steps: delayed dp 2 ep 2 2.2e-4, tp 2 ep 2 1.2e-5,
-// tp 2 dp 2 ep 2 etp 2 2.2e-4; tensorwise 3.3e-4, 1.1e-4, 1.6e-4; 1e-3 is 3x the largest. FP8 itself moves these
+// tp 2 dp 2 ep 2 etp 2 2.2e-4; tensorwise 3.3e-4, 1.1e-4, 1.6e-4; blockwise 1e-9 (its scales are per tile, of the
+// rows alone); mxfp8 4.5e-9, 9.6e-5, 9.6e-5; 1e-3 is 3x the largest. FP8 itself moves these
 // losses by ~1e-3 (checked below: the FP8 run is not bf16's).
 constexpr double kFp8MoePlanTolerance = 1e-3;
 
 TEST(ExecMoeFp8, ExpertParallelPlansTrainToOneRanksLosses) {
-  for (const auto* recipe : {&kDelayed, &kTensorwise}) {
+  for (const auto* recipe : {&kDelayed, &kTensorwise, &kBlockwise, &kMxfp8}) {
     const std::vector<double> one = losses(*recipe);
     const std::vector<double> bf16 = losses({});
     EXPECT_GT(worst_relative(one, bf16), 1e-5) << "the FP8 run trained bf16's losses";
@@ -62,8 +65,8 @@ TEST(ExecMoeFp8, ExpertParallelPlansTrainToOneRanksLosses) {
       const std::vector<double> many = losses(sets);
       ASSERT_EQ(many.size(), one.size());
       const double worst = worst_relative(many, one);
-      std::printf("[ moe fp8 parity ] %-10s %-40s losses %.7f %.7f %.7f %.7f max relative difference %.1e\n",
-                  recipe == &kDelayed ? "delayed" : "tensorwise", (plan.front() + " " + plan.back()).c_str(),
+      std::printf("[ moe fp8 parity ] %-34s %-40s losses %.7f %.7f %.7f %.7f max relative difference %.1e\n",
+                  recipe->back().c_str(), (plan.front() + " " + plan.back()).c_str(),
                   many[0], many[1], many[2], many[3], worst);
       EXPECT_LE(worst, kFp8MoePlanTolerance) << plan.back();
     }
