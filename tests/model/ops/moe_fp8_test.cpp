@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "model/ops/compute_ops.hpp"
+#include "model/program/estimates.hpp"
 #include "model/program/program.hpp"
 #include "test_scenarios.hpp"
 
@@ -125,6 +126,17 @@ TEST(MoeFp8, DenseFp8GemmsKeepTheirKernels) {
     ++seen;
   }
   EXPECT_GT(seen, 0);
+}
+
+// Memory: Transformer Engine keeps an FP8 copy of each GEMM weight and its transpose (2 bytes an element); an MoE
+// layer's GEMM weights are its attention's two and its local experts' (GroupedLinear caches one FP8 weight per
+// expert), not a dense MLP's. Here 4 of 16 experts a rank (ep 4), no shared expert, GeLU, 2 MoE layers a stage.
+TEST(MoeFp8, TheFp8WeightCopiesAreTheAttentionsAndTheLocalExperts) {
+  const Scenario fp8 = moe(Fp8Format::Hybrid), bf16 = moe(Fp8Format::None);
+  const double h = 256, attention = h * 3 * h + h * h, f = static_cast<double>(fp8.moe_ffn_hidden());
+  const double local_experts = 4 * (h * f + f * h);
+  const double added = estimate_memory(fp8).stages[0].weights_bytes - estimate_memory(bf16).stages[0].weights_bytes;
+  EXPECT_DOUBLE_EQ(added, 2 * 2 * (attention + local_experts));
 }
 
 }  // namespace
