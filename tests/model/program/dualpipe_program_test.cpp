@@ -134,5 +134,28 @@ TEST(DualPipeProgram, MemoryCountsTheSecondCopy) {
   }
 }
 
+// scenarios/deepseek-v3-h800.toml is the plan DeepSeek-V3's report describes (arXiv:2412.19437, sections 3.1 to 3.3
+// and 4.2): 2048 H800, PP 16 with DualPipe, EP 64 over 8 nodes, ZeRO-1 DP, no TP, FP8 with 1 x 128 / 128 x 128 block
+// scales, batches of 15360 sequences of 4096 tokens; its 61 layers in blocks of 4, 14 x 4 and 1, so each end stage
+// holds 5 and the others 8.
+TEST(DualPipeProgram, DeepSeekV3OnH800IsTheReportsPlan) {
+  const Scenario s = load_scenario(testing::source_dir() + "/scenarios/deepseek-v3-h800.toml");
+  const ParallelSpec& p = s.parallel;
+  EXPECT_EQ(p.tp * p.pp * p.dp, 2048);
+  EXPECT_EQ(s.cluster.nodes * 8, 2048);
+  EXPECT_EQ(p.pp, 16);
+  EXPECT_EQ(p.ep, 64);
+  EXPECT_EQ(p.tp, 1);
+  EXPECT_EQ(p.zero_stage, 1);
+  EXPECT_EQ(p.schedule, ScheduleKind::DualPipe);
+  EXPECT_EQ(s.model.fp8, Fp8Format::E4M3);
+  EXPECT_EQ(s.framework.fp8_recipe, Fp8Recipe::Blockwise);
+  EXPECT_EQ(p.global_batch * s.model.seq_len, 15360 * 4096);
+  EXPECT_EQ(p.micro_batches() % 2, 0);
+  for (int stage = 0; stage < 16; ++stage) {
+    EXPECT_EQ(s.layers_on_stage(stage), stage == 0 || stage == 15 ? 5 : 8) << "stage " << stage;
+  }
+}
+
 }  // namespace
 }  // namespace twin::model
