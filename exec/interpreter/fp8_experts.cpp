@@ -7,8 +7,9 @@
 // row runs no GEMM and records no amax, on every plan alike (the routing is the same).
 //
 // Delayed scaling reduces each expert's amaxes by its global index over the amax group (Fp8State::pending lists
-// every global expert of a layer, 0 where a rank holds none), so that a plan whose EP ranks hold other experts
-// scales each expert as one rank would; Transformer Engine reduces its amax buffer by position, which under expert
+// every global expert of a layer, 0 where a rank holds none, and whether any replica of it saw rows), so that a plan
+// whose EP ranks hold other experts, or whose replicas of an expert saw other rows, scales each expert as one rank
+// would; Transformer Engine reduces its amax buffer by position, which under expert
 // parallelism lines up local expert i of one rank with local expert i of another.
 #include "exec/core/check.hpp"
 #include "exec/interpreter/fp8_linear.hpp"
@@ -26,7 +27,7 @@ std::size_t elements(int rows, int width) {
 void Fp8Linear::grouped_forward(const model::Op& op, const Tensor& out, const Tensor& inp, const Tensor& weights,
                                 const std::vector<int>& rows_per_expert, int first_expert, int in_features,
                                 int out_features) {
-  state_.experts_ran(op);
+  state_.experts_ran(op, first_expert, static_cast<int>(rows_per_expert.size()));
   const std::size_t weight = elements(out_features, in_features);
   int row = 0;
   for (std::size_t g = 0; g < rows_per_expert.size(); ++g) {
@@ -50,7 +51,7 @@ void Fp8Linear::grouped_forward(const model::Op& op, const Tensor& out, const Te
 void Fp8Linear::grouped_backward(const model::Op& op, const Tensor& dinp, const Tensor& dweights, const Tensor& dout,
                                  const Tensor& inp, const Tensor& weights, const std::vector<int>& rows_per_expert,
                                  int first_expert, int in_features, int out_features) {
-  state_.experts_ran(op);
+  state_.experts_ran(op, first_expert, static_cast<int>(rows_per_expert.size()));
   const std::size_t weight = elements(out_features, in_features);
   int row = 0;
   for (std::size_t g = 0; g < rows_per_expert.size(); ++g) {

@@ -132,42 +132,48 @@ void Fp8State::record(const model::Op& op, const Fp8Amaxes& amaxes, int expert) 
   }
 }
 
-void Fp8State::experts_ran(const model::Op& op) {
-  if (delayed() && op.phase != model::Phase::Recompute) expert_layers_[region(op.phase)].insert(op.layer);
+void Fp8State::experts_ran(const model::Op& op, int first, int count) {
+  if (!delayed() || op.phase == model::Phase::Recompute) return;
+  expert_layers_[region(op.phase)].insert(op.layer);
+  for (int expert = first; expert < first + count; ++expert) held_experts_.insert(expert);
 }
 
-std::vector<std::pair<std::pair<int, int>, bool>> Fp8State::pending_keys(model::Phase phase) const {
+std::vector<Fp8State::PendingKey> Fp8State::pending_keys(model::Phase phase) const {
   const bool forward = phase == model::Phase::Forward;
   const auto seen = [forward](const Tensors& t) { return forward ? t.forward_seen : t.backward_seen; };
   const std::set<int>& expert_layers = expert_layers_[region(phase)];
   std::set<int> layers(expert_layers.begin(), expert_layers.end());
   for (const auto& [key, t] : tensors_) layers.insert(key.first);
-  std::vector<std::pair<std::pair<int, int>, bool>> keys;
+  std::vector<PendingKey> keys;
   for (const int layer : layers) {
     for (auto it = tensors_.lower_bound({layer, 0}); it != tensors_.end() && it->first.first == layer; ++it) {
-      if (it->first.second < kExpertTensors && seen(it->second)) keys.emplace_back(it->first, true);
+      if (it->first.second < kExpertTensors && seen(it->second)) keys.push_back({it->first});
     }
     if (expert_layers.count(layer) == 0) continue;
     for (int slot = 0; slot < 2 * experts_; ++slot) {
       const std::pair<int, int> key{layer, kExpertTensors + slot};
       const auto it = tensors_.find(key);
-      keys.emplace_back(key, it != tensors_.end() && seen(it->second));
+      keys.push_back({key, true, held_experts_.count(slot / 2) > 0, it != tensors_.end() && seen(it->second)});
     }
   }
   return keys;
 }
 
+// Per layer GEMM its amaxes (forward: input, weight; backward: output gradient); per expert the same, 0 where this
+// rank saw none, and 1 or 0: whether it saw rows (so that a replica of the expert that saw none updates with the one
+// that did, as one rank, which saw them all, would).
 std::vector<float> Fp8State::pending(model::Phase phase) const {
   const bool forward = phase == model::Phase::Forward;
   std::vector<float> amaxes;
-  for (const auto& [key, held] : pending_keys(phase)) {
-    const Tensors* t = held ? &tensors_.at(key) : nullptr;
+  for (const PendingKey& k : pending_keys(phase)) {
+    const Tensors* t = k.seen ? &tensors_.at(k.key) : nullptr;
     if (forward) {
       amaxes.push_back(t ? t->input.amax_history()[0] : 0.0f);
       amaxes.push_back(t ? t->weight.amax_history()[0] : 0.0f);
     } else {
       amaxes.push_back(t ? t->gradient.amax_history()[0] : 0.0f);
     }
+    if (k.expert) amaxes.push_back(k.seen ? 1.0f : 0.0f);
   }
   return amaxes;
 }
@@ -175,16 +181,17 @@ std::vector<float> Fp8State::pending(model::Phase phase) const {
 void Fp8State::update(model::Phase phase, const std::vector<float>& reduced) {
   const auto keys = pending_keys(phase);
   const bool forward = phase == model::Phase::Forward;
-  TWIN_EXEC_CHECK(reduced.size() == keys.size() * (forward ? 2 : 1), "FP8 amax update: {} amaxes for {} tensors",
-                  reduced.size(), keys.size());
+  std::size_t expected = 0;
+  for (const PendingKey& k : keys) expected += (forward ? 2 : 1) + (k.expert ? 1 : 0);
+  TWIN_EXEC_CHECK(reduced.size() == expected, "FP8 amax update: {} amaxes for {}", reduced.size(), expected);
   const float e4m3 = k::fp8_max(k::Fp8Format::E4M3);
   const float gradient_max = k::fp8_max(format_ == model::Fp8Format::Hybrid ? k::Fp8Format::E5M2 : k::Fp8Format::E4M3);
   std::size_t next = 0;
-  for (const auto& [key, held] : keys) {
+  for (const PendingKey& k : keys) {
     const std::size_t at = next;
-    next += forward ? 2 : 1;
-    if (!held) continue;  // another rank's expert, or one that saw no row here
-    Tensors& t = tensors_.at(key);
+    next += (forward ? 2 : 1) + (k.expert ? 1 : 0);
+    if (!k.held || (k.expert && !(reduced[next - 1] > 0))) continue;  // another rank's expert, or no replica's rows
+    Tensors& t = tensors_[k.key];
     if (forward) {
       t.input.record(reduced[at]);
       t.weight.record(reduced[at + 1]);

@@ -65,12 +65,14 @@ class Fp8State {
   // Delayed scaling: the amaxes of what the GEMM of `op` quantized (a recompute records nothing: it repeats its
   // forward's casts).
   void record(const model::Op& op, const Fp8Amaxes& amaxes, int expert = -1);
-  // Delayed scaling: `op` (ExpertUp, ExpertDown) ran this region's experts of its layer, whatever rows they had.
-  void experts_ran(const model::Op& op);
+  // Delayed scaling: `op` (ExpertUp, ExpertDown) ran this rank's experts [first, first + count) of its layer, whatever
+  // rows they had.
+  void experts_ran(const model::Op& op, int first, int count);
   // The amaxes recorded in this phase's region since the last update, in one order every rank of an amax group
-  // shares (by layer and GEMM; each layer whose experts ran lists every global expert's, 0 for those this rank does
-  // not hold or that saw no row, so that ranks holding other experts line up); then, reduced across the group, back,
-  // and every scale they belong to updated.
+  // shares (by layer and GEMM; each layer whose experts ran lists every global expert's amaxes and whether it saw a
+  // row, 0 for those this rank does not hold or that saw none, so that ranks holding other experts line up); then,
+  // reduced across the group, back, and every scale they belong to updated (a held expert's wherever a replica of it
+  // saw rows).
   std::vector<float> pending(model::Phase phase) const;
   void update(model::Phase phase, const std::vector<float>& reduced);
   // Delayed scaling: the scale `role` of the GEMM `what` of layer `layer` would take now (1 before any update).
@@ -91,8 +93,13 @@ class Fp8State {
     float input = 1, weight = 1;
   };
   Fp8Operand scaled(bool gradient, float scale) const;
-  // The keys pending() lists in its order, each with whether this rank holds it and saw it in the region.
-  std::vector<std::pair<std::pair<int, int>, bool>> pending_keys(model::Phase phase) const;
+  // The tensors pending() lists in its order: a layer GEMM's this rank saw in the region; every global expert's of a
+  // layer whose experts ran, with whether this rank holds it and saw it.
+  struct PendingKey {
+    std::pair<int, int> key;
+    bool expert = false, held = true, seen = true;
+  };
+  std::vector<PendingKey> pending_keys(model::Phase phase) const;
 
   model::Fp8Format format_;
   model::Fp8Recipe recipe_;
@@ -101,6 +108,7 @@ class Fp8State {
   std::map<std::tuple<int, int, int>, ForwardScales> forward_scales_;  // by (micro-batch, layer, GEMM kind)
   int experts_ = 0;                                                     // model.experts: routed experts a layer
   std::array<std::set<int>, 2> expert_layers_;  // layers whose experts ran in the open forward, backward region
+  std::set<int> held_experts_;                   // the global experts this rank holds
 };
 
 }  // namespace twin::exec
