@@ -93,27 +93,24 @@ void add_stream_bytes(Op& op, double bytes) {
   op.breakdown = std::move(breakdown);
 }
 
-// The GEMM's own kernels (one forward; the input- and weight-gradient GEMMs backward); then, backward, the
-// framework's accumulation of the [k, n] weight gradient across micro-batches (gradient_accumulation_bytes); then the
-// traffic beyond the operands, timed as one memory-bound kernel.
-Op gemm(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double epilogue_bytes) {
-  return expert_gemms(x, what, phase, m, n, k, 1, epilogue_bytes);
-}
+namespace {
 
-// gemm() for `experts` weights, each GEMM over its share of the m rows: the FLOPs of one [m, k] x [k, n] GEMM; every
-// expert's weight read (and, backward, its gradient written and accumulated); one launch per expert.
-Op expert_gemms(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double experts,
-                double epilogue_bytes) {
+// `experts` GEMMs, one per weight, each over its share of the m rows: the FLOPs of one [m, k] x [k, n] GEMM; every
+// weight read (and, backward, its gradient written and accumulated); one launch per weight. Their own kernels (one
+// forward; the input- and weight-gradient GEMMs backward); then, backward, the framework's accumulation of the [k, n]
+// weight gradients across micro-batches (gradient_accumulation_bytes); then the traffic beyond the operands, timed as
+// one memory-bound kernel.
+Op gemms(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double experts,
+         double epilogue_bytes) {
   const bool backward = phase == Phase::Backward;
   const double passes = backward ? 2 : 1;
-  const double more = experts - 1;  // weights past the first (summed apart: a dense GEMM's bytes as they always were)
+  const double weight = d(static_cast<std::int64_t>(k)) * d(static_cast<std::int64_t>(n));
   std::vector<Kernel> kernels =
       x.fp8 && fp8_gemm_kind(what)
           ? fp8_gemm_kernels(x, what, backward, m, n, k, experts)
           : std::vector<Kernel>{{KernelKind::Gemm, static_cast<std::int32_t>(passes * experts),
-                                 passes * x.e * (m * k + k * n + m * n) + passes * x.e * more * k * n}};
-  const double weight = d(static_cast<std::int64_t>(k)) * d(static_cast<std::int64_t>(n));
-  const double accumulation = x.accumulation_bytes_per_weight * weight + more * x.accumulation_bytes_per_weight * k * n;
+                                 passes * x.e * (m * k + experts * k * n + m * n)}};
+  const double accumulation = x.accumulation_bytes_per_weight * experts * weight;
   if (backward && accumulation > 0) kernels.push_back({KernelKind::Stream, x.accumulation_launches, accumulation});
   if (epilogue_bytes > 1) kernels.push_back({KernelKind::Stream, 1, epilogue_bytes});
   Op op = compute_op(what, phase, std::move(kernels));
@@ -121,6 +118,22 @@ Op expert_gemms(const Shapes& x, ComputeKind what, Phase phase, double m, double
   op.gemm = GemmShape{static_cast<std::int64_t>(experts > 1 ? std::ceil(m / experts) : m),
                       static_cast<std::int64_t>(n), static_cast<std::int64_t>(k), static_cast<std::int64_t>(experts)};
   return op;
+}
+
+// Composer's nn.Linear sums the output gradient into the bias gradient in its backward (read e per output element);
+// Megatron's biases ride on the elementwise op that follows (see qkv_projection).
+double bias_gradient_bytes(const Shapes& x, Phase phase, double m, double n) {
+  return x.composer && phase == Phase::Backward ? x.e * m * n : 0;
+}
+
+}  // namespace
+
+Op gemm(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double epilogue_bytes) {
+  return gemms(x, what, phase, m, n, k, 1, epilogue_bytes);
+}
+
+Op expert_linear(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double experts) {
+  return gemms(x, what, phase, m, n, k, experts, bias_gradient_bytes(x, phase, m, n));
 }
 
 bool deferrable_weight_gradient(ComputeKind what) {
@@ -192,10 +205,9 @@ SplitBackward split_weight_gradient(const Shapes& x, const Op& backward) {
 
 // A linear layer of the model: Megatron's (biases added by the elementwise op that follows, see qkv_projection) or
 // Composer's nn.Linear, whose bias rides in the GEMM's epilogue forward and whose backward sums the output gradient
-// into the bias gradient (read e per output element).
+// into the bias gradient (bias_gradient_bytes).
 Op linear(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double epilogue_bytes) {
-  const double bias_gradient = x.composer && phase == Phase::Backward ? x.e * m * n : 0;
-  return gemm(x, what, phase, m, n, k, bias_gradient + epilogue_bytes);
+  return gemm(x, what, phase, m, n, k, bias_gradient_bytes(x, phase, m, n) + epilogue_bytes);
 }
 
 // The QKV projection: the one linear layer whose bias is not fused into a following elementwise kernel (the

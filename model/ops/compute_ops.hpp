@@ -26,12 +26,11 @@ void add_stream_bytes(Op& op, double bytes);
 // the FLOPs), then the framework's accumulation of the weight gradient. `epilogue_bytes`: traffic beyond the GEMM's
 // operands (see qkv_projection).
 Op gemm(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double epilogue_bytes = 0);
-// gemm() as `experts` GEMMs, one per local expert, each with its own [k, n] weight, over the m rows between them
-// (Mixture-of-Experts: the FLOPs of one [m, k] x [k, n] GEMM; in FP8 each expert's casts and scales its own).
-Op expert_gemms(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double experts,
-                double epilogue_bytes = 0);
 // A linear layer of the model (see compute_ops.cpp for the frameworks' biases).
 Op linear(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double epilogue_bytes = 0);
+// linear() as `experts` GEMMs, one per local expert, each with its own [k, n] weight, over the m rows between them
+// (Mixture-of-Experts: the FLOPs of one [m, k] x [k, n] GEMM; in FP8 each expert's casts and scales its own).
+Op expert_linear(const Shapes& x, ComputeKind what, Phase phase, double m, double n, double k, double experts);
 Op qkv_projection(const Shapes& x, Phase phase, double epilogue_bytes = 0);
 
 // Whether a zero-bubble schedule's W takes the weight gradient of `what`: the transformer layer's four linear layers

@@ -116,15 +116,14 @@ ExpertShapes expert_shapes(const Scenario& s, const Shapes& x) {
   return m;
 }
 
-// One GEMM per local expert over its rows, [rows / experts, k] x [k, n] each (expert_gemms: the FLOPs of one
+// One GEMM per local expert over its rows, [rows / experts, k] x [k, n] each (expert_linear: the FLOPs of one
 // [rows, k] x [k, n] GEMM, reading every expert's weight, and backward accumulating every expert's weight gradient;
 // in FP8 each expert's casts with its own scales). Launched one per expert: Transformer Engine's GroupedLinear
 // (Megatron-Core's TEGroupedMLP) runs general_grouped_gemm, whose multi_stream_cublas_gemm
 // (transformer_engine/common/gemm/cublaslt_gemm.cu) loops over the num_gemms GEMMs, one cuBLASLt call each on its
 // compute streams.
 Op grouped_gemm(const Shapes& x, ComputeKind what, Phase phase, const ExpertShapes& m, double n, double k) {
-  const double bias_gradient = x.composer && phase == Phase::Backward ? x.e * m.rows * n : 0;  // as linear()'s
-  return expert_gemms(x, what, phase, m.rows, n, k, std::max(1.0, m.local_experts), bias_gradient);
+  return expert_linear(x, what, phase, m.rows, n, k, std::max(1.0, m.local_experts));
 }
 
 Op expert_activation(const Shapes& x, Phase phase, double elements) {

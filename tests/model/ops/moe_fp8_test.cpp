@@ -95,8 +95,8 @@ TEST(MoeFp8, EachLocalExpertLaunchesItsOwnFp8GemmsAndCasts) {
 TEST(MoeFp8, TheForwardGemmReadsEveryExpertsWeightInOneByte) {
   Shapes x(moe(Fp8Format::Hybrid));
   const double m = 512, n = 64, k = 256;
-  const Op one = expert_gemms(x, ComputeKind::ExpertDown, Phase::Forward, m, n, k, 1);
-  const Op four = expert_gemms(x, ComputeKind::ExpertDown, Phase::Forward, m, n, k, 4);
+  const Op one = expert_linear(x, ComputeKind::ExpertDown, Phase::Forward, m, n, k, 1);
+  const Op four = expert_linear(x, ComputeKind::ExpertDown, Phase::Forward, m, n, k, 4);
   EXPECT_DOUBLE_EQ(four.breakdown->kernels.front().bytes - one.breakdown->kernels.front().bytes, 3 * k * n);
   EXPECT_DOUBLE_EQ(four.flops, one.flops);
   EXPECT_EQ(four.gemm.m, 128);
