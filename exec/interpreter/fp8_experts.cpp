@@ -22,6 +22,19 @@ std::size_t elements(int rows, int width) {
   return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width);
 }
 
+// Calls gemm(g, first_row, rows) for each local expert g that received rows, its rows starting at first_row of the
+// expert-major rows.
+template <typename Gemm>
+void for_each_expert_with_rows(const model::Op& op, const std::vector<int>& rows_per_expert, Gemm gemm) {
+  int row = 0;
+  for (std::size_t g = 0; g < rows_per_expert.size(); ++g) {
+    const int rows = rows_per_expert[g];
+    TWIN_EXEC_CHECK(rows >= 0, "layer {}: local expert {} has {} rows", op.layer, g, rows);
+    if (rows > 0) gemm(g, row, rows);
+    row += rows;
+  }
+}
+
 }  // namespace
 
 void Fp8Linear::grouped_forward(const model::Op& op, const Tensor& out, const Tensor& inp, const Tensor& weights,
@@ -29,23 +42,16 @@ void Fp8Linear::grouped_forward(const model::Op& op, const Tensor& out, const Te
                                 int out_features) {
   state_.experts_ran(op, first_expert, static_cast<int>(rows_per_expert.size()));
   const std::size_t weight = elements(out_features, in_features);
-  int row = 0;
-  for (std::size_t g = 0; g < rows_per_expert.size(); ++g) {
-    const int rows = rows_per_expert[g];
-    TWIN_EXEC_CHECK(rows >= 0, "layer {}: expert {} has {} rows", op.layer, first_expert + static_cast<int>(g), rows);
-    if (rows > 0) {
-      const int expert = first_expert + static_cast<int>(g);
-      const Fp8GemmOperands q = state_.operands(op, expert);
-      state_.record(op,
-                    ctx_.backend.fp8_kernels().fp8_matmul_forward(
-                        out.slice(elements(row, out_features), elements(rows, out_features)),
-                        inp.slice(elements(row, in_features), elements(rows, in_features)),
-                        weights.slice(g * weight, weight), Tensor{}, rows, in_features, out_features, q.input,
-                        q.weight),
-                    expert);
-    }
-    row += rows;
-  }
+  for_each_expert_with_rows(op, rows_per_expert, [&](std::size_t g, int row, int rows) {
+    const int expert = first_expert + static_cast<int>(g);
+    const Fp8GemmOperands q = state_.operands(op, expert);
+    state_.record(op,
+                  ctx_.backend.fp8_kernels().fp8_matmul_forward(
+                      out.slice(elements(row, out_features), elements(rows, out_features)),
+                      inp.slice(elements(row, in_features), elements(rows, in_features)),
+                      weights.slice(g * weight, weight), Tensor{}, rows, in_features, out_features, q.input, q.weight),
+                  expert);
+  });
 }
 
 void Fp8Linear::grouped_backward(const model::Op& op, const Tensor& dinp, const Tensor& dweights, const Tensor& dout,
@@ -53,25 +59,20 @@ void Fp8Linear::grouped_backward(const model::Op& op, const Tensor& dinp, const 
                                  int first_expert, int in_features, int out_features) {
   state_.experts_ran(op, first_expert, static_cast<int>(rows_per_expert.size()));
   const std::size_t weight = elements(out_features, in_features);
-  int row = 0;
-  for (std::size_t g = 0; g < rows_per_expert.size(); ++g) {
-    const int rows = rows_per_expert[g];
-    if (rows > 0) {
-      const int expert = first_expert + static_cast<int>(g);
-      const Fp8GemmOperands q = state_.operands(op, expert);
-      const Tensor dinp_rows =
-          dinp.empty() ? Tensor{} : dinp.slice(elements(row, in_features), elements(rows, in_features));
-      state_.record(op,
-                    ctx_.backend.fp8_kernels().fp8_matmul_backward(
-                        dinp_rows, dweights.slice(g * weight, weight), Tensor{},
-                        dout.slice(elements(row, out_features), elements(rows, out_features)),
-                        inp.slice(elements(row, in_features), elements(rows, in_features)),
-                        weights.slice(g * weight, weight), rows, in_features, out_features, q.input, q.weight,
-                        q.gradient),
-                    expert);
-    }
-    row += rows;
-  }
+  for_each_expert_with_rows(op, rows_per_expert, [&](std::size_t g, int row, int rows) {
+    const int expert = first_expert + static_cast<int>(g);
+    const Fp8GemmOperands q = state_.operands(op, expert);
+    const Tensor dinp_rows =
+        dinp.empty() ? Tensor{} : dinp.slice(elements(row, in_features), elements(rows, in_features));
+    state_.record(op,
+                  ctx_.backend.fp8_kernels().fp8_matmul_backward(
+                      dinp_rows, dweights.slice(g * weight, weight), Tensor{},
+                      dout.slice(elements(row, out_features), elements(rows, out_features)),
+                      inp.slice(elements(row, in_features), elements(rows, in_features)),
+                      weights.slice(g * weight, weight), rows, in_features, out_features, q.input, q.weight,
+                      q.gradient),
+                  expert);
+  });
 }
 
 }  // namespace twin::exec

@@ -21,10 +21,30 @@
 #include "exec/core/check.hpp"
 #include "exec/interpreter/fp8_linear.hpp"
 #include "kernels/cpu/fp8.hpp"
+#include "model/ops/compute_ops.hpp"  // runs_in_fp8
 
 namespace twin::exec {
 
 using model::Op;
+
+void linear_gemm_forward(RankContext& ctx, Fp8Linear* fp8, const Op& op, const Tensor& out, const Tensor& inp,
+                         const Tensor& weight, const Tensor& bias, int rows, int in_features, int out_features) {
+  if (!model::runs_in_fp8(ctx.scenario, op.what)) {
+    ctx.backend.matmul_forward(out, inp, weight, bias, rows, in_features, out_features);
+    return;
+  }
+  fp8->forward(op, out, inp, weight, bias, rows, in_features, out_features);
+}
+
+void linear_gemm_backward(RankContext& ctx, Fp8Linear* fp8, const Op& op, const Tensor& dinp, const Tensor& dweight,
+                          const Tensor& dbias, const Tensor& dout, const Tensor& inp, const Tensor& weight, int rows,
+                          int in_features, int out_features) {
+  if (!model::runs_in_fp8(ctx.scenario, op.what)) {
+    ctx.backend.matmul_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features, out_features);
+    return;
+  }
+  fp8->backward(op, dinp, dweight, dbias, dout, inp, weight, rows, in_features, out_features);
+}
 
 void Fp8Linear::forward(const Op& op, const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                         int rows, int in_features, int out_features) {

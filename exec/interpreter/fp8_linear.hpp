@@ -14,6 +14,16 @@
 
 namespace twin::exec {
 
+class Fp8Linear;
+
+// The GEMM of linear op `op`: through `fp8` where model::runs_in_fp8 names the op's GEMM (`fp8` is the interpreter's
+// runner, never null under model.fp8), else the backend's 16-bit matmul: the dense layers' and the shared experts'.
+void linear_gemm_forward(RankContext& ctx, Fp8Linear* fp8, const model::Op& op, const Tensor& out, const Tensor& inp,
+                         const Tensor& weight, const Tensor& bias, int rows, int in_features, int out_features);
+void linear_gemm_backward(RankContext& ctx, Fp8Linear* fp8, const model::Op& op, const Tensor& dinp,
+                          const Tensor& dweight, const Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                          const Tensor& weight, int rows, int in_features, int out_features);
+
 class Fp8Linear {
  public:
   explicit Fp8Linear(RankContext& ctx) : ctx_(ctx), state_(ctx.scenario) {}

@@ -54,7 +54,11 @@ Fp8Operand Fp8State::scaled(bool gradient, float scale) const {
 }
 
 float Fp8State::scale(int layer, model::ComputeKind what, Role role) const {
-  const auto it = tensors_.find({layer, static_cast<int>(what)});
+  return scale_of({layer, static_cast<int>(what)}, role);
+}
+
+float Fp8State::scale_of(const std::pair<int, int>& key, Role role) const {
+  const auto it = tensors_.find(key);
   if (it == tensors_.end()) return 1.0f;
   const Tensors& t = it->second;
   return role == Role::Input ? t.input.scale() : role == Role::Weight ? t.weight.scale() : t.gradient.scale();
@@ -100,22 +104,16 @@ Fp8GemmOperands Fp8State::operands(const model::Op& op, int expert) {
   if (!delayed()) return out;
   const auto key = tensor_key(op, expert);
   const std::tuple<int, int, int> forward_key{op.micro_batch, key.first, key.second};
-  const auto now = [&](Role role) {  // scale(), by the key
-    const auto it = tensors_.find(key);
-    if (it == tensors_.end()) return 1.0f;
-    const Tensors& t = it->second;
-    return role == Role::Input ? t.input.scale() : role == Role::Weight ? t.weight.scale() : t.gradient.scale();
-  };
   if (op.phase == model::Phase::Forward) {
-    const auto [weight, fresh] = weight_scales_.try_emplace(key, now(Role::Weight));
-    forward_scales_[forward_key] = ForwardScales{now(Role::Input), weight->second};
+    const auto [weight, fresh] = weight_scales_.try_emplace(key, scale_of(key, Role::Weight));
+    forward_scales_[forward_key] = ForwardScales{scale_of(key, Role::Input), weight->second};
   }
   const auto it = forward_scales_.find(forward_key);
   TWIN_EXEC_CHECK(it != forward_scales_.end(), "layer {}: an FP8 GEMM's {} before its forward", op.layer,
                   model::to_string(op.phase));
   out.input.scale = it->second.input;
   out.weight.scale = it->second.weight;
-  out.gradient.scale = now(Role::OutputGradient);
+  out.gradient.scale = scale_of(key, Role::OutputGradient);
   return out;
 }
 

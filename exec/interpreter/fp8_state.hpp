@@ -93,6 +93,7 @@ class Fp8State {
     float input = 1, weight = 1;
   };
   Fp8Operand scaled(bool gradient, float scale) const;
+  float scale_of(const std::pair<int, int>& key, Role role) const;  // scale(), by the tensors' key
   // The tensors pending() lists in its order: a layer GEMM's this rank saw in the region; every global expert's of a
   // layer whose experts ran, with whether this rank holds it and saw it.
   struct PendingKey {

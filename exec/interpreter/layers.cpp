@@ -345,11 +345,7 @@ void Interpreter::layernorm_attention_backward(const Op& op) {
 
 void Interpreter::linear_forward(const Op& op, const Tensor& out, const Tensor& inp, const Tensor& weight,
                                  const Tensor& bias, int rows, int in_features, int out_features) {
-  if (!model::runs_in_fp8(scenario_, op.what)) {
-    backend_.matmul_forward(out, inp, weight, bias, rows, in_features, out_features);
-    return;
-  }
-  fp8_->forward(op, out, inp, weight, bias, rows, in_features, out_features);
+  linear_gemm_forward(ctx_, fp8_.get(), op, out, inp, weight, bias, rows, in_features, out_features);
 }
 
 void Interpreter::linear_backward(const Op& op, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
@@ -369,11 +365,7 @@ void Interpreter::linear_backward(const Op& op, const Tensor& dinp, const Tensor
     backend_.matmul_backward(dinp, Tensor{}, dbias, dout, inp, weight, rows, in_features, out_features);
     return;
   }
-  if (!model::runs_in_fp8(scenario_, op.what)) {
-    backend_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features, out_features);
-    return;
-  }
-  fp8_->backward(op, dinp, dweight, dbias, dout, inp, weight, rows, in_features, out_features);
+  linear_gemm_backward(ctx_, fp8_.get(), op, dinp, dweight, dbias, dout, inp, weight, rows, in_features, out_features);
 }
 
 // ---- a zero-bubble schedule's W

@@ -175,13 +175,8 @@ void MoeLayer::shared_up_forward(const Op& op) {
   const LayerTensors& w = ctx_.shard.layer_params(op.layer);
   const MoeDims& d = ctx_.shard.moe();
   m.shared_fc = ctx_.backend.allocate(numel(ctx_.dims.tokens_sp, d.shared_up), ctx_.backend.activation_dtype());
-  if (in_fp8(op)) {
-    fp8_->forward(op, m.shared_fc, s.ln2, w.shared_fc_weight, Tensor{}, ctx_.dims.tokens_sp, ctx_.dims.hidden,
-                  d.shared_up);
-  } else {
-    ctx_.backend.matmul_forward(m.shared_fc, s.ln2, w.shared_fc_weight, Tensor{}, ctx_.dims.tokens_sp,
-                                ctx_.dims.hidden, d.shared_up);
-  }
+  linear_gemm_forward(ctx_, fp8_, op, m.shared_fc, s.ln2, w.shared_fc_weight, Tensor{}, ctx_.dims.tokens_sp,
+                      ctx_.dims.hidden, d.shared_up);
 }
 
 void MoeLayer::shared_down_forward(const Op& op) {
@@ -190,13 +185,8 @@ void MoeLayer::shared_down_forward(const Op& op) {
   const LayerTensors& w = ctx_.shard.layer_params(op.layer);
   s.fc_proj = ctx_.backend.allocate(numel(ctx_.dims.tokens_sp, ctx_.dims.hidden),
                                     ctx_.backend.activation_dtype());  // routed ones add
-  if (in_fp8(op)) {
-    fp8_->forward(op, s.fc_proj, m.shared_act, w.shared_fc_proj_weight, Tensor{}, ctx_.dims.tokens_sp,
-                  ctx_.shard.moe().shared_ffn, ctx_.dims.hidden);
-  } else {
-    ctx_.backend.matmul_forward(s.fc_proj, m.shared_act, w.shared_fc_proj_weight, Tensor{}, ctx_.dims.tokens_sp,
-                                ctx_.shard.moe().shared_ffn, ctx_.dims.hidden);
-  }
+  linear_gemm_forward(ctx_, fp8_, op, s.fc_proj, m.shared_act, w.shared_fc_proj_weight, Tensor{}, ctx_.dims.tokens_sp,
+                      ctx_.shard.moe().shared_ffn, ctx_.dims.hidden);
 }
 
 void MoeLayer::activation_forward(const Op& op) {
@@ -449,13 +439,8 @@ void MoeLayer::shared_down_backward(const Op& op) {
   const MoeDims& d = ctx_.shard.moe();
   state.work.d_hidden =
       ctx_.backend.allocate(numel(ctx_.dims.tokens_sp, d.shared_ffn), ctx_.backend.activation_dtype());
-  if (in_fp8(op)) {
-    fp8_->backward(op, state.work.d_hidden, g.shared_fc_proj_weight, Tensor{}, state.grad, m.shared_act,
-                   w.shared_fc_proj_weight, ctx_.dims.tokens_sp, d.shared_ffn, ctx_.dims.hidden);
-  } else {
-    ctx_.backend.matmul_backward(state.work.d_hidden, g.shared_fc_proj_weight, Tensor{}, state.grad, m.shared_act,
-                                 w.shared_fc_proj_weight, ctx_.dims.tokens_sp, d.shared_ffn, ctx_.dims.hidden);
-  }
+  linear_gemm_backward(ctx_, fp8_, op, state.work.d_hidden, g.shared_fc_proj_weight, Tensor{}, state.grad,
+                       m.shared_act, w.shared_fc_proj_weight, ctx_.dims.tokens_sp, d.shared_ffn, ctx_.dims.hidden);
 }
 
 void MoeLayer::shared_up_backward(const Op& op) {
@@ -465,13 +450,8 @@ void MoeLayer::shared_up_backward(const Op& op) {
   const LayerTensors& g = ctx_.shard.layer_grads(op.layer);
   const Tensor d_ln =
       ctx_.backend.allocate(numel(ctx_.dims.tokens_sp, ctx_.dims.hidden), ctx_.backend.activation_dtype());
-  if (in_fp8(op)) {
-    fp8_->backward(op, d_ln, g.shared_fc_weight, Tensor{}, state.work.d_hidden, s.ln2, w.shared_fc_weight,
-                   ctx_.dims.tokens_sp, ctx_.dims.hidden, ctx_.shard.moe().shared_up);
-  } else {
-    ctx_.backend.matmul_backward(d_ln, g.shared_fc_weight, Tensor{}, state.work.d_hidden, s.ln2, w.shared_fc_weight,
-                                 ctx_.dims.tokens_sp, ctx_.dims.hidden, ctx_.shard.moe().shared_up);
-  }
+  linear_gemm_backward(ctx_, fp8_, op, d_ln, g.shared_fc_weight, Tensor{}, state.work.d_hidden, s.ln2,
+                       w.shared_fc_weight, ctx_.dims.tokens_sp, ctx_.dims.hidden, ctx_.shard.moe().shared_up);
   ctx_.backend.accumulate(state.work.d_ln, d_ln);
   state.work.d_hidden = Tensor{};
   forget(op);  // the layer's last MoE op
