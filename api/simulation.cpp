@@ -10,6 +10,7 @@
 #include <utility>
 
 #include <fmt/core.h>
+#include <unistd.h>
 
 #include "api/scenario.hpp"
 #include "api/token_count.hpp"
@@ -110,17 +111,20 @@ nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topo
            constant_source(p.attention_measured_here, from_profile, "cluster.attention_gemm_hbm_fraction")}};
 }
 
-// The simulated work, bounded before any of it (README "Reliability"): building the platform grows with the square of
-// the nodes (topology/platform.hpp's measurement), a day of it at about 470,000 nodes.
+// The simulated work, bounded before any of it (README "Reliability"): the platform's memory grows with its hosts
+// (topology/platform.hpp's measurement), taken here at one host per GPU (rank fidelity, the most), and a platform
+// past this machine's memory is refused rather than left to the kernel's out-of-memory killer.
 void require_platform_within_bound(const model::ClusterSpec& cluster) {
-  constexpr double kMaxBuildS = 24 * 3600.0;
-  const double estimate_s = topology::estimated_build_seconds(
-      static_cast<int>(std::min<std::int64_t>(cluster.nodes, std::numeric_limits<int>::max())));
-  if (estimate_s > kMaxBuildS) {
+  const double estimate_bytes = topology::estimated_platform_bytes(
+      cluster.nodes, static_cast<int>(std::min<std::int64_t>(cluster.gpus_per_node, 1 << 20)));
+  const double machine_bytes =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (machine_bytes > 0 && estimate_bytes > machine_bytes) {
     throw UserError(fmt::format(
-        "cluster.nodes = {}: building its platform in SimGrid would take about {:.0f} h on a 2-core machine (it grows "
-        "with the square of the nodes; bench/sim/platform_build.sh measures it); twin sim refuses past {:.0f} h",
-        cluster.nodes, estimate_s / 3600, kMaxBuildS / 3600));
+        "cluster.nodes = {}: its platform in SimGrid would take about {:.0f} GB of memory ({:.0f} KB a node with a "
+        "host per GPU; bench/sim/platform_build.sh measures it), past this machine's {:.0f} GB; twin sim refuses it",
+        cluster.nodes, estimate_bytes / 1e9, estimate_bytes / static_cast<double>(cluster.nodes) / 1e3,
+        machine_bytes / 1e9));
   }
 }
 

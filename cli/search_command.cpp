@@ -103,17 +103,18 @@ void print_start(const api::Search& search, const SearchOptions& o, int jobs) {
                                  "(at least {})",
                                  first, first),
              jobs);
-  // Each plan's simulation builds the platform again: on thousands of nodes that dominates, so say what it costs.
+  // Each plan's simulation builds the platform again: on a hundred thousand nodes that adds up, so say what it costs
+  // (at most: a host per GPU, as rank fidelity builds it).
   double build_s = 0;
   for (std::size_t i = 0; i < first; ++i) {
-    const api::SearchedPlan& one = search.plans[i];
-    build_s += topology::estimated_build_seconds(static_cast<int>(
-        std::min<std::int64_t>(search.targets[one.target].base.cluster.nodes, std::numeric_limits<int>::max())));
+    const model::ClusterSpec& cluster = search.targets[search.plans[i].target].base.cluster;
+    build_s += topology::estimated_build_seconds(
+        cluster.nodes, static_cast<int>(std::min<std::int64_t>(cluster.gpus_per_node, 1 << 20)));
   }
   if (build_s / jobs > 10) {
     fmt::print(stderr,
-               "twin search: building the platforms alone takes about {} ({} plans on {} nodes, {} at a time, on a "
-               "2-core machine; it grows with the square of the nodes), then each replay\n",
+               "twin search: building the platforms alone takes up to about {} ({} plans on {} nodes, {} at a time, on "
+               "a 2-core machine; it grows with the hosts), then each replay\n",
                build_s / jobs >= 3600 ? fmt::format("{:.1f} h", build_s / jobs / 3600)
                                       : fmt::format("{:.0f} min", std::max(1.0, build_s / jobs / 60)),
                first, base.cluster.nodes, jobs);

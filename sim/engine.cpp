@@ -277,14 +277,15 @@ void Engine::print_progress(bool final_line) {
   progress_printed_ = true;
 }
 
-// Thousands of nodes take SimGrid minutes to build (topology/platform.hpp): say so up front, then how far it is.
+// Hundreds of thousands of hosts take SimGrid seconds to build (topology/platform.hpp): say so up front, then how far
+// it is, and what it took.
 void Engine::build_platform(topology::PlatformOptions options) {
   const int nodes = options.nodes;
-  const double estimate_s = topology::estimated_build_seconds(nodes);
+  const double estimate_s = topology::estimated_build_seconds(nodes, topology::hosts_per_node(options));
   if (options_.progress && estimate_s > 10) {
     fmt::print(stderr,
                "[twin sim] building the platform of {} nodes ({} GPUs) in SimGrid: about {} on a 2-core machine (it "
-               "grows with the square of the nodes; bench/sim/platform_build.sh measures it), then the replay\n",
+               "grows with the hosts; bench/sim/platform_build.sh measures it), then the replay\n",
                nodes, static_cast<long long>(nodes) * node_.gpus,
                estimate_s >= 3600  ? fmt::format("{:.1f} h", estimate_s / 3600)
                : estimate_s >= 120 ? fmt::format("{:.0f} min", estimate_s / 60)
@@ -306,7 +307,7 @@ void Engine::build_platform(topology::PlatformOptions options) {
     };
   }
   platform_ = std::make_unique<topology::Platform>(options);
-  if (options_.progress && wall() > 2.0) {
+  if (options_.progress && (wall() > 2.0 || nodes >= 1000)) {
     fmt::print(stderr, "{}[twin sim] platform of {} nodes built in {:.1f} s\n", progress_on_terminal_ ? "\r" : "",
                nodes, wall());
     progress_printed_ = true;

@@ -1,12 +1,11 @@
 // The SimGrid platform of a GPU cluster, built in code that reads like the hardware:
 //
-//   fat_tree(nodes)                      non-blocking InfiniBand fat-tree (D-mod-k routing), one leaf per DGX node
-//     └── dgx_node(n)                    a SimGrid zone per node:
+//   fat-tree                             InfiniBand leaves and spines (D-mod-k routing), a cable per node to its leaf
+//     └── node n                         (one SimGrid zone holds every node's hosts: topology/cluster_zone.hpp)
 //           gpu0 .. gpu7                 one host per GPU
 //           nvlink_i (split-duplex)      GPU i's NVLink ports into the NVSwitches: intra-node traffic only
 //           nic_i (split-duplex)         GPU i's own HCA: its inter-node traffic leaves here, so one GPU alone never
-//                                        gets more than one NIC's bandwidth
-//           hca router (gateway)         where the node's eight NIC cables meet the fabric (not GPU 0)
+//                                        gets more than one NIC's bandwidth; the node's NICs meet its fabric cable
 //
 // Links between a node and its leaf switch, and between switches, aggregate the node's eight cables (8 x 200 Gb/s
 // for HDR): in the DGX SuperPOD every NIC has its own cable, and Megatron's traffic is rail-aligned (rank tp=i talks
@@ -37,14 +36,16 @@
 
 namespace twin::topology {
 
+class ClusterFabricZone;
+
 struct PlatformOptions {
   int nodes = 1;
   NodeSpec node = dgx_a100();
   FabricSpec fabric = infiniband_hdr_fat_tree();
   int group_size = 0;     // > 0: add gpus_per_node / group_size bundled endpoints per node (group fidelity)
   bool gpu_hosts = true;  // false: only the group endpoints (group fidelity needs no per-GPU hosts)
-  // Called after each node is built (1 .. nodes): SimGrid 3.32 checks each new link's name against every link
-  // already made, so a platform of thousands of nodes takes minutes, and a caller shows progress.
+  // Called after each node is built (1 .. nodes): a platform of 100,000 nodes takes seconds (estimated_build_seconds),
+  // and a caller shows progress.
   std::function<void(int nodes_built)> on_node;
 };
 
@@ -60,12 +61,17 @@ struct FatTreeShape {
 };
 FatTreeShape fat_tree_shape(const PlatformOptions& options);
 
-// About how long SimGrid 3.32 takes to build a platform of `nodes` nodes, in seconds on a 2-core VM: it checks each new
-// link's name against every zone built so far, so the time grows with the square of the nodes (measured with
-// bench/sim/platform_build.sh: under 2 s at 500 nodes, 18.1 s at 5000, 70.5 s at 10000, group fidelity; since the
-// nodes' links moved out of the nodes' zones, 8.5 s at 5000 (35.2 s before, the same load) and 39.1 s at 10000, on
-// the 2-core machine shared with three builds, load 11: the fat-tree's own links still look into every node's zone).
-double estimated_build_seconds(int nodes);
+// About how long (seconds, on a 2-core machine) and how much memory (bytes) SimGrid takes to build a platform of
+// `nodes` nodes with `hosts_per_node` hosts each (8 at rank fidelity on a DGX, gpus / TP at group and replica
+// fidelity): both grow with the hosts (cluster_zone.hpp says why no longer with their square). Measured with
+// bench/sim/platform_build.sh on 7 December 2026, GPT-3 175B's plan on 100,000 DGX A100 nodes: 1.3 s and 746 MB
+// with one host a node (group fidelity), 16.3 s and 3.84 GB with eight (rank fidelity), the process's whole
+// resident memory (224 and 396 MB at 1,000 nodes). Each estimate is an upper bound of those: 21 us and 4.2 KB a host,
+// plus 1.3 KB a node.
+double estimated_build_seconds(long long nodes, int hosts_per_node);
+double estimated_platform_bytes(long long nodes, int hosts_per_node);
+// Hosts a node gets (PlatformOptions: its GPUs at rank fidelity, its TP group slots at group fidelity).
+int hosts_per_node(const PlatformOptions& options);
 
 // Configures SimGrid's flow model (see above). Call once, on a fresh engine, before building a Platform.
 void configure_flow_model();
@@ -110,12 +116,10 @@ class Platform {
 
  private:
   void build();
-  std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoint*> dgx_node(
-      simgrid::s4u::NetZone* fabric, int node);
 
   PlatformOptions options_;
   FatTreeShape shape_;
-  simgrid::s4u::NetZone* links_ = nullptr;  // every node's links (build())
+  ClusterFabricZone* fabric_ = nullptr;  // every host and link (build())
   std::vector<simgrid::s4u::Host*> gpus_;
   std::vector<simgrid::s4u::Host*> endpoints_;  // node * slots + slot
   struct PairHash {
