@@ -202,6 +202,9 @@ class Engine {
   // A CP ring message's other end: the replayer of CP rank + 1 (Send) or - 1 (Recv) (model/context_parallel_ring).
   int ring_peer_replayer(const Replayer& from, const model::Op& op) const;
   bool replica() const { return replica_; }
+  // Replica fidelity: the mailbox whose permanent receiver, an actor on `host`, takes every helper's flow to that host
+  // (sim/replica.cpp says why flows go through mailboxes there); made on first use.
+  simgrid::s4u::Mailbox* flow_inbox(simgrid::s4u::Host* host);
   double bytes_scale() const { return fidelity_ == Fidelity::Group ? program_.layout.tp() : 1.0; }
   // A replayer's expert rows over the hottest EP rank's (model.expert_load_skew); 1 at group fidelity, whose member
   // stands for ranks of several EP indices.
@@ -266,6 +269,7 @@ class Engine {
   Fidelity fidelity_;  // Group at replica fidelity, with replica_ set
   bool replica_ = false;
   std::unordered_map<std::uint64_t, std::vector<std::vector<int>>> mirror_groups_;  // (group, first member) -> groups
+  std::unordered_map<const simgrid::s4u::Host*, simgrid::s4u::Mailbox*> flow_inboxes_;  // replica fidelity
   topology::NodeSpec node_;
   topology::FabricSpec fabric_;
   topology::Placement placement_;

@@ -10,6 +10,7 @@
 // group is found as the image of the replayed group under a shift of the DP coordinate.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <set>
 
 #include <simgrid/s4u.hpp>
@@ -90,17 +91,38 @@ void Replayer::post_phases() {
   add_wait(phases_->get_async<void>(&phase_payload_), {Wait::PhaseDone, 0, 0, nullptr});
 }
 
+simgrid::s4u::Mailbox* Engine::flow_inbox(simgrid::s4u::Host* host) {
+  auto [it, created] = flow_inboxes_.try_emplace(host, nullptr);
+  if (!created) return it->second;
+  simgrid::s4u::Mailbox* inbox = simgrid::s4u::Mailbox::by_name("flows-to-" + host->get_name());
+  // The receiver takes each flow as it arrives (a flow left in a permanent mailbox keeps its record until taken), and
+  // never holds the simulation open.
+  const simgrid::s4u::ActorPtr receiver = simgrid::s4u::Actor::create("flows-in", host, [inbox] {
+    simgrid::s4u::Actor::self()->daemonize();
+    for (;;) inbox->get<void>();
+  });
+  inbox->set_receiver(receiver);
+  it->second = inbox;
+  return inbox;
+}
+
 // The owner of a data-parallel collective of replica 0 owns every replica's flows: hundreds of them per phase, and
 // several collectives overlap. Waiting on any of n activities costs SimGrid time in n at every event, so the owner
 // would pay for each flow in the flows in flight (Llama 3 405B on 8,192 H100: 27.5 s wall with the owner waiting on
 // every flow, 6.4 s with a helper per phase). A helper actor per phase starts the phase's flows, waits for them one
 // after the other and posts the instance to the owner at the time its last flow ended (a message of no bytes, no
-// latency). What remains per flow is SimGrid's own: 3.32 keeps every host-to-host transfer in flight in one list,
-// walked each time one ends (docs/simulator.md, "Replica fidelity").
+// latency).
+//
+// Each flow is a message from the helper, moved to the flow's source host, to the permanent receiver of its
+// destination host (flow_inbox), not a host-to-host transfer: SimGrid 3.32 keeps every host-to-host transfer in
+// flight in one list that it walks each time one ends (CommImpl::finish; docs/simulator.md, "Where rank fidelity's
+// time goes"), so that each flow cost time in the number of flows in flight in the whole simulation, while a message
+// is listed with its sender only, here the helper's own flows. Both cross the same route from the same host to the
+// same host, started at the same time, with no latency paid by SimGrid (topology::configure_flow_model).
 bool Replayer::start_phase_by_helper(CollectiveInstance* instance) {
   struct Transfer {
     simgrid::s4u::Host* from;
-    simgrid::s4u::Host* to;
+    simgrid::s4u::Mailbox* to;
     std::uint64_t bytes;
   };
   // A pipeline message or a small group's phase: the owner waits for its few flows itself (an actor per message
@@ -113,18 +135,38 @@ bool Replayer::start_phase_by_helper(CollectiveInstance* instance) {
   transfers.reserve(phase.flows.size());
   for (const Flow& flow : phase.flows) {
     const auto bytes = flow.bytes <= 0 ? std::uint64_t{0} : static_cast<std::uint64_t>(std::llround(flow.bytes));
-    transfers.push_back({engine_.host_of(ends[flow.from]), engine_.host_of(ends[flow.to]), bytes});
+    transfers.push_back({engine_.host_of(ends[flow.from]), engine_.flow_inbox(engine_.host_of(ends[flow.to])), bytes});
     engine_.count_activity();
   }
   engine_.count_activity();  // the notice
+  // By source host, in helpers of at most kFlowsPerHelper flows each (64: of 32, 64 and 128 the three timed alike): a helper moves to each new source, and a move
+  // walks every activity the actor holds (Actor::set_host), so a phase of n flows from n hosts in one helper would
+  // cost n^2 / 2 steps. The helpers start their flows in this order, all at the phase's start; the last to see its
+  // flows end posts the instance.
+  constexpr std::size_t kFlowsPerHelper = 64;
+  std::stable_sort(transfers.begin(), transfers.end(),
+                   [](const Transfer& a, const Transfer& b) { return a.from->get_name() < b.from->get_name(); });
   simgrid::s4u::Mailbox* owner = phases_;
-  simgrid::s4u::Actor::create("flows", host_, [transfers = std::move(transfers), owner, instance] {
-    std::vector<simgrid::s4u::CommPtr> comms;
-    comms.reserve(transfers.size());
-    for (const Transfer& t : transfers) comms.push_back(simgrid::s4u::Comm::sendto_async(t.from, t.to, t.bytes));
-    for (const simgrid::s4u::CommPtr& comm : comms) comm->wait();
-    owner->put_init(instance, 0)->detach();
-  });
+  simgrid::s4u::Host* home = host_;
+  auto helpers_left = std::make_shared<std::size_t>((transfers.size() + kFlowsPerHelper - 1) / kFlowsPerHelper);
+  for (std::size_t first = 0; first < transfers.size(); first += kFlowsPerHelper) {
+    std::vector<Transfer> part(transfers.begin() + static_cast<std::ptrdiff_t>(first),
+                               transfers.begin() + static_cast<std::ptrdiff_t>(
+                                                       std::min(transfers.size(), first + kFlowsPerHelper)));
+    simgrid::s4u::Actor::create("flows", host_, [part = std::move(part), owner, instance, home, helpers_left] {
+      static int payload = 0;  // a message carries a pointer; the flows' receivers read none
+      std::vector<simgrid::s4u::CommPtr> comms;
+      comms.reserve(part.size());
+      for (const Transfer& t : part) {
+        if (t.from != simgrid::s4u::this_actor::get_host()) simgrid::s4u::this_actor::set_host(t.from);
+        comms.push_back(t.to->put_async(&payload, t.bytes));
+      }
+      for (const simgrid::s4u::CommPtr& comm : comms) comm->wait();
+      if (--*helpers_left > 0) return;
+      simgrid::s4u::this_actor::set_host(home);
+      owner->put_init(instance, 0)->detach();
+    });
+  }
   return true;
 }
 
