@@ -36,6 +36,15 @@ class ClusterFabricZone final : public simgrid::kernel::routing::NetZoneImpl {
     simgrid::s4u::Link* up = nullptr;
     simgrid::s4u::Link* down = nullptr;
   };
+  // What a route takes from a link: its kernel object and latency, read once (s4u::Link::get_impl is a dynamic_cast;
+  // a what-if changes bandwidths only).
+  struct Hop {
+    simgrid::kernel::resource::StandardLinkImpl* link = nullptr;
+    double latency_s = 0;
+  };
+  struct Hops {
+    Hop up, down;
+  };
 
   // Makes the zone under `parent` with the fabric's cables for `nodes` nodes (one per node at link_bytes_per_s,
   // leaves x spines at up_link_bytes_per_s, `hop_latency_s` each). Nodes are then added in order with add_node.
@@ -62,21 +71,23 @@ class ClusterFabricZone final : public simgrid::kernel::routing::NetZoneImpl {
     int slot = -1;
   };
   struct NodePorts {
-    std::vector<Cable> gpu_nvlinks, gpu_nics, slot_nvlinks, slot_nics;
+    std::vector<Hops> gpu_nvlinks, gpu_nics, slot_nvlinks, slot_nics;
   };
 
   ClusterFabricZone(const std::string& name, int nodes_per_leaf, int leaves, int spines);
   Cable make_cable(const std::string& name, double bytes_per_s, double latency_s);
-  Cable make_port(const std::string& name, double bytes_per_s);
+  Hops make_port(const std::string& name, double bytes_per_s);
+  static Hops hops_of(const Cable& cable);
   simgrid::s4u::Host* make_host(const std::string& name, double flops, Seat seat);
   const Seat& seat_of(const simgrid::kernel::routing::NetPoint* point) const;
-  const Cable& port_of(const Seat& seat) const;
+  const Hops& port_of(const Seat& seat) const;
 
   int nodes_per_leaf_;
   int leaves_;
   int spines_;                      // 0: one switch, no spines
-  std::vector<Cable> node_cables_;  // by node
+  std::vector<Hops> node_cables_;   // by node
   std::vector<Cable> leaf_cables_;  // leaf * spines + spine
+  std::vector<Hops> leaf_hops_;     // as leaf_cables_
   std::vector<NodePorts> ports_;    // by node, as added
   std::vector<Seat> seats_;         // by host netpoint id (the order hosts joined this zone)
 };
