@@ -55,7 +55,7 @@ struct FatTreeShape {
   int nodes_per_leaf = 1;
   int leaves = 1;                  // leaf switches
   int spines = 0;                  // spine switches (2 levels)
-  int positions = 1;               // nodes_per_leaf * leaves (>= nodes; the rest are empty routers)
+  int positions = 1;               // nodes_per_leaf * leaves (>= nodes; the leaves' free ports)
   double link_bytes_per_s = 0;     // a node's link to its leaf (its NICs' cables together)
   double up_link_bytes_per_s = 0;  // a leaf's link to each spine: link_bytes_per_s / oversubscription
 };

@@ -147,6 +147,28 @@ TEST(Platform, AnOversubscribedLeafSharesItsUpLinksAtExactlyTheRatio) {
   for (double t : flow_times({{0, 8}}, nic, 4, 4.0)) EXPECT_NEAR(t, 1.0, 1e-6);
 }
 
+// D-mod-k: the destination node picks the spine (node mod spines), as SimGrid's FatTreeZone routed. Eight nodes, two
+// per leaf, two spines, each leaf's up-links at 1/4 of its nodes' rate (50 GB/s each): four GPUs of node 0 send to node
+// 2 and four of node 1 to node 4 (both spine 0: eight flows share leaf 0's one up-link) or to node 5 (spine 1: four
+// flows on each).
+TEST(Platform, TheDestinationNodePicksTheSpine) {
+  const double nic = dgx_a100().nic_effective_bytes_per_s;
+  PlatformOptions options;
+  options.nodes = 8;
+  const FatTreeShape shape = fat_tree_shape(options);
+  ASSERT_EQ(shape.nodes_per_leaf, 2);
+  ASSERT_EQ(shape.spines, 2);
+  const double up_link = shape.link_bytes_per_s / 4;
+  const auto flows_to = [](int second_destination_node) {
+    std::vector<std::pair<int, int>> flows;
+    for (int g = 0; g < 4; ++g) flows.push_back({g, 2 * 8 + g});
+    for (int g = 0; g < 4; ++g) flows.push_back({8 + g, second_destination_node * 8 + g});
+    return flows;
+  };
+  for (double t : flow_times(flows_to(4), nic, 8, 4.0)) EXPECT_NEAR(t, nic / (up_link / 8), 1e-6);
+  for (double t : flow_times(flows_to(5), nic, 8, 4.0)) EXPECT_NEAR(t, nic / (up_link / 4), 1e-6);
+}
+
 TEST(Platform, NvlinkInsideANode) {
   const double nvlink = dgx_a100().nvlink_effective_bytes_per_s;
   const auto t = flow_times({{0, 1}, {2, 3}}, nvlink);
