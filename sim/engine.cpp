@@ -340,9 +340,12 @@ SimResult Engine::run() {
     throw SimulationError(fmt::format("cluster.gpus_per_node = {} but a {} has {} GPUs",
                                       program_.scenario.cluster.gpus_per_node, node_.name, node_.gpus));
   }
-  // SimGrid: one engine per process; small actor stacks (our actors never recurse), no chatter.
-  // A deadlocked Program is reported by us (below), not by SimGrid's own message.
-  std::vector<std::string> args{"twin-sim", "--cfg=contexts/stack-size:256", "--log=root.thres:critical",
+  // SimGrid: one engine per process; small actor stacks (our actors never recurse: they ran identically on 64 KiB,
+  // docs/simulator.md), no chatter. No guard page under each stack: protecting it is an mprotect per actor made, and
+  // replica fidelity makes an actor per 64 flows (DeepSeek-V3 on 1,024 H100: 68.7 s wall with the guard pages, 51 s
+  // without, the same iteration time). A deadlocked Program is reported by us (below), not by SimGrid's own message.
+  std::vector<std::string> args{"twin-sim", "--cfg=contexts/stack-size:256", "--cfg=contexts/guard-size:0",
+                                "--log=root.thres:critical",
                                 "--log=ker_engine.add:off", "--log=ker_engine.app:file:/dev/null"};
   for (std::string& option : topology::sanitizer_engine_options()) args.push_back(std::move(option));
   std::vector<char*> argv;
