@@ -136,7 +136,7 @@ void register_sim_command(CLI::App& app) {
       ->add_option("--fidelity", o->request.fidelity,
                    "rank: one actor per GPU, every collective as flows; group: one actor per TP group, TP "
                    "collectives analytical; replica: group fidelity for one pipeline replica, the others mirroring "
-                   "it, every replica's collectives on the fabric; auto: group above 64 GPUs, replica above 4096")
+                   "it, every replica's collectives on the fabric; auto: group above 64 GPUs, replica above 512")
       ->check(CLI::IsMember({"auto", "rank", "group", "replica"}));
   command->add_option("--granularity", o->request.granularity, "layer (one op per layer and phase) or op (every kernel)")
       ->check(CLI::IsMember({"op", "layer"}));
