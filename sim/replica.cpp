@@ -106,28 +106,55 @@ simgrid::s4u::Mailbox* Engine::flow_inbox(simgrid::s4u::Host* host) {
   return inbox;
 }
 
+namespace {
+
+// One flow of a phase, as a helper sends it: from a host to the inbox of another.
+struct Transfer {
+  simgrid::s4u::Host* from;
+  simgrid::s4u::Mailbox* to;
+  std::uint64_t bytes;
+};
+
+// A helper's body: moves to each flow's source in turn and sends it, waits for every one, and if it is the last of
+// its phase's helpers to be done, goes home and posts the instance to its owner's phases mailbox.
+void send_flows(const std::vector<Transfer>& part, simgrid::s4u::Mailbox* owner, CollectiveInstance* instance,
+                simgrid::s4u::Host* home, const std::shared_ptr<std::size_t>& helpers_left) {
+  static int payload = 0;  // a message carries a pointer; the flows' receivers read none
+  std::vector<simgrid::s4u::CommPtr> comms;
+  comms.reserve(part.size());
+  for (const Transfer& t : part) {
+    if (t.from != simgrid::s4u::this_actor::get_host()) simgrid::s4u::this_actor::set_host(t.from);
+    comms.push_back(t.to->put_async(&payload, t.bytes));
+  }
+  for (const simgrid::s4u::CommPtr& comm : comms) comm->wait();
+  if (--*helpers_left > 0) return;
+  simgrid::s4u::this_actor::set_host(home);
+  owner->put_init(instance, 0)->detach();
+}
+
+}  // namespace
+
 // The owner of a data-parallel collective of replica 0 owns every replica's flows: hundreds of them per phase, and
 // several collectives overlap. Waiting on any of n activities costs SimGrid time in n at every event, so the owner
 // would pay for each flow in the flows in flight (Llama 3 405B on 8,192 H100: 27.5 s wall with the owner waiting on
-// every flow, 6.4 s with a helper per phase). A helper actor per phase starts the phase's flows, waits for them one
-// after the other and posts the instance to the owner at the time its last flow ended (a message of no bytes, no
-// latency).
+// every flow, 6.4 s with a helper per phase). Helper actors start the phase's flows, each waits for its own one after
+// the other, and the last to be done posts the instance to the owner at the time its last flow ended (a message of no
+// bytes, no latency).
 //
-// Each flow is a message from the helper, moved to the flow's source host, to the permanent receiver of its
-// destination host (flow_inbox), not a host-to-host transfer: SimGrid 3.32 keeps every host-to-host transfer in
-// flight in one list that it walks each time one ends (CommImpl::finish; docs/simulator.md, "Where rank fidelity's
-// time goes"), so that each flow cost time in the number of flows in flight in the whole simulation, while a message
-// is listed with its sender only, here the helper's own flows. Both cross the same route from the same host to the
-// same host, started at the same time, with no latency paid by SimGrid (topology::configure_flow_model).
+// Each flow is a message from a helper, moved to the flow's source host, to the permanent receiver of its destination
+// host (flow_inbox), not a host-to-host transfer: SimGrid 3.32 keeps every host-to-host transfer in flight in one list
+// that it walks each time one ends (CommImpl::finish; docs/simulator.md, "Where rank fidelity's time goes"), so that
+// each flow cost time in the number of flows in flight in the whole simulation, while a message is listed with its
+// sender only, here the helper's own flows. Both cross the same route from the same host to the same host, started
+// at the same time, with no latency paid by SimGrid (topology::configure_flow_model).
 bool Replayer::start_phase_by_helper(CollectiveInstance* instance) {
-  struct Transfer {
-    simgrid::s4u::Host* from;
-    simgrid::s4u::Mailbox* to;
-    std::uint64_t bytes;
-  };
   // A pipeline message or a small group's phase: the owner waits for its few flows itself (an actor per message
   // made MT-NLG's 130,000 messages at DP 1 take 37 s instead of group fidelity's 23 s).
   constexpr std::size_t kFlowsForAHelper = 8;
+  // A helper moves to each new source, and a move walks every activity the actor holds (Actor::set_host): a phase of
+  // n flows from n hosts in one helper would cost n^2 / 2 steps. So at most this many flows a helper (32, 64 and 128
+  // timed alike), the flows sorted by source host; the helpers start theirs in this order, at the phase's start.
+  constexpr std::size_t kFlowsPerHelper = 64;
   const FlowPhase& phase = instance->plan.phases[instance->phase];
   if (phase.flows.size() < kFlowsForAHelper) return false;
   const std::vector<int>& ends = instance->flow_members.empty() ? instance->members : instance->flow_members;
@@ -139,33 +166,16 @@ bool Replayer::start_phase_by_helper(CollectiveInstance* instance) {
     engine_.count_activity();
   }
   engine_.count_activity();  // the notice
-  // By source host, in helpers of at most kFlowsPerHelper flows each (64: of 32, 64 and 128 the three timed alike): a helper moves to each new source, and a move
-  // walks every activity the actor holds (Actor::set_host), so a phase of n flows from n hosts in one helper would
-  // cost n^2 / 2 steps. The helpers start their flows in this order, all at the phase's start; the last to see its
-  // flows end posts the instance.
-  constexpr std::size_t kFlowsPerHelper = 64;
   std::stable_sort(transfers.begin(), transfers.end(),
                    [](const Transfer& a, const Transfer& b) { return a.from->get_name() < b.from->get_name(); });
-  simgrid::s4u::Mailbox* owner = phases_;
-  simgrid::s4u::Host* home = host_;
   auto helpers_left = std::make_shared<std::size_t>((transfers.size() + kFlowsPerHelper - 1) / kFlowsPerHelper);
   for (std::size_t first = 0; first < transfers.size(); first += kFlowsPerHelper) {
-    std::vector<Transfer> part(transfers.begin() + static_cast<std::ptrdiff_t>(first),
-                               transfers.begin() + static_cast<std::ptrdiff_t>(
-                                                       std::min(transfers.size(), first + kFlowsPerHelper)));
-    simgrid::s4u::Actor::create("flows", host_, [part = std::move(part), owner, instance, home, helpers_left] {
-      static int payload = 0;  // a message carries a pointer; the flows' receivers read none
-      std::vector<simgrid::s4u::CommPtr> comms;
-      comms.reserve(part.size());
-      for (const Transfer& t : part) {
-        if (t.from != simgrid::s4u::this_actor::get_host()) simgrid::s4u::this_actor::set_host(t.from);
-        comms.push_back(t.to->put_async(&payload, t.bytes));
-      }
-      for (const simgrid::s4u::CommPtr& comm : comms) comm->wait();
-      if (--*helpers_left > 0) return;
-      simgrid::s4u::this_actor::set_host(home);
-      owner->put_init(instance, 0)->detach();
-    });
+    const auto begin = transfers.begin() + static_cast<std::ptrdiff_t>(first);
+    const auto end =
+        transfers.begin() + static_cast<std::ptrdiff_t>(std::min(transfers.size(), first + kFlowsPerHelper));
+    simgrid::s4u::Actor::create("flows", host_,
+                                [part = std::vector<Transfer>(begin, end), owner = phases_, instance, home = host_,
+                                 helpers_left] { send_flows(part, owner, instance, home, helpers_left); });
   }
   return true;
 }

@@ -29,16 +29,15 @@ ClusterFabricZone* ClusterFabricZone::create(const std::string& name, sg4::NetZo
   }
   for (int leaf = 0; leaf < shape.leaves && spines > 0; ++leaf) {
     for (int spine = 0; spine < spines; ++spine) {
-      zone->leaf_cables_.push_back(zone->make_cable(fmt::format("leaf{}-spine{}", leaf, spine),
-                                                    shape.up_link_bytes_per_s, hop_latency_s));
+      zone->leaf_cables_.push_back(
+          zone->make_cable(fmt::format("leaf{}-spine{}", leaf, spine), shape.up_link_bytes_per_s, hop_latency_s));
       zone->leaf_hops_.push_back(hops_of(zone->leaf_cables_.back()));
     }
   }
   return zone;
 }
 
-ClusterFabricZone::Cable ClusterFabricZone::make_cable(const std::string& name, double bytes_per_s,
-                                                       double latency_s) {
+ClusterFabricZone::Cable ClusterFabricZone::make_cable(const std::string& name, double bytes_per_s, double latency_s) {
   Cable cable{create_link(name + "_UP", {bytes_per_s}), create_link(name + "_DOWN", {bytes_per_s})};
   cable.up->set_latency(latency_s)->seal();
   cable.down->set_latency(latency_s)->seal();
@@ -71,8 +70,8 @@ std::vector<sg4::Host*> ClusterFabricZone::add_node(const std::string& name, con
                                                     int group_size) {
   const int node = static_cast<int>(ports_.size());
   if (node >= static_cast<int>(node_cables_.size())) {
-    throw std::logic_error(fmt::format("platform: node {} is past the {} the fabric was made for", node,
-                                       node_cables_.size()));
+    throw std::logic_error(
+        fmt::format("platform: node {} is past the {} the fabric was made for", node, node_cables_.size()));
   }
   NodePorts& ports = ports_.emplace_back();
   std::vector<sg4::Host*> hosts;
@@ -85,7 +84,8 @@ std::vector<sg4::Host*> ClusterFabricZone::add_node(const std::string& name, con
   const int slots = group_size > 0 ? spec.gpus / group_size : 0;
   for (int slot = 0; slot < slots; ++slot) {
     const std::string group = name + "-tpgroup" + std::to_string(slot);
-    if (slots > 1) ports.slot_nvlinks.push_back(make_port(group + "-nvlinks", spec.nvlink_effective_bytes_per_s * group_size));
+    if (slots > 1)
+      ports.slot_nvlinks.push_back(make_port(group + "-nvlinks", spec.nvlink_effective_bytes_per_s * group_size));
     ports.slot_nics.push_back(make_port(group + "-nics", spec.nic_effective_bytes_per_s * group_size));
     hosts.push_back(make_host(group, spec.gpu.bf16_flops * group_size, Seat{node, -1, slot}));
   }
@@ -94,9 +94,10 @@ std::vector<sg4::Host*> ClusterFabricZone::add_node(const std::string& name, con
 
 const ClusterFabricZone::Cable& ClusterFabricZone::leaf_cable(int leaf, int spine) const {
   if (spines_ == 0 || leaf < 0 || leaf >= leaves_ || spine < 0 || spine >= spines_) {
-    throw std::invalid_argument(fmt::format("platform: no up-link from leaf {} to spine {} (the fat-tree has {} "
-                                            "leaves and {} spines)",
-                                            leaf, spine, spines_ > 0 ? leaves_ : 1, spines_));
+    throw std::invalid_argument(
+        fmt::format("platform: no up-link from leaf {} to spine {} (the fat-tree has {} "
+                    "leaves and {} spines)",
+                    leaf, spine, spines_ > 0 ? leaves_ : 1, spines_));
   }
   return leaf_cables_[static_cast<std::size_t>(leaf) * spines_ + spine];
 }
