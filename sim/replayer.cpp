@@ -83,7 +83,7 @@ void Replayer::run() {
   doorbell_->set_receiver(sg4::Actor::self());
   for (int slot = 0; slot < static_cast<int>(inboxes_.size()); ++slot) post_inbox(slot);
   post_doorbell();
-  if (engine_.replica()) {
+  if (engine_.fidelity() == Fidelity::Group) {  // replica fidelity included (sim/replica.cpp: helpers)
     phases_ = sg4::Mailbox::by_name(fmt::format("replayer{}-phases", id_));
     phases_->set_receiver(sg4::Actor::self());
     post_phases();
@@ -260,7 +260,7 @@ void Replayer::start_phase(CollectiveInstance* instance) {
   const FlowPhase& phase = instance->plan.phases[instance->phase];
   instance->phase_started_s = sg4::Engine::get_clock();
   instance->flows_left = static_cast<int>(phase.flows.size());
-  if (engine_.replica() && start_phase_by_helper(instance)) return;
+  if (engine_.fidelity() == Fidelity::Group && start_phase_by_helper(instance)) return;
   const std::vector<int>& ends = instance->flow_members.empty() ? instance->members : instance->flow_members;
   for (const Flow& flow : phase.flows) {
     sg4::Host* from = engine_.host_of(ends[flow.from]);

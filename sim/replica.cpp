@@ -150,7 +150,8 @@ void send_flows(const std::vector<Transfer>& part, simgrid::s4u::Mailbox* owner,
 bool Replayer::start_phase_by_helper(CollectiveInstance* instance) {
   // A pipeline message or a small group's phase: the owner waits for its few flows itself (an actor per message
   // made MT-NLG's 130,000 messages at DP 1 take 37 s instead of group fidelity's 23 s).
-  constexpr std::size_t kFlowsForAHelper = 8;
+  // At group fidelity only the phases of many flows (data- and expert-parallel collectives across nodes) go to helpers.
+  const std::size_t kFlowsForAHelper = engine_.replica() ? 8 : 64;
   // A helper moves to each new source, and a move walks every activity the actor holds (Actor::set_host): a phase of
   // n flows from n hosts in one helper would cost n^2 / 2 steps. So at most this many flows a helper (32, 64 and 128
   // timed alike), the flows sorted by source host; the helpers start theirs in this order, at the phase's start.
