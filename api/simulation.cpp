@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <stdexcept>
 #include <utility>
 
@@ -115,8 +114,7 @@ nlohmann::json gpu_constants_json(const sim::AnalyticalParameters& p, const topo
 // (topology/platform.hpp's measurement), taken here at one host per GPU (rank fidelity, the most), and a platform
 // past this machine's memory is refused rather than left to the kernel's out-of-memory killer.
 void require_platform_within_bound(const model::ClusterSpec& cluster) {
-  const double estimate_bytes = topology::estimated_platform_bytes(
-      cluster.nodes, static_cast<int>(std::min<std::int64_t>(cluster.gpus_per_node, 1 << 20)));
+  const double estimate_bytes = topology::estimated_platform_bytes(cluster.nodes, cluster.gpus_per_node);
   const double machine_bytes =
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   if (machine_bytes > 0 && estimate_bytes > machine_bytes) {

@@ -6,7 +6,6 @@
 // out over cores), until the bound proves the --max fastest, and ranks them (api/search.hpp). Parse, call, print.
 #include <algorithm>
 #include <cstdio>
-#include <limits>
 #include <thread>
 #include <utility>
 
@@ -108,8 +107,7 @@ void print_start(const api::Search& search, const SearchOptions& o, int jobs) {
   double build_s = 0;
   for (std::size_t i = 0; i < first; ++i) {
     const model::ClusterSpec& cluster = search.targets[search.plans[i].target].base.cluster;
-    build_s += topology::estimated_build_seconds(
-        cluster.nodes, static_cast<int>(std::min<std::int64_t>(cluster.gpus_per_node, 1 << 20)));
+    build_s += topology::estimated_build_seconds(cluster.nodes, cluster.gpus_per_node);
   }
   if (build_s / jobs > 10) {
     fmt::print(stderr,

@@ -176,7 +176,7 @@ class Replayer {
   std::vector<void*> inbox_payload_;
   simgrid::s4u::Mailbox* doorbell_ = nullptr;
   void* doorbell_payload_ = nullptr;
-  simgrid::s4u::Mailbox* phases_ = nullptr;  // replica fidelity: helpers post the instances whose phase ended
+  simgrid::s4u::Mailbox* phases_ = nullptr;  // group, replica fidelity: helpers post instances whose phase ended
   void* phase_payload_ = nullptr;
   bool doorbell_pending_ = false;
   double wake_at_s_;  // when the current wait times out (infinity: only a message wakes it)
@@ -202,8 +202,8 @@ class Engine {
   // A CP ring message's other end: the replayer of CP rank + 1 (Send) or - 1 (Recv) (model/context_parallel_ring).
   int ring_peer_replayer(const Replayer& from, const model::Op& op) const;
   bool replica() const { return replica_; }
-  // Replica fidelity: the mailbox whose permanent receiver, an actor on `host`, takes every helper's flow to that host
-  // (sim/replica.cpp says why flows go through mailboxes there); made on first use.
+  // Group and replica fidelity: the mailbox whose permanent receiver, an actor on `host`, takes every helper's flow to
+  // that host (sim/replica.cpp says why flows go through mailboxes there); made on first use.
   simgrid::s4u::Mailbox* flow_inbox(simgrid::s4u::Host* host);
   double bytes_scale() const { return fidelity_ == Fidelity::Group ? program_.layout.tp() : 1.0; }
   // A replayer's expert rows over the hottest EP rank's (model.expert_load_skew); 1 at group fidelity, whose member
@@ -269,7 +269,7 @@ class Engine {
   Fidelity fidelity_;  // Group at replica fidelity, with replica_ set
   bool replica_ = false;
   std::unordered_map<std::uint64_t, std::vector<std::vector<int>>> mirror_groups_;  // (group, first member) -> groups
-  std::unordered_map<const simgrid::s4u::Host*, simgrid::s4u::Mailbox*> flow_inboxes_;  // replica fidelity
+  std::unordered_map<const simgrid::s4u::Host*, simgrid::s4u::Mailbox*> flow_inboxes_;  // group, replica
   topology::NodeSpec node_;
   topology::FabricSpec fabric_;
   topology::Placement placement_;

@@ -25,34 +25,34 @@ ClusterFabricZone* ClusterFabricZone::create(const std::string& name, sg4::NetZo
   zone->node_cables_.reserve(static_cast<std::size_t>(nodes));
   for (int node = 0; node < nodes; ++node) {
     zone->node_cables_.push_back(
-        hops_of(zone->make_cable(fmt::format("node{}-leaf", node), shape.link_bytes_per_s, hop_latency_s)));
+        zone->make_cable(fmt::format("node{}-leaf", node), shape.link_bytes_per_s, hop_latency_s));
   }
   for (int leaf = 0; leaf < shape.leaves && spines > 0; ++leaf) {
     for (int spine = 0; spine < spines; ++spine) {
       zone->leaf_cables_.push_back(
           zone->make_cable(fmt::format("leaf{}-spine{}", leaf, spine), shape.up_link_bytes_per_s, hop_latency_s));
-      zone->leaf_hops_.push_back(hops_of(zone->leaf_cables_.back()));
     }
   }
   return zone;
 }
 
-ClusterFabricZone::Cable ClusterFabricZone::make_cable(const std::string& name, double bytes_per_s, double latency_s) {
-  Cable cable{create_link(name + "_UP", {bytes_per_s}), create_link(name + "_DOWN", {bytes_per_s})};
-  cable.up->set_latency(latency_s)->seal();
-  cable.down->set_latency(latency_s)->seal();
-  return cable;
+ClusterFabricZone::Hop ClusterFabricZone::hop_of(sg4::Link* link) {
+  return {link, link->get_impl(), link->get_latency()};
 }
 
-ClusterFabricZone::Hops ClusterFabricZone::hops_of(const Cable& cable) {
-  return {{cable.up->get_impl(), cable.up->get_latency()}, {cable.down->get_impl(), cable.down->get_latency()}};
+ClusterFabricZone::Cable ClusterFabricZone::make_cable(const std::string& name, double bytes_per_s, double latency_s) {
+  sg4::Link* up = create_link(name + "_UP", {bytes_per_s});
+  sg4::Link* down = create_link(name + "_DOWN", {bytes_per_s});
+  up->set_latency(latency_s)->seal();
+  down->set_latency(latency_s)->seal();
+  return {hop_of(up), hop_of(down)};
 }
 
 // A port inside a node: a split-duplex link (its two halves named name_UP and name_DOWN, as Platform looks them up).
-ClusterFabricZone::Hops ClusterFabricZone::make_port(const std::string& name, double bytes_per_s) {
+ClusterFabricZone::Cable ClusterFabricZone::make_port(const std::string& name, double bytes_per_s) {
   sg4::SplitDuplexLink* link = create_split_duplex_link(name, {bytes_per_s});
   link->seal();
-  return hops_of({link->get_link_up(), link->get_link_down()});
+  return {hop_of(link->get_link_up()), hop_of(link->get_link_down())};
 }
 
 sg4::Host* ClusterFabricZone::make_host(const std::string& name, double flops, Seat seat) {
@@ -110,19 +110,18 @@ const ClusterFabricZone::Seat& ClusterFabricZone::seat_of(const NetPoint* point)
 }
 
 // The NIC (or a slot's bundled NICs) by which a host's traffic leaves its node.
-const ClusterFabricZone::Hops& ClusterFabricZone::port_of(const Seat& seat) const {
+const ClusterFabricZone::Cable& ClusterFabricZone::port_of(const Seat& seat) const {
   const NodePorts& ports = ports_[static_cast<std::size_t>(seat.node)];
   return seat.gpu >= 0 ? ports.gpu_nics[seat.gpu] : ports.slot_nics[seat.slot];
 }
 
 void ClusterFabricZone::get_local_route(const NetPoint* src, const NetPoint* dst, Route* into, double* latency) {
   const auto cross = [&](const Hop& hop) {
-    into->link_list_.push_back(hop.link);
+    into->link_list_.push_back(hop.impl);
     if (latency != nullptr) *latency += hop.latency_s;
   };
   if (src == dst) {
-    const sg4::Link* loopback = sg4::Engine::get_instance()->link_by_name("__loopback__");
-    cross({loopback->get_impl(), loopback->get_latency()});
+    cross(hop_of(sg4::Engine::get_instance()->link_by_name("__loopback__")));
     return;
   }
   const Seat& from = seat_of(src);
@@ -147,8 +146,8 @@ void ClusterFabricZone::get_local_route(const NetPoint* src, const NetPoint* dst
   const int to_leaf = to.node / nodes_per_leaf_;
   if (from_leaf != to_leaf) {
     const int spine = to.node % spines_;  // D-mod-k: the destination picks the spine
-    cross(leaf_hops_[static_cast<std::size_t>(from_leaf) * spines_ + spine].up);
-    cross(leaf_hops_[static_cast<std::size_t>(to_leaf) * spines_ + spine].down);
+    cross(leaf_cables_[static_cast<std::size_t>(from_leaf) * spines_ + spine].up);
+    cross(leaf_cables_[static_cast<std::size_t>(to_leaf) * spines_ + spine].down);
   }
   cross(node_cables_[to.node].down);
   cross(port_of(to).down);

@@ -31,18 +31,15 @@ struct NodeSpec;
 
 class ClusterFabricZone final : public simgrid::kernel::routing::NetZoneImpl {
  public:
-  // One cable or port: `up` carries traffic away from a GPU (towards the spines), `down` towards it.
-  struct Cable {
-    simgrid::s4u::Link* up = nullptr;
-    simgrid::s4u::Link* down = nullptr;
-  };
-  // What a route takes from a link: its kernel object and latency, read once (s4u::Link::get_impl is a dynamic_cast;
-  // a what-if changes bandwidths only).
+  // One direction of a cable or port: the link, and what a route takes from it, read once (s4u::Link::get_impl is a
+  // dynamic_cast; a what-if changes bandwidths only).
   struct Hop {
-    simgrid::kernel::resource::StandardLinkImpl* link = nullptr;
+    simgrid::s4u::Link* link = nullptr;
+    simgrid::kernel::resource::StandardLinkImpl* impl = nullptr;
     double latency_s = 0;
   };
-  struct Hops {
+  // A cable or port: `up` carries traffic away from a GPU (towards the spines), `down` towards it.
+  struct Cable {
     Hop up, down;
   };
 
@@ -71,23 +68,22 @@ class ClusterFabricZone final : public simgrid::kernel::routing::NetZoneImpl {
     int slot = -1;
   };
   struct NodePorts {
-    std::vector<Hops> gpu_nvlinks, gpu_nics, slot_nvlinks, slot_nics;
+    std::vector<Cable> gpu_nvlinks, gpu_nics, slot_nvlinks, slot_nics;
   };
 
   ClusterFabricZone(const std::string& name, int nodes_per_leaf, int leaves, int spines);
   Cable make_cable(const std::string& name, double bytes_per_s, double latency_s);
-  Hops make_port(const std::string& name, double bytes_per_s);
-  static Hops hops_of(const Cable& cable);
+  Cable make_port(const std::string& name, double bytes_per_s);
+  static Hop hop_of(simgrid::s4u::Link* link);
   simgrid::s4u::Host* make_host(const std::string& name, double flops, Seat seat);
   const Seat& seat_of(const simgrid::kernel::routing::NetPoint* point) const;
-  const Hops& port_of(const Seat& seat) const;
+  const Cable& port_of(const Seat& seat) const;
 
   int nodes_per_leaf_;
   int leaves_;
   int spines_;                      // 0: one switch, no spines
-  std::vector<Hops> node_cables_;   // by node
+  std::vector<Cable> node_cables_;  // by node
   std::vector<Cable> leaf_cables_;  // leaf * spines + spine
-  std::vector<Hops> leaf_hops_;     // as leaf_cables_
   std::vector<NodePorts> ports_;    // by node, as added
   std::vector<Seat> seats_;         // by host netpoint id (the order hosts joined this zone)
 };

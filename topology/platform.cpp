@@ -1,7 +1,5 @@
 #include "topology/platform.hpp"
 
-#include "topology/cluster_zone.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -12,6 +10,8 @@
 
 #include <fmt/format.h>
 #include <simgrid/s4u.hpp>
+
+#include "topology/cluster_zone.hpp"
 
 // GCC says __SANITIZE_ADDRESS__, Clang __has_feature(address_sanitizer).
 #if defined(__SANITIZE_ADDRESS__)
@@ -87,15 +87,15 @@ Platform::Platform(const PlatformOptions& options) : options_(options), shape_(f
   build();
 }
 
-double estimated_build_seconds(long long nodes, int hosts_per_node) {
+double estimated_build_seconds(long long nodes, long long hosts_per_node) {
   constexpr double kSecondsPerHost = 21e-6;  // bench/sim/platform_build.sh, see platform.hpp
-  return kSecondsPerHost * static_cast<double>(nodes) * hosts_per_node;
+  return kSecondsPerHost * static_cast<double>(nodes) * static_cast<double>(hosts_per_node);
 }
 
-double estimated_platform_bytes(long long nodes, int hosts_per_node) {
+double estimated_platform_bytes(long long nodes, long long hosts_per_node) {
   constexpr double kBytesPerHost = 4.2e3;  // as above
   constexpr double kBytesPerNode = 1.3e3;
-  return static_cast<double>(nodes) * (kBytesPerNode + kBytesPerHost * hosts_per_node);
+  return static_cast<double>(nodes) * (kBytesPerNode + kBytesPerHost * static_cast<double>(hosts_per_node));
 }
 
 int hosts_per_node(const PlatformOptions& options) {
@@ -155,7 +155,7 @@ std::vector<sg4::Link*> Platform::group_nic_links(int node, int slot) const {
 
 std::vector<sg4::Link*> Platform::up_links(int leaf, int spine) const {
   const ClusterFabricZone::Cable& cable = fabric_->leaf_cable(leaf, spine);
-  return {cable.up, cable.down};
+  return {cable.up.link, cable.down.link};
 }
 
 sg4::Host* Platform::group_endpoint(int node, int slot) const {

@@ -68,8 +68,8 @@ FatTreeShape fat_tree_shape(const PlatformOptions& options);
 // with one host a node (group fidelity), 16.3 s and 3.84 GB with eight (rank fidelity), the process's whole
 // resident memory (224 and 396 MB at 1,000 nodes). Each estimate is an upper bound of those: 21 us and 4.2 KB a host,
 // plus 1.3 KB a node.
-double estimated_build_seconds(long long nodes, int hosts_per_node);
-double estimated_platform_bytes(long long nodes, int hosts_per_node);
+double estimated_build_seconds(long long nodes, long long hosts_per_node);
+double estimated_platform_bytes(long long nodes, long long hosts_per_node);
 // Hosts a node gets (PlatformOptions: its GPUs at rank fidelity, its TP group slots at group fidelity).
 int hosts_per_node(const PlatformOptions& options);
 
