@@ -194,11 +194,13 @@ class RankRun {
         result_->learning_rates.push_back(out.learning_rate);
         result_->weight_norms.push_back(weights_after);
         if (out.skipped) result_->skipped_steps.push_back(step);
-        const Straggler straggler = straggler_of(metrics);
+        Straggler straggler = straggler_of(metrics);
+        const bool warm_up = step == first && options_.steps - first > 1;  // tokens/s leaves it out alike
+        straggler.warm_up = warm_up;
         result_->slowest_ranks.push_back(straggler.rank);
         result_->lag_s.push_back(straggler.lag_s);
         result_->lag_fractions.push_back(straggler.lag_fraction);
-        if (step > first || options_.steps - first == 1) {
+        if (!warm_up) {
           counted_time += seconds;
           counted_tokens += tokens_per_step;
         }

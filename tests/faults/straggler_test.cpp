@@ -30,7 +30,10 @@ class Stragglers : public FaultFixture {
     const auto lag_s = json["lag_s"].get<std::vector<double>>();
     const auto lag_fraction = json["lag_fraction"].get<std::vector<double>>();
     ASSERT_EQ(slowest.size(), static_cast<std::size_t>(kSteps));
-    for (int step = 1; step < kSteps; ++step) {  // the first step's warm-up (page faults, thread start) may hide it
+    // The first step is the warm-up (page faults, thread start): measured, never reported, though rank 1 is 6 times
+    // as slow there too.
+    EXPECT_EQ(run.log.find("straggler: step 1:"), std::string::npos) << run.log;
+    for (int step = 1; step < kSteps; ++step) {
       SCOPED_TRACE(step + 1);
       EXPECT_EQ(slowest[step], 1) << run.log;
       // 6 times as slow is 500 % over a peer of the same speed; 20 % is the threshold of a report

@@ -39,6 +39,16 @@ TEST(ExecStraggler, ALagIsReportedAbove20PercentAnd1Millisecond) {
   EXPECT_EQ(find_straggler({0.5}, {0}, {1}).rank, -1);                       // one rank has no peers
 }
 
+// The warm-up step's lag is kept (slowest_rank, lag_s in --json) but never reported, however large.
+TEST(ExecStraggler, AWarmUpStepIsMeasuredButNeverReported) {
+  Straggler s = find_straggler({1.0, 3.0}, {0, 0}, {1, 1});
+  ASSERT_TRUE(s.reported());
+  s.warm_up = true;
+  EXPECT_FALSE(s.reported());
+  EXPECT_EQ(s.rank, 1);
+  EXPECT_NEAR(s.lag_s, 2.0, 1e-12);
+}
+
 TEST(ExecStraggler, EveryRankOfAStageHasItsComputeFlops) {
   const model::Program program = model::build_program(
       testing::scenario(testing::small_toml(), {"parallel.pp=2", "parallel.dp=2"}), model::Granularity::Op);
