@@ -13,7 +13,9 @@ Runs of one `series` (same model and plan, only the data-parallel degree varies)
 sequence and a fixed time per iteration, for the published and the predicted times alike (split_series).
 
 Mixture-of-Experts runs (group "moe") are printed apart, after the dense runs and their series, with their own
-table and MAPE: the dense output stays what it was, and "all" stays the dense runs' MAPE.
+table and MAPE: the dense output stays what it was, and "all" stays the dense runs' MAPE. The held-out dense runs
+(group "bridge-dense": Megatron-Bridge's Llama 3 rows on H100, B200 and GB200) are printed apart the same way, last,
+with a MAPE per GPU generation (of cluster.node, as the bands have it), in neither "all" nor "all-hopper".
 
 A run marked `mape = false` (with its reason in `why`) is simulated and printed like the others, marked `*`, but left
 out of every MAPE and of --max-mape: published numbers that do not meet the bar the set holds to (a pinned software
@@ -296,6 +298,45 @@ def print_moe(rows, markdown):
         print(f"MAPE {group:15} {mape:5.1f} %  (mean error {bias:+.1f} %, {runs} runs){note}")
 
 
+# Groups printed apart from the dense table, its series and its MAPE lines (each after them, with a table and MAPE of
+# its own): "all", "all-hopper" and --max-mape never count them.
+APART_GROUPS = ("moe", "bridge-dense")
+
+
+def print_held_out(rows, markdown):
+    """The held-out dense runs (group bridge-dense): their own table, as the MoE runs' (published and predicted tokens
+    per second per GPU beside the seconds), and a MAPE per GPU generation (the generation of each run's cluster.node,
+    as band_key reads it), then over them all."""
+    print("\nHeld-out dense runs (group bridge-dense): published against predicted, tokens/s per GPU and seconds per "
+          "iteration")
+    if markdown:
+        print("\n| run | published tokens/s/GPU | twin tokens/s/GPU | published s | twin s | error |")
+        print("|---|---:|---:|---:|---:|---:|")
+    else:
+        print(f"{'run':36} {'published tok/s/GPU':>20} {'twin tok/s/GPU':>15} {'published s':>12} {'twin s':>10} "
+              f"{'error':>8}")
+    for r in rows:
+        if not isinstance(r.get("error"), float):
+            print(f"{r['name']:36} failed: {r.get('error')}")
+            continue
+        twin_rate = r["published_tokens_per_s_per_gpu"] * r["published_s"] / r["iteration_time_s"]
+        if markdown:
+            print(f"| {r['name']} | {r['published_tokens_per_s_per_gpu']:.0f} | {twin_rate:.0f} | "
+                  f"{r['published_s']:.2f} | {r['iteration_time_s']:.2f} | {100 * r['error']:+.1f} % |")
+        else:
+            print(f"{r['name']:36} {r['published_tokens_per_s_per_gpu']:20.0f} {twin_rate:15.0f} "
+                  f"{r['published_s']:12.2f} {r['iteration_time_s']:10.2f} {100 * r['error']:+7.1f}%")
+    counted = [r for r in rows if isinstance(r.get("error"), float) and r.get("in_mape", True)]
+    generations = sorted({r["band"][0] for r in counted})
+    for label, members in [*((f"bridge-dense-{g}", [r for r in counted if r["band"][0] == g]) for g in generations),
+                           ("bridge-dense", counted)]:
+        if not members:
+            continue
+        mape = 100 * sum(abs(r["error"]) for r in members) / len(members)
+        bias = 100 * sum(r["error"] for r in members) / len(members)
+        print(f"MAPE {label:22} {mape:5.1f} %  (mean error {bias:+.1f} %, {len(members)} runs)")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--twin", help="twin binary (default: the newest build*/cli/twin)")
@@ -364,7 +405,9 @@ def main():
 
     everything = rows
     moe_rows = [r for r in rows if r["group"] == "moe"]
-    rows = [r for r in rows if r["group"] != "moe"]
+    held_out_rows = [r for r in rows if r["group"] == "bridge-dense"]
+    apart_rows = [r for r in rows if r["group"] in APART_GROUPS]
+    rows = [r for r in rows if r["group"] not in APART_GROUPS]
     if args.markdown:
         print("| run | group | published s | twin s | error |")
         print("|---|---|---:|---:|---:|")
@@ -423,18 +466,20 @@ def main():
                   f"   x {f_['factor']:.3f}: {100 * f_['factor_worst_error']:5.1f} %")
     if moe_rows:
         print_moe(moe_rows, args.markdown)
+    if held_out_rows:
+        print_held_out(held_out_rows, args.markdown)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(everything, f, indent=2)
     if args.write_bands:
-        if len(ok) != len(rows) or any(not isinstance(r.get("error"), float) for r in moe_rows):
+        if len(ok) != len(rows) or any(not isinstance(r.get("error"), float) for r in apart_rows):
             print("bench/accuracy: a run failed: bands not written")
             return 1
         write_bands(everything, BANDS, args.with_slow)
     if args.series_json:
         with open(args.series_json, "w") as f:
             json.dump(series, f, indent=2)
-    if len(ok) != len(rows) or any(not isinstance(r.get("error"), float) for r in moe_rows):
+    if len(ok) != len(rows) or any(not isinstance(r.get("error"), float) for r in apart_rows):
         return 1
     if args.check_fidelity is not None:
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
