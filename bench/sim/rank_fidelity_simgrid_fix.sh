@@ -45,9 +45,10 @@ EOF
   if grep -rqE 'activities_\.(emplace_back|remove)\(' "$src/src"; then
     echo "$0: a use of the list is left in SimGrid's source" >&2; exit 1
   fi
-  cmake -S "$src" -B "$folder/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -Denable_smpi=OFF \
+  # From inside the folder: SimGrid's configure leaves a test program (test_stackgrowth) in the working directory.
+  (cd "$folder" && cmake -S "$src" -B "$folder/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -Denable_smpi=OFF \
     -Denable_model-checking=OFF -Denable_documentation=OFF -Denable_java=OFF -Denable_python=OFF -Denable_lto=OFF \
-    > "$folder/configure.log" 2>&1
+    > "$folder/configure.log" 2>&1)
   echo "building SimGrid 3.32 with the set (10 to 25 minutes on 2 cores)..." >&2
   cmake --build "$folder/build" --target simgrid > "$folder/build.log" 2>&1 ||
     { echo "$0: SimGrid's build failed: $folder/build.log" >&2; exit 1; }
