@@ -270,27 +270,32 @@ def mape_by_group(rows):
     return out
 
 
-def print_moe(rows, markdown):
-    """The Mixture-of-Experts runs: their own table (published and predicted tokens per second per GPU beside the
-    seconds) and MAPE line."""
-    print("\nMixture-of-Experts runs (group moe): published against predicted, tokens/s per GPU and seconds per iteration")
+def print_rate_table(title, rows, markdown, width):
+    """Runs printed apart from the dense table: published and predicted tokens per second per GPU beside the seconds
+    per iteration, one row each (a failed run says so), names in a column `width` wide."""
+    print(f"\n{title}: published against predicted, tokens/s per GPU and seconds per iteration")
     if markdown:
         print("\n| run | published tokens/s/GPU | twin tokens/s/GPU | published s | twin s | error |")
         print("|---|---:|---:|---:|---:|---:|")
     else:
-        print(f"{'run':32} {'published tok/s/GPU':>20} {'twin tok/s/GPU':>15} {'published s':>12} {'twin s':>10} "
+        print(f"{'run':{width}} {'published tok/s/GPU':>20} {'twin tok/s/GPU':>15} {'published s':>12} {'twin s':>10} "
               f"{'error':>8}")
     for r in rows:
         if not isinstance(r.get("error"), float):
-            print(f"{r['name']:32} failed: {r.get('error')}")
+            print(f"{r['name']:{width}} failed: {r.get('error')}")
             continue
         twin_rate = r["published_tokens_per_s_per_gpu"] * r["published_s"] / r["iteration_time_s"]
         if markdown:
             print(f"| {r['name']} | {r['published_tokens_per_s_per_gpu']:.0f} | {twin_rate:.0f} | "
                   f"{r['published_s']:.2f} | {r['iteration_time_s']:.2f} | {100 * r['error']:+.1f} % |")
         else:
-            print(f"{r['name']:32} {r['published_tokens_per_s_per_gpu']:20.0f} {twin_rate:15.0f} "
+            print(f"{r['name']:{width}} {r['published_tokens_per_s_per_gpu']:20.0f} {twin_rate:15.0f} "
                   f"{r['published_s']:12.2f} {r['iteration_time_s']:10.2f} {100 * r['error']:+7.1f}%")
+
+
+def print_moe(rows, markdown):
+    """The Mixture-of-Experts runs: their own table and MAPE line."""
+    print_rate_table("Mixture-of-Experts runs (group moe)", rows, markdown, 32)
     for group, mape, bias, runs, in_mape in mape_by_group(rows):
         if group == "all":
             continue
@@ -304,28 +309,9 @@ APART_GROUPS = ("moe", "bridge-dense")
 
 
 def print_held_out(rows, markdown):
-    """The held-out dense runs (group bridge-dense): their own table, as the MoE runs' (published and predicted tokens
-    per second per GPU beside the seconds), and a MAPE per GPU generation (the generation of each run's cluster.node,
-    as band_key reads it), then over them all."""
-    print("\nHeld-out dense runs (group bridge-dense): published against predicted, tokens/s per GPU and seconds per "
-          "iteration")
-    if markdown:
-        print("\n| run | published tokens/s/GPU | twin tokens/s/GPU | published s | twin s | error |")
-        print("|---|---:|---:|---:|---:|---:|")
-    else:
-        print(f"{'run':36} {'published tok/s/GPU':>20} {'twin tok/s/GPU':>15} {'published s':>12} {'twin s':>10} "
-              f"{'error':>8}")
-    for r in rows:
-        if not isinstance(r.get("error"), float):
-            print(f"{r['name']:36} failed: {r.get('error')}")
-            continue
-        twin_rate = r["published_tokens_per_s_per_gpu"] * r["published_s"] / r["iteration_time_s"]
-        if markdown:
-            print(f"| {r['name']} | {r['published_tokens_per_s_per_gpu']:.0f} | {twin_rate:.0f} | "
-                  f"{r['published_s']:.2f} | {r['iteration_time_s']:.2f} | {100 * r['error']:+.1f} % |")
-        else:
-            print(f"{r['name']:36} {r['published_tokens_per_s_per_gpu']:20.0f} {twin_rate:15.0f} "
-                  f"{r['published_s']:12.2f} {r['iteration_time_s']:10.2f} {100 * r['error']:+7.1f}%")
+    """The held-out dense runs (group bridge-dense): their own table, as the MoE runs', and a MAPE per GPU generation
+    (the generation of each run's cluster.node, as band_key reads it), then over them all."""
+    print_rate_table("Held-out dense runs (group bridge-dense)", rows, markdown, 36)
     counted = [r for r in rows if isinstance(r.get("error"), float) and r.get("in_mape", True)]
     generations = sorted({r["band"][0] for r in counted})
     for label, members in [*((f"bridge-dense-{g}", [r for r in counted if r["band"][0] == g]) for g in generations),
