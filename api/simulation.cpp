@@ -17,6 +17,7 @@
 #include "model/scenario/errors.hpp"
 #include "report/pipeline.hpp"
 #include "report/trace.hpp"
+#include "sim/simgrid_library.hpp"
 #include "topology/platform.hpp"
 
 namespace twin::api {
@@ -218,6 +219,11 @@ void replay(Simulation& s, const SimRequest& r) {
                  "twin sim: placement {} puts TP groups across nodes, which group fidelity cannot simulate: all {} "
                  "GPUs at rank fidelity (slower: seconds at a hundred GPUs, minutes at a thousand)\n",
                  r.placement, s.program.layout.world_size());
+    }
+    if (r.progress && sim::choose_fidelity(s.program, s.options) == sim::Fidelity::Rank) {
+      if (const auto hint = sim::rank_fidelity_hint(s.program.layout.world_size(), sim::simgrid_library_path())) {
+        fmt::print(stderr, "{}\n", *hint);
+      }
     }
     s.result = sim::simulate(s.program, cost, s.options);
   } catch (const sim::SimulationError& error) {

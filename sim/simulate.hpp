@@ -52,9 +52,10 @@ struct SimOptions {
   // 10 to 50 times faster; below 64 GPUs rank fidelity takes under a second anyway.
   int group_fidelity_above_gpus = 64;
   // auto: replica fidelity above this many GPUs, where group fidelity is exact and replica fidelity within
-  // replica_tolerance of it (replica_exact_enough): from 1,024 GPUs, where group fidelity's replay of every replica's
-  // ops and flows starts to cost minutes (DeepSeek-V3 on 1,024 H100: unfinished after 15 minutes; about a minute at
-  // replica fidelity), and replica fidelity is never the slower (docs/simulator.md, "Replica fidelity").
+  // replica_tolerance of it (replica_exact_enough): above 512 GPUs, where group fidelity's replay of every replica's
+  // ops and flows starts to cost tens of seconds (minutes with expert parallelism across nodes: DeepSeek-V3 on 1,024
+  // H100 took about 55 s at group fidelity, 47 s at replica), and replica fidelity is never the slower
+  // (docs/simulator.md, "Replica fidelity").
   int replica_fidelity_above_gpus = 512;
   std::string placement = "tp-dp-pp";          // topology::Placement order
   std::optional<topology::NodeSpec> node;      // default: the scenario's cluster.node
