@@ -204,26 +204,24 @@ sim::SimOptions sim_options(const model::Scenario& scenario, const model::Progra
   return options;
 }
 
-// The replay, and with degradations the healthy one beside it. Says on stderr (with progress) why a run at auto
-// fidelity takes the slow path.
+// The replay, and with degradations the healthy one beside it. Says on stderr (with progress) why a run takes the
+// slow path: auto falling back to rank fidelity, or rank fidelity of many GPUs on Debian's SimGrid.
 void replay(Simulation& s, const SimRequest& r) {
   const sim::AnalyticalCostModel cost(s.node.gpu, s.parameters);
   s.cost_model = cost.name();
   try {
-    // auto would take group fidelity at this size, but the placement splits TP groups across nodes: say why this
-    // run takes seconds to minutes instead of a fraction of a second.
-    if (s.options.fidelity == sim::Fidelity::Auto && r.progress &&
-        s.program.layout.world_size() > s.options.group_fidelity_above_gpus &&
-        sim::choose_fidelity(s.program, s.options) == sim::Fidelity::Rank) {
-      fmt::print(stderr,
-                 "twin sim: placement {} puts TP groups across nodes, which group fidelity cannot simulate: all {} "
-                 "GPUs at rank fidelity (slower: seconds at a hundred GPUs, minutes at a thousand)\n",
-                 r.placement, s.program.layout.world_size());
-    }
+    const long long gpus = s.program.layout.world_size();
     if (r.progress && sim::choose_fidelity(s.program, s.options) == sim::Fidelity::Rank) {
-      if (const auto hint = sim::rank_fidelity_hint(s.program.layout.world_size(), sim::simgrid_library_path())) {
-        fmt::print(stderr, "{}\n", *hint);
+      // auto would take group fidelity at this size, but the placement splits TP groups across nodes: say why this
+      // run takes seconds to minutes instead of a fraction of a second.
+      if (s.options.fidelity == sim::Fidelity::Auto && gpus > s.options.group_fidelity_above_gpus) {
+        fmt::print(stderr,
+                   "twin sim: placement {} puts TP groups across nodes, which group fidelity cannot simulate: all {} "
+                   "GPUs at rank fidelity (slower: seconds at a hundred GPUs, minutes at a thousand)\n",
+                   r.placement, gpus);
       }
+      const auto hint = sim::rank_fidelity_hint(gpus, sim::simgrid_library_path());
+      if (hint) fmt::print(stderr, "{}\n", *hint);
     }
     s.result = sim::simulate(s.program, cost, s.options);
   } catch (const sim::SimulationError& error) {

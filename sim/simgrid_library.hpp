@@ -20,8 +20,8 @@ std::string simgrid_library_path();
 inline constexpr long long kRankFidelityHintGpus = 1000;
 
 // A line for `twin sim` to print before a rank-fidelity run of `gpus` GPUs on the library at `library_path`: none
-// below kRankFidelityHintGpus or on a library outside /usr/lib and /lib (a rebuilt one), else where the time goes and the
-// script that rebuilds the library.
+// below kRankFidelityHintGpus or on a library outside /usr/lib and /lib (a rebuilt one), else where the time goes
+// and the script that rebuilds the library.
 std::optional<std::string> rank_fidelity_hint(long long gpus, const std::string& library_path);
 
 }  // namespace twin::sim

@@ -102,6 +102,16 @@ const ClusterFabricZone::Cable& ClusterFabricZone::leaf_cable(int leaf, int spin
   return leaf_cables_[static_cast<std::size_t>(leaf) * spines_ + spine];
 }
 
+const ClusterFabricZone::Cable& ClusterFabricZone::port(int node, Port kind, int index, const std::string& what) const {
+  if (node < 0 || node >= static_cast<int>(ports_.size())) throw std::invalid_argument("platform: no " + what);
+  const NodePorts& ports = ports_[static_cast<std::size_t>(node)];
+  const std::vector<Cable>& cables = kind == Port::GpuNic      ? ports.gpu_nics
+                                     : kind == Port::GpuNvlink ? ports.gpu_nvlinks
+                                                               : ports.slot_nics;
+  if (index < 0 || index >= static_cast<int>(cables.size())) throw std::invalid_argument("platform: no " + what);
+  return cables[static_cast<std::size_t>(index)];
+}
+
 const ClusterFabricZone::Seat& ClusterFabricZone::seat_of(const NetPoint* point) const {
   if (point->is_router() || point->id() >= seats_.size()) {
     throw std::logic_error(fmt::format("platform: {} is not a host of the cluster", point->get_name()));

@@ -55,6 +55,10 @@ class ClusterFabricZone final : public simgrid::kernel::routing::NetZoneImpl {
                                             int group_size);
 
   const Cable& leaf_cable(int leaf, int spine) const;
+  // A node's ports (for what-ifs that slow one): GPU `gpu`'s NIC or NVLink port, group slot `slot`'s bundled NICs.
+  // Throws std::invalid_argument, naming `what`, for a port the platform does not have.
+  enum class Port : unsigned char { GpuNic, GpuNvlink, SlotNics };
+  const Cable& port(int node, Port kind, int index, const std::string& what) const;
 
  protected:
   void get_local_route(const simgrid::kernel::routing::NetPoint* src, const simgrid::kernel::routing::NetPoint* dst,

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <functional>
 #include <iterator>
-#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -122,12 +121,8 @@ void Platform::build() {
 
 namespace {
 
-// Both directions of split-duplex link `name` (SimGrid names them name_UP and name_DOWN).
-std::vector<sg4::Link*> split_duplex(const std::string& name, const std::string& what) {
-  sg4::Link* up_link = sg4::Link::by_name_or_null(name + "_UP");
-  sg4::Link* down_link = sg4::Link::by_name_or_null(name + "_DOWN");
-  if (up_link == nullptr || down_link == nullptr) throw std::invalid_argument("platform: no " + what);
-  return {up_link, down_link};
+std::vector<sg4::Link*> both_ways(const ClusterFabricZone::Cable& cable) {
+  return {cable.up.link, cable.down.link};
 }
 
 }  // namespace
@@ -136,26 +131,25 @@ std::vector<sg4::Link*> Platform::gpu_nic_links(int gpu_index) const {
   if (!options_.gpu_hosts || gpu_index < 0 || gpu_index >= gpus()) {
     throw std::invalid_argument(fmt::format("platform: no NIC of GPU {}", gpu_index));
   }
-  return split_duplex(fmt::format("{}-gpu{}-nic", node_name(node_of_gpu(gpu_index)), gpu_index % gpus_per_node()),
-                      fmt::format("NIC of GPU {}", gpu_index));
+  return both_ways(fabric_->port(node_of_gpu(gpu_index), ClusterFabricZone::Port::GpuNic,
+                                 gpu_index % gpus_per_node(), fmt::format("NIC of GPU {}", gpu_index)));
 }
 
 std::vector<sg4::Link*> Platform::gpu_nvlink_links(int gpu_index) const {
   if (!options_.gpu_hosts || gpu_index < 0 || gpu_index >= gpus()) {
     throw std::invalid_argument(fmt::format("platform: no NVLink of GPU {}", gpu_index));
   }
-  return split_duplex(fmt::format("{}-gpu{}-nvlink", node_name(node_of_gpu(gpu_index)), gpu_index % gpus_per_node()),
-                      fmt::format("NVLink of GPU {}", gpu_index));
+  return both_ways(fabric_->port(node_of_gpu(gpu_index), ClusterFabricZone::Port::GpuNvlink,
+                                 gpu_index % gpus_per_node(), fmt::format("NVLink of GPU {}", gpu_index)));
 }
 
 std::vector<sg4::Link*> Platform::group_nic_links(int node, int slot) const {
-  return split_duplex(fmt::format("{}-tpgroup{}-nics", node_name(node), slot),
-                      fmt::format("group endpoint {} of node {}", slot, node));
+  return both_ways(fabric_->port(node, ClusterFabricZone::Port::SlotNics, slot,
+                                 fmt::format("group endpoint {} of node {}", slot, node)));
 }
 
 std::vector<sg4::Link*> Platform::up_links(int leaf, int spine) const {
-  const ClusterFabricZone::Cable& cable = fabric_->leaf_cable(leaf, spine);
-  return {cable.up.link, cable.down.link};
+  return both_ways(fabric_->leaf_cable(leaf, spine));
 }
 
 sg4::Host* Platform::group_endpoint(int node, int slot) const {

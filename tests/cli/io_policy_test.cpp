@@ -273,14 +273,14 @@ TEST(CliSizeGuards, ChakraTracesPastTheFreeDiskAreRefused) {
 
 #ifdef TWIN_HAVE_SIMGRID
 // twin search says what its platforms cost before simulating them (400,000 nodes: about a minute each on 2 cores at a
-// host per GPU). The
-// search runs in its own process group, killed with its children once the line is out.
+// host per GPU). The search runs in its own process group, killed with its children once the line is out.
 TEST(CliSizeGuards, SearchEstimatesItsPlatformsFirst) {
   if (std::system("command -v setsid > /dev/null 2>&1") != 0) GTEST_SKIP() << "skipped: no setsid (util-linux)";
   const fs::path log = scratch("search-estimate.log");
   const std::string command =
       "setsid " + std::string(TWIN_BINARY) +
-      " search gpt3-175b --set cluster.nodes=400000 --set parallel.global_batch=3200000 --max 2 --jobs 1 > /dev/null 2> " +
+      " search gpt3-175b --set cluster.nodes=400000 --set parallel.global_batch=3200000 --max 2 --jobs 1"
+      " > /dev/null 2> " +
       log.string() +
       " & pid=$!; for i in $(seq 200); do grep -q \"building the platforms\" " + log.string() +
       " && break; sleep 0.05; done; kill -9 -$pid 2> /dev/null; kill -9 $pid 2> /dev/null; wait";
