@@ -76,6 +76,8 @@ constexpr SwitchAlias kSwitches[] = {
     {"--overlap-moe-expert-parallel-comm", "framework.moe_a2a_overlap", "true",
      "alias of --set framework.moe_a2a_overlap=true"},
     {"--fp8-param-gather", "framework.fp8_param_gather", "true", "alias of --set framework.fp8_param_gather=true"},
+    {"--moe-pad-expert-input-to-capacity", "model.pad_to_capacity", "true",
+     "alias of --set model.pad_to_capacity=true"},
     {"--enable-cuda-graph", "framework.cuda_graphs", "true", "alias of --set framework.cuda_graphs=true"},
     {"--external-cuda-graph", "framework.cuda_graphs", "true", "alias of --set framework.cuda_graphs=true"},
     {"--accumulate-allreduce-grads-in-fp32", "framework.grad_reduce_in_fp32", "true",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <utility>
 
 #include "model/ops/compute_ops.hpp"
@@ -17,7 +18,7 @@ std::vector<double> expert_row_shares(const Scenario& s) {
   for (std::size_t i = 0; i < experts; ++i)
     sum += shares[i] = std::pow(static_cast<double>(i + 1), -s.model.expert_load_skew);
   const double capacity = s.model.capacity_factor > 0 ? s.model.capacity_factor / static_cast<double>(experts) : 1;
-  for (double& share : shares) share = std::min(share / sum, capacity);
+  for (double& share : shares) share = s.model.pad_to_capacity ? capacity : std::min(share / sum, capacity);
   return shares;
 }
 
@@ -93,7 +94,8 @@ namespace {
 // routing sends them.
 struct ExpertShapes {
   double tokens = 0;    // T: the layer's tokens on this rank
-  double rows_out = 0;  // T x top_k: the rows this rank dispatches
+  double rows_out = 0;  // T x top_k: the rows this rank routes
+  double rows_sent = 0;  // the rows its permutation writes and its dispatch sends: rows_out, or padded, the capacity's
   double rows = 0;      // rows its experts compute on (the hottest EP rank's, times etp after the gather)
   double local_experts = 1;
   double width = 0;     // one expert's MLP width on this rank: moe_ffn_hidden / etp
@@ -108,6 +110,9 @@ ExpertShapes expert_shapes(const Scenario& s, const Shapes& x) {
   m.tokens = x.tokens_sp;
   m.rows_out = m.tokens * static_cast<double>(s.model.top_k);
   const std::vector<double> shares = ep_rank_row_shares(s);
+  // Padded to capacity, the permutation writes and the dispatch sends each expert's whole capacity (num_out_tokens =
+  // capacity x experts in the drop-and-pad preprocess): the shares sum to the capacity factor.
+  m.rows_sent = m.rows_out * (s.model.pad_to_capacity ? std::accumulate(shares.begin(), shares.end(), 0.0) : 1.0);
   const double hottest = *std::max_element(shares.begin(), shares.end());
   m.rows = m.rows_out * m.ep * hottest * m.etp;  // every EP peer sends it this share; the ETP gather multiplies
   m.local_experts = d(x.rank.local_experts);
@@ -191,7 +196,10 @@ void shared_experts(std::vector<Op>& ops, const Scenario& s, const Shapes& x, Ph
 //   (TEGroupedMLP.forward: quantization_padding of the rows and of their probabilities, TE's Fp8Padding,
 //   fused_multi_row_padding: a copy of every row) and unpadded after the down-projection (Fp8Unpadding); their
 //   backwards copy the gradients the other way (module/fp8_padding.py). Unless every count is already aligned, which
-//   balanced routing of 2,048 rows an expert leaves to chance, the copies run.
+//   balanced routing of 2,048 rows an expert leaves to chance, the copies run. Padded to capacity (drop and pad),
+//   the sort is a transpose of the [peers, local experts, capacity] rows (.transpose(0, 1).contiguous()), a copy of
+//   every row as well; Fp8Padding returns its input when every count is aligned, as capacity x ep is in the drop-and-
+//   pad runs twin models (a capacity factor with dropped, unpadded rows: their counts are data, no padding costed).
 // The up-projection's op carries the passes on its input side (forward: sort, pad; backward: unpad, unsort), the
 // down-projection's those on its output side (forward: unpad, unsort; backward: sort, pad), each as one streaming
 // kernel of their launches and bytes (read and write of every row).
@@ -225,7 +233,7 @@ Op with_dispatcher_row_passes(const Scenario& s, const Shapes& x, const ExpertSh
 std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
   const ExpertShapes m = expert_shapes(s, x);
   const double experts = static_cast<double>(s.model.experts), k = static_cast<double>(s.model.top_k);
-  const double row_bytes = x.h * x.e, dispatched = m.rows_out * row_bytes;
+  const double row_bytes = x.h * x.e, dispatched = m.rows_sent * row_bytes;
   const double routing = m.tokens * experts * x.e + m.tokens * k * (x.e + 4);
   const double permute = routing + 2 * dispatched, unpermute = 2 * dispatched + m.tokens * (k * x.e + row_bytes);
   const bool exchange = m.ep > 1, split = m.etp > 1;
@@ -257,11 +265,14 @@ std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
     ops.push_back(
         tensor_collective(CollectiveKind::AllReduce, Payload::ExpertCounts, ComputeKind::Router, phase, experts * 4));
   }
-  if (exchange || split) ops.push_back(expert_counts_gather(s, phase));  // the split sizes' source (moe_host_sync)
-  const bool sync_first = splits_sync_before_permutation(s);  // model/ops/moe_host_sync.hpp: where the host waits
-  if (sync_first) ops.push_back(expert_splits_sync(s, phase));
+  // The split sizes' source and the host's wait for them (model/ops/moe_host_sync.hpp); padded to capacity, every
+  // size is known on the host and neither runs.
+  const bool counted = !s.model.pad_to_capacity;
+  if (counted && (exchange || split)) ops.push_back(expert_counts_gather(s, phase));
+  const bool sync_first = splits_sync_before_permutation(s);
+  if (counted && sync_first) ops.push_back(expert_splits_sync(s, phase));
   ops.push_back(elementwise(ComputeKind::ExpertPermute, phase, permute, 3));
-  if (!sync_first) ops.push_back(expert_splits_sync(s, phase));
+  if (counted && !sync_first) ops.push_back(expert_splits_sync(s, phase));
   if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, dispatched, dispatch));
   if (split) ops.push_back(expert_tensor_collective(CollectiveKind::AllGather, ComputeKind::ExpertUp, phase, gathered));
   ops.push_back(

@@ -26,7 +26,8 @@ struct Shapes;  // model/ops/kernel_traffic.hpp
 
 // Each expert's share of the routed rows (sums to 1), less what its capacity drops: with model.capacity_factor = c > 0
 // an expert takes at most c / experts of them and the rest are dropped before the dispatch (Megatron-Core's token
-// drop; its padding of every expert to its capacity, --moe-pad-expert-input-to-capacity, is not modelled).
+// drop); with model.pad_to_capacity every expert takes exactly c / experts (--moe-pad-expert-input-to-capacity: the
+// shares then sum to c).
 std::vector<double> expert_row_shares(const Scenario& s);
 
 // The rows each EP rank's experts receive from one rank's T x top_k, as shares of it (sums to 1 over the EP ranks

@@ -116,6 +116,11 @@ struct ModelSpec {
   std::int64_t dense_layers = 0;    // the first N transformer layers keep a dense MLP (DeepSeek-V3: 3)
   double capacity_factor = 0;       // tokens an expert takes, over its even share (--moe-expert-capacity-factor);
                                     // 0: dropless (Megatron's default)
+  // Every expert's rows padded to its capacity (--moe-pad-expert-input-to-capacity; needs capacity_factor > 0):
+  // Megatron-Core's drop-and-pad dispatch, whose sizes the host knows, so it neither gathers the token counts nor
+  // waits for them (token_dispatcher.py, MoEAlltoAllTokenDispatcher.preprocess), and every expert computes its whole
+  // capacity, padding rows included.
+  bool pad_to_capacity = false;
   // How unevenly the router spreads tokens: 0 balanced; s > 0 gives expert i (0-based) a share proportional to
   // 1 / (i + 1)^s (Zipf), experts in EP-rank order, so EP rank 0 holds the hottest and sets the pace.
   double expert_load_skew = 0;

@@ -162,6 +162,12 @@ void check_mixture_of_experts(const Scenario& scenario, SizesKnown known, std::v
     problems.push_back(
         fmt::format("{}: model.capacity_factor must be >= 0 (0: dropless), got {}", src, m.capacity_factor));
   }
+  if (m.pad_to_capacity && !(m.capacity_factor > 0)) {
+    problems.push_back(fmt::format(
+        "{}: model.pad_to_capacity pads every expert to its capacity: it needs model.capacity_factor > 0 "
+        "(Megatron-Core asserts the same of --moe-pad-expert-input-to-capacity)",
+        src));
+  }
   if (!(m.expert_load_skew >= 0 && m.expert_load_skew <= 10)) {
     problems.push_back(
         fmt::format("{}: model.expert_load_skew must be in [0, 10] (0: balanced), got {}", src, m.expert_load_skew));

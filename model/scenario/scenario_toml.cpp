@@ -97,11 +97,12 @@ void read_moe_keys(SectionReader& model, const std::string& source, ModelSpec& m
   model.integer("shared_experts", m.shared_experts);
   model.integer("dense_layers", m.dense_layers);
   model.number("capacity_factor", m.capacity_factor);
+  model.boolean("pad_to_capacity", m.pad_to_capacity);
   model.number("expert_load_skew", m.expert_load_skew);
   model.number("moe_aux_loss_coeff", m.moe_aux_loss_coeff);
   if (m.experts != 0) return;
   for (const char* key : {"top_k", "moe_ffn_hidden", "shared_experts", "dense_layers", "capacity_factor",
-                          "expert_load_skew", "moe_aux_loss_coeff"}) {
+                          "pad_to_capacity", "expert_load_skew", "moe_aux_loss_coeff"}) {
     if (model.has(key)) {
       problems.push_back(fmt::format(
           "{}: model.{} is a Mixture-of-Experts key: it needs model.experts > 0 (the model is dense without it)",
@@ -444,6 +445,7 @@ std::string to_toml(const Scenario& s) {
     line(fmt::format("shared_experts = {}", s.model.shared_experts));
     line(fmt::format("dense_layers = {}", s.model.dense_layers));
     line(fmt::format("capacity_factor = {:.17g}", s.model.capacity_factor));
+    if (s.model.pad_to_capacity) line("pad_to_capacity = true");
     line(fmt::format("expert_load_skew = {:.17g}", s.model.expert_load_skew));
     line(fmt::format("moe_aux_loss_coeff = {:.17g}", s.model.moe_aux_loss_coeff));
   }

@@ -66,6 +66,26 @@ TEST(AccuracyCli, SimSaysWhenACapacityFactorCapsTheExpertSkew) {
   fs::remove_all(capped_json.parent_path());
 }
 
+// Megatron-Core's --moe-pad-expert-input-to-capacity is model.pad_to_capacity: the drop-and-pad dispatch without the
+// split-size sync (tests/sim/pad_to_capacity_test.cpp); without a capacity factor it is refused by name.
+TEST(AccuracyCli, PaddingToCapacityIsMegatronsFlagAndNeedsACapacity) {
+  const std::string base = "sim scenarios/mixtral-8x7b.toml --set parallel.global_batch=64 --quiet";
+  const fs::path flag_json = scratch("pad-flag.json"), key_json = scratch("pad-key.json"),
+                 plain_json = scratch("pad-none.json");
+  ASSERT_EQ(twin(base + " --moe-pad-expert-input-to-capacity --json " + flag_json.string()).status, 0);
+  ASSERT_EQ(twin(base + " --set model.pad_to_capacity=true --json " + key_json.string()).status, 0);
+  ASSERT_EQ(twin(base + " --json " + plain_json.string()).status, 0);
+  const double flag = read_json(flag_json)["iteration_time_s"].get<double>();
+  EXPECT_EQ(flag, read_json(key_json)["iteration_time_s"].get<double>());
+  EXPECT_NE(flag, read_json(plain_json)["iteration_time_s"].get<double>());
+  const Result dropless = twin(base + " --set model.capacity_factor=0 --moe-pad-expert-input-to-capacity");
+  EXPECT_EQ(dropless.status, 2);
+  EXPECT_THAT(dropless.output, HasSubstr("twin: error:"));
+  EXPECT_THAT(dropless.output, HasSubstr("model.pad_to_capacity pads every expert to its capacity: it needs "
+                                         "model.capacity_factor > 0"));
+  fs::remove_all(flag_json.parent_path());
+}
+
 // framework.cp_comm chooses how CP ranks exchange keys and values; at cp 1 there is none, and twin says so.
 TEST(AccuracyCli, SimSaysWhenTheCpExchangeHasNothingToExchange) {
   const fs::path json_path = scratch("cp1.json");

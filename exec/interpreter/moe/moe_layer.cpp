@@ -54,6 +54,12 @@ void refuse_unsupported_moe(const model::Scenario& s, std::string_view backend) 
                     "token dropping runs on --backend cpu",
                     s.model.capacity_factor, backend));
   }
+  // Padding rows are zeros that change no loss; the executor dispatches the kept rows only, so the key would do nothing
+  // here (it prices the drop-and-pad dispatch in twin sim).
+  if (s.model.pad_to_capacity) {
+    refuse("model.pad_to_capacity: twin run drops tokens without padding the experts' rows (zero rows, the same "
+           "losses); the key is twin sim's, for the drop-and-pad dispatch's time: leave it out to train");
+  }
   // Megatron-Core computes the capacity from the tokens each rank routes: under TP with sequence parallelism a TP
   // rank's shard, so the tokens it drops are not those one rank routing the whole sequence would drop.
   if (s.model.capacity_factor > 0 && s.parallel.tp > 1) {

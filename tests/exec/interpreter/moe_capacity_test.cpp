@@ -171,6 +171,16 @@ TEST(ExecMoeCapacity, WhatTheExecutorCannotMatchIsRefusedByName) {
         << error.what();
   }
   EXPECT_NO_THROW(refuse_unsupported_moe(scenario(tiny_moe_toml(), {"model.capacity_factor=1.25"}), "cpu"));
+  // Padding to capacity adds zero rows, which change no loss: the executor refuses the key rather than ignore it.
+  try {
+    refuse_unsupported_moe(scenario(tiny_moe_toml(), {"model.capacity_factor=1.25", "model.pad_to_capacity=true"}),
+                           "cpu");
+    ADD_FAILURE() << "padding to capacity was not refused";
+  } catch (const RunError& error) {
+    EXPECT_NE(std::string(error.what()).find("model.pad_to_capacity: twin run drops tokens without padding"),
+              std::string::npos)
+        << error.what();
+  }
 }
 
 }  // namespace

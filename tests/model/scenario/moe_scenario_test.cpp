@@ -137,5 +137,18 @@ TEST(MoeScenario, EachRuleNamesItsField) {
                         "(2 x 2 x 4)"));
 }
 
+TEST(MoeScenario, PaddingToCapacityNeedsACapacityAndRoundTrips) {
+  EXPECT_THAT(problems_of(kMoe, {{"model.pad_to_capacity", "true"}}),
+              HasSubstr("model.pad_to_capacity pads every expert to its capacity: it needs model.capacity_factor > 0"));
+  EXPECT_THAT(problems_of(kMoe, {{"model.experts", "0"}, {"model.pad_to_capacity", "true"}}),
+              HasSubstr("model.pad_to_capacity is a Mixture-of-Experts key"));
+  const Scenario padded =
+      parse_scenario(kMoe, "moe.toml", {{"model.capacity_factor", "1.25"}, {"model.pad_to_capacity", "true"}});
+  EXPECT_TRUE(padded.model.pad_to_capacity);
+  EXPECT_THAT(to_toml(padded), HasSubstr("pad_to_capacity = true"));
+  EXPECT_TRUE(parse_scenario(to_toml(padded), "back.toml").model.pad_to_capacity);
+  EXPECT_EQ(to_toml(parse_scenario(kMoe, "moe.toml")).find("pad_to_capacity"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace twin::model
