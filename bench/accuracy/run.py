@@ -14,8 +14,10 @@ sequence and a fixed time per iteration, for the published and the predicted tim
 
 Mixture-of-Experts runs (group "moe") are printed apart, after the dense runs and their series, with their own
 table and MAPE: the dense output stays what it was, and "all" stays the dense runs' MAPE. The held-out dense runs
-(group "bridge-dense": Megatron-Bridge's Llama 3 rows on H100, B200 and GB200) are printed apart the same way, last,
-with a MAPE per GPU generation (of cluster.node, as the bands have it), in neither "all" nor "all-hopper".
+(group "bridge-dense": Megatron-Bridge's Llama 3 rows on H100, B200 and GB200) and the held-out token-dropping MoE
+runs (group "moe-tokendrop": Megatron-Bridge's Qwen3-30B-A3B rows of the 25.09 container, padded to capacity) are
+printed apart the same way, last, with a MAPE per GPU generation (of cluster.node, as the bands have it), in neither
+"all" nor "all-hopper" nor "moe".
 
 A run marked `mape = false` (with its reason in `why`) is simulated and printed like the others, marked `*`, but left
 out of every MAPE and of --max-mape: published numbers that do not meet the bar the set holds to (a pinned software
@@ -305,17 +307,21 @@ def print_moe(rows, markdown):
 
 # Groups printed apart from the dense table, its series and its MAPE lines (each after them, with a table and MAPE of
 # its own): "all", "all-hopper" and --max-mape never count them.
-APART_GROUPS = ("moe", "bridge-dense")
+APART_GROUPS = ("moe", "bridge-dense", "moe-tokendrop")
+
+# The held-out groups, each printed last with a MAPE per GPU generation: (group, title).
+HELD_OUT_GROUPS = (("bridge-dense", "Held-out dense runs (group bridge-dense)"),
+                   ("moe-tokendrop", "Held-out token-dropping MoE runs (group moe-tokendrop)"))
 
 
-def print_held_out(rows, markdown):
-    """The held-out dense runs (group bridge-dense): their own table, as the MoE runs', and a MAPE per GPU generation
-    (the generation of each run's cluster.node, as band_key reads it), then over them all."""
-    print_rate_table("Held-out dense runs (group bridge-dense)", rows, markdown, 36)
+def print_held_out(rows, markdown, group, title):
+    """A held-out group's runs: their own table, as the MoE runs', and a MAPE per GPU generation (the generation of
+    each run's cluster.node, as band_key reads it), then over them all."""
+    print_rate_table(title, rows, markdown, max(36, 2 + max(len(r["name"]) for r in rows)))
     counted = [r for r in rows if isinstance(r.get("error"), float) and r.get("in_mape", True)]
     generations = sorted({r["band"][0] for r in counted})
-    for label, members in [*((f"bridge-dense-{g}", [r for r in counted if r["band"][0] == g]) for g in generations),
-                           ("bridge-dense", counted)]:
+    for label, members in [*((f"{group}-{g}", [r for r in counted if r["band"][0] == g]) for g in generations),
+                           (group, counted)]:
         if not members:
             continue
         mape = 100 * sum(abs(r["error"]) for r in members) / len(members)
@@ -391,7 +397,7 @@ def main():
 
     everything = rows
     moe_rows = [r for r in rows if r["group"] == "moe"]
-    held_out_rows = [r for r in rows if r["group"] == "bridge-dense"]
+    held_out = [(group, title, [r for r in rows if r["group"] == group]) for group, title in HELD_OUT_GROUPS]
     apart_rows = [r for r in rows if r["group"] in APART_GROUPS]
     rows = [r for r in rows if r["group"] not in APART_GROUPS]
     if args.markdown:
@@ -452,8 +458,9 @@ def main():
                   f"   x {f_['factor']:.3f}: {100 * f_['factor_worst_error']:5.1f} %")
     if moe_rows:
         print_moe(moe_rows, args.markdown)
-    if held_out_rows:
-        print_held_out(held_out_rows, args.markdown)
+    for group, title, members in held_out:
+        if members:
+            print_held_out(members, args.markdown, group, title)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(everything, f, indent=2)
