@@ -2,7 +2,7 @@
 // 16-bit GEMMs at a measured large GEMM's rate, sim/cost_model.cpp), by GPU and by the recipe's scaling, which
 // decides the kernel: per-tensor scales (delayed, tensorwise) run cuBLASLt's FP8 GEMM, 1 x 128 / 128 x 128 block
 // scales on Hopper a kernel that promotes partial sums to fp32 on the CUDA cores (DeepGEMM, cuBLAS 12.9), MXFP8 the
-// block-scaled tensor cores of Blackwell.
+// block-scaled tensor cores of Blackwell (5 % slower than its per-tensor GEMMs in Transformer Engine's measurement).
 #pragma once
 
 #include <string_view>

@@ -25,8 +25,17 @@ TEST(Fp8Gemm, MeasuredRatesLieBetweenThe16BitPeakAndTheFp8Peak) {
   }
   EXPECT_DOUBLE_EQ(fp8_gemm_measurement(topology::h100_sxm5_80gb(), Fp8Recipe::Delayed).flops_per_s, 1402.6e12);
   EXPECT_DOUBLE_EQ(fp8_gemm_measurement(topology::h100_sxm5_80gb(), Fp8Recipe::Blockwise).flops_per_s, 1358e12);
-  EXPECT_DOUBLE_EQ(fp8_gemm_measurement(topology::b200_sxm_180gb(), Fp8Recipe::Mxfp8).flops_per_s, 3432.5e12);
+  // Blackwell's block-scaled GEMMs at the per-tensor rate times TE's measured ratio (B300, pre-quantized MXFP8
+  // against FP8 CurrentScaling: 6.812 / 7.161 ms a layer), on both Blackwell parts and for both block recipes.
+  EXPECT_DOUBLE_EQ(fp8_gemm_measurement(topology::b200_sxm_180gb(), Fp8Recipe::Mxfp8).flops_per_s,
+                   3432.5e12 * 6.812 / 7.161);
+  EXPECT_DOUBLE_EQ(fp8_gemm_measurement(topology::gb200_186gb(), Fp8Recipe::Mxfp8).flops_per_s,
+                   3615.6e12 * 6.812 / 7.161);
+  EXPECT_DOUBLE_EQ(fp8_gemm_measurement(topology::b200_sxm_180gb(), Fp8Recipe::Blockwise).flops_per_s,
+                   fp8_gemm_measurement(topology::b200_sxm_180gb(), Fp8Recipe::Mxfp8).flops_per_s);
   EXPECT_TRUE(fp8_gemm_measurement(topology::b200_sxm_180gb(), Fp8Recipe::Mxfp8).assumed);
+  EXPECT_NE(fp8_gemm_measurement(topology::b200_sxm_180gb(), Fp8Recipe::Mxfp8).source.find("gemm_profiling"),
+            std::string_view::npos);
   EXPECT_FALSE(fp8_gemm_measurement(topology::h200_sxm_141gb(), Fp8Recipe::Tensorwise).assumed);
   EXPECT_TRUE(fp8_gemm_measurement(topology::h800_sxm5_80gb(), Fp8Recipe::Tensorwise).assumed);
 }

@@ -28,7 +28,11 @@ TEST(Fp8, GemmsRunAtTheCitedMeasuredRate) {
   EXPECT_NEAR(2 * 4096.0 * 7168 * 16384 / h100.fp8_gemm_time_s(4096, 7168, 16384, 1, Fp8Recipe::Blockwise), 1358e12,
               1e9);
   const AnalyticalCostModel b200(topology::b200_sxm_180gb());
-  EXPECT_NEAR(2 * 15360.0 * 4096 * 3072 / b200.fp8_gemm_time_s(15360, 4096, 3072, 1, Fp8Recipe::Mxfp8), 3432.5e12, 1e9);
+  EXPECT_NEAR(2 * 15360.0 * 4096 * 3072 / b200.fp8_gemm_time_s(15360, 4096, 3072, 1, Fp8Recipe::Tensorwise), 3432.5e12,
+              1e9);
+  // MXFP8 at the per-tensor measurement times TE's measured block-scaled ratio (sim/fp8_gemm.cpp): 5 % slower.
+  EXPECT_NEAR(2 * 15360.0 * 4096 * 3072 / b200.fp8_gemm_time_s(15360, 4096, 3072, 1, Fp8Recipe::Mxfp8),
+              3432.5e12 * 6.812 / 7.161, 1e9);
   // A large FP8 GEMM is faster than its 16-bit twin and slower than the FP8 datasheet peak allows.
   const double bf16 = h100.gemm_time_s(8192, 8192, 8192, 1, model::DType::BF16);
   const double fp8 = h100.fp8_gemm_time_s(8192, 8192, 8192, 1, Fp8Recipe::Delayed);
