@@ -40,6 +40,18 @@ double quantized_time_s(double m, double n, double k, double count, double peak,
   return best;
 }
 
+// What a GEMM takes at least: its FLOPs at the measured rate its efficiency came from (0 where none). The tile and
+// wave model alone would run a GEMM whose tiles fill every wave faster than the measurement whenever the measured
+// shape loses some of its own waves (H100 FP8: 1607 TFLOP/s against the 1402.6 measured at 1024 x 9216 x 14336). The
+// H100 and later measurements are maximum achievable matmul FLOPS: the best of a brute-force search over shapes
+// (mamf-finder.py; S. Bekman, "Machine Learning Engineering Open Book", compute/accelerator/benchmarks/README.md,
+// its H100 range: M, N and K from 0 to 20480 in steps of 256), the ceiling no shape of the search passed; so no GEMM
+// runs faster than its measured rate, on every GPU (the A100's 8192^3 measurement fills its waves: there the ceiling
+// and the tile model agree within 0.2 %).
+double ceiling_s(double m, double n, double k, double count, double flops_per_s) {
+  return flops_per_s > 0 ? 2 * m * n * k * count / flops_per_s : 0;
+}
+
 // A measured best-case GEMM: `flops_per_s` achieved on an m x n x k bf16 matmul.
 struct GemmMeasurement {
   double flops_per_s, m, n, k;
@@ -295,9 +307,21 @@ double AnalyticalCostModel::fp8_efficiency(model::Fp8Recipe recipe) const {
   return it->second;
 }
 
+double AnalyticalCostModel::fp8_ceiling_flops_per_s(model::Fp8Recipe recipe) const {
+  auto it = fp8_ceiling_.find(recipe);
+  if (it == fp8_ceiling_.end()) it = fp8_ceiling_.emplace(recipe, fp8_gemm_measurement(gpu_, recipe).flops_per_s).first;
+  return it->second;
+}
+
+double AnalyticalCostModel::gemm_ceiling_flops_per_s(model::DType dtype) const {
+  // The measurement is a 16-bit GEMM's; another dtype's at the ratio of the peaks.
+  return parameters_.gemm_measured_flops_per_s * gpu_.peak_flops(dtype) / gpu_.bf16_flops;
+}
+
 double AnalyticalCostModel::fp8_gemm_time_s(double m, double n, double k, double count, model::Fp8Recipe recipe) const {
   const double compute =
-      quantized_time_s(m, n, k, count, gpu_.fp8_flops, fp8_efficiency(recipe), gpu_.sm_count, parameters_.tiles);
+      std::max(quantized_time_s(m, n, k, count, gpu_.fp8_flops, fp8_efficiency(recipe), gpu_.sm_count, parameters_.tiles),
+               ceiling_s(m, n, k, count, fp8_ceiling_flops_per_s(recipe)));
   const double operand_bytes = (m * k + k * n + 2 * m * n) * count;
   return std::max(compute, memory_time_s(operand_bytes));
 }
@@ -305,8 +329,9 @@ double AnalyticalCostModel::fp8_gemm_time_s(double m, double n, double k, double
 double AnalyticalCostModel::gemm_time_s(double m, double n, double k, double count, model::DType dtype,
                                         double hbm_fraction) const {
   if (parameters_.host) return parameters_.host->gemm_time_s(m, n, k, count);
-  const double compute = quantized_time_s(m, n, k, count, gpu_.peak_flops(dtype), parameters_.gemm_efficiency,
-                                          gpu_.sm_count, parameters_.tiles);
+  const double compute = std::max(quantized_time_s(m, n, k, count, gpu_.peak_flops(dtype), parameters_.gemm_efficiency,
+                                                   gpu_.sm_count, parameters_.tiles),
+                                  ceiling_s(m, n, k, count, gemm_ceiling_flops_per_s(dtype)));
   const double operand_bytes = model::dtype_bytes(dtype) * (m * k + k * n + m * n) * count;
   return std::max(compute, memory_time_s(operand_bytes) / hbm_fraction);
 }
@@ -324,7 +349,10 @@ double AnalyticalCostModel::weight_gemm_time_s(double m, double n, double k, dou
 }
 
 double AnalyticalCostModel::large_gemm_flops_per_s(model::DType dtype, const model::Fp8Recipe* recipe) const {
-  return recipe ? gpu_.fp8_flops * fp8_efficiency(*recipe) : gpu_.peak_flops(dtype) * parameters_.gemm_efficiency;
+  if (recipe) return std::min(gpu_.fp8_flops * fp8_efficiency(*recipe), fp8_ceiling_flops_per_s(*recipe));
+  const double ceiling = gemm_ceiling_flops_per_s(dtype);
+  const double tiles = gpu_.peak_flops(dtype) * parameters_.gemm_efficiency;
+  return ceiling > 0 ? std::min(tiles, ceiling) : tiles;
 }
 
 double AnalyticalCostModel::op_time_s(const model::Scenario& scenario, const model::Op& op, int& kernels) const {

@@ -168,6 +168,10 @@ class AnalyticalCostModel : public CostModel {
   double flash_attention_s(const model::Scenario& scenario, const model::Op& op) const;
   std::pair<double, int> timed(const model::Scenario& scenario, const model::Op& op) const;  // seconds, kernels
   double fp8_efficiency(model::Fp8Recipe recipe) const;
+  // The measured rate no GEMM of the kind exceeds (sim/cost_model.cpp, ceiling_s): 16-bit GEMMs of `dtype`, or FP8
+  // ones of `recipe`; 0 where none was measured.
+  double gemm_ceiling_flops_per_s(model::DType dtype) const;
+  double fp8_ceiling_flops_per_s(model::Fp8Recipe recipe) const;
 
   topology::GpuSpec gpu_;
   AnalyticalParameters parameters_;
@@ -187,6 +191,7 @@ class AnalyticalCostModel : public CostModel {
   double issue_s(const model::Scenario& scenario, const model::Op& op, int kernels) const;
   mutable std::map<const model::KernelBreakdown*, FusedLayerTime> layer_cache_;
   mutable std::map<model::Fp8Recipe, double> fp8_efficiency_;  // by recipe, from its measured FP8 GEMM
+  mutable std::map<model::Fp8Recipe, double> fp8_ceiling_;     // by recipe, its measured FP8 GEMM's rate
 };
 
 // Fixed times per phase: what the ideal-pipeline tests need (a forward op costs `forward_s`, a recompute op

@@ -104,7 +104,11 @@ TEST(Fp8, AnIterationTakesBetweenItsBf16TimeAndHalfOfIt) {
   const double tt =
       simulate(model::build_program(tensorwise, model::Granularity::Layer), cost).timeline.iteration_time_s;
   EXPECT_GT(tt, t8 * 0.999);
-  EXPECT_LT(tt, t16);
+  // No more than bf16's time, within 2 %: on these TP-8 shards (N or K of 512 to 2048 per rank) the amax pass takes
+  // back about what FP8's GEMMs gain once no GEMM runs past its measured rate (0.04 % slower when the ceiling came);
+  // Transformer Engine's own measurement has FP8 slower than bf16 at small shapes (issue #445: 1024^3 on an H100).
+  EXPECT_LT(tt, t16 * 1.02);
+  EXPECT_LT(t8, t16 * 0.99);  // delayed scaling, with no amax pass, still gains
 }
 
 // Under context parallelism a rank's amaxes are those of its two chunks of each sequence: delayed scaling reduces them

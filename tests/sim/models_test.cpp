@@ -100,9 +100,11 @@ TEST(CostModel, WaveQuantization) {
   const double one_wave = a100.gemm_time_s(128 * 12, 128 * 9, k, 1, model::DType::BF16);
   const double two_waves = a100.gemm_time_s(128 * 12 + 1, 128 * 9, k, 1, model::DType::BF16);
   EXPECT_NEAR(two_waves / one_wave, 2.0, 0.15);
-  // A partial tile costs a whole tile: 129 rows cost what 256 do.
-  EXPECT_DOUBLE_EQ(a100.gemm_time_s(129, 128 * 108, k, 1, model::DType::BF16),
-                   a100.gemm_time_s(256, 128 * 108, k, 1, model::DType::BF16));
+  // A partial tile costs a whole tile: 129 rows cost what 256 do (within 0.3 %: 256 rows fill their two waves, where
+  // the measured rate the model never exceeds, 230 TFLOP/s, is 0.2 % under the tile model's 230.5).
+  EXPECT_NEAR(a100.gemm_time_s(129, 128 * 108, k, 1, model::DType::BF16) /
+                  a100.gemm_time_s(256, 128 * 108, k, 1, model::DType::BF16),
+              1.0, 0.003);
 }
 
 TEST(CostModel, SkinnyGemmsAreMemoryBound) {
