@@ -45,9 +45,9 @@ double quantized_time_s(double m, double n, double k, double count, double peak,
 // shape loses some of its own waves (H100 FP8: 1607 TFLOP/s against the 1402.6 measured at 1024 x 9216 x 14336). The
 // H100 and later measurements are maximum achievable matmul FLOPS: the best of a brute-force search over shapes
 // (mamf-finder.py; S. Bekman, "Machine Learning Engineering Open Book", compute/accelerator/benchmarks/README.md,
-// its H100 range: M, N and K from 0 to 20480 in steps of 256), the ceiling no shape of the search passed; so no GEMM
-// runs faster than its measured rate, on every GPU (the A100's 8192^3 measurement fills its waves: there the ceiling
-// and the tile model agree within 0.2 %).
+// whose suggested H100 range is M, N and K from 0 to 20480 in steps of 256), the ceiling no searched shape passed;
+// so no GEMM runs faster than its measured rate, on every GPU (the A100's 8192^3 measurement fills its waves: there
+// the ceiling and the tile model agree within 0.2 %).
 double ceiling_s(double m, double n, double k, double count, double flops_per_s) {
   return flops_per_s > 0 ? 2 * m * n * k * count / flops_per_s : 0;
 }
@@ -319,9 +319,9 @@ double AnalyticalCostModel::gemm_ceiling_flops_per_s(model::DType dtype) const {
 }
 
 double AnalyticalCostModel::fp8_gemm_time_s(double m, double n, double k, double count, model::Fp8Recipe recipe) const {
-  const double compute =
-      std::max(quantized_time_s(m, n, k, count, gpu_.fp8_flops, fp8_efficiency(recipe), gpu_.sm_count, parameters_.tiles),
-               ceiling_s(m, n, k, count, fp8_ceiling_flops_per_s(recipe)));
+  const double tiled =
+      quantized_time_s(m, n, k, count, gpu_.fp8_flops, fp8_efficiency(recipe), gpu_.sm_count, parameters_.tiles);
+  const double compute = std::max(tiled, ceiling_s(m, n, k, count, fp8_ceiling_flops_per_s(recipe)));
   const double operand_bytes = (m * k + k * n + 2 * m * n) * count;
   return std::max(compute, memory_time_s(operand_bytes));
 }
