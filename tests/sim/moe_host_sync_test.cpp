@@ -18,21 +18,7 @@ using testing::make_scenario;
 using testing::Plan;
 
 model::Scenario small_moe() {
-  Plan plan;
-  plan.layers = 4;
-  plan.hidden = 2048;
-  plan.heads = 16;
-  plan.seq = 2048;
-  plan.vocab = 4096;
-  plan.dp = 4;
-  plan.global_batch = 8;
-  plan.gpus_per_node = 4;
-  model::Scenario s = make_scenario(plan);
-  s.model.experts = 64;  // 16 a rank: 16 GEMM launches per grouped GEMM
-  s.model.top_k = 2;
-  s.model.moe_ffn_hidden = 256;
-  s.parallel.ep = 4;
-  return s;
+  return testing::small_moe_scenario();
 }
 
 AnalyticalCostModel with_host(const model::Scenario& scenario, double host_us_per_kernel) {

@@ -16,25 +16,9 @@
 namespace twin::sim {
 namespace {
 
-using testing::make_scenario;
-using testing::Plan;
-
-// 4 MoE layers of 64 experts (16 a rank over ep 4), top 2, with a capacity factor.
+// The MoE host-sync tests' plan (tests/sim/support.hpp) with a capacity factor.
 model::Scenario small_moe(double capacity_factor, bool pad) {
-  Plan plan;
-  plan.layers = 4;
-  plan.hidden = 2048;
-  plan.heads = 16;
-  plan.seq = 2048;
-  plan.vocab = 4096;
-  plan.dp = 4;
-  plan.global_batch = 8;
-  plan.gpus_per_node = 4;
-  model::Scenario s = make_scenario(plan);
-  s.model.experts = 64;
-  s.model.top_k = 2;
-  s.model.moe_ffn_hidden = 256;
-  s.parallel.ep = 4;
+  model::Scenario s = testing::small_moe_scenario();
   s.model.capacity_factor = capacity_factor;
   s.model.pad_to_capacity = pad;
   return s;

@@ -89,6 +89,22 @@ node = "{}"
   return model::parse_scenario(toml, "test", overrides);
 }
 
+// 4 MoE layers of 64 experts of width 256 (16 a rank over ep 4: 16 GEMM launches per grouped GEMM), top 2, hidden
+// 2048, on 4 GPUs of one A100 node, 2 micro-batches: the MoE host-sync tests' plan (moe_host_sync_test.cpp,
+// pad_to_capacity_test.cpp).
+inline model::Scenario small_moe_scenario() {
+  Plan plan;
+  plan.layers = 4;
+  plan.hidden = 2048;
+  plan.heads = 16;
+  plan.seq = 2048;
+  plan.vocab = 4096;
+  plan.dp = 4;
+  plan.global_batch = 8;
+  plan.gpus_per_node = 4;
+  return make_scenario(plan, {"model.experts=64", "model.top_k=2", "model.moe_ffn_hidden=256", "parallel.ep=4"});
+}
+
 // A Program whose every stage runs `ops` (hand-written), on the scenario's layout.
 inline model::Program hand_program(const model::Scenario& scenario, std::vector<std::vector<model::Op>> stage_ops) {
   model::Program program;
