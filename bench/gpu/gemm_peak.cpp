@@ -10,14 +10,20 @@
 //
 //   twin_gemm_peak                      squares, the ~1B GPT's linear layers at 16384 rows, HBM, attention
 //   twin_gemm_peak M N K [M N K ...]    the given GEMMs only (out (M, N) = inp (M, K) @ weight (N, K)^T)
+//   twin_gemm_peak --sustained S        8192^3 back to back for S seconds: the burst rate of the first half-second
+//                                       window and the sustained one of the last third, once the board sits at its
+//                                       power limit (the MAMF rates twin cites are bursts; a training step's GEMMs
+//                                       run back to back: docs/accuracy.md, "A lead for Blackwell")
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -156,10 +162,64 @@ void time_flash_attention(int batch, int seq, int heads, int head_dim, cudaStrea
   cudaFree(lse);
 }
 
+// One 8192^3 bf16 GEMM enqueued back to back for `seconds`, timed in windows of about half a second (CUDA events around
+// each batch of GEMMs): prints each window's rate, then "burst_tflops" (the first window) and "sustained_tflops" (the
+// median window of the last third), and their ratio.
+int time_sustained(double seconds, Cublas& blas, cudaStream_t stream) {
+  const Shape s{8192, 8192, 8192};
+  const std::size_t count = static_cast<std::size_t>(s.m) * s.k;
+  __nv_bfloat16 *inp = device_random_bf16(count, 7), *weight = device_random_bf16(count, 8), *out = nullptr;
+  TWIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), count * 2));
+  const auto gemm = [&] { twin::kernels::cuda::matmul_forward(out, inp, weight, nullptr, s.m, s.k, s.n, blas, stream); };
+  const double flops = 2.0 * s.m * s.n * static_cast<double>(s.k);
+  const twin::bench::Timing one = time_on(stream, gemm);
+  const int per_window = std::max(1, static_cast<int>(0.5 / one.median_s));
+  cudaEvent_t start, stop;
+  TWIN_CUDA_CHECK(cudaEventCreate(&start));
+  TWIN_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> tflops;
+  for (double elapsed_s = 0; elapsed_s < seconds;) {
+    TWIN_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int i = 0; i < per_window; ++i) gemm();
+    TWIN_CUDA_CHECK(cudaEventRecord(stop, stream));
+    TWIN_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    TWIN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    elapsed_s += ms / 1e3;
+    tflops.push_back(per_window * flops / (ms / 1e3) / 1e12);
+    std::printf("sustained window %zu at %.1f s: %.1f TFLOP/s\n", tflops.size(), elapsed_s, tflops.back());
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(inp);
+  cudaFree(weight);
+  cudaFree(out);
+  std::vector<double> last(tflops.end() - static_cast<std::ptrdiff_t>(std::max<std::size_t>(1, tflops.size() / 3)),
+                           tflops.end());
+  std::sort(last.begin(), last.end());
+  const double sustained = last[last.size() / 2];
+  std::printf("burst_tflops %.1f\nsustained_tflops %.1f\nsustained_over_burst %.3f\n", tflops.front(), sustained,
+              sustained / tflops.front());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
+    if (argc > 1 && std::string(argv[1]) == "--sustained") {
+      const double seconds = argc > 2 ? std::atof(argv[2]) : 0;
+      if (argc != 3 || !(seconds > 0 && seconds <= 600)) {
+        std::fprintf(stderr, "usage: twin_gemm_peak --sustained SECONDS (0 < SECONDS <= 600)\n");
+        return 2;
+      }
+      cudaStream_t stream;
+      TWIN_CUDA_CHECK(cudaStreamCreate(&stream));
+      Cublas blas;
+      const int status = time_sustained(seconds, blas, stream);
+      cudaStreamDestroy(stream);
+      return status;
+    }
     std::vector<Shape> shapes;
     const bool gemms_only = argc > 1;  // a sweep of given shapes: no HBM or attention measurement repeated with it
     if (argc > 1) {
