@@ -2,9 +2,13 @@
 // computes its whole capacity, and the host neither gathers the token counts nor waits for them
 // (model/ops/moe_host_sync.hpp, model/ops/moe_ops.cpp).
 #include <numeric>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include <fmt/format.h>
 
 #include "model/ops/moe_host_sync.hpp"
 #include "model/ops/moe_ops.hpp"
@@ -16,21 +20,23 @@
 namespace twin::sim {
 namespace {
 
-// The MoE host-sync tests' plan (tests/sim/support.hpp) with a capacity factor.
-model::Scenario small_moe(double capacity_factor, bool pad) {
-  model::Scenario s = testing::small_moe_scenario();
+// The MoE host-sync tests' plan (tests/sim/support.hpp) with a capacity factor, in plan family `family` (its keys).
+model::Scenario small_moe(double capacity_factor, bool pad, const std::vector<std::string>& family = {}) {
+  model::Scenario s = testing::small_moe_scenario(family);
   s.model.capacity_factor = capacity_factor;
   s.model.pad_to_capacity = pad;
   return s;
 }
 
 double iteration_s(const model::Scenario& s, double host_us_per_kernel,
-                   model::Granularity granularity = model::Granularity::Op) {
+                   model::Granularity granularity = model::Granularity::Op, Fidelity fidelity = Fidelity::Rank) {
   model::ClusterSpec cluster = s.cluster;
   cluster.host_us_per_kernel = host_us_per_kernel;
   const topology::GpuSpec gpu = topology::a100_sxm4_80gb();
   const AnalyticalCostModel cost(gpu, analytical_parameters(gpu, cluster));
-  return simulate(model::build_program(s, granularity), cost, SimOptions{}).timeline.iteration_time_s;
+  SimOptions options;
+  options.fidelity = fidelity;
+  return simulate(model::build_program(s, granularity), cost, options).timeline.iteration_time_s;
 }
 
 struct Counted {
@@ -100,6 +106,33 @@ TEST(PadToCapacity, ASlowHostKeepsItsLead) {
     const double free_dropping = iteration_s(small_moe(1, false), 0, granularity);
     const double free_padded = iteration_s(small_moe(1, true), 0, granularity);
     EXPECT_LT(std::abs(free_dropping - free_padded), dropping - padded);
+  }
+}
+
+// Every MoE plan family the key applies to, at both fidelities and granularities: the padding's two effects move the
+// prediction each way. At a capacity of 1 under a 10 us host the sync goes and the host keeps its lead (faster by more
+// than a launch's worth at each of the stage's syncs); at a capacity of 1.5 with a host never behind, the padded rows
+// cost more than the gather and sync save (tests above: 1.5 times the expert FLOPs and all-to-all bytes).
+TEST(PadToCapacity, MovesThePredictionOnEveryMoePlanFamily) {
+  const std::vector<std::pair<const char*, std::vector<std::string>>> families = {
+      {"pp1 ep4", {}},
+      {"pp2 1f1b ep4", {"parallel.pp=2", "cluster.gpus_per_node=8"}},
+      {"pp2 interleaved vp2 ep4",
+       {"parallel.pp=2", "cluster.gpus_per_node=8", "parallel.schedule=\"interleaved\"", "parallel.virtual_stages=2"}},
+      {"cp2 ep4", {"parallel.cp=2", "parallel.dp=2", "framework.attention=\"flash2\""}},
+  };
+  for (const auto& [name, family] : families) {
+    for (const Fidelity fidelity : {Fidelity::Rank, Fidelity::Group}) {
+      for (const auto granularity : {model::Granularity::Op, model::Granularity::Layer}) {
+        SCOPED_TRACE(fmt::format("{} x {} x {}", name, to_string(fidelity), model::to_string(granularity)));
+        const double dropping = iteration_s(small_moe(1, false, family), 10, granularity, fidelity);
+        const double padded = iteration_s(small_moe(1, true, family), 10, granularity, fidelity);
+        EXPECT_GT(dropping - padded, 10 * 10e-6) << dropping << " s dropping, " << padded << " s padded";
+        const double wide_dropping = iteration_s(small_moe(1.5, false, family), 0, granularity, fidelity);
+        const double wide_padded = iteration_s(small_moe(1.5, true, family), 0, granularity, fidelity);
+        EXPECT_GT(wide_padded, wide_dropping) << name;
+      }
+    }
   }
 }
 

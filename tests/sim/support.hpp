@@ -91,8 +91,8 @@ node = "{}"
 
 // 4 MoE layers of 64 experts of width 256 (16 a rank over ep 4: 16 GEMM launches per grouped GEMM), top 2, hidden
 // 2048, on 4 GPUs of one A100 node, 2 micro-batches: the MoE host-sync tests' plan (moe_host_sync_test.cpp,
-// pad_to_capacity_test.cpp).
-inline model::Scenario small_moe_scenario() {
+// pad_to_capacity_test.cpp); `sets` on top (another plan family: "parallel.pp=2", ...).
+inline model::Scenario small_moe_scenario(const std::vector<std::string>& sets = {}) {
   Plan plan;
   plan.layers = 4;
   plan.hidden = 2048;
@@ -102,7 +102,9 @@ inline model::Scenario small_moe_scenario() {
   plan.dp = 4;
   plan.global_batch = 8;
   plan.gpus_per_node = 4;
-  return make_scenario(plan, {"model.experts=64", "model.top_k=2", "model.moe_ffn_hidden=256", "parallel.ep=4"});
+  std::vector<std::string> all = {"model.experts=64", "model.top_k=2", "model.moe_ffn_hidden=256", "parallel.ep=4"};
+  all.insert(all.end(), sets.begin(), sets.end());
+  return make_scenario(plan, all);
 }
 
 // A Program whose every stage runs `ops` (hand-written), on the scenario's layout.
