@@ -297,19 +297,15 @@ AnalyticalParameters host_parameters(const topology::HostProfile& profile) {
   return p;
 }
 
-double AnalyticalCostModel::fp8_efficiency(model::Fp8Recipe recipe) const {
-  auto it = fp8_efficiency_.find(recipe);
-  if (it == fp8_efficiency_.end()) {
+const AnalyticalCostModel::Fp8Rate& AnalyticalCostModel::fp8_rate(model::Fp8Recipe recipe) const {
+  auto it = fp8_rates_.find(recipe);
+  if (it == fp8_rates_.end()) {
     const Fp8GemmMeasurement fp8 = fp8_gemm_measurement(gpu_, recipe);
     const GemmMeasurement measured{fp8.flops_per_s, fp8.m, fp8.n, fp8.k};
-    it = fp8_efficiency_.emplace(recipe, base_efficiency(gpu_, measured, parameters_.tiles, gpu_.fp8_flops)).first;
+    it = fp8_rates_.emplace(recipe, Fp8Rate{base_efficiency(gpu_, measured, parameters_.tiles, gpu_.fp8_flops),
+                                            fp8.flops_per_s})
+             .first;
   }
-  return it->second;
-}
-
-double AnalyticalCostModel::fp8_ceiling_flops_per_s(model::Fp8Recipe recipe) const {
-  auto it = fp8_ceiling_.find(recipe);
-  if (it == fp8_ceiling_.end()) it = fp8_ceiling_.emplace(recipe, fp8_gemm_measurement(gpu_, recipe).flops_per_s).first;
   return it->second;
 }
 
@@ -319,9 +315,10 @@ double AnalyticalCostModel::gemm_ceiling_flops_per_s(model::DType dtype) const {
 }
 
 double AnalyticalCostModel::fp8_gemm_time_s(double m, double n, double k, double count, model::Fp8Recipe recipe) const {
+  const Fp8Rate& rate = fp8_rate(recipe);
   const double tiled =
-      quantized_time_s(m, n, k, count, gpu_.fp8_flops, fp8_efficiency(recipe), gpu_.sm_count, parameters_.tiles);
-  const double compute = std::max(tiled, ceiling_s(m, n, k, count, fp8_ceiling_flops_per_s(recipe)));
+      quantized_time_s(m, n, k, count, gpu_.fp8_flops, rate.efficiency, gpu_.sm_count, parameters_.tiles);
+  const double compute = std::max(tiled, ceiling_s(m, n, k, count, rate.measured_flops_per_s));
   const double operand_bytes = (m * k + k * n + 2 * m * n) * count;
   return std::max(compute, memory_time_s(operand_bytes));
 }
@@ -349,7 +346,7 @@ double AnalyticalCostModel::weight_gemm_time_s(double m, double n, double k, dou
 }
 
 double AnalyticalCostModel::large_gemm_flops_per_s(model::DType dtype, const model::Fp8Recipe* recipe) const {
-  if (recipe) return std::min(gpu_.fp8_flops * fp8_efficiency(*recipe), fp8_ceiling_flops_per_s(*recipe));
+  if (recipe) return std::min(gpu_.fp8_flops * fp8_rate(*recipe).efficiency, fp8_rate(*recipe).measured_flops_per_s);
   const double ceiling = gemm_ceiling_flops_per_s(dtype);
   const double tiles = gpu_.peak_flops(dtype) * parameters_.gemm_efficiency;
   return ceiling > 0 ? std::min(tiles, ceiling) : tiles;

@@ -167,11 +167,15 @@ class AnalyticalCostModel : public CostModel {
   double attention_gemms_s(const model::Scenario& scenario, const model::Op& op) const;
   double flash_attention_s(const model::Scenario& scenario, const model::Op& op) const;
   std::pair<double, int> timed(const model::Scenario& scenario, const model::Op& op) const;  // seconds, kernels
-  double fp8_efficiency(model::Fp8Recipe recipe) const;
-  // The measured rate no GEMM of the kind exceeds (sim/cost_model.cpp, ceiling_s): 16-bit GEMMs of `dtype`, or FP8
-  // ones of `recipe`; 0 where none was measured.
+  // An FP8 recipe's measured GEMM (sim/fp8_gemm.hpp): the efficiency it leaves once the tile model's loss at its
+  // shape is divided out, and its rate, which no FP8 GEMM of the recipe exceeds (sim/cost_model.cpp, ceiling_s).
+  struct Fp8Rate {
+    double efficiency = 0;
+    double measured_flops_per_s = 0;
+  };
+  const Fp8Rate& fp8_rate(model::Fp8Recipe recipe) const;
+  // The measured rate no 16-bit GEMM of `dtype` exceeds (ceiling_s); 0 where none was measured.
   double gemm_ceiling_flops_per_s(model::DType dtype) const;
-  double fp8_ceiling_flops_per_s(model::Fp8Recipe recipe) const;
 
   topology::GpuSpec gpu_;
   AnalyticalParameters parameters_;
@@ -190,8 +194,7 @@ class AnalyticalCostModel : public CostModel {
   // The host's seconds for compute op `op` (no parts) that it issues itself, `kernels` launches.
   double issue_s(const model::Scenario& scenario, const model::Op& op, int kernels) const;
   mutable std::map<const model::KernelBreakdown*, FusedLayerTime> layer_cache_;
-  mutable std::map<model::Fp8Recipe, double> fp8_efficiency_;  // by recipe, from its measured FP8 GEMM
-  mutable std::map<model::Fp8Recipe, double> fp8_ceiling_;     // by recipe, its measured FP8 GEMM's rate
+  mutable std::map<model::Fp8Recipe, Fp8Rate> fp8_rates_;  // by recipe, from its measured FP8 GEMM
 };
 
 // Fixed times per phase: what the ideal-pipeline tests need (a forward op costs `forward_s`, a recompute op
