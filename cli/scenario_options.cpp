@@ -109,6 +109,7 @@ const std::vector<ChoiceAlias>& choice_aliases() {
       {"--normalization", "model.norm", {{"LayerNorm", "layernorm"}, {"RMSNorm", "rmsnorm"}}},
       {"--position-embedding-type", "model.position_embedding", {{"learned_absolute", "learned"}, {"rope", "rope"}}},
       {"--cp-comm-type", "framework.cp_comm", {{"p2p", "p2p"}, {"all_gather", "all_gather"}, {"a2a", "a2a"}}},
+      {"--moe-token-dispatcher-type", "framework.moe_dispatcher", {{"alltoall", "alltoall"}, {"flex", "flex"}}},
       {"--fp8-format", "model.fp8", {{"e4m3", "e4m3"}, {"hybrid", "hybrid"}}},
       {"--transformer-impl", "framework.transformer_engine", {{"transformer_engine", "true"}, {"local", "false"}}},
       {"--fp8-recipe",

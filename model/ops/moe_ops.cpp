@@ -31,13 +31,41 @@ std::vector<double> ep_rank_row_shares(const Scenario& s) {
   return ranks;
 }
 
+double flex_reach(const Scenario& s, double share) {
+  const double experts = static_cast<double>(s.model.experts), k = static_cast<double>(s.model.top_k);
+  double none = 1;  // no choice on the set: k draws without replacement missing its share x E experts
+  for (double q = 0; q < k; ++q) none *= std::max(0.0, 1 - share * experts / (experts - q));
+  return 1 - none;
+}
+
 std::shared_ptr<const std::vector<double>> dispatch_peer_bytes(const Scenario& s, double rows_per_rank,
                                                                double row_bytes) {
   const std::vector<double> shares = ep_rank_row_shares(s);
   const std::size_t ep = shares.size();
   auto bytes = std::make_shared<std::vector<double>>(ep * ep, 0.0);
+  if (s.framework.moe_dispatcher != MoeDispatcher::Flex) {
+    for (std::size_t i = 0; i < ep; ++i) {
+      for (std::size_t j = 0; j < ep; ++j) (*bytes)[i * ep + j] = rows_per_rank * shares[j] * row_bytes;
+    }
+    return bytes;
+  }
+  // The flex dispatcher: EP ranks consecutive on the nodes (Megatron-Core's expert grid, etp innermost, etp = 1), a
+  // token once to each rank of its node that holds any of its experts, and once to each other node that does, spread
+  // here over that node's EP ranks (what crosses the network; the forward over NVLink there is not costed).
+  const std::size_t per_node = std::clamp<std::size_t>(static_cast<std::size_t>(s.cluster.gpus_per_node), 1, ep);
+  const double tokens = rows_per_rank / static_cast<double>(s.model.top_k);
+  std::vector<double> node_share((ep + per_node - 1) / per_node, 0.0), node_ranks(node_share.size(), 0.0);
+  for (std::size_t j = 0; j < ep; ++j) {
+    node_share[j / per_node] += shares[j];
+    node_ranks[j / per_node] += 1;
+  }
   for (std::size_t i = 0; i < ep; ++i) {
-    for (std::size_t j = 0; j < ep; ++j) (*bytes)[i * ep + j] = rows_per_rank * shares[j] * row_bytes;
+    for (std::size_t j = 0; j < ep; ++j) {
+      const std::size_t node = j / per_node;
+      const double rows = node == i / per_node ? tokens * flex_reach(s, shares[j])
+                                               : tokens * flex_reach(s, node_share[node]) / node_ranks[node];
+      (*bytes)[i * ep + j] = rows * row_bytes;
+    }
   }
   return bytes;
 }
@@ -238,11 +266,15 @@ std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
   const double permute = routing + 2 * dispatched, unpermute = 2 * dispatched + m.tokens * (k * x.e + row_bytes);
   const bool exchange = m.ep > 1, split = m.etp > 1;
   const auto dispatch = exchange ? dispatch_peer_bytes(s, m.rows_out, row_bytes) : nullptr;
+  // What one all-to-all moves from this rank: every row it sends, or the flex dispatcher's deduplicated ones.
+  const bool flex = dispatch && s.framework.moe_dispatcher == MoeDispatcher::Flex;
+  const auto ep = static_cast<std::ptrdiff_t>(m.ep);
+  const double exchanged = flex ? std::accumulate(dispatch->begin(), dispatch->begin() + ep, 0.0) : dispatched;
   const double gathered = m.rows * row_bytes;  // the expert rows after the ETP gather
   std::vector<Op> ops;
   if (phase == Phase::Backward) {
     ops.push_back(elementwise(ComputeKind::ExpertUnpermute, phase, unpermute, 2));
-    if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertDown, dispatched, dispatch));
+    if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertDown, exchanged, dispatch));
     if (split)
       ops.push_back(expert_tensor_collective(CollectiveKind::AllGather, ComputeKind::ExpertDown, phase, gathered));
     ops.push_back(
@@ -253,7 +285,7 @@ std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
     if (split) {
       ops.push_back(expert_tensor_collective(CollectiveKind::ReduceScatter, ComputeKind::ExpertUp, phase, gathered));
     }
-    if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, dispatched, transposed(*dispatch)));
+    if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, exchanged, transposed(*dispatch)));
     ops.push_back(elementwise(ComputeKind::ExpertPermute, phase, permute, 3));
     ops.push_back(gemm(x, ComputeKind::Router, phase, m.tokens, experts, x.h));
     shared_experts(ops, s, x, phase);
@@ -273,7 +305,7 @@ std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
   if (counted && sync_first) ops.push_back(expert_splits_sync(s, phase));
   ops.push_back(elementwise(ComputeKind::ExpertPermute, phase, permute, 3));
   if (counted && !sync_first) ops.push_back(expert_splits_sync(s, phase));
-  if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, dispatched, dispatch));
+  if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, exchanged, dispatch));
   if (split) ops.push_back(expert_tensor_collective(CollectiveKind::AllGather, ComputeKind::ExpertUp, phase, gathered));
   ops.push_back(
       with_dispatcher_row_passes(s, x, m, grouped_gemm(x, ComputeKind::ExpertUp, phase, m, m.up_width, x.h), true));
@@ -283,7 +315,7 @@ std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
   if (split) {
     ops.push_back(expert_tensor_collective(CollectiveKind::ReduceScatter, ComputeKind::ExpertDown, phase, gathered));
   }
-  if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertDown, dispatched, transposed(*dispatch)));
+  if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertDown, exchanged, transposed(*dispatch)));
   ops.push_back(elementwise(ComputeKind::ExpertUnpermute, phase, unpermute, 2));
   return ops;
 }

@@ -34,10 +34,18 @@ std::vector<double> expert_row_shares(const Scenario& s);
 // when nothing is dropped).
 std::vector<double> ep_rank_row_shares(const Scenario& s);
 
-// Bytes EP member i sends member j in one dispatch ([i * ep + j]; what combine sends back is its transpose): each
-// member sends member j its rows for j's experts, e x hidden bytes a row.
+// Bytes EP member i sends member j in one dispatch ([i * ep + j]; what combine sends back is its transpose), e x hidden
+// bytes a row. The all-to-all dispatcher: member j's rows for j's experts, one per (token, expert). The flex one
+// (framework.moe_dispatcher = "flex", DeepEP / HybridEP): a token once to each member of its own node that holds any
+// of its experts, and once to each other node that does (spread over that node's members), EP members consecutive
+// on the nodes, gpus_per_node of them to a node.
 std::shared_ptr<const std::vector<double>> dispatch_peer_bytes(const Scenario& s, double rows_per_rank,
                                                                double row_bytes);
+
+// The chance that a token's top_k choices reach a set of experts that receives `share` of the routed rows: 1 - the
+// chance that k draws without replacement from the E experts all miss its share x E of them (balanced routing: the
+// hypergeometric 1 - C(E - m, k) / C(E, k) for a set of m experts).
+double flex_reach(const Scenario& s, double share);
 
 // ---- Parameters (Megatron-Core's GroupedMLP: each routed expert an up and a down projection; the router's [E, h]
 // weight; the shared experts one MLP of their summed width, split over TP as a dense MLP)

@@ -62,6 +62,9 @@ std::string_view to_string(NodeKind value) {
 std::string_view to_string(AttentionKind value) {
   return names::name_of(names::kAttentionKinds, value);
 }
+std::string_view to_string(MoeDispatcher value) {
+  return names::name_of(names::kMoeDispatchers, value);
+}
 
 std::string_view to_string(Fabric value) {
   return names::name_of(names::kFabrics, value);

@@ -47,6 +47,11 @@ enum class Framework : std::uint8_t { Megatron, DeepSpeed, Composer };
 // or FlashAttention (Dao et al. 2022; FlashAttention-2, Dao 2023): one fused kernel per pass that never writes the
 // scores, recomputing them in its backward.
 enum class AttentionKind : std::uint8_t { Unfused, Flash1, Flash2 };
+// Megatron-Core's MoE token dispatcher (--moe-token-dispatcher-type): "alltoall" sends one row per (token, expert) to
+// the expert's rank and back; "flex" (DeepEP or HybridEP, --moe-flex-dispatcher-backend) sends a token once to each
+// rank in its node that holds any of its experts, and once to each other node that does, which forwards it over
+// NVLink (model/ops/moe_ops.hpp, dispatch_peer_bytes).
+enum class MoeDispatcher : std::uint8_t { AllToAll, Flex };
 // How a token's position enters the model: a learned embedding added to the token's (GPT-2, Megatron-LM), ALiBi's
 // per-head linear bias on the attention scores and no position embedding at all (Press et al., ICLR 2022; BLOOM), or
 // rotary embeddings that rotate each query and key by its position (Su et al. 2021, RoFormer; Llama; Megatron-Core's
@@ -69,6 +74,7 @@ std::string_view to_string(PositionEmbedding position);
 std::string_view to_string(Norm norm);
 std::string_view to_string(Activation activation);
 std::string_view to_string(AttentionKind attention);
+std::string_view to_string(MoeDispatcher dispatcher);
 
 // GPUs per node and memory per GPU (bytes) of the node kinds a scenario may name: the one table of them. The full
 // performance specs (FLOP/s, HBM and link bandwidths) live in topology/, which takes its GPU memory from here.
@@ -323,6 +329,9 @@ struct FrameworkSpec {
   // micro-batch's forward and another's backward layer by layer, the MoE dispatch and combine all-to-alls of each on
   // a communication stream under the other's compute (model/program/moe_a2a_overlap.hpp).
   bool moe_a2a_overlap = false;
+  // Megatron-Core's MoE token dispatcher: the all-to-all one, or the flex one (DeepEP / HybridEP), which deduplicates
+  // a token's rows per destination rank and node (MoeDispatcher above). With model.experts and parallel.ep > 1.
+  MoeDispatcher moe_dispatcher = MoeDispatcher::AllToAll;
   // Megatron-Core's --async-save: training waits only for each GPU's state to reach host memory, the write to storage
   // runs behind the next steps; false: training waits for the write (model/program/goodput.hpp).
   bool async_checkpoint = false;

@@ -61,6 +61,8 @@ inline constexpr EnumName<Norm> kNorms[] = {{Norm::LayerNorm, "layernorm"}, {Nor
 inline constexpr EnumName<Activation> kActivations[] = {{Activation::Gelu, "gelu"}, {Activation::Swiglu, "swiglu"}};
 inline constexpr EnumName<Framework> kFrameworks[] = {
     {Framework::Megatron, "megatron"}, {Framework::DeepSpeed, "deepspeed"}, {Framework::Composer, "composer"}};
+inline constexpr EnumName<MoeDispatcher> kMoeDispatchers[] = {{MoeDispatcher::AllToAll, "alltoall"},
+                                                              {MoeDispatcher::Flex, "flex"}};
 inline constexpr EnumName<AttentionKind> kAttentionKinds[] = {
     {AttentionKind::Unfused, "unfused"}, {AttentionKind::Flash1, "flash1"}, {AttentionKind::Flash2, "flash2"}};
 

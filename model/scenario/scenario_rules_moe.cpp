@@ -55,9 +55,9 @@ void expert_grid(const Scenario& scenario, SizesKnown known, bool sizes_ok, std:
 
 // framework.moe_a2a_overlap: what Megatron-Core's TransformerConfig.__post_init__ asserts for
 // overlap_moe_expert_parallel_comm (megatron/core/transformer/transformer_config.py lines 1852-1906 at b0cc2706, the
-// pin of Megatron-Bridge v0.3.0; the same checks at lines 1665-1700 of 0d8e0714, v0.2.0's). The alltoall (or flex)
-// dispatcher it also needs is the only one twin models; its MTP, shared-expert-overlap and CUDA-graph scope rules
-// have no key here.
+// pin of Megatron-Bridge v0.3.0; the same checks at lines 1665-1700 of 0d8e0714, v0.2.0's). The alltoall or flex
+// dispatcher it also needs are both framework.moe_dispatcher's; its MTP, shared-expert-overlap and CUDA-graph scope
+// rules have no key here.
 void a2a_overlap(const Scenario& scenario, std::vector<std::string>& problems) {
   const ModelSpec& m = scenario.model;
   const ParallelSpec& p = scenario.parallel;
@@ -99,6 +99,40 @@ void a2a_overlap(const Scenario& scenario, std::vector<std::string>& problems) {
   }
 }
 
+// framework.moe_dispatcher = "flex": Megatron-Core's flex token dispatcher (DeepEP or HybridEP) over the
+// expert-parallel group. What twin costs of it is the deduplicated exchange across EP ranks (model/ops/moe_ops.cpp), so
+// it needs EP; its expert-tensor-parallel group (ETP x EP) and HybridEP's padding are not modelled, and Megatron-Core
+// refuses DeepEP with --moe-pad-expert-input-to-capacity (transformer_config.py lines 1074-1081 at b0cc2706).
+void flex_dispatcher(const Scenario& scenario, std::vector<std::string>& problems) {
+  if (scenario.framework.moe_dispatcher != MoeDispatcher::Flex) return;
+  const ModelSpec& m = scenario.model;
+  const ParallelSpec& p = scenario.parallel;
+  const std::string& src = scenario.source;
+  const std::string flag = "framework.moe_dispatcher = \"flex\" (Megatron-Core's --moe-token-dispatcher-type flex)";
+  if (scenario.framework.name != Framework::Megatron) {
+    problems.push_back(fmt::format("{}: {} needs framework.name = \"megatron\", got \"{}\"", src, flag,
+                                   to_string(scenario.framework.name)));
+  }
+  if (m.experts <= 0 || p.ep <= 1) {
+    problems.push_back(
+        fmt::format("{}: {} deduplicates the tokens sent across expert-parallel ranks: it needs "
+                    "model.experts > 0 and parallel.ep > 1 (got {} and {})",
+                    src, flag, m.experts, p.ep));
+  }
+  if (p.etp > 1) {
+    problems.push_back(
+        fmt::format("{}: {} with parallel.etp = {}: twin costs the flex dispatcher over the "
+                    "expert-parallel group only, not Megatron-Core's ETP x EP group (use etp = 1)",
+                    src, flag, p.etp));
+  }
+  if (m.pad_to_capacity) {
+    problems.push_back(
+        fmt::format("{}: {} with model.pad_to_capacity: \"Flex token dispatcher with deepep backend "
+                    "does not support moe_pad_expert_input_to_capacity\"",
+                    src, flag));
+  }
+}
+
 }  // namespace
 
 // Mixture-of-Experts: the router's choice, the expert split and the rules Megatron-Core checks
@@ -112,6 +146,7 @@ void check_mixture_of_experts(const Scenario& scenario, SizesKnown known, std::v
     return value > 0;
   };
   a2a_overlap(scenario, problems);
+  flex_dispatcher(scenario, problems);
   const bool ep_ok = require_positive("parallel.ep", p.ep), etp_ok = require_positive("parallel.etp", p.etp);
   if (m.experts < 0)
     problems.push_back(fmt::format("{}: model.experts must be >= 0 (0: dense), got {}", src, m.experts));

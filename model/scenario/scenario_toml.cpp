@@ -252,6 +252,7 @@ void read_framework(const toml::table& root, const std::string& source, Scenario
   framework.choice("cp_comm", f.cp_comm, names::kCpComms);
   framework.choice("fp8_recipe", f.fp8_recipe, names::kFp8Recipes);
   framework.boolean("moe_a2a_overlap", f.moe_a2a_overlap);
+  framework.choice("moe_dispatcher", f.moe_dispatcher, names::kMoeDispatchers);
   framework.boolean("async_checkpoint", f.async_checkpoint);
   const bool grad_reduce_given = framework.has("grad_reduce_in_fp32");
   framework.boolean("grad_reduce_in_fp32", f.grad_reduce_in_fp32);
@@ -405,6 +406,8 @@ std::string framework_toml(const Scenario& s) {
   if (f.fp8_recipe != Fp8Recipe::Delayed)
     line(fmt::format("fp8_recipe = \"{}\"", to_string(f.fp8_recipe)));
   if (f.moe_a2a_overlap) line("moe_a2a_overlap = true");
+  if (f.moe_dispatcher != MoeDispatcher::AllToAll)
+    line(fmt::format("moe_dispatcher = \"{}\"", to_string(f.moe_dispatcher)));
   if (f.async_checkpoint) line("async_checkpoint = true");
   if (!f.grad_reduce_in_fp32) line("grad_reduce_in_fp32 = false");
   if (f.fp8_param_gather) line("fp8_param_gather = true");

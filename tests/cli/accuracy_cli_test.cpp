@@ -86,6 +86,28 @@ TEST(AccuracyCli, PaddingToCapacityIsMegatronsFlagAndNeedsACapacity) {
   fs::remove_all(flag_json.parent_path());
 }
 
+// Megatron-Core's --moe-token-dispatcher-type sets framework.moe_dispatcher: flex sends fewer bytes than alltoall on
+// Mixtral at EP 4 (two experts a rank: a token that picks both crosses once where the all-to-all sends it twice; at
+// EP 8, one expert a rank, the two send the same), and a dispatcher twin does not model is refused by name.
+TEST(AccuracyCli, TheTokenDispatcherIsMegatronsFlag) {
+  const std::string base =
+      "sim scenarios/mixtral-8x7b.toml --set parallel.global_batch=64 --set model.capacity_factor=0 "
+      "--set parallel.ep=4 --quiet";
+  const fs::path flag_json = scratch("flex-flag.json"), key_json = scratch("flex-key.json"),
+                 plain_json = scratch("flex-none.json");
+  ASSERT_EQ(twin(base + " --moe-token-dispatcher-type flex --json " + flag_json.string()).status, 0);
+  ASSERT_EQ(twin(base + " --set framework.moe_dispatcher=flex --json " + key_json.string()).status, 0);
+  ASSERT_EQ(twin(base + " --moe-token-dispatcher-type alltoall --json " + plain_json.string()).status, 0);
+  const double flag = read_json(flag_json)["iteration_time_s"].get<double>();
+  EXPECT_EQ(flag, read_json(key_json)["iteration_time_s"].get<double>());
+  EXPECT_LT(flag, read_json(plain_json)["iteration_time_s"].get<double>());
+  const Result allgather = twin(base + " --moe-token-dispatcher-type allgather");
+  EXPECT_EQ(allgather.status, 2);
+  EXPECT_THAT(allgather.output, HasSubstr("twin: error:"));
+  EXPECT_THAT(allgather.output, HasSubstr("--moe-token-dispatcher-type"));
+  fs::remove_all(flag_json.parent_path());
+}
+
 // framework.cp_comm chooses how CP ranks exchange keys and values; at cp 1 there is none, and twin says so.
 TEST(AccuracyCli, SimSaysWhenTheCpExchangeHasNothingToExchange) {
   const fs::path json_path = scratch("cp1.json");

@@ -106,6 +106,12 @@ const std::vector<Mechanism>& mechanisms() {
       // 20 us a kernel no longer loses its lead at every MoE layer (-7.0 % to -9.3 % on ep2 when the row was written).
       {"pad_to_capacity_sync", {"model.pad_to_capacity=true"}, -1, 0.03, 0.3, true, "model.pad_to_capacity", false,
        {"model.capacity_factor=1", "cluster.host_us_per_kernel=20"}},
+      // Megatron-Core's flex dispatcher (DeepEP / HybridEP): a token once to each rank holding any of its experts,
+      // where the all-to-all sends a row per (token, expert): on ep2 (2 of 4 experts a token, 2 experts a rank) 5/6 of
+      // the all-to-all's bytes each way, so faster by part of the exposed expert-parallel time (-1.5 % on ep2 at both
+      // fidelities and granularities when the row was written).
+      {"moe_dispatcher_flex", {"framework.moe_dispatcher=\"flex\""}, -1, 0.005, 0.1, true,
+       "framework.moe_dispatcher"},
       // The distributed optimizer's parameter all-gather under the next forward instead of after the step.
       {"param_gather_overlap", {"parallel.overlap_param_gather=true"}, -1, 0.002, 0.1},
       // Transformer Engine's FP8 GEMMs on H100: at most the GEMMs' share of the time, halved. On a 4096-wide model,

@@ -181,6 +181,16 @@ TEST(ExecMoeCapacity, WhatTheExecutorCannotMatchIsRefusedByName) {
               std::string::npos)
         << error.what();
   }
+  // The flex dispatcher moves the same rows to the same experts: refused rather than ignored.
+  try {
+    refuse_unsupported_moe(
+        scenario(tiny_moe_toml(), {"parallel.dp=2", "parallel.ep=2", "framework.moe_dispatcher=\"flex\""}), "cpu");
+    ADD_FAILURE() << "the flex dispatcher was not refused";
+  } catch (const RunError& error) {
+    EXPECT_NE(std::string(error.what()).find("framework.moe_dispatcher = \"flex\": twin run exchanges"),
+              std::string::npos)
+        << error.what();
+  }
 }
 
 }  // namespace

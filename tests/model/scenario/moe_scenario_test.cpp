@@ -150,5 +150,27 @@ TEST(MoeScenario, PaddingToCapacityNeedsACapacityAndRoundTrips) {
   EXPECT_EQ(to_toml(parse_scenario(kMoe, "moe.toml")).find("pad_to_capacity"), std::string::npos);
 }
 
+TEST(MoeScenario, TheFlexDispatcherNeedsExpertParallelismAndRoundTrips) {
+  const Override flex{"framework.moe_dispatcher", "\"flex\""};
+  const std::string named = "framework.moe_dispatcher = \"flex\" (Megatron-Core's --moe-token-dispatcher-type flex)";
+  const std::string dense =
+      "[model]\nname = \"tiny\"\nlayers = 4\nhidden = 256\nheads = 8\nseq_len = 128\nvocab = 1000\n"
+      "[parallel]\ntp = 2\nmicro_batch = 1\nglobal_batch = 32\n[cluster]\nnodes = 2\nnode = \"dgx-a100\"\n";
+  EXPECT_THAT(
+      problems_of(dense, {flex}),
+      HasSubstr(named + " deduplicates the tokens sent across expert-parallel ranks: it needs model.experts > 0 "
+                        "and parallel.ep > 1 (got 0 and 1)"));
+  EXPECT_THAT(problems_of(kMoe, {{"parallel.ep", "1"}, flex}), HasSubstr("parallel.ep > 1 (got 8 and 1)"));
+  EXPECT_THAT(problems_of(kMoe, {{"parallel.etp", "2"}, flex}), HasSubstr(named + " with parallel.etp = 2"));
+  EXPECT_THAT(problems_of(kMoe, {{"model.capacity_factor", "1"}, {"model.pad_to_capacity", "true"}, flex}),
+              HasSubstr(named + " with model.pad_to_capacity"));
+  EXPECT_THAT(problems_of(kMoe, {{"framework.moe_dispatcher", "\"allgather\""}}), HasSubstr("moe_dispatcher"));
+  const Scenario s = parse_scenario(kMoe, "moe.toml", {flex});
+  EXPECT_EQ(s.framework.moe_dispatcher, MoeDispatcher::Flex);
+  EXPECT_THAT(to_toml(s), HasSubstr("moe_dispatcher = \"flex\""));
+  EXPECT_EQ(parse_scenario(to_toml(s), "back.toml").framework.moe_dispatcher, MoeDispatcher::Flex);
+  EXPECT_EQ(to_toml(parse_scenario(kMoe, "moe.toml")).find("moe_dispatcher"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace twin::model
