@@ -31,11 +31,13 @@ std::vector<double> ep_rank_row_shares(const Scenario& s) {
   return ranks;
 }
 
-double flex_reach(const Scenario& s, double share) {
+double flex_reach(const Scenario& s, double share, double hottest_expert_share) {
   const double experts = static_cast<double>(s.model.experts), k = static_cast<double>(s.model.top_k);
   double none = 1;  // no choice on the set: k draws without replacement missing its share x E experts
-  for (double q = 0; q < k; ++q) none *= std::max(0.0, 1 - share * experts / (experts - q));
-  return 1 - none;
+  for (int q = 0; q < s.model.top_k; ++q) none *= std::max(0.0, 1 - share * experts / (experts - q));
+  // A token picks an expert at most once: a set reaches at least the tokens of its hottest expert, k times its share,
+  // and at most all of its rows' tokens.
+  return std::clamp(1 - none, std::min(1.0, k * hottest_expert_share), std::min(1.0, k * share));
 }
 
 std::shared_ptr<const std::vector<double>> dispatch_peer_bytes(const Scenario& s, double rows_per_rank,
@@ -54,16 +56,25 @@ std::shared_ptr<const std::vector<double>> dispatch_peer_bytes(const Scenario& s
   // here over that node's EP ranks (what crosses the network; the forward over NVLink there is not costed).
   const std::size_t per_node = std::clamp<std::size_t>(static_cast<std::size_t>(s.cluster.gpus_per_node), 1, ep);
   const double tokens = rows_per_rank / static_cast<double>(s.model.top_k);
-  std::vector<double> node_share((ep + per_node - 1) / per_node, 0.0), node_ranks(node_share.size(), 0.0);
+  const std::vector<double> experts = expert_row_shares(s);
+  const std::size_t local = experts.size() / ep, nodes = (ep + per_node - 1) / per_node;
+  std::vector<double> hottest(ep, 0.0), node_share(nodes, 0.0), node_hottest(nodes, 0.0), node_ranks(nodes, 0.0);
+  for (std::size_t e = 0; e < experts.size(); ++e) {
+    double& hot = hottest[std::min(ep - 1, e / local)];
+    hot = std::max(hot, experts[e]);
+  }
   for (std::size_t j = 0; j < ep; ++j) {
     node_share[j / per_node] += shares[j];
+    node_hottest[j / per_node] = std::max(node_hottest[j / per_node], hottest[j]);
     node_ranks[j / per_node] += 1;
   }
   for (std::size_t i = 0; i < ep; ++i) {
     for (std::size_t j = 0; j < ep; ++j) {
       const std::size_t node = j / per_node;
-      const double rows = node == i / per_node ? tokens * flex_reach(s, shares[j])
-                                               : tokens * flex_reach(s, node_share[node]) / node_ranks[node];
+      const double rows =
+          node == i / per_node
+              ? tokens * flex_reach(s, shares[j], hottest[j])
+              : tokens * flex_reach(s, node_share[node], node_hottest[node]) / node_ranks[node];
       (*bytes)[i * ep + j] = rows * row_bytes;
     }
   }

@@ -42,10 +42,12 @@ std::vector<double> ep_rank_row_shares(const Scenario& s);
 std::shared_ptr<const std::vector<double>> dispatch_peer_bytes(const Scenario& s, double rows_per_rank,
                                                                double row_bytes);
 
-// The chance that a token's top_k choices reach a set of experts that receives `share` of the routed rows: 1 - the
-// chance that k draws without replacement from the E experts all miss its share x E of them (balanced routing: the
-// hypergeometric 1 - C(E - m, k) / C(E, k) for a set of m experts).
-double flex_reach(const Scenario& s, double share);
+// The chance that a token's top_k choices reach a set of experts that receives `share` of the routed rows, its hottest
+// expert `hottest_expert_share` of them: 1 - the chance that k draws without replacement from the E experts all miss
+// its share x E of them (balanced routing: the hypergeometric 1 - C(E - m, k) / C(E, k) for a set of m experts),
+// within what a token picking an expert at most once allows: at least k x hottest_expert_share (exact for one
+// expert), at most k x share.
+double flex_reach(const Scenario& s, double share, double hottest_expert_share);
 
 // ---- Parameters (Megatron-Core's GroupedMLP: each routed expert an up and a down projection; the router's [E, h]
 // weight; the shared experts one MLP of their summed width, split over TP as a dense MLP)

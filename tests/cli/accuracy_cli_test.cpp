@@ -101,6 +101,12 @@ TEST(AccuracyCli, TheTokenDispatcherIsMegatronsFlag) {
   const double flag = read_json(flag_json)["iteration_time_s"].get<double>();
   EXPECT_EQ(flag, read_json(key_json)["iteration_time_s"].get<double>());
   EXPECT_LT(flag, read_json(plain_json)["iteration_time_s"].get<double>());
+  // At EP 8, one expert a rank in one node, the two send the same, and twin says so.
+  const Result ep8 =
+      twin("sim scenarios/mixtral-8x7b.toml --set parallel.global_batch=64 --moe-token-dispatcher-type flex");
+  ASSERT_EQ(ep8.status, 0) << ep8.output;
+  EXPECT_THAT(ep8.output, HasSubstr("note: framework.moe_dispatcher = \"flex\" does not change this prediction: one "
+                                    "expert per EP rank (model.experts = parallel.ep = 8) in one node"));
   const Result allgather = twin(base + " --moe-token-dispatcher-type allgather");
   EXPECT_EQ(allgather.status, 2);
   EXPECT_THAT(allgather.output, HasSubstr("twin: error:"));

@@ -33,10 +33,14 @@ double hypergeometric_reach(double experts, double m, double k) {
 
 TEST(FlexDispatcher, ReachIsTheHypergeometricChanceOnBalancedRouting) {
   const Scenario s = qwen_routing(MoeDispatcher::Flex);
-  for (const double m : {1.0, 8.0, 16.0, 64.0})
-    EXPECT_NEAR(flex_reach(s, m / 128), hypergeometric_reach(128, m, 8), 1e-12) << m;
-  EXPECT_EQ(flex_reach(s, 0), 0);
-  EXPECT_EQ(flex_reach(s, 1), 1);
+  for (const double m : {1.0, 8.0, 16.0, 64.0}) {
+    EXPECT_NEAR(flex_reach(s, m / 128, 1.0 / 128), hypergeometric_reach(128, m, 8), 1e-12) << m;
+  }
+  EXPECT_EQ(flex_reach(s, 0, 0), 0);
+  EXPECT_EQ(flex_reach(s, 1, 1.0 / 128), 1);
+  // One expert, however hot: a token picks it at most once, so it reaches k times its share of the tokens, exactly
+  // the all-to-all's rows (3 / 128 of them: 24 / 128 of the tokens).
+  EXPECT_DOUBLE_EQ(flex_reach(s, 3.0 / 128, 3.0 / 128), 24.0 / 128);
 }
 
 TEST(FlexDispatcher, SendsATokenOnceToEachRankOfItsNodeAndOnceToEachOtherNode) {
