@@ -54,8 +54,6 @@ void refuse_unsupported_moe(const model::Scenario& s, std::string_view backend) 
                     "token dropping runs on --backend cpu",
                     s.model.capacity_factor, backend));
   }
-  // Padding rows are zeros that change no loss; the executor dispatches the kept rows only, so the key would do nothing
-  // here (it prices the drop-and-pad dispatch in twin sim).
   // The dispatcher moves the same rows to the same experts; the executor exchanges them its own way, so the key would
   // do nothing here (it prices the flex dispatcher's deduplicated exchange in twin sim).
   if (s.framework.moe_dispatcher != model::MoeDispatcher::AllToAll) {
@@ -64,6 +62,8 @@ void refuse_unsupported_moe(const model::Scenario& s, std::string_view backend) 
         "any dispatcher); the key is twin sim's, for DeepEP's and HybridEP's deduplicated traffic: leave it out "
         "to train");
   }
+  // Padding rows are zeros that change no loss; the executor dispatches the kept rows only, so the key would do nothing
+  // here (it prices the drop-and-pad dispatch in twin sim).
   if (s.model.pad_to_capacity) {
     refuse("model.pad_to_capacity: twin run drops tokens without padding the experts' rows (zero rows, the same "
            "losses); the key is twin sim's, for the drop-and-pad dispatch's time: leave it out to train");
