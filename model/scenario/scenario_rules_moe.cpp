@@ -100,8 +100,9 @@ void a2a_overlap(const Scenario& scenario, std::vector<std::string>& problems) {
 }
 
 // framework.moe_dispatcher = "flex": Megatron-Core's flex token dispatcher (DeepEP or HybridEP) over the
-// expert-parallel group. What twin costs of it is the deduplicated exchange across EP ranks (model/ops/moe_ops.cpp), so
-// it needs EP; its expert-tensor-parallel group (ETP x EP) and HybridEP's padding are not modelled, and Megatron-Core
+// expert-parallel group. What twin costs of it is the deduplicated exchange across EP ranks (model/ops/moe_ops.cpp): an
+// MoE key; at ep = 1 it exchanges nothing, which twin sim notes rather than refuses (so that twin search keeps those
+// plans). Its expert-tensor-parallel group (ETP x EP) and HybridEP's padding are not modelled, and Megatron-Core
 // refuses DeepEP with --moe-pad-expert-input-to-capacity (transformer_config.py lines 1074-1081 at b0cc2706).
 void flex_dispatcher(const Scenario& scenario, std::vector<std::string>& problems) {
   if (scenario.framework.moe_dispatcher != MoeDispatcher::Flex) return;
@@ -113,11 +114,10 @@ void flex_dispatcher(const Scenario& scenario, std::vector<std::string>& problem
     problems.push_back(fmt::format("{}: {} needs framework.name = \"megatron\", got \"{}\"", src, flag,
                                    to_string(scenario.framework.name)));
   }
-  if (m.experts <= 0 || p.ep <= 1) {
-    problems.push_back(
-        fmt::format("{}: {} deduplicates the tokens sent across expert-parallel ranks: it needs "
-                    "model.experts > 0 and parallel.ep > 1 (got {} and {})",
-                    src, flag, m.experts, p.ep));
+  if (m.experts <= 0) {
+    problems.push_back(fmt::format("{}: {} deduplicates the tokens sent across expert-parallel ranks: it is a "
+                                   "Mixture-of-Experts key, it needs model.experts > 0 (got {})",
+                                   src, flag, m.experts));
   }
   if (p.etp > 1) {
     problems.push_back(

@@ -107,6 +107,12 @@ TEST(AccuracyCli, TheTokenDispatcherIsMegatronsFlag) {
   ASSERT_EQ(ep8.status, 0) << ep8.output;
   EXPECT_THAT(ep8.output, HasSubstr("note: framework.moe_dispatcher = \"flex\" does not change this prediction: one "
                                     "expert per EP rank (model.experts = parallel.ep = 8) in one node"));
+  const Result ep1 = twin(
+      "sim scenarios/mixtral-8x7b.toml --set parallel.global_batch=64 --set parallel.ep=1 --moe-token-dispatcher-type "
+      "flex");
+  ASSERT_EQ(ep1.status, 0) << ep1.output;
+  EXPECT_THAT(ep1.output, HasSubstr("note: framework.moe_dispatcher = \"flex\" does not change this prediction: "
+                                    "parallel.ep = 1 exchanges no tokens"));
   const Result allgather = twin(base + " --moe-token-dispatcher-type allgather");
   EXPECT_EQ(allgather.status, 2);
   EXPECT_THAT(allgather.output, HasSubstr("twin: error:"));
