@@ -14,6 +14,7 @@
 #include "api/scenario.hpp"
 #include "api/token_count.hpp"
 #include "model/ops/expert_load.hpp"
+#include "model/ops/moe_ops.hpp"
 #include "model/scenario/errors.hpp"
 #include "report/pipeline.hpp"
 #include "report/trace.hpp"
@@ -144,17 +145,14 @@ std::vector<std::string> scenario_notes(const model::Scenario& s) {
                     "nothing",
                     model::to_string(s.framework.cp_comm)));
   }
-  // A token picks an expert at most once: with one expert per EP rank and every EP rank in one node, the flex
-  // dispatcher sends what the all-to-all one does (model/ops/moe_ops.hpp); at ep = 1 neither sends anything.
-  if (s.framework.moe_dispatcher == model::MoeDispatcher::Flex && s.parallel.ep == 1) {
-    notes.push_back("framework.moe_dispatcher = \"flex\" does not change this prediction: parallel.ep = 1 exchanges "
-                    "no tokens");
-  } else if (s.framework.moe_dispatcher == model::MoeDispatcher::Flex && s.model.experts == s.parallel.ep &&
-             s.parallel.ep <= s.cluster.gpus_per_node) {
-    notes.push_back(fmt::format(
-        "framework.moe_dispatcher = \"flex\" does not change this prediction: one expert per EP rank (model.experts "
-        "= parallel.ep = {}) in one node, so a token reaches each rank at most once with either dispatcher",
-        s.parallel.ep));
+  if (model::flex_dispatch_changes_nothing(s)) {
+    notes.push_back(s.parallel.ep == 1
+                        ? std::string("framework.moe_dispatcher = \"flex\" does not change this prediction: "
+                                      "parallel.ep = 1 exchanges no tokens")
+                        : fmt::format("framework.moe_dispatcher = \"flex\" does not change this prediction: it sends "
+                                      "what the all-to-all dispatcher does here (model.experts = {} over parallel.ep = "
+                                      "{}: a token reaches each rank at most once either way)",
+                                      s.model.experts, s.parallel.ep));
   }
   return notes;
 }

@@ -346,7 +346,10 @@ double AnalyticalCostModel::weight_gemm_time_s(double m, double n, double k, dou
 }
 
 double AnalyticalCostModel::large_gemm_flops_per_s(model::DType dtype, const model::Fp8Recipe* recipe) const {
-  if (recipe) return std::min(gpu_.fp8_flops * fp8_rate(*recipe).efficiency, fp8_rate(*recipe).measured_flops_per_s);
+  if (recipe) {
+    const Fp8Rate& rate = fp8_rate(*recipe);
+    return std::min(gpu_.fp8_flops * rate.efficiency, rate.measured_flops_per_s);
+  }
   const double ceiling = gemm_ceiling_flops_per_s(dtype);
   const double tiles = gpu_.peak_flops(dtype) * parameters_.gemm_efficiency;
   return ceiling > 0 ? std::min(tiles, ceiling) : tiles;

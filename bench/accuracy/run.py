@@ -306,14 +306,14 @@ def print_moe(rows, markdown):
         print(f"MAPE {group:15} {mape:5.1f} %  (mean error {bias:+.1f} %, {runs} runs){note}")
 
 
-# Groups printed apart from the dense table, its series and its MAPE lines (each after them, with a table and MAPE of
-# its own): "all", "all-hopper" and --max-mape never count them.
-APART_GROUPS = ("moe", "bridge-dense", "moe-tokendrop", "moe-later")
-
 # The held-out groups, each printed last with a MAPE per GPU generation: (group, title).
 HELD_OUT_GROUPS = (("bridge-dense", "Held-out dense runs (group bridge-dense)"),
                    ("moe-tokendrop", "Held-out token-dropping MoE runs (group moe-tokendrop)"),
                    ("moe-later", "Held-out dropless MoE runs of later containers (group moe-later)"))
+
+# Groups printed apart from the dense table, its series and its MAPE lines (each after them, with a table and MAPE of
+# its own): "all", "all-hopper" and --max-mape never count them.
+APART_GROUPS = ("moe", *(group for group, _ in HELD_OUT_GROUPS))
 
 
 def print_held_out(rows, markdown, group, title):

@@ -8,7 +8,8 @@
 // capacity factor makes the permuted size itself data. The host has then caught up with the GPU: the GPU runs out of
 // queued work while the copy lands and the host returns from the wait, and the first kernel after it reaches the GPU
 // one launch later. Only moe_pad_expert_input_to_capacity (model.pad_to_capacity: every size known on the host)
-// skips it, and the counts' gather with it (model/ops/moe_ops.cpp). The backward needs no new sizes (the all-to-all's autograd reuses them): no sync there.
+// skips it, and the counts' gather with it (model/ops/moe_ops.cpp). The backward needs no new sizes (the all-to-all's
+// autograd reuses them): no sync there.
 #pragma once
 
 #include "model/ops/op.hpp"

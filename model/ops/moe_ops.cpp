@@ -81,6 +81,17 @@ std::shared_ptr<const std::vector<double>> dispatch_peer_bytes(const Scenario& s
   return bytes;
 }
 
+bool flex_dispatch_changes_nothing(const Scenario& s) {
+  if (!s.model.is_moe() || s.framework.moe_dispatcher != MoeDispatcher::Flex) return false;
+  if (s.parallel.ep == 1) return true;
+  Scenario all_to_all = s;
+  all_to_all.framework.moe_dispatcher = MoeDispatcher::AllToAll;
+  const double rows = static_cast<double>(s.model.top_k);  // one token's rows: the bytes per row cancel
+  const auto flex = dispatch_peer_bytes(s, rows, 1), plain = dispatch_peer_bytes(all_to_all, rows, 1);
+  return std::equal(flex->begin(), flex->end(), plain->begin(),
+                    [](double a, double b) { return std::abs(a - b) <= 1e-12 * std::max(1.0, b); });
+}
+
 namespace {
 
 // The dense MLP's parameters over `tp` ranks (model/plan/parameters.cpp counts them in a layer).

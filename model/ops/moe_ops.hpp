@@ -49,6 +49,11 @@ std::shared_ptr<const std::vector<double>> dispatch_peer_bytes(const Scenario& s
 // expert), at most k x share.
 double flex_reach(const Scenario& s, double share, double hottest_expert_share);
 
+// Whether framework.moe_dispatcher = "flex" sends what the all-to-all dispatcher does on this plan (ep = 1: nothing to
+// either; one expert per EP rank in one node: a token reaches each rank at most once either way), by comparing the two
+// dispatch_peer_bytes: what twin sim says in a note rather than let the key do nothing silently.
+bool flex_dispatch_changes_nothing(const Scenario& s);
+
 // ---- Parameters (Megatron-Core's GroupedMLP: each routed expert an up and a down projection; the router's [E, h]
 // weight; the shared experts one MLP of their summed width, split over TP as a dense MLP)
 

@@ -26,16 +26,10 @@ model::Scenario small_moe(bool flex, const std::vector<std::string>& family) {
   return s;
 }
 
-// With a host never behind: on these small layers a paced host (A100's default) holds the op-granularity iteration
-// on cp2, where the exchange's bytes then change nothing.
+// With a host never behind (0 us a kernel): on these small layers a paced host (the A100's default) holds the
+// op-granularity iteration on cp2, where the exchange's bytes then change nothing.
 double iteration_s(const model::Scenario& s, model::Granularity granularity, Fidelity fidelity) {
-  model::ClusterSpec cluster = s.cluster;
-  cluster.host_us_per_kernel = 0;
-  const topology::GpuSpec gpu = topology::a100_sxm4_80gb();
-  const AnalyticalCostModel cost(gpu, analytical_parameters(gpu, cluster));
-  SimOptions options;
-  options.fidelity = fidelity;
-  return simulate(model::build_program(s, granularity), cost, options).timeline.iteration_time_s;
+  return testing::moe_iteration_s(s, 0, granularity, fidelity);
 }
 
 double all_to_all_bytes(const model::Program& program) {

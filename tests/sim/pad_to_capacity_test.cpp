@@ -28,16 +28,7 @@ model::Scenario small_moe(double capacity_factor, bool pad, const std::vector<st
   return s;
 }
 
-double iteration_s(const model::Scenario& s, double host_us_per_kernel,
-                   model::Granularity granularity = model::Granularity::Op, Fidelity fidelity = Fidelity::Rank) {
-  model::ClusterSpec cluster = s.cluster;
-  cluster.host_us_per_kernel = host_us_per_kernel;
-  const topology::GpuSpec gpu = topology::a100_sxm4_80gb();
-  const AnalyticalCostModel cost(gpu, analytical_parameters(gpu, cluster));
-  SimOptions options;
-  options.fidelity = fidelity;
-  return simulate(model::build_program(s, granularity), cost, options).timeline.iteration_time_s;
-}
+using testing::moe_iteration_s;
 
 struct Counted {
   int syncs = 0, count_gathers = 0;
@@ -91,7 +82,8 @@ TEST(PadToCapacity, EveryExpertComputesItsWholeCapacity) {
   EXPECT_NEAR(count(model::build_program(skewed)).expert_flops, padded.expert_flops, 1e-6 * padded.expert_flops);
   // More rows: slower at both granularities.
   for (const auto granularity : {model::Granularity::Op, model::Granularity::Layer}) {
-    EXPECT_GT(iteration_s(small_moe(1.5, true), 0, granularity), iteration_s(small_moe(1.5, false), 0, granularity));
+    EXPECT_GT(moe_iteration_s(small_moe(1.5, true), 0, granularity),
+              moe_iteration_s(small_moe(1.5, false), 0, granularity));
   }
 }
 
@@ -100,11 +92,11 @@ TEST(PadToCapacity, EveryExpertComputesItsWholeCapacity) {
 // padding is faster by more than that, while with a host never behind only the sync's few launches separate them.
 TEST(PadToCapacity, ASlowHostKeepsItsLead) {
   for (const auto granularity : {model::Granularity::Op, model::Granularity::Layer}) {
-    const double dropping = iteration_s(small_moe(1, false), 10, granularity);
-    const double padded = iteration_s(small_moe(1, true), 10, granularity);
+    const double dropping = moe_iteration_s(small_moe(1, false), 10, granularity);
+    const double padded = moe_iteration_s(small_moe(1, true), 10, granularity);
     EXPECT_GT(dropping - padded, 4 * 2 * 10 * 10e-6) << dropping << " " << padded;
-    const double free_dropping = iteration_s(small_moe(1, false), 0, granularity);
-    const double free_padded = iteration_s(small_moe(1, true), 0, granularity);
+    const double free_dropping = moe_iteration_s(small_moe(1, false), 0, granularity);
+    const double free_padded = moe_iteration_s(small_moe(1, true), 0, granularity);
     EXPECT_LT(std::abs(free_dropping - free_padded), dropping - padded);
   }
 }
@@ -125,11 +117,11 @@ TEST(PadToCapacity, MovesThePredictionOnEveryMoePlanFamily) {
     for (const Fidelity fidelity : {Fidelity::Rank, Fidelity::Group}) {
       for (const auto granularity : {model::Granularity::Op, model::Granularity::Layer}) {
         SCOPED_TRACE(fmt::format("{} x {} x {}", name, to_string(fidelity), model::to_string(granularity)));
-        const double dropping = iteration_s(small_moe(1, false, family), 10, granularity, fidelity);
-        const double padded = iteration_s(small_moe(1, true, family), 10, granularity, fidelity);
+        const double dropping = moe_iteration_s(small_moe(1, false, family), 10, granularity, fidelity);
+        const double padded = moe_iteration_s(small_moe(1, true, family), 10, granularity, fidelity);
         EXPECT_GT(dropping - padded, 10 * 10e-6) << dropping << " s dropping, " << padded << " s padded";
-        const double wide_dropping = iteration_s(small_moe(1.5, false, family), 0, granularity, fidelity);
-        const double wide_padded = iteration_s(small_moe(1.5, true, family), 0, granularity, fidelity);
+        const double wide_dropping = moe_iteration_s(small_moe(1.5, false, family), 0, granularity, fidelity);
+        const double wide_padded = moe_iteration_s(small_moe(1.5, true, family), 0, granularity, fidelity);
         EXPECT_GT(wide_padded, wide_dropping) << name;
       }
     }

@@ -8,6 +8,9 @@
 
 #include "model/program/program.hpp"
 #include "model/scenario/scenario.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/simulate.hpp"
+#include "topology/hardware.hpp"
 
 namespace twin::testing {
 
@@ -105,6 +108,20 @@ inline model::Scenario small_moe_scenario(const std::vector<std::string>& sets =
   std::vector<std::string> all = {"model.experts=64", "model.top_k=2", "model.moe_ffn_hidden=256", "parallel.ep=4"};
   all.insert(all.end(), sets.begin(), sets.end());
   return make_scenario(plan, all);
+}
+
+// `s`'s iteration on A100s with the host issuing each kernel in `host_us_per_kernel` (0: a host never behind), at one
+// granularity and fidelity: the MoE mechanisms' tests (pad_to_capacity_test.cpp, flex_dispatcher_test.cpp).
+inline double moe_iteration_s(const model::Scenario& s, double host_us_per_kernel,
+                              model::Granularity granularity = model::Granularity::Op,
+                              sim::Fidelity fidelity = sim::Fidelity::Rank) {
+  model::ClusterSpec cluster = s.cluster;
+  cluster.host_us_per_kernel = host_us_per_kernel;
+  const topology::GpuSpec gpu = topology::a100_sxm4_80gb();
+  const sim::AnalyticalCostModel cost(gpu, sim::analytical_parameters(gpu, cluster));
+  sim::SimOptions options;
+  options.fidelity = fidelity;
+  return sim::simulate(model::build_program(s, granularity), cost, options).timeline.iteration_time_s;
 }
 
 // A Program whose every stage runs `ops` (hand-written), on the scenario's layout.

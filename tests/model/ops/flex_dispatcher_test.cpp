@@ -73,5 +73,23 @@ TEST(FlexDispatcher, SendsATokenOnceToEachRankOfItsNodeAndOnceToEachOtherNode) {
   }
 }
 
+// When the key changes nothing, twin sim says so: read off the two dispatchers' bytes, not a rule beside them.
+TEST(FlexDispatcher, SaysWhenItSendsWhatTheAllToAllDoes) {
+  EXPECT_FALSE(flex_dispatch_changes_nothing(qwen_routing(MoeDispatcher::Flex)));  // 8 experts a rank: fewer rows
+  EXPECT_FALSE(flex_dispatch_changes_nothing(qwen_routing(MoeDispatcher::AllToAll)));  // not set
+  Scenario one_expert_a_rank = qwen_routing(MoeDispatcher::Flex);
+  one_expert_a_rank.model.experts = 16;
+  one_expert_a_rank.model.top_k = 2;
+  one_expert_a_rank.cluster.gpus_per_node = 16;  // every EP rank in one node
+  EXPECT_TRUE(flex_dispatch_changes_nothing(one_expert_a_rank));
+  one_expert_a_rank.model.expert_load_skew = 1;  // a token still picks a hot expert at most once
+  EXPECT_TRUE(flex_dispatch_changes_nothing(one_expert_a_rank));
+  one_expert_a_rank.cluster.gpus_per_node = 8;  // two nodes: a token crosses once to a node holding two of its experts
+  EXPECT_FALSE(flex_dispatch_changes_nothing(one_expert_a_rank));
+  Scenario no_ep = qwen_routing(MoeDispatcher::Flex);
+  no_ep.parallel.ep = 1;
+  EXPECT_TRUE(flex_dispatch_changes_nothing(no_ep));
+}
+
 }  // namespace
 }  // namespace twin::model
