@@ -290,6 +290,27 @@ std::int64_t max_in_flight_weighted(const StageSchedule& schedule, const std::ve
   return peak;
 }
 
+std::int64_t max_in_flight_weighted(const StageSchedule& schedule, const std::vector<std::int64_t>& chunk_weight,
+                                    const std::vector<bool>& merged) {
+  std::int64_t in_flight = 0, peak = 0;
+  for (std::size_t i = 0; i < schedule.size(); ++i) {
+    const PipelineStep& step = schedule[i];
+    if (step.pass == Pass::WeightGrad) continue;
+    const std::int64_t weight = chunk_weight.at(static_cast<std::size_t>(step.chunk));
+    if (i < merged.size() && merged[i] && i + 1 < schedule.size()) {
+      const std::int64_t frees = chunk_weight.at(static_cast<std::size_t>(schedule[i + 1].chunk));
+      const std::int64_t both = weight > 0 && frees > 0 ? 1 : 0;
+      peak = std::max(peak, in_flight + std::max<std::int64_t>(weight - frees, 0) + both);
+      in_flight += weight - frees;
+      ++i;
+      continue;
+    }
+    in_flight += step.pass == Pass::Forward ? weight : -weight;
+    peak = std::max(peak, in_flight);
+  }
+  return peak;
+}
+
 int max_in_flight(const StageSchedule& schedule) {
   int in_flight = 0;
   int peak = 0;

@@ -111,6 +111,12 @@ double max_deferred_weight_grads_weighted(const StageSchedule& schedule, const s
 // The same, each pair counted with its chunk's weight (its layers, when chunks differ): the most layers' activations
 // the stage stashes at once.
 std::int64_t max_in_flight_weighted(const StageSchedule& schedule, const std::vector<std::int64_t>& chunk_weight);
+// The same where some forwards run merged, layer by layer, with the backward after them (`merged[i]`: step i, a
+// forward, and step i + 1, a backward, as Megatron-Core's combined 1F1B runs them: forward layer j beside backward
+// layer n - 1 - j, so the forward's layers stash as the backward's free theirs). A merged pair peaks at what its
+// forward adds beyond what its backward frees, plus the one layer both hold at once; the weights are layers.
+std::int64_t max_in_flight_weighted(const StageSchedule& schedule, const std::vector<std::int64_t>& chunk_weight,
+                                    const std::vector<bool>& merged);
 
 
 }  // namespace twin::model

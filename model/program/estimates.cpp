@@ -318,7 +318,10 @@ MemoryEstimate estimate_memory(const Scenario& s) {
     for (int chunk = 0; chunk < p.virtual_stages; ++chunk) {
       chunk_layers.push_back(s.layers_in_virtual_stage(p.virtual_stage(stage, chunk)));
     }
-    const double layers_in_flight = d(max_in_flight_weighted(schedule[stage], chunk_layers));
+    // The combined 1F1B's merged pairs stash their forward's layers as their backward frees its own (the pair holds one
+    // micro-batch's layers, not two, and one more layer).
+    const double layers_in_flight =
+        d(max_in_flight_weighted(schedule[stage], chunk_layers, combined_pair_forwards(s, schedule[stage], stage)));
     // A stage's layers each stash their share, or what they keep past the first recompute_num_layers of each chunk.
     m.activations_bytes = layers_in_flight * stage_layer_stash_bytes(s, stage);
     // Recompute rebuilds one layer's full activations before its backward (an MoE layer's, where the stage has one).

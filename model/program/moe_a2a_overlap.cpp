@@ -83,6 +83,22 @@ int combined_extra_warmup(const Scenario& s) {
   return s.framework.moe_a2a_overlap ? 1 : 0;
 }
 
+std::vector<bool> combined_pair_forwards(const Scenario& s, const StageSchedule& schedule, int stage) {
+  const int steps = static_cast<int>(schedule.size());
+  std::vector<bool> merged(schedule.size(), false);
+  if (!s.framework.moe_a2a_overlap || s.shards_parameters()) return merged;
+  const ParallelSpec& p = s.parallel;
+  const int warmup = warmup_steps(p.schedule, stage, static_cast<int>(p.pp), static_cast<int>(p.micro_batches()),
+                                  static_cast<int>(p.virtual_stages), static_cast<int>(p.microbatch_group),
+                                  combined_extra_warmup(s));
+  const int forwards = steps / 2;
+  for (int i = warmup; i + 1 < steps; i += 2) {
+    if ((i - warmup) / 2 >= forwards - warmup) break;
+    merged[static_cast<std::size_t>(i)] = schedule[i].pass == Pass::Forward && schedule[i + 1].pass == Pass::Backward;
+  }
+  return merged;
+}
+
 bool overlaps_pairs(const Scenario& s) {
   const ScheduleKind kind = s.parallel.schedule;
   return (kind == ScheduleKind::DualPipeV || kind == ScheduleKind::DualPipe) && s.model.is_moe() && s.parallel.ep > 1;

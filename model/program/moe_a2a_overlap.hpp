@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "model/ops/op.hpp"
+#include "model/plan/schedule.hpp"
 #include "model/scenario/scenario.hpp"
 
 namespace twin::model {
@@ -43,6 +44,11 @@ LayerNodes split_layer_nodes(const std::vector<Op>& layer_ops, Phase phase);
 
 // The forwards the combined 1F1B adds to the schedule's warm-up (schedule.hpp): 1 with the overlap, else 0.
 int combined_extra_warmup(const Scenario& s);
+
+// The steps of stage `stage`'s schedule the combined 1F1B merges with the backward after them (true at the forward):
+// the steady state's pairs, forward warmup + k with backward k, with the overlap and without FSDP; none otherwise. The
+// Program merges these (stage_builder.cpp) and the memory estimate counts their layers as they run (estimates.cpp).
+std::vector<bool> combined_pair_forwards(const Scenario& s, const StageSchedule& schedule, int stage);
 
 // Whether DualPipeV's F&B pairs (PipelineStep::overlapped, steps 4 and 5) run merged layer by layer into these nodes,
 // as the combined 1F1B's pairs do: where the model has expert all-to-alls to hide (an MoE model at ep > 1).

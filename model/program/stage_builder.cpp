@@ -47,14 +47,7 @@ std::vector<Op> StageBuilder::build() {
   if (gathers_under_forward_ && s_.parallel.schedule == ScheduleKind::Interleaved) dispatch_aligned_gathers();
   // The combined 1F1B merges the steady state's pairs only: forward warmup + k with backward k (a schedule whose
   // warm-up is all its forwards has none).
-  const int forwards = static_cast<int>(schedule_.size()) / 2;
-  const int warmup =
-      combined_ ? warmup_steps(s_.parallel.schedule, stage_, stages_, static_cast<int>(s_.parallel.micro_batches()),
-                               chunks_, static_cast<int>(s_.parallel.microbatch_group), combined_extra_warmup(s_))
-                : 0;
-  const auto steady_forward = [&](int i) {
-    return i >= warmup && (i - warmup) % 2 == 0 && (i - warmup) / 2 < forwards - warmup;
-  };
+  const std::vector<bool> pairs = combined_pair_forwards(s_, schedule_, stage_);
   for (int i = 0; i < static_cast<int>(schedule_.size()); ++i) {
     const PipelineStep& step = schedule_[i];
     // The first forward of a chunk waits for its parameter gathers (ParameterGathers): always a warm-up step, alone.
@@ -68,8 +61,7 @@ std::vector<Op> StageBuilder::build() {
       continue;
     }
     if (combined_ && !gathers) {
-      const bool pair = step.pass == Pass::Forward && steady_forward(i) && i + 1 < static_cast<int>(schedule_.size()) &&
-                        schedule_[i + 1].pass == Pass::Backward;
+      const bool pair = pairs[static_cast<std::size_t>(i)];
       const PipelineStep* forward = step.pass == Pass::Forward ? &step : nullptr;
       const int b = pair ? i + 1 : i;
       const PipelineStep* backward = schedule_[b].pass == Pass::Backward ? &schedule_[b] : nullptr;

@@ -87,6 +87,30 @@ TEST(Schedule, OneFOneBKeepsAtMostPMinusStageMicroBatchesInFlight) {
   }
 }
 
+// Megatron-Core's combined 1F1B (framework.moe_a2a_overlap) runs one more warm-up forward and merges each steady
+// forward with the backward after it, layer by layer in opposite orders: counted one step after the other the stage
+// would hold one micro-batch more than 1F1B; merged it holds the same plus the one layer both have at once.
+TEST(Schedule, AMergedForwardStashesItsLayersAsTheBackwardBesideItFreesTheirs) {
+  const std::int64_t layers = 48;
+  const auto plain = build_schedule(ScheduleKind::OneFOneB, 1, 4, 1);
+  const auto combined = build_schedule(ScheduleKind::OneFOneB, 1, 4, 1, 0, 1);
+  ASSERT_EQ(render(combined[0]), "F0 F1 B0 F2 B1 F3 B2 B3");
+  const std::vector<bool> pairs = {false, true, false, true, false, true, false, false};
+  EXPECT_EQ(max_in_flight_weighted(plain[0], {layers}), layers);
+  EXPECT_EQ(max_in_flight_weighted(combined[0], {layers}), 2 * layers);  // one step after the other
+  EXPECT_EQ(max_in_flight_weighted(combined[0], {layers}, pairs), layers + 1);
+  EXPECT_EQ(max_in_flight_weighted(combined[0], {layers}, std::vector<bool>(8, false)), 2 * layers);
+  // Chunks of unequal layers (interleaved, the first chunk with the embedding counted as a layer): a merged pair adds
+  // what its forward stashes beyond what its backward frees.
+  const StageSchedule uneven = {{0, 1, Pass::Forward}, {1, 0, Pass::Forward}, {0, 1, Pass::Backward},
+                                {1, 0, Pass::Backward}};
+  const std::vector<bool> middle = {false, true, false, false};
+  EXPECT_EQ(max_in_flight_weighted(uneven, {5, 3}), 8);
+  EXPECT_EQ(max_in_flight_weighted(uneven, {5, 3}, middle), 3 + (5 - 3) + 1);
+  EXPECT_EQ(max_in_flight_weighted(uneven, {3, 5}), 8);
+  EXPECT_EQ(max_in_flight_weighted(uneven, {3, 5}, middle), 5 + 0 + 1);  // its backward frees more than it stashes
+}
+
 // Megatron-Core's example of its tunable schedule table (schedules.py, forward_backward_pipelining_with_interleaving):
 // PP 2, N 3, M 5, VP 2: forward micro-batches 0 1 2 0 1 2 3 4 3 4 on chunks 0 0 0 1 1 1 0 0 1 1.
 TEST(Schedule, InterleavedInGroupsOfNMicroBatches) {

@@ -51,6 +51,35 @@ TEST(MoeMemory, StageActivationsGrowWithTopKAndWithSkew) {
   }
 }
 
+// Megatron-Core's combined 1F1B (framework.moe_a2a_overlap, model/program/moe_a2a_overlap.hpp) runs one more warm-up
+// forward, then merges each steady forward with a backward layer by layer, forward layer i beside backward layer
+// n - 1 - i: the forward stashes a layer as the backward frees one, so the peak is 1F1B's plus the one layer both hold
+// at once, on every stage, without a pipeline and interleaved (a whole micro-batch more if counted step by step).
+TEST(MoeMemory, TheCombinedOneFOneBHoldsOneLayerMoreThanOneFOneB) {
+  for (const int pp : {1, 2}) {
+    Scenario plain = make_scenario(8, 256, 8, 128, 1000, 1, pp, 4, 1, 16);
+    plain.model.activation = Activation::Swiglu;
+    plain.model.ffn_hidden = 512;
+    plain.model.experts = 8;
+    plain.model.top_k = 2;
+    plain.model.moe_ffn_hidden = 96;
+    plain.parallel.ep = 4;
+    if (pp > 1) {  // Megatron-Core's overlap takes a pipeline only interleaved
+      plain.parallel.schedule = ScheduleKind::Interleaved;
+      plain.parallel.virtual_stages = 2;
+    }
+    Scenario combined = plain;
+    combined.framework.moe_a2a_overlap = true;
+    const MemoryEstimate without = estimate_memory(plain), with = estimate_memory(combined);
+    ASSERT_EQ(with.stages.size(), static_cast<std::size_t>(pp));
+    for (std::size_t stage = 0; stage < with.stages.size(); ++stage) {
+      EXPECT_NEAR(with.stages[stage].activations_bytes - without.stages[stage].activations_bytes,
+                  moe_activation_bytes_per_layer(plain), 1e-6 * without.stages[stage].activations_bytes)
+          << "pp " << pp << ", stage " << stage;
+    }
+  }
+}
+
 // model.head_dim given as hidden / heads changes nothing; given apart from it, the attention is heads x head_dim wide:
 // the QKV and output projections' weights and FLOPs, and the attention core's, scale with it.
 TEST(HeadDim, GivenAsHiddenOverHeadsChangesNothing) {
