@@ -17,7 +17,8 @@ table and MAPE: the dense output stays what it was, and "all" stays the dense ru
 (group "bridge-dense": Megatron-Bridge's Llama 3 rows on H100, B200 and GB200) and the held-out token-dropping MoE
 runs (group "moe-tokendrop": Megatron-Bridge's Qwen3-30B-A3B rows of the 25.09 container, padded to capacity) and
 the held-out dropless MoE runs of later containers (group "moe-later": the same tables' Qwen3-30B-A3B rows of the
-26.02.01 to 26.06 containers) are printed apart the same way, last, with a MAPE per GPU generation (of cluster.node, as
+26.02.01 to 26.06 containers) and the held-out MoE runs of Megatron-Bridge's model verification cards (group
+"moe-cards") are printed apart the same way, last, with a MAPE per GPU generation (of cluster.node, as
 the bands have it), in neither "all" nor "all-hopper" nor "moe".
 
 A run marked `mape = false` (with its reason in `why`) is simulated and printed like the others, marked `*`, but left
@@ -309,7 +310,8 @@ def print_moe(rows, markdown):
 # The held-out groups, each printed last with a MAPE per GPU generation: (group, title).
 HELD_OUT_GROUPS = (("bridge-dense", "Held-out dense runs (group bridge-dense)"),
                    ("moe-tokendrop", "Held-out token-dropping MoE runs (group moe-tokendrop)"),
-                   ("moe-later", "Held-out dropless MoE runs of later containers (group moe-later)"))
+                   ("moe-later", "Held-out dropless MoE runs of later containers (group moe-later)"),
+                   ("moe-cards", "Held-out MoE runs of Megatron-Bridge's model verification cards (group moe-cards)"))
 
 # Groups printed apart from the dense table, its series and its MAPE lines (each after them, with a table and MAPE of
 # its own): "all", "all-hopper" and --max-mape never count them.
