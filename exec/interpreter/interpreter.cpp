@@ -182,6 +182,7 @@ void Interpreter::build_dispatch_tables() {
     const Handler exchange = [moe = moe_.get()](const Op& op) { moe->exchange(op); };
     route(Payload::Tokens, exchange);        // MoE: dispatch and combine
     route(Payload::ExpertCounts, exchange);  // MoE: tokens per expert over TP, the dispatcher's counts
+    route(Payload::ExpertProbs, exchange);   // MoE: the rows' probabilities beside them
   }
   if (fp8_) route(Payload::Fp8Amax, [this](const Op& op) { fp8_->reduce_amaxes(op); });  // FP8: amaxes to their max
   if (context_) {  // CP: the way's exchanges (all_gather: K, V and their gradients; a2a: to heads and back)

@@ -204,6 +204,20 @@ Op all_to_all(Phase phase, ComputeKind what, double bytes, std::shared_ptr<const
   return op;
 }
 
+// The routing probabilities' own all-to-all beside the rows' (Megatron-Core's MoEAlltoAllTokenDispatcher.token_dispatch
+// at b0cc2706: `all_to_all(ep_group, permuted_probs, output_splits, input_splits)` after the rows', so that the experts
+// weight their outputs; autograd sends their gradient back the same way): one probability a row, in the router's
+// logits' dtype (the model's: no scenario here sets moe_router_dtype), over the rows' split sizes. The flex
+// dispatcher moves them inside its dispatch (DeepEP's and HybridEP's dispatched_probs): none apart.
+Op probs_all_to_all(const Shapes& x, Phase phase, double rows_bytes, const std::vector<double>& row_peer_bytes) {
+  const double per_row = 1 / x.h;  // a row's bytes are h of the same dtype
+  auto peers = std::make_shared<std::vector<double>>(row_peer_bytes);
+  for (double& bytes : *peers) bytes *= per_row;
+  Op op = all_to_all(phase, ComputeKind::ExpertUp, rows_bytes * per_row, std::move(peers));
+  op.payload = Payload::ExpertProbs;
+  return op;
+}
+
 // The transpose of an ep x ep matrix: what combine sends is what dispatch received.
 std::shared_ptr<const std::vector<double>> transposed(const std::vector<double>& bytes) {
   const auto ep = static_cast<std::size_t>(std::lround(std::sqrt(static_cast<double>(bytes.size()))));
@@ -307,7 +321,11 @@ std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
     if (split) {
       ops.push_back(expert_tensor_collective(CollectiveKind::ReduceScatter, ComputeKind::ExpertUp, phase, gathered));
     }
-    if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, exchanged, transposed(*dispatch)));
+    if (exchange) {
+      const auto back = transposed(*dispatch);
+      ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, exchanged, back));
+      if (!flex) ops.push_back(probs_all_to_all(x, phase, exchanged, *back));
+    }
     ops.push_back(elementwise(ComputeKind::ExpertPermute, phase, permute, 3));
     ops.push_back(gemm(x, ComputeKind::Router, phase, m.tokens, experts, x.h));
     shared_experts(ops, s, x, phase);
@@ -327,7 +345,10 @@ std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
   if (counted && sync_first) ops.push_back(expert_splits_sync(s, phase));
   ops.push_back(elementwise(ComputeKind::ExpertPermute, phase, permute, 3));
   if (counted && !sync_first) ops.push_back(expert_splits_sync(s, phase));
-  if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, exchanged, dispatch));
+  if (exchange) {
+    ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, exchanged, dispatch));
+    if (!flex) ops.push_back(probs_all_to_all(x, phase, exchanged, *dispatch));
+  }
   if (split) ops.push_back(expert_tensor_collective(CollectiveKind::AllGather, ComputeKind::ExpertUp, phase, gathered));
   ops.push_back(
       with_dispatcher_row_passes(s, x, m, grouped_gemm(x, ComputeKind::ExpertUp, phase, m, m.up_width, x.h), true));

@@ -93,7 +93,7 @@ std::string_view to_string(Payload value) {
       "checkpointed_input",   "fp8_amax",             "context_keys",         "context_values",
       "context_key_grads",    "context_value_grads",  "ulysses_queries",      "ulysses_keys",
       "ulysses_values",       "ulysses_output",       "ulysses_output_grad",  "ulysses_query_grads",
-      "ulysses_key_grads",    "ulysses_value_grads"};
+      "ulysses_key_grads",    "ulysses_value_grads",  "expert_probs"};
   static_assert(std::size(names) == kPayloadCount, "a name for every Payload");
   return lookup(names, value);
 }

@@ -92,9 +92,11 @@ enum class Payload : std::uint8_t {
   UlyssesOutputGrad,  // backward: the output's gradient to heads
   UlyssesQueryGrads,  // ... dQ back to tokens
   UlyssesKeyGrads,    // ... dK back to tokens
-  UlyssesValueGrads,  // ... dV back to tokens (keep it last)
+  UlyssesValueGrads,  // ... dV back to tokens
+  ExpertProbs,        // Mixture-of-Experts, the all-to-all dispatcher: the dispatched rows' routing probabilities, sent
+                      // all-to-all after the rows (and their gradients back) (keep it last)
 };
-inline constexpr std::size_t kPayloadCount = static_cast<std::size_t>(Payload::UlyssesValueGrads) + 1;
+inline constexpr std::size_t kPayloadCount = static_cast<std::size_t>(Payload::ExpertProbs) + 1;
 
 enum class Granularity : std::uint8_t {
   Op,     // every GEMM/kernel is an op: what the executor needs

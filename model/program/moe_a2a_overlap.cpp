@@ -6,8 +6,19 @@ namespace twin::model {
 
 namespace {
 
-bool is_token_all_to_all(const Op& op) {
+bool is_expert_all_to_all(const Op& op) {
   return op.kind == OpKind::Collective && op.collective == CollectiveKind::AllToAll && op.group == Group::Expert;
+}
+
+bool is_token_all_to_all(const Op& op) {
+  return is_expert_all_to_all(op) && op.payload == Payload::Tokens;
+}
+
+// The end of the dispatch node that begins with the rows' all-to-all at `dispatch`: the probabilities' follows it.
+std::size_t dispatch_end(const std::vector<Op>& ops, std::size_t dispatch) {
+  const std::size_t next = dispatch + 1;
+  return next < ops.size() && is_expert_all_to_all(ops[next]) && ops[next].payload == Payload::ExpertProbs ? next + 1
+                                                                                                          : next;
 }
 
 // Ops [begin, end) of the layer's list as one node: deps rebased onto the node, those before it -1; its all-to-all and
@@ -20,7 +31,7 @@ std::vector<Op> node_of(const std::vector<Op>& ops, std::size_t begin, std::size
     for (std::int32_t& dep : op.deps) dep = dep >= first ? dep - first : -1;
     std::sort(op.deps.begin(), op.deps.end());
     op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
-    if (is_token_all_to_all(op) || op.what == ComputeKind::ExpertSplitsSync) op.stream = stream;
+    if (is_expert_all_to_all(op) || op.what == ComputeKind::ExpertSplitsSync) op.stream = stream;
   }
   return node;
 }
@@ -65,8 +76,8 @@ LayerNodes split_layer_nodes(const std::vector<Op>& ops, Phase phase) {
     const bool wait_first = dispatch > 0 && ops[dispatch - 1].what == ComputeKind::ExpertSplitsSync;
     const std::size_t dispatch_begin = wait_first ? dispatch - 1 : dispatch;
     set(LayerNode::Attention, 0, dispatch_begin, Stream::Compute);
-    set(LayerNode::Dispatch, dispatch_begin, dispatch + 1, Stream::Expert);
-    set(LayerNode::Mlp, dispatch + 1, combine, Stream::Compute);
+    set(LayerNode::Dispatch, dispatch_begin, dispatch_end(ops, dispatch), Stream::Expert);
+    set(LayerNode::Mlp, dispatch_end(ops, dispatch), combine, Stream::Compute);
     set(LayerNode::Combine, combine, combine + 1, Stream::Expert);
     set(LayerNode::CombineTail, combine + 1, n, Stream::Compute);
     return nodes;
@@ -74,8 +85,8 @@ LayerNodes split_layer_nodes(const std::vector<Op>& ops, Phase phase) {
   const std::size_t combine = exchanges[0], dispatch = exchanges[1];  // backward: the combine's adjoint first
   set(LayerNode::Combine, 0, combine + 1, Stream::Expert);
   set(LayerNode::Mlp, combine + 1, dispatch, Stream::Compute);
-  set(LayerNode::Dispatch, dispatch, dispatch + 1, Stream::Expert);
-  set(LayerNode::Attention, dispatch + 1, n, Stream::Compute);
+  set(LayerNode::Dispatch, dispatch, dispatch_end(ops, dispatch), Stream::Expert);
+  set(LayerNode::Attention, dispatch_end(ops, dispatch), n, Stream::Compute);
   return nodes;
 }
 

@@ -5,7 +5,7 @@
 // Each steady-state 1F1B step merges one micro-batch's forward with another's backward, layer by layer: forward layer
 // i with backward layer n-1-i of the two chunks (the rest alone). A layer is Megatron-Core's schedule nodes:
 //   attention  attention, pre-MLP layer norm, shared experts, router, dispatch preprocess (permutation)
-//   dispatch   the host's wait for the split sizes and the dispatch all-to-all
+//   dispatch   the host's wait for the split sizes and the dispatch all-to-all (then the probabilities' one)
 //   mlp        the experts (with the expert-TP gather and reduce-scatter)
 //   combine    the combine all-to-all, then unpermute and the residual add
 // (a dense layer: attention and mlp, split at the pre-MLP layer norm). Per merged pair

@@ -35,7 +35,8 @@ double iteration_s(const model::Scenario& s, model::Granularity granularity, Fid
 double all_to_all_bytes(const model::Program& program) {
   double bytes = 0;
   for (const model::Op& op : program.stage_ops[0]) {
-    if (op.kind == model::OpKind::Collective && op.collective == model::CollectiveKind::AllToAll) {
+    if (op.kind == model::OpKind::Collective && op.collective == model::CollectiveKind::AllToAll &&
+        op.payload == model::Payload::Tokens) {  // the rows' (the all-to-all dispatcher's probabilities apart)
       bytes += std::accumulate(op.peer_bytes->begin(), op.peer_bytes->end(), 0.0);
     }
   }

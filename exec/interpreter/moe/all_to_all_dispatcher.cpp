@@ -8,6 +8,10 @@
 //                 peer, then expert; sort_chunks_by_idxs regroups it by local expert for the grouped GEMMs. Combine
 //                 is the inverse (unsort, then the transposed all-to-all). In the backward the gradients travel the
 //                 same ways: the unpermute's gradient as a dispatch, the experts' input gradient as a combine.
+//   ExpertProbs   the routing probabilities' all-to-all after the rows' (Megatron-Core sends them to the experts,
+//                 which weight their outputs by them), over the dispatch's split sizes, and their gradient back. This
+//                 executor weights the rows at the unpermute instead (the same sums), so what arrives is not read and
+//                 the experts' side of the gradient is zero: the exchange runs as the Program has it.
 //   Tokens over ExpertTensor (parallel.etp > 1; Megatron-Core's gather_from_sequence_parallel_region and
 //                 reduce_scatter_to_sequence_parallel_region with per-rank sizes): each ETP member holds its slice of
 //                 every local expert's width, so the rows its peers received are all-gathered (their counts first),
@@ -65,6 +69,10 @@ void AllToAllDispatcher::exchange(const Op& op, MoeStash& m) {
   }
   const bool backward = op.phase == Phase::Backward;
   Splits& splits = splits_[StashKey::of(op)];
+  if (op.payload == Payload::ExpertProbs) {
+    probabilities(op, m, splits, backward);
+    return;
+  }
   if (op.group == model::Group::ExpertTensor) {
     TWIN_EXEC_CHECK(op.collective == CollectiveKind::AllGather || op.collective == CollectiveKind::ReduceScatter,
                     "{}: expected an all-gather or a reduce-scatter", label);
@@ -83,6 +91,25 @@ void AllToAllDispatcher::exchange(const Op& op, MoeStash& m) {
   } else {
     combine(op, m, splits, backward);
   }
+}
+
+void AllToAllDispatcher::probabilities(const Op& op, const MoeStash& m, const Splits& s, bool gradients) {
+  const std::string label = ctx_.label() + " (probabilities)";
+  TWIN_EXEC_CHECK(op.collective == CollectiveKind::AllToAll && s.send_rows.size() == s.recv_rows.size() &&
+                      !s.send_rows.empty(),
+                  "{}: the probabilities' all-to-all before its rows' dispatch", label);
+  const std::vector<std::size_t>& send = gradients ? s.recv_rows : s.send_rows;
+  const std::vector<std::size_t>& recv = gradients ? s.send_rows : s.recv_rows;
+  std::vector<float> out(total(send), 0.0f), in(total(recv));
+  if (!gradients) {  // each row's probability at its row of the permuted buffer (a dropped slot has none)
+    std::vector<float> probs(m.rows.size());
+    ctx_.backend.download_f32(probs.data(), m.probs);
+    for (std::size_t i = 0; i < m.rows.size(); ++i) {
+      const auto row = static_cast<std::size_t>(m.rows[i]);
+      if (m.rows[i] >= 0 && row < out.size()) out[row] = probs[i];
+    }
+  }
+  ctx_.comm.all_to_all(ctx_.group(op.group), out.data(), send, in.data(), recv, DType::F32, label);
 }
 
 void AllToAllDispatcher::dispatch(const Op& op, MoeStash& m, Splits& s, bool gradients) {

@@ -32,6 +32,7 @@ class AllToAllDispatcher final : public TokenDispatcher {
   void combine(const model::Op& op, MoeStash& m, Splits& s, bool gradients);       // ... its inverse
   void gather_rows(const model::Op& op, MoeStash& m, Splits& s, bool gradients);   // all-gather over ExpertTensor
   void scatter_rows(const model::Op& op, MoeStash& m, Splits& s, bool gradients);  // reduce-scatter over it
+  void probabilities(const model::Op& op, const MoeStash& m, const Splits& s, bool gradients);  // beside dispatch
 
   RankContext& ctx_;
   std::map<StashKey, Splits> splits_;

@@ -74,6 +74,11 @@ bool is_all_to_all(const Op& op) {
   return op.kind == OpKind::Collective && op.collective == CollectiveKind::AllToAll;
 }
 
+// The rows' all-to-alls (the dispatch and the combine), not the probabilities' beside the dispatch.
+bool is_rows_all_to_all(const Op& op) {
+  return is_all_to_all(op) && op.payload == Payload::Tokens;
+}
+
 struct Sums {
   double flops = 0, compute_bytes = 0, collective_bytes = 0;
 };
@@ -143,13 +148,28 @@ TEST(MoeA2aOverlap, TheAllToAllsRunOnTheExpertStream) {
 }
 
 // TransformerLayerSchedulePlan.run: the backward's combine, the forward's dispatch, the backward's dispatch, the
-// forward's combine, each a different micro-batch from the one before; and no op waits on another micro-batch's.
+// forward's combine, each a different micro-batch from the one before; each dispatch's probabilities right after it,
+// in its node; and no op waits on another micro-batch's.
 TEST(MoeA2aOverlap, ASteadyStepInterleavesTheForwardsAndTheBackwardsAllToAlls) {
   const Program program = build_program(scenario(), Granularity::Op);
   const std::vector<Op>& ops = program.stage_ops[0];
   std::vector<const Op*> exchanges;
-  for (const Op& op : ops)
-    if (is_all_to_all(op)) exchanges.push_back(&op);
+  int probabilities = 0;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (is_rows_all_to_all(ops[i])) exchanges.push_back(&ops[i]);
+    if (!is_all_to_all(ops[i]) || ops[i].payload != Payload::ExpertProbs) continue;
+    ++probabilities;
+    ASSERT_GT(i, 0u);
+    const Op& rows = ops[i - 1];
+    EXPECT_TRUE(is_rows_all_to_all(rows) && rows.what == ComputeKind::ExpertUp && rows.phase == ops[i].phase &&
+                rows.micro_batch == ops[i].micro_batch && rows.layer == ops[i].layer)
+        << "op " << i;
+    EXPECT_EQ(ops[i].stream, Stream::Expert);
+  }
+  EXPECT_EQ(probabilities, 2 * static_cast<int>(std::count_if(ops.begin(), ops.end(), [](const Op& op) {
+                                 return is_rows_all_to_all(op) && op.phase == Phase::Forward &&
+                                        op.what == ComputeKind::ExpertUp;
+                               })));
   const auto is = [](const Op* op, Phase phase, ComputeKind what) { return op->phase == phase && op->what == what; };
   int windows = 0;
   for (std::size_t i = 0; i + 3 < exchanges.size(); ++i) {

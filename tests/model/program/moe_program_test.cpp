@@ -105,13 +105,16 @@ TEST(MoeProgram, AllToAllBytesPerRankAreTheClosedForm) {
     const Program program = build_program(s);
     const double tokens = 2.0 * 128 / (c.sequence_parallel ? c.tp : 1), row_bytes = 256.0 * 2;
     const double closed_form = tokens * c.top_k * row_bytes * (c.ep - 1) / c.ep;
-    int seen = 0;
+    int seen = 0, probabilities = 0;
     for (const Op& op : program.stage_ops[0]) {
       if (op.kind != OpKind::Collective || op.collective != CollectiveKind::AllToAll) continue;
-      ++seen;
+      // The rows' exchanges, and beside each dispatch its rows' probabilities: one value of the rows' dtype a row.
+      const bool probs = op.payload == Payload::ExpertProbs;
+      (probs ? probabilities : seen) += 1;
+      const double per_row = probs ? 2 : row_bytes;
       EXPECT_EQ(op.group, Group::Expert);
-      EXPECT_EQ(op.payload, Payload::Tokens);
-      EXPECT_DOUBLE_EQ(op.bytes, tokens * c.top_k * row_bytes);
+      EXPECT_TRUE(probs || op.payload == Payload::Tokens);
+      EXPECT_DOUBLE_EQ(op.bytes, tokens * c.top_k * per_row);
       ASSERT_TRUE(op.peer_bytes);
       ASSERT_EQ(op.peer_bytes->size(), static_cast<std::size_t>(c.ep * c.ep));
       for (int i = 0; i < c.ep; ++i) {
@@ -121,12 +124,14 @@ TEST(MoeProgram, AllToAllBytesPerRankAreTheClosedForm) {
           sent += (*op.peer_bytes)[i * c.ep + j];
           received += (*op.peer_bytes)[j * c.ep + i];
         }
-        EXPECT_NEAR(sent, closed_form, 1e-9 * closed_form) << "member " << i;
-        EXPECT_NEAR(received, closed_form, 1e-9 * closed_form) << "member " << i;
+        const double expected = closed_form * per_row / row_bytes;
+        EXPECT_NEAR(sent, expected, 1e-9 * expected) << "member " << i;
+        EXPECT_NEAR(received, expected, 1e-9 * expected) << "member " << i;
       }
     }
-    // dispatch and combine, forward and backward, per layer and micro-batch
+    // dispatch and combine, forward and backward, per layer and micro-batch; the probabilities beside each dispatch
     EXPECT_EQ(seen, 2 * 2 * 2 * static_cast<int>(s.parallel.micro_batches())) << c.tp << " " << c.ep;
+    EXPECT_EQ(probabilities, seen / 2) << c.tp << " " << c.ep;
   }
 }
 
@@ -148,10 +153,11 @@ TEST(MoeProgram, SkewedAllToAllSendsEachPeerTheReceiversShare) {
       ASSERT_TRUE(op.peer_bytes);
       ASSERT_EQ(op.peer_bytes->size(), 16u);
       const bool towards = (op.phase == Phase::Forward) == (op.what == ComputeKind::ExpertUp);
-      (towards ? to_experts : back) += 1;
+      const bool probs = op.payload == Payload::ExpertProbs;  // a row's probability: 2 bytes where its row took 512
+      if (!probs) (towards ? to_experts : back) += 1;
       for (int i = 0; i < 4; ++i) {
         for (int j = 0; j < 4; ++j) {
-          const double want = rows * (towards ? shares[j] : shares[i]) * row_bytes;
+          const double want = rows * (towards ? shares[j] : shares[i]) * (probs ? 2 : row_bytes);
           EXPECT_NEAR((*op.peer_bytes)[i * 4 + j], want, 1e-9 * want)
               << (towards ? "towards the experts" : "back from them") << ": sender " << i << ", receiver " << j << " ("
               << to_string(op.phase) << ")";
