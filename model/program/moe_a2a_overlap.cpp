@@ -21,8 +21,8 @@ std::size_t dispatch_end(const std::vector<Op>& ops, std::size_t dispatch) {
                                                                                                           : next;
 }
 
-// Ops [begin, end) of the layer's list as one node: deps rebased onto the node, those before it -1; its all-to-all and
-// the host's wait for the split sizes on the expert stream, when `stream` is.
+// Ops [begin, end) of the layer's list as one node: deps rebased onto the node, those before it -1; its all-to-alls
+// (the rows', the probabilities') and the host's wait for the split sizes on the expert stream, when `stream` is.
 std::vector<Op> node_of(const std::vector<Op>& ops, std::size_t begin, std::size_t end, Stream stream) {
   std::vector<Op> node(ops.begin() + static_cast<std::ptrdiff_t>(begin),
                        ops.begin() + static_cast<std::ptrdiff_t>(end));
