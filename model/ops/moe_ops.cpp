@@ -308,6 +308,12 @@ std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
   const double exchanged = flex ? std::accumulate(dispatch->begin(), dispatch->begin() + ep, 0.0) : dispatched;
   const double gathered = m.rows * row_bytes;  // the expert rows after the ETP gather
   std::vector<Op> ops;
+  // The rows towards the experts (the dispatch, or in the backward its gradient's way back), and with the all-to-all
+  // dispatcher their probabilities after them.
+  const auto dispatch_rows = [&](std::shared_ptr<const std::vector<double>> peers) {
+    ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, exchanged, peers));
+    if (!flex) ops.push_back(probs_all_to_all(x, phase, exchanged, *peers));
+  };
   if (phase == Phase::Backward) {
     ops.push_back(elementwise(ComputeKind::ExpertUnpermute, phase, unpermute, 2));
     if (exchange) ops.push_back(all_to_all(phase, ComputeKind::ExpertDown, exchanged, dispatch));
@@ -321,11 +327,7 @@ std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
     if (split) {
       ops.push_back(expert_tensor_collective(CollectiveKind::ReduceScatter, ComputeKind::ExpertUp, phase, gathered));
     }
-    if (exchange) {
-      const auto back = transposed(*dispatch);
-      ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, exchanged, back));
-      if (!flex) ops.push_back(probs_all_to_all(x, phase, exchanged, *back));
-    }
+    if (exchange) dispatch_rows(transposed(*dispatch));
     ops.push_back(elementwise(ComputeKind::ExpertPermute, phase, permute, 3));
     ops.push_back(gemm(x, ComputeKind::Router, phase, m.tokens, experts, x.h));
     shared_experts(ops, s, x, phase);
@@ -345,10 +347,7 @@ std::vector<Op> moe_mlp_ops(const Scenario& s, const Shapes& x, Phase phase) {
   if (counted && sync_first) ops.push_back(expert_splits_sync(s, phase));
   ops.push_back(elementwise(ComputeKind::ExpertPermute, phase, permute, 3));
   if (counted && !sync_first) ops.push_back(expert_splits_sync(s, phase));
-  if (exchange) {
-    ops.push_back(all_to_all(phase, ComputeKind::ExpertUp, exchanged, dispatch));
-    if (!flex) ops.push_back(probs_all_to_all(x, phase, exchanged, *dispatch));
-  }
+  if (exchange) dispatch_rows(dispatch);
   if (split) ops.push_back(expert_tensor_collective(CollectiveKind::AllGather, ComputeKind::ExpertUp, phase, gathered));
   ops.push_back(
       with_dispatcher_row_passes(s, x, m, grouped_gemm(x, ComputeKind::ExpertUp, phase, m, m.up_width, x.h), true));

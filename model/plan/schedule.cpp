@@ -280,14 +280,7 @@ std::vector<StageSchedule> build_schedule(const ParallelSpec& p, int extra_warmu
 }
 
 std::int64_t max_in_flight_weighted(const StageSchedule& schedule, const std::vector<std::int64_t>& chunk_weight) {
-  std::int64_t in_flight = 0, peak = 0;
-  for (const auto& step : schedule) {
-    if (step.pass == Pass::WeightGrad) continue;
-    const std::int64_t weight = chunk_weight.at(static_cast<std::size_t>(step.chunk));
-    in_flight += step.pass == Pass::Forward ? weight : -weight;
-    peak = std::max(peak, in_flight);
-  }
-  return peak;
+  return max_in_flight_weighted(schedule, chunk_weight, {});  // no step merged
 }
 
 std::int64_t max_in_flight_weighted(const StageSchedule& schedule, const std::vector<std::int64_t>& chunk_weight,

@@ -17,8 +17,9 @@ bool is_token_all_to_all(const Op& op) {
 // The end of the dispatch node that begins with the rows' all-to-all at `dispatch`: the probabilities' follows it.
 std::size_t dispatch_end(const std::vector<Op>& ops, std::size_t dispatch) {
   const std::size_t next = dispatch + 1;
-  return next < ops.size() && is_expert_all_to_all(ops[next]) && ops[next].payload == Payload::ExpertProbs ? next + 1
-                                                                                                          : next;
+  const bool probabilities = next < ops.size() && is_expert_all_to_all(ops[next]) &&
+                             ops[next].payload == Payload::ExpertProbs;
+  return probabilities ? next + 1 : next;
 }
 
 // Ops [begin, end) of the layer's list as one node: deps rebased onto the node, those before it -1; its all-to-alls
