@@ -278,15 +278,15 @@ void add_extras(Simulation& s, const SimRequest& r) {
 }
 
 nlohmann::json training_json(const TrainingEstimate& training, const std::optional<GoodputReport>& goodput) {
-  nlohmann::json json = {{"tokens", training.tokens},         {"tokens_per_iteration", training.tokens_per_iteration},
-                         {"iterations", training.iterations}, {"time_s", training.time_s},
-                         {"days", training.time_s / 86400},   {"gpu_hours", training.gpu_hours}};
+  nlohmann::json out = {{"tokens", training.tokens},         {"tokens_per_iteration", training.tokens_per_iteration},
+                        {"iterations", training.iterations}, {"time_s", training.time_s},
+                        {"days", training.time_s / 86400},   {"gpu_hours", training.gpu_hours}};
   if (training.usd_per_gpu_hour > 0) {
-    json["usd_per_gpu_hour"] = training.usd_per_gpu_hour;
-    json["cost_usd"] = training.gpu_hours * training.usd_per_gpu_hour;
+    out["usd_per_gpu_hour"] = training.usd_per_gpu_hour;
+    out["cost_usd"] = training.gpu_hours * training.usd_per_gpu_hour;
   }
-  if (goodput) json["days_with_failures"] = goodput->train_days_with_failures;
-  return json;
+  if (goodput) out["days_with_failures"] = goodput->train_days_with_failures;
+  return out;
 }
 
 }  // namespace
@@ -341,7 +341,8 @@ std::string framework_line(const model::Scenario& s) {
 
 void check_within_days(double days, const SimRequest& extras) {
   if (days == 0) return;
-  if (!(days > 0) || !std::isfinite(days)) throw UserError(fmt::format("--days: a number of days above 0, got {}", days));
+  if (!(days > 0) || !std::isfinite(days))
+    throw UserError(fmt::format("--days: a number of days above 0, got {}", days));
   if (extras.train_tokens.empty()) {
     throw UserError("--days asks whether a training run finishes in time: give its length with --train-tokens");
   }

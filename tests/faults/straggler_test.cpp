@@ -17,10 +17,10 @@ class Stragglers : public FaultFixture {
   // 2-core machine (ctest -j2) a step once measured 0.8 ms, under the report's 1 ms floor (kStragglerMinLag_s); 6
   // times gives about 5 times the floor.
   void expect_rank_1_named(const std::vector<std::string>& plan, const std::vector<std::string>& launcher) {
-    constexpr int kSteps = 4;
+    constexpr int kStragglerSteps = 4;
     RunSpec spec{set_args(plan) +
-                 std::vector<std::string>{"--steps", std::to_string(kSteps), "--inject-slow", "1:6", "--timeout", "60",
-                                          "--json", dir() + "/slow.json"} +
+                 std::vector<std::string>{"--steps", std::to_string(kStragglerSteps), "--inject-slow", "1:6",
+                                          "--timeout", "60", "--json", dir() + "/slow.json"} +
                  launcher};
     spec.quiet = false;
     const Outcome run = twin_run(spec, "slow");
@@ -29,11 +29,11 @@ class Stragglers : public FaultFixture {
     const auto slowest = json["slowest_rank"].get<std::vector<int>>();
     const auto lag_s = json["lag_s"].get<std::vector<double>>();
     const auto lag_fraction = json["lag_fraction"].get<std::vector<double>>();
-    ASSERT_EQ(slowest.size(), static_cast<std::size_t>(kSteps));
+    ASSERT_EQ(slowest.size(), static_cast<std::size_t>(kStragglerSteps));
     // The first step is the warm-up (page faults, thread start): measured, never reported, though rank 1 is 6 times
     // as slow there too.
     EXPECT_EQ(run.log.find("straggler: step 1:"), std::string::npos) << run.log;
-    for (int step = 1; step < kSteps; ++step) {
+    for (int step = 1; step < kStragglerSteps; ++step) {
       SCOPED_TRACE(step + 1);
       EXPECT_EQ(slowest[step], 1) << run.log;
       // 6 times as slow is 500 % over a peer of the same speed; 20 % is the threshold of a report
@@ -42,11 +42,11 @@ class Stragglers : public FaultFixture {
       EXPECT_NE(run.log.find(fmt::format("straggler: step {}: rank 1 computed", step + 1)), std::string::npos)
           << run.log;
     }
-    EXPECT_EQ(json["losses"].get<std::vector<double>>(), uninterrupted(plan, kSteps));
+    EXPECT_EQ(json["losses"].get<std::vector<double>>(), uninterrupted(plan, kStragglerSteps));
   }
 };
 
-const std::vector<std::string> kMpi = {"--launcher", "mpi"};
+const std::vector<std::string> kMpiLauncher = {"--launcher", "mpi"};
 
 TEST_F(Stragglers, ThreadsASlowDataParallelRankIsNamedAtEveryStep) {
   expect_rank_1_named({"parallel.dp=2"}, {});
@@ -71,7 +71,7 @@ TEST_F(Stragglers, ThreadsARunNobodySlowedReportsNoStraggler) {
 TEST_F(Stragglers, MpiASlowRankIsNamedAtEveryStep) {
   if (!testing::on_path("mpirun"))
     GTEST_SKIP() << "mpirun not found (apt install openmpi-bin): MPI launcher not tested";
-  expect_rank_1_named({"parallel.pp=2", "parallel.dp=2"}, kMpi);
+  expect_rank_1_named({"parallel.pp=2", "parallel.dp=2"}, kMpiLauncher);
 }
 
 TEST_F(Stragglers, BadSlowdownsAreRefusedByName) {

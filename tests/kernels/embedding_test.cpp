@@ -12,29 +12,29 @@ using testing::random_tokens;
 using testing::random_vector;
 using testing::same_bits;
 
-constexpr int kRows = 24, kChannels = 6, kVocab = 40;  // vocab divisible by every shard count below
+constexpr int kEmbeddingRows = 24, kChannels = 6, kVocab = 40;  // vocab divisible by every shard count below
 
 TEST(CpuEmbedding, ForwardLooksUpRows) {
   const auto wte = random_vector(kVocab * kChannels, 1);
-  const auto tokens = random_tokens(kRows, kVocab, 2);
-  std::vector<float> out(kRows * kChannels);
-  embedding_forward(out.data(), tokens.data(), wte.data(), kRows, kChannels, 0, kVocab);
-  for (int r = 0; r < kRows; ++r)
+  const auto tokens = random_tokens(kEmbeddingRows, kVocab, 2);
+  std::vector<float> out(kEmbeddingRows * kChannels);
+  embedding_forward(out.data(), tokens.data(), wte.data(), kEmbeddingRows, kChannels, 0, kVocab);
+  for (int r = 0; r < kEmbeddingRows; ++r)
     for (int c = 0; c < kChannels; ++c) EXPECT_EQ(out[r * kChannels + c], wte[tokens[r] * kChannels + c]);
 }
 
 TEST(CpuEmbedding, VocabParallelForwardSumsToUnsplit) {
   const auto wte = random_vector(kVocab * kChannels, 3);
-  const auto tokens = random_tokens(kRows, kVocab, 4);
-  std::vector<float> unsplit(kRows * kChannels);
-  embedding_forward(unsplit.data(), tokens.data(), wte.data(), kRows, kChannels, 0, kVocab);
+  const auto tokens = random_tokens(kEmbeddingRows, kVocab, 4);
+  std::vector<float> unsplit(kEmbeddingRows * kChannels);
+  embedding_forward(unsplit.data(), tokens.data(), wte.data(), kEmbeddingRows, kChannels, 0, kVocab);
   for (int shards : {1, 2, 4}) {
     const int vocab_local = kVocab / shards;
-    std::vector<float> sum(kRows * kChannels, 0.0f), part(kRows * kChannels);
+    std::vector<float> sum(kEmbeddingRows * kChannels, 0.0f), part(kEmbeddingRows * kChannels);
     for (int s = 0; s < shards; ++s) {
       const int vocab_start = s * vocab_local;
-      embedding_forward(part.data(), tokens.data(), wte.data() + vocab_start * kChannels, kRows, kChannels, vocab_start,
-                        vocab_local);
+      embedding_forward(part.data(), tokens.data(), wte.data() + vocab_start * kChannels, kEmbeddingRows, kChannels,
+                        vocab_start, vocab_local);
       for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];  // the executor's TP all-reduce
     }
     EXPECT_TRUE(same_bits(sum, unsplit)) << shards << " shards";
@@ -42,15 +42,15 @@ TEST(CpuEmbedding, VocabParallelForwardSumsToUnsplit) {
 }
 
 TEST(CpuEmbedding, VocabParallelBackwardEqualsUnsplit) {
-  auto tokens = random_tokens(kRows, kVocab, 5);
+  auto tokens = random_tokens(kEmbeddingRows, kVocab, 5);
   tokens[3] = tokens[7] = tokens[11] = 17;  // a repeated token accumulates
-  const auto dout = random_vector(kRows * kChannels, 6);
+  const auto dout = random_vector(kEmbeddingRows * kChannels, 6);
   const auto dwte_before = random_vector(kVocab * kChannels, 7);
   auto unsplit = dwte_before;
-  embedding_backward(unsplit.data(), dout.data(), tokens.data(), kRows, kChannels, 0, kVocab);
+  embedding_backward(unsplit.data(), dout.data(), tokens.data(), kEmbeddingRows, kChannels, 0, kVocab);
   // reference: dwte[token] += dout[r], rows in order, in double
   std::vector<double> want(dwte_before.begin(), dwte_before.end());
-  for (int r = 0; r < kRows; ++r)
+  for (int r = 0; r < kEmbeddingRows; ++r)
     for (int c = 0; c < kChannels; ++c) want[tokens[r] * kChannels + c] += dout[r * kChannels + c];
   EXPECT_TRUE(testing::all_close(unsplit, want, 1e-6, 1e-6));
   for (int shards : {1, 2, 4}) {
@@ -58,7 +58,7 @@ TEST(CpuEmbedding, VocabParallelBackwardEqualsUnsplit) {
     auto split = dwte_before;  // shard s owns rows [s * vocab_local, (s + 1) * vocab_local)
     for (int s = 0; s < shards; ++s) {
       const int vocab_start = s * vocab_local;
-      embedding_backward(split.data() + vocab_start * kChannels, dout.data(), tokens.data(), kRows, kChannels,
+      embedding_backward(split.data() + vocab_start * kChannels, dout.data(), tokens.data(), kEmbeddingRows, kChannels,
                          vocab_start, vocab_local);
     }
     EXPECT_TRUE(same_bits(split, unsplit)) << shards << " shards";

@@ -113,7 +113,7 @@ std::vector<float> local_dqkv(const RankState& x, const ContextParallelShape& s)
   return dqkv;
 }
 
-const ContextParallelShape kShapes[] = {
+const ContextParallelShape kRingShapes[] = {
     {2, 40, 4, 2, 8, 2},    // grouped-query, cp 2: chunks of 10
     {1, 64, 2, 2, 16, 4},   // multi-head, cp 4: chunks of 8
     {1, 96, 4, 1, 8, 4},    // multi-query, chunks of 12
@@ -158,7 +158,7 @@ TEST(CpuRingAttention, CausalLoadBalanceOfTwoCpChunks) {
 }
 
 TEST(CpuRingAttention, RingEqualsTheWholeSequenceForwardAndBackward) {
-  for (const ContextParallelShape& s : kShapes) {
+  for (const ContextParallelShape& s : kRingShapes) {
     const Whole w = whole_sequence(s, 11);
     const std::vector<RankState> ranks = run_ring(w, s);
     std::vector<float> dqkv(w.qkv.size(), 0.0f);
@@ -184,7 +184,7 @@ TEST(CpuRingAttention, RingWithAlibiSeesAbsolutePositions) {
 }
 
 TEST(CpuRingAttention, AllGatherEqualsTheWholeSequence) {
-  for (const ContextParallelShape& s : kShapes) {
+  for (const ContextParallelShape& s : kRingShapes) {
     const Whole w = whole_sequence(s, 3);
     const size_t kv_w = static_cast<size_t>(2 * s.kv_heads) * s.head_dim;
     std::vector<float> kv_full(static_cast<size_t>(s.batch) * s.seq * kv_w);

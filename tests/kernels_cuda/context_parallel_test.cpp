@@ -120,7 +120,7 @@ TEST(CudaContextKernels, RopeAndCopiesMatchTheCpuTwins) {
 }
 
 template <class T>
-ctx::KeyBlocks<T> ring_block(T* kv, int source, const ctx::Layout& s) {
+ctx::KeyBlocks<T> ring_kv_block(T* kv, int source, const ctx::Layout& s) {
   return ctx::KeyBlocks<T>{kv, kv + s.kv_width(), 2 * s.kv_width(), 0, source, 1};
 }
 
@@ -146,7 +146,7 @@ TEST(CudaContextKernels, RingStepsMatchTheCpuRingSteps) {
       const int source = (rank - step + s.cp) % s.cp;
       cpu::ring_attention_forward_step(out.data(), lse.data(), qkv.data(), kv[source].data(), rank, source, cs);
       DeviceBuffer<bf16> d_kv(to_bf16(kv[source]));
-      context_attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), ring_block<const bf16>(d_kv.get(), source, s),
+      context_attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), ring_kv_block<const bf16>(d_kv.get(), source, s),
                                 rank, step > 0, s, nullptr);
       EXPECT_TRUE(normalised_error_below(download(d_out), out, 1e-2)) << "step " << step << " out";
       EXPECT_TRUE(normalised_error_below(d_lse.download(), lse, 1e-3)) << "step " << step << " lse";
@@ -164,8 +164,8 @@ TEST(CudaContextKernels, RingStepsMatchTheCpuRingSteps) {
       cpu::ring_attention_backward_step(dq.data(), dkv.data(), dout.data(), qkv.data(), kv[source].data(), lse.data(),
                                         delta.data(), rank, source, cs);
       DeviceBuffer<bf16> d_kv(to_bf16(kv[source])), d_dkv(to_bf16(Floats(dkv.size(), 0.0f)));
-      context_attention_backward(d_dq.get(), s.out_width(), ring_block<bf16>(d_dkv.get(), source, s), true, x,
-                                 ring_block<const bf16>(d_kv.get(), source, s), s, nullptr);
+      context_attention_backward(d_dq.get(), s.out_width(), ring_kv_block<bf16>(d_dkv.get(), source, s), true, x,
+                                 ring_kv_block<const bf16>(d_kv.get(), source, s), s, nullptr);
       EXPECT_TRUE(normalised_error_below(download(d_dq), dq, 2e-2)) << "step " << step << " dq";
       EXPECT_TRUE(normalised_error_below(download(d_dkv), dkv, 2e-2)) << "step " << step << " dkv";
     }

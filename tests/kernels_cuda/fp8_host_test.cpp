@@ -13,23 +13,16 @@
 #include <vector>
 
 #include "../kernels/kernel_test_util.hpp"
+#include "fp8_format_util.hpp"
 #include "kernels/cpu/fp8.hpp"
 #include "kernels/cuda/fp8_math.hpp"
-
-namespace twin::kernels::cuda::fp8 {
-inline void PrintTo(Fp8Format format, std::ostream* out) {  // the test's parameter, by name
-  *out << (format == Fp8Format::E4M3 ? "E4M3" : "E5M2");
-}
-}  // namespace twin::kernels::cuda::fp8
 
 namespace twin::kernels::cuda {
 namespace {
 
 using fp8::Fp8Format;
 
-cpu::Fp8Format cpu_format(Fp8Format format) {
-  return format == Fp8Format::E4M3 ? cpu::Fp8Format::E4M3 : cpu::Fp8Format::E5M2;
-}
+using testing::cpu_format;
 
 // the same float, or both NaN
 bool same_value(float a, float b) {

@@ -13,17 +13,12 @@
 
 #include "../kernels/kernel_test_util.hpp"
 #include "cuda_test_util.hpp"
+#include "fp8_format_util.hpp"
 #include "kernels/cpu/fp8.hpp"
 #include "kernels/cpu/fp8_matmul.hpp"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/fp8_matmul.cuh"
 #include "kernels/cuda/matmul.cuh"
-
-namespace twin::kernels::cuda::fp8 {
-inline void PrintTo(Fp8Format format, std::ostream* out) {  // the test's parameter, by name
-  *out << (format == Fp8Format::E4M3 ? "E4M3" : "E5M2");
-}
-}  // namespace twin::kernels::cuda::fp8
 
 namespace twin::kernels::cuda {
 namespace {
@@ -38,9 +33,7 @@ using testing::same_bits;
 using testing::to_bf16;
 using testing::to_float;
 
-cpu::Fp8Format cpu_format(Fp8Format format) {
-  return format == Fp8Format::E4M3 ? cpu::Fp8Format::E4M3 : cpu::Fp8Format::E5M2;
-}
+using testing::cpu_format;
 
 int compute_capability() {
   int device = 0, major = 0, minor = 0;

@@ -28,7 +28,7 @@ using testing::normalised_error_below;
 using testing::to_bf16;
 using testing::to_float;
 
-constexpr int kTokens = 48, kExperts = 8, kTopK = 2, kHidden = 40;
+constexpr int kMoeTokens = 48, kMoeExperts = 8, kMoeTopK = 2, kMoeHidden = 40;
 
 // --- on any machine: preconditions throw before any launch -----------------------------------------------------------
 
@@ -57,17 +57,17 @@ struct Routing {
 
 Routing cpu_routing(unsigned seed) {
   Routing r;
-  r.logits = bf16_rounded(random_vector(kTokens * kExperts, seed, -3.0f, 3.0f));
-  r.probs.resize(kTokens * kTopK);
-  r.experts.resize(kTokens * kTopK);
-  r.scores.resize(kTokens * kExperts);
-  r.counts.resize(kExperts);
-  r.rows.resize(kTokens * kTopK);
-  r.rows_per_expert.resize(kExperts);
-  cpu::moe_topk_softmax_forward(r.probs.data(), r.experts.data(), r.logits.data(), kTokens, kExperts, kTopK);
-  cpu::moe_router_scores_forward(r.scores.data(), r.logits.data(), kTokens, kExperts);
-  cpu::moe_tokens_per_expert(r.counts.data(), r.experts.data(), kTokens, kExperts, kTopK);
-  cpu::moe_permutation(r.rows.data(), r.rows_per_expert.data(), r.experts.data(), kTokens, kExperts, kTopK);
+  r.logits = bf16_rounded(random_vector(kMoeTokens * kMoeExperts, seed, -3.0f, 3.0f));
+  r.probs.resize(kMoeTokens * kMoeTopK);
+  r.experts.resize(kMoeTokens * kMoeTopK);
+  r.scores.resize(kMoeTokens * kMoeExperts);
+  r.counts.resize(kMoeExperts);
+  r.rows.resize(kMoeTokens * kMoeTopK);
+  r.rows_per_expert.resize(kMoeExperts);
+  cpu::moe_topk_softmax_forward(r.probs.data(), r.experts.data(), r.logits.data(), kMoeTokens, kMoeExperts, kMoeTopK);
+  cpu::moe_router_scores_forward(r.scores.data(), r.logits.data(), kMoeTokens, kMoeExperts);
+  cpu::moe_tokens_per_expert(r.counts.data(), r.experts.data(), kMoeTokens, kMoeExperts, kMoeTopK);
+  cpu::moe_permutation(r.rows.data(), r.rows_per_expert.data(), r.experts.data(), kMoeTokens, kMoeExperts, kMoeTopK);
   return r;
 }
 
@@ -78,37 +78,37 @@ TEST(CudaMoeKernels, RouterMatchesCpuTwin) {
   DeviceBuffer<float> probs(r.probs.size()), scores(r.scores.size());
   DeviceBuffer<int> experts(r.experts.size());
   probs.poison(), scores.poison();
-  moe_topk_softmax_forward(probs.get(), experts.get(), logits.get(), kTokens, kExperts, kTopK, nullptr);
-  moe_router_scores_forward(scores.get(), logits.get(), kTokens, kExperts, nullptr);
+  moe_topk_softmax_forward(probs.get(), experts.get(), logits.get(), kMoeTokens, kMoeExperts, kMoeTopK, nullptr);
+  moe_router_scores_forward(scores.get(), logits.get(), kMoeTokens, kMoeExperts, nullptr);
   EXPECT_EQ(experts.download(), r.experts);
   EXPECT_TRUE(normalised_error_below(probs.download(), r.probs, 1e-6));
   EXPECT_TRUE(normalised_error_below(scores.download(), r.scores, 1e-6));
 
   // the load-balancing loss from the device's column sums
   DeviceBuffer<float> d_scores(r.scores);
-  DeviceBuffer<double> sums(kExperts);
-  moe_score_sums(sums.get(), d_scores.get(), kTokens, kExperts, nullptr);
+  DeviceBuffer<double> sums(kMoeExperts);
+  moe_score_sums(sums.get(), d_scores.get(), kMoeTokens, kMoeExperts, nullptr);
   const std::vector<double> host_sums = sums.download();
   const double want =
-      cpu::moe_aux_loss_forward(r.scores.data(), r.counts.data(), kTokens, kExperts, kTopK, kTokens, 1e-2);
-  const double got = moe_math::aux_loss(host_sums.data(), r.counts.data(), kExperts, kTopK, kTokens, 1e-2);
+      cpu::moe_aux_loss_forward(r.scores.data(), r.counts.data(), kMoeTokens, kMoeExperts, kMoeTopK, kMoeTokens, 1e-2);
+  const double got = moe_math::aux_loss(host_sums.data(), r.counts.data(), kMoeExperts, kMoeTopK, kMoeTokens, 1e-2);
   EXPECT_NEAR(got, want, 1e-12 * want);
 
   // the backward, with the load-balancing loss
-  const std::vector<float> dprobs = random_vector(kTokens * kTopK, 2);
-  std::vector<float> want_dlogits(kTokens * kExperts);
-  cpu::moe_topk_softmax_backward(want_dlogits.data(), dprobs.data(), r.probs.data(), r.experts.data(), kTokens,
-                                 kExperts, kTopK);
-  cpu::moe_aux_loss_backward(want_dlogits.data(), r.scores.data(), r.counts.data(), kTokens, kExperts, kTopK, kTokens,
-                             1e-2, 0.5);
+  const std::vector<float> dprobs = random_vector(kMoeTokens * kMoeTopK, 2);
+  std::vector<float> want_dlogits(kMoeTokens * kMoeExperts);
+  cpu::moe_topk_softmax_backward(want_dlogits.data(), dprobs.data(), r.probs.data(), r.experts.data(), kMoeTokens,
+                                 kMoeExperts, kMoeTopK);
+  cpu::moe_aux_loss_backward(want_dlogits.data(), r.scores.data(), r.counts.data(), kMoeTokens, kMoeExperts, kMoeTopK,
+                             kMoeTokens, 1e-2, 0.5);
   const std::vector<int> counts(r.counts.begin(), r.counts.end());
   DeviceBuffer<float> d_dprobs(dprobs), d_probs(r.probs);
   DeviceBuffer<int> d_experts(r.experts), d_counts(counts);
   DeviceBuffer<bf16> dlogits(want_dlogits.size());
   dlogits.poison();
   moe_router_backward(dlogits.get(), d_dprobs.get(), d_probs.get(), d_experts.get(), d_scores.get(), d_counts.get(),
-                      kTokens, kExperts, kTopK, moe_math::aux_loss_grad_scale(kExperts, kTopK, kTokens, 1e-2, 0.5),
-                      nullptr);
+                      kMoeTokens, kMoeExperts, kMoeTopK,
+                      moe_math::aux_loss_grad_scale(kMoeExperts, kMoeTopK, kMoeTokens, 1e-2, 0.5), nullptr);
   EXPECT_TRUE(normalised_error_below(to_float(dlogits.download()), want_dlogits, kBf16Tolerance));
 }
 
@@ -116,35 +116,36 @@ TEST(CudaMoeKernels, PermutationMatchesCpuTwin) {
   TWIN_REQUIRE_GPU();
   const Routing r = cpu_routing(3);
   const std::size_t slots = r.rows.size();
-  const auto x = bf16_rounded(random_vector(kTokens * kHidden, 4));
-  const auto expert_out = bf16_rounded(random_vector(slots * kHidden, 5));
-  const auto dy = bf16_rounded(random_vector(kTokens * kHidden, 6));
-  std::vector<float> permuted(slots * kHidden), y(kTokens * kHidden), d_rows(slots * kHidden), dprobs(slots),
-      dx(kTokens * kHidden);
-  cpu::moe_permute_forward(permuted.data(), x.data(), r.rows.data(), kTokens, kHidden, kTopK);
-  cpu::moe_unpermute_forward(y.data(), expert_out.data(), r.probs.data(), r.rows.data(), kTokens, kHidden, kTopK);
+  const auto x = bf16_rounded(random_vector(kMoeTokens * kMoeHidden, 4));
+  const auto expert_out = bf16_rounded(random_vector(slots * kMoeHidden, 5));
+  const auto dy = bf16_rounded(random_vector(kMoeTokens * kMoeHidden, 6));
+  std::vector<float> permuted(slots * kMoeHidden), y(kMoeTokens * kMoeHidden), d_rows(slots * kMoeHidden),
+      dprobs(slots), dx(kMoeTokens * kMoeHidden);
+  cpu::moe_permute_forward(permuted.data(), x.data(), r.rows.data(), kMoeTokens, kMoeHidden, kMoeTopK);
+  cpu::moe_unpermute_forward(y.data(), expert_out.data(), r.probs.data(), r.rows.data(), kMoeTokens, kMoeHidden,
+                             kMoeTopK);
   cpu::moe_unpermute_backward(d_rows.data(), dprobs.data(), dy.data(), expert_out.data(), r.probs.data(), r.rows.data(),
-                              kTokens, kHidden, kTopK);
-  cpu::moe_permute_backward(dx.data(), d_rows.data(), r.rows.data(), kTokens, kHidden, kTopK);
+                              kMoeTokens, kMoeHidden, kMoeTopK);
+  cpu::moe_permute_backward(dx.data(), d_rows.data(), r.rows.data(), kMoeTokens, kMoeHidden, kMoeTopK);
 
   DeviceBuffer<int> rows(r.rows);
   DeviceBuffer<float> probs(r.probs), g_dprobs(slots);
   DeviceBuffer<bf16> g_x(to_bf16(x)), g_out(to_bf16(expert_out)), g_dy(to_bf16(dy));
   DeviceBuffer<bf16> g_permuted(permuted.size()), g_y(y.size()), g_d_rows(d_rows.size()), g_dx(dx.size());
   g_permuted.poison(), g_y.poison(), g_d_rows.poison(), g_dprobs.poison(), g_dx.poison();
-  moe_permute_forward(g_permuted.get(), g_x.get(), rows.get(), kTokens, kHidden, kTopK, nullptr);
-  moe_unpermute_forward(g_y.get(), g_out.get(), probs.get(), rows.get(), kTokens, kHidden, kTopK, nullptr);
-  moe_unpermute_backward(g_d_rows.get(), g_dprobs.get(), g_dy.get(), g_out.get(), probs.get(), rows.get(), kTokens,
-                         kHidden, kTopK, nullptr);
+  moe_permute_forward(g_permuted.get(), g_x.get(), rows.get(), kMoeTokens, kMoeHidden, kMoeTopK, nullptr);
+  moe_unpermute_forward(g_y.get(), g_out.get(), probs.get(), rows.get(), kMoeTokens, kMoeHidden, kMoeTopK, nullptr);
+  moe_unpermute_backward(g_d_rows.get(), g_dprobs.get(), g_dy.get(), g_out.get(), probs.get(), rows.get(), kMoeTokens,
+                         kMoeHidden, kMoeTopK, nullptr);
   EXPECT_EQ(to_float(g_permuted.download()), permuted);  // a gather of bf16 values: exact
   EXPECT_TRUE(normalised_error_below(to_float(g_y.download()), y, kBf16Tolerance));
   EXPECT_TRUE(normalised_error_below(to_float(g_d_rows.download()), d_rows, kBf16Tolerance));
   EXPECT_TRUE(normalised_error_below(g_dprobs.download(), dprobs, 1e-5));
   // the permute's backward on the CPU's (bf16-rounded) row gradients
   const auto d_rows_rounded = bf16_rounded(d_rows);
-  cpu::moe_permute_backward(dx.data(), d_rows_rounded.data(), r.rows.data(), kTokens, kHidden, kTopK);
+  cpu::moe_permute_backward(dx.data(), d_rows_rounded.data(), r.rows.data(), kMoeTokens, kMoeHidden, kMoeTopK);
   DeviceBuffer<bf16> g_d_rows_rounded(to_bf16(d_rows_rounded));
-  moe_permute_backward(g_dx.get(), g_d_rows_rounded.get(), rows.get(), kTokens, kHidden, kTopK, nullptr);
+  moe_permute_backward(g_dx.get(), g_d_rows_rounded.get(), rows.get(), kMoeTokens, kMoeHidden, kMoeTopK, nullptr);
   EXPECT_EQ(to_float(g_dx.download()), bf16_rounded(dx));  // same fp32 sums, one rounding
 }
 

@@ -114,14 +114,14 @@ GemmPlan shifted(GemmPlan plan, std::size_t offset) {
   return plan;
 }
 
-struct AttentionCase {
+struct PlanAttentionCase {
   int batch, seq, heads, head_dim;
 };
-std::ostream& operator<<(std::ostream& out, const AttentionCase& c) {
+std::ostream& operator<<(std::ostream& out, const PlanAttentionCase& c) {
   return out << "B " << c.batch << " T " << c.seq << " H " << c.heads << " D " << c.head_dim;
 }
 
-class CudaAttentionPlan : public ::testing::TestWithParam<AttentionCase> {};
+class CudaAttentionPlan : public ::testing::TestWithParam<PlanAttentionCase> {};
 
 TEST_P(CudaAttentionPlan, ForwardAndBackwardMatchCpuAttention) {
   const auto [B, T, H, D] = GetParam();
@@ -168,21 +168,21 @@ TEST_P(CudaAttentionPlan, ForwardAndBackwardMatchCpuAttention) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionPlan,
-                         ::testing::Values(AttentionCase{1, 1, 1, 1}, AttentionCase{2, 7, 3, 4},
-                                           AttentionCase{3, 16, 2, 8}, AttentionCase{1, 33, 4, 16}));
+                         ::testing::Values(PlanAttentionCase{1, 1, 1, 1}, PlanAttentionCase{2, 7, 3, 4},
+                                           PlanAttentionCase{3, 16, 2, 8}, PlanAttentionCase{1, 33, 4, 16}));
 
 // --- grouped-query attention ----------------------------------------------------------------------------------------
 // Its plans in the order kernels/cuda/attention.cu issues them, against kernels/cpu's attention_forward_gqa and
 // attention_backward_gqa.
 
-struct GqaCase {
+struct PlanGqaCase {
   int batch, seq, heads, kv_heads, head_dim;
 };
-std::ostream& operator<<(std::ostream& out, const GqaCase& c) {
+std::ostream& operator<<(std::ostream& out, const PlanGqaCase& c) {
   return out << "B " << c.batch << " T " << c.seq << " H " << c.heads << " KV " << c.kv_heads << " D " << c.head_dim;
 }
 
-class CudaGroupedAttentionPlan : public ::testing::TestWithParam<GqaCase> {};
+class CudaGroupedAttentionPlan : public ::testing::TestWithParam<PlanGqaCase> {};
 
 TEST_P(CudaGroupedAttentionPlan, ForwardAndBackwardMatchCpuGqa) {
   const auto [B, T, H, KV, D] = GetParam();
@@ -260,9 +260,10 @@ TEST_P(CudaGroupedAttentionPlan, ForwardAndBackwardMatchCpuGqa) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaGroupedAttentionPlan,
-                         ::testing::Values(GqaCase{1, 1, 2, 1, 1}, GqaCase{2, 7, 4, 2, 4}, GqaCase{1, 9, 3, 1, 8},
-                                           GqaCase{3, 16, 6, 3, 8}, GqaCase{1, 33, 8, 2, 16},
-                                           GqaCase{2, 5, 4, 4, 4}));  // the last: one query head per kv head
+                         ::testing::Values(PlanGqaCase{1, 1, 2, 1, 1}, PlanGqaCase{2, 7, 4, 2, 4},
+                                           PlanGqaCase{1, 9, 3, 1, 8}, PlanGqaCase{3, 16, 6, 3, 8},
+                                           PlanGqaCase{1, 33, 8, 2, 16},
+                                           PlanGqaCase{2, 5, 4, 4, 4}));  // the last: one query head per kv head
 
 // With kv_heads == heads (one group per head, j = 0) every grouped plan is its multi-head twin of gemm_plan.hpp.
 TEST(CudaGroupedAttentionPlan, WithOneQueryHeadPerKvHeadTheyAreTheMultiHeadPlans) {

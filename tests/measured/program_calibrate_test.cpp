@@ -22,7 +22,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string temporary(const std::string& name) {
+std::string temporary_path(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("twin-program-calibrate-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   return (dir / name).string();
@@ -36,14 +36,14 @@ json cpu_op(const std::string& name, double start_us, double duration_us, const 
 }
 
 KinetoTrace read(const json& events, const std::string& name) {
-  const std::string path = temporary(name);
+  const std::string path = temporary_path(name);
   std::ofstream(path) << json{{"traceEvents", events}}.dump();
   return read_kineto_trace(path);
 }
 
 // The loop's GPT (bench/measured/cpu_loop.py): PyTorch's kernels (composer), fp32, one worker on a CPU host.
 model::Program loop_program(int layers, int batch) {
-  const std::string path = temporary("plan.toml");
+  const std::string path = temporary_path("plan.toml");
   std::ofstream(path) << "[model]\nname = \"t\"\nlayers = " << layers
                       << "\nhidden = 256\nheads = 4\nseq_len = 128\nvocab = 256\ndtype = \"fp32\"\n"
                          "[parallel]\ntp = 1\npp = 1\nmicro_batch = "
@@ -136,7 +136,7 @@ TEST(MeasuredRun, FastestStepMeasuresItsOwnClasses) {
     if (e["name"] == "ProfilerStep#1") slow["name"] = "ProfilerStep#2";
     events.push_back(slow);
   }
-  const std::string path = temporary("two_steps.json");
+  const std::string path = temporary_path("two_steps.json");
   std::ofstream(path) << json{{"traceEvents", events}}.dump();
   const RankMeasurement mean = read_measured(path).ranks.at(0);
   const RankMeasurement fastest = read_measured(path, 0, true).ranks.at(0);
@@ -166,7 +166,7 @@ TEST(Calibrate, TwinsOwnGemmsByTheirProgramShapes) {
   events.push_back(twin_op("backward mlp_up", 5000, 9000, 2 * flops, 0));
   events.push_back(twin_op("forward attention_core", 14000, 2000, 4e7, 1e6));
   events.push_back(twin_op("backward attention_core", 16000, 3000, 8e7, 1e6));
-  const std::string path = temporary("twin.json");
+  const std::string path = temporary_path("twin.json");
   std::ofstream(path) << json{{"otherData", {{"engine", "exec"}}}, {"traceEvents", events}}.dump();
   const KinetoTrace trace = read_kineto_trace(path);
   ProgramWork work;

@@ -98,7 +98,7 @@ model::Scenario moe_scenario(int ep, double skew, int tp = 1) {
   return model::parse_scenario(text, "moe.toml");
 }
 
-double iteration_s(const model::Scenario& scenario, Fidelity fidelity = Fidelity::Rank) {
+double a2a_iteration_s(const model::Scenario& scenario, Fidelity fidelity = Fidelity::Rank) {
   const AnalyticalCostModel cost(topology::a100_sxm4_80gb());
   SimOptions options;
   options.fidelity = fidelity;
@@ -106,12 +106,12 @@ double iteration_s(const model::Scenario& scenario, Fidelity fidelity = Fidelity
 }
 
 TEST(AllToAll, MoeTokensCostTimeAndSkewSlowsTheLayer) {
-  const double inside = iteration_s(moe_scenario(8, 0)), across = iteration_s(moe_scenario(16, 0));
-  const double skewed = iteration_s(moe_scenario(8, 1.0));
+  const double inside = a2a_iteration_s(moe_scenario(8, 0)), across = a2a_iteration_s(moe_scenario(16, 0));
+  const double skewed = a2a_iteration_s(moe_scenario(8, 1.0));
   EXPECT_GT(inside, 0);
   EXPECT_GT(across, inside);  // EP 16 spans both nodes: the tokens cross the NICs
   EXPECT_GT(skewed, inside);  // the hottest EP rank's experts and all-to-all set the pace
-  EXPECT_NEAR(iteration_s(moe_scenario(16, 0), Fidelity::Group), across, 0.02 * across);
+  EXPECT_NEAR(a2a_iteration_s(moe_scenario(16, 0), Fidelity::Group), across, 0.02 * across);
 }
 
 // Group fidelity times an all-to-all's NVLink bytes without flows and moves its bytes across nodes as at most 2g - 1

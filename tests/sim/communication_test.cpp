@@ -13,8 +13,8 @@ using testing::hand_program;
 using testing::make_scenario;
 using testing::Plan;
 
-const topology::NodeSpec kNode = topology::dgx_a100();
-const NcclTuning kNccl;
+const topology::NodeSpec kA100Node = topology::dgx_a100();
+const NcclTuning kNcclTuning;
 
 double run(const model::Program& program, Fidelity fidelity) {
   SimOptions options;
@@ -34,8 +34,8 @@ TEST(RingAllReduce, AcrossNodesMatchesTheClosedForm) {
     plan.global_batch = n;
     const auto program =
         hand_program(make_scenario(plan), {{collective(model::CollectiveKind::AllReduce, model::Group::Data, S)}});
-    const double expected = 2.0 * (n - 1) / n * S / kNode.nic_effective_bytes_per_s + kNccl.ring_simple_base_s +
-                            2 * (n - 1) * kNccl.ring_simple_net_step_s;
+    const double expected = 2.0 * (n - 1) / n * S / kA100Node.nic_effective_bytes_per_s +
+                            kNcclTuning.ring_simple_base_s + 2 * (n - 1) * kNcclTuning.ring_simple_net_step_s;
     EXPECT_NEAR(run(program, Fidelity::Rank), expected, 1e-9 * expected) << "n = " << n;
     EXPECT_NEAR(run(program, Fidelity::Group), expected, 1e-9 * expected) << "n = " << n;
   }
@@ -56,7 +56,7 @@ TEST(RingAllReduce, AcrossNodesOnSharedNicsGetsItsShare) {
   scenario.cluster.nic_gbps = 100;
   const auto program = hand_program(scenario, {{collective(model::CollectiveKind::AllReduce, model::Group::Data, S)}});
   const double expected =
-      2.0 * (n - 1) / n * S / 6e9 + kNccl.ring_simple_base_s + 2 * (n - 1) * kNccl.ring_simple_net_step_s;
+      2.0 * (n - 1) / n * S / 6e9 + kNcclTuning.ring_simple_base_s + 2 * (n - 1) * kNcclTuning.ring_simple_net_step_s;
   EXPECT_NEAR(run(program, Fidelity::Rank), expected, 1e-9 * expected);
   EXPECT_NEAR(run(program, Fidelity::Group), expected, 1e-9 * expected);
 }
@@ -67,8 +67,8 @@ TEST(RingAllReduce, InsideANodeOnNvlink) {
   plan.tp = 8;
   const auto program =
       hand_program(make_scenario(plan), {{collective(model::CollectiveKind::AllReduce, model::Group::Tensor, S)}});
-  const double expected = 2.0 * 7 / 8 * S / kNode.nvlink_effective_bytes_per_s + kNccl.ring_simple_base_s +
-                          14 * kNccl.ring_simple_nvlink_step_s;
+  const double expected = 2.0 * 7 / 8 * S / kA100Node.nvlink_effective_bytes_per_s + kNcclTuning.ring_simple_base_s +
+                          14 * kNcclTuning.ring_simple_nvlink_step_s;
   EXPECT_NEAR(run(program, Fidelity::Rank), expected, 1e-9 * expected);   // flows on the NVLinks
   EXPECT_NEAR(run(program, Fidelity::Group), expected, 1e-9 * expected);  // analytical
 }
@@ -84,9 +84,9 @@ TEST(RingAllReduce, HierarchicalWhenMembersShareNodes) {
   plan.global_batch = 8;
   const auto program =
       hand_program(make_scenario(plan), {{collective(model::CollectiveKind::AllReduce, model::Group::Data, S)}});
-  const double nvlink = kNode.nvlink_effective_bytes_per_s, nic = kNode.nic_effective_bytes_per_s;
-  const double expected = 2 * (0.75 * S / nvlink + 3 * kNccl.ring_simple_nvlink_step_s) +
-                          (S / 4 / nic + 2 * kNccl.ring_simple_net_step_s) + kNccl.ring_simple_base_s;
+  const double nvlink = kA100Node.nvlink_effective_bytes_per_s, nic = kA100Node.nic_effective_bytes_per_s;
+  const double expected = 2 * (0.75 * S / nvlink + 3 * kNcclTuning.ring_simple_nvlink_step_s) +
+                          (S / 4 / nic + 2 * kNcclTuning.ring_simple_net_step_s) + kNcclTuning.ring_simple_base_s;
   EXPECT_NEAR(run(program, Fidelity::Rank), expected, 1e-9 * expected);
 }
 
@@ -108,12 +108,13 @@ TEST(PointToPoint, OneMessageBetweenNodes) {
   recv.kind = model::OpKind::Recv;
   recv.peer_stage = 0;
   const auto program = hand_program(make_scenario(plan), {{send}, {recv}});
-  // Megatron's scatter/gather (model::pipeline_transfer): each TP rank sends 1/8 of the tensor over its own NIC (bandwidth,
-  // NCCL's network step latency, two fabric links: both nodes under one leaf switch), then the receivers all-gather
-  // it on NVLink.
-  const double gather = kNccl.ring_simple_base_s + 7 * kNccl.ring_simple_nvlink_step_s +
-                        7.0 / 8 * S / kNode.nvlink_effective_bytes_per_s;
-  const double expected = S / 8 / kNode.nic_effective_bytes_per_s + kNccl.ring_simple_net_step_s + 2 * 130e-9 + gather;
+  // Megatron's scatter/gather (model::pipeline_transfer): each TP rank sends 1/8 of the tensor over its own NIC
+  // (bandwidth, NCCL's network step latency, two fabric links: both nodes under one leaf switch), then the receivers
+  // all-gather it on NVLink.
+  const double gather = kNcclTuning.ring_simple_base_s + 7 * kNcclTuning.ring_simple_nvlink_step_s +
+                        7.0 / 8 * S / kA100Node.nvlink_effective_bytes_per_s;
+  const double expected =
+      S / 8 / kA100Node.nic_effective_bytes_per_s + kNcclTuning.ring_simple_net_step_s + 2 * 130e-9 + gather;
   EXPECT_NEAR(run(program, Fidelity::Rank), expected, 1e-9);
   EXPECT_NEAR(run(program, Fidelity::Group), expected, 1e-9);
 }

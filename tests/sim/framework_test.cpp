@@ -20,8 +20,8 @@ namespace {
 using testing::make_scenario;
 using testing::Plan;
 
-const topology::NodeSpec kNode = topology::dgx_a100();
-const NcclTuning kNccl;
+const topology::NodeSpec kDgxA100 = topology::dgx_a100();
+const NcclTuning kDefaultNccl;
 
 // The compute op `what` of layer 0 in `phase`, as the Program has it (with its kernels).
 model::Op layer_op(const model::Scenario& s, model::ComputeKind what, model::Phase phase) {
@@ -369,12 +369,12 @@ double one_message_s(model::Framework framework, model::Phase phase, double byte
 
 TEST(PipelineExchange, ScatterGatherAndPartitionedMessages) {
   const double S = 2.4e8;
-  const double gather =
-      kNccl.ring_simple_base_s + 7 * kNccl.ring_simple_nvlink_step_s + 7.0 / 8 * S / kNode.nvlink_effective_bytes_per_s;
-  const double hops = 2 * 130e-9, step = kNccl.ring_simple_net_step_s + hops;
-  const double megatron = S / 8 / kNode.nic_effective_bytes_per_s + step + gather;
-  const double deepspeed_activation = S / 8 / kNode.nic_effective_bytes_per_s + 2 * step + gather;
-  const double deepspeed_gradient = S / kNode.nic_effective_bytes_per_s + step + gather;
+  const double gather = kDefaultNccl.ring_simple_base_s + 7 * kDefaultNccl.ring_simple_nvlink_step_s +
+                        7.0 / 8 * S / kDgxA100.nvlink_effective_bytes_per_s;
+  const double hops = 2 * 130e-9, step = kDefaultNccl.ring_simple_net_step_s + hops;
+  const double megatron = S / 8 / kDgxA100.nic_effective_bytes_per_s + step + gather;
+  const double deepspeed_activation = S / 8 / kDgxA100.nic_effective_bytes_per_s + 2 * step + gather;
+  const double deepspeed_gradient = S / kDgxA100.nic_effective_bytes_per_s + step + gather;
   for (Fidelity fidelity : {Fidelity::Rank, Fidelity::Group}) {
     EXPECT_NEAR(one_message_s(model::Framework::Megatron, model::Phase::Forward, S, fidelity), megatron, 1e-9);
     EXPECT_NEAR(one_message_s(model::Framework::DeepSpeed, model::Phase::Forward, S, fidelity), deepspeed_activation,

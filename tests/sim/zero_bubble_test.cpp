@@ -1,7 +1,7 @@
 // parallel.schedule = "zb-h1", "zb-v" and "dualpipev" (model/plan/schedule.hpp) in the simulator: with fixed layer
-// times and an ideal network its bubble is the paper's closed form, and with the analytical cost model it moves the prediction of every plan
-// family it applies to (dense, context-parallel, expert-parallel; both granularities, both fidelities) below 1F1B's
-// with the same FLOPs and, to launch overheads, the same compute.
+// times and an ideal network its bubble is the paper's closed form, and with the analytical cost model it moves the
+// prediction of every plan family it applies to (dense, context-parallel, expert-parallel; both granularities, both
+// fidelities) below 1F1B's with the same FLOPs and, to launch overheads, the same compute.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -76,7 +76,7 @@ TEST(ZeroBubbleSim, TheVsIdleOnlyTheVsStart) {
 }
 
 // 16 experts of which each token picks 4 (moe_a2a_overlap_test.cpp's).
-model::Scenario moe(Plan plan, int ep) {
+model::Scenario zb_moe(Plan plan, int ep) {
   plan.hidden = 1024;
   plan.heads = 16;
   plan.vocab = 4096;
@@ -88,8 +88,8 @@ model::Scenario moe(Plan plan, int ep) {
   return s;
 }
 
-report::Summary run(model::Scenario s, model::ScheduleKind schedule, model::Granularity granularity,
-                    Fidelity fidelity, double* flops) {
+report::Summary run(model::Scenario s, model::ScheduleKind schedule, model::Granularity granularity, Fidelity fidelity,
+                    double* flops) {
   s.parallel.schedule = schedule;
   s.parallel.virtual_stages = s.parallel.v_shape() ? 2 : 1;
   EXPECT_TRUE(model::validation_problems(s).empty()) << model::validation_problems(s).front();
@@ -108,8 +108,8 @@ void expect_faster_with_the_same_work(const model::Scenario& s, const char* name
       double base_flops = 0, zb_flops = 0;
       const report::Summary base = run(s, model::ScheduleKind::OneFOneB, granularity, fidelity, &base_flops);
       const report::Summary zb = run(s, schedule, granularity, fidelity, &zb_flops);
-      const std::string where = std::string(name) + " " + std::string(model::to_string(granularity)) + " " +
-                                std::string(to_string(fidelity));
+      const std::string where =
+          std::string(name) + " " + std::string(model::to_string(granularity)) + " " + std::string(to_string(fidelity));
       EXPECT_EQ(zb_flops, base_flops) << where;  // B and W sum to the backward's FLOPs
       // at least 0.5 %, beyond the launch overheads the split adds (the MoE plan, whose expert MLP keeps its weight
       // gradients in B, gains 2 %; the dense ones more)
@@ -140,7 +140,7 @@ TEST(ZeroBubbleSim, ShrinksTheBubbleOfDenseContextAndExpertParallelPlans) {
   experts.layers = 4;
   experts.pp = 2;
   experts.dp = 4;
-  expect_faster_with_the_same_work(moe(experts, 4), "MoE pp 2 ep 4");
+  expect_faster_with_the_same_work(zb_moe(experts, 4), "MoE pp 2 ep 4");
 }
 
 // ZB-V and DualPipeV against 1F1B: the same FLOPs, faster, on a dense plan and an expert-parallel one (8 and 4
@@ -162,7 +162,7 @@ TEST(ZeroBubbleSim, TheVsShrinkTheBubbleOfDenseAndExpertParallelPlans) {
   experts.layers = 4;
   experts.pp = 2;
   experts.dp = 4;
-  model::Scenario experts_untied = moe(experts, 4);
+  model::Scenario experts_untied = zb_moe(experts, 4);
   experts_untied.framework.tied_embeddings = false;
   expect_faster_with_the_same_work(experts_untied, "zb-v MoE pp 2 ep 4", model::ScheduleKind::ZeroBubbleV);
   expect_faster_with_the_same_work(experts_untied, "dualpipev MoE pp 2 ep 4", model::ScheduleKind::DualPipeV);

@@ -30,16 +30,16 @@ namespace fs = std::filesystem;
 using testing::scenario;
 using testing::small_toml;
 
-const std::vector<std::string> kDelayed = {"model.dtype=\"bf16\"", "model.fp8=\"hybrid\"",
-                                           "framework.fp8_recipe=\"delayed\""};
+const std::vector<std::string> kDelayedFp8 = {"model.dtype=\"bf16\"", "model.fp8=\"hybrid\"",
+                                              "framework.fp8_recipe=\"delayed\""};
 
 model::Scenario delayed(const std::vector<std::string>& plan) {
-  std::vector<std::string> sets = kDelayed;
+  std::vector<std::string> sets = kDelayedFp8;
   sets.insert(sets.end(), plan.begin(), plan.end());
   return scenario(small_toml(), sets);
 }
 
-TrainResult train(const model::Scenario& s, int steps, const std::string& dir = {}) {
+TrainResult train_fp8(const model::Scenario& s, int steps, const std::string& dir = {}) {
   TrainOptions options;
   options.steps = steps;
   options.checkpoint_dir = dir;
@@ -48,9 +48,9 @@ TrainResult train(const model::Scenario& s, int steps, const std::string& dir = 
 }
 
 // The message of the RunError that resuming from `dir` raises ("" if none).
-std::string resume_error(const model::Scenario& s, const std::string& dir) {
+std::string fp8_resume_error(const model::Scenario& s, const std::string& dir) {
   try {
-    train(s, 4, dir);
+    train_fp8(s, 4, dir);
   } catch (const RunError& error) {
     return error.what();
   }
@@ -64,9 +64,9 @@ TEST(ExecFp8Checkpoint, DelayedScalingResumesBitForBit) {
            {"framework.attention=\"flash2\"", "parallel.cp=2", "parallel.tp=2"}}) {
     const auto s = delayed(plan);
     const std::string name = ::testing::PrintToString(plan);
-    const auto uninterrupted = train(s, 4).losses;
+    const auto uninterrupted = train_fp8(s, 4).losses;
     const std::string dir = testing::temp_dir("fp8-delayed-resume");
-    train(s, 2, dir);
+    train_fp8(s, 2, dir);
     // What was saved: every GEMM of every layer, scales past their first update (1 is the scale before any amax)
     const fs::path step = fs::path(dir) / "step-00000002";
     const Manifest manifest = read_manifest(step);
@@ -80,7 +80,7 @@ TEST(ExecFp8Checkpoint, DelayedScalingResumesBitForBit) {
         EXPECT_TRUE(std::isfinite(gemm.scale[role])) << name;
       }
     }
-    const auto resumed = train(s, 4, dir);
+    const auto resumed = train_fp8(s, 4, dir);
     EXPECT_EQ(resumed.first_step, 2) << name;
     EXPECT_EQ(resumed.losses, std::vector<double>(uninterrupted.begin() + 2, uninterrupted.end())) << name;  // exact
     fs::remove_all(dir);
@@ -122,16 +122,16 @@ TEST(ExecFp8Checkpoint, ACountPastWhatTheFileHoldsIsRefusedBeforeItIsAllocated) 
 // that does not keep them starts from) resumes to other losses.
 TEST(ExecFp8Checkpoint, ScalesStartedAgainAt1WouldGiveOtherLosses) {
   const auto s = delayed({});
-  const auto uninterrupted = train(s, 4).losses;
+  const auto uninterrupted = train_fp8(s, 4).losses;
   const std::string dir = testing::temp_dir("fp8-delayed-reset");
-  train(s, 2, dir);
+  train_fp8(s, 2, dir);
   const fs::path step = fs::path(dir) / "step-00000002";
   Manifest manifest = read_manifest(step);
   auto reset = read_fp8_state(step, manifest, 0);
   for (Fp8TensorScales& gemm : reset) gemm.scale = {1, 1, 1};
   manifest.fp8_states = {write_fp8_state(step, 0, 1, 2, reset)};
   write_manifest(step, manifest);
-  const auto resumed = train(s, 4, dir);
+  const auto resumed = train_fp8(s, 4, dir);
   EXPECT_NE(resumed.losses[0], uninterrupted[2]);
   fs::remove_all(dir);
 }
@@ -141,9 +141,9 @@ TEST(ExecFp8Checkpoint, ScalesStartedAgainAt1WouldGiveOtherLosses) {
 // kFp8PlanTolerance 2e-3: a sum in another order tips an element over an FP8 rounding boundary).
 TEST(ExecFp8Checkpoint, DelayedScalingIsReshardedLayerByLayer) {
   const auto written = delayed({"parallel.tp=2", "parallel.pp=2"});
-  const auto uninterrupted = train(written, 4).losses;
+  const auto uninterrupted = train_fp8(written, 4).losses;
   const std::string dir = testing::temp_dir("fp8-delayed-reshard");
-  train(written, 2, dir);
+  train_fp8(written, 2, dir);
   const fs::path step = fs::path(dir) / "step-00000002";
   const Manifest manifest = read_manifest(step);
   // one rank of the new plan gets layer 0's state from old rank 0 and layer 1's from old rank 2 (stage 1)
@@ -157,13 +157,13 @@ TEST(ExecFp8Checkpoint, DelayedScalingIsReshardedLayerByLayer) {
     const auto& old = gemm.layer == 0 ? stage_0 : stage_1;
     EXPECT_NE(std::find(old.begin(), old.end(), gemm), old.end()) << "layer " << gemm.layer << " GEMM " << gemm.what;
   }
-  const auto resumed = train(one_rank, 4, dir);
+  const auto resumed = train_fp8(one_rank, 4, dir);
   EXPECT_TRUE(resumed.resharded);
   ASSERT_EQ(resumed.losses.size(), 2u);
   for (std::size_t k = 0; k < 2; ++k) {
     EXPECT_NEAR(resumed.losses[k], uninterrupted[2 + k], 2e-3 * uninterrupted[2 + k]) << "step " << 2 + k;
   }
-  EXPECT_TRUE(train(written, 5, dir).resharded);  // and back
+  EXPECT_TRUE(train_fp8(written, 5, dir).resharded);  // and back
   fs::remove_all(dir);
 }
 
@@ -172,12 +172,12 @@ TEST(ExecFp8Checkpoint, DelayedScalingIsReshardedLayerByLayer) {
 TEST(ExecFp8Checkpoint, ACheckpointWithoutTheStateIsRefusedByName) {
   const auto s = delayed({"parallel.dp=2"});
   const std::string dir = testing::temp_dir("fp8-delayed-old");
-  train(s, 2, dir);
+  train_fp8(s, 2, dir);
   const fs::path step = fs::path(dir) / "step-00000002";
   {  // a state file gone: named
     const fs::path gone = step / fp8_state_file_name(1);
     fs::rename(gone, fs::path(dir) / "aside.bin");
-    const std::string error = resume_error(s, dir);
+    const std::string error = fp8_resume_error(s, dir);
     EXPECT_NE(error.find(gone.string()), std::string::npos) << error;
     fs::rename(fs::path(dir) / "aside.bin", gone);
   }
@@ -185,13 +185,13 @@ TEST(ExecFp8Checkpoint, ACheckpointWithoutTheStateIsRefusedByName) {
   manifest.fp8_states.clear();  // as an older twin wrote it
   write_manifest(step, manifest);
   for (int rank = 0; rank < 2; ++rank) fs::remove(step / fp8_state_file_name(rank));
-  const std::string error = resume_error(s, dir);
+  const std::string error = fp8_resume_error(s, dir);
   EXPECT_NE(error.find((step / "manifest.json").string() + "' has no fp8_states"), std::string::npos) << error;
   EXPECT_NE(error.find("--no-resume"), std::string::npos) << error;
   // another recipe keeps no state and resumes from it
   auto tensorwise = scenario(small_toml(), {"model.dtype=\"bf16\"", "model.fp8=\"hybrid\"", "parallel.dp=2",
                                             "framework.fp8_recipe=\"tensorwise\""});
-  EXPECT_EQ(train(tensorwise, 3, dir).first_step, 2);
+  EXPECT_EQ(train_fp8(tensorwise, 3, dir).first_step, 2);
   fs::remove_all(dir);
 }
 

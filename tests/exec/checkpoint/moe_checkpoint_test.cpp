@@ -24,7 +24,7 @@ model::Scenario moe(const std::vector<std::string>& plan) {
   return testing::scenario(testing::small_toml(), sets);
 }
 
-TrainResult train_with_checkpoints(const model::Scenario& s, int steps, const std::string& dir) {
+TrainResult train_moe_with_checkpoints(const model::Scenario& s, int steps, const std::string& dir) {
   TrainOptions options;
   options.steps = steps;
   options.checkpoint_dir = dir;
@@ -52,8 +52,8 @@ TEST(ExecMoeCheckpoint, ExpertParallelSizesReshardIntoEachOther) {
             {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.dp=2", "parallel.ep=2",
              "parallel.zero_stage=1"}}}) {
     const std::string dir = testing::temp_dir("moe-reshard");
-    train_with_checkpoints(ep2, 3, dir);
-    const auto resumed = train_with_checkpoints(moe(plan), 5, dir);
+    train_moe_with_checkpoints(ep2, 3, dir);
+    const auto resumed = train_moe_with_checkpoints(moe(plan), 5, dir);
     EXPECT_TRUE(resumed.resharded) << name;
     EXPECT_EQ(resumed.first_step, 3) << name;
     expect_losses(resumed.losses, uninterrupted, 3, name);
@@ -72,7 +72,7 @@ TEST(ExecMoeCheckpoint, Fp8ExpertScalesReshardFromTheRanksThatHeldThem) {
   options.steps = 4;
   const auto uninterrupted = testing::train(ep2, options).losses;
   const std::string dir = testing::temp_dir("moe-fp8-reshard");
-  train_with_checkpoints(ep2, 2, dir);
+  train_moe_with_checkpoints(ep2, 2, dir);
   const fs::path step = fs::path(dir) / "step-00000002";
   const Manifest manifest = read_manifest(step);
   cpu::CpuBackend backend;
@@ -86,7 +86,7 @@ TEST(ExecMoeCheckpoint, Fp8ExpertScalesReshardFromTheRanksThatHeldThem) {
     EXPECT_NE(std::find(old.begin(), old.end(), gemm), old.end()) << "layer " << gemm.layer << " key " << gemm.what;
   }
   EXPECT_EQ(experts, 2 * 4 * 2);
-  const auto resumed = train_with_checkpoints(one_rank, 4, dir);
+  const auto resumed = train_moe_with_checkpoints(one_rank, 4, dir);
   EXPECT_TRUE(resumed.resharded);
   ASSERT_EQ(resumed.losses.size(), 2u);
   for (std::size_t k = 0; k < 2; ++k) {
@@ -97,9 +97,9 @@ TEST(ExecMoeCheckpoint, Fp8ExpertScalesReshardFromTheRanksThatHeldThem) {
 
 TEST(ExecMoeCheckpoint, AnotherNumberOfExpertsIsRefusedByName) {
   const std::string dir = testing::temp_dir("moe-reshard-experts");
-  train_with_checkpoints(moe({"parallel.dp=2", "parallel.ep=2"}), 1, dir);
+  train_moe_with_checkpoints(moe({"parallel.dp=2", "parallel.ep=2"}), 1, dir);
   try {
-    train_with_checkpoints(moe({"model.experts=8"}), 2, dir);
+    train_moe_with_checkpoints(moe({"model.experts=8"}), 2, dir);
     ADD_FAILURE() << "8 experts resumed 4 experts' checkpoint";
   } catch (const RunError& error) {
     EXPECT_NE(std::string(error.what()).find("model.experts"), std::string::npos) << error.what();

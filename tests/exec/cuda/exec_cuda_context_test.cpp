@@ -17,6 +17,7 @@
 #include "exec/train/trainer.hpp"
 #include "model/program/program.hpp"
 #include "model/scenario/scenario.hpp"
+#include "tests/exec/cuda/backend_tensors.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
 #include "tests/kernels_cuda/cuda_test_util.hpp"
 
@@ -58,16 +59,8 @@ TEST(CudaExecContext, NcclPairsIncludeTheRing) {
 
 // --- with a GPU: the CUDA backend against the CPU backend ----------------------------------------------------------
 
-Tensor make(Backend& backend, const Floats& values, DType dtype) {
-  Tensor t = backend.allocate(values.size(), dtype);
-  backend.upload_f32(t, values.data());
-  return t;
-}
-Floats read(Backend& backend, const Tensor& t) {
-  Floats values(t.numel);
-  backend.download_f32(values.data(), t);
-  return values;
-}
+using test_tensors::make;
+using test_tensors::read;
 Floats joined(const std::vector<Floats>& parts) {
   Floats all;
   for (const Floats& part : parts) all.insert(all.end(), part.begin(), part.end());

@@ -16,6 +16,7 @@
 #include "exec/train/trainer.hpp"
 #include "model/program/program.hpp"
 #include "model/scenario/scenario.hpp"
+#include "tests/exec/cuda/backend_tensors.hpp"
 #include "tests/exec/exec_test_util.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
 #include "tests/kernels_cuda/cuda_test_util.hpp"
@@ -34,16 +35,8 @@ TEST(CudaFp8Refusal, NamesTheGpuBelowSm90) {
   EXPECT_EQ(fp8_gemm_refusal(100), "");
 }
 
-Tensor make(Backend& backend, const std::vector<float>& values, DType dtype) {
-  Tensor t = backend.allocate(values.size(), dtype);
-  backend.upload_f32(t, values.data());
-  return t;
-}
-std::vector<float> read(Backend& backend, const Tensor& t) {
-  std::vector<float> values(t.numel);
-  backend.download_f32(values.data(), t);
-  return values;
-}
+using test_tensors::make;
+using test_tensors::read;
 
 struct Recipe {
   const char* name;

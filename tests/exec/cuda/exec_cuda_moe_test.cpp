@@ -14,6 +14,7 @@
 #include "kernels/cpu/moe.hpp"
 #include "model/program/program.hpp"
 #include "model/scenario/scenario.hpp"
+#include "tests/exec/cuda/backend_tensors.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
 #include "tests/kernels_cuda/cuda_test_util.hpp"
 
@@ -24,24 +25,16 @@ using kernels::cpu::testing::random_vector;
 using kernels::cuda::testing::bf16_rounded;
 using kernels::cuda::testing::normalised_error_below;
 
-Tensor make(Backend& backend, const std::vector<float>& values, DType dtype) {
-  Tensor t = backend.allocate(values.size(), dtype);
-  backend.upload_f32(t, values.data());
-  return t;
-}
+using test_tensors::make;
 Tensor make_i32(Backend& backend, const std::vector<int>& values) {
   Tensor t = backend.allocate(values.size(), DType::I32);
   backend.upload_i32(t, values.data());
   return t;
 }
-std::vector<float> read(Backend& backend, const Tensor& t) {
-  std::vector<float> values(t.numel);
-  backend.download_f32(values.data(), t);
-  return values;
-}
+using test_tensors::read;
 
-// One MoE MLP's kernels through a backend, in the interpreter's order (exec/interpreter/moe/moe_layer.cpp): router, host
-// bookkeeping from the downloaded choice, permute, grouped GEMMs (an expert may get no rows), unpermute, and back.
+// One MoE MLP's kernels through a backend, in the interpreter's order (exec/interpreter/moe/moe_layer.cpp): router,
+// host bookkeeping from the downloaded choice, permute, grouped GEMMs (an expert may get no rows), unpermute, and back.
 struct MoeOutputs {
   std::vector<int> chosen;
   std::vector<std::vector<float>> values;  // probs, scores, y, d_rows, dprobs, dlogits, dx, dweights; then the loss

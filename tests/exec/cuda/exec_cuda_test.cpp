@@ -22,6 +22,7 @@
 #include "kernels/cpu/attention.hpp"
 #include "model/program/program.hpp"
 #include "model/scenario/scenario.hpp"
+#include "tests/exec/cuda/backend_tensors.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
 #include "tests/kernels_cuda/cuda_test_util.hpp"
 
@@ -79,16 +80,8 @@ TEST(CudaExec, BackendWithoutGpuSaysSo) {
 // --- with a GPU: the CUDA backend against the CPU backend ----------------------------------------------------------
 
 // A tensor of `values` on `backend`, in `dtype` (bf16 on the CUDA side for activations and weights).
-Tensor make(Backend& backend, const std::vector<float>& values, DType dtype) {
-  Tensor t = backend.allocate(values.size(), dtype);
-  backend.upload_f32(t, values.data());
-  return t;
-}
-std::vector<float> read(Backend& backend, const Tensor& t) {
-  std::vector<float> values(t.numel);
-  backend.download_f32(values.data(), t);
-  return values;
-}
+using test_tensors::make;
+using test_tensors::read;
 
 TEST(CudaBackendTest, LayerComputeMatchesCpuBackend) {
   TWIN_REQUIRE_GPU();
@@ -356,7 +349,8 @@ TEST(CudaTraining, FollowsTheCpuBackendOnOneRankAndOnFourSharingTheGpu) {
 TEST(CudaTraining, ZeroBubbleSchedulesTrainAsOneFOneB) {
   TWIN_REQUIRE_GPU();
   std::string corpus_text;
-  for (int i = 0; i < 400; ++i) corpus_text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
+  for (int i = 0; i < 400; ++i)
+    corpus_text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
   const TextDataset data = text_from_string(corpus_text);
   auto losses = [&](const std::string& schedule, int virtual_stages) {
     const model::Program program =

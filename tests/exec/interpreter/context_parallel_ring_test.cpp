@@ -22,11 +22,11 @@ using testing::train;
 
 const std::vector<std::string> kRingKeys = {"framework.attention=\"flash2\"", "framework.cp_comm=\"p2p\""};
 
-TrainResult run(const std::vector<std::string>& sets) {
+TrainResult run_ring(const std::vector<std::string>& sets) {
   return cp_parity::run_way(kRingKeys, sets);
 }
 
-void expect_same_losses(const TrainResult& many, const TrainResult& one, const std::string& plan) {
+void expect_same_ring_losses(const TrainResult& many, const TrainResult& one, const std::string& plan) {
   cp_parity::expect_same_losses(many, one, plan, "ring parity");
 }
 
@@ -38,8 +38,8 @@ class ExecContextRingParity : public ::testing::TestWithParam<Plan> {};
 
 // GPT-2's block (learned positions at each chunk's place in the sequence).
 TEST_P(ExecContextRingParity, LossesEqualTheSingleRankRun) {
-  static const TrainResult one = run({});
-  expect_same_losses(run(GetParam().sets), one, GetParam().name);
+  static const TrainResult one = run_ring({});
+  expect_same_ring_losses(run_ring(GetParam().sets), one, GetParam().name);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -57,8 +57,8 @@ INSTANTIATE_TEST_SUITE_P(
 // Llama's block: rotary embeddings at each token's place in the sequence, grouped-query attention (2 key/value
 // heads: one per TP rank with tp 2, so each ring block carries one head's keys and values).
 TEST(ExecContextRing, LlamaBlocksAgreeUnderCp4WithTp) {
-  const TrainResult one = run(kLlamaKeys);
-  expect_same_losses(run(joined(kLlamaKeys, {"parallel.cp=4", "parallel.tp=2"})), one, "llama cp4 tp2");
+  const TrainResult one = run_ring(kLlamaKeys);
+  expect_same_ring_losses(run_ring(joined(kLlamaKeys, {"parallel.cp=4", "parallel.tp=2"})), one, "llama cp4 tp2");
 }
 
 // The ring's attention as the interpreter runs it, on cp ranks in one process: forward steps merged by their

@@ -26,19 +26,19 @@ using testing::tiny_moe_toml;
 using testing::train;
 namespace k = kernels::cpu;
 
-constexpr int kSteps = 3;
-constexpr double kRelativeTolerance = 1e-5;
+constexpr int kCapacitySteps = 3;
+constexpr double kCapacityTolerance = 1e-5;
 
-TrainResult run(std::vector<std::string> sets, double capacity_factor) {
+TrainResult run_capacity(std::vector<std::string> sets, double capacity_factor) {
   sets.push_back(fmt::format("model.capacity_factor={}", capacity_factor));
   TrainOptions options;
-  options.steps = kSteps;
+  options.steps = kCapacitySteps;
   options.comm_timeout_s = 120;
   return train(scenario(tiny_moe_toml(), sets), options);
 }
 
 const TrainResult& one_rank_dropping() {
-  static const TrainResult result = run({}, 1.0);
+  static const TrainResult result = run_capacity({}, 1.0);
   return result;
 }
 
@@ -81,15 +81,15 @@ TEST(ExecMoeCapacity, TheKernelKeepsEachExpertsMostProbablePairs) {
 
 TEST(ExecMoeCapacity, CapacityFactorOneDropsTokensAndChangesTraining) {
   const TrainResult& one = one_rank_dropping();
-  ASSERT_EQ(one.moe_dropped_slots.size(), static_cast<std::size_t>(kSteps));
+  ASSERT_EQ(one.moe_dropped_slots.size(), static_cast<std::size_t>(kCapacitySteps));
   // 8 micro-batches of 32 tokens, top-2, 3 MoE layers: 1536 pairs a step, capacity 16 per expert and micro-batch
   for (long dropped : one.moe_dropped_slots) {
     EXPECT_GT(dropped, 0);
     EXPECT_LT(dropped, 1536);
   }
-  const TrainResult dropless = run({}, 0);
+  const TrainResult dropless = run_capacity({}, 0);
   EXPECT_TRUE(dropless.moe_dropped_slots.empty());
-  for (int i = 0; i < kSteps; ++i) {  // step 0's forward drops too
+  for (int i = 0; i < kCapacitySteps; ++i) {  // step 0's forward drops too
     EXPECT_GT(std::abs(one.losses[i] - dropless.losses[i]), 1e-6) << "dropping changed nothing at step " << i;
   }
   std::printf(
@@ -99,27 +99,27 @@ TEST(ExecMoeCapacity, CapacityFactorOneDropsTokensAndChangesTraining) {
       one.losses[2], dropless.losses[0], dropless.losses[1], dropless.losses[2]);
 }
 
-struct Plan {
+struct CapacityPlan {
   const char* name;
   std::vector<std::string> sets;
 };
 
-void PrintTo(const Plan& plan, std::ostream* out) {
+void PrintTo(const CapacityPlan& plan, std::ostream* out) {
   *out << plan.name;
 }
 
-class ExecMoeCapacityParityTest : public ::testing::TestWithParam<Plan> {};
+class ExecMoeCapacityParityTest : public ::testing::TestWithParam<CapacityPlan> {};
 
 TEST_P(ExecMoeCapacityParityTest, DropsAndLossesEqualTheSingleRankRun) {
-  const Plan& plan = GetParam();
-  const TrainResult result = run(plan.sets, 1.0);
+  const CapacityPlan& plan = GetParam();
+  const TrainResult result = run_capacity(plan.sets, 1.0);
   const TrainResult& one = one_rank_dropping();
   ASSERT_EQ(result.losses.size(), one.losses.size());
   ASSERT_EQ(result.moe_dropped_slots.size(), one.moe_dropped_slots.size());
   for (std::size_t i = 0; i < one.losses.size(); ++i) {
     EXPECT_EQ(result.moe_dropped_slots[i], one.moe_dropped_slots[i]) << plan.name << " step " << i;
-    EXPECT_NEAR(result.losses[i], one.losses[i], kRelativeTolerance * one.losses[i]) << plan.name << " step " << i;
-    EXPECT_NEAR(result.aux_losses[i], one.aux_losses[i], kRelativeTolerance * one.aux_losses[i])
+    EXPECT_NEAR(result.losses[i], one.losses[i], kCapacityTolerance * one.losses[i]) << plan.name << " step " << i;
+    EXPECT_NEAR(result.aux_losses[i], one.aux_losses[i], kCapacityTolerance * one.aux_losses[i])
         << plan.name << " step " << i;
     EXPECT_NEAR(result.grad_norms[i], one.grad_norms[i], 1e-4 * one.grad_norms[i]) << plan.name << " step " << i;
   }
@@ -130,17 +130,18 @@ TEST_P(ExecMoeCapacityParityTest, DropsAndLossesEqualTheSingleRankRun) {
 
 INSTANTIATE_TEST_SUITE_P(
     Plans, ExecMoeCapacityParityTest,
-    ::testing::Values(Plan{"ep2", {"parallel.dp=2", "parallel.ep=2"}},
-                      Plan{"dp2_ep2", {"parallel.dp=4", "parallel.ep=2"}},
-                      Plan{"pp2_ep2", {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2"}},
-                      Plan{"dp2_etp2", {"parallel.dp=2", "parallel.etp=2"}},
-                      Plan{"ep2_recompute_full", {"parallel.dp=2", "parallel.ep=2", "parallel.recompute=\"full\""}}),
-    [](const ::testing::TestParamInfo<Plan>& plan_info) { return std::string(plan_info.param.name); });
+    ::testing::Values(CapacityPlan{"ep2", {"parallel.dp=2", "parallel.ep=2"}},
+                      CapacityPlan{"dp2_ep2", {"parallel.dp=4", "parallel.ep=2"}},
+                      CapacityPlan{"pp2_ep2", {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2"}},
+                      CapacityPlan{"dp2_etp2", {"parallel.dp=2", "parallel.etp=2"}},
+                      CapacityPlan{"ep2_recompute_full",
+                                   {"parallel.dp=2", "parallel.ep=2", "parallel.recompute=\"full\""}}),
+    [](const ::testing::TestParamInfo<CapacityPlan>& plan_info) { return std::string(plan_info.param.name); });
 
 TEST(ExecMoeCapacity, ACapacityNoExpertFillsIsDroplessBitForBit) {
-  const TrainResult dropless = run({"parallel.dp=2", "parallel.ep=2"}, 0);
-  const TrainResult roomy = run({"parallel.dp=2", "parallel.ep=2"}, 8.0);  // capacity = every token
-  ASSERT_EQ(roomy.moe_dropped_slots, std::vector<long>(kSteps, 0));
+  const TrainResult dropless = run_capacity({"parallel.dp=2", "parallel.ep=2"}, 0);
+  const TrainResult roomy = run_capacity({"parallel.dp=2", "parallel.ep=2"}, 8.0);  // capacity = every token
+  ASSERT_EQ(roomy.moe_dropped_slots, std::vector<long>(kCapacitySteps, 0));
   ASSERT_EQ(roomy.losses.size(), dropless.losses.size());
   for (std::size_t i = 0; i < dropless.losses.size(); ++i) {
     EXPECT_EQ(roomy.losses[i], dropless.losses[i]) << "step " << i;

@@ -19,27 +19,27 @@ using testing::scenario;
 using testing::tiny_moe_toml;
 using testing::train;
 
-constexpr int kSteps = 4;
-constexpr double kRelativeTolerance = 1e-5;
+constexpr int kMoeSteps = 4;
+constexpr double kMoeTolerance = 1e-5;
 
-TrainResult run(const std::vector<std::string>& sets) {
+TrainResult run_moe(const std::vector<std::string>& sets) {
   TrainOptions options;
-  options.steps = kSteps;
+  options.steps = kMoeSteps;
   options.comm_timeout_s = 120;
   return train(scenario(tiny_moe_toml(), sets), options);
 }
 
 const TrainResult& reference_run() {
-  static const TrainResult result = run({});
+  static const TrainResult result = run_moe({});
   return result;
 }
 
-struct Plan {
+struct MoePlan {
   const char* name;
   std::vector<std::string> sets;
 };
 
-void PrintTo(const Plan& plan, std::ostream* out) {
+void PrintTo(const MoePlan& plan, std::ostream* out) {
   *out << plan.name;
 }
 
@@ -51,17 +51,17 @@ double max_relative_difference(const std::vector<double>& got, const std::vector
   return worst;
 }
 
-class ExecMoeParityTest : public ::testing::TestWithParam<Plan> {};
+class ExecMoeParityTest : public ::testing::TestWithParam<MoePlan> {};
 
 TEST_P(ExecMoeParityTest, LossesEqualTheSingleRankRun) {
-  const Plan& plan = GetParam();
-  const TrainResult result = run(plan.sets);
+  const MoePlan& plan = GetParam();
+  const TrainResult result = run_moe(plan.sets);
   const TrainResult& one = reference_run();
   ASSERT_EQ(result.losses.size(), one.losses.size());
   ASSERT_EQ(result.aux_losses.size(), one.aux_losses.size());
   for (std::size_t i = 0; i < one.losses.size(); ++i) {
-    EXPECT_NEAR(result.losses[i], one.losses[i], kRelativeTolerance * one.losses[i]) << plan.name << " step " << i;
-    EXPECT_NEAR(result.aux_losses[i], one.aux_losses[i], kRelativeTolerance * one.aux_losses[i])
+    EXPECT_NEAR(result.losses[i], one.losses[i], kMoeTolerance * one.losses[i]) << plan.name << " step " << i;
+    EXPECT_NEAR(result.aux_losses[i], one.aux_losses[i], kMoeTolerance * one.aux_losses[i])
         << plan.name << " step " << i;
     EXPECT_NEAR(result.grad_norms[i], one.grad_norms[i], 1e-4 * one.grad_norms[i]) << plan.name << " step " << i;
   }
@@ -74,47 +74,50 @@ TEST_P(ExecMoeParityTest, LossesEqualTheSingleRankRun) {
 INSTANTIATE_TEST_SUITE_P(
     Plans, ExecMoeParityTest,
     ::testing::Values(
-        Plan{"dp2_ep2", {"parallel.dp=2", "parallel.ep=2"}},  //
-        Plan{"dp4_ep4", {"parallel.dp=4", "parallel.ep=4"}},
-        Plan{"tp2_sp_ep2", {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.ep=2"}},
-        Plan{"pp2_dp2_ep2", {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2"}},
+        MoePlan{"dp2_ep2", {"parallel.dp=2", "parallel.ep=2"}},  //
+        MoePlan{"dp4_ep4", {"parallel.dp=4", "parallel.ep=4"}},
+        MoePlan{"tp2_sp_ep2", {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.ep=2"}},
+        MoePlan{"pp2_dp2_ep2", {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2"}},
         // ZB-H1: the attention's W deferred, the MoE MLP's weight gradients in B
-        Plan{"pp2_dp2_ep2_zb_h1", {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2", "parallel.schedule=\"zb-h1\""}},
+        MoePlan{"pp2_dp2_ep2_zb_h1",
+                {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2", "parallel.schedule=\"zb-h1\""}},
         // ZB-V: one layer per chunk, the dense one on stage 0's chunk 0, stage 0's chunk 1 the last MoE layer
-        Plan{"pp2_v2_dp2_ep2_zb_v",
-             {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.dp=2", "parallel.ep=2",
-              "parallel.schedule=\"zb-v\""}},
-        Plan{"pp2_v2_dp2_ep2_dualpipev",
-             {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.dp=2", "parallel.ep=2",
-              "parallel.schedule=\"dualpipev\""}},
+        MoePlan{"pp2_v2_dp2_ep2_zb_v",
+                {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.dp=2", "parallel.ep=2",
+                 "parallel.schedule=\"zb-v\""}},
+        MoePlan{"pp2_v2_dp2_ep2_dualpipev",
+                {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.dp=2", "parallel.ep=2",
+                 "parallel.schedule=\"dualpipev\""}},
         // DualPipe: both stages hold every layer (two copies), the experts' gradients summed over the pair too
-        Plan{"pp2_v2_dp2_ep2_dualpipe",
-             {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.dp=2", "parallel.ep=2",
-              "parallel.schedule=\"dualpipe\""}},
+        MoePlan{"pp2_v2_dp2_ep2_dualpipe",
+                {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.dp=2", "parallel.ep=2",
+                 "parallel.schedule=\"dualpipe\""}},
         // expert-data-parallel 2: the experts' gradients reduce-scattered over it, the dense ones over dp 4
-        Plan{"dp4_ep2_zero1", {"parallel.dp=4", "parallel.ep=2", "parallel.zero_stage=1"}},
+        MoePlan{"dp4_ep2_zero1", {"parallel.dp=4", "parallel.ep=2", "parallel.zero_stage=1"}},
         // the Expert group spans TP ranks, the ExpertData group spans DP replicas
-        Plan{"tp2_sp_dp2_ep2_zero1",
-             {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.dp=2", "parallel.ep=2",
-              "parallel.zero_stage=1"}},
+        MoePlan{"tp2_sp_dp2_ep2_zero1",
+                {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.dp=2", "parallel.ep=2",
+                 "parallel.zero_stage=1"}},
         // no expert parallelism: every rank holds every expert, the ExpertData group is the TP pair
-        Plan{"tp2_sp_ep1", {"parallel.tp=2", "parallel.sequence_parallel=true"}},
-        Plan{"dp2_ep2_recompute_full", {"parallel.dp=2", "parallel.ep=2", "parallel.recompute=\"full\""}},
+        MoePlan{"tp2_sp_ep1", {"parallel.tp=2", "parallel.sequence_parallel=true"}},
+        MoePlan{"dp2_ep2_recompute_full", {"parallel.dp=2", "parallel.ep=2", "parallel.recompute=\"full\""}},
         // expert tensor parallelism: each expert's width split over 2 ranks, the rows all-gathered among them
-        Plan{"dp2_etp2", {"parallel.dp=2", "parallel.etp=2"}},
-        Plan{"tp2_sp_etp2", {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.etp=2"}},
-        Plan{"tp2_sp_dp2_ep2_etp2",
-             {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.dp=2", "parallel.ep=2", "parallel.etp=2"}},
-        Plan{"dp4_ep2_etp2_pp2_zero1",
-             {"parallel.dp=4", "parallel.ep=2", "parallel.etp=2", "parallel.pp=2", "parallel.zero_stage=1"}},
-        Plan{"tp2_sp_pp2_dp2_ep4",
-             {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.pp=2", "parallel.dp=2", "parallel.ep=4"}}),
-    [](const ::testing::TestParamInfo<Plan>& plan_info) { return std::string(plan_info.param.name); });
+        MoePlan{"dp2_etp2", {"parallel.dp=2", "parallel.etp=2"}},
+        MoePlan{"tp2_sp_etp2", {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.etp=2"}},
+        MoePlan{
+            "tp2_sp_dp2_ep2_etp2",
+            {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.dp=2", "parallel.ep=2", "parallel.etp=2"}},
+        MoePlan{"dp4_ep2_etp2_pp2_zero1",
+                {"parallel.dp=4", "parallel.ep=2", "parallel.etp=2", "parallel.pp=2", "parallel.zero_stage=1"}},
+        MoePlan{
+            "tp2_sp_pp2_dp2_ep4",
+            {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.pp=2", "parallel.dp=2", "parallel.ep=4"}}),
+    [](const ::testing::TestParamInfo<MoePlan>& plan_info) { return std::string(plan_info.param.name); });
 
 TEST(ExecMoeParity, TheSingleRankRunLearnsAndReportsTheLoadBalancingLoss) {
   const TrainResult& one = reference_run();
-  ASSERT_EQ(one.losses.size(), static_cast<std::size_t>(kSteps));
-  ASSERT_EQ(one.aux_losses.size(), static_cast<std::size_t>(kSteps));
+  ASSERT_EQ(one.losses.size(), static_cast<std::size_t>(kMoeSteps));
+  ASSERT_EQ(one.aux_losses.size(), static_cast<std::size_t>(kMoeSteps));
   std::printf("[ moe parity ] %-26s losses %.7f %.7f %.7f %.7f  aux %.6f\n", "reference (1 rank)", one.losses[0],
               one.losses[1], one.losses[2], one.losses[3], one.aux_losses.back());
   EXPECT_NEAR(one.losses.front(), std::log(256.0), 0.3);
@@ -142,8 +145,8 @@ TEST(ExecMoeParity, SwigluExpertsAgreeAcrossExpertSplits) {
     const auto many = train(scenario(tiny_moe_toml(), sets), options);
     ASSERT_EQ(many.losses.size(), one.losses.size());
     for (std::size_t i = 0; i < one.losses.size(); ++i) {
-      EXPECT_NEAR(many.losses[i], one.losses[i], kRelativeTolerance * one.losses[i]) << plan.back() << " " << i;
-      EXPECT_NEAR(many.aux_losses[i], one.aux_losses[i], kRelativeTolerance * one.aux_losses[i]) << plan.back();
+      EXPECT_NEAR(many.losses[i], one.losses[i], kMoeTolerance * one.losses[i]) << plan.back() << " " << i;
+      EXPECT_NEAR(many.aux_losses[i], one.aux_losses[i], kMoeTolerance * one.aux_losses[i]) << plan.back();
     }
   }
   EXPECT_GT(std::abs(one.losses[2] - reference_run().losses[2]), 1e-4) << "SwiGLU experts trained GELU ones";

@@ -14,13 +14,13 @@ using testing::parity_toml;
 using testing::scenario;
 using testing::train;
 
-constexpr int kSteps = 5;
+constexpr int kParitySteps = 5;
 constexpr double kRelativeTolerance = 1e-5;
 
 const TrainResult& reference_run() {
   static const TrainResult result = [] {
     TrainOptions options;
-    options.steps = kSteps;
+    options.steps = kParitySteps;
     return train(scenario(parity_toml()), options);
   }();
   return result;
@@ -45,7 +45,7 @@ class ExecParityTest : public ::testing::TestWithParam<Plan> {};
 TEST_P(ExecParityTest, LossesEqualTheSingleRankRun) {
   const Plan& plan = GetParam();
   TrainOptions options;
-  options.steps = kSteps;
+  options.steps = kParitySteps;
   options.comm_timeout_s = 120;
   const TrainResult result = train(scenario(parity_toml(), plan.sets), options);
   const std::vector<double>& losses = result.losses;
@@ -138,8 +138,7 @@ INSTANTIATE_TEST_SUITE_P(
               "parallel.first_stage_layers=1", "parallel.last_stage_layers=3"}},
         Plan{"tp2_sp_pp2_v2_dp2_zero1_dualpipe_dp_overlap",
              {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.pp=2", "parallel.virtual_stages=2",
-              "parallel.dp=2", "parallel.zero_stage=1", "parallel.dp_overlap=true",
-              "parallel.schedule=\"dualpipe\""}},
+              "parallel.dp=2", "parallel.zero_stage=1", "parallel.dp_overlap=true", "parallel.schedule=\"dualpipe\""}},
         // lighter end stages: 1 + 3 + 3 + 1 of the 8 layers
         Plan{"pp4_uneven_1_3_3_1", {"parallel.pp=4", "parallel.first_stage_layers=1", "parallel.last_stage_layers=1"}},
         Plan{"micro_batch4", {"parallel.micro_batch=4"}},

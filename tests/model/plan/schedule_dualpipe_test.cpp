@@ -13,7 +13,7 @@ namespace twin::model {
 namespace {
 
 // "F0 B0 F2.1 W0" : F/B/W, micro-batch, optional .chunk; a trailing "~" marks a forward overlapped with its backward.
-std::string render(const StageSchedule& steps) {
+std::string render_dualpipe(const StageSchedule& steps) {
   std::string out;
   for (const auto& step : steps) {
     if (!out.empty()) out += ' ';
@@ -31,8 +31,8 @@ std::string render(const StageSchedule& steps) {
 // 0 and 1), rank 1's the up one (chunk 1, micro-batches 2 and 3).
 TEST(DualPipe, TwoStagesFourMicroBatchesAsDualpipePyRunsThem) {
   const auto schedule = build_schedule(ScheduleKind::DualPipe, 2, 4, 2);
-  EXPECT_EQ(render(schedule[0]), "F0 F2.1 F1 B2.1 W2.1 F3.1~ B0 W0 B3.1 W3.1 B1 W1");
-  EXPECT_EQ(render(schedule[1]), "F2.1 F0 F3.1 B0 W0 F1~ B2.1 W2.1 B1 W1 B3.1 W3.1");
+  EXPECT_EQ(render_dualpipe(schedule[0]), "F0 F2.1 F1 B2.1 W2.1 F3.1~ B0 W0 B3.1 W3.1 B1 W1");
+  EXPECT_EQ(render_dualpipe(schedule[1]), "F2.1 F0 F3.1 B0 W0 F1~ B2.1 W2.1 B1 W1 B3.1 W3.1");
 }
 
 // dualpipe.py asserts num_ranks % 2 == 0 and num_chunks % 2 == 0 and num_chunks >= num_ranks * 2.

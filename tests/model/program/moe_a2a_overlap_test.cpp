@@ -1,5 +1,5 @@
-// framework.moe_a2a_overlap (model/program/moe_a2a_overlap.hpp): Megatron-Core's combined 1F1B. The Program keeps every op,
-// FLOP and byte; the all-to-alls move to the expert stream; a steady step interleaves a forward's and a backward's
+// framework.moe_a2a_overlap (model/program/moe_a2a_overlap.hpp): Megatron-Core's combined 1F1B. The Program keeps every
+// op, FLOP and byte; the all-to-alls move to the expert stream; a steady step interleaves a forward's and a backward's
 // nodes as TransformerLayerSchedulePlan.run does; the warm-up runs one more forward; Megatron-Core's refusals.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -59,7 +59,7 @@ Scenario scenario(const std::vector<Override>& overrides = {}) {
   return parse_scenario(kMoe, "moe.toml", overrides);
 }
 
-std::string problems_of(const std::vector<Override>& overrides) {
+std::string overlap_problems_of(const std::vector<Override>& overrides) {
   try {
     parse_scenario(kMoe, "moe.toml", overrides);
   } catch (const ScenarioError& error) {
@@ -167,9 +167,9 @@ TEST(MoeA2aOverlap, ASteadyStepInterleavesTheForwardsAndTheBackwardsAllToAlls) {
     EXPECT_EQ(ops[i].stream, Stream::Expert);
   }
   EXPECT_EQ(probabilities, 2 * static_cast<int>(std::count_if(ops.begin(), ops.end(), [](const Op& op) {
-                                 return is_rows_all_to_all(op) && op.phase == Phase::Forward &&
-                                        op.what == ComputeKind::ExpertUp;
-                               })));
+                             return is_rows_all_to_all(op) && op.phase == Phase::Forward &&
+                                    op.what == ComputeKind::ExpertUp;
+                           })));
   const auto is = [](const Op* op, Phase phase, ComputeKind what) { return op->phase == phase && op->what == what; };
   int windows = 0;
   for (std::size_t i = 0; i + 3 < exchanges.size(); ++i) {
@@ -230,9 +230,9 @@ void expect_pairs_merged_where_the_model_has_all_to_alls(const char* schedule) {
 }
 
 // DualPipeV's F&B pairs (its steps 4 and 5, PipelineStep::overlapped) run merged as the combined 1F1B's steady steps
-// where the model has expert all-to-alls (overlaps_pairs): the same windows of the two micro-batches' all-to-alls on the
-// expert stream, every op, FLOP and byte kept. Without expert parallelism there is nothing to hide: one after the other.
-// DualPipe's pairs (the same steps on each half of its stages) likewise.
+// where the model has expert all-to-alls (overlaps_pairs): the same windows of the two micro-batches' all-to-alls on
+// the expert stream, every op, FLOP and byte kept. Without expert parallelism there is nothing to hide: one after the
+// other. DualPipe's pairs (the same steps on each half of its stages) likewise.
 TEST(MoeA2aOverlap, DualPipeVsPairsRunMergedWhereTheModelHasAllToAlls) {
   for (const char* schedule : {"\"dualpipev\"", "\"dualpipe\""}) {
     SCOPED_TRACE(schedule);
@@ -258,16 +258,18 @@ TEST(MoeA2aOverlap, TheWarmUpRunsOneMoreForward) {
 }
 
 TEST(MoeA2aOverlap, RefusedWhereMegatronCoreRefusesIt) {
-  EXPECT_EQ(problems_of({}), "");
-  EXPECT_EQ(problems_of({{"parallel.recompute", "selective"}}), "");
-  EXPECT_THAT(problems_of({{"parallel.ep", "1"}}), HasSubstr("only supported with expert model parallelism"));
-  EXPECT_THAT(problems_of({{"parallel.schedule", "1f1b"}, {"parallel.virtual_stages", "1"}}),
+  EXPECT_EQ(overlap_problems_of({}), "");
+  EXPECT_EQ(overlap_problems_of({{"parallel.recompute", "selective"}}), "");
+  EXPECT_THAT(overlap_problems_of({{"parallel.ep", "1"}}), HasSubstr("only supported with expert model parallelism"));
+  EXPECT_THAT(overlap_problems_of({{"parallel.schedule", "1f1b"}, {"parallel.virtual_stages", "1"}}),
               HasSubstr("virtual_pipeline_model_parallel_size must be specified"));
-  EXPECT_THAT(problems_of({{"parallel.recompute", "full"}}), HasSubstr("disable full recomputation"));
-  EXPECT_THAT(problems_of({{"model.dtype", "fp32"}}), HasSubstr("only supported with bf16 or fp16"));
-  EXPECT_THAT(problems_of({{"parallel.pp", "1"}, {"parallel.schedule", "gpipe"}, {"parallel.virtual_stages", "1"}}),
-              HasSubstr("set parallel.schedule = \"1f1b\""));
-  EXPECT_EQ(problems_of({{"parallel.pp", "1"}, {"parallel.schedule", "1f1b"}, {"parallel.virtual_stages", "1"}}), "");
+  EXPECT_THAT(overlap_problems_of({{"parallel.recompute", "full"}}), HasSubstr("disable full recomputation"));
+  EXPECT_THAT(overlap_problems_of({{"model.dtype", "fp32"}}), HasSubstr("only supported with bf16 or fp16"));
+  EXPECT_THAT(
+      overlap_problems_of({{"parallel.pp", "1"}, {"parallel.schedule", "gpipe"}, {"parallel.virtual_stages", "1"}}),
+      HasSubstr("set parallel.schedule = \"1f1b\""));
+  EXPECT_EQ(
+      overlap_problems_of({{"parallel.pp", "1"}, {"parallel.schedule", "1f1b"}, {"parallel.virtual_stages", "1"}}), "");
   // A dense model: the key names what it lacks.
   std::string dense = kMoe;
   for (const char* key : {"experts = 8\n", "top_k = 2\n", "moe_ffn_hidden = 512\n", "shared_experts = 1\n",

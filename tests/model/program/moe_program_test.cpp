@@ -1,5 +1,5 @@
-// Mixture-of-Experts in the Program (model/ops/moe_ops.hpp): one expert is the dense MLP, the all-to-all moves the closed
-// form, both granularities agree, the skew loads the hottest EP rank.
+// Mixture-of-Experts in the Program (model/ops/moe_ops.hpp): one expert is the dense MLP, the all-to-all moves the
+// closed form, both granularities agree, the skew loads the hottest EP rank.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,7 +17,7 @@ namespace {
 
 using testing::make_scenario;
 
-struct Sums {
+struct MoeSums {
   double flops = 0, compute_bytes = 0, collective_bytes = 0, routing_flops = 0, routing_bytes = 0, optimizer_bytes = 0;
   int all_to_alls = 0;
 };
@@ -28,8 +28,8 @@ bool is_routing(ComputeKind what) {
 }
 
 // Over every stage's list (one rank per stage); routing (router GEMM, permute, unpermute) apart.
-Sums sums_of(const Program& program) {
-  Sums sums;
+MoeSums moe_sums_of(const Program& program) {
+  MoeSums sums;
   for (const auto& ops : program.stage_ops) {
     for (const Op& op : ops) {
       if (op.kind == OpKind::Collective) {
@@ -75,7 +75,8 @@ TEST(MoeProgram, OneExpertTopOneIsTheDenseModelPlusItsRouter) {
     if (swiglu) dense.model.activation = Activation::Swiglu;
     const Scenario one = moe(dense, 1, 1, 1);
     for (const Granularity granularity : {Granularity::Op, Granularity::Layer}) {
-      const Sums d = sums_of(build_program(dense, granularity)), m = sums_of(build_program(one, granularity));
+      const MoeSums d = moe_sums_of(build_program(dense, granularity)),
+                    m = moe_sums_of(build_program(one, granularity));
       EXPECT_DOUBLE_EQ(m.flops, d.flops);
       EXPECT_DOUBLE_EQ(m.compute_bytes, d.compute_bytes);
       const double router_parameters = 4 * 256;  // per pipeline: 4 layers of [1, h]
@@ -178,7 +179,7 @@ TEST(MoeProgram, BothGranularitiesKeepTheSums) {
   s.parallel.recompute = Recompute::Full;
   const Program op = build_program(s, Granularity::Op), layer = build_program(s, Granularity::Layer);
   EXPECT_DOUBLE_EQ(op.total_flops(), layer.total_flops());
-  const Sums a = sums_of(op), b = sums_of(layer);
+  const MoeSums a = moe_sums_of(op), b = moe_sums_of(layer);
   const double bytes = a.compute_bytes + a.routing_bytes;  // summed in another order: the last bits differ
   EXPECT_NEAR(b.compute_bytes + b.routing_bytes, bytes, 1e-12 * bytes);
   EXPECT_DOUBLE_EQ(a.collective_bytes, b.collective_bytes);

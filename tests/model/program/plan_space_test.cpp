@@ -15,11 +15,15 @@
 namespace twin::model {
 namespace {
 
-Scenario gpt3() { return load_scenario(testing::source_dir() + "/scenarios/gpt3-175b.toml"); }
-Scenario llama2() { return load_scenario(testing::source_dir() + "/scenarios/llama2-70b.toml"); }
+Scenario gpt3_175b() {
+  return load_scenario(testing::source_dir() + "/scenarios/gpt3-175b.toml");
+}
+Scenario llama2() {
+  return load_scenario(testing::source_dir() + "/scenarios/llama2-70b.toml");
+}
 
 TEST(PlanSpace, EveryPlanIsValidFitsAndComesInOrderOfIdealBubble) {
-  const Scenario base = gpt3();
+  const Scenario base = gpt3_175b();
   const PlanEnumeration found = enumerate_plans(base, {}, false);
   ASSERT_FALSE(found.plans.empty());
   EXPECT_TRUE(found.rejections.empty());  // only listed when asked
@@ -53,7 +57,8 @@ TEST(PlanSpace, HeadroomIsAShareOrGiBAndMoreOfItRejectsMorePlans) {
   EXPECT_THROW(headroom_bytes("lots", 80 * GiB), UserError);
   PlanSpace tight;
   tight.memory_headroom = "50%";
-  const PlanEnumeration loose = enumerate_plans(gpt3(), {}, true), strict = enumerate_plans(gpt3(), tight, true);
+  const PlanEnumeration loose = enumerate_plans(gpt3_175b(), {}, true),
+                        strict = enumerate_plans(gpt3_175b(), tight, true);
   EXPECT_LT(strict.plans.size(), loose.plans.size());
   EXPECT_GT(strict.rejected_for_memory, loose.rejected_for_memory);
   bool memory_reason = false;
@@ -68,7 +73,7 @@ TEST(PlanSpace, VaryingTheScheduleAddsTheVsOnTwoChunks) {
   PlanSpace varied;
   varied.vary_schedule = true;
   int zb_v = 0, dualpipev = 0, dualpipe = 0;
-  const Scenario base = gpt3();
+  const Scenario base = gpt3_175b();
   for (const Plan& plan : enumerate_plans(base, varied, false).plans) {
     if (plan.schedule == ScheduleKind::DualPipe) {
       ++dualpipe;

@@ -41,7 +41,7 @@ nodes = 2
 node = "dgx-a100"
 )";
 
-std::string problems_of(const std::string& text, const std::vector<Override>& overrides = {}) {
+std::string moe_problems_of(const std::string& text, const std::vector<Override>& overrides = {}) {
   try {
     parse_scenario(text, "moe.toml", overrides);
   } catch (const ScenarioError& error) {
@@ -87,7 +87,7 @@ TEST(MoeScenario, DefaultsAreMegatronsAndADenseModelWritesNoMoeKeys) {
 }
 
 TEST(MoeScenario, MoeKeysWithoutExpertsAreRefusedByName) {
-  const std::string problems = problems_of(kMoe, {{"model.experts", "0"}});
+  const std::string problems = moe_problems_of(kMoe, {{"model.experts", "0"}});
   for (const char* key : {"model.top_k", "model.moe_ffn_hidden", "model.shared_experts", "model.dense_layers",
                           "model.expert_load_skew"}) {
     EXPECT_THAT(problems, HasSubstr(std::string(key) + " is a Mixture-of-Experts key")) << key;
@@ -98,7 +98,7 @@ TEST(MoeScenario, MoeKeysWithoutExpertsAreRefusedByName) {
                           "dense_layers = 1\n", "expert_load_skew = 0.5\n"}) {
     dense.erase(dense.find(key), std::string(key).size());
   }
-  EXPECT_THAT(problems_of(dense), HasSubstr("parallel.ep = 4 and parallel.etp = 1 split the experts"));
+  EXPECT_THAT(moe_problems_of(dense), HasSubstr("parallel.ep = 4 and parallel.etp = 1 split the experts"));
 }
 
 TEST(MoeScenario, EachRuleNamesItsField) {
@@ -121,26 +121,27 @@ TEST(MoeScenario, EachRuleNamesItsField) {
       {{"parallel.zero_stage", "3"}, "parallel.zero_stage = 3"},
   };
   for (const auto& [override, expected] : cases) {
-    EXPECT_THAT(problems_of(kMoe, {override}), HasSubstr(expected)) << override.key << "=" << override.value;
+    EXPECT_THAT(moe_problems_of(kMoe, {override}), HasSubstr(expected)) << override.key << "=" << override.value;
   }
   // ep x etp must divide tp x cp x dp = 16: ep 8 x etp 4 = 32 does not (8 experts over 8, width 512 over 4).
-  EXPECT_THAT(problems_of(kMoe, {{"parallel.ep", "8"}, {"parallel.etp", "4"}}),
-              HasSubstr("parallel.ep x parallel.etp (8 x 4) must divide parallel.tp x parallel.cp x parallel.dp (2 x 1 x 8)"));
-  EXPECT_EQ(problems_of(kMoe, {{"parallel.ep", "8"}, {"parallel.etp", "2"}}), "");
+  EXPECT_THAT(
+      moe_problems_of(kMoe, {{"parallel.ep", "8"}, {"parallel.etp", "4"}}),
+      HasSubstr("parallel.ep x parallel.etp (8 x 4) must divide parallel.tp x parallel.cp x parallel.dp (2 x 1 x 8)"));
+  EXPECT_EQ(moe_problems_of(kMoe, {{"parallel.ep", "8"}, {"parallel.etp", "2"}}), "");
   // With cp 2 the 16 GPUs are tp 2 x cp 2 x dp 4: the expert grid spans the cp ranks too (Megatron-Core folds cp into
   // the expert-data dimension), so ep 8 x etp 2 = 16 fits (tp x dp alone, 8, would refuse it) and 8 x 4 does not.
   const Override flash = {"framework.attention", "flash2"}, cp = {"parallel.cp", "2"};
-  EXPECT_EQ(problems_of(kMoe, {flash, cp, {"parallel.ep", "8"}, {"parallel.etp", "2"}}), "");
-  EXPECT_EQ(problems_of(kMoe, {flash, cp, {"parallel.ep", "4"}, {"parallel.etp", "4"}}), "");
-  EXPECT_THAT(problems_of(kMoe, {flash, cp, {"parallel.ep", "8"}, {"parallel.etp", "4"}}),
+  EXPECT_EQ(moe_problems_of(kMoe, {flash, cp, {"parallel.ep", "8"}, {"parallel.etp", "2"}}), "");
+  EXPECT_EQ(moe_problems_of(kMoe, {flash, cp, {"parallel.ep", "4"}, {"parallel.etp", "4"}}), "");
+  EXPECT_THAT(moe_problems_of(kMoe, {flash, cp, {"parallel.ep", "8"}, {"parallel.etp", "4"}}),
               HasSubstr("parallel.ep x parallel.etp (8 x 4) must divide parallel.tp x parallel.cp x parallel.dp "
                         "(2 x 2 x 4)"));
 }
 
 TEST(MoeScenario, PaddingToCapacityNeedsACapacityAndRoundTrips) {
-  EXPECT_THAT(problems_of(kMoe, {{"model.pad_to_capacity", "true"}}),
+  EXPECT_THAT(moe_problems_of(kMoe, {{"model.pad_to_capacity", "true"}}),
               HasSubstr("model.pad_to_capacity pads every expert to its capacity: it needs model.capacity_factor > 0"));
-  EXPECT_THAT(problems_of(kMoe, {{"model.experts", "0"}, {"model.pad_to_capacity", "true"}}),
+  EXPECT_THAT(moe_problems_of(kMoe, {{"model.experts", "0"}, {"model.pad_to_capacity", "true"}}),
               HasSubstr("model.pad_to_capacity is a Mixture-of-Experts key"));
   const Scenario padded =
       parse_scenario(kMoe, "moe.toml", {{"model.capacity_factor", "1.25"}, {"model.pad_to_capacity", "true"}});
@@ -157,15 +158,15 @@ TEST(MoeScenario, TheFlexDispatcherIsAnMoeKeyAndRoundTrips) {
       "[model]\nname = \"tiny\"\nlayers = 4\nhidden = 256\nheads = 8\nseq_len = 128\nvocab = 1000\n"
       "[parallel]\ntp = 2\nmicro_batch = 1\nglobal_batch = 32\n[cluster]\nnodes = 2\nnode = \"dgx-a100\"\n";
   EXPECT_THAT(
-      problems_of(dense, {flex}),
+      moe_problems_of(dense, {flex}),
       HasSubstr(named + " deduplicates the tokens sent across expert-parallel ranks: it is a Mixture-of-Experts key, "
                         "it needs model.experts > 0 (got 0)"));
   // At ep = 1 it exchanges nothing: accepted (twin sim notes it), so that twin search keeps those plans.
-  EXPECT_EQ(problems_of(kMoe, {{"parallel.ep", "1"}, flex}), "");
-  EXPECT_THAT(problems_of(kMoe, {{"parallel.etp", "2"}, flex}), HasSubstr(named + " with parallel.etp = 2"));
-  EXPECT_THAT(problems_of(kMoe, {{"model.capacity_factor", "1"}, {"model.pad_to_capacity", "true"}, flex}),
+  EXPECT_EQ(moe_problems_of(kMoe, {{"parallel.ep", "1"}, flex}), "");
+  EXPECT_THAT(moe_problems_of(kMoe, {{"parallel.etp", "2"}, flex}), HasSubstr(named + " with parallel.etp = 2"));
+  EXPECT_THAT(moe_problems_of(kMoe, {{"model.capacity_factor", "1"}, {"model.pad_to_capacity", "true"}, flex}),
               HasSubstr(named + " with model.pad_to_capacity"));
-  EXPECT_THAT(problems_of(kMoe, {{"framework.moe_dispatcher", "\"allgather\""}}), HasSubstr("moe_dispatcher"));
+  EXPECT_THAT(moe_problems_of(kMoe, {{"framework.moe_dispatcher", "\"allgather\""}}), HasSubstr("moe_dispatcher"));
   const Scenario s = parse_scenario(kMoe, "moe.toml", {flex});
   EXPECT_EQ(s.framework.moe_dispatcher, MoeDispatcher::Flex);
   EXPECT_THAT(to_toml(s), HasSubstr("moe_dispatcher = \"flex\""));

@@ -36,7 +36,7 @@ node = "dgx-a100"
 )";
 
 // The problems a scenario text yields (none when it loads).
-std::vector<std::string> problems_of(const std::string& text, const std::vector<Override>& overrides = {}) {
+std::vector<std::string> scenario_problems_of(const std::string& text, const std::vector<Override>& overrides = {}) {
   try {
     parse_scenario(text, "case.toml", overrides);
   } catch (const ScenarioError& error) {
@@ -47,7 +47,7 @@ std::vector<std::string> problems_of(const std::string& text, const std::vector<
 
 std::string joined_problems(const std::string& text, const std::vector<Override>& overrides = {}) {
   std::string out;
-  for (const auto& problem : problems_of(text, overrides)) out += problem + "\n";
+  for (const auto& problem : scenario_problems_of(text, overrides)) out += problem + "\n";
   return out;
 }
 
@@ -283,10 +283,10 @@ class InvalidScenario : public ::testing::TestWithParam<InvalidCase> {};
 
 TEST(Scenario, AFieldThatCannotBeReadIsReportedWithoutTheRulesAboutIt) {
   // Not also "model.layers must be a positive integer, got 0" (its default) or a world size from default nodes.
-  const auto layers = problems_of(replace(kValid, "layers = 8", "layers = 8.0"));
+  const auto layers = scenario_problems_of(replace(kValid, "layers = 8", "layers = 8.0"));
   ASSERT_EQ(layers.size(), 1u) << joined_problems(replace(kValid, "layers = 8", "layers = 8.0"));
   EXPECT_THAT(layers.front(), HasSubstr("model.layers: expected an integer, got the float 8.0"));
-  const auto nodes = problems_of(kValid, {parse_override("cluster.nodes=9223372036854775807")});
+  const auto nodes = scenario_problems_of(kValid, {parse_override("cluster.nodes=9223372036854775807")});
   EXPECT_EQ(nodes.size(), 1u);
 }
 
@@ -372,15 +372,17 @@ INSTANTIATE_TEST_SUITE_P(
                     kV,
                     {parse_override("parallel.zero_stage=3"), parse_override("parallel.schedule=\"zb-h1\"")},
                     "parallel.schedule = \"zb-h1\" with parallel.zero_stage = 3"},
-        InvalidCase{"zb_h1_with_moe_a2a_overlap",
-                    kV,
-                    {parse_override("framework.moe_a2a_overlap=true"), parse_override("parallel.schedule=\"zb-h1\"")},
-                    "parallel.schedule = \"zb-h1\" and framework.moe_a2a_overlap (the combined 1F1B) are two schedules"},
+        InvalidCase{
+            "zb_h1_with_moe_a2a_overlap",
+            kV,
+            {parse_override("framework.moe_a2a_overlap=true"), parse_override("parallel.schedule=\"zb-h1\"")},
+            "parallel.schedule = \"zb-h1\" and framework.moe_a2a_overlap (the combined 1F1B) are two schedules"},
         // parallel.schedule = "zb-v": two chunks per stage in a V, its layers split evenly, the zero-bubble rules
-        InvalidCase{"zb_v_with_one_chunk",
-                    kV,
-                    {parse_override("parallel.schedule=\"zb-v\"")},
-                    "parallel.schedule = \"zb-v\" needs parallel.virtual_stages = 2 (two chunks per stage in a V), got 1"},
+        InvalidCase{
+            "zb_v_with_one_chunk",
+            kV,
+            {parse_override("parallel.schedule=\"zb-v\"")},
+            "parallel.schedule = \"zb-v\" needs parallel.virtual_stages = 2 (two chunks per stage in a V), got 1"},
         InvalidCase{"zb_v_with_uneven_ends",
                     replace(kV, "layers = 8", "layers = 10"),
                     {parse_override("parallel.schedule=\"zb-v\""), parse_override("parallel.virtual_stages=2"),
@@ -397,11 +399,12 @@ INSTANTIATE_TEST_SUITE_P(
                      parse_override("framework.moe_a2a_overlap=true")},
                     "parallel.schedule = \"zb-v\" and framework.moe_a2a_overlap (the combined 1F1B) are two schedules"},
         // parallel.schedule = "dualpipev": at least 2 pp micro-batches (dualpipev.py asserts it), the V's rules
-        InvalidCase{"dualpipev_with_few_micro_batches",
-                    kV,
-                    {parse_override("parallel.schedule=\"dualpipev\""), parse_override("parallel.virtual_stages=2"),
-                     parse_override("parallel.global_batch=12")},
-                    "parallel.schedule = \"dualpipev\" needs at least 2 * parallel.pp (4) micro-batches per pipeline, got 3"},
+        InvalidCase{
+            "dualpipev_with_few_micro_batches",
+            kV,
+            {parse_override("parallel.schedule=\"dualpipev\""), parse_override("parallel.virtual_stages=2"),
+             parse_override("parallel.global_batch=12")},
+            "parallel.schedule = \"dualpipev\" needs at least 2 * parallel.pp (4) micro-batches per pipeline, got 3"},
         InvalidCase{"dualpipev_with_full_recompute_on_moe",
                     kV,
                     {parse_override("parallel.schedule=\"dualpipev\""), parse_override("parallel.virtual_stages=2"),
@@ -577,7 +580,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(Scenario, EveryProblemIsReportedNotJustTheFirst) {
   const std::string text = replace(replace(kV, "heads = 8", "heads = 6"), "layers = 8", "layers = 9");
-  EXPECT_GE(problems_of(text).size(), 2u);
+  EXPECT_GE(scenario_problems_of(text).size(), 2u);
 }
 
 TEST(Scenario, MalformedOverrideTextIsRejected) {
