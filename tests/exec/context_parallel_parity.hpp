@@ -54,12 +54,6 @@ inline void expect_same_losses(const TrainResult& many, const TrainResult& one, 
               many.losses[0], many.losses[1], many.losses[2], worst);
 }
 
-struct Plan {
-  const char* name;
-  std::vector<std::string> sets;
-};
-inline void PrintTo(const Plan& plan, std::ostream* out) {
-  *out << plan.name;
-}
+using testing::Plan;
 
 }  // namespace twin::exec::cp_parity

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,15 @@ inline int run_command(const std::vector<std::string>& args, const std::string& 
 
 inline bool on_path(const std::string& program) {
   return std::system(("command -v " + program + " > /dev/null 2>&1").c_str()) == 0;
+}
+
+// A parameterised parity test's plan: its name (the test's, via PrintTo) and the --set overrides that make it.
+struct Plan {
+  const char* name;
+  std::vector<std::string> sets;
+};
+inline void PrintTo(const Plan& plan, std::ostream* out) {
+  *out << plan.name;
 }
 
 }  // namespace twin::exec::testing

@@ -109,26 +109,19 @@ double norm(const std::vector<double>& v) {
   return std::sqrt(sum);
 }
 
-struct GradientPlan {
-  const char* name;
-  std::vector<std::string> sets;
-};
-
-void PrintTo(const GradientPlan& plan, std::ostream* out) {
-  *out << plan.name;
-}
+using testing::Plan;
 
 const FullGradients& reference() {
   static const FullGradients one_rank = gradients_of(testing::scenario(testing::parity_toml()));
   return one_rank;
 }
 
-class ExecGradientParity : public ::testing::TestWithParam<GradientPlan> {};
+class ExecGradientParity : public ::testing::TestWithParam<Plan> {};
 
 // Every parameter's gradient equals the single rank's within 1e-5 of its norm (observed: up to 5.3e-7), every element
 // is held by some rank, and all copies of an element agree.
 TEST_P(ExecGradientParity, EveryParameterHasTheSingleRanksGradient) {
-  const GradientPlan& plan = GetParam();
+  const Plan& plan = GetParam();
   const FullGradients many = gradients_of(testing::scenario(testing::parity_toml(), plan.sets));
   const FullGradients& one = reference();
   ASSERT_EQ(many.values.size(), one.values.size());
@@ -154,22 +147,19 @@ TEST_P(ExecGradientParity, EveryParameterHasTheSingleRanksGradient) {
 
 INSTANTIATE_TEST_SUITE_P(
     Plans, ExecGradientParity,
-    ::testing::Values(GradientPlan{"tp2", {"parallel.tp=2"}}, GradientPlan{"pp2", {"parallel.pp=2"}},
-                      GradientPlan{"dp2", {"parallel.dp=2"}},
-                      GradientPlan{"tp2_pp2_dp2", {"parallel.tp=2", "parallel.pp=2", "parallel.dp=2"}},
-                      GradientPlan{"tp2_sequence_parallel", {"parallel.tp=2", "parallel.sequence_parallel=true"}},
-                      GradientPlan{"dp2_zero1", {"parallel.dp=2", "parallel.zero_stage=1"}},
-                      GradientPlan{"pp2_v2_dp2",
-                                   {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=\"interleaved\"",
-                                    "parallel.dp=2"}},
-                      GradientPlan{"deepspeed_tp2_pp2_dp2_zero1",
-                                   {"framework.name=\"deepspeed\"", "parallel.tp=2", "parallel.pp=2", "parallel.dp=2",
-                                    "parallel.zero_stage=1"}},
-                      GradientPlan{"composer_dp2_zero3",
-                                   {"framework.name=\"composer\"", "parallel.dp=2", "parallel.zero_stage=3"}},
-                      GradientPlan{"pp4_uneven_1_3_3_1",
-                                   {"parallel.pp=4", "parallel.first_stage_layers=1", "parallel.last_stage_layers=1"}}),
-    [](const ::testing::TestParamInfo<GradientPlan>& plan_info) { return std::string(plan_info.param.name); });
+    ::testing::Values(
+        Plan{"tp2", {"parallel.tp=2"}}, Plan{"pp2", {"parallel.pp=2"}}, Plan{"dp2", {"parallel.dp=2"}},
+        Plan{"tp2_pp2_dp2", {"parallel.tp=2", "parallel.pp=2", "parallel.dp=2"}},
+        Plan{"tp2_sequence_parallel", {"parallel.tp=2", "parallel.sequence_parallel=true"}},
+        Plan{"dp2_zero1", {"parallel.dp=2", "parallel.zero_stage=1"}},
+        Plan{"pp2_v2_dp2",
+             {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=\"interleaved\"", "parallel.dp=2"}},
+        Plan{"deepspeed_tp2_pp2_dp2_zero1",
+             {"framework.name=\"deepspeed\"", "parallel.tp=2", "parallel.pp=2", "parallel.dp=2",
+              "parallel.zero_stage=1"}},
+        Plan{"composer_dp2_zero3", {"framework.name=\"composer\"", "parallel.dp=2", "parallel.zero_stage=3"}},
+        Plan{"pp4_uneven_1_3_3_1", {"parallel.pp=4", "parallel.first_stage_layers=1", "parallel.last_stage_layers=1"}}),
+    [](const ::testing::TestParamInfo<Plan>& plan_info) { return std::string(plan_info.param.name); });
 
 }  // namespace
 }  // namespace twin::exec

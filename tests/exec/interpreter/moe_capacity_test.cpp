@@ -99,19 +99,12 @@ TEST(ExecMoeCapacity, CapacityFactorOneDropsTokensAndChangesTraining) {
       one.losses[2], dropless.losses[0], dropless.losses[1], dropless.losses[2]);
 }
 
-struct CapacityPlan {
-  const char* name;
-  std::vector<std::string> sets;
-};
+using testing::Plan;
 
-void PrintTo(const CapacityPlan& plan, std::ostream* out) {
-  *out << plan.name;
-}
-
-class ExecMoeCapacityParityTest : public ::testing::TestWithParam<CapacityPlan> {};
+class ExecMoeCapacityParityTest : public ::testing::TestWithParam<Plan> {};
 
 TEST_P(ExecMoeCapacityParityTest, DropsAndLossesEqualTheSingleRankRun) {
-  const CapacityPlan& plan = GetParam();
+  const Plan& plan = GetParam();
   const TrainResult result = run_capacity(plan.sets, 1.0);
   const TrainResult& one = one_rank_dropping();
   ASSERT_EQ(result.losses.size(), one.losses.size());
@@ -130,13 +123,12 @@ TEST_P(ExecMoeCapacityParityTest, DropsAndLossesEqualTheSingleRankRun) {
 
 INSTANTIATE_TEST_SUITE_P(
     Plans, ExecMoeCapacityParityTest,
-    ::testing::Values(CapacityPlan{"ep2", {"parallel.dp=2", "parallel.ep=2"}},
-                      CapacityPlan{"dp2_ep2", {"parallel.dp=4", "parallel.ep=2"}},
-                      CapacityPlan{"pp2_ep2", {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2"}},
-                      CapacityPlan{"dp2_etp2", {"parallel.dp=2", "parallel.etp=2"}},
-                      CapacityPlan{"ep2_recompute_full",
-                                   {"parallel.dp=2", "parallel.ep=2", "parallel.recompute=\"full\""}}),
-    [](const ::testing::TestParamInfo<CapacityPlan>& plan_info) { return std::string(plan_info.param.name); });
+    ::testing::Values(Plan{"ep2", {"parallel.dp=2", "parallel.ep=2"}},
+                      Plan{"dp2_ep2", {"parallel.dp=4", "parallel.ep=2"}},
+                      Plan{"pp2_ep2", {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2"}},
+                      Plan{"dp2_etp2", {"parallel.dp=2", "parallel.etp=2"}},
+                      Plan{"ep2_recompute_full", {"parallel.dp=2", "parallel.ep=2", "parallel.recompute=\"full\""}}),
+    [](const ::testing::TestParamInfo<Plan>& plan_info) { return std::string(plan_info.param.name); });
 
 TEST(ExecMoeCapacity, ACapacityNoExpertFillsIsDroplessBitForBit) {
   const TrainResult dropless = run_capacity({"parallel.dp=2", "parallel.ep=2"}, 0);

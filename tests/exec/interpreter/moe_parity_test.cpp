@@ -34,14 +34,7 @@ const TrainResult& reference_run() {
   return result;
 }
 
-struct MoePlan {
-  const char* name;
-  std::vector<std::string> sets;
-};
-
-void PrintTo(const MoePlan& plan, std::ostream* out) {
-  *out << plan.name;
-}
+using testing::Plan;
 
 double max_relative_difference(const std::vector<double>& got, const std::vector<double>& want) {
   double worst = 0;
@@ -51,10 +44,10 @@ double max_relative_difference(const std::vector<double>& got, const std::vector
   return worst;
 }
 
-class ExecMoeParityTest : public ::testing::TestWithParam<MoePlan> {};
+class ExecMoeParityTest : public ::testing::TestWithParam<Plan> {};
 
 TEST_P(ExecMoeParityTest, LossesEqualTheSingleRankRun) {
-  const MoePlan& plan = GetParam();
+  const Plan& plan = GetParam();
   const TrainResult result = run_moe(plan.sets);
   const TrainResult& one = reference_run();
   ASSERT_EQ(result.losses.size(), one.losses.size());
@@ -74,45 +67,42 @@ TEST_P(ExecMoeParityTest, LossesEqualTheSingleRankRun) {
 INSTANTIATE_TEST_SUITE_P(
     Plans, ExecMoeParityTest,
     ::testing::Values(
-        MoePlan{"dp2_ep2", {"parallel.dp=2", "parallel.ep=2"}},  //
-        MoePlan{"dp4_ep4", {"parallel.dp=4", "parallel.ep=4"}},
-        MoePlan{"tp2_sp_ep2", {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.ep=2"}},
-        MoePlan{"pp2_dp2_ep2", {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2"}},
+        Plan{"dp2_ep2", {"parallel.dp=2", "parallel.ep=2"}},  //
+        Plan{"dp4_ep4", {"parallel.dp=4", "parallel.ep=4"}},
+        Plan{"tp2_sp_ep2", {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.ep=2"}},
+        Plan{"pp2_dp2_ep2", {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2"}},
         // ZB-H1: the attention's W deferred, the MoE MLP's weight gradients in B
-        MoePlan{"pp2_dp2_ep2_zb_h1",
-                {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2", "parallel.schedule=\"zb-h1\""}},
+        Plan{"pp2_dp2_ep2_zb_h1", {"parallel.pp=2", "parallel.dp=2", "parallel.ep=2", "parallel.schedule=\"zb-h1\""}},
         // ZB-V: one layer per chunk, the dense one on stage 0's chunk 0, stage 0's chunk 1 the last MoE layer
-        MoePlan{"pp2_v2_dp2_ep2_zb_v",
-                {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.dp=2", "parallel.ep=2",
-                 "parallel.schedule=\"zb-v\""}},
-        MoePlan{"pp2_v2_dp2_ep2_dualpipev",
-                {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.dp=2", "parallel.ep=2",
-                 "parallel.schedule=\"dualpipev\""}},
+        Plan{"pp2_v2_dp2_ep2_zb_v",
+             {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.dp=2", "parallel.ep=2",
+              "parallel.schedule=\"zb-v\""}},
+        Plan{"pp2_v2_dp2_ep2_dualpipev",
+             {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.dp=2", "parallel.ep=2",
+              "parallel.schedule=\"dualpipev\""}},
         // DualPipe: both stages hold every layer (two copies), the experts' gradients summed over the pair too
-        MoePlan{"pp2_v2_dp2_ep2_dualpipe",
-                {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.dp=2", "parallel.ep=2",
-                 "parallel.schedule=\"dualpipe\""}},
+        Plan{"pp2_v2_dp2_ep2_dualpipe",
+             {"parallel.pp=2", "parallel.virtual_stages=2", "parallel.dp=2", "parallel.ep=2",
+              "parallel.schedule=\"dualpipe\""}},
         // expert-data-parallel 2: the experts' gradients reduce-scattered over it, the dense ones over dp 4
-        MoePlan{"dp4_ep2_zero1", {"parallel.dp=4", "parallel.ep=2", "parallel.zero_stage=1"}},
+        Plan{"dp4_ep2_zero1", {"parallel.dp=4", "parallel.ep=2", "parallel.zero_stage=1"}},
         // the Expert group spans TP ranks, the ExpertData group spans DP replicas
-        MoePlan{"tp2_sp_dp2_ep2_zero1",
-                {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.dp=2", "parallel.ep=2",
-                 "parallel.zero_stage=1"}},
+        Plan{"tp2_sp_dp2_ep2_zero1",
+             {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.dp=2", "parallel.ep=2",
+              "parallel.zero_stage=1"}},
         // no expert parallelism: every rank holds every expert, the ExpertData group is the TP pair
-        MoePlan{"tp2_sp_ep1", {"parallel.tp=2", "parallel.sequence_parallel=true"}},
-        MoePlan{"dp2_ep2_recompute_full", {"parallel.dp=2", "parallel.ep=2", "parallel.recompute=\"full\""}},
+        Plan{"tp2_sp_ep1", {"parallel.tp=2", "parallel.sequence_parallel=true"}},
+        Plan{"dp2_ep2_recompute_full", {"parallel.dp=2", "parallel.ep=2", "parallel.recompute=\"full\""}},
         // expert tensor parallelism: each expert's width split over 2 ranks, the rows all-gathered among them
-        MoePlan{"dp2_etp2", {"parallel.dp=2", "parallel.etp=2"}},
-        MoePlan{"tp2_sp_etp2", {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.etp=2"}},
-        MoePlan{
-            "tp2_sp_dp2_ep2_etp2",
-            {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.dp=2", "parallel.ep=2", "parallel.etp=2"}},
-        MoePlan{"dp4_ep2_etp2_pp2_zero1",
-                {"parallel.dp=4", "parallel.ep=2", "parallel.etp=2", "parallel.pp=2", "parallel.zero_stage=1"}},
-        MoePlan{
-            "tp2_sp_pp2_dp2_ep4",
-            {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.pp=2", "parallel.dp=2", "parallel.ep=4"}}),
-    [](const ::testing::TestParamInfo<MoePlan>& plan_info) { return std::string(plan_info.param.name); });
+        Plan{"dp2_etp2", {"parallel.dp=2", "parallel.etp=2"}},
+        Plan{"tp2_sp_etp2", {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.etp=2"}},
+        Plan{"tp2_sp_dp2_ep2_etp2",
+             {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.dp=2", "parallel.ep=2", "parallel.etp=2"}},
+        Plan{"dp4_ep2_etp2_pp2_zero1",
+             {"parallel.dp=4", "parallel.ep=2", "parallel.etp=2", "parallel.pp=2", "parallel.zero_stage=1"}},
+        Plan{"tp2_sp_pp2_dp2_ep4",
+             {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.pp=2", "parallel.dp=2", "parallel.ep=4"}}),
+    [](const ::testing::TestParamInfo<Plan>& plan_info) { return std::string(plan_info.param.name); });
 
 TEST(ExecMoeParity, TheSingleRankRunLearnsAndReportsTheLoadBalancingLoss) {
   const TrainResult& one = reference_run();

@@ -30,15 +30,7 @@ const std::vector<double>& reference_losses() {
   return reference_run().losses;
 }
 
-struct Plan {
-  const char* name;
-  std::vector<std::string> sets;
-};
-
-// ctest names the parameterised tests with this
-void PrintTo(const Plan& plan, std::ostream* out) {
-  *out << plan.name;
-}
+using testing::Plan;
 
 class ExecParityTest : public ::testing::TestWithParam<Plan> {};
 
